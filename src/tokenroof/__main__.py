@@ -1,0 +1,3 @@
+from tokenroof.cli import main
+
+main()

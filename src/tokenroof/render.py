@@ -1,0 +1,116 @@
+"""Readable rich tables for each command's result dict (the same dict `--json` prints)."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from rich.console import Console
+from rich.table import Table
+
+from tokenroof.specs import HardwareSpec, ModelSpec
+
+BOUND_STYLE = {"overhead": "magenta", "weights": "cyan", "compute": "red", "kv": "yellow"}
+
+
+def fmt(value: float | None, digits: int = 3) -> str:
+    """A number with `digits` significant figures, thousands separated; '—' for None."""
+    if value is None:
+        return "—"
+    if value == float("inf"):
+        return "∞"
+    if abs(value) >= 1000:
+        return f"{value:,.0f}"
+    return f"{value:.{digits}g}"
+
+
+def bound_cell(bound: str) -> str:
+    return f"[{BOUND_STYLE.get(bound, 'white')}]{bound}[/]"
+
+
+def roofline(console: Console, data: dict[str, Any]) -> None:
+    m, hw, p, eff = data["model"], data["hardware"], data["precision"], data["efficiencies"]
+    console.print(
+        f"[bold]{m['name']}[/] ({m['total_params'] / 1e9:.2f}B params, {m['attention']}) on "
+        f"[bold]{hw['name']}[/] ×{data['tp']}  weights {p['weight_dtype']}, KV {p['kv_dtype']}, "
+        f"compute {p['compute_dtype']}  context {fmt(data['context_tokens'])} tokens",
+        highlight=False,
+    )
+    console.print(
+        f"assumed: {eff['bandwidth']:.0%} of peak bandwidth, {eff['compute']:.0%} of dense peak FLOP/s, "
+        f"{eff['overhead_s'] * 1e3:g} ms fixed overhead per step",
+        style="dim",
+        highlight=False,
+    )
+    crit = data["critical_batch"]
+    lines = [
+        ("knee batch (matmuls turn compute-bound)", fmt(data["knee_batch"])),
+        ("critical batch (whole step compute-bound)", fmt(crit) if crit is not None else "none"),
+        ("weights-only critical batch (context 0)", fmt(data["critical_batch_weights_only"])),
+        ("ridge point", f"{fmt(data['ridge_flops_per_byte'])} FLOP/byte"),
+        ("largest batch that fits in memory", fmt(data["max_batch_by_memory"])),
+        ("throughput asymptote", f"{fmt(data['throughput_asymptote_tok_s'])} tok/s"),
+        ("KV cache per token", f"{data['kv_bytes_per_token'] / 1024:,.0f} KiB"),
+    ]
+    if data.get("ttft_ms") is not None:
+        lines.append((f"TTFT for a {fmt(data['prompt_tokens'])}-token prompt", f"{fmt(data['ttft_ms'])} ms"))
+    summary = Table.grid(padding=(0, 2))
+    for label, value in lines:
+        summary.add_row(label, f"[bold]{value}[/]")
+    console.print(summary)
+    if crit is None and data.get("critical_batch_reason"):
+        console.print(f"no critical batch: {data['critical_batch_reason']}", style="yellow", highlight=False)
+    table = Table(title="decode step by batch", title_justify="left")
+    for col in ("batch", "TPOT ms", "tok/s", "bound", "weights ms", "compute ms", "KV ms", "FLOP/byte", "fits"):
+        table.add_column(col, justify="right")
+    for pt in data["points"]:
+        table.add_row(
+            fmt(pt["batch"]),
+            fmt(pt["tpot_ms"]),
+            fmt(pt["throughput_tok_s"]),
+            bound_cell(pt["bound"]),
+            fmt(pt["time_weights_ms"]),
+            fmt(pt["time_compute_ms"]),
+            fmt(pt["time_kv_ms"]),
+            fmt(pt["arithmetic_intensity_flops_per_byte"]),
+            "yes" if pt["fits_in_memory"] else "[red]no[/]",
+        )
+    console.print(table)
+
+
+def model_list(console: Console, models: Sequence[ModelSpec]) -> None:
+    table = Table(title="model presets (--model NAME, or a path to any config.json)", title_justify="left")
+    for col in ("name", "type", "params", "layers", "hidden", "heads/kv", "experts", "max ctx"):
+        table.add_column(col)
+    for m in models:
+        experts = f"{m.experts_per_token}/{m.num_experts}" if m.is_moe else "—"
+        table.add_row(
+            m.name,
+            m.model_type,
+            f"{m.total_params / 1e9:.2f}B",
+            str(m.num_layers),
+            str(m.hidden_size),
+            f"{m.num_attention_heads}/{m.num_kv_heads}",
+            experts,
+            fmt(m.max_position_embeddings),
+        )
+    console.print(table)
+
+
+def hardware_list(console: Console, chips: Sequence[HardwareSpec]) -> None:
+    table = Table(title="hardware presets (--hardware NAME, or a path to a TOML); dense peaks", title_justify="left")
+    for col in ("name", "chip", "memory GB", "bandwidth TB/s", "bf16 TFLOP/s", "fp8 TFLOP/s", "link GB/s"):
+        table.add_column(col)
+    for hw in chips:
+        peaks = hw.peak_flops_per_s
+        link = hw.interconnect_bandwidth_bytes_per_s
+        table.add_row(
+            hw.key,
+            hw.name,
+            fmt(hw.memory_bytes / 1e9),
+            fmt(hw.memory_bandwidth_bytes_per_s / 1e12),
+            fmt(peaks.get("bf16", 0) / 1e12) if "bf16" in peaks else "—",
+            fmt(peaks["fp8"] / 1e12) if "fp8" in peaks else "—",
+            fmt(link / 1e9) if link else "—",
+        )
+    console.print(table)

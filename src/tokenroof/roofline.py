@@ -1,0 +1,260 @@
+"""First-principles decode costs: FLOPs and bytes per term, and the StepModel built from specs.
+
+Every function here is pure and broadcasts over numpy arrays of batch and
+context, so a sweep over batch × context is one call. Costs are per GPU under
+tensor parallelism `tp` (weights, KV heads and FLOPs split `tp` ways).
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+
+import numpy as np
+from numpy.typing import ArrayLike, NDArray
+
+from tokenroof.errors import TokenroofError
+from tokenroof.specs import HardwareSpec, ModelSpec, Precision
+from tokenroof.stepmodel import StepModel
+
+Array = NDArray[np.float64]
+
+
+@dataclass(frozen=True)
+class Efficiencies:
+    """Achieved fractions of the datasheet peaks, and the fixed per-step overhead.
+
+    Defaults: decode GEMV/GEMM kernels in vLLM, SGLang and TensorRT-LLM reach roughly
+    70–85% of HBM bandwidth and 60–85% of dense tensor peak; the published
+    Llama-3-8B batch-1 TPOT on an H100 (7.0–7.9 ms, shared/data/curves/argonne_*)
+    against 4.5 ms at peak bandwidth says 75% plus ~1 ms of per-step overhead.
+    Equal bandwidth and compute fractions keep the knee at the peak ridge point
+    (≈ 295 for a bf16 7B model on an H100). NCCL ring all-reduce reaches ~70% of
+    link bandwidth with ~8 µs latency per call at decode message sizes.
+    """
+
+    bandwidth: float = 0.75
+    compute: float = 0.75
+    overhead_s: float = 1.0e-3
+    interconnect: float = 0.7
+    allreduce_latency_s: float = 8e-6
+
+    def __post_init__(self) -> None:
+        for name in ("bandwidth", "compute", "interconnect"):
+            value = getattr(self, name)
+            if not 0 < value <= 1:
+                raise TokenroofError(
+                    f"{name} efficiency must be in (0, 1] (nothing runs faster than the peak), got {value}"
+                )
+        if self.overhead_s < 0 or self.allreduce_latency_s < 0:
+            raise TokenroofError("overhead and all-reduce latency must be non-negative")
+
+    def to_dict(self) -> dict[str, float]:
+        return asdict(self)
+
+
+# -- bytes -------------------------------------------------------------------------
+def kv_heads_per_gpu(model: ModelSpec, tp: int) -> int:
+    """KV heads held by one GPU; heads are replicated when there are fewer than `tp`."""
+    return -(-model.num_kv_heads // tp)
+
+
+def kv_bytes_per_token(model: ModelSpec, precision: Precision, tp: int = 1) -> float:
+    """Bytes of K and V for one token of one sequence, all layers, per GPU: 2·L·kv_heads·head_dim·bytes."""
+    heads = kv_heads_per_gpu(model, tp)
+    return 2.0 * model.num_layers * heads * model.head_dim * precision.kv_bytes_per_element
+
+
+def dense_weight_bytes(model: ModelSpec, precision: Precision, tp: int = 1) -> float:
+    """Bytes streamed every step regardless of batch (attention, norms, dense MLPs, lm_head), per GPU."""
+    return model.streamed_dense_params * precision.weight_bytes_per_param / tp
+
+
+def expert_weight_bytes(model: ModelSpec, precision: Precision, tp: int = 1) -> float:
+    """Bytes of one expert in every layer, per GPU (0 for dense models)."""
+    if not model.is_moe:
+        return 0.0
+    return model.num_layers * model.expert_params * precision.weight_bytes_per_param / tp
+
+
+def expected_experts_touched(num_experts: int, experts_per_token: int, tokens: ArrayLike) -> Array:
+    """Expected distinct experts per layer hit by `tokens` tokens each routed to `k` of `E` (uniform routing).
+
+    E · (1 − (1 − k/E)^tokens): k at one token, saturating at E.
+    """
+    n = np.asarray(tokens, dtype=float)
+    if num_experts == 0:
+        return np.zeros_like(n)
+    return num_experts * (1.0 - (1.0 - experts_per_token / num_experts) ** n)
+
+
+def weight_bytes_streamed(model: ModelSpec, precision: Precision, batch: ArrayLike, tp: int = 1) -> Array:
+    """Weight bytes read in one decode step of `batch` sequences, per GPU (MoE: experts touched)."""
+    touched = expected_experts_touched(model.num_experts, model.experts_per_token, batch)
+    return dense_weight_bytes(model, precision, tp) + expert_weight_bytes(model, precision, tp) * touched
+
+
+def resident_weight_bytes(model: ModelSpec, precision: Precision, tp: int = 1) -> float:
+    """Bytes of all stored weights per GPU (the memory footprint, embeddings included)."""
+    return model.total_params * precision.weight_bytes_per_param / tp
+
+
+def activation_bytes(model: ModelSpec, precision: Precision, batch: ArrayLike, tp: int = 1) -> Array:
+    """GEMM input and output traffic per step, per GPU (overlapped by the GEMMs; reported, not timed).
+
+    Per token per layer: QKV (in h, out q+2kv), output projection (in q, out h),
+    MLP up/gate (in h, out 2i or i) and down (in i, out h).
+    """
+    h, q, kv, i = model.hidden_size, model.q_dim / tp, model.kv_dim / tp, model.intermediate_size / tp
+    up = (2 if model.family.gated_mlp else 1) * i
+    per_layer = (h + q + 2 * kv) + (q + h) + (h + up) + (i + h)
+    experts = max(model.experts_per_token, 1)
+    per_layer += (experts - 1) * (h + up + i + h)
+    per_token = model.num_layers * per_layer * precision.activation_bytes_per_element
+    return np.asarray(batch, dtype=float) * per_token
+
+
+def allreduce_bytes(model: ModelSpec, precision: Precision, batch: ArrayLike, tp: int = 1) -> Array:
+    """Bytes each GPU sends per step in ring all-reduces: 2 per layer of b·h activations, 2(tp−1)/tp each."""
+    if tp == 1:
+        return np.zeros_like(np.asarray(batch, dtype=float))
+    message = np.asarray(batch, dtype=float) * model.hidden_size * precision.activation_bytes_per_element
+    return 2 * model.num_layers * 2.0 * (tp - 1) / tp * message
+
+
+# -- FLOPs -------------------------------------------------------------------------
+def matmul_flops(model: ModelSpec, batch: ArrayLike, tp: int = 1) -> Array:
+    """2 FLOPs per multiplied parameter per sequence (active experts only), per GPU."""
+    return 2.0 * model.matmul_params_per_token * np.asarray(batch, dtype=float) / tp
+
+
+def attention_flops(model: ModelSpec, batch: ArrayLike, context: ArrayLike, tp: int = 1) -> Array:
+    """QKᵀ and AV for one new token over `context` cached tokens: 4·L·q_dim·ctx per sequence, per GPU."""
+    b, ctx = np.asarray(batch, dtype=float), np.asarray(context, dtype=float)
+    return 4.0 * model.num_layers * model.q_dim * ctx * b / tp
+
+
+@dataclass(frozen=True)
+class DecodeCosts:
+    """FLOPs and bytes of one decode step, per GPU, by term (arrays broadcast over batch × context)."""
+
+    flops_matmul: Array
+    flops_attention: Array
+    bytes_weights: Array
+    bytes_kv_read: Array
+    bytes_kv_write: Array
+    bytes_activations: Array
+    bytes_allreduce: Array
+
+    @property
+    def flops(self) -> Array:
+        return self.flops_matmul + self.flops_attention
+
+    @property
+    def bytes_memory(self) -> Array:
+        return self.bytes_weights + self.bytes_kv_read + self.bytes_kv_write + self.bytes_activations
+
+    @property
+    def arithmetic_intensity_flops_per_byte(self) -> Array:
+        return self.flops / self.bytes_memory
+
+
+def decode_costs(
+    model: ModelSpec, precision: Precision, batch: ArrayLike, context: ArrayLike, tp: int = 1
+) -> DecodeCosts:
+    """All FLOPs and bytes of one decode step of `batch` sequences at `context` cached tokens each."""
+    b, ctx = np.broadcast_arrays(np.asarray(batch, dtype=float), np.asarray(context, dtype=float))
+    kv_token = kv_bytes_per_token(model, precision, tp)
+    return DecodeCosts(
+        flops_matmul=matmul_flops(model, b, tp),
+        flops_attention=attention_flops(model, b, ctx, tp),
+        bytes_weights=weight_bytes_streamed(model, precision, b, tp),
+        bytes_kv_read=b * ctx * kv_token,
+        bytes_kv_write=b * kv_token,
+        bytes_activations=activation_bytes(model, precision, b, tp),
+        bytes_allreduce=allreduce_bytes(model, precision, b, tp),
+    )
+
+
+# -- the step model from specs -------------------------------------------------------
+def check_parallelism(model: ModelSpec, hardware: HardwareSpec, tp: int) -> None:
+    if tp < 1:
+        raise TokenroofError(f"--tp must be at least 1, got {tp}")
+    if model.num_attention_heads % tp:
+        raise TokenroofError(f"--tp {tp} does not divide {model.name}'s {model.num_attention_heads} attention heads")
+    if tp > 1 and hardware.interconnect_bandwidth_bytes_per_s is None:
+        raise TokenroofError(f"{hardware.name} has no interconnect_bandwidth_bytes_per_s; --tp {tp} needs one")
+
+
+def step_model_from_specs(
+    model: ModelSpec,
+    hardware: HardwareSpec,
+    precision: Precision,
+    tp: int = 1,
+    eff: Efficiencies | None = None,
+) -> StepModel:
+    """The four (plus per-sequence) terms of DESIGN.md's step model from model × hardware × precision."""
+    eff = eff or Efficiencies()
+    check_parallelism(model, hardware, tp)
+    bandwidth = hardware.memory_bandwidth_bytes_per_s * eff.bandwidth
+    flops = hardware.peak_for(precision.compute_dtype) * eff.compute
+    kv_token = kv_bytes_per_token(model, precision, tp)
+    t_allreduce_seq = 0.0
+    t_allreduce_fixed = 0.0
+    if tp > 1:
+        link = (hardware.interconnect_bandwidth_bytes_per_s or 0.0) * eff.interconnect
+        t_allreduce_seq = float(allreduce_bytes(model, precision, 1.0, tp)) / link
+        t_allreduce_fixed = 2 * model.num_layers * eff.allreduce_latency_s
+    return StepModel(
+        t_fixed_s=eff.overhead_s + t_allreduce_fixed,
+        t_weights_s=dense_weight_bytes(model, precision, tp) / bandwidth,
+        t_compute_s=float(matmul_flops(model, 1.0, tp)) / flops,
+        t_kv_token_s=kv_token / bandwidth,
+        t_seq_s=kv_token / bandwidth + t_allreduce_seq,
+        t_attn_token_s=float(attention_flops(model, 1.0, 1.0, tp)) / flops,
+        t_expert_s=expert_weight_bytes(model, precision, tp) / bandwidth,
+        num_experts=model.num_experts,
+        experts_per_token=model.experts_per_token,
+    )
+
+
+def max_batch_by_memory(
+    model: ModelSpec,
+    hardware: HardwareSpec,
+    precision: Precision,
+    context: float,
+    tp: int = 1,
+    memory_utilization: float = 0.9,
+) -> int:
+    """Largest batch whose weights plus KV cache (`context` tokens each) fit in `memory_utilization` of memory."""
+    if not 0 < memory_utilization <= 1:
+        raise TokenroofError(f"memory utilisation must be in (0, 1], got {memory_utilization}")
+    free = hardware.memory_bytes * memory_utilization - resident_weight_bytes(model, precision, tp)
+    if free <= 0:
+        return 0
+    return int(free // (kv_bytes_per_token(model, precision, tp) * max(context, 1.0)))
+
+
+def prefill_time_s(
+    model: ModelSpec,
+    hardware: HardwareSpec,
+    precision: Precision,
+    prompt_tokens: ArrayLike,
+    tp: int = 1,
+    eff: Efficiencies | None = None,
+) -> Array:
+    """TTFT estimate for one prompt: max(FLOPs / compute, bytes / bandwidth) plus overhead and all-reduce.
+
+    FLOPs: 2·matmul params per token plus causal attention 2·L·q_dim·P² (half of the full P×P).
+    """
+    eff = eff or Efficiencies()
+    check_parallelism(model, hardware, tp)
+    p = np.asarray(prompt_tokens, dtype=float)
+    flops = matmul_flops(model, p, tp) + 2.0 * model.num_layers * model.q_dim * p**2 / tp
+    memory = weight_bytes_streamed(model, precision, p, tp) + p * kv_bytes_per_token(model, precision, tp)
+    compute_s = flops / (hardware.peak_for(precision.compute_dtype) * eff.compute)
+    memory_s = memory / (hardware.memory_bandwidth_bytes_per_s * eff.bandwidth)
+    comm_s = np.zeros_like(p)
+    if tp > 1:
+        link = (hardware.interconnect_bandwidth_bytes_per_s or 0.0) * eff.interconnect
+        comm_s = allreduce_bytes(model, precision, p, tp) / link + 2 * model.num_layers * eff.allreduce_latency_s
+    return eff.overhead_s + np.maximum(compute_s, memory_s) + comm_s

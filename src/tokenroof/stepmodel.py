@@ -1,0 +1,138 @@
+"""The one decode step-time model every command uses (DESIGN.md, "One model at the centre").
+
+    T_step(b, ctx) = t_fixed + max(t_weights(b), b · t_compute(ctx)) + b · (ctx · t_kv_token + t_seq)
+
+- t_fixed: per-step overhead (scheduler, launches, sampling; all-reduce latency).
+- t_weights(b): streaming the weights once; constant for dense models, and for
+  MoE growing with the expected number of distinct experts touched at batch b.
+- t_compute(ctx): matmul time per sequence plus attention FLOPs per context token.
+- t_kv_token: reading one context token's K and V for one sequence.
+- t_seq: per-sequence time outside the max (KV-cache write, all-reduce bytes).
+
+TPOT(b) = T_step(b); throughput(b) = b / T_step(b). All times in seconds.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, replace
+from typing import Any
+
+import numpy as np
+from numpy.typing import ArrayLike, NDArray
+from scipy.optimize import brentq
+
+BOUNDS = ("overhead", "weights", "compute", "kv")
+BIG_BATCH = 1e9
+
+
+@dataclass(frozen=True)
+class StepModel:
+    """The terms of the step-time model, in seconds."""
+
+    t_fixed_s: float
+    t_weights_s: float
+    t_compute_s: float
+    t_kv_token_s: float
+    t_seq_s: float = 0.0
+    t_attn_token_s: float = 0.0  # attention compute per context token per sequence
+    t_expert_s: float = 0.0  # streaming one expert's weights in every layer (MoE)
+    num_experts: int = 0
+    experts_per_token: int = 0
+
+    # -- terms ------------------------------------------------------------------
+    def experts_touched(self, batch: ArrayLike) -> NDArray[np.float64]:
+        """Expected distinct experts per layer hit by `batch` tokens routed to top-k of E uniformly."""
+        b = np.asarray(batch, dtype=float)
+        if self.num_experts == 0:
+            return np.zeros_like(b)
+        e, k = self.num_experts, self.experts_per_token
+        return e * (1.0 - (1.0 - k / e) ** b)
+
+    def weights_time_s(self, batch: ArrayLike) -> NDArray[np.float64]:
+        """Time to stream the weights touched at this batch."""
+        b = np.asarray(batch, dtype=float)
+        return self.t_weights_s + self.t_expert_s * self.experts_touched(b)
+
+    def compute_time_per_seq_s(self, context: ArrayLike) -> NDArray[np.float64]:
+        """Matmul plus attention compute time per sequence at this context."""
+        return self.t_compute_s + self.t_attn_token_s * np.asarray(context, dtype=float)
+
+    def memory_time_per_seq_s(self, context: ArrayLike) -> NDArray[np.float64]:
+        """KV reads plus other per-sequence time outside the max."""
+        return self.t_kv_token_s * np.asarray(context, dtype=float) + self.t_seq_s
+
+    def components_s(self, batch: ArrayLike, context: ArrayLike) -> dict[str, NDArray[np.float64]]:
+        """The step time split into overhead, matmul (weights or compute, the larger) and KV."""
+        b, ctx = np.broadcast_arrays(np.asarray(batch, dtype=float), np.asarray(context, dtype=float))
+        weights = self.weights_time_s(b)
+        compute = b * self.compute_time_per_seq_s(ctx)
+        return {
+            "overhead": np.full_like(b, self.t_fixed_s),
+            "weights": weights,
+            "compute": compute,
+            "kv": b * self.memory_time_per_seq_s(ctx),
+        }
+
+    def step_time_s(self, batch: ArrayLike, context: ArrayLike = 0.0) -> NDArray[np.float64]:
+        """T_step(b, ctx) in seconds; broadcasts over arrays of batch and context."""
+        c = self.components_s(batch, context)
+        return c["overhead"] + np.maximum(c["weights"], c["compute"]) + c["kv"]
+
+    def throughput_tok_s(self, batch: ArrayLike, context: ArrayLike = 0.0) -> NDArray[np.float64]:
+        return np.asarray(batch, dtype=float) / self.step_time_s(batch, context)
+
+    def bound(self, batch: ArrayLike, context: ArrayLike = 0.0) -> NDArray[np.str_]:
+        """Which term dominates each step: overhead, weights, compute or kv."""
+        c = self.components_s(batch, context)
+        matmul_is_compute = c["compute"] > c["weights"]
+        matmul = np.maximum(c["weights"], c["compute"])
+        stacked = np.stack([c["overhead"], matmul, c["kv"]])
+        winner = np.argmax(stacked, axis=0)
+        labels = np.where(winner == 0, "overhead", np.where(winner == 2, "kv", "weights"))
+        return np.where((winner == 1) & matmul_is_compute, "compute", labels)
+
+    # -- characteristic batches -----------------------------------------------------
+    def _crossing(self, per_seq_s: float) -> float | None:
+        """Batch where b·(compute − per_seq) first exceeds the weight time; None if never."""
+        gap = self.t_compute_s - per_seq_s
+        if gap <= 0:
+            return None
+        if self.num_experts == 0:
+            return self.t_weights_s / gap
+
+        def f(b: float) -> float:
+            return float(self.weights_time_s(b)) - b * gap
+
+        return float(brentq(f, 1e-9, BIG_BATCH)) if f(BIG_BATCH) < 0 else None
+
+    def knee_batch(self, context: float = 0.0) -> float | None:
+        """b_knee = t_weights / t_compute: where the weight-streaming matmuls turn compute-bound."""
+        attn = self.t_attn_token_s * context
+        return replace(self, t_compute_s=self.t_compute_s + attn, t_attn_token_s=0.0)._crossing(0.0)
+
+    def critical_batch(self, context: float = 0.0) -> float | None:
+        """b* = t_weights / (t_compute − ctx·t_kv − t_seq); None when KV reads dominate at every batch."""
+        attn = self.t_attn_token_s * context
+        shifted = replace(self, t_compute_s=self.t_compute_s + attn, t_attn_token_s=0.0)
+        return shifted._crossing(float(self.memory_time_per_seq_s(context)))
+
+    def critical_batch_weights_only(self) -> float | None:
+        """The knee at zero context: t_weights / t_compute (matmuls only)."""
+        return replace(self, t_attn_token_s=0.0)._crossing(0.0)
+
+    def no_critical_batch_reason(self, context: float) -> str:
+        per_seq_compute = float(self.compute_time_per_seq_s(context))
+        per_seq_memory = float(self.memory_time_per_seq_s(context))
+        return (
+            f"at context {context:g} the KV-cache reads per sequence ({per_seq_memory * 1e6:.3g} µs per step) "
+            f"outweigh its compute ({per_seq_compute * 1e6:.3g} µs per step): decode never turns compute-bound; "
+            "throughput approaches a bandwidth plateau set by KV reads, not a compute roof"
+        )
+
+    def throughput_asymptote_tok_s(self, context: float = 0.0) -> float:
+        """lim b→∞ of b / T_step: 1 / (max(compute, expert streaming) + KV + per-seq time) per sequence."""
+        per_seq = float(self.compute_time_per_seq_s(context)) + float(self.memory_time_per_seq_s(context))
+        return float("inf") if per_seq <= 0 else 1.0 / per_seq
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)

@@ -1,0 +1,42 @@
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner, Result
+
+from tokenroof.cli import app, normalize_argv
+
+SHARED = Path(__file__).resolve().parents[2] / "shared"
+
+
+def run_cli(args: Sequence[str]) -> Result:
+    """Drive the CLI as a user would (space-separated --batch lists included)."""
+    return CliRunner().invoke(app, normalize_argv(list(args)))
+
+
+def run_json(args: Sequence[str]) -> dict:
+    result = run_cli([*args, "--json"])
+    assert result.exit_code == 0, result.output
+    return json.loads(result.stdout)
+
+
+@pytest.fixture
+def tiny_config(tmp_path: Path) -> Path:
+    """A small Llama-shaped config.json written to disk."""
+    config = {
+        "model_type": "llama",
+        "hidden_size": 64,
+        "intermediate_size": 176,
+        "num_hidden_layers": 2,
+        "num_attention_heads": 4,
+        "num_key_value_heads": 1,
+        "vocab_size": 100,
+        "max_position_embeddings": 256,
+        "tie_word_embeddings": True,
+    }
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps(config))
+    return path

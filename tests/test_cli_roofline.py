@@ -1,0 +1,108 @@
+"""`tokenroof roofline` through the CLI: JSON contract, tables, bad input."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import run_cli, run_json
+
+CONTRACT = {
+    "critical_batch",
+    "critical_batch_weights_only",
+    "knee_batch",
+    "ridge_flops_per_byte",
+    "max_batch_by_memory",
+    "throughput_asymptote_tok_s",
+    "points",
+}
+
+
+def test_json_contract_keys_and_batches_echoed() -> None:
+    data = run_json(
+        [
+            "roofline",
+            "--model",
+            "llama-2-7b",
+            "--hardware",
+            "h100-sxm",
+            "--batch",
+            "1",
+            "8",
+            "127.6",
+            "--context",
+            "300",
+        ]
+    )
+    assert set(data) >= CONTRACT
+    assert [p["batch"] for p in data["points"]] == [1, 8, 127.6]
+    for point in data["points"]:
+        assert {"batch", "tpot_ms", "throughput_tok_s", "bound"} <= set(point)
+        assert point["throughput_tok_s"] == pytest.approx(point["batch"] * 1000 / point["tpot_ms"])
+    assert data["critical_batch"] is None
+    assert "KV-cache reads" in data["critical_batch_reason"]
+    assert data["critical_batch_weights_only"] == pytest.approx(295.3, rel=0.01)
+    assert data["efficiencies"]["bandwidth"] == 0.75  # the assumptions are stated
+
+
+def test_comma_batches_and_zero_context_critical_batch() -> None:
+    data = run_json(["roofline", "-m", "llama-2-7b", "-H", "h100-sxm", "--batch", "1,64", "--context", "0"])
+    assert data["knee_batch"] == pytest.approx(data["critical_batch_weights_only"])
+    assert data["critical_batch"] is not None
+
+
+def test_table_output_mentions_bounds() -> None:
+    result = run_cli(["roofline", "-m", "llama-3.1-8b", "-H", "h100-sxm", "--context", "2048"])
+    assert result.exit_code == 0
+    assert "knee batch" in result.stdout and "weights" in result.stdout and "kv" in result.stdout
+    assert "do not fit in memory" in result.stderr
+
+
+def test_context_above_model_max_warns() -> None:
+    data = run_json(["roofline", "-m", "llama-2-7b", "-H", "h100-sxm", "--context", "8000", "--batch", "1"])
+    assert any("exceeds llama-2-7b's maximum of 4096" in w for w in data["warnings"])
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["-m", "gpt-9", "-H", "h100-sxm"], "unknown model 'gpt-9'; known presets:"),
+        (["-m", "llama-2-7b", "-H", "tpu"], "unknown hardware 'tpu'; known presets:"),
+        (["-m", "llama-2-7b", "-H", "h100-sxm", "--batch", "0"], "batch sizes must be positive numbers, got 0"),
+        (["-m", "llama-2-7b", "-H", "h100-sxm", "--batch", "-4"], "batch sizes must be positive numbers, got -4"),
+        (["-m", "llama-2-7b", "-H", "h100-sxm", "--batch", "x"], "--batch: 'x' is not a number"),
+        (["-m", "llama-2-7b", "-H", "a100-sxm-80gb", "--dtype", "fp8", "--compute-dtype", "fp8"], "has no fp8 peak"),
+        (["-m", "llama-2-7b", "-H", "h100-sxm", "--tp", "3"], "does not divide"),
+        (["-m", "missing/config.json", "-H", "h100-sxm"], "model file not found"),
+    ],
+)
+def test_bad_input_one_line_error(args: list[str], message: str) -> None:
+    result = run_cli(["roofline", *args])
+    assert result.exit_code == 2
+    assert message in result.stderr
+    assert "Traceback" not in result.output
+    assert result.exception is None or isinstance(result.exception, SystemExit)
+
+
+def test_user_config_and_hardware_files(tiny_config: Path, tmp_path: Path) -> None:
+    chip = tmp_path / "laptop.toml"
+    chip.write_text(
+        'name = "laptop"\npeaks = "dense"\nmemory_bytes = 16e9\nmemory_bandwidth_bytes_per_s = 100e9\n'
+        "[peak_flops_per_s]\nbf16 = 20e12\n"
+    )
+    data = run_json(["roofline", "-m", str(tiny_config), "-H", str(chip), "--batch", "1,2", "--context", "10"])
+    assert data["hardware"]["name"] == "laptop"
+    assert data["ridge_flops_per_byte"] == pytest.approx(200)
+
+
+def test_plot_written(tmp_path: Path) -> None:
+    out = tmp_path / "roof.png"
+    result = run_cli(["roofline", "-m", "mixtral-8x7b", "-H", "h100-sxm", "--tp", "2", "--plot", str(out)])
+    assert result.exit_code == 0, result.output
+    assert out.stat().st_size > 10_000
+
+
+def test_list_commands() -> None:
+    assert "llama-3.1-8b" in run_cli(["models"]).stdout
+    assert "h100-sxm" in run_cli(["hardware"]).stdout

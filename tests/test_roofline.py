@@ -1,0 +1,123 @@
+"""Cost model: hand-computed golden values and the structure of the step model."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from tokenroof import roofline as rl
+from tokenroof.errors import TokenroofError
+from tokenroof.specs import Precision, load_hardware, load_model
+
+BF16 = Precision.create("bf16")
+PEAK = rl.Efficiencies(bandwidth=1.0, compute=1.0, overhead_s=0.0)
+
+
+@pytest.fixture
+def llama7b():
+    return load_model("llama-2-7b")
+
+
+@pytest.fixture
+def h100():
+    return load_hardware("h100-sxm")
+
+
+def test_weights_only_critical_batch_295(llama7b, h100) -> None:
+    # peak FLOP/s ÷ bandwidth × bytes per parameter ÷ 2 = 989.4e12 / 3.35e12 × 2 / 2 = 295.3
+    sm = rl.step_model_from_specs(llama7b, h100, BF16, eff=PEAK)
+    assert sm.critical_batch_weights_only() == pytest.approx(295.3, rel=0.01)
+    # equal efficiencies (the defaults) leave it unchanged
+    assert rl.step_model_from_specs(llama7b, h100, BF16).critical_batch_weights_only() == pytest.approx(295.3, rel=0.01)
+
+
+def test_kv_bytes_per_token(llama7b) -> None:
+    assert rl.kv_bytes_per_token(llama7b, BF16) == 524_288  # 2 · 32 layers · 32 heads · 128 · 2 bytes
+    assert rl.kv_bytes_per_token(load_model("llama-3.1-8b"), BF16) == 131_072  # 8 KV heads
+    assert rl.kv_bytes_per_token(llama7b, Precision.create("bf16", kv_dtype="fp8")) == 262_144
+    # TP splits heads; GQA with fewer KV heads than GPUs replicates them
+    assert rl.kv_bytes_per_token(llama7b, BF16, tp=4) == 131_072
+    assert rl.kv_bytes_per_token(load_model("llama-3.1-70b"), BF16, tp=16) == 2 * 80 * 1 * 128 * 2
+
+
+def test_llama7b_kv_outweighs_compute_under_100_tokens(llama7b, h100) -> None:
+    sm = rl.step_model_from_specs(llama7b, h100, BF16, eff=PEAK)
+    assert sm.critical_batch(context=50) is not None
+    assert sm.critical_batch(context=100) is None
+    # crossover context = compute per sequence / KV read per token ≈ 13.36 µs / 0.1565 µs ≈ 85
+    crossover = sm.t_compute_s / sm.t_kv_token_s
+    assert 80 < crossover < 100
+
+
+def test_matmul_flops_and_attention_flops_by_hand(llama7b) -> None:
+    assert rl.matmul_flops(llama7b, 3) == pytest.approx(2 * 3 * llama7b.matmul_params_per_token)
+    # 4 · 32 layers · 4096 · 1000 tokens · 2 sequences
+    assert rl.attention_flops(llama7b, 2, 1000) == pytest.approx(4 * 32 * 4096 * 1000 * 2)
+
+
+def test_moe_weights_grow_with_batch_and_saturate() -> None:
+    mixtral = load_model("mixtral-8x7b")
+    b = np.array([1, 2, 4, 16, 64, 4096], dtype=float)
+    touched = rl.expected_experts_touched(8, 2, b)
+    assert touched[0] == pytest.approx(2.0)  # one token touches its top-2
+    assert touched[1] == pytest.approx(8 * (1 - 0.75**2))  # 3.5
+    assert np.all(np.diff(touched) > 0)
+    assert touched[-1] == pytest.approx(8.0)
+    weights = rl.weight_bytes_streamed(mixtral, BF16, b)
+    all_weights = rl.dense_weight_bytes(mixtral, BF16) + 8 * rl.expert_weight_bytes(mixtral, BF16)
+    assert np.all(np.diff(weights) > 0)
+    assert weights[-1] == pytest.approx(all_weights)
+    # all experts streamed = every parameter except the input embedding table
+    assert all_weights / 2 == pytest.approx(mixtral.total_params - mixtral.vocab_size * mixtral.hidden_size)
+
+
+def test_step_time_equals_bytes_over_bandwidth(llama7b, h100) -> None:
+    eff = rl.Efficiencies(bandwidth=0.5, compute=0.5, overhead_s=0.002)
+    sm = rl.step_model_from_specs(llama7b, h100, BF16, eff=eff)
+    b, ctx = 4.0, 1000.0
+    costs = rl.decode_costs(llama7b, BF16, b, ctx)
+    bw, fl = h100.memory_bandwidth_bytes_per_s * 0.5, 989.4e12 * 0.5
+    expected = (
+        0.002 + max(costs.bytes_weights / bw, costs.flops / fl) + (costs.bytes_kv_read + costs.bytes_kv_write) / bw
+    )
+    assert float(sm.step_time_s(b, ctx)) == pytest.approx(float(expected), rel=1e-9)
+
+
+def test_vectorised_over_batch_and_context(llama7b, h100) -> None:
+    sm = rl.step_model_from_specs(llama7b, h100, BF16)
+    b = np.arange(1, 65)[:, None]
+    ctx = np.array([0, 512, 4096])[None, :]
+    grid = sm.step_time_s(b, ctx)
+    assert grid.shape == (64, 3)
+    assert float(grid[9, 1]) == pytest.approx(float(sm.step_time_s(10, 512)))
+
+
+def test_tensor_parallel_splits_and_adds_allreduce(llama7b, h100) -> None:
+    one = rl.step_model_from_specs(llama7b, h100, BF16)
+    four = rl.step_model_from_specs(llama7b, h100, BF16, tp=4)
+    assert four.t_weights_s == pytest.approx(one.t_weights_s / 4)
+    assert four.t_compute_s == pytest.approx(one.t_compute_s / 4)
+    assert four.t_fixed_s == pytest.approx(one.t_fixed_s + 2 * 32 * 8e-6)
+    # ring all-reduce: 2 per layer · 2·(4−1)/4 · 4096 · 2 bytes per sequence over 450 GB/s · 0.7
+    per_seq = 2 * 32 * 2 * 0.75 * 4096 * 2 / (450e9 * 0.7)
+    assert four.t_seq_s - four.t_kv_token_s == pytest.approx(per_seq)
+    with pytest.raises(TokenroofError, match="does not divide"):
+        rl.step_model_from_specs(llama7b, h100, BF16, tp=3)
+
+
+def test_max_batch_by_memory_by_hand(llama7b, h100) -> None:
+    # (80e9 · 0.9 − 6,738,415,616 · 2) / (524,288 · 2048) = 54.5 → 54
+    assert rl.max_batch_by_memory(llama7b, h100, BF16, context=2048) == 54
+    assert rl.max_batch_by_memory(load_model("llama-2-70b"), h100, BF16, context=2048) == 0
+
+
+def test_prefill_time_compute_bound_for_long_prompts(llama7b, h100) -> None:
+    p = 4096.0
+    flops = 2 * p * llama7b.matmul_params_per_token + 2 * 32 * 4096 * p**2
+    expected = flops / 989.4e12
+    assert float(rl.prefill_time_s(llama7b, h100, BF16, p, eff=PEAK)) == pytest.approx(expected, rel=1e-9)
+
+
+def test_efficiency_above_one_rejected() -> None:
+    with pytest.raises(TokenroofError, match="nothing runs faster than the peak"):
+        rl.Efficiencies(bandwidth=1.2)
