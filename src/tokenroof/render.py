@@ -78,6 +78,70 @@ def roofline(console: Console, data: dict[str, Any]) -> None:
     console.print(table)
 
 
+def prediction(console: Console, data: dict[str, Any]) -> None:
+    m = data["model"]
+    console.print(f"fit: [bold]{m['method']}[/] on {m['points_fitted']} points — {m['why']}", highlight=False)
+    console.print(
+        f"terms: overhead {m['t_fixed_s'] * 1e3:.3g} ms, weights {m['t_weights_s'] * 1e3:.3g} ms, "
+        f"compute {m['t_compute_s'] * 1e6:.3g} µs/seq, KV+other {m['t_seq_s'] * 1e6:.3g} µs/seq; "
+        f"residual {m['residual_rms_relative']:.1%} rms",
+        style="dim",
+        highlight=False,
+    )
+    crit = data["critical_batch"]
+    lo, hi = data["critical_batch_interval"]
+    crit_text = "none" if crit is None else fmt(crit)
+    if crit is not None and lo is not None:
+        crit_text += f" (90%: {fmt(lo)}–{fmt(hi) if hi is not None else 'none'})"
+    summary = Table.grid(padding=(0, 2))
+    summary.add_row("critical batch", f"[bold]{crit_text}[/]")
+    summary.add_row("knee batch", f"[bold]{fmt(data['knee_batch'])}[/]")
+    summary.add_row("throughput asymptote", f"[bold]{fmt(data['throughput_asymptote_tok_s'])} tok/s[/]")
+    if data.get("max_batch_by_memory") is not None:
+        summary.add_row("largest batch that fits in memory", f"[bold]{fmt(data['max_batch_by_memory'])}[/]")
+    console.print(summary)
+    if crit is None and data.get("critical_batch_reason"):
+        console.print(f"no critical batch: {data['critical_batch_reason']}", style="yellow", highlight=False)
+    table = Table(title="predictions (90% intervals)", title_justify="left")
+    for col in ("batch", "tok/s", "tok/s 90%", "TPOT ms", "TPOT 90%", "bound", ""):
+        table.add_column(col, justify="right")
+    for p in data["predictions"]:
+        table.add_row(
+            fmt(p["batch"]),
+            fmt(p["throughput_tok_s"]),
+            f"{fmt(p['throughput_tok_s_low'])}–{fmt(p['throughput_tok_s_high'])}",
+            fmt(p["tpot_ms"]),
+            f"{fmt(p['tpot_ms_low'])}–{fmt(p['tpot_ms_high'])}",
+            bound_cell(p["bound"]),
+            "extrapolated" if p["extrapolated"] else "",
+        )
+    console.print(table)
+
+
+def advice(console: Console, data: dict[str, Any]) -> None:
+    lo, hi = data["max_num_seqs_interval"]
+    interval = f" (90%: {lo}–{hi})" if lo is not None else ""
+    console.print(f"[dim]{data['source']}[/]", highlight=False)
+    console.print(
+        f"TPOT ≤ {fmt(data['tpot_slo_ms'])} ms → batch cap [bold]{data['max_num_seqs']}[/]{interval}, "
+        f"bound by {data['binding']}: TPOT {fmt(data['tpot_ms_at_cap'])} ms, "
+        f"{fmt(data['throughput_tok_s_at_cap'])} tok/s",
+        highlight=False,
+    )
+    console.print(
+        f"throughput–latency knee at batch ≈ {fmt(data['knee_batch'])}; the cap gives up "
+        f"{data['throughput_given_up_fraction']:.0%} of the {fmt(data['reference_throughput_tok_s'])} tok/s "
+        f"available at batch {fmt(data['reference_batch'])}",
+        highlight=False,
+    )
+    table = Table(title="set it", title_justify="left")
+    table.add_column("engine")
+    table.add_column("flag")
+    for engine, flag in data["engine_flags"].items():
+        table.add_row(engine, flag)
+    console.print(table)
+
+
 def model_list(console: Console, models: Sequence[ModelSpec]) -> None:
     table = Table(title="model presets (--model NAME, or a path to any config.json)", title_justify="left")
     for col in ("name", "type", "params", "layers", "hidden", "heads/kv", "experts", "max ctx"):
