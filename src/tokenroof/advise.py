@@ -27,7 +27,7 @@ def engine_flags(cap: int) -> dict[str, str]:
 
 def largest_batch_within(sm: StepModel, tpot_slo_s: float, context: float = 0.0, limit: int | None = None) -> int:
     """Largest integer batch whose step time is ≤ the target (0 if batch 1 already misses it)."""
-    if float(sm.step_time_s(1.0, context)) > tpot_slo_s:
+    if float(sm.step_time_s(1.0, context)) > tpot_slo_s * (1 + 1e-9):
         return 0
     hi = float(limit or SEARCH_LIMIT)
     if float(sm.step_time_s(hi, context)) <= tpot_slo_s:
@@ -39,7 +39,10 @@ def largest_batch_within(sm: StepModel, tpot_slo_s: float, context: float = 0.0,
             lo = mid
         else:
             hi = mid
-    return int(np.floor(lo))
+    cap = int(np.floor(lo))
+    if float(sm.step_time_s(cap + 1.0, context)) <= tpot_slo_s * (1 + 1e-9):  # exact hits at a boundary
+        cap += 1
+    return cap
 
 
 def throughput_latency_knee(sm: StepModel, context: float, upper: float) -> float:

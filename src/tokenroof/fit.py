@@ -41,11 +41,12 @@ class Prior:
 
     weights_floor: StepModel  # only t_weights_s / t_expert_s / experts used: W(b) at 100% bandwidth
     compute_floor_s: float  # c at 100% of peak FLOP/s (matmuls + attention at the context)
-    per_seq_floor_s: float  # KV reads + KV write + prefill share + all-reduce per sequence, at peaks
+    per_seq_floor_s: float  # KV reads + KV write + all-reduce per sequence, at the peaks
     fixed_floor_s: float  # all-reduce latency per step
+    prefill_floor_s: float = 0.0  # prompt compute carried per decode step per sequence, at peak FLOP/s
     bandwidth_center: float = 0.75
     compute_center: float = 0.75
-    per_seq_center: float = 0.5
+    per_seq_center: float = 0.7  # per-sequence kernels (paged attention) relative to weight streaming
     fixed_center_s: float = 1e-3
     sigma_log_weights: float = 0.35
     sigma_log_compute: float = 0.5
@@ -199,7 +200,10 @@ def choose_data_only(batch: np.ndarray, tpot_s: np.ndarray) -> tuple[Terms, str,
 # -- prior (MAP) fit --------------------------------------------------------------------
 def _unpack(x: np.ndarray, prior: Prior) -> Terms:
     f, uw, uc, us = np.exp(x)
-    return Terms(f, uw, prior.compute_floor_s * uc, prior.per_seq_floor_s * us)
+    # KV reads use the same HBM as the weights: their time scales with the fitted bandwidth efficiency
+    # times a kernel factor; the prefill share is compute and scales with the compute efficiency.
+    per_seq = prior.per_seq_floor_s * uw * us + prior.prefill_floor_s * uc
+    return Terms(f, uw, prior.compute_floor_s * uc, per_seq)
 
 
 def _centers(prior: Prior) -> np.ndarray:
@@ -219,8 +223,13 @@ def fit_map(
     centers: np.ndarray | None = None,
     knee: float | None = None,
     roof_tok_s: float | None = None,
-) -> Terms:
-    """MAP: relative residuals / MAP_SIGMA plus Gaussian priors on log inverse-efficiencies and log overhead."""
+    start: np.ndarray | None = None,
+) -> tuple[Terms, np.ndarray]:
+    """MAP: relative residuals / MAP_SIGMA plus Gaussian priors on log inverse-efficiencies and log overhead.
+
+    Returns the terms and the optimum in log space; `start` (a previous optimum) skips the multi-start
+    search, as the interval replicates do.
+    """
     mu = _centers(prior) if centers is None else centers
     sig = _sigmas(prior)
     lower = np.log([max(prior.fixed_floor_s, 1e-7), 1.0, 1.0, 1.0])
@@ -240,16 +249,19 @@ def fit_map(
         return float(r @ r + p @ p)
 
     starts = [np.maximum(mu, lower)]
-    for uc in (0.0, 1.0, 2.5):
-        for uw in (0.0, 0.3, 1.0):
-            starts.append(np.maximum(np.array([mu[0], uw, uc, mu[3]]), lower))
+    if start is not None:
+        starts = [start]
+    else:
+        for uc in (0.0, 1.0, 2.5):
+            for uw in (0.0, 0.3, 1.0):
+                starts.append(np.maximum(np.array([mu[0], uw, uc, mu[3]]), lower))
     best = None
     for x0 in starts:
         res = minimize(objective, x0, method="L-BFGS-B", bounds=[(lo, lo + 25) for lo in lower])
         if best is None or res.fun < best.fun:
             best = res
     assert best is not None
-    return terms_of(best.x)
+    return terms_of(best.x), best.x
 
 
 # -- entry point ------------------------------------------------------------------------
@@ -272,13 +284,13 @@ def fit_table(
     rng = np.random.default_rng(seed)
     pinned = critical_batch is not None or roof_tok_s is not None
     if prior is not None:
-        terms = fit_map(batch, tpot_s, prior, knee=critical_batch, roof_tok_s=roof_tok_s)
+        terms, x_map = fit_map(batch, tpot_s, prior, knee=critical_batch, roof_tok_s=roof_tok_s)
         method, k = "prior", 1
         reason = f"physics prior from {prior.label}: efficiencies fitted within the datasheet peaks"
 
         def refit(noisy: np.ndarray) -> Terms:
             centers = _centers(prior) + rng.normal(size=4) * _sigmas(prior)
-            return fit_map(batch, noisy, prior, centers, critical_batch, roof_tok_s)
+            return fit_map(batch, noisy, prior, centers, critical_batch, roof_tok_s, x_map)[0]
     elif pinned:
         method, k = "pinned", 2
         if critical_batch is not None:

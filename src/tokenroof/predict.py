@@ -75,7 +75,8 @@ def prior_from_specs(
     return Prior(
         weights_floor=peak,
         compute_floor_s=float(peak.compute_time_per_seq_s(ctx)),
-        per_seq_floor_s=float(peak.memory_time_per_seq_s(ctx)) + workload.prefill_ratio * prefill_per_token,
+        per_seq_floor_s=float(peak.memory_time_per_seq_s(ctx)),
+        prefill_floor_s=workload.prefill_ratio * prefill_per_token,
         fixed_floor_s=peak.t_fixed_s,
         bandwidth_center=eff.bandwidth,
         compute_center=eff.compute,

@@ -1,0 +1,88 @@
+"""`tokenroof predict` through the CLI: the DESIGN.md JSON contract, tables, plots, bad input."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import SHARED, run_cli, run_json
+
+SEED = str(SHARED / "data" / "seed" / "h100_7b_seed.csv")
+KEYS = {
+    "batch",
+    "throughput_tok_s",
+    "tpot_ms",
+    "bound",
+    "throughput_tok_s_low",
+    "throughput_tok_s_high",
+    "tpot_ms_low",
+    "tpot_ms_high",
+}
+
+
+def test_founding_question_json_contract() -> None:
+    data = run_json(["predict", SEED, "--batch", "256", "512", "--critical-batch", "128", "--samples", "50"])
+    assert {"predictions", "critical_batch", "model", "warnings"} <= set(data)
+    assert [p["batch"] for p in data["predictions"]] == [256, 512]
+    for point in data["predictions"]:
+        assert set(point) >= KEYS
+        assert point["tpot_ms_low"] <= point["tpot_ms"] <= point["tpot_ms_high"]
+    assert data["predictions"][0]["tpot_ms"] == pytest.approx(37, rel=0.12)
+    assert data["predictions"][1]["throughput_tok_s"] == pytest.approx(7000, rel=0.12)
+    assert data["model"]["method"] == "pinned"
+
+
+def test_with_physics_prior_and_table_output(tmp_path: Path) -> None:
+    plot = tmp_path / "fit.png"
+    result = run_cli(
+        [
+            "predict",
+            SEED,
+            "--batch",
+            "256,512",
+            "-m",
+            "llama-2-7b",
+            "-H",
+            "h100-sxm",
+            "--context",
+            "300",
+            "--samples",
+            "30",
+            "--plot",
+            str(plot),
+        ]
+    )
+    assert result.exit_code == 0, result.output
+    assert "predictions (90% intervals)" in result.stdout
+    assert "physics prior" in result.stdout
+    assert plot.stat().st_size > 10_000
+
+
+def test_curve_from_the_shared_data() -> None:
+    curve = str(SHARED / "data" / "curves" / "mmg_offline_decode_llama2_7b_h100_64gb_vllm.csv")
+    data = run_json(["predict", curve, "--batch", "200", "--samples", "30"])
+    assert data["predictions"][0]["tpot_ms"] > 37  # beyond the last measured point (160: 37 ms)
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["missing.csv", "--batch", "8"], "missing.csv: cannot read"),
+        ([SEED, "--batch", "0"], "batch sizes must be positive"),
+        ([SEED, "--batch", "8", "-m", "llama-2-7b"], "give both --model and --hardware"),
+        ([SEED, "--batch", "8", "--critical-batch", "-3"], "--critical-batch must be positive"),
+    ],
+)
+def test_bad_input(args: list[str], message: str) -> None:
+    result = run_cli(["predict", *args])
+    assert result.exit_code == 2
+    assert message in result.stderr
+
+
+def test_malformed_csv_names_the_line(tmp_path: Path) -> None:
+    bad = tmp_path / "bad.csv"
+    bad.write_text("batch,tpot_ms\n1,10\n2,oops\n")
+    result = run_cli(["predict", str(bad), "--batch", "8"])
+    assert result.exit_code == 2
+    assert f"{bad}:3: tpot_ms 'oops' is not a number" in result.stderr

@@ -1,0 +1,153 @@
+"""Fitting and prediction: recover known step models, the founding question, warnings, intervals."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from tests.conftest import SHARED
+from tokenroof import roofline as rl
+from tokenroof.errors import TokenroofError
+from tokenroof.fit import fit_table
+from tokenroof.measurements import MeasurementTable, parse_csv, read_table
+from tokenroof.predict import Workload, predict_table, prior_from_specs
+from tokenroof.specs import Precision, load_hardware, load_model
+from tokenroof.stepmodel import StepModel
+
+SEED = SHARED / "data" / "seed" / "h100_7b_seed.csv"
+
+
+def synthetic(sm: StepModel, batches: list[float], noise: float = 0.0, seed: int = 1) -> MeasurementTable:
+    b = np.array(batches, dtype=float)
+    tpot_ms = sm.step_time_s(b) * 1e3 * (1 + noise * np.random.default_rng(seed).normal(size=b.size))
+    body = "batch,tpot_ms\n" + "".join(f"{x:g},{t:.6g}\n" for x, t in zip(b, tpot_ms, strict=True))
+    return parse_csv(body, "synthetic.csv")
+
+
+def test_data_only_line_recovers_memory_bound_model_exactly() -> None:
+    truth = StepModel(t_fixed_s=0.0, t_weights_s=8e-3, t_compute_s=0.0, t_kv_token_s=0.0, t_seq_s=60e-6)
+    fit = fit_table(synthetic(truth, [1, 4, 16, 64]))
+    assert fit.method == "line"
+    b = np.array([256.0, 1024.0])
+    assert np.allclose(fit.step_model.step_time_s(b), truth.step_time_s(b), rtol=1e-6)
+
+
+def test_data_only_chooses_kinked_roofline_when_points_cross_the_knee() -> None:
+    truth = StepModel(t_fixed_s=1e-3, t_weights_s=8e-3, t_compute_s=80e-6, t_kv_token_s=0.0, t_seq_s=10e-6)
+    table = synthetic(truth, [1, 2, 4, 8, 16, 32, 64, 128, 256, 512], noise=0.005)
+    fit = fit_table(table)
+    assert fit.method == "roofline"
+    assert "AICc" in fit.reason
+    knee = fit.step_model.knee_batch()
+    assert knee == pytest.approx(100, rel=0.15)
+    assert float(fit.step_model.step_time_s(2048)) == pytest.approx(float(truth.step_time_s(2048)), rel=0.03)
+
+
+def test_prior_recovers_first_principles_model_past_the_data() -> None:
+    model, h100, bf16 = load_model("llama-3.1-8b"), load_hardware("h100-sxm"), Precision.create("bf16")
+    eff = rl.Efficiencies(bandwidth=0.65, compute=0.6, overhead_s=1.5e-3)
+    truth = rl.step_model_from_specs(model, h100, bf16, eff=eff)
+    context = 500.0
+    # fold the KV reads at this context into the per-sequence term, as measured curves do
+    folded = StepModel(
+        truth.t_fixed_s,
+        truth.t_weights_s,
+        truth.t_compute_s + truth.t_attn_token_s * context,
+        0.0,
+        float(truth.memory_time_per_seq_s(context)),
+    )
+    table = synthetic(folded, [1, 8, 16, 32, 64], noise=0.01)
+    prior = prior_from_specs(model, h100, bf16, Workload(context_tokens=context, decode_only=True))
+    result = predict_table(table, [128, 256, 512], prior)
+    rows = result.predictions()
+    expected = folded.step_time_s(np.array([128.0, 256, 512])) * 1e3
+    for row, want in zip(rows, expected, strict=True):
+        assert row["tpot_ms"] == pytest.approx(want, rel=0.08)
+        assert row["tpot_ms_low"] <= row["tpot_ms"] <= row["tpot_ms_high"]
+    # intervals widen with distance from the data
+    width = [r["tpot_ms_high"] / r["tpot_ms_low"] for r in rows]
+    assert width[2] > width[0]
+    assert any("no measured point is past the knee" in w for w in result.warnings)
+
+
+def test_prior_fit_never_beats_the_peaks() -> None:
+    table = read_table([SEED])
+    prior = prior_from_specs(
+        load_model("llama-2-7b"), load_hardware("h100-sxm"), Precision.create("bf16"), Workload(context_tokens=300)
+    )
+    fit = fit_table(table, prior, n_samples=20)
+    floor = prior.weights_floor.t_weights_s
+    assert fit.step_model.t_weights_s >= floor * (1 - 1e-9)
+    assert fit.step_model.t_compute_s >= prior.compute_floor_s * (1 - 1e-9)
+    for sample in fit.sample_models():
+        assert sample.t_weights_s >= floor * (1 - 1e-9)
+
+
+def test_founding_question_with_asserted_critical_batch() -> None:
+    result = predict_table(read_table([SEED]), [256, 512], critical_batch=128)
+    data = result.to_dict()
+    at256, at512 = data["predictions"]
+    assert at256["batch"] == 256 and at512["batch"] == 512
+    assert at256["throughput_tok_s"] == pytest.approx(7000, rel=0.12)
+    assert at512["throughput_tok_s"] == pytest.approx(7000, rel=0.12)
+    assert at256["tpot_ms"] == pytest.approx(37, rel=0.12)
+    assert at512["tpot_ms"] == pytest.approx(73, rel=0.12)
+    assert at256["bound"] == "compute"
+    assert data["critical_batch"] == 128
+    assert any("asserted" in w for w in data["warnings"])
+
+
+def test_founding_question_data_only_says_roof_not_observed() -> None:
+    data = predict_table(read_table([SEED]), [256, 512]).to_dict()
+    assert data["critical_batch"] is None
+    assert "no knee" in data["critical_batch_reason"]
+    assert any("no knee observed up to batch 128" in w for w in data["warnings"])
+    # the junior answer: throughput keeps growing; the line at least keeps TPOT growing
+    assert data["predictions"][1]["tpot_ms"] > data["predictions"][0]["tpot_ms"] > 20
+
+
+def test_asserted_roof_implied_peak_fraction_warning() -> None:
+    prior = prior_from_specs(
+        load_model("llama-2-7b"), load_hardware("h100-sxm"), Precision.create("bf16"), Workload(context_tokens=300)
+    )
+    result = predict_table(read_table([SEED]), [256], prior, critical_batch=128, n_samples=20)
+    note = next(w for w in result.warnings if "asserted roof at batch 128" in w)
+    assert "about 8% of the dense peak" in note or "about 9% of the dense peak" in note
+
+
+def test_roof_tok_s_pins_the_asymptote() -> None:
+    result = predict_table(read_table([SEED]), [100_000], roof_tok_s=7000, n_samples=20)
+    assert result.fit.step_model.throughput_asymptote_tok_s() == pytest.approx(7000, rel=1e-6)
+    assert result.predictions()[0]["throughput_tok_s"] == pytest.approx(7000, rel=0.01)
+
+
+def test_fractional_batches_echoed_and_bad_batches_rejected() -> None:
+    rows = predict_table(read_table([SEED]), [127.6, 3.5], n_samples=20).predictions()
+    assert [r["batch"] for r in rows] == [127.6, 3.5]
+    with pytest.raises(TokenroofError, match="positive"):
+        predict_table(read_table([SEED]), [-1])
+    with pytest.raises(TokenroofError, match="not both"):
+        fit_table(read_table([SEED]), critical_batch=128, roof_tok_s=7000)
+
+
+def test_patterns_the_model_cannot_explain() -> None:
+    falling = parse_csv("batch,throughput_tok_s\n1,100\n8,700\n64,3000\n128,2500\n", "f.csv")
+    notes = predict_table(falling, [256], n_samples=10).warnings
+    assert any("throughput falls" in n and "preemption" in n for n in notes)
+    capped = parse_csv("batch,throughput_tok_s,tpot_ms\n1,100,10\n8,780,10.2\n32,800,10.3\n64,805,10.3\n", "c.csv")
+    notes = predict_table(capped, [128], n_samples=10).warnings
+    assert any("batch cap" in n for n in notes)
+    queued = parse_csv("batch,tpot_ms\n1,14\n16,42\n32,80\n64,154\n", "q.csv")
+    notes = predict_table(queued, [128], n_samples=10).warnings
+    assert any("requests queue" in n for n in notes)
+
+
+def test_memory_capacity_caps_the_running_batch() -> None:
+    model, a100, bf16 = load_model("llama-2-7b"), load_hardware("a100-40gb"), Precision.create("bf16")
+    prior = prior_from_specs(model, a100, bf16, Workload(input_len=2048, output_len=2048))
+    assert prior.max_batch == rl.max_batch_by_memory(model, a100, bf16, 3072)
+    table = parse_csv("batch,tpot_ms\n1,14\n2,14.5\n4,15.5\n8,17.5\n", "t.csv")
+    rows = predict_table(table, [4 * prior.max_batch, 8 * prior.max_batch], prior, n_samples=10).predictions()
+    assert rows[0]["bound"] == "capacity"
+    assert rows[0]["throughput_tok_s"] == pytest.approx(rows[1]["throughput_tok_s"])  # flat past the cap
+    assert rows[1]["tpot_ms"] == pytest.approx(2 * rows[0]["tpot_ms"])  # TPOT counts the queue

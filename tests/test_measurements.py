@@ -1,0 +1,144 @@
+"""MeasurementTable I/O: the DESIGN.md CSV, other tools' JSON, and every bad-table error names its row."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from tokenroof.errors import TokenroofError
+from tokenroof.measurements import parse_csv, read_table
+
+GOOD = """# measured on a test box
+# second provenance line
+batch,throughput_tok_s,tpot_ms
+8,600,13.3
+1,80,12.5
+32,,14.5
+128,6400,
+"""
+
+
+def test_csv_sorted_derived_and_provenance_kept() -> None:
+    table = parse_csv(GOOD, "t.csv")
+    assert list(table.batch) == [1, 8, 32, 128]
+    assert table.provenance == ("measured on a test box", "second provenance line")
+    assert table.throughput_tok_s[2] == pytest.approx(32 * 1000 / 14.5)  # derived from TPOT
+    assert table.tpot_ms[3] == pytest.approx(128 * 1000 / 6400)  # derived from throughput
+    assert table.derived == ("", "", "throughput_tok_s", "tpot_ms")
+    again = parse_csv(table.to_csv(), "again.csv")
+    assert np.allclose(again.tpot_ms, table.tpot_ms, rtol=1e-5)
+    assert again.provenance == table.provenance
+
+
+@pytest.mark.parametrize(
+    ("body", "message"),
+    [
+        ("batch,tpot_ms\n1,10\n", "need at least 2 measured points, got 1"),
+        ("batch,tpot_ms\n1,10\n2,-3\n", "t.csv:3: tpot_ms must be a positive number, got -3"),
+        ("batch,tpot_ms\n1,10\n2,nan\n", "t.csv:3: tpot_ms must be a positive number, got nan"),
+        ("batch,tpot_ms\n0,10\n2,11\n", "t.csv:2: batch must be a positive number, got 0"),
+        ("batch,tpot_ms\n1,10\n2,abc\n", "t.csv:3: tpot_ms 'abc' is not a number"),
+        ("batch,throughput_tok_s,tpot_ms\n1,,\n2,100,20\n", "t.csv:2: needs throughput_tok_s or tpot_ms"),
+        ("batch,tpot_ms\n1,10\n1,20\n", "t.csv:3: batch 1 appears twice with conflicting values"),
+        ("batch,tpot,ttft\n1,10,5\n2,11,5\n", "t.csv:1: unknown column(s) 'tpot', 'ttft'"),
+        ("batch,ttft_ms\n1,10\n2,11\n", "header needs 'batch' and at least one of"),
+        ("batch,tpot_ms\n1,10,3\n2,11\n", "t.csv:2: 3 values for 2 columns"),
+        ("# only comments\n", "no header line"),
+    ],
+)
+def test_bad_tables_name_the_row(body: str, message: str) -> None:
+    with pytest.raises(TokenroofError) as info:
+        parse_csv(body, "t.csv")
+    assert message in str(info.value)
+
+
+def test_identical_duplicate_is_a_warning() -> None:
+    table = parse_csv("batch,tpot_ms\n1,10\n1,10\n2,11\n", "t.csv")
+    assert len(table) == 2
+    assert any("t.csv:3: duplicate of batch 1" in w for w in table.warnings)
+
+
+def test_disagreeing_throughput_and_tpot_warn_with_row() -> None:
+    table = parse_csv("batch,throughput_tok_s,tpot_ms\n1,100,10\n10,500,10\n", "t.csv")
+    assert any(w.startswith("t.csv:3: throughput 500 tok/s and TPOT 10 ms disagree by -50%") for w in table.warnings)
+
+
+def test_context_column_all_or_nothing() -> None:
+    with pytest.raises(TokenroofError, match="context_tokens is empty here but given elsewhere"):
+        parse_csv("batch,tpot_ms,context_tokens\n1,10,100\n2,11,\n", "t.csv")
+
+
+def test_vllm_bench_serve_results(tmp_path: Path) -> None:
+    paths = []
+    for concurrency, tpot in ((1, 10.0), (8, 11.0), (32, 14.0)):
+        result = {
+            "backend": "vllm",
+            "max_concurrency": concurrency,
+            "output_throughput": concurrency * 1000 / tpot,
+            "mean_tpot_ms": tpot,
+            "mean_ttft_ms": 50.0,
+            "completed": 100,
+        }
+        path = tmp_path / f"c{concurrency}.json"
+        path.write_text(json.dumps(result))
+        paths.append(path)
+    table = read_table(paths)
+    assert list(table.batch) == [1, 8, 32]
+    assert list(table.tpot_ms) == [10.0, 11.0, 14.0]
+    assert table.ttft_ms is not None
+    assert any("max_concurrency" in w for w in table.warnings)
+
+
+def test_vllm_rate_run_without_concurrency_is_refused(tmp_path: Path) -> None:
+    path = tmp_path / "rate.json"
+    path.write_text(json.dumps({"output_throughput": 100.0, "mean_tpot_ms": 10.0, "request_rate": 4.0}))
+    with pytest.raises(TokenroofError, match="has no max_concurrency"):
+        read_table([path])
+
+
+def test_guidellm_report(tmp_path: Path) -> None:
+    def dist(mean: float) -> dict:
+        return {"successful": {"mean": mean, "median": mean}, "errored": None, "total": {"mean": mean}}
+
+    benchmarks = []
+    for streams, itl in ((1, 10.0), (16, 12.0), (64, 20.0)):
+        benchmarks.append(
+            {
+                "args": {"strategy": {"type_": "concurrent", "streams": streams}},
+                "metrics": {
+                    "request_concurrency": dist(streams * 0.98),
+                    "output_tokens_per_second": dist(streams * 0.98 * 1000 / itl),
+                    "inter_token_latency_ms": dist(itl),
+                    "time_per_output_token_ms": dist(itl * 1.3),  # includes the first token: not used
+                    "time_to_first_token_ms": dist(40.0),
+                },
+            }
+        )
+    path = tmp_path / "guidellm.json"
+    path.write_text(json.dumps({"benchmarks": benchmarks}))
+    table = read_table([path])
+    assert list(table.batch) == pytest.approx([0.98, 15.68, 62.72])
+    assert list(table.tpot_ms) == [10.0, 12.0, 20.0]
+
+
+def test_tokenroof_json_points(tmp_path: Path) -> None:
+    path = tmp_path / "points.json"
+    path.write_text(
+        json.dumps({"provenance": ["x"], "points": [{"batch": 1, "tpot_ms": 10}, {"batch": 4, "tpot_ms": 11}]})
+    )
+    assert len(read_table([path])) == 2
+    path.write_text(json.dumps({"points": [{"batch": 1, "tpot": 10}]}))
+    with pytest.raises(TokenroofError, match="unknown key"):
+        read_table([path])
+
+
+def test_unreadable_and_malformed_files(tmp_path: Path) -> None:
+    with pytest.raises(TokenroofError, match="cannot read"):
+        read_table([tmp_path / "missing.csv"])
+    bad = tmp_path / "bad.json"
+    bad.write_text("{nope")
+    with pytest.raises(TokenroofError, match="not valid JSON"):
+        read_table([bad])
