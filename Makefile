@@ -24,11 +24,24 @@ test: lint
 	$(BIN)/pytest -q
 
 demo: $(STAMP)
-	@echo "== The founding question from first principles: a 7B model in bf16 on an H100, ~300-token context =="
+	@echo "== 1. The founding question from first principles: a 7B model in bf16 on an H100, ~300-token context =="
 	$(BIN)/tokenroof roofline --model llama-2-7b --hardware h100-sxm --context 300 --batch 1 8 32 128 256 512
+	@echo
+	@echo "== 2. From the measured table, taking the user's word that the compute roof is at batch 128 =="
+	$(BIN)/tokenroof predict $(SEED) --batch 256 512 --critical-batch 128
+	@echo
+	@echo "== 3. The same table, data only: what the four points support without that assertion =="
+	$(BIN)/tokenroof predict $(SEED) --batch 256 512
+	@echo
+	@echo "== 4. The same table with the physics prior (model and hardware known) =="
+	$(BIN)/tokenroof predict $(SEED) --batch 256 512 --model llama-2-7b --hardware h100-sxm --context 300
+	@echo
+	@echo "== 5. What batch cap meets a 30 ms TPOT target on that server? =="
+	$(BIN)/tokenroof advise $(SEED) --tpot-slo-ms 30 --model llama-2-7b --hardware h100-sxm --context 300
 
 bench: $(STAMP)
 	$(BIN)/python benchmarks/sweep_speed.py
+	$(BIN)/python benchmarks/accuracy.py
 
 clean:
 	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache build src/*.egg-info

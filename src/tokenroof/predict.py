@@ -253,7 +253,7 @@ def fit_notes(result: PredictResult, max_asked: float) -> list[str]:
     cap = result.prior.max_batch if result.prior else None
     if cap is not None and max_asked > cap:
         notes.append(
-            f"batches above {cap} do not fit in memory (weights + KV cache at the workload's final length, "
+            f"batches above {cap} do not fit in memory (weights + KV cache at the mean context, "
             "90% of memory): there the running batch stays at the cap, throughput is flat and TPOT "
             "counts queueing"
         )
