@@ -1,18 +1,23 @@
 """Fit the step-time model to measured points.
 
-Three ways, chosen by what is known (DESIGN.md "From measurements"):
+Every fit starts from what the data determine best: the memory-bound line
+`T = a + s·b` near the top of the measured range. The step model is piecewise
+linear and convex in b, so the slope next to the largest measured batch governs
+every prediction beyond it; the smallest batches run special-cased kernels
+(batch-1 GEMV fast paths, CUDA-core kernels below ~8 rows, graph padding) that the
+model does not describe, and a global line through them understates that slope.
+The line is therefore fitted to the upper half of the points (at least two), and
+what the data cannot show is added according to what is known:
 
-- **prior**: model and hardware known. The first-principles terms at 100% of the
-  peaks are hard floors (nothing runs faster than the datasheet) and the default
-  efficiencies are log-normal prior centres; the fit is the MAP estimate and its
-  uncertainty comes from randomize-then-optimize (data noise and prior centres
-  redrawn each replicate), so terms the data cannot see (a knee beyond the last
-  point) keep their prior width.
-- **data only**: a memory-bound line `T = a + s·b` against the kinked roofline
-  `T = f + max(W, b·c) + b·s`, chosen by AICc (the kinked model needs ≥ 6 points and
-  a clear gain to be preferred); intervals by parametric bootstrap.
-- **pinned**: `--critical-batch N` asserts the knee (W = N·c) or `--roof-tok-s X`
-  the throughput asymptote (1/(c+s) = X); the rest is fitted.
+- **data only**: nothing; or, with ≥ 6 points, the kinked roofline
+  `T = f + max(W, b·c) + b·s` on all points when AICc prefers it (a knee seen in the data).
+- **prior** (`--model`/`--hardware`): the physics adds the compute branch — the
+  weights term `W = W_peak / e_w` (at most the intercept) and `c = c_peak / e_c`,
+  so the knee sits at `W / c` — and the KV-cache capacity that caps the running
+  batch. Intervals redraw `e_w` and `e_c` from log-normal priors around the default
+  efficiencies (capped at 1: nothing beats the datasheet) as well as the data noise.
+- **pinned**: `--critical-batch N` asserts the knee (`c = W / N`), `--roof-tok-s X`
+  the throughput asymptote (`c + s = 1/X`).
 
 Times are seconds; residuals are relative (a 2% miss counts the same at 5 and 50 ms).
 """
@@ -20,10 +25,11 @@ Times are seconds; residuals are relative (a 2% miss counts the same at 5 and 50
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import numpy as np
-from scipy.optimize import minimize, nnls
+from scipy.optimize import nnls
 
 from tokenroof.errors import TokenroofError
 from tokenroof.measurements import MeasurementTable
@@ -32,41 +38,35 @@ from tokenroof.units import ms_to_s
 
 KNEE_GRID = np.geomspace(0.25, 1e5, 240)
 NOISE_FLOOR = 0.01  # relative TPOT noise assumed at least this (benchmarks repeat to ~1–3%)
-MAP_SIGMA = 0.04  # relative misfit the prior fit allows: benchmark noise (1–3%) plus what the step model misses
+OVERHEAD_SHARE = 0.15  # without hardware: share of the intercept that is fixed overhead, not weights
+OVERHEAD_SHARE_RANGE = (0.05, 0.35)
 
 
 @dataclass(frozen=True)
 class Prior:
-    """First-principles floors (100% of peaks, no overhead) and the prior on efficiencies."""
+    """First-principles terms at 100% of the peaks, and the prior on the efficiencies."""
 
-    weights_floor: StepModel  # only t_weights_s / t_expert_s / experts used: W(b) at 100% bandwidth
+    weights_floor: StepModel  # W(b) at 100% bandwidth (t_weights_s, t_expert_s, experts)
     compute_floor_s: float  # c at 100% of peak FLOP/s (matmuls + attention at the context)
     per_seq_floor_s: float  # KV reads + KV write + all-reduce per sequence, at the peaks
     fixed_floor_s: float  # all-reduce latency per step
     prefill_floor_s: float = 0.0  # prompt compute carried per decode step per sequence, at peak FLOP/s
     bandwidth_center: float = 0.75
     compute_center: float = 0.75
-    per_seq_center: float = 0.7  # per-sequence kernels (paged attention) relative to weight streaming
-    fixed_center_s: float = 1e-3
-    sigma_log_weights: float = 0.35
+    sigma_log_bandwidth: float = 0.35
     sigma_log_compute: float = 0.5
-    sigma_log_per_seq: float = 0.5
-    sigma_log_fixed: float = 1.5
     flops_per_token: float = 0.0  # per GPU, for "the asserted roof implies X% of peak"
     peak_flops_per_s: float = 0.0
     label: str = ""
     max_batch: int | None = None  # largest batch the memory holds (None: unknown)
 
-    def weights_at_peak_s(self, batch: np.ndarray) -> np.ndarray:
-        return self.weights_floor.weights_time_s(batch)
-
 
 @dataclass(frozen=True)
 class Terms:
-    """Fitted terms with the per-sequence memory time folded at the measured context."""
+    """Fitted terms, the per-sequence time folded at the measured context."""
 
     fixed_s: float
-    weights_scale: float  # W(b) = scale · weights shape (shape = 1 for data-only fits)
+    weights_scale: float  # W(b) = scale · weights shape (shape = 1 s for data-only fits)
     compute_s: float
     per_seq_s: float
 
@@ -109,15 +109,16 @@ class Fit:
 
 # -- model evaluation -----------------------------------------------------------------
 def shape_of(prior: Prior | None, batch: np.ndarray) -> np.ndarray:
-    """Weights time per unit scale at each batch (1 for dense data-only fits)."""
+    """Weights time per unit scale at each batch (1 for data-only fits; grows with batch for MoE)."""
     if prior is None:
-        return np.ones_like(batch)
-    return prior.weights_at_peak_s(batch)
+        return np.ones_like(batch, dtype=float)
+    return prior.weights_floor.weights_time_s(batch)
 
 
 def predict_s(t: Terms, prior: Prior | None, batch: np.ndarray) -> np.ndarray:
     """TPOT in seconds. Beyond the prior's memory cap the running batch stays at the cap and requests
     queue, so throughput is flat and TPOT (= batch / throughput) grows with the queue."""
+    batch = np.asarray(batch, dtype=float)
     cap = prior.max_batch if prior is not None else None
     running = batch if cap is None else np.minimum(batch, cap)
     shape = shape_of(prior, running)
@@ -129,41 +130,32 @@ def rel_residuals(t: Terms, prior: Prior | None, batch: np.ndarray, tpot_s: np.n
     return predict_s(t, prior, batch) / tpot_s - 1.0
 
 
-# -- data-only fits (profile likelihood over the knee, NNLS inside) ---------------------
-def fit_line(batch: np.ndarray, tpot_s: np.ndarray) -> Terms:
-    """T = a + s·b with a, s ≥ 0, relative least squares."""
+# -- the local line and the kinked roofline -----------------------------------------------
+def upper_half(n: int) -> slice:
+    """The points the local line is fitted to: the upper half by batch, at least two."""
+    return slice(min(n // 2, n - 2), n)
+
+
+def fit_line(batch: np.ndarray, tpot_s: np.ndarray) -> tuple[float, float]:
+    """Intercept a and slope s ≥ 0 of T = a + s·b, relative least squares."""
     design = np.column_stack([np.ones_like(batch), batch]) / tpot_s[:, None]
     (a, s), _ = nnls(design, np.ones_like(batch))
-    return Terms(0.0, a, 0.0, s)
+    return float(a), float(s)
 
 
-def fit_kinked(batch: np.ndarray, tpot_s: np.ndarray, knee: float | None = None) -> Terms:
-    """T = f + W·max(1, b/knee) + s·b: for a fixed knee it is linear in (f, W, s) ≥ 0; profile over the knee."""
+def fit_local_line(batch: np.ndarray, tpot_s: np.ndarray) -> tuple[float, float]:
+    part = upper_half(batch.size)
+    return fit_line(batch[part], tpot_s[part])
+
+
+def fit_kinked(batch: np.ndarray, tpot_s: np.ndarray) -> Terms:
+    """T = f + W·max(1, b/knee) + s·b: for a fixed knee linear in (f, W, s) ≥ 0; profile over the knee."""
     best: tuple[float, Terms] | None = None
-    for b0 in KNEE_GRID if knee is None else [knee]:
+    for b0 in KNEE_GRID:
         design = np.column_stack([np.ones_like(batch), np.maximum(1.0, batch / b0), batch]) / tpot_s[:, None]
         (f, w, s), rnorm = nnls(design, np.ones_like(batch))
         if best is None or rnorm < best[0] - 1e-15:
             best = (rnorm, Terms(f, w, w / b0, s))
-    assert best is not None
-    return best[1]
-
-
-def fit_roof_pinned(batch: np.ndarray, tpot_s: np.ndarray, roof_tok_s: float) -> Terms:
-    """Asymptote pinned: c + s = 1/roof. Profile over the knee and the split of 1/roof into c and s."""
-    total = 1.0 / roof_tok_s
-    best: tuple[float, Terms] | None = None
-    for frac in np.linspace(0.02, 1.0, 50):
-        c = frac * total
-        s = total - c
-        for b0 in KNEE_GRID:
-            w = b0 * c
-            pred_wo_f = np.maximum(w, batch * c) + batch * s
-            f = max(0.0, float(np.sum((1 - pred_wo_f / tpot_s) / tpot_s) / np.sum(1 / tpot_s**2)))
-            terms = Terms(f, w, c, s)
-            rss = float(np.sum(rel_residuals(terms, None, batch, tpot_s) ** 2))
-            if best is None or rss < best[0]:
-                best = (rss, terms)
     assert best is not None
     return best[1]
 
@@ -174,97 +166,58 @@ def aicc(rss: float, n: int, k: int) -> float:
     return n * math.log(max(rss, 1e-300) / n) + 2 * k + 2 * k * (k + 1) / (n - k - 1)
 
 
-def choose_data_only(batch: np.ndarray, tpot_s: np.ndarray) -> tuple[Terms, str, str, int]:
-    """Line or kinked roofline by AICc; returns terms, method, reason and the number of parameters."""
-    line = fit_line(batch, tpot_s)
-    rss_line = float(np.sum(rel_residuals(line, None, batch, tpot_s) ** 2))
+def prefer_kinked(batch: np.ndarray, tpot_s: np.ndarray) -> tuple[Terms | None, str]:
+    """The kinked roofline on all points if AICc prefers it to a line (≥ 6 points), else None and why."""
     n = batch.size
     if n < 6:
-        return (
-            line,
-            "line",
-            (
-                f"{n} points cannot support the 4-term roofline (AICc needs ≥ 6): fitted the "
-                "memory-bound line T = a + s·b"
-            ),
-            2,
-        )
+        return None, f"{n} points cannot support the 4-term roofline (AICc needs ≥ 6)"
+    a, s = fit_line(batch, tpot_s)
+    rss_line = float(np.sum((a / tpot_s + s * batch / tpot_s - 1) ** 2))
     kinked = fit_kinked(batch, tpot_s)
     rss_kink = float(np.sum(rel_residuals(kinked, None, batch, tpot_s) ** 2))
     a_line, a_kink = aicc(rss_line, n, 2), aicc(rss_kink, n, 4)
     if a_kink < a_line - 2:
-        return kinked, "roofline", f"kinked roofline preferred by AICc ({a_kink:.1f} vs line {a_line:.1f})", 4
-    return line, "line", f"memory-bound line preferred by AICc ({a_line:.1f} vs roofline {a_kink:.1f})", 2
+        return kinked, f"a knee is seen in the data: kinked roofline preferred by AICc ({a_kink:.1f} vs {a_line:.1f})"
+    return None, f"no knee in the data: AICc prefers a line ({a_line:.1f} vs kinked roofline {a_kink:.1f})"
 
 
-# -- prior (MAP) fit --------------------------------------------------------------------
-def _unpack(x: np.ndarray, prior: Prior) -> Terms:
-    f, uw, uc, us = np.exp(x)
-    # KV reads use the same HBM as the weights: their time scales with the fitted bandwidth efficiency
-    # times a kernel factor; the prefill share is compute and scales with the compute efficiency.
-    per_seq = prior.per_seq_floor_s * uw * us + prior.prefill_floor_s * uc
-    return Terms(f, uw, prior.compute_floor_s * uc, per_seq)
+# -- adding what the data cannot show -------------------------------------------------------
+def physics_terms(
+    a: float, s: float, prior: Prior, e_w: float, e_c: float, knee: float | None = None, roof_tok_s: float | None = None
+) -> Terms:
+    """The local line (a, s) plus the physics: W = W_peak/e_w (at most a), c = c_peak/e_c (or pinned)."""
+    w_peak = prior.weights_floor.t_weights_s
+    scale = min(1.0 / e_w, a / w_peak) if w_peak > 0 else 0.0
+    fixed = max(a - scale * w_peak, 0.0)
+    compute = prior.compute_floor_s / e_c
+    if knee is not None:
+        compute = scale * w_peak / knee
+    if roof_tok_s is not None:
+        compute = max(1.0 / roof_tok_s - s, 0.0)
+    return Terms(fixed, scale, compute, s)
 
 
-def _centers(prior: Prior) -> np.ndarray:
-    return np.log(
-        [prior.fixed_center_s, 1 / prior.bandwidth_center, 1 / prior.compute_center, 1 / prior.per_seq_center]
-    )
+def pinned_terms(a: float, s: float, share: float, knee: float | None, roof_tok_s: float | None) -> Terms:
+    """No hardware: the intercept is split into overhead (`share`) and weights; the roof is asserted."""
+    w = (1 - share) * a
+    compute = w / knee if knee is not None else max(1.0 / (roof_tok_s or math.inf) - s, 0.0)
+    return Terms(share * a, w, compute, s)
 
 
-def _sigmas(prior: Prior) -> np.ndarray:
-    return np.array([prior.sigma_log_fixed, prior.sigma_log_weights, prior.sigma_log_compute, prior.sigma_log_per_seq])
-
-
-def fit_map(
-    batch: np.ndarray,
-    tpot_s: np.ndarray,
-    prior: Prior,
-    centers: np.ndarray | None = None,
-    knee: float | None = None,
-    roof_tok_s: float | None = None,
-    start: np.ndarray | None = None,
-) -> tuple[Terms, np.ndarray]:
-    """MAP: relative residuals / MAP_SIGMA plus Gaussian priors on log inverse-efficiencies and log overhead.
-
-    Returns the terms and the optimum in log space; `start` (a previous optimum) skips the multi-start
-    search, as the interval replicates do.
-    """
-    mu = _centers(prior) if centers is None else centers
-    sig = _sigmas(prior)
-    lower = np.log([max(prior.fixed_floor_s, 1e-7), 1.0, 1.0, 1.0])
-
-    def terms_of(x: np.ndarray) -> Terms:
-        t = _unpack(x, prior)
-        if knee is not None:  # W(knee) = knee · c  →  c from the weights scale
-            w_at_knee = t.weights_scale * float(shape_of(prior, np.array([knee], dtype=float))[0])
-            t = Terms(t.fixed_s, t.weights_scale, w_at_knee / knee, t.per_seq_s)
-        if roof_tok_s is not None:
-            t = Terms(t.fixed_s, t.weights_scale, t.compute_s, max(1.0 / roof_tok_s - t.compute_s, 0.0))
-        return t
-
-    def objective(x: np.ndarray) -> float:
-        r = rel_residuals(terms_of(x), prior, batch, tpot_s) / MAP_SIGMA
-        p = (x - mu) / sig
-        return float(r @ r + p @ p)
-
-    starts = [np.maximum(mu, lower)]
-    if start is not None:
-        starts = [start]
-    else:
-        for uc in (0.0, 1.0, 2.5):
-            for uw in (0.0, 0.3, 1.0):
-                starts.append(np.maximum(np.array([mu[0], uw, uc, mu[3]]), lower))
-    best = None
-    for x0 in starts:
-        res = minimize(objective, x0, method="L-BFGS-B", bounds=[(lo, lo + 25) for lo in lower])
-        if best is None or res.fun < best.fun:
-            best = res
-    assert best is not None
-    return terms_of(best.x), best.x
+def _lognormal_efficiency(rng: np.random.Generator, center: float, sigma: float) -> float:
+    return float(min(center * math.exp(sigma * rng.normal()), 1.0))
 
 
 # -- entry point ------------------------------------------------------------------------
+def check_pins(critical_batch: float | None, roof_tok_s: float | None) -> None:
+    if critical_batch is not None and critical_batch <= 0:
+        raise TokenroofError(f"--critical-batch must be positive, got {critical_batch:g}")
+    if roof_tok_s is not None and roof_tok_s <= 0:
+        raise TokenroofError(f"--roof-tok-s must be positive, got {roof_tok_s:g}")
+    if critical_batch is not None and roof_tok_s is not None:
+        raise TokenroofError("give --critical-batch or --roof-tok-s, not both")
+
+
 def fit_table(
     table: MeasurementTable,
     prior: Prior | None = None,
@@ -273,63 +226,95 @@ def fit_table(
     n_samples: int = 200,
     seed: int = 0,
 ) -> Fit:
-    """Fit the step model to a table (TPOT is the step time); samples for intervals."""
-    if critical_batch is not None and critical_batch <= 0:
-        raise TokenroofError(f"--critical-batch must be positive, got {critical_batch:g}")
-    if roof_tok_s is not None and roof_tok_s <= 0:
-        raise TokenroofError(f"--roof-tok-s must be positive, got {roof_tok_s:g}")
-    if critical_batch is not None and roof_tok_s is not None:
-        raise TokenroofError("give --critical-batch or --roof-tok-s, not both")
-    batch, tpot_s = table.batch.astype(float), ms_to_s(table.tpot_ms)
+    """Fit the step model to a table (TPOT is the step time), with samples for intervals."""
+    check_pins(critical_batch, roof_tok_s)
+    batch, tpot_s = running_steps(table.batch.astype(float), ms_to_s(table.tpot_ms), prior)
     rng = np.random.default_rng(seed)
     pinned = critical_batch is not None or roof_tok_s is not None
+    make: Callable[[np.ndarray, bool], Terms]
     if prior is not None:
-        terms, x_map = fit_map(batch, tpot_s, prior, knee=critical_batch, roof_tok_s=roof_tok_s)
-        method, k = "prior", 1
-        reason = f"physics prior from {prior.label}: efficiencies fitted within the datasheet peaks"
+        method = "prior"
+        reason = (
+            f"memory-bound line from the upper half of the points; compute branch and capacity from the "
+            f"physics of {prior.label}"
+        )
 
-        def refit(noisy: np.ndarray) -> Terms:
-            centers = _centers(prior) + rng.normal(size=4) * _sigmas(prior)
-            return fit_map(batch, noisy, prior, centers, critical_batch, roof_tok_s, x_map)[0]
+        def make(t: np.ndarray, draw: bool) -> Terms:
+            a, s = fit_local_line(batch, t)
+            e_w = (
+                _lognormal_efficiency(rng, prior.bandwidth_center, prior.sigma_log_bandwidth)
+                if draw
+                else min(prior.bandwidth_center, 1.0)
+            )
+            e_c = (
+                _lognormal_efficiency(rng, prior.compute_center, prior.sigma_log_compute)
+                if draw
+                else min(prior.compute_center, 1.0)
+            )
+            return physics_terms(a, s, prior, e_w, e_c, critical_batch, roof_tok_s)
     elif pinned:
-        method, k = "pinned", 2
-        if critical_batch is not None:
-            terms = fit_pinned_knee(batch, tpot_s, critical_batch)
-            reason = f"knee asserted at batch {critical_batch:g} (--critical-batch); the rest fitted"
+        method = "pinned"
+        reason = (
+            "knee asserted at batch " + f"{critical_batch:g} (--critical-batch)"
+            if critical_batch is not None
+            else f"throughput asymptote asserted at {roof_tok_s:g} tok/s (--roof-tok-s)"
+        )
+        reason += (
+            f"; memory-bound line from the upper half of the points; overhead taken as {OVERHEAD_SHARE:.0%} of "
+            "the intercept"
+        )
 
-            def refit(noisy: np.ndarray) -> Terms:
-                return fit_pinned_knee(batch, noisy, critical_batch, rng.uniform(0.05, 0.35))
-        else:
-            assert roof_tok_s is not None
-            terms = fit_roof_pinned(batch, tpot_s, roof_tok_s)
-            reason = f"throughput asymptote asserted at {roof_tok_s:g} tok/s (--roof-tok-s); the rest fitted"
-
-            def refit(noisy: np.ndarray) -> Terms:
-                return fit_roof_pinned(batch, noisy, roof_tok_s)
+        def make(t: np.ndarray, draw: bool) -> Terms:
+            a, s = fit_local_line(batch, t)
+            share = rng.uniform(*OVERHEAD_SHARE_RANGE) if draw else OVERHEAD_SHARE
+            return pinned_terms(a, s, share, critical_batch, roof_tok_s)
     else:
-        terms, method, reason, k = choose_data_only(batch, tpot_s)
-        chosen = method
+        kinked, why = prefer_kinked(batch, tpot_s)
+        if kinked is not None:
+            method, reason = "roofline", why
 
-        def refit(noisy: np.ndarray) -> Terms:
-            return fit_line(batch, noisy) if chosen == "line" else fit_kinked(batch, noisy)
+            def make(t: np.ndarray, draw: bool) -> Terms:
+                return fit_kinked(batch, t)
+        else:
+            method, reason = "line", f"{why}: memory-bound line T = a + s·b from the upper half of the points"
 
-    resid = rel_residuals(terms, prior, batch, tpot_s)
-    dof = max(batch.size - k, 1)
-    sigma = max(float(np.sqrt(resid @ resid / dof)), NOISE_FLOOR)
+            def make(t: np.ndarray, draw: bool) -> Terms:
+                a, s = fit_local_line(batch, t)
+                return Terms(0.0, a, 0.0, s)
+
+    terms = make(tpot_s, False)
+    sigma = noise_level(batch, tpot_s, terms, prior)
     fitted = predict_s(terms, prior, batch)
-    samples = [refit(fitted * (1 + sigma * rng.normal(size=batch.size))) for _ in range(n_samples)]
+    samples = [make(fitted * (1 + sigma * rng.normal(size=batch.size)), True) for _ in range(n_samples)]
     return Fit(terms, method, reason, prior, samples, sigma, int(batch.size))
 
 
-def fit_pinned_knee(batch: np.ndarray, tpot_s: np.ndarray, knee: float, share: float = 0.15) -> Terms:
-    """Knee asserted, no hardware: T = f + W·max(1, b/knee) + s·b, with the overhead share fixed.
+def running_steps(batch: np.ndarray, tpot_s: np.ndarray, prior: Prior | None) -> tuple[np.ndarray, np.ndarray]:
+    """Points past the memory cap measure the step at the cap (requests queue): map them there.
 
-    The intercept a = f + W is measured but its split is not; without a hardware
-    prior the fixed overhead is taken as 15% of it (engines spend ~1 ms of a
-    5–15 ms batch-1 step outside the weight-streaming kernels); interval samples draw
-    it from 5–35%. Linear in (a, s) ≥ 0.
+    A point at batch b > cap with TPOT T ran `cap` sequences per step, each step taking T·cap/b;
+    several such points are averaged into one point at the cap.
     """
-    design = np.column_stack([share + (1 - share) * np.maximum(1.0, batch / knee), batch]) / tpot_s[:, None]
-    (a, s), _ = nnls(design, np.ones_like(batch))
-    w = (1 - share) * a
-    return Terms(share * a, w, w / knee, s)
+    cap = prior.max_batch if prior is not None else None
+    if cap is None or not np.any(batch > cap):
+        return batch, tpot_s
+    over = batch > cap
+    at_cap = float(np.mean(tpot_s[over] * cap / batch[over]))
+    below = ~over & (batch < cap)
+    if int(below.sum()) < 1:  # nothing measured below the cap: keep the points as they are
+        return batch, tpot_s
+    steps = np.append(tpot_s[below], at_cap)
+    return np.append(batch[below], float(cap)), steps
+
+
+def noise_level(batch: np.ndarray, tpot_s: np.ndarray, terms: Terms, prior: Prior | None) -> float:
+    """Relative noise for the interval samples: the rms misfit over the points the fit used, at least 1%."""
+    part = upper_half(batch.size)
+    resid = rel_residuals(terms, prior, batch[part], tpot_s[part])
+    if resid.size <= 2:  # a line through two points has no residual to speak of: use all points
+        a, s = fit_line(batch, tpot_s)
+        resid = (a + s * batch) / tpot_s - 1
+        dof = max(batch.size - 2, 1)
+    else:
+        dof = resid.size - 2
+    return max(float(np.sqrt(resid @ resid / dof)), NOISE_FLOOR)

@@ -80,7 +80,6 @@ def prior_from_specs(
         fixed_floor_s=peak.t_fixed_s,
         bandwidth_center=eff.bandwidth,
         compute_center=eff.compute,
-        fixed_center_s=max(eff.overhead_s, 1e-6) + peak.t_fixed_s,
         flops_per_token=float(rl.matmul_flops(model, 1.0, tp)),
         peak_flops_per_s=hardware.peak_for(precision.compute_dtype),
         label=f"{model.name} on {hardware.key or hardware.name} ×{tp} ({precision.compute_dtype})",
@@ -245,6 +244,8 @@ def fit_notes(result: PredictResult, max_asked: float) -> list[str]:
             f"predicting up to {max_asked / top:.1f}× the largest measured batch: intervals widen, "
             "and effects outside the model (preemption, scheduler limits) grow"
         )
+    if result.prior is not None:
+        notes += physics_checks(fit, result.prior)
     if fit.sigma_rel > 0.05:
         notes.append(
             f"the fitted model misses the measured TPOTs by {fit.sigma_rel:.0%} rms: the curve has a shape "
@@ -256,6 +257,28 @@ def fit_notes(result: PredictResult, max_asked: float) -> list[str]:
             f"batches above {cap} do not fit in memory (weights + KV cache at the mean context, "
             "90% of memory): there the running batch stays at the cap, throughput is flat and TPOT "
             "counts queueing"
+        )
+    return notes
+
+
+def physics_checks(fit: Fit, prior: Prior) -> list[str]:
+    """Measured terms faster than the datasheet allows mean the model, hardware or workload is misdescribed."""
+    notes = []
+    t = fit.terms
+    intercept_s = t.fixed_s + t.weights_scale * prior.weights_floor.t_weights_s
+    weights_floor_s = prior.weights_floor.t_weights_s + prior.fixed_floor_s
+    if intercept_s < 0.98 * weights_floor_s:
+        notes.append(
+            f"the measured step at batch → 0 ({intercept_s * 1e3:.3g} ms) is faster than streaming the "
+            f"weights at peak bandwidth ({weights_floor_s * 1e3:.3g} ms for {prior.label}): check --model, "
+            "--hardware, --dtype and --tp"
+        )
+    seq_floor_s = prior.per_seq_floor_s + prior.prefill_floor_s
+    if t.per_seq_s < 0.9 * seq_floor_s:
+        notes.append(
+            f"the measured cost per added sequence ({t.per_seq_s * 1e6:.3g} µs) is below the KV-cache "
+            f"traffic at peak bandwidth ({seq_floor_s * 1e6:.3g} µs): the context (or prompt share) is "
+            "smaller than --context / --input-len say, or the KV cache is quantised (--kv-dtype)"
         )
     return notes
 
