@@ -94,6 +94,25 @@ def warn_all(warnings: Sequence[str]) -> None:
         err.print(f"[yellow]warning:[/] {warning}", highlight=False, soft_wrap=True)
 
 
+def finish(
+    data: dict[str, Any],
+    table: Callable[[Console, dict[str, Any]], None],
+    json_output: bool,
+    plot: Path | None = None,
+    draw: Callable[[Path], None] | None = None,
+) -> None:
+    """Write the plot if asked, then print JSON or the table followed by the warnings."""
+    if plot is not None and draw is not None:
+        draw(plot)
+    if json_output:
+        emit_json(data)
+        return
+    table(out, data)
+    warn_all(data.get("warnings", []))
+    if plot is not None:
+        err.print(f"wrote {plot}")
+
+
 ModelOpt = Annotated[str, typer.Option("--model", "-m", help="Preset name or path to a config.json.")]
 HardwareOpt = Annotated[str, typer.Option("--hardware", "-H", help="Preset name or path to a hardware TOML.")]
 JsonOpt = Annotated[bool, typer.Option("--json", help="Print one JSON object instead of tables.")]
@@ -147,18 +166,9 @@ def roofline(
         memory_utilization,
         prompt_tokens,
     )
-    data = result.to_dict()
-    if plot is not None:
-        from tokenroof.plots import plot_roofline
+    from tokenroof.plots import plot_roofline
 
-        plot_roofline(result, plot)
-    if json_output:
-        emit_json(data)
-    else:
-        render.roofline(out, data)
-        warn_all(data["warnings"])
-        if plot is not None:
-            err.print(f"wrote {plot}")
+    finish(result.to_dict(), render.roofline, json_output, plot, lambda path: plot_roofline(result, path))
 
 
 OptModel = Annotated[
@@ -238,18 +248,9 @@ def predict(
     result = predict_table(
         table, parse_numbers(batch, "--batch"), prior, critical_batch, roof_tok_s, max(samples, 10), seed
     )
-    data = result.to_dict()
-    if plot is not None:
-        from tokenroof.plots import plot_prediction
+    from tokenroof.plots import plot_prediction
 
-        plot_prediction(result, plot)
-    if json_output:
-        emit_json(data)
-    else:
-        render.prediction(out, data)
-        warn_all(data["warnings"])
-        if plot is not None:
-            err.print(f"wrote {plot}")
+    finish(result.to_dict(), render.prediction, json_output, plot, lambda path: plot_prediction(result, path))
 
 
 @app.command()
@@ -324,12 +325,7 @@ def advise(
             (),
             f"first principles: {spec.name} on {chip.name} ×{tp}, context {ctx:g}, default efficiencies",
         )
-    data = result.to_dict()
-    if json_output:
-        emit_json(data)
-    else:
-        render.advice(out, data)
-        warn_all(data["warnings"])
+    finish(result.to_dict(), render.advice, json_output)
 
 
 @app.command("models")
