@@ -142,6 +142,26 @@ def advice(console: Console, data: dict[str, Any]) -> None:
     console.print(table)
 
 
+def bench(console: Console, data: dict[str, Any]) -> None:
+    table = Table(title=f"bench: steady-state windows (records in {data['out']})", title_justify="left")
+    for col in ("point", "batch", "tok/s", "TPOT ms p50/p90", "TTFT ms p50/p90", "req/s", "ok/failed", "status"):
+        table.add_column(col, justify="right")
+    for p in data["points"]:
+        tpot, ttft = p["tpot_ms"], p["ttft_ms"]
+        table.add_row(
+            p["point"],
+            fmt(p["batch"]),
+            fmt(p["throughput_tok_s"]),
+            f"{fmt(tpot['p50'])}/{fmt(tpot['p90'])}",
+            f"{fmt(ttft['p50'])}/{fmt(ttft['p90'])}",
+            fmt(p["request_throughput_req_s"]),
+            f"{p['requests_completed']}/{p['requests_failed']}",
+            "[green]ok[/]" if not p.get("invalid") else f"[red]{p['invalid']}[/]",
+        )
+    console.print(table)
+    console.print(f"for predict: {data['out']}/summary.csv", style="dim", highlight=False)
+
+
 def model_list(console: Console, models: Sequence[ModelSpec]) -> None:
     table = Table(title="model presets (--model NAME, or a path to any config.json)", title_justify="left")
     for col in ("name", "type", "params", "layers", "hidden", "heads/kv", "experts", "max ctx"):

@@ -1,0 +1,1 @@
+"""`tokenroof bench`: an async streaming load client for OpenAI-compatible servers."""

@@ -1,0 +1,1 @@
+"""`tokenroof emulate`: an OpenAI-compatible server whose steps take a StepModel's time."""

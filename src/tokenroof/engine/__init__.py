@@ -1,0 +1,1 @@
+"""The continuous-batching engine: one scheduler (`core`), driven by a clock (`realtime` for `emulate`)."""

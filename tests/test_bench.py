@@ -1,0 +1,170 @@
+"""`tokenroof bench`: every request accounted for, faults named, bad points marked, resume, keys kept out."""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+from aiohttp import web
+
+from tokenroof.bench.run import BenchConfig, run_bench
+from tokenroof.emulate.server import Emulator, start
+from tokenroof.errors import TokenroofError
+from tokenroof.measurements import read_table
+from tokenroof.stepmodel import StepModel
+
+FAST = StepModel(t_fixed_s=2e-3, t_weights_s=3e-3, t_compute_s=0.0, t_kv_token_s=0.0, t_seq_s=50e-6)
+
+
+def good_chunks(n: int) -> list[bytes]:
+    events = [{"choices": [{"index": 0, "text": " tok", "finish_reason": None}]} for _ in range(n)]
+    return [b"data: " + json.dumps(e).encode() + b"\n\n" for e in events]
+
+
+def fault_app(seen_headers: list[str]) -> web.Application:
+    """A misbehaving server: request k fails in way k mod 5 (500, stall, disconnect, malformed SSE, fine)."""
+    counter = itertools.count()
+
+    async def models(request: web.Request) -> web.Response:
+        return web.json_response({"data": [{"id": "faulty"}]})
+
+    async def completions(request: web.Request) -> web.StreamResponse:
+        seen_headers.append(request.headers.get("Authorization", ""))
+        mode = next(counter) % 5
+        if mode == 0:
+            return web.json_response({"error": {"message": "boom"}}, status=500)
+        response = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
+        await response.prepare(request)
+        chunks = good_chunks(4)
+        if mode == 1:  # stall past the client's timeout
+            await response.write(chunks[0])
+            await asyncio.sleep(5)
+        elif mode == 2:  # disconnect mid-stream
+            await response.write(chunks[0])
+            assert request.transport is not None
+            request.transport.close()
+            return response
+        elif mode == 3:
+            await response.write(chunks[0] + b"this is not sse\n\n")
+        else:
+            for chunk in chunks:
+                await response.write(chunk)
+                await asyncio.sleep(0.002)
+            await response.write(b"data: [DONE]\n\n")
+        return response
+
+    app = web.Application()
+    app.router.add_get("/v1/models", models)
+    app.router.add_post("/v1/completions", completions)
+    return app
+
+
+async def serve_app(app: web.Application) -> tuple[web.AppRunner, str]:
+    runner = web.AppRunner(app, access_log=None)
+    await runner.setup()
+    site = web.TCPSite(runner, "127.0.0.1", 0)
+    await site.start()
+    port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
+    return runner, f"http://127.0.0.1:{port}"
+
+
+def jsonl(path: Path) -> list[dict[str, Any]]:
+    return [json.loads(line) for line in path.read_text().splitlines()]
+
+
+def test_faults_are_accounted_for_and_the_point_is_marked(tmp_path: Path) -> None:
+    headers: list[str] = []
+
+    async def main() -> list[dict[str, Any]]:
+        runner, url = await serve_app(fault_app(headers))
+        try:
+            cfg = BenchConfig(
+                url=url,
+                concurrencies=[2],
+                input_len=4,
+                output_len=4,
+                warmup=2,
+                requests_per_point=10,
+                timeout_s=0.5,
+                out_dir=tmp_path,
+                api_key="sk-secret-123",
+            )
+            return await run_bench(cfg)
+        finally:
+            await runner.cleanup()
+
+    points = asyncio.run(main())
+    records = [r for r in jsonl(tmp_path / "requests.jsonl") if r["type"] == "request"]
+    assert len(records) == len(headers)  # every request sent is in the JSONL
+    errors = " | ".join(r["error"] for r in records if not r["ok"])
+    for reason in ("HTTP 500", "timeout after 0.5 s", "malformed SSE line", "stream"):
+        assert reason in errors
+    assert points[0]["invalid"] and "requests failed" in points[0]["invalid"]
+    assert "left out concurrency=2" in (tmp_path / "summary.csv").read_text()
+    assert all(h == "Bearer sk-secret-123" for h in headers)
+    for written in tmp_path.iterdir():
+        assert "sk-secret" not in written.read_text()
+
+
+def test_refused_connection_is_a_clear_error(tmp_path: Path) -> None:
+    cfg = BenchConfig(url="http://127.0.0.1:9", concurrencies=[1], out_dir=tmp_path)
+    with pytest.raises(TokenroofError, match="cannot list models"):
+        asyncio.run(run_bench(cfg))
+    cfg = BenchConfig(
+        url="http://127.0.0.1:9",
+        concurrencies=[1],
+        out_dir=tmp_path / "b",
+        model="m",
+        requests_per_point=3,
+        warmup=1,
+        timeout_s=2,
+    )
+    points = asyncio.run(run_bench(cfg))
+    records = [r for r in jsonl(tmp_path / "b" / "requests.jsonl") if r["type"] == "request"]
+    assert records and all("connection refused" in r["error"] for r in records)
+    assert points[0]["invalid"]
+
+
+def emulated_sweep(tmp_path: Path, concurrencies: list[int], resume: bool = False) -> list[dict[str, Any]]:
+    async def main() -> list[dict[str, Any]]:
+        runner, url = await start(Emulator(FAST))
+        try:
+            cfg = BenchConfig(
+                url=url,
+                concurrencies=concurrencies,
+                input_len=4,
+                output_len=8,
+                out_dir=tmp_path,
+                resume=resume,
+                requests_per_point=12,
+            )
+            return await run_bench(cfg)
+        finally:
+            await runner.cleanup()
+
+    return asyncio.run(main())
+
+
+def test_sweep_writes_a_table_predict_reads_and_resumes(tmp_path: Path) -> None:
+    first = emulated_sweep(tmp_path, [1, 2])
+    assert [p["point"] for p in first] == ["concurrency=1", "concurrency=2"]
+    with pytest.raises(TokenroofError, match="pass --resume"):
+        emulated_sweep(tmp_path, [1, 2])
+    again = emulated_sweep(tmp_path, [1, 2, 4], resume=True)
+    assert [p["point"] for p in again] == ["concurrency=1", "concurrency=2", "concurrency=4"]
+    points = [r for r in jsonl(tmp_path / "requests.jsonl") if r["type"] == "point"]
+    assert [p["point"] for p in points] == ["concurrency=1", "concurrency=2", "concurrency=4"]  # not re-run
+    csv_text = (tmp_path / "summary.csv").read_text()
+    assert "model=tokenroof-emulator" in csv_text
+    valid = [p for p in again if not p["invalid"]]
+    # invalid points (e.g. the client-bound check on a loaded machine) are left out of the table, not averaged in
+    assert csv_text.count("# left out") == len(again) - len(valid)
+    if len(valid) >= 2:
+        assert len(read_table([tmp_path / "summary.csv"])) == len(valid)
+    for p in again:
+        assert p["output_tokens_source"] == "usage"
+        assert set(p["aliases"]) >= {"tpot_ms", "ttft_ms", "itl_ms"}

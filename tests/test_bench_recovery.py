@@ -1,0 +1,55 @@
+"""Against an emulator with a known step model, bench recovers TPOT and throughput, and predict the model.
+
+Timing on a shared 2-core machine: a point counts only where the client's self-check
+passed and the emulator kept its schedule; the test needs most points healthy.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from tests.emulator_process import emulator_process, lateness_s
+from tokenroof.bench.run import BenchConfig, run_bench
+from tokenroof.fit import fit_table
+from tokenroof.measurements import read_table
+from tokenroof.stepmodel import StepModel
+
+TERMS = {"t_fixed_s": 2e-3, "t_weights_s": 18e-3, "t_compute_s": 140e-6, "t_kv_token_s": 0.0, "t_seq_s": 50e-6}
+TRUTH = StepModel(**TERMS)
+CONCURRENCY = [1, 4, 16, 64, 128, 192, 256]
+PROMPT, OUTPUT = 1, 64
+
+
+def expected_tpot_s(batch: float) -> float:
+    """Mean step time at this running batch, with the one prompt token each admission adds (batch/OUTPUT per step)."""
+    prefill = batch * PROMPT / OUTPUT
+    compute = (batch + prefill) * TRUTH.t_compute_s
+    return TRUTH.t_fixed_s + max(TRUTH.t_weights_s, compute) + batch * TRUTH.t_seq_s
+
+
+@pytest.mark.slow
+def test_bench_recovers_the_emulator_and_predict_recovers_the_model(tmp_path: Path) -> None:
+    with emulator_process(TERMS, tmp_path) as url:
+        cfg = BenchConfig(
+            url=url, concurrencies=CONCURRENCY, input_len=PROMPT, output_len=OUTPUT, out_dir=tmp_path / "out"
+        )
+        points = asyncio.run(run_bench(cfg))
+        late = lateness_s(url)
+    if late > 0.05:
+        pytest.skip(f"the emulator fell {late * 1e3:.0f} ms behind its schedule: the machine is overloaded")
+    healthy = [p for p in points if not p["invalid"]]
+    assert len(healthy) >= len(points) - 1, [p["invalid"] for p in points]
+    for p in healthy:
+        b = p["batch"]
+        want_tpot = expected_tpot_s(b) * 1e3
+        assert p["tpot_ms"]["mean"] == pytest.approx(want_tpot, rel=0.02), p["point"]
+        assert p["throughput_tok_s"] == pytest.approx(b * 1e3 / want_tpot, rel=0.02), p["point"]
+        assert abs(b - float(p["point"].split("=")[1])) / b < 0.05  # the running batch is the concurrency
+    fit = fit_table(read_table([tmp_path / "out" / "summary.csv"]), n_samples=20)
+    assert fit.method == "roofline"
+    grid = np.array([2.0, 50, 100, 150, 200, 300])
+    assert np.allclose(fit.step_model.step_time_s(grid), TRUTH.step_time_s(grid), rtol=0.04)

@@ -1,0 +1,123 @@
+"""The emulator's OpenAI-compatible surface: streams, usage, errors that never kill it, aborts."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+import aiohttp
+
+from tokenroof.emulate.server import Emulator, start
+from tokenroof.stepmodel import StepModel
+
+FAST = StepModel(t_fixed_s=1e-3, t_weights_s=1e-3, t_compute_s=0.0, t_kv_token_s=0.0, t_seq_s=0.0)
+
+
+def with_emulator(test: Callable[[aiohttp.ClientSession, str, Emulator], Awaitable[None]], **kw: Any) -> None:
+    async def main() -> None:
+        emulator = Emulator(FAST, **kw)
+        runner, url = await start(emulator)
+        try:
+            async with aiohttp.ClientSession() as session:
+                await test(session, url, emulator)
+        finally:
+            await runner.cleanup()
+
+    asyncio.run(main())
+
+
+async def sse_events(response: aiohttp.ClientResponse) -> list[Any]:
+    events = []
+    async for line in response.content:
+        line = line.strip()
+        if line.startswith(b"data:"):
+            data = line[5:].strip()
+            events.append("[DONE]" if data == b"[DONE]" else json.loads(data))
+    return events
+
+
+def test_streamed_completion_with_usage() -> None:
+    async def check(session: aiohttp.ClientSession, url: str, _: Emulator) -> None:
+        body = {"prompt": "one two three", "max_tokens": 5, "stream": True, "stream_options": {"include_usage": True}}
+        async with session.post(url + "/v1/completions", json=body) as response:
+            assert response.status == 200
+            assert response.headers["Content-Type"].startswith("text/event-stream")
+            events = await sse_events(response)
+        assert events[-1] == "[DONE]"
+        texts = [e["choices"][0]["text"] for e in events[:-1] if e["choices"]]
+        assert texts == [" tok"] * 5
+        assert events[4]["choices"][0]["finish_reason"] == "length"
+        assert events[-2]["usage"] == {"prompt_tokens": 3, "completion_tokens": 5, "total_tokens": 8}
+
+    with_emulator(check)
+
+
+def test_chat_stream_and_non_stream() -> None:
+    async def check(session: aiohttp.ClientSession, url: str, _: Emulator) -> None:
+        body = {"messages": [{"role": "user", "content": "hello there"}], "max_tokens": 3}
+        async with session.post(url + "/v1/chat/completions", json=body) as response:
+            data = await response.json()
+        assert data["object"] == "chat.completion"
+        assert data["usage"]["completion_tokens"] == 3 and data["usage"]["prompt_tokens"] == 2 + 4
+        async with session.post(url + "/v1/chat/completions", json={**body, "stream": True}) as response:
+            events = await sse_events(response)
+        assert events[0]["choices"][0]["delta"]["role"] == "assistant"
+        assert events[-1] == "[DONE]"
+
+    with_emulator(check)
+
+
+def test_bad_requests_get_openai_errors_and_the_server_lives_on() -> None:
+    async def check(session: aiohttp.ClientSession, url: str, _: Emulator) -> None:
+        cases = [
+            (b"{not json", "not valid JSON"),
+            (json.dumps({"prompt": "a", "max_tokens": 0}).encode(), "max_tokens must be a positive integer"),
+            (json.dumps({"prompt": 5}).encode(), "prompt must be a string"),
+            (json.dumps({"prompt": "a", "max_tokens": 40}).encode(), "maximum context length is 32"),
+            (json.dumps([1, 2]).encode(), "must be a JSON object"),
+            (json.dumps({"prompt": "a", "stream": "yes"}).encode(), "stream must be true or false"),
+        ]
+        for raw, message in cases:
+            async with session.post(url + "/v1/completions", data=raw) as response:
+                assert response.status == 400
+                error = (await response.json())["error"]
+                assert message in error["message"] and error["type"] == "invalid_request_error"
+        async with session.post(url + "/v1/chat/completions", json={"messages": "hi"}) as response:
+            assert response.status == 400
+        async with session.get(url + "/v2/nothing") as response:
+            assert response.status == 404 and "no route" in (await response.json())["error"]["message"]
+        async with session.post(url + "/v1/completions", json={"prompt": "still alive", "max_tokens": 2}) as response:
+            assert response.status == 200
+
+    with_emulator(check, max_model_len=32)
+
+
+def test_models_health_metrics() -> None:
+    async def check(session: aiohttp.ClientSession, url: str, _: Emulator) -> None:
+        async with session.get(url + "/v1/models") as response:
+            assert (await response.json())["data"][0]["id"] == "tokenroof-emulator"
+        async with session.get(url + "/health") as response:
+            assert response.status == 200
+        async with session.get(url + "/metrics") as response:
+            text = await response.text()
+        assert 'vllm:num_requests_running{model_name="tokenroof-emulator"} 0' in text
+        assert "# TYPE vllm:generation_tokens_total counter" in text
+
+    with_emulator(check)
+
+
+def test_client_disconnect_aborts_the_sequence() -> None:
+    async def check(session: aiohttp.ClientSession, url: str, emulator: Emulator) -> None:
+        body = {"prompt": "a", "max_tokens": 10_000, "stream": True}
+        async with session.post(url + "/v1/completions", json=body) as response:
+            await response.content.readline()
+        for _ in range(200):  # the connection is closed: the slot frees within a few steps
+            await asyncio.sleep(0.01)
+            assert emulator.engine is not None
+            if not emulator.engine.scheduler.running:
+                break
+        assert emulator.engine is not None and not emulator.engine.scheduler.running
+
+    with_emulator(check)

@@ -1,0 +1,79 @@
+"""The continuous-batching scheduler on a virtual clock: step times, admission, caps, aborts."""
+
+from __future__ import annotations
+
+import pytest
+
+from tokenroof.engine.core import BatchScheduler, Sequence, step_time_s
+from tokenroof.errors import TokenroofError
+from tokenroof.stepmodel import StepModel
+
+SM = StepModel(t_fixed_s=1e-3, t_weights_s=10e-3, t_compute_s=100e-6, t_kv_token_s=1e-6, t_seq_s=10e-6)
+
+
+def drain(scheduler: BatchScheduler) -> list[tuple[float, int, float]]:
+    """Run to completion on a virtual clock; (start, batch, duration) per step."""
+    now, steps = 0.0, []
+    while True:
+        plan = scheduler.plan_step(now)
+        if plan is None:
+            return steps
+        steps.append((plan.start_s, len(plan.running), plan.duration_s))
+        scheduler.complete_step(plan)
+        now = plan.end_s
+
+
+def test_step_time_matches_the_step_model_without_prefill() -> None:
+    contexts = [100, 300]
+    assert step_time_s(SM, contexts, 0, 0.0) == pytest.approx(float(SM.step_time_s(2, 200)))
+
+
+def test_one_sequence_by_hand() -> None:
+    sched = BatchScheduler(SM, max_num_seqs=4)
+    seq = Sequence("a", prompt_tokens=10, max_tokens=3, arrival_s=0.0)
+    sched.submit(seq)
+    steps = drain(sched)
+    assert [b for _, b, _ in steps] == [1, 1, 1]
+    # first step: prefill 10 prompt tokens join the compute (11·100 µs < 10 ms weights: hidden), KV at context 10
+    assert steps[0][2] == pytest.approx(1e-3 + 10e-3 + 10 * 1e-6 + 10e-6)
+    assert steps[1][2] == pytest.approx(1e-3 + 10e-3 + 11 * 1e-6 + 10e-6)
+    assert seq.generated == 3 and seq.finished_s == pytest.approx(sum(d for _, _, d in steps))
+
+
+def test_cap_queues_and_admits_fcfs() -> None:
+    sched = BatchScheduler(SM, max_num_seqs=2)
+    for i in range(5):
+        sched.submit(Sequence(str(i), 1, 2, 0.0))
+    plan = sched.plan_step(0.0)
+    assert plan is not None
+    assert [s.request_id for s in plan.running] == ["0", "1"] and len(sched.waiting) == 3
+    steps = drain(sched)
+    assert max(b for _, b, _ in steps) == 2
+    assert sum(b for _, b, _ in steps) == 10  # 5 sequences × 2 tokens, one per running sequence per step
+
+
+def test_prefill_above_the_knee_costs_compute() -> None:
+    sched = BatchScheduler(SM, max_num_seqs=4)
+    sched.submit(Sequence("long", prompt_tokens=500, max_tokens=1, arrival_s=0.0))
+    plan = sched.plan_step(0.0)
+    assert plan is not None
+    assert plan.duration_s == pytest.approx(1e-3 + 501 * 100e-6 + 500 * 1e-6 + 10e-6)
+
+
+def test_abort_frees_the_slot() -> None:
+    sched = BatchScheduler(SM, max_num_seqs=1)
+    sched.submit(Sequence("a", 1, 100, 0.0))
+    sched.submit(Sequence("b", 1, 1, 0.0))
+    first = sched.plan_step(0.0)
+    assert first is not None and [s.request_id for s in first.running] == ["a"]
+    sched.complete_step(first)
+    sched.abort("a")
+    second = sched.plan_step(first.end_s)
+    assert second is not None and [s.request_id for s in second.running] == ["b"]
+
+
+def test_bad_settings() -> None:
+    with pytest.raises(TokenroofError, match="max_num_seqs must be at least 1"):
+        BatchScheduler(SM, max_num_seqs=0)
+    with pytest.raises(TokenroofError, match="max_tokens must be at least 1"):
+        BatchScheduler(SM).submit(Sequence("x", 1, 0, 0.0))
