@@ -19,7 +19,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from tests.emulator_process import emulator_process, lateness_s
+from tests.emulator_process import emulator_health, emulator_process
 
 from tokenroof.bench.run import BenchConfig, run_bench
 from tokenroof.stepmodel import StepModel
@@ -35,10 +35,10 @@ def main() -> None:
             url=url, concurrencies=CONCURRENCY, input_len=1, output_len=64, out_dir=Path(tmp) / "o", max_duration_s=60
         )
         points = asyncio.run(run_bench(cfg))
-        late = lateness_s(url)
+        late, restarts = emulator_health(url)
     print(
         f"emulator step model: {model.t_fixed_s * 1e3:g} ms + {model.t_seq_s * 1e6:g} µs per sequence; "
-        f"worst emulator step lateness {late * 1e3:.1f} ms"
+        f"emulator mean step lateness {late * 1e3:.2f} ms, schedule restarts {restarts}"
     )
     print(
         f"{'concurrency':>11} {'batch':>7} {'tok/s':>9} {'TPOT ms':>8} {'model ms':>9} {'error':>7} "

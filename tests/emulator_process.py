@@ -54,12 +54,22 @@ def emulator_process(step_model: dict[str, float], tmp: Path, max_num_seqs: int 
     finally:
         proc.terminate()
         proc.wait(timeout=10)
+        if proc.stderr is not None:
+            proc.stderr.close()
 
 
-def lateness_s(url: str) -> float:
-    """The emulator's own worst step lateness (its self-check)."""
+def emulator_health(url: str) -> tuple[float, int]:
+    """The emulator's own self-check: mean delay of a step's end behind its plan, and schedule restarts.
+
+    Late deliveries do not drift the schedule (steps start on absolute deadlines);
+    only a restart (more than 50 ms behind) does.
+    """
+    values = {}
     with urllib.request.urlopen(url + "/metrics", timeout=5) as response:
         for line in response.read().decode().splitlines():
-            if line.startswith("tokenroof:step_lateness_max_seconds"):
-                return float(line.split()[-1])
-    return 0.0
+            if line and not line.startswith("#"):
+                name, value = line.rsplit(" ", 1)
+                values[name.split("{")[0]] = float(value)
+    steps = values.get("tokenroof:steps_total", 0.0)
+    mean = values.get("tokenroof:step_lateness_seconds_total", 0.0) / steps if steps else 0.0
+    return mean, int(values.get("tokenroof:schedule_restarts_total", 0))

@@ -168,3 +168,33 @@ def test_sweep_writes_a_table_predict_reads_and_resumes(tmp_path: Path) -> None:
     for p in again:
         assert p["output_tokens_source"] == "usage"
         assert set(p["aliases"]) >= {"tpot_ms", "ttft_ms", "itl_ms"}
+
+
+def test_cli_bad_input(tmp_path: Path) -> None:
+    from tests.conftest import run_cli
+
+    result = run_cli(["bench", "http://127.0.0.1:9", "--out", str(tmp_path / "x")])
+    assert result.exit_code == 2 and "give --concurrency and/or --request-rate" in result.stderr
+    result = run_cli(["bench", "http://127.0.0.1:9", "--concurrency", "1", "--out", str(tmp_path / "y")])
+    assert result.exit_code == 2 and "cannot list models at http://127.0.0.1:9/v1/models" in result.stderr
+    result = run_cli(["bench", "http://127.0.0.1:9", "--concurrency", "1", "--endpoint", "embeddings"])
+    assert result.exit_code == 2 and "--endpoint must be completions or chat" in result.stderr
+    result = run_cli(["emulate"])
+    assert result.exit_code == 2 and "give one step-model source" in result.stderr
+    bad = tmp_path / "prompts.jsonl"
+    bad.write_text('{"prompt": "a"}\n{oops\n')
+    result = run_cli(
+        [
+            "bench",
+            "http://127.0.0.1:9",
+            "--concurrency",
+            "1",
+            "--model",
+            "m",
+            "--prompts",
+            str(bad),
+            "--out",
+            str(tmp_path / "z"),
+        ]
+    )
+    assert result.exit_code == 2 and f"{bad}:2: not valid JSON" in result.stderr

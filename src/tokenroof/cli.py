@@ -350,11 +350,19 @@ def emulate(
     port: Annotated[int, typer.Option(help="Port to listen on.")] = 8000,
 ) -> None:
     """An OpenAI-compatible server whose decode steps take the step model's time (continuous batching)."""
+    require_http()
     from tokenroof.emulate.server import Emulator, serve
 
     sm = load_step_model(model, hardware, fit, step_model, dtype, kv_dtype, compute_dtype, tp)
     err.print(f"emulating {sm} with max_num_seqs={max_num_seqs} on http://{host}:{port}", highlight=False)
     serve(Emulator(sm, max_num_seqs, served_model_name, max_model_len), host, port)
+
+
+def require_http() -> None:
+    try:
+        import aiohttp  # noqa: F401
+    except ImportError:
+        raise TokenroofError("bench and emulate need aiohttp: pip install 'tokenroof[http]'") from None
 
 
 def load_step_model(
@@ -426,6 +434,7 @@ def bench(
     """Measure a server's decode curve: TPOT and throughput against the running batch, written for predict."""
     import asyncio
 
+    require_http()
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
     from tokenroof.bench.run import BenchConfig, run_bench

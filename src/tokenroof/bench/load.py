@@ -57,8 +57,11 @@ async def closed_loop(
 ) -> PointRun:
     """`concurrency` workers each send the next request when their last one ends.
 
-    The window opens when `warmup` requests have completed (every initial request
-    replaced: steady state) and closes after `measure` more, or at `max_duration_s`.
+    Workers start staggered over the duration of one probe request, so that fixed
+    output lengths do not march in lockstep waves (all finishing, then all
+    prefilling, in the same steps). The window opens when `warmup` requests have
+    completed (every initial request replaced: steady state) and closes after
+    `measure` more, or at `max_duration_s`.
     """
     run = PointRun()
     state = {"done": 0, "index": 0}
@@ -67,7 +70,14 @@ async def closed_loop(
     started = time.perf_counter() - t0
     pending: dict[asyncio.Task[RequestRecord], RequestRecord] = {}
 
-    async def worker() -> None:
+    probe = RequestRecord(label, -1, time.perf_counter() - t0)
+    await send(probe)
+    run.records.append(probe)
+    on_record(probe)
+    stagger = ((probe.end_s or probe.start_s) - probe.start_s) / concurrency
+
+    async def worker(delay: float) -> None:
+        await asyncio.sleep(delay)
         while not stop.is_set():
             record = RequestRecord(label, state["index"], time.perf_counter() - t0)
             state["index"] += 1
@@ -87,7 +97,7 @@ async def closed_loop(
             if (w0 and state["done"] >= warmup + measure) or now - started > max_duration_s:
                 stop.set()
 
-    workers = [asyncio.create_task(worker()) for _ in range(concurrency)]
+    workers = [asyncio.create_task(worker(i * stagger)) for i in range(concurrency)]
     await stop.wait()
     end = time.perf_counter() - t0
     for w in workers:

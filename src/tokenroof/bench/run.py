@@ -226,9 +226,9 @@ async def run_bench(cfg: BenchConfig, progress: ProgressHook | None = None) -> l
     done = finished_points(cfg.out_dir) if cfg.resume else {}
     if not cfg.resume and (cfg.out_dir / "requests.jsonl").exists():
         raise TokenroofError(f"{cfg.out_dir}/requests.jsonl exists: pass --resume to continue it, or another --out")
-    recorder = Recorder(cfg.out_dir)
     prompts = Prompts.load(cfg)
     headers = api_headers(cfg)
+    recorder = Recorder(cfg.out_dir)
     url = cfg.url.rstrip("/") + ("/v1/chat/completions" if cfg.endpoint == "chat" else "/v1/completions")
     summaries: list[dict[str, Any]] = []
     model = cfg.model or ""
@@ -270,6 +270,7 @@ async def run_bench(cfg: BenchConfig, progress: ProgressHook | None = None) -> l
                 summary = summarise(label, kind, value, run.records, run.window_s, cfg.ttft_slo_ms, cfg.tpot_slo_ms)
                 summary.invalid = validity(summary, run, monitor, cfg.max_failure_fraction)
                 summary.data["client_loop_lag_p99_ms"] = monitor.lag_p99_ms
+                summary.data["client_note"] = monitor.note(summary.data["tpot_ms"]["p50"])
                 summary.data["client_cpu_fraction"] = monitor.cpu_fraction
                 record = summary.to_json()
                 recorder.write(record)

@@ -79,11 +79,14 @@ class Emulator:
         self, request: web.Request, req: proto.GenerationRequest, rid: str, queue: asyncio.Queue[int]
     ) -> web.StreamResponse:
         response = web.StreamResponse(headers={"Content-Type": "text/event-stream", "Cache-Control": "no-cache"})
+        middle = proto.chunk(req, rid, 2, False)  # every token but the first and the last is the same event
         try:
             await response.prepare(request)
             for _ in range(req.max_tokens):
                 index = await queue.get()
-                await response.write(proto.chunk(req, rid, index, index == req.max_tokens))
+                last = index == req.max_tokens
+                event = middle if index > 1 and not last else proto.chunk(req, rid, index, last)
+                await response.write(event)
             if req.include_usage:
                 await response.write(proto.usage_chunk(req, rid, req.max_tokens))
             await response.write(DONE)
@@ -135,6 +138,10 @@ class Emulator:
                 "Worst delay of a step behind its planned end",
                 engine.lateness_s,
             ),
+            ("tokenroof:step_lateness_seconds_total", "counter", "Σ delay of step ends behind plan",
+             engine.lateness_sum_s),
+            ("tokenroof:schedule_restarts_total", "counter", "Times the engine fell > 50 ms behind its schedule",
+             engine.restarts),
         ]
         text = "".join(f"# HELP {n} {h}\n# TYPE {n} {t}\n{n}{label} {v}\n" for n, t, h, v in lines)
         return web.Response(text=text, content_type="text/plain")

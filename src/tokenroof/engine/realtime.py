@@ -23,6 +23,8 @@ class RealtimeEngine:
     tokens_generated: int = 0
     prompt_tokens_processed: int = 0
     lateness_s: float = 0.0  # worst delay of a step's end behind its plan
+    lateness_sum_s: float = 0.0  # Σ delay, for the mean
+    restarts: int = 0  # times the driver fell > 50 ms behind and restarted its schedule
 
     def submit(self, seq: Sequence) -> None:
         self.scheduler.submit(seq)
@@ -55,4 +57,7 @@ class RealtimeEngine:
             # than 50 ms behind (an overloaded machine) restarts from now rather than bursting to catch up
             late = self.clock() - plan.end_s
             self.lateness_s = max(self.lateness_s, late)
+            self.lateness_sum_s += max(late, 0.0)
+            if late > 0.05:
+                self.restarts += 1
             now = self.clock() if late > 0.05 else plan.end_s
