@@ -5,7 +5,7 @@ BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed-dev
 SEED   := ../shared/data/seed/h100_7b_seed.csv
 
-.PHONY: install test lint demo bench clean
+.PHONY: install test test-slow test-integration lint demo bench clean
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -22,6 +22,14 @@ lint: $(STAMP)
 
 test: lint
 	$(BIN)/pytest -q
+
+test-slow: $(STAMP)
+	$(BIN)/pytest -q -m slow
+
+# needs scripts/build_llama_server.sh run once (builds llama.cpp's llama-server, ~11 minutes on 2 cores)
+test-integration: $(STAMP)
+	$(BIN)/python -m pip install -q gguf
+	$(BIN)/pytest -q -s -m integration
 
 demo: $(STAMP)
 	@echo "== 1. The founding question from first principles: a 7B model in bf16 on an H100, ~300-token context =="
@@ -42,6 +50,7 @@ demo: $(STAMP)
 bench: $(STAMP)
 	$(BIN)/python benchmarks/sweep_speed.py
 	$(BIN)/python benchmarks/accuracy.py
+	$(BIN)/python benchmarks/client_overhead.py
 
 clean:
-	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache build src/*.egg-info
+	rm -rf $(VENV) .llama .pytest_cache .mypy_cache .ruff_cache build src/*.egg-info

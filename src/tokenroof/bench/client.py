@@ -40,6 +40,7 @@ class RequestRecord:
     output_tokens: int = 0
     output_tokens_source: str = "stream"
     prompt_tokens: int | None = None
+    retried: bool = False
     chunk_times_s: list[float] = field(default_factory=list)
 
     @property
@@ -95,24 +96,38 @@ async def send(
     timeout_s: float,
     headers: dict[str, str] | None = None,
 ) -> RequestRecord:
-    """POST a streaming request and fill `record`; every failure ends as ok=False with its reason."""
-    try:
-        async with asyncio.timeout(timeout_s):
-            async with session.post(url, json=payload, headers=headers) as response:
-                record.status = response.status
-                if response.status != 200:
-                    body = (await response.text())[:200]
-                    record.error = f"HTTP {response.status}: {body}"
+    """POST a streaming request and fill `record`; every failure ends as ok=False with its reason.
+
+    A pooled keep-alive connection the server already closed fails before any response
+    (llama.cpp's server does this between requests); such a request never reached the
+    server and is retried once on a fresh connection (`retried` in the record).
+    """
+    for attempt in (0, 1):
+        try:
+            async with asyncio.timeout(timeout_s):
+                async with session.post(url, json=payload, headers=headers) as response:
+                    record.status = response.status
+                    if response.status != 200:
+                        body = (await response.text())[:200]
+                        record.error = f"HTTP {response.status}: {body}"
+                        return record
+                    await read_stream(response, record, t0)
                     return record
-                await read_stream(response, record, t0)
-    except TimeoutError:
-        record.error = f"timeout after {timeout_s:g} s ({len(record.chunk_times_s)} chunks received)"
-    except aiohttp.ClientConnectorError as exc:
-        record.error = f"connection refused or failed: {exc.os_error or exc}"
-    except (aiohttp.ClientPayloadError, aiohttp.ServerDisconnectedError, ConnectionResetError) as exc:
-        record.error = f"stream broken after {len(record.chunk_times_s)} chunks: {type(exc).__name__}"
-    except aiohttp.ClientError as exc:
-        record.error = f"{type(exc).__name__}: {exc}"
+        except aiohttp.ClientConnectorError as exc:
+            record.error = f"connection refused or failed: {exc.os_error or exc}"
+        except (aiohttp.ServerDisconnectedError, aiohttp.ClientOSError) as exc:
+            if attempt == 0 and record.status is None:
+                record.retried = True
+                record.start_s = time.perf_counter() - t0
+                continue
+            record.error = f"stream broken after {len(record.chunk_times_s)} chunks: {type(exc).__name__}"
+        except TimeoutError:
+            record.error = f"timeout after {timeout_s:g} s ({len(record.chunk_times_s)} chunks received)"
+        except (aiohttp.ClientPayloadError, ConnectionResetError) as exc:
+            record.error = f"stream broken after {len(record.chunk_times_s)} chunks: {type(exc).__name__}"
+        except aiohttp.ClientError as exc:
+            record.error = f"{type(exc).__name__}: {exc}"
+        break
     record.end_s = record.end_s or time.perf_counter() - t0
     return record
 

@@ -138,10 +138,18 @@ class Emulator:
                 "Worst delay of a step behind its planned end",
                 engine.lateness_s,
             ),
-            ("tokenroof:step_lateness_seconds_total", "counter", "Σ delay of step ends behind plan",
-             engine.lateness_sum_s),
-            ("tokenroof:schedule_restarts_total", "counter", "Times the engine fell > 50 ms behind its schedule",
-             engine.restarts),
+            (
+                "tokenroof:step_lateness_seconds_total",
+                "counter",
+                "Σ delay of step ends behind plan",
+                engine.lateness_sum_s,
+            ),
+            (
+                "tokenroof:schedule_restarts_total",
+                "counter",
+                "Times the engine fell > 50 ms behind its schedule",
+                engine.restarts,
+            ),
         ]
         text = "".join(f"# HELP {n} {h}\n# TYPE {n} {t}\n{n}{label} {v}\n" for n, t, h, v in lines)
         return web.Response(text=text, content_type="text/plain")

