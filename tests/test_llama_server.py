@@ -57,9 +57,8 @@ def llama_server(model: Path, parallel: int) -> Iterator[str]:
     url = f"http://127.0.0.1:{port}"
     try:
         for _ in range(300):
-            with contextlib.suppress(OSError):
-                with urllib.request.urlopen(url + "/health", timeout=1):
-                    break
+            with contextlib.suppress(OSError), urllib.request.urlopen(url + "/health", timeout=1):
+                break
             time.sleep(0.1)
         yield url
     finally:
