@@ -198,3 +198,40 @@ def test_cli_bad_input(tmp_path: Path) -> None:
         ]
     )
     assert result.exit_code == 2 and f"{bad}:2: not valid JSON" in result.stderr
+
+
+def test_open_loop_rate_and_chat_endpoint(tmp_path: Path) -> None:
+    async def main() -> list[dict[str, Any]]:
+        runner, url = await start(Emulator(FAST))
+        try:
+            cfg = BenchConfig(
+                url=url,
+                rates=[40.0],
+                burstiness=0.5,
+                endpoint="chat",
+                input_len=4,
+                output_len=4,
+                requests_per_point=30,
+                out_dir=tmp_path,
+            )
+            return await run_bench(cfg)
+        finally:
+            await runner.cleanup()
+
+    (point,) = asyncio.run(main())
+    assert point["kind"] == "rate" and point["value"] == 40.0
+    records = [r for r in jsonl(tmp_path / "requests.jsonl") if r["type"] == "request"]
+    assert len(records) == 30 and all(r["ok"] for r in records)
+    assert point["requests_completed"] > 0 and point["window_s"][1] > point["window_s"][0]
+
+
+def test_arrival_process_mean_rate() -> None:
+    import numpy as np
+
+    from tokenroof.bench.load import arrival_times
+
+    times = arrival_times(rate=10.0, burstiness=0.3, n=20_000, rng=np.random.default_rng(1))
+    assert times[0] == 0.0
+    assert (len(times) - 1) / times[-1] == pytest.approx(10.0, rel=0.05)
+    gaps = np.diff(times)
+    assert gaps.std() / gaps.mean() == pytest.approx(1 / np.sqrt(0.3), rel=0.1)  # gamma CV = 1/sqrt(shape)
