@@ -18,7 +18,7 @@ def drain(scheduler: BatchScheduler) -> list[tuple[float, int, float]]:
         plan = scheduler.plan_step(now)
         if plan is None:
             return steps
-        steps.append((plan.start_s, len(plan.running), plan.duration_s))
+        steps.append((plan.start_s, plan.batch, plan.duration_s))
         scheduler.complete_step(plan)
         now = plan.end_s
 
@@ -37,7 +37,8 @@ def test_one_sequence_by_hand() -> None:
     # first step: prefill 10 prompt tokens join the compute (11·100 µs < 10 ms weights: hidden), KV at context 10
     assert steps[0][2] == pytest.approx(1e-3 + 10e-3 + 10 * 1e-6 + 10e-6)
     assert steps[1][2] == pytest.approx(1e-3 + 10e-3 + 11 * 1e-6 + 10e-6)
-    assert seq.generated == 3 and seq.finished_s == pytest.approx(sum(d for _, _, d in steps))
+    assert sched.generated(seq) == 3 and seq.finished_s == pytest.approx(sum(d for _, _, d in steps))
+    assert seq.first_token_s == pytest.approx(steps[0][2])
 
 
 def test_cap_queues_and_admits_fcfs() -> None:
@@ -46,7 +47,7 @@ def test_cap_queues_and_admits_fcfs() -> None:
         sched.submit(Sequence(str(i), 1, 2, 0.0))
     plan = sched.plan_step(0.0)
     assert plan is not None
-    assert [s.request_id for s in plan.running] == ["0", "1"] and len(sched.waiting) == 3
+    assert [s.request_id for s in plan.admitted] == ["0", "1"] and plan.batch == 2 and len(sched.waiting) == 3
     steps = drain(sched)
     assert max(b for _, b, _ in steps) == 2
     assert sum(b for _, b, _ in steps) == 10  # 5 sequences × 2 tokens, one per running sequence per step
@@ -65,11 +66,11 @@ def test_abort_frees_the_slot() -> None:
     sched.submit(Sequence("a", 1, 100, 0.0))
     sched.submit(Sequence("b", 1, 1, 0.0))
     first = sched.plan_step(0.0)
-    assert first is not None and [s.request_id for s in first.running] == ["a"]
+    assert first is not None and [s.request_id for s in first.admitted] == ["a"]
     sched.complete_step(first)
     sched.abort("a")
     second = sched.plan_step(first.end_s)
-    assert second is not None and [s.request_id for s in second.running] == ["b"]
+    assert second is not None and [s.request_id for s in second.admitted] == ["b"] and second.batch == 1
 
 
 def test_bad_settings() -> None:

@@ -477,6 +477,44 @@ def bench(
     finish({"points": summaries, "out": str(out), "warnings": []}, render.bench, json_output)
 
 
+@app.command()
+@handle_errors
+def simulate(
+    model: OptModel = None,
+    hardware: OptHardware = None,
+    fit: Annotated[Path | None, typer.Option(help="Step model fitted to this measurement file.")] = None,
+    step_model: Annotated[Path | None, typer.Option(help="Step model terms from a JSON file.")] = None,
+    dtype: DtypeOpt = "bf16",
+    kv_dtype: KvDtypeOpt = None,
+    compute_dtype: ComputeOpt = None,
+    tp: TpOpt = 1,
+    rate: Annotated[float, typer.Option(help="Request rate (req/s).")] = 10.0,
+    burstiness: Annotated[float, typer.Option(help="Gamma shape of arrivals: 1 = Poisson; inf = constant.")] = 1.0,
+    input_len: Annotated[int, typer.Option(help="Mean prompt tokens.")] = 1000,
+    output_len: Annotated[int, typer.Option(help="Mean output tokens.")] = 300,
+    input_dist: Annotated[str, typer.Option(help="fixed, uniform or lognormal.")] = "fixed",
+    output_dist: Annotated[str, typer.Option(help="fixed, uniform or lognormal.")] = "fixed",
+    spread: Annotated[float, typer.Option(help="Uniform ± fraction, or lognormal sigma.")] = 0.5,
+    num_requests: Annotated[int, typer.Option(help="Requests to simulate.")] = 10_000,
+    max_num_seqs: Annotated[int, typer.Option(help="Running-batch cap.")] = 256,
+    ttft_slo_ms: Annotated[float | None, typer.Option(help="TTFT target for goodput.")] = None,
+    tpot_slo_ms: Annotated[float | None, typer.Option(help="TPOT target for goodput.")] = None,
+    seed: Annotated[int, typer.Option(help="Seed for arrivals and lengths.")] = 0,
+    json_output: JsonOpt = False,
+) -> None:
+    """Simulate a workload on the emulator's scheduler with a virtual clock (thousands of times real time)."""
+    from tokenroof.simulate import Lengths, Workload
+    from tokenroof.simulate import simulate as run_simulation
+
+    sm = load_step_model(model, hardware, fit, step_model, dtype, kv_dtype, compute_dtype, tp)
+    workload = Workload(
+        rate, Lengths(input_len, input_dist, spread), Lengths(output_len, output_dist, spread), num_requests, burstiness
+    )
+    summary = run_simulation(sm, workload, max_num_seqs, seed).summary(ttft_slo_ms, tpot_slo_ms)
+    summary["warnings"] = []
+    finish(summary, render.simulation, json_output)
+
+
 @app.command("models")
 def list_models_cmd() -> None:
     """List the model presets."""

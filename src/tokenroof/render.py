@@ -162,6 +162,22 @@ def bench(console: Console, data: dict[str, Any]) -> None:
     console.print(f"for predict: {data['out']}/summary.csv", style="dim", highlight=False)
 
 
+def simulation(console: Console, data: dict[str, Any]) -> None:
+    console.print(
+        f"{data['requests']:,} requests over {fmt(data['simulated_s'])} s simulated ({data['steps']:,} steps): "
+        f"{fmt(data['throughput_tok_s'])} tok/s, {fmt(data['request_throughput_req_s'])} req/s, goodput "
+        f"{fmt(data['goodput_req_s'])} req/s, mean running batch {fmt(data['mean_running_batch'])}",
+        highlight=False,
+    )
+    table = Table(title="latency (ms)", title_justify="left")
+    for col in ("metric", "mean", "p50", "p90", "p99"):
+        table.add_column(col, justify="right")
+    for key in ("ttft_ms", "tpot_ms", "itl_ms", "e2e_ms", "queue_wait_ms"):
+        row = data[key]
+        table.add_row(key.removesuffix("_ms"), fmt(row["mean"]), fmt(row["p50"]), fmt(row["p90"]), fmt(row["p99"]))
+    console.print(table)
+
+
 def model_list(console: Console, models: Sequence[ModelSpec]) -> None:
     table = Table(title="model presets (--model NAME, or a path to any config.json)", title_justify="left")
     for col in ("name", "type", "params", "layers", "hidden", "heads/kv", "experts", "max ctx"):

@@ -47,12 +47,12 @@ class RealtimeEngine:
             delay = plan.end_s - self.clock()
             if delay > 0:
                 await asyncio.sleep(delay)
+            emitting = self.scheduler.running_sequences()  # the plan's batch, less any aborted meanwhile
             self.scheduler.complete_step(plan)
             self.prompt_tokens_processed += plan.prefill_tokens
-            for seq in plan.running:
-                if not seq.aborted:
-                    self.tokens_generated += 1
-                    self.on_token(seq, seq.generated, plan.end_s)
+            for seq in emitting:
+                self.tokens_generated += 1
+                self.on_token(seq, self.scheduler.steps - seq.admitted_step, plan.end_s)
             # the next step starts when this one was due to end, not when delivery finished; a driver more
             # than 50 ms behind (an overloaded machine) restarts from now rather than bursting to catch up
             late = self.clock() - plan.end_s

@@ -1,0 +1,62 @@
+"""simulate: closed forms at low load and at saturation, reproducibility, bad workloads."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+
+from tokenroof.errors import TokenroofError
+from tokenroof.simulate import Lengths, Workload, simulate
+from tokenroof.stepmodel import StepModel
+
+SM = StepModel(t_fixed_s=2e-3, t_weights_s=8e-3, t_compute_s=50e-6, t_kv_token_s=0.0, t_seq_s=20e-6)
+
+
+def test_low_load_ttft_is_the_prefill_step_and_tpot_the_batch_1_step() -> None:
+    workload = Workload(
+        rate_req_s=0.05, input_len=Lengths(500), output_len=Lengths(20), num_requests=20, burstiness=math.inf
+    )  # 20 s apart: never two at once
+    summary = simulate(SM, workload).summary()
+    prefill_step = 2e-3 + max(8e-3, 501 * 50e-6) + 20e-6  # the first step carries the 500 prompt tokens
+    assert summary["ttft_ms"]["p50"] == pytest.approx(prefill_step * 1e3)
+    assert summary["tpot_ms"]["p50"] == pytest.approx(float(SM.step_time_s(1)) * 1e3)
+    assert summary["mean_running_batch"] == pytest.approx(1.0)
+
+
+def test_saturation_throughput_is_the_models_throughput_at_the_cap() -> None:
+    cap = 32
+    workload = Workload(rate_req_s=10_000, input_len=Lengths(1), output_len=Lengths(200), num_requests=2_000)
+    summary = simulate(SM, workload, max_num_seqs=cap).summary()
+    # every step runs the cap; admissions add ≈ cap/200 prompt tokens per step (hidden under the weights)
+    assert summary["mean_running_batch"] == pytest.approx(cap, rel=0.01)
+    assert summary["throughput_tok_s"] == pytest.approx(float(SM.throughput_tok_s(cap)), rel=0.02)
+    assert summary["queue_wait_ms"]["p90"] > 1_000  # the rest queue
+
+
+def test_seeded_and_reproducible() -> None:
+    workload = Workload(
+        rate_req_s=50,
+        input_len=Lengths(100, "lognormal", 0.8),
+        output_len=Lengths(50, "uniform"),
+        num_requests=300,
+        burstiness=0.5,
+    )
+    a = simulate(SM, workload, seed=3).summary()
+    b = simulate(SM, workload, seed=3).summary()
+    c = simulate(SM, workload, seed=4).summary()
+    assert a == b and a != c
+
+
+def test_length_distributions_have_their_means() -> None:
+    rng = np.random.default_rng(0)
+    for kind in ("fixed", "uniform", "lognormal"):
+        assert Lengths(300, kind, 0.5).sample(rng, 50_000).mean() == pytest.approx(300, rel=0.02)
+
+
+def test_bad_workloads() -> None:
+    with pytest.raises(TokenroofError, match="rate and burstiness must be positive"):
+        simulate(SM, Workload(rate_req_s=-1, input_len=Lengths(1), output_len=Lengths(1)))
+    with pytest.raises(TokenroofError, match="unknown length distribution 'zipf'"):
+        Lengths(10, "zipf")
