@@ -87,10 +87,14 @@ def summarise(
     ttft_slo_ms: float | None = None,
     tpot_slo_ms: float | None = None,
 ) -> PointSummary:
-    """Window metrics: throughput counts tokens arriving in the window; latencies use requests that completed in it."""
+    """Window metrics: throughput counts tokens arriving in the window; latencies use the requests that completed
+    in it (closed loop) or were sent in it (open loop: every request sent after ramp-up, however long it ran)."""
     w0, w1 = window
     span = max(w1 - w0, 1e-9)
-    done = [r for r in records if r.end_s is not None and w0 <= r.end_s <= w1]
+    if kind == "rate":
+        done = [r for r in records if w0 <= r.start_s <= w1 and r.end_s is not None]
+    else:
+        done = [r for r in records if r.end_s is not None and w0 <= r.end_s <= w1]
     ok = [r for r in done if r.ok]
     failed = [r for r in records if not r.ok and r.error and not r.error.startswith("cancelled")]
     reasons: dict[str, int] = {}
