@@ -60,3 +60,23 @@ def test_bad_workloads() -> None:
         simulate(SM, Workload(rate_req_s=-1, input_len=Lengths(1), output_len=Lengths(1)))
     with pytest.raises(TokenroofError, match="unknown length distribution 'zipf'"):
         Lengths(10, "zipf")
+
+
+def test_small_kv_cache_preempts_and_loses_throughput() -> None:
+    workload = Workload(rate_req_s=10_000, input_len=Lengths(200), output_len=Lengths(400), num_requests=400)
+    ample = simulate(SM, workload, max_num_seqs=64).summary()
+    same = simulate(SM, workload, max_num_seqs=64, kv_capacity_tokens=10_000_000).summary()
+    assert same["preemptions"] == 0 and same["throughput_tok_s"] == pytest.approx(ample["throughput_tok_s"])
+    small = simulate(SM, workload, max_num_seqs=64, kv_capacity_tokens=20_000).summary()
+    assert small["preemptions"] > 0
+    assert small["throughput_tok_s"] < 0.9 * ample["throughput_tok_s"]
+    assert small["mean_running_batch"] < 0.8 * ample["mean_running_batch"]
+    assert 0.5 < small["kv_use_mean_fraction"] <= 1.0
+    # every request still completes all its tokens
+    assert small["requests"] == 400
+
+
+def test_request_larger_than_the_cache_is_refused() -> None:
+    workload = Workload(rate_req_s=1, input_len=Lengths(900), output_len=Lengths(200), num_requests=2)
+    with pytest.raises(TokenroofError, match="needs 1100 tokens of KV cache; the cache holds 1000"):
+        simulate(SM, workload, kv_capacity_tokens=1000)

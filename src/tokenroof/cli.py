@@ -346,6 +346,10 @@ def emulate(
     max_num_seqs: Annotated[int, typer.Option(help="Running-batch cap; requests beyond it queue.")] = 256,
     max_model_len: Annotated[int, typer.Option(help="Longest prompt + output accepted.")] = 32768,
     served_model_name: Annotated[str, typer.Option(help="Model id the server reports.")] = "tokenroof-emulator",
+    kv_cache_tokens: Annotated[
+        int | None,
+        typer.Option(help="KV-cache capacity in tokens; sequences are preempted when it fills (default: unlimited)."),
+    ] = None,
     host: Annotated[str, typer.Option(help="Address to listen on.")] = "127.0.0.1",
     port: Annotated[int, typer.Option(help="Port to listen on.")] = 8000,
 ) -> None:
@@ -355,7 +359,9 @@ def emulate(
 
     sm = load_step_model(model, hardware, fit, step_model, dtype, kv_dtype, compute_dtype, tp)
     err.print(f"emulating {sm} with max_num_seqs={max_num_seqs} on http://{host}:{port}", highlight=False)
-    serve(Emulator(sm, max_num_seqs, served_model_name, max_model_len), host, port)
+    if kv_cache_tokens is not None and kv_cache_tokens < max_model_len:
+        max_model_len = kv_cache_tokens  # a request must fit in the cache on its own
+    serve(Emulator(sm, max_num_seqs, served_model_name, max_model_len, kv_cache_tokens), host, port)
 
 
 def require_http() -> None:
@@ -499,6 +505,10 @@ def simulate(
     max_num_seqs: Annotated[int, typer.Option(help="Running-batch cap.")] = 256,
     ttft_slo_ms: Annotated[float | None, typer.Option(help="TTFT target for goodput.")] = None,
     tpot_slo_ms: Annotated[float | None, typer.Option(help="TPOT target for goodput.")] = None,
+    kv_cache_tokens: Annotated[
+        int | None,
+        typer.Option(help="KV-cache capacity in tokens (default: from --model/--hardware memory; else unlimited)."),
+    ] = None,
     seed: Annotated[int, typer.Option(help="Seed for arrivals and lengths.")] = 0,
     json_output: JsonOpt = False,
 ) -> None:
@@ -507,10 +517,17 @@ def simulate(
     from tokenroof.simulate import simulate as run_simulation
 
     sm = load_step_model(model, hardware, fit, step_model, dtype, kv_dtype, compute_dtype, tp)
+    if kv_cache_tokens is None and model is not None and hardware is not None:
+        from tokenroof.roofline import kv_cache_tokens as kv_pool
+        from tokenroof.specs import Precision, load_hardware, load_model
+
+        precision = Precision.create(dtype, kv_dtype, compute_dtype)
+        kv_cache_tokens = kv_pool(load_model(model), load_hardware(hardware), precision, tp)
     workload = Workload(
         rate, Lengths(input_len, input_dist, spread), Lengths(output_len, output_dist, spread), num_requests, burstiness
     )
-    summary = run_simulation(sm, workload, max_num_seqs, seed).summary(ttft_slo_ms, tpot_slo_ms)
+    result = run_simulation(sm, workload, max_num_seqs, seed, kv_cache_tokens)
+    summary = result.summary(ttft_slo_ms, tpot_slo_ms)
     summary["warnings"] = []
     finish(summary, render.simulation, json_output)
 

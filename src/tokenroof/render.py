@@ -169,6 +169,12 @@ def simulation(console: Console, data: dict[str, Any]) -> None:
         f"{fmt(data['goodput_req_s'])} req/s, mean running batch {fmt(data['mean_running_batch'])}",
         highlight=False,
     )
+    if data.get("kv_cache_tokens"):
+        console.print(
+            f"KV cache {data['kv_cache_tokens']:,} tokens, {data['kv_use_mean_fraction']:.0%} used on "
+            f"average, {data['preemptions']:,} preemptions",
+            highlight=False,
+        )
     table = Table(title="latency (ms)", title_justify="left")
     for col in ("metric", "mean", "p50", "p90", "p99"):
         table.add_column(col, justify="right")

@@ -234,6 +234,14 @@ def max_batch_by_memory(
     return int(free // (kv_bytes_per_token(model, precision, tp) * max(context, 1.0)))
 
 
+def kv_cache_tokens(
+    model: ModelSpec, hardware: HardwareSpec, precision: Precision, tp: int = 1, memory_utilization: float = 0.9
+) -> int:
+    """Tokens of KV cache that fit beside the weights in `memory_utilization` of memory (vLLM's pool, roughly)."""
+    free = hardware.memory_bytes * memory_utilization - resident_weight_bytes(model, precision, tp)
+    return max(int(free // kv_bytes_per_token(model, precision, tp)), 0)
+
+
 def prefill_time_s(
     model: ModelSpec,
     hardware: HardwareSpec,

@@ -76,6 +76,9 @@ class SimResult:
     step_starts_s: np.ndarray
     step_durations_s: np.ndarray
     step_batches: np.ndarray
+    step_kv_tokens: np.ndarray
+    kv_capacity_tokens: int | None = None
+    preemptions: int = 0
 
     def summary(self, ttft_slo_ms: float | None = None, tpot_slo_ms: float | None = None) -> dict[str, Any]:
         seqs = self.sequences
@@ -116,18 +119,31 @@ class SimResult:
             "goodput_req_s": float(good.sum() / span),
             "mean_running_batch": float((self.step_batches * self.step_durations_s).sum() / busy) if busy else 0.0,
             "steps": int(self.step_batches.size),
+            "preemptions": self.preemptions,
+            "kv_cache_tokens": self.kv_capacity_tokens,
+            "kv_use_mean_fraction": None
+            if not self.kv_capacity_tokens
+            else float((self.step_kv_tokens * self.step_durations_s).sum() / busy / self.kv_capacity_tokens),
         }
 
 
-def simulate(model: StepModel, workload: Workload, max_num_seqs: int = 256, seed: int = 0) -> SimResult:
+def simulate(
+    model: StepModel,
+    workload: Workload,
+    max_num_seqs: int = 256,
+    seed: int = 0,
+    kv_capacity_tokens: int | None = None,
+    block_size: int = 16,
+) -> SimResult:
     """Run the workload through the continuous-batching scheduler on a virtual clock."""
     rng = np.random.default_rng(seed)
     pending = deque(workload.arrivals(rng))
     done: list[Sequence] = []
-    scheduler = BatchScheduler(model, max_num_seqs)
+    scheduler = BatchScheduler(model, max_num_seqs, kv_capacity_tokens, block_size)
     starts: list[float] = []
     durations: list[float] = []
     batches: list[int] = []
+    kv: list[float] = []
     now = 0.0
     while pending or not scheduler.idle:
         while pending and pending[0].arrival_s <= now:
@@ -139,7 +155,16 @@ def simulate(model: StepModel, workload: Workload, max_num_seqs: int = 256, seed
         starts.append(plan.start_s)
         durations.append(plan.duration_s)
         batches.append(plan.batch)
+        kv.append(plan.kv_tokens)
         done.extend(scheduler.complete_step(plan))
         now = plan.end_s
     done.sort(key=lambda s: int(s.request_id))
-    return SimResult(done, np.array(starts), np.array(durations), np.array(batches))
+    return SimResult(
+        done,
+        np.array(starts),
+        np.array(durations),
+        np.array(batches),
+        np.array(kv),
+        kv_capacity_tokens,
+        scheduler.preemptions,
+    )

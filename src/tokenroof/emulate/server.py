@@ -27,6 +27,7 @@ class Emulator:
     max_num_seqs: int = 256
     model_name: str = "tokenroof-emulator"
     max_model_len: int = 32768
+    kv_cache_tokens: int | None = None
     queues: dict[str, asyncio.Queue[int]] = field(default_factory=dict)
     ids: itertools.count[int] = field(default_factory=itertools.count)
     engine: RealtimeEngine | None = None
@@ -41,7 +42,7 @@ class Emulator:
             queue.put_nowait(index)
 
     async def start_engine(self, app: web.Application) -> None:
-        scheduler = BatchScheduler(self.model, self.max_num_seqs)
+        scheduler = BatchScheduler(self.model, self.max_num_seqs, self.kv_cache_tokens)
         self.engine = RealtimeEngine(scheduler, self.on_token)
         app[ENGINE_TASK] = asyncio.create_task(self.engine.run())
 
@@ -130,6 +131,7 @@ class Emulator:
             ("vllm:generation_tokens_total", "counter", "Tokens generated", engine.tokens_generated),
             ("vllm:prompt_tokens_total", "counter", "Prompt tokens prefilled", engine.prompt_tokens_processed),
             ("tokenroof:steps_total", "counter", "Engine steps completed", sched.steps),
+            ("vllm:num_preemptions_total", "counter", "Sequences preempted for KV-cache room", sched.preemptions),
             ("tokenroof:requests_total", "counter", "Requests accepted", self.requests_total),
             ("tokenroof:request_errors_total", "counter", "Requests refused with 4xx", self.errors_total),
             (

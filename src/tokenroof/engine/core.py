@@ -9,6 +9,13 @@ plan at time `now`, waits `plan.duration_s` (really, for `emulate`; virtually, f
   tokens join the step's compute) and emits its first token at the end of that step.
 - Every running sequence emits one token per step; a sequence leaves when it has
   `max_tokens` tokens (the emulator has no EOS: as if `ignore_eos` were set).
+- With a KV-cache capacity (`kv_capacity_tokens`, in `block_size` blocks), a
+  sequence is admitted only if its blocks fit, and when the running sequences'
+  next tokens would not fit, the most recently admitted is preempted by
+  recompute: it goes back to the front of the queue and, readmitted, prefills its
+  prompt plus what it had generated (vLLM's default policy). Block use is counted
+  as Σ(context + 1) + b·(block_size − 1) tokens, an upper bound on the blocks
+  vLLM's allocator holds, kept in O(1).
 - Step time: `t_fixed + max(t_weights(b + p), (b + p)·t_compute + t_attn·Σctx) + Σctx·t_kv + b·t_seq`
   for b running sequences, p prompt tokens being prefilled and ctx each sequence's
   current length: the DESIGN.md step model with each step's own contexts.
@@ -37,6 +44,9 @@ class Sequence:
     prompt_tokens: int
     max_tokens: int
     arrival_s: float
+    done_tokens: int = 0  # tokens emitted before the current admission (after a preemption)
+    preemptions: int = 0
+    admission: int = 0  # bumps on preemption: invalidates the old finish-heap entry
     admitted_step: int = -1
     admitted_s: float | None = None
     first_token_s: float | None = None
@@ -44,8 +54,12 @@ class Sequence:
     aborted: bool = False
 
     @property
+    def context_at_admission(self) -> int:
+        return self.prompt_tokens + self.done_tokens
+
+    @property
     def finish_step(self) -> int:
-        return self.admitted_step + self.max_tokens - 1
+        return self.admitted_step + self.max_tokens - self.done_tokens - 1
 
 
 @dataclass(frozen=True)
@@ -58,6 +72,8 @@ class StepPlan:
     batch: int
     admitted: tuple[Sequence, ...]
     prefill_tokens: int
+    kv_tokens: float = 0.0  # KV-cache tokens held after this step (upper bound, see module doc)
+    preempted: int = 0
 
     @property
     def end_s(self) -> float:
@@ -114,34 +130,72 @@ class BatchScheduler:
 
     model: StepModel
     max_num_seqs: int = 256
+    kv_capacity_tokens: int | None = None
+    block_size: int = 16
     waiting: deque[Sequence] = field(default_factory=deque)
     running: dict[str, Sequence] = field(default_factory=dict)
     steps: int = 0  # steps completed
-    _finishing: list[tuple[int, int, Sequence]] = field(default_factory=list)  # heap of (finish step, order, seq)
+    preemptions: int = 0
+    _finishing: list[tuple[int, int, int, Sequence]] = field(default_factory=list)  # (finish step, order, version, seq)
     _order: int = 0
-    _sum_prompt: int = 0
-    _sum_admit: int = 0
+    _sum_ctx0: int = 0  # Σ context at admission over running sequences
+    _sum_admit: int = 0  # Σ admission step over running sequences
 
     def __post_init__(self) -> None:
         if self.max_num_seqs < 1:
             raise TokenroofError(f"max_num_seqs must be at least 1, got {self.max_num_seqs}")
+        if self.kv_capacity_tokens is not None and self.kv_capacity_tokens < self.block_size:
+            raise TokenroofError(f"the KV cache must hold at least one block ({self.block_size} tokens)")
         self.coefficients = StepCoefficients.of(self.model)
 
     def submit(self, seq: Sequence) -> None:
         if seq.max_tokens < 1:
             raise TokenroofError(f"{seq.request_id}: max_tokens must be at least 1")
+        if self.kv_capacity_tokens is not None and self._footprint(seq.prompt_tokens + seq.max_tokens) > (
+            self.kv_capacity_tokens
+        ):
+            raise TokenroofError(
+                f"request {seq.request_id} needs {seq.prompt_tokens + seq.max_tokens} tokens of KV "
+                f"cache; the cache holds {self.kv_capacity_tokens}"
+            )
         self.waiting.append(seq)
 
     def generated(self, seq: Sequence) -> int:
-        """Tokens a running (or finished) sequence has emitted so far."""
-        if seq.admitted_step < 0:
-            return 0
-        return min(self.steps - seq.admitted_step, seq.max_tokens)
+        """Tokens a sequence has emitted so far."""
+        if seq.admitted_step < 0 or seq.request_id not in self.running:
+            return seq.done_tokens if seq.finished_s is None else seq.max_tokens
+        return min(seq.done_tokens + self.steps - seq.admitted_step, seq.max_tokens)
+
+    def _footprint(self, tokens: int) -> int:
+        return tokens + self.block_size - 1
+
+    def kv_tokens_next_step(self, extra: int = 0) -> int:
+        """KV tokens the running sequences will hold after the next step (upper bound), plus `extra`."""
+        b = len(self.running)
+        contexts = self._sum_ctx0 + b * self.steps - self._sum_admit
+        return contexts + b + b * (self.block_size - 1) + extra
 
     def _leave(self, seq: Sequence) -> None:
         del self.running[seq.request_id]
-        self._sum_prompt -= seq.prompt_tokens
+        self._sum_ctx0 -= seq.context_at_admission
         self._sum_admit -= seq.admitted_step
+
+    def _preempt_for_room(self) -> int:
+        """Preempt the most recently admitted sequences until the next step's KV fits; returns how many."""
+        count = 0
+        capacity = self.kv_capacity_tokens
+        while capacity is not None and len(self.running) > 1 and self.kv_tokens_next_step() > capacity:
+            victim = self.running[next(reversed(self.running))]
+            generated_now = self.steps - victim.admitted_step
+            self._leave(victim)
+            victim.done_tokens += generated_now
+            victim.admission += 1
+            victim.preemptions += 1
+            victim.admitted_step = -1
+            self.waiting.appendleft(victim)
+            count += 1
+        self.preemptions += count
+        return count
 
     def abort(self, request_id: str) -> None:
         """Drop a request (client gone); its slot frees at once."""
@@ -159,36 +213,44 @@ class BatchScheduler:
     def idle(self) -> bool:
         return not self.waiting and not self.running
 
+    def _fits(self, seq: Sequence) -> bool:
+        if self.kv_capacity_tokens is None:
+            return True
+        need = self._footprint(seq.context_at_admission + 1)
+        return self.kv_tokens_next_step(need) <= self.kv_capacity_tokens
+
     def plan_step(self, now: float) -> StepPlan | None:
-        """Admit waiting sequences and return the next step, or None when there is nothing to run."""
+        """Preempt if the KV cache overflows, admit what fits, and return the next step (None: nothing to run)."""
+        preempted = self._preempt_for_room()
         admitted = []
-        while self.waiting and len(self.running) < self.max_num_seqs:
+        while self.waiting and len(self.running) < self.max_num_seqs and self._fits(self.waiting[0]):
             seq = self.waiting.popleft()
-            seq.admitted_step, seq.admitted_s = self.steps, now
+            seq.admitted_step, seq.admitted_s = self.steps, seq.admitted_s if seq.admitted_s is not None else now
             self.running[seq.request_id] = seq
-            self._sum_prompt += seq.prompt_tokens
+            self._sum_ctx0 += seq.context_at_admission
             self._sum_admit += seq.admitted_step
-            heapq.heappush(self._finishing, (seq.finish_step, self._order, seq))
+            heapq.heappush(self._finishing, (seq.finish_step, self._order, seq.admission, seq))
             self._order += 1
             admitted.append(seq)
         batch = len(self.running)
         if batch == 0:
             return None
-        prefill = sum(s.prompt_tokens for s in admitted)
-        prefill_sq = float(sum(s.prompt_tokens**2 for s in admitted))
-        total_ctx = float(self._sum_prompt + batch * self.steps - self._sum_admit)
+        prefill = sum(s.context_at_admission for s in admitted)
+        prefill_sq = float(sum(s.context_at_admission**2 for s in admitted))
+        total_ctx = float(self._sum_ctx0 + batch * self.steps - self._sum_admit)
         duration = self.coefficients.step_s(batch, total_ctx, prefill, prefill_sq)
-        return StepPlan(self.steps, now, duration, batch, tuple(admitted), prefill)
+        kv = float(self.kv_tokens_next_step())
+        return StepPlan(self.steps, now, duration, batch, tuple(admitted), prefill, kv, preempted)
 
     def complete_step(self, plan: StepPlan) -> list[Sequence]:
         """Every running sequence emits a token; returns those that finished at this step."""
         for seq in plan.admitted:
-            if not seq.aborted:
+            if not seq.aborted and seq.first_token_s is None:
                 seq.first_token_s = plan.end_s
         finished = []
         while self._finishing and self._finishing[0][0] <= self.steps:
-            _, _, seq = heapq.heappop(self._finishing)
-            if seq.aborted or seq.request_id not in self.running:
+            _, _, version, seq = heapq.heappop(self._finishing)
+            if seq.aborted or version != seq.admission or seq.request_id not in self.running:
                 continue
             seq.finished_s = plan.end_s
             self._leave(seq)

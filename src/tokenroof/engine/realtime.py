@@ -52,7 +52,7 @@ class RealtimeEngine:
             self.prompt_tokens_processed += plan.prefill_tokens
             for seq in emitting:
                 self.tokens_generated += 1
-                self.on_token(seq, self.scheduler.steps - seq.admitted_step, plan.end_s)
+                self.on_token(seq, self.scheduler.generated(seq), plan.end_s)
             # the next step starts when this one was due to end, not when delivery finished; a driver more
             # than 50 ms behind (an overloaded machine) restarts from now rather than bursting to catch up
             late = self.clock() - plan.end_s
