@@ -80,3 +80,24 @@ def test_request_larger_than_the_cache_is_refused() -> None:
     workload = Workload(rate_req_s=1, input_len=Lengths(900), output_len=Lengths(200), num_requests=2)
     with pytest.raises(TokenroofError, match="needs 1100 tokens of KV cache; the cache holds 1000"):
         simulate(SM, workload, kv_capacity_tokens=1000)
+
+
+def test_two_replicas_at_twice_the_rate_behave_like_one() -> None:
+    lengths = (Lengths(300, "lognormal", 0.5), Lengths(100, "lognormal", 0.5))
+    one = simulate(SM, Workload(20, *lengths, num_requests=4000)).summary()
+    two = simulate(SM, Workload(40, *lengths, num_requests=8000), replicas=2).summary()
+    assert two["replicas"] == 2
+    assert two["mean_running_batch"] == pytest.approx(one["mean_running_batch"], rel=0.05)
+    assert two["tpot_ms"]["p50"] == pytest.approx(one["tpot_ms"]["p50"], rel=0.03)
+    assert two["throughput_tok_s"] == pytest.approx(2 * one["throughput_tok_s"], rel=0.05)
+
+
+def test_least_outstanding_router_cuts_the_ttft_tail() -> None:
+    workload = Workload(
+        60, Lengths(200, "lognormal", 1.0), Lengths(150, "lognormal", 1.0), num_requests=6000, burstiness=0.3
+    )
+    rr = simulate(SM, workload, max_num_seqs=16, replicas=4, router="round-robin").summary()
+    lo = simulate(SM, workload, max_num_seqs=16, replicas=4, router="least-outstanding").summary()
+    assert lo["ttft_ms"]["p99"] < rr["ttft_ms"]["p99"]
+    with pytest.raises(TokenroofError, match="unknown router 'random'"):
+        simulate(SM, workload, router="random")

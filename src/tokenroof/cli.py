@@ -503,6 +503,8 @@ def simulate(
     spread: Annotated[float, typer.Option(help="Uniform ± fraction, or lognormal sigma.")] = 0.5,
     num_requests: Annotated[int, typer.Option(help="Requests to simulate.")] = 10_000,
     max_num_seqs: Annotated[int, typer.Option(help="Running-batch cap.")] = 256,
+    replicas: Annotated[int, typer.Option(help="Replicas behind the router.")] = 1,
+    router: Annotated[str, typer.Option(help="round-robin or least-outstanding.")] = "round-robin",
     ttft_slo_ms: Annotated[float | None, typer.Option(help="TTFT target for goodput.")] = None,
     tpot_slo_ms: Annotated[float | None, typer.Option(help="TPOT target for goodput.")] = None,
     kv_cache_tokens: Annotated[
@@ -526,7 +528,7 @@ def simulate(
     workload = Workload(
         rate, Lengths(input_len, input_dist, spread), Lengths(output_len, output_dist, spread), num_requests, burstiness
     )
-    result = run_simulation(sm, workload, max_num_seqs, seed, kv_cache_tokens)
+    result = run_simulation(sm, workload, max_num_seqs, seed, kv_cache_tokens, replicas=replicas, router=router)
     summary = result.summary(ttft_slo_ms, tpot_slo_ms)
     summary["warnings"] = []
     finish(summary, render.simulation, json_output)

@@ -7,14 +7,14 @@ arrival), so simulated and emulated runs of a workload agree by construction.
 
 from __future__ import annotations
 
+import heapq
 import math
-from collections import deque
 from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
-from tokenroof.engine.core import BatchScheduler, Sequence
+from tokenroof.engine.core import BatchScheduler, Sequence, StepPlan
 from tokenroof.errors import TokenroofError
 from tokenroof.stepmodel import StepModel
 
@@ -77,8 +77,9 @@ class SimResult:
     step_durations_s: np.ndarray
     step_batches: np.ndarray
     step_kv_tokens: np.ndarray
-    kv_capacity_tokens: int | None = None
+    kv_capacity_tokens: int | None = None  # all replicas together
     preemptions: int = 0
+    replicas: int = 1
 
     def summary(self, ttft_slo_ms: float | None = None, tpot_slo_ms: float | None = None) -> dict[str, Any]:
         seqs = self.sequences
@@ -117,14 +118,32 @@ class SimResult:
             "throughput_tok_s": float(out.sum() / span),
             "request_throughput_req_s": len(seqs) / span,
             "goodput_req_s": float(good.sum() / span),
+            "replicas": self.replicas,
             "mean_running_batch": float((self.step_batches * self.step_durations_s).sum() / busy) if busy else 0.0,
             "steps": int(self.step_batches.size),
             "preemptions": self.preemptions,
             "kv_cache_tokens": self.kv_capacity_tokens,
             "kv_use_mean_fraction": None
             if not self.kv_capacity_tokens
-            else float((self.step_kv_tokens * self.step_durations_s).sum() / busy / self.kv_capacity_tokens),
+            else float(
+                (self.step_kv_tokens * self.step_durations_s).sum() / busy / (self.kv_capacity_tokens / self.replicas)
+            ),
         }
+
+
+ROUTERS = ("round-robin", "least-outstanding")
+
+
+@dataclass
+class Replica:
+    """One engine: its scheduler and the step in flight (None when idle)."""
+
+    scheduler: BatchScheduler
+    plan: StepPlan | None = None
+
+    @property
+    def outstanding(self) -> int:
+        return len(self.scheduler.waiting) + len(self.scheduler.running)
 
 
 def simulate(
@@ -134,37 +153,61 @@ def simulate(
     seed: int = 0,
     kv_capacity_tokens: int | None = None,
     block_size: int = 16,
+    replicas: int = 1,
+    router: str = "round-robin",
 ) -> SimResult:
-    """Run the workload through the continuous-batching scheduler on a virtual clock."""
+    """Run the workload through `replicas` continuous-batching schedulers behind a router, on a virtual clock.
+
+    Events in time order: an arrival is routed (round-robin, or to the replica with the fewest outstanding
+    requests) and wakes an idle replica; a step end completes that replica's step and plans its next one.
+    """
+    if replicas < 1:
+        raise TokenroofError(f"replicas must be at least 1, got {replicas}")
+    if router not in ROUTERS:
+        raise TokenroofError(f"unknown router '{router}'; known: {', '.join(ROUTERS)}")
     rng = np.random.default_rng(seed)
-    pending = deque(workload.arrivals(rng))
+    arrivals = workload.arrivals(rng)
+    engines = [Replica(BatchScheduler(model, max_num_seqs, kv_capacity_tokens, block_size)) for _ in range(replicas)]
     done: list[Sequence] = []
-    scheduler = BatchScheduler(model, max_num_seqs, kv_capacity_tokens, block_size)
     starts: list[float] = []
     durations: list[float] = []
     batches: list[int] = []
     kv: list[float] = []
-    now = 0.0
-    while pending or not scheduler.idle:
-        while pending and pending[0].arrival_s <= now:
-            scheduler.submit(pending.popleft())
-        plan = scheduler.plan_step(now)
-        if plan is None:
-            now = pending[0].arrival_s
+    ends: list[tuple[float, int]] = []  # heap of (step end, replica)
+
+    def start_step(index: int, now: float) -> None:
+        engine = engines[index]
+        engine.plan = engine.scheduler.plan_step(now)
+        if engine.plan is not None:
+            starts.append(engine.plan.start_s)
+            durations.append(engine.plan.duration_s)
+            batches.append(engine.plan.batch)
+            kv.append(engine.plan.kv_tokens)
+            heapq.heappush(ends, (engine.plan.end_s, index))
+
+    next_arrival = 0
+    turn = 0
+    while next_arrival < len(arrivals) or ends:
+        arrival_s = arrivals[next_arrival].arrival_s if next_arrival < len(arrivals) else math.inf
+        if ends and ends[0][0] < arrival_s:
+            end_s, index = heapq.heappop(ends)
+            engine = engines[index]
+            assert engine.plan is not None
+            done.extend(engine.scheduler.complete_step(engine.plan))
+            start_step(index, end_s)
             continue
-        starts.append(plan.start_s)
-        durations.append(plan.duration_s)
-        batches.append(plan.batch)
-        kv.append(plan.kv_tokens)
-        done.extend(scheduler.complete_step(plan))
-        now = plan.end_s
+        seq = arrivals[next_arrival]
+        next_arrival += 1
+        if router == "round-robin":
+            index, turn = turn, (turn + 1) % replicas
+        else:
+            index = min(range(replicas), key=lambda i: engines[i].outstanding)
+        engines[index].scheduler.submit(seq)
+        if engines[index].plan is None:
+            start_step(index, seq.arrival_s)
     done.sort(key=lambda s: int(s.request_id))
+    preemptions = sum(e.scheduler.preemptions for e in engines)
+    capacity = None if kv_capacity_tokens is None else kv_capacity_tokens * replicas
     return SimResult(
-        done,
-        np.array(starts),
-        np.array(durations),
-        np.array(batches),
-        np.array(kv),
-        kv_capacity_tokens,
-        scheduler.preemptions,
+        done, np.array(starts), np.array(durations), np.array(batches), np.array(kv), capacity, preemptions, replicas
     )
