@@ -46,11 +46,15 @@ demo: $(STAMP)
 	@echo
 	@echo "== 5. What batch cap meets a 30 ms TPOT target on that server? =="
 	$(BIN)/tokenroof advise $(SEED) --tpot-slo-ms 30 --model llama-2-7b --hardware h100-sxm --context 300
+	@echo
+	@echo "== 6. Capacity plan: 40 req/s of 1,000-in/300-out traffic, p99 TTFT <= 1 s and p99 TPOT <= 50 ms =="
+	$(BIN)/tokenroof plan --model llama-3.1-8b --hardware h100-sxm --rate 40 --input-len 1000 --output-len 300 --ttft-slo-ms 1000 --tpot-slo-ms 50
 
 bench: $(STAMP)
 	$(BIN)/python benchmarks/sweep_speed.py
 	$(BIN)/python benchmarks/accuracy.py
 	$(BIN)/python benchmarks/client_overhead.py
+	$(BIN)/python benchmarks/simulate_speed.py
 
 clean:
 	rm -rf $(VENV) .llama .pytest_cache .mypy_cache .ruff_cache build src/*.egg-info

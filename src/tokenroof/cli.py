@@ -534,6 +534,61 @@ def simulate(
     finish(summary, render.simulation, json_output)
 
 
+@app.command()
+@handle_errors
+def plan(
+    model: OptModel = None,
+    hardware: OptHardware = None,
+    fit: Annotated[
+        Path | None, typer.Option(help="Step model fitted to this file (its uncertainty is sampled).")
+    ] = None,
+    step_model: Annotated[Path | None, typer.Option(help="Step model terms from a JSON file.")] = None,
+    dtype: DtypeOpt = "bf16",
+    kv_dtype: KvDtypeOpt = None,
+    compute_dtype: ComputeOpt = None,
+    tp: TpOpt = 1,
+    rate: Annotated[float, typer.Option(help="Target request rate (req/s).")] = 10.0,
+    input_len: Annotated[int, typer.Option(help="Mean prompt tokens.")] = 1000,
+    output_len: Annotated[int, typer.Option(help="Mean output tokens.")] = 300,
+    length_dist: Annotated[str, typer.Option(help="fixed, uniform or lognormal.")] = "lognormal",
+    spread: Annotated[float, typer.Option(help="Uniform ± fraction, or lognormal sigma.")] = 0.5,
+    ttft_slo_ms: Annotated[float, typer.Option(help="p99 TTFT target (ms).")] = 1000.0,
+    tpot_slo_ms: Annotated[float, typer.Option(help="p99 TPOT target (ms).")] = 50.0,
+    seeds: Annotated[int, typer.Option(help="Simulation seeds per candidate.")] = 3,
+    num_requests: Annotated[int, typer.Option(help="Requests per simulation.")] = 4000,
+    max_replicas: Annotated[int, typer.Option(help="Give up beyond this many replicas.")] = 64,
+    gpu_cost_per_hour: Annotated[float | None, typer.Option(help="Price of one GPU-hour, for the cost.")] = None,
+    workers: Annotated[int | None, typer.Option(help="Parallel processes (default: one per core).")] = None,
+    json_output: JsonOpt = False,
+) -> None:
+    """The cheapest replicas × batch cap meeting p99 TTFT and TPOT targets at a request rate, with an interval."""
+    from tokenroof.plan import Slo, make_plan
+    from tokenroof.simulate import Lengths, Workload
+
+    sm = load_step_model(model, hardware, fit, step_model, dtype, kv_dtype, compute_dtype, tp)
+    models = [sm]
+    if fit is not None:
+        from tokenroof.fit import fit_table
+        from tokenroof.measurements import read_table
+
+        models += fit_table(read_table([fit]), n_samples=4).sample_models()
+    kv = None
+    if model is not None and hardware is not None:
+        from tokenroof.roofline import kv_cache_tokens as kv_pool
+        from tokenroof.specs import Precision, load_hardware, load_model
+
+        kv = kv_pool(load_model(model), load_hardware(hardware), Precision.create(dtype, kv_dtype, compute_dtype), tp)
+    workload = Workload(
+        rate, Lengths(input_len, length_dist, spread), Lengths(output_len, length_dist, spread), num_requests
+    )
+    result = make_plan(models, workload, Slo(ttft_slo_ms, tpot_slo_ms), tuple(range(seeds)), kv, max_replicas, workers)
+    data = result.to_dict()
+    data["gpus_per_replica"] = tp
+    if result.chosen is not None and gpu_cost_per_hour is not None:
+        data["cost_per_hour"] = result.chosen.candidate.replicas * tp * gpu_cost_per_hour
+    finish(data, render.plan_result, json_output)
+
+
 @app.command("models")
 def list_models_cmd() -> None:
     """List the model presets."""

@@ -184,6 +184,42 @@ def simulation(console: Console, data: dict[str, Any]) -> None:
     console.print(table)
 
 
+def plan_result(console: Console, data: dict[str, Any]) -> None:
+    slo = data["slo"]
+    console.print(
+        f"targets: p99 TTFT ≤ {fmt(slo['ttft_p99_ms'])} ms, p99 TPOT ≤ {fmt(slo['tpot_p99_ms'])} ms", highlight=False
+    )
+    chosen = data["chosen"]
+    if chosen is None:
+        console.print(f"[red]infeasible:[/] {data['reason']}", highlight=False)
+    else:
+        gpus = chosen["replicas"] * data.get("gpus_per_replica", 1)
+        cost = f", {data['cost_per_hour']:.2f} per hour" if data.get("cost_per_hour") is not None else ""
+        console.print(
+            f"[bold]{chosen['replicas']} replicas × max_num_seqs {chosen['max_num_seqs']}[/] ({gpus} GPUs{cost}): "
+            f"p99 TTFT {fmt(chosen['ttft_p99_ms'][0])}–{fmt(chosen['ttft_p99_ms'][1])} ms, p99 TPOT "
+            f"{fmt(chosen['tpot_p99_ms'][0])}–{fmt(chosen['tpot_p99_ms'][1])} ms over seeds and model samples; "
+            f"binding: {chosen['binding']}",
+            highlight=False,
+        )
+        console.print(data["reason"], style="dim", highlight=False)
+    table = Table(title="candidates tried", title_justify="left")
+    for col in ("replicas", "max_num_seqs", "p99 TTFT ms", "p99 TPOT ms", "tok/s", "preempt", "meets", "binding"):
+        table.add_column(col, justify="right")
+    for t in data["tried"]:
+        table.add_row(
+            str(t["replicas"]),
+            str(t["max_num_seqs"]),
+            f"{fmt(t['ttft_p99_ms'][1])}",
+            f"{fmt(t['tpot_p99_ms'][1])}",
+            fmt(t["throughput_tok_s"][0]),
+            str(t["preemptions"]),
+            "[green]yes[/]" if t["feasible"] else "no",
+            t["binding"],
+        )
+    console.print(table)
+
+
 def model_list(console: Console, models: Sequence[ModelSpec]) -> None:
     table = Table(title="model presets (--model NAME, or a path to any config.json)", title_justify="left")
     for col in ("name", "type", "params", "layers", "hidden", "heads/kv", "experts", "max ctx"):

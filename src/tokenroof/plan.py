@@ -1,0 +1,172 @@
+"""`plan`: the cheapest replicas × batch cap that meets TTFT and TPOT SLOs at a target rate, with an interval.
+
+Each candidate is simulated (`simulate`) over several seeds and, when the step
+model comes from a fit, over samples of the fit; a candidate is feasible when the
+worst of those runs meets both p99 targets. The search walks replica counts up
+from the throughput lower bound and, at each, tries batch caps from large to
+small; the cheapest feasible count wins, and among its caps the one with the most
+headroom. Candidates are evaluated in parallel processes.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from concurrent.futures import ProcessPoolExecutor
+from dataclasses import dataclass, field
+from typing import Any
+
+from tokenroof.errors import TokenroofError
+from tokenroof.simulate import Workload, simulate
+from tokenroof.stepmodel import StepModel
+
+CAPS = (256, 128, 64, 32, 16, 8)
+
+
+@dataclass(frozen=True)
+class Slo:
+    ttft_p99_ms: float
+    tpot_p99_ms: float
+
+
+@dataclass(frozen=True)
+class Candidate:
+    replicas: int
+    max_num_seqs: int
+
+
+@dataclass
+class Outcome:
+    """A candidate's runs: p99s per (seed, model sample)."""
+
+    candidate: Candidate
+    ttft_p99_ms: list[float] = field(default_factory=list)
+    tpot_p99_ms: list[float] = field(default_factory=list)
+    throughput_tok_s: list[float] = field(default_factory=list)
+    preemptions: list[int] = field(default_factory=list)
+
+    def feasible(self, slo: Slo) -> bool:
+        return max(self.ttft_p99_ms) <= slo.ttft_p99_ms and max(self.tpot_p99_ms) <= slo.tpot_p99_ms
+
+    def headroom(self, slo: Slo) -> float:
+        return min(slo.ttft_p99_ms / max(self.ttft_p99_ms), slo.tpot_p99_ms / max(self.tpot_p99_ms))
+
+    def binding(self, slo: Slo) -> str:
+        """The constraint closest to (or past) its limit, named by its cause."""
+        ttft = max(self.ttft_p99_ms) / slo.ttft_p99_ms
+        tpot = max(self.tpot_p99_ms) / slo.tpot_p99_ms
+        if max(self.preemptions) > 0 and ttft >= tpot:
+            return "KV-cache capacity (preemptions raise TTFT)"
+        return "TTFT p99 (queueing)" if ttft >= tpot else "TPOT p99 (batch size)"
+
+    def to_dict(self, slo: Slo) -> dict[str, Any]:
+        return {
+            "replicas": self.candidate.replicas,
+            "max_num_seqs": self.candidate.max_num_seqs,
+            "feasible": self.feasible(slo),
+            "ttft_p99_ms": [min(self.ttft_p99_ms), max(self.ttft_p99_ms)],
+            "tpot_p99_ms": [min(self.tpot_p99_ms), max(self.tpot_p99_ms)],
+            "throughput_tok_s": [min(self.throughput_tok_s), max(self.throughput_tok_s)],
+            "preemptions": max(self.preemptions),
+            "binding": self.binding(slo),
+        }
+
+
+def run_candidate(args: tuple[Candidate, Sequence[StepModel], Workload, Sequence[int], int | None]) -> Outcome:
+    candidate, models, workload, seeds, kv = args
+    outcome = Outcome(candidate)
+    for model in models:
+        for seed in seeds:
+            s = simulate(
+                model,
+                workload,
+                candidate.max_num_seqs,
+                seed,
+                kv,
+                replicas=candidate.replicas,
+                router="least-outstanding",
+            ).summary()
+            outcome.ttft_p99_ms.append(s["ttft_ms"]["p99"])
+            outcome.tpot_p99_ms.append(s["tpot_ms"]["p99"])
+            outcome.throughput_tok_s.append(s["throughput_tok_s"])
+            outcome.preemptions.append(s["preemptions"])
+    return outcome
+
+
+def replicas_lower_bound(model: StepModel, workload: Workload, cap: int) -> int:
+    """Replicas needed at the best case: each replica at its cap delivers cap / T(cap) tokens/s."""
+    per_replica = float(model.throughput_tok_s(cap, workload.input_len.mean + workload.output_len.mean / 2))
+    needed = workload.rate_req_s * workload.output_len.mean
+    return max(1, math.ceil(needed / per_replica))
+
+
+@dataclass
+class Plan:
+    slo: Slo
+    chosen: Outcome | None
+    tried: list[Outcome]
+    reason: str
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "feasible": self.chosen is not None,
+            "chosen": None if self.chosen is None else self.chosen.to_dict(self.slo),
+            "reason": self.reason,
+            "slo": {"ttft_p99_ms": self.slo.ttft_p99_ms, "tpot_p99_ms": self.slo.tpot_p99_ms},
+            "tried": [o.to_dict(self.slo) for o in self.tried],
+            "engine_flags": None
+            if self.chosen is None
+            else {"vllm": f"--max-num-seqs {self.chosen.candidate.max_num_seqs}"},
+            "warnings": [],
+        }
+
+
+def make_plan(
+    models: Sequence[StepModel],
+    workload: Workload,
+    slo: Slo,
+    seeds: Sequence[int] = (0, 1, 2),
+    kv_capacity_tokens: int | None = None,
+    max_replicas: int = 64,
+    workers: int | None = None,
+    caps: Sequence[int] = CAPS,
+) -> Plan:
+    """Cheapest replica count (then most headroom) meeting both p99 SLOs in every seed × model sample."""
+    if slo.ttft_p99_ms <= 0 or slo.tpot_p99_ms <= 0:
+        raise TokenroofError("SLOs must be positive")
+    if not models:
+        raise TokenroofError("no step model to plan with")
+    base = models[0]
+    start = replicas_lower_bound(base, workload, max(caps))
+    tried: list[Outcome] = []
+    with ProcessPoolExecutor(max_workers=workers) as pool:
+        for replicas in range(start, max_replicas + 1):
+            jobs = [(Candidate(replicas, cap), models, workload, seeds, kv_capacity_tokens) for cap in caps]
+            outcomes = list(pool.map(run_candidate, jobs))
+            tried.extend(outcomes)
+            feasible = [o for o in outcomes if o.feasible(slo)]
+            if feasible:
+                best = max(feasible, key=lambda o: (o.headroom(slo), o.candidate.max_num_seqs))
+                below = [o for o in tried if o.candidate.replicas == replicas - 1]
+                if below:
+                    why = f"{replicas - 1} fail, bound by " + max(below, key=lambda o: o.headroom(slo)).binding(slo)
+                else:
+                    per = float(
+                        base.throughput_tok_s(max(caps), workload.input_len.mean + workload.output_len.mean / 2)
+                    )
+                    why = (
+                        f"fewer cannot carry {workload.rate_req_s * workload.output_len.mean:,.0f} output tok/s: "
+                        f"one replica gives at most {per:,.0f} at max_num_seqs {max(caps)}"
+                    )
+                return Plan(slo, best, tried, f"{replicas} replicas is the fewest that meets both SLOs ({why})")
+            if all(max(o.tpot_p99_ms) > slo.tpot_p99_ms for o in outcomes) and replicas > start + 1:
+                break  # more replicas do not lower TPOT once queueing is gone: the step itself is too slow
+    closest = max(tried, key=lambda o: o.headroom(slo))
+    return Plan(
+        slo,
+        None,
+        tried,
+        f"no configuration up to {tried[-1].candidate.replicas} replicas meets the SLOs; "
+        f"closest: {closest.candidate.replicas} × max_num_seqs "
+        f"{closest.candidate.max_num_seqs}, bound by {closest.binding(slo)}",
+    )
