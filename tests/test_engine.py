@@ -78,3 +78,27 @@ def test_bad_settings() -> None:
         BatchScheduler(SM, max_num_seqs=0)
     with pytest.raises(TokenroofError, match="max_tokens must be at least 1"):
         BatchScheduler(SM).submit(Sequence("x", 1, 0, 0.0))
+
+
+def test_chunked_prefill_spreads_a_long_prompt_and_keeps_decoding() -> None:
+    sched = BatchScheduler(SM, max_num_seqs=2, max_num_batched_tokens=65)
+    short = Sequence("short", prompt_tokens=4, max_tokens=10, arrival_s=0.0)
+    sched.submit(short)
+    first = sched.plan_step(0.0)
+    assert first is not None and first.admitted == (short,)
+    sched.complete_step(first)
+    sched.submit(Sequence("long", prompt_tokens=200, max_tokens=2, arrival_s=0.0))
+    chunks = []
+    now = first.end_s
+    for _ in range(4):
+        plan = sched.plan_step(now)
+        assert plan is not None
+        chunks.append((plan.prefill_tokens, plan.batch, [s.request_id for s in plan.admitted]))
+        sched.complete_step(plan)
+        now = plan.end_s
+    # 65-token budget, one token for the decoding sequence: 64 + 64 + 64 + 8 prompt tokens
+    assert [c[0] for c in chunks] == [64, 64, 64, 8]
+    assert [c[1] for c in chunks] == [1, 1, 1, 2]  # "short" decodes every step; "long" joins when prefilled
+    assert chunks[3][2] == ["long"]
+    with pytest.raises(TokenroofError, match="must exceed max_num_seqs"):
+        BatchScheduler(SM, max_num_seqs=64, max_num_batched_tokens=64)

@@ -350,6 +350,7 @@ def emulate(
         int | None,
         typer.Option(help="KV-cache capacity in tokens; sequences are preempted when it fills (default: unlimited)."),
     ] = None,
+    max_num_batched_tokens: Annotated[int | None, typer.Option(help="Token budget per step (chunked prefill).")] = None,
     host: Annotated[str, typer.Option(help="Address to listen on.")] = "127.0.0.1",
     port: Annotated[int, typer.Option(help="Port to listen on.")] = 8000,
 ) -> None:
@@ -361,7 +362,8 @@ def emulate(
     err.print(f"emulating {sm} with max_num_seqs={max_num_seqs} on http://{host}:{port}", highlight=False)
     if kv_cache_tokens is not None and kv_cache_tokens < max_model_len:
         max_model_len = kv_cache_tokens  # a request must fit in the cache on its own
-    serve(Emulator(sm, max_num_seqs, served_model_name, max_model_len, kv_cache_tokens), host, port)
+    emulator = Emulator(sm, max_num_seqs, served_model_name, max_model_len, kv_cache_tokens, max_num_batched_tokens)
+    serve(emulator, host, port)
 
 
 def require_http() -> None:
@@ -504,6 +506,7 @@ def simulate(
     num_requests: Annotated[int, typer.Option(help="Requests to simulate.")] = 10_000,
     max_num_seqs: Annotated[int, typer.Option(help="Running-batch cap.")] = 256,
     replicas: Annotated[int, typer.Option(help="Replicas behind the router.")] = 1,
+    max_num_batched_tokens: Annotated[int | None, typer.Option(help="Token budget per step (chunked prefill).")] = None,
     router: Annotated[str, typer.Option(help="round-robin or least-outstanding.")] = "round-robin",
     ttft_slo_ms: Annotated[float | None, typer.Option(help="TTFT target for goodput.")] = None,
     tpot_slo_ms: Annotated[float | None, typer.Option(help="TPOT target for goodput.")] = None,
@@ -528,7 +531,16 @@ def simulate(
     workload = Workload(
         rate, Lengths(input_len, input_dist, spread), Lengths(output_len, output_dist, spread), num_requests, burstiness
     )
-    result = run_simulation(sm, workload, max_num_seqs, seed, kv_cache_tokens, replicas=replicas, router=router)
+    result = run_simulation(
+        sm,
+        workload,
+        max_num_seqs,
+        seed,
+        kv_cache_tokens,
+        replicas=replicas,
+        router=router,
+        max_num_batched_tokens=max_num_batched_tokens,
+    )
     summary = result.summary(ttft_slo_ms, tpot_slo_ms)
     summary["warnings"] = []
     finish(summary, render.simulation, json_output)

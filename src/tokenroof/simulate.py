@@ -155,6 +155,7 @@ def simulate(
     block_size: int = 16,
     replicas: int = 1,
     router: str = "round-robin",
+    max_num_batched_tokens: int | None = None,
 ) -> SimResult:
     """Run the workload through `replicas` continuous-batching schedulers behind a router, on a virtual clock.
 
@@ -167,7 +168,10 @@ def simulate(
         raise TokenroofError(f"unknown router '{router}'; known: {', '.join(ROUTERS)}")
     rng = np.random.default_rng(seed)
     arrivals = workload.arrivals(rng)
-    engines = [Replica(BatchScheduler(model, max_num_seqs, kv_capacity_tokens, block_size)) for _ in range(replicas)]
+    engines = [
+        Replica(BatchScheduler(model, max_num_seqs, kv_capacity_tokens, block_size, max_num_batched_tokens))
+        for _ in range(replicas)
+    ]
     done: list[Sequence] = []
     starts: list[float] = []
     durations: list[float] = []

@@ -28,6 +28,7 @@ class Emulator:
     model_name: str = "tokenroof-emulator"
     max_model_len: int = 32768
     kv_cache_tokens: int | None = None
+    max_num_batched_tokens: int | None = None
     queues: dict[str, asyncio.Queue[int]] = field(default_factory=dict)
     ids: itertools.count[int] = field(default_factory=itertools.count)
     engine: RealtimeEngine | None = None
@@ -42,7 +43,9 @@ class Emulator:
             queue.put_nowait(index)
 
     async def start_engine(self, app: web.Application) -> None:
-        scheduler = BatchScheduler(self.model, self.max_num_seqs, self.kv_cache_tokens)
+        scheduler = BatchScheduler(
+            self.model, self.max_num_seqs, self.kv_cache_tokens, max_num_batched_tokens=self.max_num_batched_tokens
+        )
         self.engine = RealtimeEngine(scheduler, self.on_token)
         app[ENGINE_TASK] = asyncio.create_task(self.engine.run())
 

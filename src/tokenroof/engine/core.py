@@ -29,6 +29,7 @@ sequence every step.
 from __future__ import annotations
 
 import heapq
+import math
 from collections import deque
 from dataclasses import dataclass, field
 
@@ -45,6 +46,7 @@ class Sequence:
     max_tokens: int
     arrival_s: float
     done_tokens: int = 0  # tokens emitted before the current admission (after a preemption)
+    prefill_left: int = 0  # prompt (+ recomputed) tokens still to prefill in chunks
     preemptions: int = 0
     admission: int = 0  # bumps on preemption: invalidates the old finish-heap entry
     admitted_step: int = -1
@@ -132,7 +134,9 @@ class BatchScheduler:
     max_num_seqs: int = 256
     kv_capacity_tokens: int | None = None
     block_size: int = 16
+    max_num_batched_tokens: int | None = None  # token budget per step (chunked prefill); None: whole prompts
     waiting: deque[Sequence] = field(default_factory=deque)
+    prefilling: deque[Sequence] = field(default_factory=deque)
     running: dict[str, Sequence] = field(default_factory=dict)
     steps: int = 0  # steps completed
     preemptions: int = 0
@@ -140,12 +144,18 @@ class BatchScheduler:
     _order: int = 0
     _sum_ctx0: int = 0  # Σ context at admission over running sequences
     _sum_admit: int = 0  # Σ admission step over running sequences
+    _reserved: int = 0  # KV tokens held by sequences still prefilling
 
     def __post_init__(self) -> None:
         if self.max_num_seqs < 1:
             raise TokenroofError(f"max_num_seqs must be at least 1, got {self.max_num_seqs}")
         if self.kv_capacity_tokens is not None and self.kv_capacity_tokens < self.block_size:
             raise TokenroofError(f"the KV cache must hold at least one block ({self.block_size} tokens)")
+        if self.max_num_batched_tokens is not None and self.max_num_batched_tokens <= self.max_num_seqs:
+            raise TokenroofError(
+                f"max_num_batched_tokens ({self.max_num_batched_tokens}) must exceed max_num_seqs "
+                f"({self.max_num_seqs}): every running sequence needs one token of the budget"
+            )
         self.coefficients = StepCoefficients.of(self.model)
 
     def submit(self, seq: Sequence) -> None:
@@ -170,10 +180,10 @@ class BatchScheduler:
         return tokens + self.block_size - 1
 
     def kv_tokens_next_step(self, extra: int = 0) -> int:
-        """KV tokens the running sequences will hold after the next step (upper bound), plus `extra`."""
+        """KV tokens held after the next step (upper bound): running sequences, prefill reservations, `extra`."""
         b = len(self.running)
         contexts = self._sum_ctx0 + b * self.steps - self._sum_admit
-        return contexts + b + b * (self.block_size - 1) + extra
+        return contexts + b + b * (self.block_size - 1) + self._reserved + extra
 
     def _leave(self, seq: Sequence) -> None:
         del self.running[seq.request_id]
@@ -204,14 +214,17 @@ class BatchScheduler:
             seq.aborted = True
             self._leave(seq)
             return
-        for queued in self.waiting:
+        for queued in (*self.waiting, *self.prefilling):
             if queued.request_id == request_id:
                 queued.aborted = True
+                if queued in self.prefilling:
+                    self._reserved -= self._footprint(queued.context_at_admission + 1)
         self.waiting = deque(s for s in self.waiting if not s.aborted)
+        self.prefilling = deque(s for s in self.prefilling if not s.aborted)
 
     @property
     def idle(self) -> bool:
-        return not self.waiting and not self.running
+        return not self.waiting and not self.running and not self.prefilling
 
     def _fits(self, seq: Sequence) -> bool:
         if self.kv_capacity_tokens is None:
@@ -219,28 +232,50 @@ class BatchScheduler:
         need = self._footprint(seq.context_at_admission + 1)
         return self.kv_tokens_next_step(need) <= self.kv_capacity_tokens
 
+    def _start_running(self, seq: Sequence) -> None:
+        seq.admitted_step = self.steps
+        self.running[seq.request_id] = seq
+        self._sum_ctx0 += seq.context_at_admission
+        self._sum_admit += seq.admitted_step
+        heapq.heappush(self._finishing, (seq.finish_step, self._order, seq.admission, seq))
+        self._order += 1
+
     def plan_step(self, now: float) -> StepPlan | None:
-        """Preempt if the KV cache overflows, admit what fits, and return the next step (None: nothing to run)."""
+        """Preempt if the KV cache overflows, admit what fits, prefill within the token budget, and return the
+        next step (None: nothing to run). A sequence whose prefill completes this step emits its first token."""
         preempted = self._preempt_for_room()
-        admitted = []
-        while self.waiting and len(self.running) < self.max_num_seqs and self._fits(self.waiting[0]):
+        while (
+            self.waiting
+            and len(self.running) + len(self.prefilling) < self.max_num_seqs
+            and self._fits(self.waiting[0])
+        ):
             seq = self.waiting.popleft()
-            seq.admitted_step, seq.admitted_s = self.steps, seq.admitted_s if seq.admitted_s is not None else now
-            self.running[seq.request_id] = seq
-            self._sum_ctx0 += seq.context_at_admission
-            self._sum_admit += seq.admitted_step
-            heapq.heappush(self._finishing, (seq.finish_step, self._order, seq.admission, seq))
-            self._order += 1
-            admitted.append(seq)
+            seq.admitted_s = seq.admitted_s if seq.admitted_s is not None else now
+            seq.prefill_left = seq.context_at_admission
+            self._reserved += self._footprint(seq.context_at_admission + 1)
+            self.prefilling.append(seq)
+        room = math.inf if self.max_num_batched_tokens is None else self.max_num_batched_tokens - len(self.running)
+        completed, prefill, prefill_sq = [], 0, 0.0
+        while self.prefilling and room > 0:
+            seq = self.prefilling[0]
+            take = int(min(room, seq.prefill_left))
+            seq.prefill_left -= take
+            room -= take
+            prefill += take
+            prefill_sq += float(take) ** 2
+            if seq.prefill_left:
+                break  # chunked: the rest of this prompt waits for the next step
+            self.prefilling.popleft()
+            self._reserved -= self._footprint(seq.context_at_admission + 1)
+            self._start_running(seq)
+            completed.append(seq)
         batch = len(self.running)
-        if batch == 0:
+        if batch == 0 and prefill == 0:
             return None
-        prefill = sum(s.context_at_admission for s in admitted)
-        prefill_sq = float(sum(s.context_at_admission**2 for s in admitted))
         total_ctx = float(self._sum_ctx0 + batch * self.steps - self._sum_admit)
         duration = self.coefficients.step_s(batch, total_ctx, prefill, prefill_sq)
         kv = float(self.kv_tokens_next_step())
-        return StepPlan(self.steps, now, duration, batch, tuple(admitted), prefill, kv, preempted)
+        return StepPlan(self.steps, now, duration, batch, tuple(completed), prefill, kv, preempted)
 
     def complete_step(self, plan: StepPlan) -> list[Sequence]:
         """Every running sequence emits a token; returns those that finished at this step."""
