@@ -101,3 +101,83 @@ def test_least_outstanding_router_cuts_the_ttft_tail() -> None:
     assert lo["ttft_ms"]["p99"] < rr["ttft_ms"]["p99"]
     with pytest.raises(TokenroofError, match="unknown router 'random'"):
         simulate(SM, workload, router="random")
+
+
+def test_trace_replay_and_outputs(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    import json
+
+    from tests.conftest import run_cli
+    from tokenroof.simulate import Trace
+
+    trace = tmp_path / "requests.jsonl"
+    rows = [
+        {"type": "request", "index": i, "ok": True, "start_s": 10.0 + 0.5 * i, "prompt_tokens": 50, "output_tokens": 20}
+        for i in range(30)
+    ]
+    rows.append({"type": "request", "index": 30, "ok": False, "start_s": 30.0, "error": "HTTP 500"})
+    rows.append({"type": "point", "point": "rate=2"})
+    trace.write_text("\n".join(json.dumps(r) for r in rows) + "\n")
+    replay = Trace.read(trace)
+    assert len(replay.records) == 30 and replay.records[0] == (0.0, 50, 20)
+    summary = simulate(SM, replay).summary()
+    assert summary["requests"] == 30 and summary["simulated_s"] >= 14.5
+    out = tmp_path / "out"
+    result = run_cli(
+        [
+            "simulate",
+            "--step-model",
+            str(write_model(tmp_path)),
+            "--trace",
+            str(trace),
+            "--out",
+            str(out),
+            "--plot",
+            str(tmp_path / "sim.png"),
+        ]
+    )
+    assert result.exit_code == 0, result.output
+    assert (out / "requests.jsonl").read_text().count("\n") == 30
+    assert (out / "timeseries.csv").read_text().startswith("start_s,duration_s,running_batch,kv_tokens")
+    assert (tmp_path / "sim.png").stat().st_size > 10_000
+    empty = tmp_path / "empty.jsonl"
+    empty.write_text("")
+    with pytest.raises(TokenroofError, match="no completed requests to replay"):
+        Trace.read(empty)
+
+
+def write_model(tmp_path) -> object:  # type: ignore[no-untyped-def]
+    import json
+
+    path = tmp_path / "sm.json"
+    path.write_text(json.dumps({k: v for k, v in SM.to_dict().items()}))
+    return path
+
+
+def test_cli_rate_sweep(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    from tests.conftest import run_json
+
+    data = run_json(
+        [
+            "simulate",
+            "--step-model",
+            str(write_model(tmp_path)),
+            "--rate",
+            "5,50,500",
+            "--input-len",
+            "100",
+            "--output-len",
+            "50",
+            "--num-requests",
+            "500",
+            "--tpot-slo-ms",
+            "30",
+            "--plot",
+            str(tmp_path / "sweep.png"),
+        ]
+    )
+    rates = data["rates"]
+    assert [r["rate_req_s"] for r in rates] == [5, 50, 500]
+    ttft = [r["ttft_ms"]["p99"] for r in rates]
+    assert ttft[0] < ttft[1] < ttft[2]  # queueing grows with load
+    assert rates[2]["request_throughput_req_s"] < 500  # saturated
+    assert (tmp_path / "sweep.png").stat().st_size > 10_000

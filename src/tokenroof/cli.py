@@ -496,7 +496,7 @@ def simulate(
     kv_dtype: KvDtypeOpt = None,
     compute_dtype: ComputeOpt = None,
     tp: TpOpt = 1,
-    rate: Annotated[float, typer.Option(help="Request rate (req/s).")] = 10.0,
+    rate: Annotated[str, typer.Option(help="Request rate(s) (req/s): '10', or a sweep '5,10,20,40'.")] = "10",
     burstiness: Annotated[float, typer.Option(help="Gamma shape of arrivals: 1 = Poisson; inf = constant.")] = 1.0,
     input_len: Annotated[int, typer.Option(help="Mean prompt tokens.")] = 1000,
     output_len: Annotated[int, typer.Option(help="Mean output tokens.")] = 300,
@@ -514,11 +514,14 @@ def simulate(
         int | None,
         typer.Option(help="KV-cache capacity in tokens (default: from --model/--hardware memory; else unlimited)."),
     ] = None,
+    trace: Annotated[Path | None, typer.Option(help="Replay arrivals and lengths from bench's requests.jsonl.")] = None,
+    out: Annotated[Path | None, typer.Option(help="Write requests.jsonl, timeseries.csv, summary.json here.")] = None,
+    plot: PlotOpt = None,
     seed: Annotated[int, typer.Option(help="Seed for arrivals and lengths.")] = 0,
     json_output: JsonOpt = False,
 ) -> None:
     """Simulate a workload on the emulator's scheduler with a virtual clock (thousands of times real time)."""
-    from tokenroof.simulate import Lengths, Workload
+    from tokenroof.simulate import Lengths, Trace, Workload
     from tokenroof.simulate import simulate as run_simulation
 
     sm = load_step_model(model, hardware, fit, step_model, dtype, kv_dtype, compute_dtype, tp)
@@ -528,9 +531,49 @@ def simulate(
 
         precision = Precision.create(dtype, kv_dtype, compute_dtype)
         kv_cache_tokens = kv_pool(load_model(model), load_hardware(hardware), precision, tp)
-    workload = Workload(
-        rate, Lengths(input_len, input_dist, spread), Lengths(output_len, output_dist, spread), num_requests, burstiness
+    rates = parse_numbers(rate, "--rate")
+    if not rates:
+        raise TokenroofError("--rate needs at least one number")
+    if len(rates) > 1:
+        if trace is not None or out is not None:
+            raise TokenroofError("--trace and --out take a single --rate")
+        from tokenroof.simulate import rate_sweep
+
+        sweep = rate_sweep(
+            sm,
+            rates,
+            Lengths(input_len, input_dist, spread),
+            Lengths(output_len, output_dist, spread),
+            num_requests,
+            burstiness,
+            max_num_seqs,
+            seed,
+            kv_cache_tokens,
+            replicas,
+            router,
+            max_num_batched_tokens,
+            ttft_slo_ms,
+            tpot_slo_ms,
+        )
+        from tokenroof.plots import plot_rate_sweep
+
+        finish(
+            {"rates": sweep, "warnings": []},
+            render.rate_sweep,
+            json_output,
+            plot,
+            lambda path: plot_rate_sweep(sweep, path),
+        )
+        return
+    workload: Workload | Trace = Workload(
+        rates[0],
+        Lengths(input_len, input_dist, spread),
+        Lengths(output_len, output_dist, spread),
+        num_requests,
+        burstiness,
     )
+    if trace is not None:
+        workload = Trace.read(trace)
     result = run_simulation(
         sm,
         workload,
@@ -543,7 +586,11 @@ def simulate(
     )
     summary = result.summary(ttft_slo_ms, tpot_slo_ms)
     summary["warnings"] = []
-    finish(summary, render.simulation, json_output)
+    if out is not None:
+        result.write(out, summary)
+    from tokenroof.plots import plot_simulation
+
+    finish(summary, render.simulation, json_output, plot, lambda path: plot_simulation(result, path))
 
 
 @app.command()
@@ -572,6 +619,7 @@ def plan(
     gpu_cost_per_hour: Annotated[float | None, typer.Option(help="Price of one GPU-hour, for the cost.")] = None,
     workers: Annotated[int | None, typer.Option(help="Parallel processes (default: one per core).")] = None,
     json_output: JsonOpt = False,
+    plot: PlotOpt = None,
 ) -> None:
     """The cheapest replicas × batch cap meeting p99 TTFT and TPOT targets at a request rate, with an interval."""
     from tokenroof.plan import Slo, make_plan
@@ -598,7 +646,9 @@ def plan(
     data["gpus_per_replica"] = tp
     if result.chosen is not None and gpu_cost_per_hour is not None:
         data["cost_per_hour"] = result.chosen.candidate.replicas * tp * gpu_cost_per_hour
-    finish(data, render.plan_result, json_output)
+    from tokenroof.plots import plot_plan
+
+    finish(data, render.plan_result, json_output, plot, lambda path: plot_plan(data, path))
 
 
 @app.command("models")

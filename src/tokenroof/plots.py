@@ -14,6 +14,7 @@ from tokenroof.units import MS_PER_S
 if TYPE_CHECKING:
     from tokenroof.analysis import RooflineResult
     from tokenroof.predict import PredictResult
+    from tokenroof.simulate import SimResult
 
 
 def _pyplot() -> Any:
@@ -113,5 +114,79 @@ def plot_prediction(result: PredictResult, path: Path) -> None:
     ax_tpot.set_ylabel("TPOT (ms/token)")
     ax_thr.legend(fontsize=8, loc="upper left")
     fig.suptitle(f"tokenroof predict: {Path(table.source.split(',')[0]).name}")
+    save(fig, path)
+    plt.close(fig)
+
+
+def plot_simulation(result: SimResult, path: Path) -> None:
+    """Running batch and KV-cache use over time (first replica's steps interleaved with the others')."""
+    plt = _pyplot()
+    order = np.argsort(result.step_starts_s)
+    t = result.step_starts_s[order]
+    fig, (ax_batch, ax_kv) = plt.subplots(2, 1, figsize=(11, 5.5), sharex=True)
+    ax_batch.plot(t, result.step_batches[order], lw=0.6, color="black")
+    ax_batch.set_ylabel("running batch")
+    if result.kv_capacity_tokens:
+        per_replica = result.kv_capacity_tokens / result.replicas
+        ax_kv.plot(t, result.step_kv_tokens[order] / per_replica, lw=0.6, color="tab:orange")
+        ax_kv.set_ylabel("KV cache used (fraction)")
+        ax_kv.set_ylim(0, 1.05)
+    else:
+        ax_kv.plot(t, result.step_kv_tokens[order], lw=0.6, color="tab:orange")
+        ax_kv.set_ylabel("KV cache tokens")
+    ax_kv.set_xlabel("simulated time (s)")
+    fig.suptitle(
+        f"tokenroof simulate: {len(result.sequences):,} requests, {result.replicas} replica(s), "
+        f"{result.preemptions} preemptions"
+    )
+    save(fig, path)
+    plt.close(fig)
+
+
+def plot_plan(data: dict[str, Any], path: Path) -> None:
+    """The plan's frontier: p99 TTFT and TPOT of every candidate against the targets."""
+    plt = _pyplot()
+    fig, (ax_ttft, ax_tpot) = plt.subplots(1, 2, figsize=(12, 4.5))
+    for replicas in sorted({t["replicas"] for t in data["tried"]}):
+        rows = sorted((t for t in data["tried"] if t["replicas"] == replicas), key=lambda t: t["max_num_seqs"])
+        caps = [t["max_num_seqs"] for t in rows]
+        ax_ttft.plot(caps, [t["ttft_p99_ms"][1] for t in rows], marker="o", label=f"{replicas} replicas")
+        ax_tpot.plot(caps, [t["tpot_p99_ms"][1] for t in rows], marker="o", label=f"{replicas} replicas")
+    ax_ttft.axhline(data["slo"]["ttft_p99_ms"], color="red", ls="--", label="target")
+    ax_tpot.axhline(data["slo"]["tpot_p99_ms"], color="red", ls="--", label="target")
+    for ax, name in ((ax_ttft, "p99 TTFT (ms)"), (ax_tpot, "p99 TPOT (ms)")):
+        ax.set_xscale("log", base=2)
+        ax.set_yscale("log")
+        ax.set_xlabel("max_num_seqs")
+        ax.set_ylabel(name)
+        ax.legend(fontsize=8)
+    chosen = data.get("chosen")
+    fig.suptitle(
+        "tokenroof plan"
+        + (f": {chosen['replicas']} × max_num_seqs {chosen['max_num_seqs']}" if chosen else ": infeasible")
+    )
+    save(fig, path)
+    plt.close(fig)
+
+
+def plot_rate_sweep(rows: list[dict[str, Any]], path: Path) -> None:
+    """Latency percentiles and goodput against the request rate."""
+    plt = _pyplot()
+    rates = [r["rate_req_s"] for r in rows]
+    fig, (ax_ttft, ax_tpot, ax_good) = plt.subplots(1, 3, figsize=(15, 4.2))
+    for q, style in (("p50", "-"), ("p90", "--"), ("p99", ":")):
+        ax_ttft.plot(rates, [r["ttft_ms"][q] for r in rows], style, marker="o", label=q)
+        ax_tpot.plot(rates, [r["tpot_ms"][q] for r in rows], style, marker="o", label=q)
+    ax_ttft.set_yscale("log")
+    ax_ttft.set_ylabel("TTFT (ms)")
+    ax_tpot.set_ylabel("TPOT (ms)")
+    ax_good.plot(rates, rates, color="grey", ls=":", label="offered")
+    ax_good.plot(rates, [r["request_throughput_req_s"] for r in rows], marker="o", label="served")
+    ax_good.plot(rates, [r["goodput_req_s"] for r in rows], marker="o", label="goodput (SLOs met)")
+    ax_good.set_ylabel("requests/s")
+    for ax in (ax_ttft, ax_tpot, ax_good):
+        ax.set_xlabel("request rate (req/s)")
+        ax.legend(fontsize=8)
+    fig.suptitle("tokenroof simulate: latency and goodput against load")
     save(fig, path)
     plt.close(fig)

@@ -220,6 +220,37 @@ def plan_result(console: Console, data: dict[str, Any]) -> None:
     console.print(table)
 
 
+def rate_sweep(console: Console, data: dict[str, Any]) -> None:
+    table = Table(title="simulated load sweep (latencies in ms)", title_justify="left")
+    for col in (
+        "req/s in",
+        "req/s out",
+        "goodput",
+        "tok/s",
+        "batch",
+        "TTFT p50",
+        "TTFT p99",
+        "TPOT p50",
+        "TPOT p99",
+        "preempt",
+    ):
+        table.add_column(col, justify="right")
+    for row in data["rates"]:
+        table.add_row(
+            fmt(row["rate_req_s"]),
+            fmt(row["request_throughput_req_s"]),
+            fmt(row["goodput_req_s"]),
+            fmt(row["throughput_tok_s"]),
+            fmt(row["mean_running_batch"]),
+            fmt(row["ttft_ms"]["p50"]),
+            fmt(row["ttft_ms"]["p99"]),
+            fmt(row["tpot_ms"]["p50"]),
+            fmt(row["tpot_ms"]["p99"]),
+            str(row["preemptions"]),
+        )
+    console.print(table)
+
+
 def model_list(console: Console, models: Sequence[ModelSpec]) -> None:
     table = Table(title="model presets (--model NAME, or a path to any config.json)", title_justify="left")
     for col in ("name", "type", "params", "layers", "hidden", "heads/kv", "experts", "max ctx"):

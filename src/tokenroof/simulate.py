@@ -7,9 +7,12 @@ arrival), so simulated and emulated runs of a workload agree by construction.
 
 from __future__ import annotations
 
+import csv
 import heapq
+import json
 import math
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -70,6 +73,39 @@ class Workload:
         ]
 
 
+@dataclass(frozen=True)
+class Trace:
+    """Arrivals replayed from `tokenroof bench`'s requests.jsonl: each finished request's send time and lengths."""
+
+    records: tuple[tuple[float, int, int], ...]  # (arrival s, prompt tokens, output tokens)
+    source: str = ""
+
+    @classmethod
+    def read(cls, path: Path) -> Trace:
+        rows = []
+        try:
+            lines = path.read_text().splitlines()
+        except OSError as exc:
+            raise TokenroofError(f"{path}: cannot read ({exc.strerror})") from None
+        for number, line in enumerate(lines, start=1):
+            try:
+                record = json.loads(line)
+            except json.JSONDecodeError:
+                raise TokenroofError(f"{path}:{number}: not valid JSON") from None
+            if record.get("type") != "request" or not record.get("ok") or record.get("index", 0) < 0:
+                continue
+            prompt = record.get("prompt_tokens") or 1
+            rows.append((float(record["start_s"]), int(prompt), int(record["output_tokens"])))
+        if not rows:
+            raise TokenroofError(f"{path}: no completed requests to replay (an empty trace)")
+        rows.sort()
+        start = rows[0][0]
+        return cls(tuple((t - start, p, o) for t, p, o in rows), str(path))
+
+    def arrivals(self, rng: np.random.Generator) -> list[Sequence]:
+        return [Sequence(str(i), p, max(o, 1), t) for i, (t, p, o) in enumerate(self.records)]
+
+
 @dataclass
 class SimResult:
     sequences: list[Sequence]
@@ -80,6 +116,38 @@ class SimResult:
     kv_capacity_tokens: int | None = None  # all replicas together
     preemptions: int = 0
     replicas: int = 1
+
+    def write(self, out_dir: Path, summary: dict[str, Any]) -> None:
+        """requests.jsonl (one line per request), timeseries.csv (per step), summary.json."""
+        out_dir.mkdir(parents=True, exist_ok=True)
+        with (out_dir / "requests.jsonl").open("w") as f:
+            for s in self.sequences:
+                first, end = s.first_token_s or 0.0, s.finished_s or 0.0
+                f.write(
+                    json.dumps(
+                        {
+                            "request_id": s.request_id,
+                            "arrival_s": s.arrival_s,
+                            "admitted_s": s.admitted_s,
+                            "first_token_s": first,
+                            "finished_s": end,
+                            "prompt_tokens": s.prompt_tokens,
+                            "output_tokens": s.max_tokens,
+                            "preemptions": s.preemptions,
+                            "ttft_ms": (first - s.arrival_s) * 1e3,
+                            "tpot_ms": (end - first) / (s.max_tokens - 1) * 1e3 if s.max_tokens > 1 else None,
+                        }
+                    )
+                    + "\n"
+                )
+        with (out_dir / "timeseries.csv").open("w", newline="") as f:
+            writer = csv.writer(f)
+            writer.writerow(["start_s", "duration_s", "running_batch", "kv_tokens"])
+            for row in zip(
+                self.step_starts_s, self.step_durations_s, self.step_batches, self.step_kv_tokens, strict=True
+            ):
+                writer.writerow([f"{row[0]:.6f}", f"{row[1]:.6f}", int(row[2]), int(row[3])])
+        (out_dir / "summary.json").write_text(json.dumps(summary, indent=2))
 
     def summary(self, ttft_slo_ms: float | None = None, tpot_slo_ms: float | None = None) -> dict[str, Any]:
         seqs = self.sequences
@@ -148,7 +216,7 @@ class Replica:
 
 def simulate(
     model: StepModel,
-    workload: Workload,
+    workload: Workload | Trace,
     max_num_seqs: int = 256,
     seed: int = 0,
     kv_capacity_tokens: int | None = None,
@@ -215,3 +283,37 @@ def simulate(
     return SimResult(
         done, np.array(starts), np.array(durations), np.array(batches), np.array(kv), capacity, preemptions, replicas
     )
+
+
+def rate_sweep(
+    model: StepModel,
+    rates: list[float],
+    input_len: Lengths,
+    output_len: Lengths,
+    num_requests: int,
+    burstiness: float,
+    max_num_seqs: int,
+    seed: int,
+    kv_capacity_tokens: int | None,
+    replicas: int,
+    router: str,
+    max_num_batched_tokens: int | None,
+    ttft_slo_ms: float | None,
+    tpot_slo_ms: float | None,
+) -> list[dict[str, Any]]:
+    """One simulation per request rate: latency percentiles and goodput against load."""
+    rows = []
+    for rate in rates:
+        workload = Workload(rate, input_len, output_len, num_requests, burstiness)
+        result = simulate(
+            model,
+            workload,
+            max_num_seqs,
+            seed,
+            kv_capacity_tokens,
+            replicas=replicas,
+            router=router,
+            max_num_batched_tokens=max_num_batched_tokens,
+        )
+        rows.append({"rate_req_s": rate, **result.summary(ttft_slo_ms, tpot_slo_ms)})
+    return rows
