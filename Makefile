@@ -5,7 +5,7 @@ BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed-dev
 SEED   := ../shared/data/seed/h100_7b_seed.csv
 
-.PHONY: install test test-slow test-integration lint demo bench clean
+.PHONY: install test test-slow test-ray test-integration lint demo bench clean
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -25,6 +25,11 @@ test: lint
 
 test-slow: $(STAMP)
 	$(BIN)/pytest -q -m slow
+
+# plan's --ray search on a local Ray cluster (Ray is an optional extra, ~80 MB)
+test-ray: $(STAMP)
+	$(BIN)/python -m pip install -q 'ray>=2.9'
+	$(BIN)/pytest -q tests/test_plan.py
 
 # needs scripts/build_llama_server.sh run once (builds llama.cpp's llama-server, ~11 minutes on 2 cores)
 test-integration: $(STAMP)

@@ -58,3 +58,61 @@ def test_cli_plan_from_a_preset() -> None:
     assert data["cost_per_hour"] == 2 * data["chosen"]["replicas"]
     result = run_cli(["plan", "--rate", "5"])
     assert result.exit_code == 2 and "give one step-model source" in result.stderr
+
+
+def test_plan_on_a_local_ray_cluster() -> None:
+    pytest.importorskip("ray")
+    processes = make_plan([SM], WORKLOAD, Slo(ttft_p99_ms=500, tpot_p99_ms=20), seeds=(0,), workers=1).to_dict()
+    on_ray = make_plan([SM], WORKLOAD, Slo(ttft_p99_ms=500, tpot_p99_ms=20), seeds=(0,), ray_address="local")
+    assert on_ray.to_dict()["chosen"] == processes["chosen"]  # same search, same answer
+
+
+def test_ray_missing_is_a_clear_error(monkeypatch: pytest.MonkeyPatch) -> None:
+    import builtins
+
+    real_import = builtins.__import__
+
+    def no_ray(name: str, *args: object, **kwargs: object) -> object:
+        if name == "ray":
+            raise ImportError("no ray")
+        return real_import(name, *args, **kwargs)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(builtins, "__import__", no_ray)
+    with pytest.raises(TokenroofError, match="pip install 'tokenroof\\[ray\\]'"):
+        make_plan([SM], WORKLOAD, Slo(500, 20), seeds=(0,), ray_address="local")
+
+
+def test_cli_plan_compares_hardware_and_tp_by_cost() -> None:
+    data = run_json(
+        [
+            "plan",
+            "-m",
+            "llama-3.1-8b",
+            "-H",
+            "h100-sxm,a100-sxm-80gb",
+            "--tp-choices",
+            "1,2",
+            "--rate",
+            "8",
+            "--num-requests",
+            "600",
+            "--seeds",
+            "1",
+            "--workers",
+            "1",
+            "--gpu-cost-per-hour",
+            "10,1",
+        ]
+    )
+    choices = data["choices"]
+    assert [(c["hardware"], c["tp"]) for c in choices] == [
+        ("h100-sxm", 1),
+        ("h100-sxm", 2),
+        ("a100-sxm-80gb", 1),
+        ("a100-sxm-80gb", 2),
+    ]
+    cheapest = min((c for c in choices if c["feasible"]), key=lambda c: c["cost_per_hour"])
+    assert (data["hardware"], data["tp"]) == (cheapest["hardware"], cheapest["tp"])
+    assert data["cost_per_hour"] == cheapest["cost_per_hour"]
+    result = run_cli(["plan", "-m", "llama-3.1-8b", "-H", "h100-sxm,l40s", "--gpu-cost-per-hour", "1,2,3"])
+    assert result.exit_code == 2 and "one per --hardware choice" in result.stderr

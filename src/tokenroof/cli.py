@@ -616,8 +616,14 @@ def plan(
     seeds: Annotated[int, typer.Option(help="Simulation seeds per candidate.")] = 3,
     num_requests: Annotated[int, typer.Option(help="Requests per simulation.")] = 4000,
     max_replicas: Annotated[int, typer.Option(help="Give up beyond this many replicas.")] = 64,
-    gpu_cost_per_hour: Annotated[float | None, typer.Option(help="Price of one GPU-hour, for the cost.")] = None,
+    gpu_cost_per_hour: Annotated[
+        str | None, typer.Option(help="Price of one GPU-hour; with several --hardware, one price each: '2.5,1.2'.")
+    ] = None,
+    tp_choices: Annotated[str | None, typer.Option(help="Tensor-parallel degrees to compare: '1,2,4'.")] = None,
     workers: Annotated[int | None, typer.Option(help="Parallel processes (default: one per core).")] = None,
+    ray: Annotated[
+        str | None, typer.Option("--ray", help="Run the search on a Ray cluster at ADDRESS ('local' starts one here).")
+    ] = None,
     json_output: JsonOpt = False,
     plot: PlotOpt = None,
 ) -> None:
@@ -625,27 +631,54 @@ def plan(
     from tokenroof.plan import Slo, make_plan
     from tokenroof.simulate import Lengths, Workload
 
-    sm = load_step_model(model, hardware, fit, step_model, dtype, kv_dtype, compute_dtype, tp)
-    models = [sm]
-    if fit is not None:
-        from tokenroof.fit import fit_table
-        from tokenroof.measurements import read_table
-
-        models += fit_table(read_table([fit]), n_samples=4).sample_models()
-    kv = None
-    if model is not None and hardware is not None:
-        from tokenroof.roofline import kv_cache_tokens as kv_pool
-        from tokenroof.specs import Precision, load_hardware, load_model
-
-        kv = kv_pool(load_model(model), load_hardware(hardware), Precision.create(dtype, kv_dtype, compute_dtype), tp)
+    chips = [h.strip() for h in hardware.split(",") if h.strip()] if hardware else []
+    degrees = [int(x) for x in parse_numbers(tp_choices, "--tp-choices")] if tp_choices else [tp]
+    prices = parse_numbers(gpu_cost_per_hour, "--gpu-cost-per-hour") if gpu_cost_per_hour else []
+    if prices and len(prices) not in (1, max(len(chips), 1)):
+        raise TokenroofError("give one --gpu-cost-per-hour, or one per --hardware choice")
     workload = Workload(
         rate, Lengths(input_len, length_dist, spread), Lengths(output_len, length_dist, spread), num_requests
     )
-    result = make_plan(models, workload, Slo(ttft_slo_ms, tpot_slo_ms), tuple(range(seeds)), kv, max_replicas, workers)
-    data = result.to_dict()
-    data["gpus_per_replica"] = tp
-    if result.chosen is not None and gpu_cost_per_hour is not None:
-        data["cost_per_hour"] = result.chosen.candidate.replicas * tp * gpu_cost_per_hour
+    slo = Slo(ttft_slo_ms, tpot_slo_ms)
+    choices: list[str | None] = list(chips) or [None]
+    options = [(chip, degree) for chip in choices for degree in degrees]
+    results = []
+    for chip, degree in options:
+        sm = load_step_model(model, chip, fit, step_model, dtype, kv_dtype, compute_dtype, degree)
+        models = [sm]
+        if fit is not None:
+            from tokenroof.fit import fit_table
+            from tokenroof.measurements import read_table
+
+            models += fit_table(read_table([fit]), n_samples=4).sample_models()
+        kv = None
+        if model is not None and chip is not None:
+            from tokenroof.roofline import kv_cache_tokens as kv_pool
+            from tokenroof.specs import Precision, load_hardware, load_model
+
+            precision = Precision.create(dtype, kv_dtype, compute_dtype)
+            kv = kv_pool(load_model(model), load_hardware(chip), precision, degree)
+        result = make_plan(models, workload, slo, tuple(range(seeds)), kv, max_replicas, workers, ray_address=ray)
+        entry = result.to_dict()
+        entry.update({"hardware": chip, "tp": degree, "gpus_per_replica": degree})
+        if result.chosen is not None:
+            gpus = result.chosen.candidate.replicas * degree
+            entry["gpus"] = gpus
+            if prices:
+                price = prices[0] if len(prices) == 1 or chip is None else prices[chips.index(chip)]
+                entry["cost_per_hour"] = gpus * price
+        results.append(entry)
+    feasible = [r for r in results if r["feasible"]]
+    key = "cost_per_hour" if prices else "gpus"
+    data = min(feasible, key=lambda r: r[key]) if feasible else results[0]
+    if len(results) > 1:
+        data = {
+            **data,
+            "choices": [
+                {k: r.get(k) for k in ("hardware", "tp", "feasible", "gpus", "cost_per_hour", "reason")}
+                for r in results
+            ],
+        }
     from tokenroof.plots import plot_plan
 
     finish(data, render.plan_result, json_output, plot, lambda path: plot_plan(data, path))

@@ -11,6 +11,7 @@ headroom. Candidates are evaluated in parallel processes.
 from __future__ import annotations
 
 import math
+import os
 from collections.abc import Sequence
 from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass, field
@@ -121,6 +122,32 @@ class Plan:
         }
 
 
+class RayPool:
+    """`map` over a Ray cluster (`--ray ADDRESS`; "local" starts one on this machine). Optional extra `ray`."""
+
+    def __init__(self, address: str) -> None:
+        try:
+            import ray
+        except ImportError:
+            raise TokenroofError("--ray needs Ray: pip install 'tokenroof[ray]'") from None
+        self.ray = ray
+        if not ray.is_initialized():
+            if address == "local":
+                ray.init(num_cpus=os.cpu_count(), include_dashboard=False, log_to_driver=False)
+            else:
+                ray.init(address=address, log_to_driver=False)
+        self.task = ray.remote(run_candidate)
+
+    def map(self, fn: Any, jobs: Any) -> Any:
+        return self.ray.get([self.task.remote(job) for job in jobs])
+
+    def __enter__(self) -> RayPool:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        return None
+
+
 def make_plan(
     models: Sequence[StepModel],
     workload: Workload,
@@ -130,6 +157,7 @@ def make_plan(
     max_replicas: int = 64,
     workers: int | None = None,
     caps: Sequence[int] = CAPS,
+    ray_address: str | None = None,
 ) -> Plan:
     """Cheapest replica count (then most headroom) meeting both p99 SLOs in every seed × model sample."""
     if slo.ttft_p99_ms <= 0 or slo.tpot_p99_ms <= 0:
@@ -139,7 +167,8 @@ def make_plan(
     base = models[0]
     start = replicas_lower_bound(base, workload, max(caps))
     tried: list[Outcome] = []
-    with ProcessPoolExecutor(max_workers=workers) as pool:
+    pool_cm: Any = RayPool(ray_address) if ray_address else ProcessPoolExecutor(max_workers=workers)
+    with pool_cm as pool:
         for replicas in range(start, max_replicas + 1):
             jobs = [(Candidate(replicas, cap), models, workload, seeds, kv_capacity_tokens) for cap in caps]
             outcomes = list(pool.map(run_candidate, jobs))

@@ -186,6 +186,22 @@ def simulation(console: Console, data: dict[str, Any]) -> None:
 
 def plan_result(console: Console, data: dict[str, Any]) -> None:
     slo = data["slo"]
+    if data.get("choices"):
+        choices = Table(title="hardware and tensor-parallel choices", title_justify="left")
+        for col in ("hardware", "tp", "meets", "GPUs", "cost/hour", "why"):
+            choices.add_column(col)
+        for c in data["choices"]:
+            cost = fmt(c["cost_per_hour"]) if c.get("cost_per_hour") is not None else "—"
+            choices.add_row(
+                str(c["hardware"]),
+                str(c["tp"]),
+                "yes" if c["feasible"] else "no",
+                str(c.get("gpus") or "—"),
+                cost,
+                c["reason"],
+            )
+        console.print(choices)
+        console.print(f"cheapest: [bold]{data.get('hardware')} ×tp{data.get('tp')}[/]", highlight=False)
     console.print(
         f"targets: p99 TTFT ≤ {fmt(slo['ttft_p99_ms'])} ms, p99 TPOT ≤ {fmt(slo['tpot_p99_ms'])} ms", highlight=False
     )
