@@ -643,6 +643,22 @@ def plan(
     choices: list[str | None] = list(chips) or [None]
     options = [(chip, degree) for chip in choices for degree in degrees]
     results = []
+    from rich.progress import Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
+
+    bar = Progress(
+        SpinnerColumn(),
+        TextColumn("{task.description}"),
+        TimeElapsedColumn(),
+        console=err,
+        disable=json_output,
+        transient=True,
+    )
+    task = bar.add_task("planning", total=None)
+
+    def progress(replicas: int, tried: int) -> None:
+        bar.update(task, description=f"planning: {tried} candidates simulated, now at {replicas} replicas")
+
+    bar.start()
     for chip, degree in options:
         sm = load_step_model(model, chip, fit, step_model, dtype, kv_dtype, compute_dtype, degree)
         models = [sm]
@@ -658,7 +674,9 @@ def plan(
 
             precision = Precision.create(dtype, kv_dtype, compute_dtype)
             kv = kv_pool(load_model(model), load_hardware(chip), precision, degree)
-        result = make_plan(models, workload, slo, tuple(range(seeds)), kv, max_replicas, workers, ray_address=ray)
+        result = make_plan(
+            models, workload, slo, tuple(range(seeds)), kv, max_replicas, workers, ray_address=ray, progress=progress
+        )
         entry = result.to_dict()
         entry.update({"hardware": chip, "tp": degree, "gpus_per_replica": degree})
         if result.chosen is not None:
@@ -668,6 +686,7 @@ def plan(
                 price = prices[0] if len(prices) == 1 or chip is None else prices[chips.index(chip)]
                 entry["cost_per_hour"] = gpus * price
         results.append(entry)
+    bar.stop()
     feasible = [r for r in results if r["feasible"]]
     key = "cost_per_hour" if prices else "gpus"
     data = min(feasible, key=lambda r: r[key]) if feasible else results[0]

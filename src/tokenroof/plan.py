@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import math
 import os
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
@@ -158,6 +158,7 @@ def make_plan(
     workers: int | None = None,
     caps: Sequence[int] = CAPS,
     ray_address: str | None = None,
+    progress: Callable[[int, int], None] | None = None,
 ) -> Plan:
     """Cheapest replica count (then most headroom) meeting both p99 SLOs in every seed × model sample."""
     if slo.ttft_p99_ms <= 0 or slo.tpot_p99_ms <= 0:
@@ -173,6 +174,8 @@ def make_plan(
             jobs = [(Candidate(replicas, cap), models, workload, seeds, kv_capacity_tokens) for cap in caps]
             outcomes = list(pool.map(run_candidate, jobs))
             tried.extend(outcomes)
+            if progress is not None:
+                progress(replicas, len(tried))
             feasible = [o for o in outcomes if o.feasible(slo)]
             if feasible:
                 best = max(feasible, key=lambda o: (o.headroom(slo), o.candidate.max_num_seqs))
