@@ -24,7 +24,7 @@ from tokenroof.roofline import step_model_from_specs
 from tokenroof.simulate import Lengths, Workload, simulate
 from tokenroof.specs import Precision, load_hardware, load_model
 
-RATES = {1.0: 150, 3.0: 400, 6.0: 700}  # req/s → requests sent by bench (saturation is near 12 req/s)
+RATES = {1.0: 150, 3.0: 800, 6.0: 900}  # req/s → requests sent by bench (saturation is near 12 req/s)
 PROMPT, OUTPUT = 200, 64
 
 
