@@ -1,0 +1,170 @@
+"""predict and advise: fitting measured points."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+
+from tokenroof import render
+from tokenroof.cli import (
+    ComputeOpt,
+    ContextOpt,
+    DecodeOnlyOpt,
+    DtypeOpt,
+    InputLenOpt,
+    JsonOpt,
+    KvDtypeOpt,
+    OptHardware,
+    OptModel,
+    OutputLenOpt,
+    PlotOpt,
+    TpOpt,
+    app,
+    finish,
+    handle_errors,
+    parse_numbers,
+)
+from tokenroof.errors import TokenroofError
+
+
+def build_prior(
+    model: str | None,
+    hardware: str | None,
+    dtype: str,
+    kv_dtype: str | None,
+    compute_dtype: str | None,
+    tp: int,
+    context: float | None,
+    input_len: float | None,
+    output_len: float | None,
+    decode_only: bool,
+    table_context: float | None = None,
+) -> Any:
+    """The physics prior when both --model and --hardware are given; None for a data-only fit."""
+    from tokenroof.predict import Workload, prior_from_specs
+    from tokenroof.specs import Precision, load_hardware, load_model
+
+    if (model is None) != (hardware is None):
+        raise TokenroofError("give both --model and --hardware for the physics prior (or neither for data only)")
+    if model is None or hardware is None:
+        return None
+    workload = Workload(context if context is not None else table_context, input_len, output_len, decode_only)
+    return prior_from_specs(
+        load_model(model), load_hardware(hardware), Precision.create(dtype, kv_dtype, compute_dtype), workload, tp
+    )
+
+
+@app.command()
+@handle_errors
+def predict(
+    files: Annotated[list[Path], typer.Argument(help="Measurement CSV, or vllm bench serve / GuideLLM JSON files.")],
+    batch: Annotated[str, typer.Option(help="Batches to predict: '256 512' or '256,512' (fractional allowed).")],
+    model: OptModel = None,
+    hardware: OptHardware = None,
+    dtype: DtypeOpt = "bf16",
+    kv_dtype: KvDtypeOpt = None,
+    compute_dtype: ComputeOpt = None,
+    tp: TpOpt = 1,
+    context: ContextOpt = None,
+    input_len: InputLenOpt = None,
+    output_len: OutputLenOpt = None,
+    decode_only: DecodeOnlyOpt = False,
+    critical_batch: Annotated[float | None, typer.Option(help="Assert the compute roof (knee) at this batch.")] = None,
+    roof_tok_s: Annotated[float | None, typer.Option(help="Assert the throughput asymptote (tok/s).")] = None,
+    samples: Annotated[int, typer.Option(help="Samples for the 90% intervals.")] = 200,
+    seed: Annotated[int, typer.Option(help="Seed for the interval samples.")] = 0,
+    json_output: JsonOpt = False,
+    plot: PlotOpt = None,
+) -> None:
+    """Fit measured points and predict TPOT and throughput at other batches, with 90% intervals."""
+    from tokenroof.measurements import read_table
+    from tokenroof.predict import predict_table
+
+    table = read_table(files)
+    table_context = float(table.context_tokens.mean()) if table.context_tokens is not None else None
+    prior = build_prior(
+        model, hardware, dtype, kv_dtype, compute_dtype, tp, context, input_len, output_len, decode_only, table_context
+    )
+    result = predict_table(
+        table, parse_numbers(batch, "--batch"), prior, critical_batch, roof_tok_s, max(samples, 10), seed
+    )
+    from tokenroof.plots import plot_prediction
+
+    finish(result.to_dict(), render.prediction, json_output, plot, lambda path: plot_prediction(result, path))
+
+
+@app.command()
+@handle_errors
+def advise(
+    files: Annotated[
+        list[Path] | None,
+        typer.Argument(help="Measurements to fit (or give --model/--hardware alone for the first-principles curve)."),
+    ] = None,
+    tpot_slo_ms: Annotated[float, typer.Option(help="TPOT target in ms per output token.")] = 50.0,
+    model: OptModel = None,
+    hardware: OptHardware = None,
+    dtype: DtypeOpt = "bf16",
+    kv_dtype: KvDtypeOpt = None,
+    compute_dtype: ComputeOpt = None,
+    tp: TpOpt = 1,
+    context: ContextOpt = None,
+    input_len: InputLenOpt = None,
+    output_len: OutputLenOpt = None,
+    decode_only: DecodeOnlyOpt = False,
+    samples: Annotated[int, typer.Option(help="Samples for the cap's interval.")] = 200,
+    json_output: JsonOpt = False,
+) -> None:
+    """The largest batch cap (max_num_seqs) that meets a TPOT target, and the flags to set it."""
+    from tokenroof.advise import advise as advise_cap
+
+    if files:
+        from tokenroof.fit import fit_table
+        from tokenroof.measurements import read_table
+
+        table = read_table(files)
+        table_context = float(table.context_tokens.mean()) if table.context_tokens is not None else None
+        prior = build_prior(
+            model,
+            hardware,
+            dtype,
+            kv_dtype,
+            compute_dtype,
+            tp,
+            context,
+            input_len,
+            output_len,
+            decode_only,
+            table_context,
+        )
+        fit = fit_table(table, prior, n_samples=max(samples, 10))
+        result = advise_cap(
+            fit.step_model,
+            tpot_slo_ms,
+            0.0,
+            prior.max_batch if prior else None,
+            fit.sample_models(),
+            f"fitted to {table.source} ({fit.method})",
+        )
+        result.warnings = list(table.warnings) + result.warnings
+    else:
+        if model is None or hardware is None:
+            raise TokenroofError("give a measurement file, or --model and --hardware for the first-principles curve")
+        from tokenroof.roofline import max_batch_by_memory, step_model_from_specs
+        from tokenroof.specs import Precision, load_hardware, load_model
+
+        spec, chip = load_model(model), load_hardware(hardware)
+        precision = Precision.create(dtype, kv_dtype, compute_dtype)
+        ctx = context if context is not None else (input_len or 0) + (output_len or 0) / 2 or 1024.0
+        sm = step_model_from_specs(spec, chip, precision, tp)
+        limit = max_batch_by_memory(spec, chip, precision, ctx, tp)
+        result = advise_cap(
+            sm,
+            tpot_slo_ms,
+            ctx,
+            limit,
+            (),
+            f"first principles: {spec.name} on {chip.name} ×{tp}, context {ctx:g}, default efficiencies",
+        )
+    finish(result.to_dict(), render.advice, json_output)

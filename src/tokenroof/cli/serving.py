@@ -1,0 +1,183 @@
+"""emulate and bench: measuring servers."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+
+from tokenroof import render
+from tokenroof.cli import (
+    ComputeOpt,
+    DtypeOpt,
+    JsonOpt,
+    KvDtypeOpt,
+    OptHardware,
+    OptModel,
+    TpOpt,
+    app,
+    err,
+    finish,
+    handle_errors,
+    parse_numbers,
+)
+from tokenroof.errors import TokenroofError
+
+
+@app.command()
+@handle_errors
+def emulate(
+    model: OptModel = None,
+    hardware: OptHardware = None,
+    fit: Annotated[
+        Path | None, typer.Option(help="Step model fitted to this measurement file (as predict does).")
+    ] = None,
+    step_model: Annotated[
+        Path | None, typer.Option(help="Step model terms from a JSON file (StepModel fields).")
+    ] = None,
+    dtype: DtypeOpt = "bf16",
+    kv_dtype: KvDtypeOpt = None,
+    compute_dtype: ComputeOpt = None,
+    tp: TpOpt = 1,
+    max_num_seqs: Annotated[int, typer.Option(help="Running-batch cap; requests beyond it queue.")] = 256,
+    max_model_len: Annotated[int, typer.Option(help="Longest prompt + output accepted.")] = 32768,
+    served_model_name: Annotated[str, typer.Option(help="Model id the server reports.")] = "tokenroof-emulator",
+    kv_cache_tokens: Annotated[
+        int | None,
+        typer.Option(help="KV-cache capacity in tokens; sequences are preempted when it fills (default: unlimited)."),
+    ] = None,
+    max_num_batched_tokens: Annotated[int | None, typer.Option(help="Token budget per step (chunked prefill).")] = None,
+    host: Annotated[str, typer.Option(help="Address to listen on.")] = "127.0.0.1",
+    port: Annotated[int, typer.Option(help="Port to listen on.")] = 8000,
+) -> None:
+    """An OpenAI-compatible server whose decode steps take the step model's time (continuous batching)."""
+    require_http()
+    from tokenroof.emulate.server import Emulator, serve
+
+    sm = load_step_model(model, hardware, fit, step_model, dtype, kv_dtype, compute_dtype, tp)
+    err.print(f"emulating {sm} with max_num_seqs={max_num_seqs} on http://{host}:{port}", highlight=False)
+    if kv_cache_tokens is not None and kv_cache_tokens < max_model_len:
+        max_model_len = kv_cache_tokens  # a request must fit in the cache on its own
+    emulator = Emulator(sm, max_num_seqs, served_model_name, max_model_len, kv_cache_tokens, max_num_batched_tokens)
+    serve(emulator, host, port)
+
+
+def require_http() -> None:
+    try:
+        import aiohttp  # noqa: F401
+    except ImportError:
+        raise TokenroofError("bench and emulate need aiohttp: pip install 'tokenroof[http]'") from None
+
+
+def load_step_model(
+    model: str | None,
+    hardware: str | None,
+    fit: Path | None,
+    step_model: Path | None,
+    dtype: str,
+    kv_dtype: str | None,
+    compute_dtype: str | None,
+    tp: int,
+) -> Any:
+    """The emulator's step model from exactly one source: specs, a fit, or a JSON file."""
+    from tokenroof.stepmodel import StepModel
+
+    sources = sum(x is not None for x in (fit, step_model)) + (model is not None or hardware is not None)
+    if sources != 1:
+        raise TokenroofError("give one step-model source: --model/--hardware, --fit FILE, or --step-model JSON")
+    if step_model is not None:
+        try:
+            return StepModel(**json.loads(step_model.read_text()))
+        except (OSError, json.JSONDecodeError, TypeError) as exc:
+            raise TokenroofError(f"{step_model}: not a StepModel JSON ({exc})") from None
+    if fit is not None:
+        from tokenroof.fit import fit_table
+        from tokenroof.measurements import read_table
+
+        return fit_table(read_table([fit]), n_samples=0).step_model
+    from tokenroof.roofline import step_model_from_specs
+    from tokenroof.specs import Precision, load_hardware, load_model
+
+    if model is None or hardware is None:
+        raise TokenroofError("give both --model and --hardware")
+    return step_model_from_specs(
+        load_model(model), load_hardware(hardware), Precision.create(dtype, kv_dtype, compute_dtype), tp
+    )
+
+
+@app.command()
+@handle_errors
+def bench(
+    url: Annotated[str, typer.Argument(help="Server base URL, e.g. http://127.0.0.1:8000")],
+    concurrency: Annotated[str, typer.Option(help="Closed-loop concurrencies: '1,8,32,128'.")] = "",
+    request_rate: Annotated[str, typer.Option(help="Open-loop request rates (req/s): '2,4,8'.")] = "",
+    burstiness: Annotated[float, typer.Option(help="Gamma shape of arrivals: 1 = Poisson.")] = 1.0,
+    input_len: Annotated[int, typer.Option(help="Synthetic prompt length (words).")] = 128,
+    output_len: Annotated[int, typer.Option(help="Output tokens per request (ignore_eos, min_tokens).")] = 128,
+    endpoint: Annotated[str, typer.Option(help="completions or chat.")] = "completions",
+    model: Annotated[str | None, typer.Option(help="Model id (default: the first of /v1/models).")] = None,
+    prompts: Annotated[Path | None, typer.Option(help="JSONL of prompts instead of synthetic ones.")] = None,
+    warmup: Annotated[int | None, typer.Option(help="Requests completed before the window opens.")] = None,
+    requests_per_point: Annotated[int | None, typer.Option(help="Requests measured per point.")] = None,
+    max_duration: Annotated[float, typer.Option(help="Longest a point may run (s).")] = 300.0,
+    timeout: Annotated[float, typer.Option(help="Per-request timeout (s).")] = 120.0,
+    out: Annotated[Path, typer.Option(help="Folder for requests.jsonl, summary.csv, summary.json.")] = Path(
+        "bench-out"
+    ),
+    resume: Annotated[bool, typer.Option(help="Skip points already finished in --out.")] = False,
+    api_key: Annotated[
+        str | None, typer.Option(help="API key (else $TOKENROOF_API_KEY or $OPENAI_API_KEY); never written to results.")
+    ] = None,
+    ttft_slo_ms: Annotated[float | None, typer.Option(help="TTFT target for goodput.")] = None,
+    tpot_slo_ms: Annotated[float | None, typer.Option(help="TPOT target for goodput.")] = None,
+    max_failure_fraction: Annotated[float, typer.Option(help="A point with more failures is marked invalid.")] = 0.05,
+    ignore_eos: Annotated[bool, typer.Option(help="Send ignore_eos and min_tokens (vLLM, SGLang, llama.cpp).")] = True,
+    seed: Annotated[int, typer.Option(help="Seed for prompts and arrivals.")] = 0,
+    json_output: JsonOpt = False,
+) -> None:
+    """Measure a server's decode curve: TPOT and throughput against the running batch, written for predict."""
+    import asyncio
+
+    require_http()
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+    from tokenroof.bench.run import BenchConfig, run_bench
+
+    if endpoint not in ("completions", "chat"):
+        raise TokenroofError(f"--endpoint must be completions or chat, got {endpoint!r}")
+    cfg = BenchConfig(
+        url=url,
+        concurrencies=[int(c) for c in parse_numbers(concurrency, "--concurrency")],
+        rates=parse_numbers(request_rate, "--request-rate"),
+        burstiness=burstiness,
+        endpoint=endpoint,
+        model=model,
+        input_len=input_len,
+        output_len=output_len,
+        prompts_file=prompts,
+        warmup=warmup,
+        requests_per_point=requests_per_point,
+        max_duration_s=max_duration,
+        timeout_s=timeout,
+        out_dir=out,
+        resume=resume,
+        api_key=api_key,
+        ttft_slo_ms=ttft_slo_ms,
+        tpot_slo_ms=tpot_slo_ms,
+        max_failure_fraction=max_failure_fraction,
+        ignore_eos=ignore_eos,
+        seed=seed,
+    )
+    columns = (TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn())
+    with Progress(*columns, console=err, disable=json_output) as bar:
+        tasks: dict[str, Any] = {}
+
+        def progress(label: str, step: int, target: int) -> None:
+            if label not in tasks:
+                tasks[label] = bar.add_task(label, total=target or None)
+            bar.advance(tasks[label], step)
+
+        summaries = asyncio.run(run_bench(cfg, progress))
+    finish({"points": summaries, "out": str(out), "warnings": []}, render.bench, json_output)

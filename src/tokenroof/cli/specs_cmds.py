@@ -1,0 +1,82 @@
+"""roofline, models, hardware: first principles and the presets."""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+import typer
+
+from tokenroof import render
+from tokenroof.cli import (
+    ComputeOpt,
+    DtypeOpt,
+    HardwareOpt,
+    JsonOpt,
+    KvDtypeOpt,
+    ModelOpt,
+    PlotOpt,
+    TpOpt,
+    app,
+    finish,
+    handle_errors,
+    out,
+    parse_numbers,
+)
+
+
+@app.command()
+@handle_errors
+def roofline(
+    model: ModelOpt,
+    hardware: HardwareOpt,
+    batch: Annotated[str, typer.Option(help="Batch sizes: '1,8,32' or '1 8 32'.")] = "1,2,4,8,16,32,64,128,256,512",
+    context: Annotated[float, typer.Option(help="Tokens in each sequence's KV cache.")] = 1024,
+    dtype: DtypeOpt = "bf16",
+    kv_dtype: KvDtypeOpt = None,
+    compute_dtype: ComputeOpt = None,
+    tp: TpOpt = 1,
+    bandwidth_efficiency: Annotated[float, typer.Option(help="Achieved fraction of peak memory bandwidth.")] = 0.75,
+    compute_efficiency: Annotated[float, typer.Option(help="Achieved fraction of dense peak FLOP/s.")] = 0.75,
+    overhead_ms: Annotated[float, typer.Option(help="Fixed per-step overhead (scheduler, launches).")] = 1.0,
+    memory_utilization: Annotated[
+        float, typer.Option(help="Fraction of memory for weights + KV (vLLM --gpu-memory-utilization).")
+    ] = 0.9,
+    prompt_tokens: Annotated[float | None, typer.Option(help="Also estimate TTFT for a prompt this long.")] = None,
+    json_output: JsonOpt = False,
+    plot: PlotOpt = None,
+) -> None:
+    """First-principles decode roofline: TPOT, throughput and the binding resource at each batch."""
+    from tokenroof.analysis import analyze_roofline
+    from tokenroof.roofline import Efficiencies
+    from tokenroof.specs import Precision, load_hardware, load_model
+
+    result = analyze_roofline(
+        load_model(model),
+        load_hardware(hardware),
+        Precision.create(dtype, kv_dtype, compute_dtype),
+        parse_numbers(batch, "--batch"),
+        context,
+        tp,
+        Efficiencies(bandwidth_efficiency, compute_efficiency, overhead_ms / 1e3),
+        memory_utilization,
+        prompt_tokens,
+    )
+    from tokenroof.plots import plot_roofline
+
+    finish(result.to_dict(), render.roofline, json_output, plot, lambda path: plot_roofline(result, path))
+
+
+@app.command("models")
+def list_models_cmd() -> None:
+    """List the model presets."""
+    from tokenroof.specs import list_models, load_model
+
+    render.model_list(out, [load_model(name) for name in list_models()])
+
+
+@app.command("hardware")
+def list_hardware_cmd() -> None:
+    """List the hardware presets with their dense peaks and sources."""
+    from tokenroof.specs import list_hardware, load_hardware
+
+    render.hardware_list(out, [load_hardware(name) for name in list_hardware()])
