@@ -235,3 +235,16 @@ def test_arrival_process_mean_rate() -> None:
     assert (len(times) - 1) / times[-1] == pytest.approx(10.0, rel=0.05)
     gaps = np.diff(times)
     assert gaps.std() / gaps.mean() == pytest.approx(1 / np.sqrt(0.3), rel=0.1)  # gamma CV = 1/sqrt(shape)
+
+
+def test_running_batch_gauges_of_each_engine() -> None:
+    from tokenroof.bench.scrape import running_from_metrics
+
+    vllm = (
+        '# TYPE vllm:num_requests_running gauge\nvllm:num_requests_running{model_name="m",engine="0"} 12.0\n'
+        'vllm:num_requests_running{model_name="m",engine="1"} 3.0\nvllm:num_requests_waiting{model_name="m"} 4\n'
+    )
+    assert running_from_metrics(vllm) == 15.0
+    assert running_from_metrics('sglang:num_running_reqs{tp_rank="0"} 7\n') == 7.0
+    assert running_from_metrics("tgi_batch_current_size 9\n") == 9.0
+    assert running_from_metrics("llamacpp:requests_processing 2\n") is None

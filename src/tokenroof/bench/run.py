@@ -15,6 +15,7 @@ import numpy as np
 
 from tokenroof.bench.client import RequestRecord, send
 from tokenroof.bench.load import PointRun, closed_loop, open_loop
+from tokenroof.bench.scrape import BatchScraper
 from tokenroof.bench.selfcheck import LoopMonitor
 from tokenroof.bench.summary import PointSummary, summarise
 from tokenroof.errors import TokenroofError
@@ -259,6 +260,8 @@ async def run_bench(cfg: BenchConfig, progress: ProgressHook | None = None) -> l
 
                 monitor = LoopMonitor()
                 monitor.start()
+                scraper = BatchScraper(session, cfg.url, t0)
+                scraper.start()
                 if kind == "concurrency":
                     run = await closed_loop(
                         label, int(value), one, on_record, t0, cfg.warmup or int(value), target, cfg.max_duration_s
@@ -267,7 +270,14 @@ async def run_bench(cfg: BenchConfig, progress: ProgressHook | None = None) -> l
                     n = cfg.requests_per_point or max(int(value * 30), 32)
                     run = await open_loop(label, value, cfg.burstiness, n, one, on_record, t0, rng, cfg.timeout_s)
                 await monitor.stop()
+                await scraper.stop()
                 summary = summarise(label, kind, value, run.records, run.window_s, cfg.ttft_slo_ms, cfg.tpot_slo_ms)
+                server_batch = scraper.mean_in(*run.window_s)
+                summary.data["batch_client"] = summary.data["batch"]
+                summary.data["batch_server"] = server_batch
+                summary.data["batch_source"] = "server /metrics" if server_batch is not None else "client timestamps"
+                if server_batch is not None:
+                    summary.data["batch"] = server_batch
                 summary.invalid = validity(summary, run, monitor, cfg.max_failure_fraction)
                 summary.data["client_loop_lag_p99_ms"] = monitor.lag_p99_ms
                 summary.data["client_note"] = monitor.note(summary.data["tpot_ms"]["p50"])
@@ -292,8 +302,8 @@ def write_outputs(cfg: BenchConfig, model: str, summaries: list[dict[str, Any]])
     lines = [
         f"# tokenroof bench {cfg.url} model={model} endpoint={cfg.endpoint} input_len={cfg.input_len} "
         f"output_len={cfg.output_len}",
-        "# batch = time-averaged running batch measured client-side; throughput = output tokens/s in the "
-        "steady-state window; tpot_ms = mean TPOT excluding the first token",
+        "# batch = time-averaged running batch (from the server's /metrics gauge where it has one, else from client "
+        "timestamps); throughput = output tokens/s in the steady-state window; tpot_ms = mean TPOT excl. the 1st token",
     ]
     rows = ["batch,throughput_tok_s,tpot_ms,context_tokens,ttft_ms"]
     for s in summaries:

@@ -1,0 +1,67 @@
+"""The server's own running batch, scraped from its Prometheus /metrics while a point runs.
+
+vLLM (`vllm:num_requests_running`), SGLang (`sglang:num_running_reqs`), TGI
+(`tgi_batch_current_size`) and the emulator export the running batch as a gauge;
+sampled every 100 ms and averaged over the window it is exact where the client's
+timestamp estimate is ±1–3%. Servers without /metrics (llama.cpp by default) fall
+back to the client-side estimate.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from dataclasses import dataclass, field
+
+import aiohttp
+
+GAUGES = ("vllm:num_requests_running", "sglang:num_running_reqs", "tgi_batch_current_size")
+PERIOD_S = 0.1
+
+
+def running_from_metrics(text: str) -> float | None:
+    """Sum of the first running-batch gauge found (summed over label sets, e.g. several engines)."""
+    for gauge in GAUGES:
+        values = [
+            float(line.rsplit(" ", 1)[1])
+            for line in text.splitlines()
+            if line.startswith(gauge) and (line[len(gauge)] in "{ ")
+        ]
+        if values:
+            return sum(values)
+    return None
+
+
+@dataclass
+class BatchScraper:
+    session: aiohttp.ClientSession
+    url: str
+    t0: float
+    samples: list[tuple[float, float]] = field(default_factory=list)
+    _task: asyncio.Task[None] | None = None
+
+    async def _run(self) -> None:
+        while True:
+            try:
+                async with self.session.get(self.url.rstrip("/") + "/metrics") as response:
+                    if response.status != 200:
+                        return
+                    value = running_from_metrics(await response.text())
+                if value is None:
+                    return  # no known gauge: stop asking
+                self.samples.append((time.perf_counter() - self.t0, value))
+            except (aiohttp.ClientError, TimeoutError, ValueError, IndexError):
+                return
+            await asyncio.sleep(PERIOD_S)
+
+    def start(self) -> None:
+        self._task = asyncio.create_task(self._run())
+
+    async def stop(self) -> None:
+        if self._task is not None:
+            self._task.cancel()
+            await asyncio.gather(self._task, return_exceptions=True)
+
+    def mean_in(self, w0: float, w1: float) -> float | None:
+        inside = [v for t, v in self.samples if w0 <= t <= w1]
+        return sum(inside) / len(inside) if len(inside) >= 5 else None
