@@ -26,14 +26,15 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
+from functools import cached_property
 
 import numpy as np
 from scipy.optimize import nnls
 
 from tokenroof.errors import TokenroofError
 from tokenroof.measurements import MeasurementTable
-from tokenroof.stepmodel import StepModel
+from tokenroof.stepmodel import StepModel, queued_tpot_s
 from tokenroof.units import ms_to_s
 
 KNEE_GRID = np.geomspace(0.25, 1e5, 240)
@@ -97,33 +98,24 @@ class Fit:
     samples: list[Terms]
     sigma_rel: float
     n_fit: int
-    warnings: list[str] = field(default_factory=list)
 
     @property
     def step_model(self) -> StepModel:
         return self.terms.step_model(self.prior)
 
-    def sample_models(self) -> list[StepModel]:
+    @cached_property
+    def _sample_models(self) -> list[StepModel]:
         return [t.step_model(self.prior) for t in self.samples]
+
+    def sample_models(self) -> list[StepModel]:
+        """The interval samples as step models (built once: predictions, the critical batch and plots share them)."""
+        return self._sample_models
 
 
 # -- model evaluation -----------------------------------------------------------------
-def shape_of(prior: Prior | None, batch: np.ndarray) -> np.ndarray:
-    """Weights time per unit scale at each batch (1 for data-only fits; grows with batch for MoE)."""
-    if prior is None:
-        return np.ones_like(batch, dtype=float)
-    return prior.weights_floor.weights_time_s(batch)
-
-
 def predict_s(t: Terms, prior: Prior | None, batch: np.ndarray) -> np.ndarray:
-    """TPOT in seconds. Beyond the prior's memory cap the running batch stays at the cap and requests
-    queue, so throughput is flat and TPOT (= batch / throughput) grows with the queue."""
-    batch = np.asarray(batch, dtype=float)
-    cap = prior.max_batch if prior is not None else None
-    running = batch if cap is None else np.minimum(batch, cap)
-    shape = shape_of(prior, running)
-    step = t.fixed_s + np.maximum(t.weights_scale * shape, running * t.compute_s) + running * t.per_seq_s
-    return step * batch / running
+    """TPOT in seconds, capped by the prior's KV-cache capacity when it has one (see `queued_tpot_s`)."""
+    return queued_tpot_s(t.step_model(prior), batch, prior.max_batch if prior is not None else None)
 
 
 def rel_residuals(t: Terms, prior: Prior | None, batch: np.ndarray, tpot_s: np.ndarray) -> np.ndarray:

@@ -318,6 +318,23 @@ def _json_rows(data: Any, where: str, warnings: list[str]) -> tuple[list[Row], l
     return rows, provenance
 
 
+def read_jsonl(path: Path) -> list[tuple[int, Any]]:
+    """(line number, parsed value) for every non-blank line; an unreadable file or a bad line names itself."""
+    try:
+        lines = path.read_text().splitlines()
+    except OSError as exc:
+        raise TokenroofError(f"{path}: cannot read ({exc.strerror})") from None
+    rows = []
+    for number, line in enumerate(lines, start=1):
+        if not line.strip():
+            continue
+        try:
+            rows.append((number, json.loads(line)))
+        except json.JSONDecodeError as exc:
+            raise TokenroofError(f"{path}:{number}: not valid JSON ({exc.msg})") from None
+    return rows
+
+
 def read_table(paths: Sequence[Path | str]) -> MeasurementTable:
     """Read one CSV, or one or more JSON files (tokenroof, vLLM bench serve, GuideLLM) into one table."""
     files = [Path(p) for p in paths]

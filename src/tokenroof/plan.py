@@ -17,6 +17,7 @@ from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
 
+from tokenroof.advise import engine_flags
 from tokenroof.errors import TokenroofError
 from tokenroof.simulate import Workload, simulate
 from tokenroof.stepmodel import StepModel
@@ -115,9 +116,7 @@ class Plan:
             "reason": self.reason,
             "slo": {"ttft_p99_ms": self.slo.ttft_p99_ms, "tpot_p99_ms": self.slo.tpot_p99_ms},
             "tried": [o.to_dict(self.slo) for o in self.tried],
-            "engine_flags": None
-            if self.chosen is None
-            else {"vllm": f"--max-num-seqs {self.chosen.candidate.max_num_seqs}"},
+            "engine_flags": None if self.chosen is None else engine_flags(self.chosen.candidate.max_num_seqs),
             "warnings": [],
         }
 

@@ -12,7 +12,7 @@ from tokenroof import roofline as rl
 from tokenroof.fit import Fit, Prior, fit_table
 from tokenroof.measurements import MeasurementTable
 from tokenroof.specs import HardwareSpec, ModelSpec, Precision
-from tokenroof.stepmodel import StepModel
+from tokenroof.stepmodel import StepModel, queued_tpot_s
 from tokenroof.units import MS_PER_S
 
 LEVEL = 0.90  # central interval
@@ -35,12 +35,6 @@ class Workload:
         if self.input_len is not None and self.output_len is not None:
             return self.input_len + self.output_len / 2
         return 0.0
-
-    @property
-    def final_context(self) -> float:
-        if self.input_len is not None and self.output_len is not None:
-            return self.input_len + self.output_len
-        return self.mean_context
 
     @property
     def prefill_ratio(self) -> float:
@@ -88,11 +82,9 @@ def prior_from_specs(
 
 
 def evaluate(sm: StepModel, batch: np.ndarray, cap: int | None) -> tuple[np.ndarray, np.ndarray]:
-    """TPOT (s) and throughput (tok/s); beyond the memory cap the running batch stays at the cap and
-    requests queue, so throughput is flat and TPOT (= batch / throughput) grows with the queue."""
-    running = batch if cap is None else np.minimum(batch, cap)
-    thr = running / sm.step_time_s(running)
-    return batch / thr, thr
+    """TPOT (s) and throughput (tok/s) with the running batch capped by memory (see `queued_tpot_s`)."""
+    tpot = queued_tpot_s(sm, batch, cap)
+    return tpot, np.asarray(batch, dtype=float) / tpot
 
 
 @dataclass

@@ -19,6 +19,7 @@ import numpy as np
 
 from tokenroof.engine.core import BatchScheduler, Sequence, StepPlan
 from tokenroof.errors import TokenroofError
+from tokenroof.measurements import read_jsonl
 from tokenroof.stepmodel import StepModel
 
 DISTRIBUTIONS = ("fixed", "uniform", "lognormal")
@@ -83,16 +84,13 @@ class Trace:
     @classmethod
     def read(cls, path: Path) -> Trace:
         rows = []
-        try:
-            lines = path.read_text().splitlines()
-        except OSError as exc:
-            raise TokenroofError(f"{path}: cannot read ({exc.strerror})") from None
-        for number, line in enumerate(lines, start=1):
-            try:
-                record = json.loads(line)
-            except json.JSONDecodeError:
-                raise TokenroofError(f"{path}:{number}: not valid JSON") from None
-            if record.get("type") != "request" or not record.get("ok") or record.get("index", 0) < 0:
+        for _, record in read_jsonl(path):
+            if (
+                not isinstance(record, dict)
+                or record.get("type") != "request"
+                or not record.get("ok")
+                or record.get("index", 0) < 0
+            ):
                 continue
             prompt = record.get("prompt_tokens") or 1
             rows.append((float(record["start_s"]), int(prompt), int(record["output_tokens"])))

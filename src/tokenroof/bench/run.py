@@ -19,6 +19,7 @@ from tokenroof.bench.scrape import BatchScraper
 from tokenroof.bench.selfcheck import LoopMonitor
 from tokenroof.bench.summary import PointSummary, summarise
 from tokenroof.errors import TokenroofError
+from tokenroof.measurements import read_jsonl
 
 # synthetic prompts: random common English words (one token each in most tokenizers; exactly one on the emulator)
 WORDS = (
@@ -122,17 +123,7 @@ class Prompts:
 
 def read_prompts(path: Path) -> list[dict[str, Any]]:
     items = []
-    try:
-        lines = path.read_text().splitlines()
-    except OSError as exc:
-        raise TokenroofError(f"{path}: cannot read ({exc.strerror})") from None
-    for number, line in enumerate(lines, start=1):
-        if not line.strip():
-            continue
-        try:
-            item = json.loads(line)
-        except json.JSONDecodeError as exc:
-            raise TokenroofError(f"{path}:{number}: not valid JSON ({exc.msg})") from None
+    for number, item in read_jsonl(path):
         if isinstance(item, str):
             item = {"prompt": item}
         if not isinstance(item, dict) or not ("prompt" in item or "messages" in item):
@@ -247,7 +238,7 @@ async def run_bench(cfg: BenchConfig, progress: ProgressHook | None = None) -> l
                     summaries.append(done[label])
                     continue
 
-                async def one(record: RequestRecord, _label: str = label) -> RequestRecord:
+                async def one(record: RequestRecord) -> RequestRecord:
                     payload = prompts.payload(record.index, model)
                     return await send(session, url, payload, record, t0, cfg.timeout_s, headers)
 

@@ -29,7 +29,8 @@ from tokenroof.cli import (
 from tokenroof.errors import TokenroofError
 
 
-def build_prior(
+def table_and_prior(
+    files: list[Path],
     model: str | None,
     hardware: str | None,
     dtype: str,
@@ -40,20 +41,25 @@ def build_prior(
     input_len: float | None,
     output_len: float | None,
     decode_only: bool,
-    table_context: float | None = None,
-) -> Any:
-    """The physics prior when both --model and --hardware are given; None for a data-only fit."""
+) -> tuple[Any, Any]:
+    """The measured table, and the physics prior when both --model and --hardware are given (None: data only).
+
+    The prior's context is --context, else the mean of the table's context_tokens column, else from the lengths.
+    """
+    from tokenroof.measurements import read_table
     from tokenroof.predict import Workload, prior_from_specs
     from tokenroof.specs import Precision, load_hardware, load_model
 
     if (model is None) != (hardware is None):
         raise TokenroofError("give both --model and --hardware for the physics prior (or neither for data only)")
+    table = read_table(files)
     if model is None or hardware is None:
-        return None
-    workload = Workload(context if context is not None else table_context, input_len, output_len, decode_only)
-    return prior_from_specs(
-        load_model(model), load_hardware(hardware), Precision.create(dtype, kv_dtype, compute_dtype), workload, tp
-    )
+        return table, None
+    if context is None and table.context_tokens is not None:
+        context = float(table.context_tokens.mean())
+    workload = Workload(context, input_len, output_len, decode_only)
+    precision = Precision.create(dtype, kv_dtype, compute_dtype)
+    return table, prior_from_specs(load_model(model), load_hardware(hardware), precision, workload, tp)
 
 
 @app.command()
@@ -79,13 +85,10 @@ def predict(
     plot: PlotOpt = None,
 ) -> None:
     """Fit measured points and predict TPOT and throughput at other batches, with 90% intervals."""
-    from tokenroof.measurements import read_table
     from tokenroof.predict import predict_table
 
-    table = read_table(files)
-    table_context = float(table.context_tokens.mean()) if table.context_tokens is not None else None
-    prior = build_prior(
-        model, hardware, dtype, kv_dtype, compute_dtype, tp, context, input_len, output_len, decode_only, table_context
+    table, prior = table_and_prior(
+        files, model, hardware, dtype, kv_dtype, compute_dtype, tp, context, input_len, output_len, decode_only
     )
     result = predict_table(
         table, parse_numbers(batch, "--batch"), prior, critical_batch, roof_tok_s, max(samples, 10), seed
@@ -121,22 +124,9 @@ def advise(
 
     if files:
         from tokenroof.fit import fit_table
-        from tokenroof.measurements import read_table
 
-        table = read_table(files)
-        table_context = float(table.context_tokens.mean()) if table.context_tokens is not None else None
-        prior = build_prior(
-            model,
-            hardware,
-            dtype,
-            kv_dtype,
-            compute_dtype,
-            tp,
-            context,
-            input_len,
-            output_len,
-            decode_only,
-            table_context,
+        table, prior = table_and_prior(
+            files, model, hardware, dtype, kv_dtype, compute_dtype, tp, context, input_len, output_len, decode_only
         )
         fit = fit_table(table, prior, n_samples=max(samples, 10))
         result = advise_cap(

@@ -4,9 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import itertools
-import json
 from dataclasses import dataclass, field
-from typing import Any
 
 from aiohttp import web
 
@@ -34,7 +32,6 @@ class Emulator:
     engine: RealtimeEngine | None = None
     requests_total: int = 0
     errors_total: int = 0
-    batch_sum: int = 0  # Σ running batch over steps, for the mean running batch
 
     # -- engine -------------------------------------------------------------------
     def on_token(self, seq: Sequence, index: int, at: float) -> None:
@@ -201,7 +198,3 @@ async def start(emulator: Emulator, host: str = "127.0.0.1", port: int = 0) -> t
 def serve(emulator: Emulator, host: str, port: int) -> None:
     """Run until interrupted (the CLI)."""
     web.run_app(emulator.app(), host=host, port=port, access_log=None, print=None)
-
-
-def describe(model: StepModel) -> dict[str, Any]:
-    return json.loads(json.dumps(model.to_dict()))
