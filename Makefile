@@ -3,7 +3,7 @@ PYTHON ?= python3
 VENV   ?= .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed-dev
-SEED   := ../shared/data/seed/h100_7b_seed.csv
+SEED   := examples/h100_7b_seed.csv
 
 .PHONY: install test test-slow test-ray test-integration lint demo bench clean
 

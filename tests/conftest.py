@@ -9,7 +9,9 @@ from typer.testing import CliRunner, Result
 
 from tokenroof.cli import app, normalize_argv
 
-SHARED = Path(__file__).resolve().parents[2] / "shared"
+ROOT = Path(__file__).resolve().parents[1]
+SEED_TABLE = ROOT / "examples" / "h100_7b_seed.csv"  # the founding question's table (a copy of shared/data/seed)
+DATA = ROOT / "tests" / "data"  # a published curve copied from shared/data/curves, with its source
 
 
 def run_cli(args: Sequence[str]) -> Result:

@@ -6,9 +6,9 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import SHARED, run_cli, run_json
+from tests.conftest import DATA, SEED_TABLE, run_cli, run_json
 
-SEED = str(SHARED / "data" / "seed" / "h100_7b_seed.csv")
+SEED = str(SEED_TABLE)
 KEYS = {
     "batch",
     "throughput_tok_s",
@@ -60,7 +60,7 @@ def test_with_physics_prior_and_table_output(tmp_path: Path) -> None:
 
 
 def test_curve_from_the_shared_data() -> None:
-    curve = str(SHARED / "data" / "curves" / "mmg_offline_decode_llama2_7b_h100_64gb_vllm.csv")
+    curve = str(DATA / "mmg_offline_decode_llama2_7b_h100_64gb_vllm.csv")
     data = run_json(["predict", curve, "--batch", "200", "--samples", "30"])
     assert data["predictions"][0]["tpot_ms"] > 37  # beyond the last measured point (160: 37 ms)
 

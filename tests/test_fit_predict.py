@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from tests.conftest import SHARED
+from tests.conftest import SEED_TABLE
 from tokenroof import roofline as rl
 from tokenroof.errors import TokenroofError
 from tokenroof.fit import fit_table
@@ -14,7 +14,7 @@ from tokenroof.predict import Workload, predict_table, prior_from_specs
 from tokenroof.specs import Precision, load_hardware, load_model
 from tokenroof.stepmodel import StepModel
 
-SEED = SHARED / "data" / "seed" / "h100_7b_seed.csv"
+SEED = SEED_TABLE
 
 
 def synthetic(sm: StepModel, batches: list[float], noise: float = 0.0, seed: int = 1) -> MeasurementTable:
