@@ -7,10 +7,17 @@ SEED   := examples/h100_7b_seed.csv
 
 .PHONY: install test test-slow test-ray test-integration lint demo bench clean
 
+# PyTorch for bench-local/calibrate and their tests, pinned: on this project's machines pip takes a CPU
+# build from local disk. Elsewhere pass TORCH_INDEX=https://download.pytorch.org/whl/cpu for the CPU
+# build (plain PyPI gives a CUDA build of several GB).
+TORCH_SPEC  ?= torch==2.13.0
+TORCH_INDEX ?=
+
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install -q --upgrade pip
-	$(BIN)/python -m pip install -q -e '.[dev]'
+	$(BIN)/python -m pip install -q '$(TORCH_SPEC)' $(if $(TORCH_INDEX),--index-url $(TORCH_INDEX))
+	$(BIN)/python -m pip install -q -e '.[dev,local]'
 	touch $(STAMP)
 
 install: $(STAMP)

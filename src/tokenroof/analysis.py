@@ -141,7 +141,7 @@ def analyze_roofline(
     prompt_tokens: float | None = None,
 ) -> RooflineResult:
     """Build the step model from specs and evaluate it over `batches` at `context_tokens`."""
-    eff = eff or rl.Efficiencies()
+    eff = eff or rl.default_efficiencies(hardware, precision)
     arr = validate_batches(batches)
     if context_tokens < 0:
         raise TokenroofError(f"context must be non-negative, got {context_tokens:g}")

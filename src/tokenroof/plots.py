@@ -190,3 +190,29 @@ def plot_rate_sweep(rows: list[dict[str, Any]], path: Path) -> None:
     fig.suptitle("tokenroof simulate: latency and goodput against load")
     save(fig, path)
     plt.close(fig)
+
+
+def plot_bench_local(data: dict[str, Any], path: Path) -> None:
+    """Measured TPOT (p10–p90 bars) and throughput against batch, with the first-principles curve if given."""
+    plt = _pyplot()
+    points = data["points"]
+    batch = np.array([p["batch"] for p in points], dtype=float)
+    tpot = np.array([p["tpot_ms"] for p in points])
+    low = tpot - np.array([p["tpot_ms_p10"] for p in points])
+    high = np.array([p["tpot_ms_p90"] for p in points]) - tpot
+    fig, (ax_t, ax_x) = plt.subplots(1, 2, figsize=(11, 4.2))
+    ax_t.errorbar(batch, tpot, yerr=[np.maximum(low, 0), np.maximum(high, 0)], fmt="o-", capsize=3, label="measured")
+    ax_x.plot(batch, batch * 1e3 / tpot, "o-", label="measured")
+    if data.get("hardware"):
+        predicted = np.array([p["predicted_tpot_ms"] for p in points])
+        ax_t.plot(batch, predicted, "k--", label="first principles")
+        ax_x.plot(batch, batch * 1e3 / predicted, "k--", label="first principles")
+        shade_bounds(ax_t, batch, np.array([p["predicted_bound"] for p in points]))
+    ax_t.set(xscale="log", xlabel="batch", ylabel="TPOT (ms)", title=f"{data['model']['name']} {data['precision']['weight_dtype']}")
+    ax_x.set(xscale="log", xlabel="batch", ylabel="throughput (tok/s)", title=data["device_name"])
+    for ax in (ax_t, ax_x):
+        ax.set_xscale("log", base=2)
+        ax.legend(fontsize=8)
+        ax.grid(alpha=0.3)
+    save(fig, path)
+    plt.close(fig)

@@ -54,7 +54,7 @@ def prior_from_specs(
     memory_utilization: float = 0.9,
 ) -> Prior:
     """Floors at 100% of the peaks and prior centres at the default efficiencies."""
-    eff = eff or rl.Efficiencies()
+    eff = eff or rl.default_efficiencies(hardware, precision)
     peak = rl.step_model_from_specs(
         model,
         hardware,

@@ -303,3 +303,74 @@ def hardware_list(console: Console, chips: Sequence[HardwareSpec]) -> None:
             fmt(link / 1e9) if link else "—",
         )
     console.print(table)
+
+
+def bench_local(console: Console, data: dict[str, Any]) -> None:
+    m, p = data["model"], data["precision"]
+    console.print(
+        f"[bold]{m['name']}[/] ({m['total_params'] / 1e6:,.1f}M params, {m['attention']}) in {p['weight_dtype']} on "
+        f"[bold]{data['device_name']}[/] ({data['device']}, {data['threads']} threads, torch {data['torch_version']})",
+        highlight=False,
+    )
+    console.print(
+        f"context {data['context']} tokens; TPOT = median of {data['timed_steps']} steps after "
+        f"{data['warmup_steps']} warm-up; spread p10–p90; TTFT = prefill of one prompt",
+        style="dim",
+        highlight=False,
+    )
+    hw = data.get("hardware")
+    table = Table()
+    for col in ("batch", "TPOT ms", "p10–p90 ms", "tok/s", "TTFT ms", "GB/s", "GFLOP/s"):
+        table.add_column(col, justify="right")
+    if hw:
+        for col in ("% of BW", "% of peak", "predicted ms", "error", "bound"):
+            table.add_column(col, justify="right")
+    for pt in data["points"]:
+        row = [
+            fmt(pt["batch"]),
+            fmt(pt["tpot_ms"]),
+            f"{fmt(pt['tpot_ms_p10'])}–{fmt(pt['tpot_ms_p90'])}",
+            fmt(pt["throughput_tok_s"]),
+            fmt(pt["ttft_ms"]),
+            fmt(pt["achieved_bytes_per_s"] / 1e9),
+            fmt(pt["achieved_flops_per_s"] / 1e9),
+        ]
+        if hw:
+            error = pt["predicted_tpot_ms"] / pt["tpot_ms"] - 1
+            row += [
+                f"{pt['bandwidth_fraction']:.0%}",
+                f"{pt['flops_fraction']:.0%}",
+                fmt(pt["predicted_tpot_ms"]),
+                f"{error:+.0%}",
+                bound_cell(pt["predicted_bound"]),
+            ]
+        table.add_row(*row)
+    console.print(table)
+    if hw:
+        console.print(f"predicted: first principles on {hw['name']}", style="dim", highlight=False)
+
+
+def calibration(console: Console, data: dict[str, Any]) -> None:
+    console.print(
+        f"[bold]{data['name']}[/] ({data['device']}, {data['threads']} threads, torch {data['torch_version']}); "
+        f"kernel shapes: {data['shapes']}",
+        highlight=False,
+    )
+    summary = Table.grid(padding=(0, 2))
+    summary.add_row("STREAM-like copy (read + write)", f"[bold]{data['copy_bandwidth_bytes_per_s'] / 1e9:.1f}[/] GB/s")
+    summary.add_row("STREAM-like read", f"[bold]{data['read_bandwidth_bytes_per_s'] / 1e9:.1f}[/] GB/s")
+    summary.add_row("peak bandwidth written", f"[bold]{data['memory_bandwidth_bytes_per_s'] / 1e9:.1f}[/] GB/s")
+    console.print(summary)
+    table = Table()
+    for col in ("dtype", "matvec GB/s", "attention GB/s", "GEMM GFLOP/s", "decode GEMM GFLOP/s", "overhead ms/layer"):
+        table.add_column(col, justify="right")
+    for dtype, gemv in data["gemv_bandwidth_bytes_per_s"].items():
+        table.add_row(
+            dtype,
+            fmt(gemv / 1e9),
+            fmt(data["attention_bandwidth_bytes_per_s"][dtype] / 1e9),
+            fmt(data["gemm_flops_per_s"][dtype] / 1e9),
+            fmt(data["decode_gemm_flops_per_s"][dtype] / 1e9),
+            fmt(data["efficiencies"][dtype]["overhead_s_per_layer"] * 1e3),
+        )
+    console.print(table)

@@ -7,7 +7,7 @@ tensor parallelism `tp` (weights, KV heads and FLOPs split `tp` ways).
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, fields
 
 import numpy as np
 from numpy.typing import ArrayLike, NDArray
@@ -37,19 +37,36 @@ class Efficiencies:
     overhead_s: float = 1.0e-3
     interconnect: float = 0.7
     allreduce_latency_s: float = 8e-6
+    overhead_s_per_layer: float = 0.0  # eager frameworks launch kernels per layer; 0 for CUDA-graph servers
+    kv_bandwidth: float | None = None  # achieved fraction of peak bandwidth when reading the KV cache (None: `bandwidth`)
 
     def __post_init__(self) -> None:
-        for name in ("bandwidth", "compute", "interconnect"):
+        for name in ("bandwidth", "compute", "interconnect", "kv_bandwidth"):
             value = getattr(self, name)
+            if value is None:
+                continue
             if not 0 < value <= 1:
                 raise TokenroofError(
                     f"{name} efficiency must be in (0, 1] (nothing runs faster than the peak), got {value}"
                 )
-        if self.overhead_s < 0 or self.allreduce_latency_s < 0:
-            raise TokenroofError("overhead and all-reduce latency must be non-negative")
+        if min(self.overhead_s, self.allreduce_latency_s, self.overhead_s_per_layer) < 0:
+            raise TokenroofError("overheads and all-reduce latency must be non-negative")
 
     def to_dict(self) -> dict[str, float]:
         return asdict(self)
+
+
+def default_efficiencies(hardware: HardwareSpec, precision: Precision) -> Efficiencies:
+    """The hardware file's measured efficiencies (global, then per weight dtype) over the serving defaults.
+
+    Datasheet presets carry none; a `tokenroof calibrate` file carries what this
+    machine's kernels achieved, so its first-principles numbers need no tuning.
+    """
+    known = {f.name for f in fields(Efficiencies)}
+    values: dict[str, float] = {}
+    for scope in (hardware.efficiencies, hardware.efficiencies.get(precision.weight_dtype, {})):
+        values.update({k: float(v) for k, v in scope.items() if k in known})
+    return Efficiencies(**values)
 
 
 # -- bytes -------------------------------------------------------------------------
@@ -193,9 +210,10 @@ def step_model_from_specs(
     eff: Efficiencies | None = None,
 ) -> StepModel:
     """The four (plus per-sequence) terms of DESIGN.md's step model from model × hardware × precision."""
-    eff = eff or Efficiencies()
+    eff = eff or default_efficiencies(hardware, precision)
     check_parallelism(model, hardware, tp)
     bandwidth = hardware.memory_bandwidth_bytes_per_s * eff.bandwidth
+    kv_bandwidth = hardware.memory_bandwidth_bytes_per_s * (eff.kv_bandwidth or eff.bandwidth)
     flops = hardware.peak_for(precision.compute_dtype) * eff.compute
     kv_token = kv_bytes_per_token(model, precision, tp)
     t_allreduce_seq = 0.0
@@ -205,11 +223,11 @@ def step_model_from_specs(
         t_allreduce_seq = float(allreduce_bytes(model, precision, 1.0, tp)) / link
         t_allreduce_fixed = 2 * model.num_layers * eff.allreduce_latency_s
     return StepModel(
-        t_fixed_s=eff.overhead_s + t_allreduce_fixed,
+        t_fixed_s=eff.overhead_s + eff.overhead_s_per_layer * model.num_layers + t_allreduce_fixed,
         t_weights_s=dense_weight_bytes(model, precision, tp) / bandwidth,
         t_compute_s=float(matmul_flops(model, 1.0, tp)) / flops,
-        t_kv_token_s=kv_token / bandwidth,
-        t_seq_s=kv_token / bandwidth + t_allreduce_seq,
+        t_kv_token_s=kv_token / kv_bandwidth,
+        t_seq_s=kv_token / kv_bandwidth + t_allreduce_seq,
         t_attn_token_s=float(attention_flops(model, 1.0, 1.0, tp)) / flops,
         t_expert_s=expert_weight_bytes(model, precision, tp) / bandwidth,
         num_experts=model.num_experts,
@@ -254,7 +272,7 @@ def prefill_time_s(
 
     FLOPs: 2·matmul params per token plus causal attention 2·L·q_dim·P² (half of the full P×P).
     """
-    eff = eff or Efficiencies()
+    eff = eff or default_efficiencies(hardware, precision)
     check_parallelism(model, hardware, tp)
     p = np.asarray(prompt_tokens, dtype=float)
     flops = matmul_flops(model, p, tp) + 2.0 * model.num_layers * model.q_dim * p**2 / tp
@@ -265,4 +283,5 @@ def prefill_time_s(
     if tp > 1:
         link = (hardware.interconnect_bandwidth_bytes_per_s or 0.0) * eff.interconnect
         comm_s = allreduce_bytes(model, precision, p, tp) / link + 2 * model.num_layers * eff.allreduce_latency_s
-    return eff.overhead_s + np.maximum(compute_s, memory_s) + comm_s
+    overhead_s = eff.overhead_s + eff.overhead_s_per_layer * model.num_layers
+    return overhead_s + np.maximum(compute_s, memory_s) + comm_s

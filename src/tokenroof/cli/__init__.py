@@ -1,7 +1,8 @@
 """The `tokenroof` command: parse, call one library function, print a table or JSON.
 
 Commands live in `specs_cmds` (roofline, models, hardware), `measured` (predict, advise),
-`serving` (emulate, bench) and `capacity` (simulate, plan); each registers on `app`.
+`serving` (emulate, bench), `capacity` (simulate, plan) and `local` (bench-local, calibrate); each
+registers on `app`.
 """
 
 from __future__ import annotations
@@ -160,5 +161,6 @@ from tokenroof.cli import specs_cmds  # noqa: E402, I001
 from tokenroof.cli import measured  # noqa: E402
 from tokenroof.cli import serving  # noqa: E402
 from tokenroof.cli import capacity  # noqa: E402
+from tokenroof.cli import local  # noqa: E402
 
-__all__ = ["app", "capacity", "main", "measured", "normalize_argv", "serving", "specs_cmds"]
+__all__ = ["app", "capacity", "local", "main", "measured", "normalize_argv", "serving", "specs_cmds"]

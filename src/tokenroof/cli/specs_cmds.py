@@ -35,9 +35,15 @@ def roofline(
     kv_dtype: KvDtypeOpt = None,
     compute_dtype: ComputeOpt = None,
     tp: TpOpt = 1,
-    bandwidth_efficiency: Annotated[float, typer.Option(help="Achieved fraction of peak memory bandwidth.")] = 0.75,
-    compute_efficiency: Annotated[float, typer.Option(help="Achieved fraction of dense peak FLOP/s.")] = 0.75,
-    overhead_ms: Annotated[float, typer.Option(help="Fixed per-step overhead (scheduler, launches).")] = 1.0,
+    bandwidth_efficiency: Annotated[
+        float | None, typer.Option(help="Achieved fraction of peak memory bandwidth [0.75, or the hardware file's].")
+    ] = None,
+    compute_efficiency: Annotated[
+        float | None, typer.Option(help="Achieved fraction of dense peak FLOP/s [0.75, or the hardware file's].")
+    ] = None,
+    overhead_ms: Annotated[
+        float | None, typer.Option(help="Fixed per-step overhead (scheduler, launches) [1.0, or the hardware file's].")
+    ] = None,
     memory_utilization: Annotated[
         float, typer.Option(help="Fraction of memory for weights + KV (vLLM --gpu-memory-utilization).")
     ] = 0.9,
@@ -46,18 +52,25 @@ def roofline(
     plot: PlotOpt = None,
 ) -> None:
     """First-principles decode roofline: TPOT, throughput and the binding resource at each batch."""
+    from dataclasses import replace
+
     from tokenroof.analysis import analyze_roofline
-    from tokenroof.roofline import Efficiencies
+    from tokenroof.roofline import default_efficiencies
     from tokenroof.specs import Precision, load_hardware, load_model
 
+    hw, precision = load_hardware(hardware), Precision.create(dtype, kv_dtype, compute_dtype)
+    eff = default_efficiencies(hw, precision)
+    given = {"bandwidth": bandwidth_efficiency, "compute": compute_efficiency}
+    given["overhead_s"] = None if overhead_ms is None else overhead_ms / 1e3
+    eff = replace(eff, **{k: v for k, v in given.items() if v is not None})
     result = analyze_roofline(
         load_model(model),
-        load_hardware(hardware),
-        Precision.create(dtype, kv_dtype, compute_dtype),
+        hw,
+        precision,
         parse_numbers(batch, "--batch"),
         context,
         tp,
-        Efficiencies(bandwidth_efficiency, compute_efficiency, overhead_ms / 1e3),
+        eff,
         memory_utilization,
         prompt_tokens,
     )

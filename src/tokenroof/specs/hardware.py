@@ -27,6 +27,9 @@ class HardwareSpec:
     peaks: str = "dense"
     source: Mapping[str, str] = field(default_factory=dict)
     key: str = ""
+    # measured efficiencies (calibrated files): global keys, and per-weight-dtype tables that override them
+    efficiencies: Mapping[str, Any] = field(default_factory=dict)
+    measured: Mapping[str, Any] = field(default_factory=dict)
 
     def peak_for(self, dtype: str) -> float:
         """Dense peak FLOP/s for a compute dtype; an error lists the dtypes this chip has."""
@@ -49,6 +52,7 @@ class HardwareSpec:
             "interconnect_bandwidth_bytes_per_s": self.interconnect_bandwidth_bytes_per_s,
             "peak_flops_per_s": dict(self.peak_flops_per_s),
             "source": dict(self.source),
+            "efficiencies": {k: dict(v) if isinstance(v, Mapping) else v for k, v in self.efficiencies.items()},
         }
 
 
@@ -76,6 +80,7 @@ def hardware_from_dict(data: Mapping[str, Any], origin: str, key: str = "") -> H
         for k, v in raw_peaks.items()
     }
     interconnect = data.get("interconnect_bandwidth_bytes_per_s")
+    efficiencies = _efficiencies(data.get("efficiencies", {}), origin)
     source = data.get("source", {})
     return HardwareSpec(
         name=str(data["name"]),
@@ -90,7 +95,34 @@ def hardware_from_dict(data: Mapping[str, Any], origin: str, key: str = "") -> H
         peaks="dense",
         source=MappingProxyType({str(k): str(v) for k, v in source.items()}) if isinstance(source, Mapping) else {},
         key=key,
+        efficiencies=efficiencies,
+        measured=dict(data.get("measured", {})) if isinstance(data.get("measured"), Mapping) else {},
     )
+
+
+EFFICIENCY_FRACTIONS = ("bandwidth", "compute", "interconnect", "kv_bandwidth")
+EFFICIENCY_SECONDS = ("overhead_s", "overhead_s_per_layer", "allreduce_latency_s")
+
+
+def _efficiencies(raw: Any, origin: str) -> dict[str, Any]:
+    """`[efficiencies]`: fractions of the peaks in (0, 1], overheads in seconds, and per-dtype sub-tables."""
+    if not isinstance(raw, Mapping):
+        raise TokenroofError(f"{origin}: [efficiencies] must be a table")
+    result: dict[str, Any] = {}
+    for key, value in raw.items():
+        where = f"{origin}: efficiencies.{key}"
+        if isinstance(value, Mapping):
+            result[canonical_dtype(key, f"dtype in {origin} [efficiencies]")] = _efficiencies(value, where)
+            continue
+        if key not in EFFICIENCY_FRACTIONS + EFFICIENCY_SECONDS:
+            known = ", ".join(EFFICIENCY_FRACTIONS + EFFICIENCY_SECONDS)
+            raise TokenroofError(f"{where}: unknown key (known: {known}, or a dtype sub-table)")
+        if isinstance(value, bool) or not isinstance(value, int | float) or value < 0:
+            raise TokenroofError(f"{where} must be a non-negative number, got {value!r}")
+        if key in EFFICIENCY_FRACTIONS and not 0 < value <= 1:
+            raise TokenroofError(f"{where} = {value:g}; a fraction of the peak must be in (0, 1]")
+        result[key] = float(value)
+    return result
 
 
 def read_hardware_toml(path: Path, key: str = "") -> HardwareSpec:

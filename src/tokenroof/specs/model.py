@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -83,6 +83,10 @@ class ModelSpec:
     experts_per_token: int = 0
     published_parameter_count: int | None = None
     source: str = ""
+    # numerics that do not change costs, read for the PyTorch decode engine
+    rope_theta: float = 10000.0
+    norm_eps: float = 1e-5
+    rope_scaling: Mapping[str, Any] | None = field(default=None, compare=False)
 
     # -- shapes -------------------------------------------------------------------
     @property
@@ -249,6 +253,10 @@ def model_from_config(config: Mapping[str, Any], origin: str, name: str = "") ->
             raise TokenroofError(f"{origin}: config.json is missing required field 'intermediate_size'")
         intermediate = 4 * hidden
     tie = config.get("tie_word_embeddings")
+    rope = config.get("rope_parameters") if isinstance(config.get("rope_parameters"), Mapping) else {}
+    rope_theta = config.get("rope_theta", rope.get("rope_theta", 10000.0))
+    rope_scaling = config.get("rope_scaling") or (rope if rope.get("rope_type", "default") != "default" else None)
+    eps = next((config[k] for k in ("rms_norm_eps", "layer_norm_eps", "layer_norm_epsilon") if k in config), 1e-5)
     return ModelSpec(
         name=name or str(config.get("_name_or_path", "")) or origin,
         model_type=model_type,
@@ -266,6 +274,9 @@ def model_from_config(config: Mapping[str, Any], origin: str, name: str = "") ->
         experts_per_token=(ints["experts_per_token"] or 2) if num_experts else 0,
         published_parameter_count=config.get("_published_parameter_count"),
         source=str(config.get("_source", origin)),
+        rope_theta=float(rope_theta),
+        norm_eps=float(eps),
+        rope_scaling=dict(rope_scaling) if isinstance(rope_scaling, Mapping) else None,
     )
 
 

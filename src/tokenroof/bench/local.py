@@ -1,0 +1,380 @@
+"""`tokenroof bench-local`: time decode steps of a Llama-family model on this machine's CPU or GPU.
+
+For each batch: allocate the KV cache, prefill one prompt of `context` tokens
+(timed: the TTFT of one request), give every other sequence a copy of that
+cache (timing does not depend on values, and prefilling batch × context tokens
+would take longer than the whole sweep), then run warm-up decode steps and time
+`steps` more, each synchronised and timed with `perf_counter`. TPOT is the
+median step; the spread is reported beside it. Each point is appended to the
+CSV as soon as it is measured, so an interrupted sweep keeps what it measured.
+
+Torch is an optional extra: nothing here imports it before `require_torch()`.
+"""
+
+from __future__ import annotations
+
+import os
+import platform
+import statistics
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import asdict, dataclass, field
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from tokenroof import roofline as rl
+from tokenroof.errors import TokenroofError
+from tokenroof.specs import HardwareSpec, ModelSpec, Precision
+from tokenroof.specs.precision import canonical_dtype
+
+ENGINE_DTYPES = ("fp32", "bf16", "fp16")
+INSTALL_HINT = (
+    "install the extra: pip install 'tokenroof[local]' (for a CPU-only PyTorch first run "
+    "pip install torch --index-url https://download.pytorch.org/whl/cpu)"
+)
+GIB = 2**30
+
+
+def require_torch() -> Any:
+    """The torch module, or a TokenroofError that says how to install it."""
+    try:
+        import torch
+    except ImportError:
+        raise TokenroofError(f"this command needs PyTorch, which is not installed; {INSTALL_HINT}") from None
+    return torch
+
+
+def resolve_device(name: str) -> Any:
+    """`auto` (CUDA when present, else CPU), `cpu`, `cuda` or `cuda:N`; a missing device is an error."""
+    torch = require_torch()
+    key = name.strip().lower()
+    if key == "auto":
+        key = "cuda" if torch.cuda.is_available() else "cpu"
+    if key.startswith("cuda"):
+        if not torch.cuda.is_available():
+            raise TokenroofError(f"--device {name}: this PyTorch ({torch.__version__}) sees no CUDA device")
+        return torch.device(key)
+    if key != "cpu":
+        raise TokenroofError(f"--device {name}: expected auto, cpu, cuda or cuda:N")
+    return torch.device("cpu")
+
+
+def torch_dtype(dtype: str, device: Any) -> Any:
+    """The torch dtype for a tokenroof dtype name, checked by a small matmul on the device."""
+    torch = require_torch()
+    from tokenroof.bench.torch_engine import TORCH_DTYPES
+
+    key = canonical_dtype(dtype, "dtype")
+    if key not in TORCH_DTYPES:
+        raise TokenroofError(
+            f"dtype {key} is not run by the local engine (it runs {', '.join(ENGINE_DTYPES)}; "
+            "quantised weights need a serving engine's kernels)"
+        )
+    tdt = TORCH_DTYPES[key]
+    if device.type == "cuda" and key == "bf16" and not torch.cuda.is_bf16_supported():
+        raise TokenroofError(f"{torch.cuda.get_device_name(device)} does not support bf16; use --dtype fp16 or fp32")
+    try:
+        probe = torch.ones(4, 4, dtype=tdt, device=device)
+        (probe @ probe).sum().item()
+    except RuntimeError as exc:
+        raise TokenroofError(f"{key} matmul does not run on {device}: {str(exc).splitlines()[0]}") from None
+    return tdt
+
+
+# -- memory --------------------------------------------------------------------------
+def memory_needed_bytes(spec: ModelSpec, precision: Precision, batch: int, max_len: int, chunk: int) -> dict[str, float]:
+    """Weights, KV cache and the largest transient buffers of a step (fp32 attention scores, logits, MLP)."""
+    act = precision.activation_bytes_per_element
+    scores = 3 * 4.0 * spec.num_attention_heads * max_len * max(batch, chunk)  # scores, probs, cast
+    logits = 2 * 4.0 * batch * spec.vocab_size
+    mlp = 3 * act * max(batch, chunk) * spec.intermediate_size
+    return {
+        "weights": rl.resident_weight_bytes(spec, precision),
+        "kv_cache": rl.kv_bytes_per_token(spec, precision) * batch * max_len,
+        "workspace": scores + logits + mlp,
+    }
+
+
+def available_memory_bytes(device: Any) -> float:
+    """Free device memory (CUDA) or MemAvailable (Linux; total physical memory elsewhere)."""
+    torch = require_torch()
+    if device.type == "cuda":
+        free, _ = torch.cuda.mem_get_info(device)
+        return float(free)
+    try:
+        for line in Path("/proc/meminfo").read_text().splitlines():
+            if line.startswith("MemAvailable:"):
+                return float(line.split()[1]) * 1024
+    except OSError:
+        pass
+    return float(os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES"))
+
+
+def check_fits(
+    spec: ModelSpec, precision: Precision, batches: Sequence[int], max_len: int, chunk: int, available: float, fraction: float
+) -> None:
+    """Refuse, before allocating anything, a batch × context whose weights + KV cache + workspace do not fit."""
+    budget = available * fraction
+    too_big = [b for b in batches if sum(memory_needed_bytes(spec, precision, b, max_len, chunk).values()) > budget]
+    if not too_big:
+        return
+    need = memory_needed_bytes(spec, precision, max(too_big), max_len, chunk)
+    low, high = 0, max(too_big)  # bisect the largest batch that fits: need grows with batch
+    while high - low > 1:
+        mid = (low + high) // 2
+        low, high = (mid, high) if sum(memory_needed_bytes(spec, precision, mid, max_len, chunk).values()) <= budget else (low, mid)
+    advice = (
+        f"the largest batch that fits at this context is {low}"
+        if low
+        else "not even batch 1 fits: lower --context or use a smaller model or dtype"
+    )
+    raise TokenroofError(
+        f"batch {max(too_big)} × context {max_len} tokens needs ~{sum(need.values()) / GIB:.1f} GiB "
+        f"(weights {need['weights'] / GIB:.1f}, KV cache {need['kv_cache'] / GIB:.1f}, workspace {need['workspace'] / GIB:.1f}) "
+        f"but {fraction:.0%} of the {available / GIB:.1f} GiB available is {budget / GIB:.1f} GiB; "
+        f"batches that do not fit: {', '.join(map(str, too_big))}; {advice}"
+    )
+
+
+# -- the sweep -------------------------------------------------------------------------
+@dataclass
+class LocalConfig:
+    model: str
+    batches: list[int]
+    context: int = 512
+    dtype: str = "fp32"
+    device: str = "auto"
+    warmup: int = 3
+    steps: int = 10
+    threads: int | None = None
+    weights: Path | None = None
+    seed: int = 0
+    out: Path | None = None
+    hardware: str | None = None
+    memory_fraction: float = 0.9
+    prefill_chunk: int = 512
+
+    def validate(self) -> None:
+        if not self.batches or min(self.batches) < 1:
+            raise TokenroofError(f"--batch needs positive whole numbers, got {self.batches}")
+        for name in ("context", "steps", "prefill_chunk"):
+            if getattr(self, name) < 1:
+                raise TokenroofError(f"--{name.replace('_', '-')} must be at least 1, got {getattr(self, name)}")
+        if self.warmup < 0:
+            raise TokenroofError(f"--warmup must be non-negative, got {self.warmup}")
+        if not 0 < self.memory_fraction <= 1:
+            raise TokenroofError(f"--memory-fraction must be in (0, 1], got {self.memory_fraction}")
+        if self.threads is not None and self.threads < 1:
+            raise TokenroofError(f"--threads must be at least 1, got {self.threads}")
+
+
+@dataclass
+class LocalPoint:
+    """One batch: decode step times (median and spread), one prompt's prefill, and the roof it reached."""
+
+    batch: int
+    context_tokens: float
+    tpot_ms: float
+    tpot_ms_p10: float
+    tpot_ms_p90: float
+    tpot_ms_min: float
+    ttft_ms: float
+    steps: int
+    achieved_bytes_per_s: float
+    achieved_flops_per_s: float
+    predicted_tpot_ms: float | None = None
+    predicted_bound: str | None = None
+    bandwidth_fraction: float | None = None  # achieved bytes/s over the hardware's (calibrated) bandwidth
+    flops_fraction: float | None = None
+
+    @property
+    def throughput_tok_s(self) -> float:
+        return self.batch * 1e3 / self.tpot_ms
+
+    def to_dict(self) -> dict[str, Any]:
+        return {**asdict(self), "throughput_tok_s": self.throughput_tok_s}
+
+
+@dataclass
+class LocalResult:
+    model: ModelSpec
+    precision: Precision
+    device: str
+    device_name: str
+    threads: int
+    torch_version: str
+    config: LocalConfig
+    points: list[LocalPoint] = field(default_factory=list)
+    hardware: HardwareSpec | None = None
+    warnings: list[str] = field(default_factory=list)
+
+    def provenance(self) -> list[str]:
+        c = self.config
+        return [
+            f"tokenroof bench-local, {datetime.now(UTC):%Y-%m-%d %H:%M} UTC",
+            f"model {self.model.name} ({self.model.total_params / 1e6:.1f}M parameters, "
+            f"{'checkpoint ' + str(c.weights) if c.weights else 'random weights'}), dtype {self.precision.weight_dtype}",
+            f"device {self.device_name} ({self.device}), {self.threads} threads, torch {self.torch_version}, "
+            f"{platform.python_implementation()} {platform.python_version()}",
+            f"tpot_ms: median of {c.steps} timed decode steps after {c.warmup} warm-up steps; "
+            f"ttft_ms: prefill of one {c.context}-token prompt; context_tokens: mean KV length while timed",
+        ]
+
+    def to_dict(self) -> dict[str, Any]:
+        c = self.config
+        return {
+            "model": self.model.to_dict(),
+            "precision": self.precision.to_dict(),
+            "device": self.device,
+            "device_name": self.device_name,
+            "threads": self.threads,
+            "torch_version": self.torch_version,
+            "context": c.context,
+            "warmup_steps": c.warmup,
+            "timed_steps": c.steps,
+            "hardware": None if self.hardware is None else self.hardware.to_dict(),
+            "points": [p.to_dict() for p in self.points],
+            "warnings": self.warnings,
+        }
+
+
+def csv_header(result: LocalResult) -> str:
+    return "".join(f"# {line}\n" for line in result.provenance()) + "batch,throughput_tok_s,tpot_ms,context_tokens,ttft_ms\n"
+
+
+def csv_row(p: LocalPoint) -> str:
+    return f"{p.batch},{p.throughput_tok_s:.6g},{p.tpot_ms:.6g},{p.context_tokens:g},{p.ttft_ms:.6g}\n"
+
+
+def compare_to_roof(point: LocalPoint, spec: ModelSpec, precision: Precision, hardware: HardwareSpec | None) -> None:
+    """Achieved bytes/s and FLOP/s of the step; with a hardware spec, the first-principles TPOT and its bound."""
+    costs = rl.decode_costs(spec, precision, point.batch, point.context_tokens)
+    step_s = point.tpot_ms / 1e3
+    point.achieved_bytes_per_s = float(costs.bytes_memory) / step_s
+    point.achieved_flops_per_s = float(costs.flops) / step_s
+    if hardware is None:
+        return
+    sm = rl.step_model_from_specs(spec, hardware, precision)
+    point.predicted_tpot_ms = float(sm.step_time_s(point.batch, point.context_tokens)) * 1e3
+    point.predicted_bound = str(sm.bound(point.batch, point.context_tokens))
+    point.bandwidth_fraction = point.achieved_bytes_per_s / hardware.memory_bandwidth_bytes_per_s
+    point.flops_fraction = point.achieved_flops_per_s / hardware.peak_for(precision.compute_dtype)
+
+
+def spread_ms(times_s: Sequence[float]) -> tuple[float, float, float, float]:
+    """(median, p10, p90, min) of step times, in ms."""
+    ms = np.asarray(times_s) * 1e3
+    return float(np.median(ms)), float(np.percentile(ms, 10)), float(np.percentile(ms, 90)), float(ms.min())
+
+
+def build_engine(config: LocalConfig, spec: ModelSpec, device: Any, dtype: Any) -> Any:
+    from tokenroof.bench.torch_engine import DecoderLM, load_checkpoint
+
+    engine = DecoderLM(spec, dtype, device)
+    if config.weights is not None:
+        load_checkpoint(engine, config.weights)
+    else:
+        engine.init_random(config.seed)
+    return engine
+
+
+def measure_point(engine: Any, config: LocalConfig, batch: int, sync: Callable[[], None]) -> LocalPoint:
+    """Prefill one prompt (timed), copy its cache to the batch, warm up, time `steps` decode steps."""
+    torch = require_torch()
+    ctx, device = config.context, engine.device
+    gen = torch.Generator().manual_seed(config.seed + batch)
+    engine.allocate_cache(batch, ctx + config.warmup + config.steps)
+    engine.prepack(batch)
+    prompt = torch.randint(0, engine.spec.vocab_size, (1, ctx), generator=gen).to(device)
+    sync()
+    start = time.perf_counter()
+    logits = engine.prefill(prompt, config.prefill_chunk)
+    sync()
+    ttft_s = time.perf_counter() - start
+    engine.copy_sequence(0, slice(1, batch))
+    tokens = logits.argmax(-1, keepdim=True).expand(batch, 1).contiguous()
+    times = []
+    for step in range(config.warmup + config.steps):
+        sync()
+        start = time.perf_counter()
+        tokens = engine.forward(tokens, ctx + step).argmax(-1, keepdim=True)
+        sync()
+        if step >= config.warmup:
+            times.append(time.perf_counter() - start)
+    engine.cache = []  # free the KV cache before the next batch allocates its own
+    median, p10, p90, fastest = spread_ms(times)
+    return LocalPoint(
+        batch=batch,
+        context_tokens=ctx + config.warmup + (config.steps - 1) / 2,
+        tpot_ms=median,
+        tpot_ms_p10=p10,
+        tpot_ms_p90=p90,
+        tpot_ms_min=fastest,
+        ttft_ms=ttft_s * 1e3,
+        steps=config.steps,
+        achieved_bytes_per_s=0.0,
+        achieved_flops_per_s=0.0,
+    )
+
+
+def run_bench_local(
+    config: LocalConfig,
+    spec: ModelSpec,
+    hardware: HardwareSpec | None = None,
+    on_point: Callable[[LocalPoint], None] = lambda _: None,
+    on_start: Callable[[LocalResult], None] = lambda _: None,
+) -> LocalResult:
+    """Measure every batch in order; the CSV (if `config.out`) gains each row as it is measured."""
+    config.validate()
+    torch = require_torch()
+    from tokenroof.bench.calibrate import machine_name
+    from tokenroof.bench.torch_engine import check_supported
+
+    check_supported(spec)
+    device = resolve_device(config.device)
+    dtype = torch_dtype(config.dtype, device)
+    precision = Precision.create(config.dtype)
+    if config.threads is not None:
+        torch.set_num_threads(config.threads)
+    torch.set_flush_denormal(True)
+    max_len = config.context + config.warmup + config.steps
+    limit = spec.max_position_embeddings
+    warnings = []
+    if limit and max_len > limit:
+        warnings.append(f"context {max_len} exceeds {spec.name}'s {limit} positions (timing is still meaningful)")
+    check_fits(spec, precision, config.batches, max_len, config.prefill_chunk, available_memory_bytes(device), config.memory_fraction)
+    result = LocalResult(
+        spec, precision, str(device), machine_name(device), torch.get_num_threads(), torch.__version__, config,
+        hardware=hardware, warnings=warnings,
+    )
+
+    def sync() -> None:
+        if device.type == "cuda":
+            torch.cuda.synchronize(device)
+
+    engine = build_engine(config, spec, device, dtype)
+    engine.allocate_cache(1, 32)
+    engine.prefill(torch.zeros(1, 16, dtype=torch.long, device=device))  # first-call allocations, kept out of TTFT
+    on_start(result)
+    if config.out is not None:
+        config.out.parent.mkdir(parents=True, exist_ok=True)
+        config.out.write_text(csv_header(result))
+    for batch in config.batches:
+        try:
+            point = measure_point(engine, config, batch, sync)
+        except torch.OutOfMemoryError:
+            engine.cache = []
+            raise TokenroofError(
+                f"batch {batch} ran out of device memory although the estimate said it fits; "
+                f"points up to the previous batch are saved{' in ' + str(config.out) if config.out else ''}"
+            ) from None
+        compare_to_roof(point, spec, precision, hardware)
+        result.points.append(point)
+        if config.out is not None:
+            with config.out.open("a") as handle:
+                handle.write(csv_row(point))
+        on_point(point)
+    return result

@@ -1,0 +1,127 @@
+"""bench-local and calibrate: measuring this machine with the PyTorch decode engine."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+
+from tokenroof import render
+from tokenroof.cli import JsonOpt, ModelOpt, PlotOpt, app, err, finish, handle_errors, parse_numbers
+from tokenroof.errors import TokenroofError
+
+DeviceOpt = Annotated[str, typer.Option(help="auto (CUDA if present, else CPU), cpu, cuda or cuda:N.")]
+ThreadsOpt = Annotated[int | None, typer.Option(help="CPU threads for PyTorch (default: PyTorch's choice).")]
+
+
+def whole_batches(text: str) -> list[int]:
+    values = parse_numbers(text, "--batch")
+    if any(v != int(v) or v < 1 for v in values):
+        raise TokenroofError(f"--batch: bench-local runs whole batches of at least 1, got {text}")
+    return [int(v) for v in values]
+
+
+@app.command("bench-local")
+@handle_errors
+def bench_local(
+    model: ModelOpt,
+    batch: Annotated[str, typer.Option(help="Batch sizes: '1,2,4' or '1 2 4'.")] = "1,2,4,8,16,32,64,128,256",
+    context: Annotated[int, typer.Option(help="Prompt tokens in each sequence's KV cache before timing.")] = 512,
+    dtype: Annotated[
+        str | None, typer.Option(help="fp32, bf16 or fp16 [fp32 on CPU, bf16 on CUDA].")
+    ] = None,
+    device: DeviceOpt = "auto",
+    warmup: Annotated[int, typer.Option(help="Untimed decode steps per batch.")] = 3,
+    steps: Annotated[int, typer.Option(help="Timed decode steps per batch (TPOT is their median).")] = 10,
+    threads: ThreadsOpt = None,
+    weights: Annotated[
+        Path | None, typer.Option(help="Local safetensors checkpoint (file or folder); default random weights.")
+    ] = None,
+    hardware: Annotated[
+        str | None, typer.Option("--hardware", "-H", help="Compare with this spec (e.g. calibrate's TOML).")
+    ] = None,
+    out: Annotated[
+        Path | None, typer.Option(help="Measurement CSV, one row per batch as measured [bench-local-MODEL-DTYPE-cN.csv].")
+    ] = None,
+    memory_fraction: Annotated[float, typer.Option(help="Refuse points needing more of the free memory.")] = 0.9,
+    seed: Annotated[int, typer.Option(help="Seed of the random weights and prompts.")] = 0,
+    json_output: JsonOpt = False,
+    plot: PlotOpt = None,
+) -> None:
+    """Time decode steps of a Llama-family model on this machine (random weights unless --weights)."""
+    from tokenroof.bench.local import LocalConfig, require_torch, resolve_device, run_bench_local
+    from tokenroof.specs import load_hardware, load_model
+
+    require_torch()
+    spec = load_model(model)
+    hw = load_hardware(hardware) if hardware else None
+    if dtype is None:
+        dtype = "bf16" if resolve_device(device).type == "cuda" else "fp32"
+    if out is None:
+        out = Path(f"bench-local-{Path(model).stem if '/' in model else model}-{dtype}-c{context}.csv")
+    config = LocalConfig(
+        model, whole_batches(batch), context, dtype, device, warmup, steps, threads, weights, seed, out, hardware,
+        memory_fraction,
+    )
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+    columns = (TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn())
+    with Progress(*columns, console=err, disable=json_output) as bar:
+        task = bar.add_task("bench-local", total=len(config.batches))
+
+        def started(result: Any) -> None:
+            bar.update(task, description=f"{spec.name} {dtype} on {result.device_name}")
+
+        def measured(point: Any) -> None:
+            bar.advance(task)
+            bar.console.print(
+                f"  batch {point.batch}: TPOT {point.tpot_ms:.1f} ms ({point.tpot_ms_p10:.1f}–{point.tpot_ms_p90:.1f}), "
+                f"{point.throughput_tok_s:,.0f} tok/s",
+                highlight=False,
+            )
+
+        try:
+            result = run_bench_local(config, spec, hw, measured, started)
+        except KeyboardInterrupt:
+            raise TokenroofError(f"interrupted; the points measured so far are in {out}") from None
+    from tokenroof.plots import plot_bench_local
+
+    finish(result.to_dict(), render.bench_local, json_output, plot, lambda path: plot_bench_local(result.to_dict(), path))
+    if not json_output:
+        err.print(f"wrote {out} (read it with: tokenroof predict {out} --batch ...)", highlight=False)
+
+
+@app.command()
+@handle_errors
+def calibrate(
+    device: DeviceOpt = "auto",
+    dtype: Annotated[str, typer.Option(help="Dtypes to measure, comma-separated.")] = "fp32,bf16",
+    model: Annotated[
+        str | None,
+        typer.Option("--model", "-m", help="Measure kernels at this model's layer shapes (default: square matrices)."),
+    ] = None,
+    threads: ThreadsOpt = None,
+    repeats: Annotated[int, typer.Option(help="Interleaved timing rounds per kernel (median reported).")] = 9,
+    out: Annotated[Path, typer.Option(help="Hardware TOML to write (use it as --hardware).")] = Path("calibrated.toml"),
+    json_output: JsonOpt = False,
+) -> None:
+    """Measure this machine's bandwidth, matmul FLOP/s and framework overhead; write a hardware TOML."""
+    from tokenroof.bench.calibrate import calibrate as run_calibration
+    from tokenroof.specs import load_model
+    from tokenroof.specs.hardware import read_hardware_toml
+
+    if repeats < 3:
+        raise TokenroofError(f"--repeats must be at least 3, got {repeats}")
+    dtypes = tuple(d.strip() for d in dtype.split(",") if d.strip())
+    spec = load_model(model) if model else None
+    with err.status("calibrating") as status:
+        result = run_calibration(
+            device, dtypes, repeats, threads, model=spec, progress=lambda label: status.update(f"calibrate: {label}")
+        )
+    out.write_text(result.to_toml())
+    read_hardware_toml(out)  # what we wrote must load as --hardware
+    data = {**result.to_dict(), "out": str(out)}
+    finish(data, render.calibration, json_output)
+    if not json_output:
+        err.print(f"wrote {out} (use it as --hardware {out})", highlight=False)
