@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import numpy as np
 import pytest
 
+from tests.conftest import run_json
 from tokenroof import roofline as rl
 from tokenroof.errors import TokenroofError
 from tokenroof.specs import Precision, load_hardware, load_model
@@ -121,3 +124,71 @@ def test_prefill_time_compute_bound_for_long_prompts(llama7b, h100) -> None:
 def test_efficiency_above_one_rejected() -> None:
     with pytest.raises(TokenroofError, match="nothing runs faster than the peak"):
         rl.Efficiencies(bandwidth=1.2)
+
+
+# -- measured efficiencies in a hardware file (what `tokenroof calibrate` writes) ----------------------
+CALIBRATED = """
+name = "a calibrated test machine"
+peaks = "dense"
+memory_bytes = 64e9
+memory_bandwidth_bytes_per_s = 20e9
+[peak_flops_per_s]
+fp32 = 200e9
+bf16 = 400e9
+[efficiencies]
+overhead_s = 0.004
+[efficiencies.bf16]
+bandwidth = 0.5
+kv_bandwidth = 0.25
+compute = 0.8
+overhead_s_per_layer = 0.001
+"""
+
+
+def test_hardware_efficiencies_set_the_step_model_by_hand(tmp_path: Path) -> None:
+    from tokenroof.specs.hardware import read_hardware_toml
+
+    path = tmp_path / "cal.toml"
+    path.write_text(CALIBRATED)
+    hw = read_hardware_toml(path)
+    model = load_model("llama-2-7b")
+    sm = rl.step_model_from_specs(model, hw, Precision.create("bf16"))
+    assert sm.t_fixed_s == pytest.approx(0.004 + 32 * 0.001)  # global overhead + 32 layers × per-layer overhead
+    assert sm.t_weights_s == pytest.approx(model.streamed_dense_params * 2 / (20e9 * 0.5))
+    assert sm.t_kv_token_s == pytest.approx(2 * 32 * 4096 * 2 / (20e9 * 0.25))  # 512 KiB per token at 5 GB/s
+    assert sm.t_compute_s == pytest.approx(2 * model.matmul_params_per_token / (400e9 * 0.8))
+    fp32 = rl.step_model_from_specs(model, hw, Precision.create("fp32"))  # no fp32 table: serving defaults
+    assert fp32.t_fixed_s == pytest.approx(0.004)
+    assert fp32.t_weights_s == pytest.approx(model.streamed_dense_params * 4 / (20e9 * 0.75))
+    explicit = rl.step_model_from_specs(model, hw, Precision.create("bf16"), eff=rl.Efficiencies())
+    assert explicit.t_fixed_s == pytest.approx(1e-3)  # an explicit choice wins over the file
+
+
+@pytest.mark.parametrize(
+    ("table", "message"),
+    [
+        ("[efficiencies]\nbandwidth = 1.5", "must be in \\(0, 1\\]"),
+        ("[efficiencies]\nspeed = 0.5", "unknown key"),
+        ("[efficiencies]\noverhead_s = -1", "non-negative"),
+        ("[efficiencies.fp9]\nbandwidth = 0.5", "unknown dtype in"),
+    ],
+)
+def test_bad_efficiencies_name_the_field(tmp_path: Path, table: str, message: str) -> None:
+    from tokenroof.specs.hardware import read_hardware_toml
+
+    base = CALIBRATED.split("[efficiencies]")[0]
+    path = tmp_path / "bad.toml"
+    path.write_text(base + table + "\n")
+    with pytest.raises(TokenroofError, match=message):
+        read_hardware_toml(path)
+
+
+def test_roofline_cli_uses_the_hardware_files_efficiencies(tmp_path: Path) -> None:
+    path = tmp_path / "cal.toml"
+    path.write_text(CALIBRATED)
+    data = run_json(["roofline", "-m", "llama-2-7b", "-H", str(path), "--batch", "1", "--context", "0"])
+    assert data["efficiencies"]["bandwidth"] == 0.5 and data["efficiencies"]["overhead_s_per_layer"] == 0.001
+    flagged = run_json(
+        ["roofline", "-m", "llama-2-7b", "-H", str(path), "--batch", "1", "--bandwidth-efficiency", "0.9"]
+    )
+    assert flagged["efficiencies"]["bandwidth"] == 0.9 and flagged["efficiencies"]["kv_bandwidth"] == 0.25

@@ -208,7 +208,12 @@ def plot_bench_local(data: dict[str, Any], path: Path) -> None:
         ax_t.plot(batch, predicted, "k--", label="first principles")
         ax_x.plot(batch, batch * 1e3 / predicted, "k--", label="first principles")
         shade_bounds(ax_t, batch, np.array([p["predicted_bound"] for p in points]))
-    ax_t.set(xscale="log", xlabel="batch", ylabel="TPOT (ms)", title=f"{data['model']['name']} {data['precision']['weight_dtype']}")
+    ax_t.set(
+        xscale="log",
+        xlabel="batch",
+        ylabel="TPOT (ms)",
+        title=f"{data['model']['name']} {data['precision']['weight_dtype']}",
+    )
     ax_x.set(xscale="log", xlabel="batch", ylabel="throughput (tok/s)", title=data["device_name"])
     for ax in (ax_t, ax_x):
         ax.set_xscale("log", base=2)

@@ -38,7 +38,9 @@ class Efficiencies:
     interconnect: float = 0.7
     allreduce_latency_s: float = 8e-6
     overhead_s_per_layer: float = 0.0  # eager frameworks launch kernels per layer; 0 for CUDA-graph servers
-    kv_bandwidth: float | None = None  # achieved fraction of peak bandwidth when reading the KV cache (None: `bandwidth`)
+    kv_bandwidth: float | None = (
+        None  # achieved fraction of peak bandwidth when reading the KV cache (None: `bandwidth`)
+    )
 
     def __post_init__(self) -> None:
         for name in ("bandwidth", "compute", "interconnect", "kv_bandwidth"):

@@ -36,7 +36,13 @@ from tokenroof.specs import ModelSpec
 
 MIB = 2**20
 CPU_SIZES = {"stream_bytes": 256 * MIB, "gemv_bytes": 256 * MIB, "kv_bytes": 256 * MIB, "gemm_n": 2048, "gemv_k": 2048}
-GPU_SIZES = {"stream_bytes": 2048 * MIB, "gemv_bytes": 2048 * MIB, "kv_bytes": 2048 * MIB, "gemm_n": 8192, "gemv_k": 8192}
+GPU_SIZES = {
+    "stream_bytes": 2048 * MIB,
+    "gemv_bytes": 2048 * MIB,
+    "kv_bytes": 2048 * MIB,
+    "gemm_n": 8192,
+    "gemv_k": 8192,
+}
 DECODE_ROWS = 256
 
 
@@ -70,7 +76,9 @@ class Calibration:
     @property
     def memory_bandwidth_bytes_per_s(self) -> float:
         """The best streaming bandwidth any kernel reached (this machine's measured peak)."""
-        return max(self.copy_bandwidth_bytes_per_s, self.read_bandwidth_bytes_per_s, *self.gemv_bandwidth_bytes_per_s.values())
+        return max(
+            self.copy_bandwidth_bytes_per_s, self.read_bandwidth_bytes_per_s, *self.gemv_bandwidth_bytes_per_s.values()
+        )
 
     def efficiencies(self) -> dict[str, Any]:
         """Per dtype: GEMV bandwidth / peak bandwidth, decode-shaped GEMM / large GEMM; overheads in seconds."""
@@ -88,7 +96,11 @@ class Calibration:
         return table
 
     def to_dict(self) -> dict[str, Any]:
-        return {**asdict(self), "memory_bandwidth_bytes_per_s": self.memory_bandwidth_bytes_per_s, "efficiencies": self.efficiencies()}
+        return {
+            **asdict(self),
+            "memory_bandwidth_bytes_per_s": self.memory_bandwidth_bytes_per_s,
+            "efficiencies": self.efficiencies(),
+        }
 
     def to_toml(self) -> str:
         lines = [
@@ -113,13 +125,20 @@ class Calibration:
             f"copy_bandwidth_bytes_per_s = {self.copy_bandwidth_bytes_per_s:.4g}  # STREAM-like copy, read + write",
             f"read_bandwidth_bytes_per_s = {self.read_bandwidth_bytes_per_s:.4g}  # sum of an array",
             *(f"gemv_bandwidth_bytes_per_s_{d} = {v:.4g}" for d, v in self.gemv_bandwidth_bytes_per_s.items()),
-            *(f"decode_gemm_flops_per_s_{d} = {v:.4g}  # {DECODE_ROWS} rows" for d, v in self.decode_gemm_flops_per_s.items()),
-            *(f"attention_bandwidth_bytes_per_s_{d} = {v:.4g}" for d, v in self.attention_bandwidth_bytes_per_s.items()),
+            *(
+                f"decode_gemm_flops_per_s_{d} = {v:.4g}  # {DECODE_ROWS} rows"
+                for d, v in self.decode_gemm_flops_per_s.items()
+            ),
+            *(
+                f"attention_bandwidth_bytes_per_s_{d} = {v:.4g}"
+                for d, v in self.attention_bandwidth_bytes_per_s.items()
+            ),
             f"threads = {self.threads}",
             f"shapes = {_quote(self.shapes)}",
             "",
             "[source]",
-            f"tool = {_quote(f'tokenroof calibrate, torch {self.torch_version}, device {self.device}, {self.threads} threads')}",
+            "tool = "
+            + _quote(f"tokenroof calibrate, torch {self.torch_version}, {self.device}, {self.threads} threads"),
             f"date = {_quote(self.date)}",
         ]
         return "\n".join(lines) + "\n"

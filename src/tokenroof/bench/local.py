@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import os
 import platform
-import statistics
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field
@@ -85,7 +84,9 @@ def torch_dtype(dtype: str, device: Any) -> Any:
 
 
 # -- memory --------------------------------------------------------------------------
-def memory_needed_bytes(spec: ModelSpec, precision: Precision, batch: int, max_len: int, chunk: int) -> dict[str, float]:
+def memory_needed_bytes(
+    spec: ModelSpec, precision: Precision, batch: int, max_len: int, chunk: int
+) -> dict[str, float]:
     """Weights, KV cache and the largest transient buffers of a step (fp32 attention scores, logits, MLP)."""
     act = precision.activation_bytes_per_element
     scores = 3 * 4.0 * spec.num_attention_heads * max_len * max(batch, chunk)  # scores, probs, cast
@@ -114,7 +115,13 @@ def available_memory_bytes(device: Any) -> float:
 
 
 def check_fits(
-    spec: ModelSpec, precision: Precision, batches: Sequence[int], max_len: int, chunk: int, available: float, fraction: float
+    spec: ModelSpec,
+    precision: Precision,
+    batches: Sequence[int],
+    max_len: int,
+    chunk: int,
+    available: float,
+    fraction: float,
 ) -> None:
     """Refuse, before allocating anything, a batch × context whose weights + KV cache + workspace do not fit."""
     budget = available * fraction
@@ -125,7 +132,11 @@ def check_fits(
     low, high = 0, max(too_big)  # bisect the largest batch that fits: need grows with batch
     while high - low > 1:
         mid = (low + high) // 2
-        low, high = (mid, high) if sum(memory_needed_bytes(spec, precision, mid, max_len, chunk).values()) <= budget else (low, mid)
+        low, high = (
+            (mid, high)
+            if sum(memory_needed_bytes(spec, precision, mid, max_len, chunk).values()) <= budget
+            else (low, mid)
+        )
     advice = (
         f"the largest batch that fits at this context is {low}"
         if low
@@ -133,7 +144,8 @@ def check_fits(
     )
     raise TokenroofError(
         f"batch {max(too_big)} × context {max_len} tokens needs ~{sum(need.values()) / GIB:.1f} GiB "
-        f"(weights {need['weights'] / GIB:.1f}, KV cache {need['kv_cache'] / GIB:.1f}, workspace {need['workspace'] / GIB:.1f}) "
+        f"(weights {need['weights'] / GIB:.1f}, KV cache {need['kv_cache'] / GIB:.1f}, "
+        f"workspace {need['workspace'] / GIB:.1f}) "
         f"but {fraction:.0%} of the {available / GIB:.1f} GiB available is {budget / GIB:.1f} GiB; "
         f"batches that do not fit: {', '.join(map(str, too_big))}; {advice}"
     )
@@ -216,7 +228,8 @@ class LocalResult:
         return [
             f"tokenroof bench-local, {datetime.now(UTC):%Y-%m-%d %H:%M} UTC",
             f"model {self.model.name} ({self.model.total_params / 1e6:.1f}M parameters, "
-            f"{'checkpoint ' + str(c.weights) if c.weights else 'random weights'}), dtype {self.precision.weight_dtype}",
+            f"{'checkpoint ' + str(c.weights) if c.weights else 'random weights'}), "
+            f"dtype {self.precision.weight_dtype}",
             f"device {self.device_name} ({self.device}), {self.threads} threads, torch {self.torch_version}, "
             f"{platform.python_implementation()} {platform.python_version()}",
             f"tpot_ms: median of {c.steps} timed decode steps after {c.warmup} warm-up steps; "
@@ -242,7 +255,10 @@ class LocalResult:
 
 
 def csv_header(result: LocalResult) -> str:
-    return "".join(f"# {line}\n" for line in result.provenance()) + "batch,throughput_tok_s,tpot_ms,context_tokens,ttft_ms\n"
+    return (
+        "".join(f"# {line}\n" for line in result.provenance())
+        + "batch,throughput_tok_s,tpot_ms,context_tokens,ttft_ms\n"
+    )
 
 
 def csv_row(p: LocalPoint) -> str:
@@ -345,10 +361,25 @@ def run_bench_local(
     warnings = []
     if limit and max_len > limit:
         warnings.append(f"context {max_len} exceeds {spec.name}'s {limit} positions (timing is still meaningful)")
-    check_fits(spec, precision, config.batches, max_len, config.prefill_chunk, available_memory_bytes(device), config.memory_fraction)
+    check_fits(
+        spec,
+        precision,
+        config.batches,
+        max_len,
+        config.prefill_chunk,
+        available_memory_bytes(device),
+        config.memory_fraction,
+    )
     result = LocalResult(
-        spec, precision, str(device), machine_name(device), torch.get_num_threads(), torch.__version__, config,
-        hardware=hardware, warnings=warnings,
+        spec,
+        precision,
+        str(device),
+        machine_name(device),
+        torch.get_num_threads(),
+        torch.__version__,
+        config,
+        hardware=hardware,
+        warnings=warnings,
     )
 
     def sync() -> None:

@@ -27,8 +27,9 @@ from tokenroof.errors import TokenroofError
 from tokenroof.specs import ModelSpec
 
 TORCH_DTYPES: dict[str, torch.dtype] = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
-INIT_STD = 0.02
-PREPACK_MIN_ROWS = 4  # measured here: packing slows a 1-row product by ~1.5x and speeds 4+ rows by 1.3-3x  # weight scale of random models (Llama's initializer_range)
+INIT_STD = 0.02  # weight scale of random models (Llama's initializer_range)
+# measured on a 2-core Xeon: packing slows a 1-row product ~1.5x and speeds 4+ rows 1.3-3x
+PREPACK_MIN_ROWS = 4
 
 
 def check_supported(spec: ModelSpec) -> None:
@@ -265,7 +266,10 @@ class DecoderLM(nn.Module):
         shape = (batch, spec.num_kv_heads, max_len, spec.head_dim)
         for _ in range(spec.num_layers):
             self.cache.append(
-                (torch.zeros(shape, dtype=self.dtype, device=self.device), torch.zeros(shape, dtype=self.dtype, device=self.device))
+                (
+                    torch.zeros(shape, dtype=self.dtype, device=self.device),
+                    torch.zeros(shape, dtype=self.dtype, device=self.device),
+                )
             )
 
     def copy_sequence(self, source: int, targets: slice) -> None:
@@ -276,8 +280,12 @@ class DecoderLM(nn.Module):
 
     @torch.inference_mode()
     def forward(self, tokens: Tensor, start: int, all_logits: bool = False) -> Tensor:
-        """tokens [batch, T] at positions start..start+T-1 → logits [batch, vocab] (last position) or [batch, T, vocab]."""
-        if not self.cache or tokens.shape[0] > self.cache[0][0].shape[0] or start + tokens.shape[1] > self.cache[0][0].shape[2]:
+        """tokens [batch, T] at positions start.. → logits [batch, vocab] (last position) or [batch, T, vocab]."""
+        if (
+            not self.cache
+            or tokens.shape[0] > self.cache[0][0].shape[0]
+            or start + tokens.shape[1] > self.cache[0][0].shape[2]
+        ):
             raise TokenroofError("KV cache too small for this step: call allocate_cache(batch, max_len) first")
         positions = torch.arange(start, start + tokens.shape[1], device=self.device, dtype=torch.float32)
         freqs = torch.outer(positions, self.inv_freq)
@@ -333,5 +341,7 @@ def load_checkpoint(engine: DecoderLM, path: Path) -> None:
         for name, param in expected.items():
             tensor = state[name]
             if tensor.shape != param.shape:
-                raise TokenroofError(f"{path}: {name} has shape {tuple(tensor.shape)}, config says {tuple(param.shape)}")
+                raise TokenroofError(
+                    f"{path}: {name} has shape {tuple(tensor.shape)}, config says {tuple(param.shape)}"
+                )
             param.copy_(tensor.to(param.dtype))

@@ -18,6 +18,7 @@ from typing import Annotated, Any, TypeVar
 
 import typer
 from rich.console import Console
+from rich.markup import escape
 
 from tokenroof.errors import TokenroofError
 
@@ -73,7 +74,7 @@ def handle_errors(func: F) -> F:
         try:
             return func(*args, **kwargs)
         except TokenroofError as exc:
-            err.print(f"[bold red]error:[/] {exc}", highlight=False, soft_wrap=True)
+            err.print(f"[bold red]error:[/] {escape(str(exc))}", highlight=False, soft_wrap=True)
             raise typer.Exit(2) from None
 
     return wrapper  # type: ignore[return-value]
@@ -96,7 +97,7 @@ def emit_json(data: dict[str, Any]) -> None:
 
 def warn_all(warnings: Sequence[str]) -> None:
     for warning in warnings:
-        err.print(f"[yellow]warning:[/] {warning}", highlight=False, soft_wrap=True)
+        err.print(f"[yellow]warning:[/] {escape(warning)}", highlight=False, soft_wrap=True)
 
 
 def finish(

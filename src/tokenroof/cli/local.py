@@ -28,9 +28,7 @@ def bench_local(
     model: ModelOpt,
     batch: Annotated[str, typer.Option(help="Batch sizes: '1,2,4' or '1 2 4'.")] = "1,2,4,8,16,32,64,128,256",
     context: Annotated[int, typer.Option(help="Prompt tokens in each sequence's KV cache before timing.")] = 512,
-    dtype: Annotated[
-        str | None, typer.Option(help="fp32, bf16 or fp16 [fp32 on CPU, bf16 on CUDA].")
-    ] = None,
+    dtype: Annotated[str | None, typer.Option(help="fp32, bf16 or fp16 [fp32 on CPU, bf16 on CUDA].")] = None,
     device: DeviceOpt = "auto",
     warmup: Annotated[int, typer.Option(help="Untimed decode steps per batch.")] = 3,
     steps: Annotated[int, typer.Option(help="Timed decode steps per batch (TPOT is their median).")] = 10,
@@ -42,7 +40,8 @@ def bench_local(
         str | None, typer.Option("--hardware", "-H", help="Compare with this spec (e.g. calibrate's TOML).")
     ] = None,
     out: Annotated[
-        Path | None, typer.Option(help="Measurement CSV, one row per batch as measured [bench-local-MODEL-DTYPE-cN.csv].")
+        Path | None,
+        typer.Option(help="Measurement CSV, one row per batch as measured [bench-local-MODEL-DTYPE-cN.csv]."),
     ] = None,
     memory_fraction: Annotated[float, typer.Option(help="Refuse points needing more of the free memory.")] = 0.9,
     seed: Annotated[int, typer.Option(help="Seed of the random weights and prompts.")] = 0,
@@ -61,7 +60,18 @@ def bench_local(
     if out is None:
         out = Path(f"bench-local-{Path(model).stem if '/' in model else model}-{dtype}-c{context}.csv")
     config = LocalConfig(
-        model, whole_batches(batch), context, dtype, device, warmup, steps, threads, weights, seed, out, hardware,
+        model,
+        whole_batches(batch),
+        context,
+        dtype,
+        device,
+        warmup,
+        steps,
+        threads,
+        weights,
+        seed,
+        out,
+        hardware,
         memory_fraction,
     )
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
@@ -76,7 +86,8 @@ def bench_local(
         def measured(point: Any) -> None:
             bar.advance(task)
             bar.console.print(
-                f"  batch {point.batch}: TPOT {point.tpot_ms:.1f} ms ({point.tpot_ms_p10:.1f}–{point.tpot_ms_p90:.1f}), "
+                f"  batch {point.batch}: TPOT {point.tpot_ms:.1f} ms "
+                f"({point.tpot_ms_p10:.1f}–{point.tpot_ms_p90:.1f}), "
                 f"{point.throughput_tok_s:,.0f} tok/s",
                 highlight=False,
             )
@@ -87,7 +98,9 @@ def bench_local(
             raise TokenroofError(f"interrupted; the points measured so far are in {out}") from None
     from tokenroof.plots import plot_bench_local
 
-    finish(result.to_dict(), render.bench_local, json_output, plot, lambda path: plot_bench_local(result.to_dict(), path))
+    finish(
+        result.to_dict(), render.bench_local, json_output, plot, lambda path: plot_bench_local(result.to_dict(), path)
+    )
     if not json_output:
         err.print(f"wrote {out} (read it with: tokenroof predict {out} --batch ...)", highlight=False)
 

@@ -253,7 +253,9 @@ def model_from_config(config: Mapping[str, Any], origin: str, name: str = "") ->
             raise TokenroofError(f"{origin}: config.json is missing required field 'intermediate_size'")
         intermediate = 4 * hidden
     tie = config.get("tie_word_embeddings")
-    rope = config.get("rope_parameters") if isinstance(config.get("rope_parameters"), Mapping) else {}
+    rope: Mapping[str, Any] = config.get("rope_parameters") or {}
+    if not isinstance(rope, Mapping):
+        rope = {}
     rope_theta = config.get("rope_theta", rope.get("rope_theta", 10000.0))
     rope_scaling = config.get("rope_scaling") or (rope if rope.get("rope_type", "default") != "default" else None)
     eps = next((config[k] for k in ("rms_norm_eps", "layer_norm_eps", "layer_norm_epsilon") if k in config), 1e-5)

@@ -1,0 +1,177 @@
+"""bench-local and calibrate: the sweep, its CSV, memory refusal, clear errors, and the calibrated hardware TOML."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import ROOT, run_cli, run_json
+from tokenroof.errors import TokenroofError
+from tokenroof.measurements import read_table
+from tokenroof.specs import Precision, load_hardware, load_model
+from tokenroof.specs.hardware import read_hardware_toml
+
+torch = pytest.importorskip("torch")
+
+from tokenroof.bench.calibrate import calibrate  # noqa: E402
+from tokenroof.bench.local import (  # noqa: E402
+    LocalConfig,
+    check_fits,
+    memory_needed_bytes,
+    run_bench_local,
+    torch_dtype,
+)
+
+TINY_SIZES = {"stream_bytes": 2**20, "gemv_bytes": 2**20, "kv_bytes": 2**20, "gemm_n": 64, "gemv_k": 64}
+
+
+@pytest.fixture(scope="module")
+def calibrated(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A calibration of this machine at tiny sizes (seconds, not minutes), written as TOML."""
+    result = calibrate("cpu", ("fp32",), repeats=3, sizes=TINY_SIZES)
+    path = tmp_path_factory.mktemp("cal") / "calibrated.toml"
+    path.write_text(result.to_toml())
+    return path
+
+
+def test_calibrated_toml_loads_as_hardware_with_measured_efficiencies(calibrated: Path) -> None:
+    hw = read_hardware_toml(calibrated)
+    assert hw.peaks == "dense" and hw.memory_bandwidth_bytes_per_s > 1e8
+    assert hw.peak_for("fp32") > 1e8
+    eff = hw.efficiencies["fp32"]
+    assert 0 < eff["bandwidth"] <= 1 and 0 < eff["kv_bandwidth"] <= 1 and 0 < eff["compute"] <= 1
+    assert eff["overhead_s_per_layer"] >= 0 and eff["overhead_s"] >= 0
+    assert "threads" in hw.measured and hw.source["tool"].startswith("tokenroof calibrate")
+
+
+def test_bench_local_writes_a_csv_that_predict_reads(tiny_config: Path, tmp_path: Path, calibrated: Path) -> None:
+    out = tmp_path / "tiny.csv"
+    data = run_json(
+        ["bench-local", "-m", str(tiny_config), "--batch", "1", "2", "4", "--context", "16", "--steps", "3",
+         "--warmup", "1", "--device", "cpu", "--out", str(out), "--hardware", str(calibrated)]
+    )  # fmt: skip
+    points = data["points"]
+    assert [p["batch"] for p in points] == [1, 2, 4]
+    for p in points:
+        assert p["tpot_ms_p10"] <= p["tpot_ms"] <= p["tpot_ms_p90"]
+        assert p["throughput_tok_s"] == pytest.approx(p["batch"] * 1e3 / p["tpot_ms"])
+        assert p["context_tokens"] == 16 + 1 + 1  # context + warm-up + (steps - 1) / 2
+        assert p["achieved_bytes_per_s"] > 0 and p["predicted_tpot_ms"] > 0 and p["predicted_bound"]
+    table = read_table([out])
+    assert list(table.batch) == [1, 2, 4]
+    assert any("tokenroof bench-local" in line for line in table.provenance)
+    assert table.tpot_ms[0] == pytest.approx(points[0]["tpot_ms"], rel=1e-4)
+    predicted = run_json(["predict", str(out), "--batch", "8"])
+    assert predicted["predictions"][0]["tpot_ms"] > 0
+
+
+def test_bench_local_table_and_plot(tiny_config: Path, tmp_path: Path, calibrated: Path) -> None:
+    png = tmp_path / "local.png"
+    result = run_cli(
+        ["bench-local", "-m", str(tiny_config), "--batch", "1,2", "--context", "8", "--steps", "2", "--device", "cpu",
+         "--out", str(tmp_path / "t.csv"), "--hardware", str(calibrated), "--plot", str(png)]
+    )  # fmt: skip
+    assert result.exit_code == 0, result.output
+    assert "TPOT ms" in result.stdout and "predicted" in result.stdout
+    assert png.stat().st_size > 10_000
+
+
+def test_an_interrupted_sweep_keeps_the_points_it_measured(tiny_config: Path, tmp_path: Path) -> None:
+    out = tmp_path / "partial.csv"
+    config = LocalConfig(str(tiny_config), [1, 2, 4], context=8, steps=2, warmup=0, device="cpu", out=out)
+
+    def stop_after_second(point: object) -> None:
+        if point.batch == 2:  # type: ignore[attr-defined]
+            raise KeyboardInterrupt
+
+    with pytest.raises(KeyboardInterrupt):
+        run_bench_local(config, load_model(str(tiny_config)), on_point=stop_after_second)
+    assert list(read_table([out]).batch) == [1, 2]
+
+
+def test_memory_estimate_is_weights_plus_kv_plus_workspace_by_hand() -> None:
+    spec = load_model("llama-2-7b")
+    need = memory_needed_bytes(spec, Precision.create("bf16"), batch=8, max_len=1000, chunk=512)
+    assert need["weights"] == spec.total_params * 2
+    assert need["kv_cache"] == 2 * 32 * 4096 * 2 * 8 * 1000  # K and V, 32 layers, 4096 wide, 2 bytes, 8 × 1000 tokens
+    assert need["workspace"] == 3 * 4.0 * 32 * 1000 * 512 + 2 * 4.0 * 8 * 32000 + 3 * 2.0 * 512 * 11008
+
+
+def test_a_batch_that_does_not_fit_is_refused_before_allocating() -> None:
+    spec = load_model("llama-2-7b")
+    precision = Precision.create("bf16")
+    with pytest.raises(TokenroofError) as info:
+        check_fits(spec, precision, [1, 64, 256], 4096, 512, available=32 * 2**30, fraction=0.9)
+    message = str(info.value)
+    assert "batch 256 × context 4096" in message and "batches that do not fit: 64, 256" in message
+    # by hand: 28.8 GiB budget − 12.55 GiB of bf16 weights − ~0.8 GiB workspace leaves 15.4 GiB;
+    # each sequence's KV cache is 2 GiB
+    assert "the largest batch that fits at this context is 7" in message
+    with pytest.raises(TokenroofError, match="not even batch 1 fits"):
+        check_fits(spec, precision, [1], 4096, 512, available=8 * 2**30, fraction=0.9)
+
+
+def test_cli_refuses_a_model_larger_than_memory(tmp_path: Path) -> None:
+    result = run_cli(
+        ["bench-local", "-m", "llama-3-70b", "--batch", "1", "--device", "cpu", "--out", str(tmp_path / "x.csv")]
+    )
+    assert result.exit_code == 2
+    assert "not even batch 1 fits" in result.output and "GiB" in result.output
+    assert not (tmp_path / "x.csv").exists()
+
+
+@pytest.mark.parametrize(
+    ("dtype", "message"),
+    [("fp8", "dtype fp8 is not run by the local engine"), ("fp7", "unknown dtype 'fp7'; known:")],
+)
+def test_dtypes_the_engine_cannot_run_are_named(dtype: str, message: str) -> None:
+    with pytest.raises(TokenroofError, match=message):
+        torch_dtype(dtype, torch.device("cpu"))
+
+
+def test_cuda_on_a_machine_without_one_is_a_clear_error(tiny_config: Path) -> None:
+    if torch.cuda.is_available():
+        pytest.skip("this machine has CUDA")
+    result = run_cli(["bench-local", "-m", str(tiny_config), "--batch", "1", "--device", "cuda"])
+    assert result.exit_code == 2 and "sees no CUDA device" in result.output
+
+
+def test_unsupported_model_family_is_refused(tmp_path: Path) -> None:
+    result = run_cli(
+        ["bench-local", "-m", "opt-1.3b", "--batch", "1", "--device", "cpu", "--out", str(tmp_path / "o.csv")]
+    )
+    assert result.exit_code == 2 and "not Llama-like" in result.output
+
+
+def test_without_torch_the_message_says_how_to_install(tiny_config: Path) -> None:
+    code = (
+        "import sys; sys.modules['torch'] = None\n"
+        "from tokenroof.cli import main\n"
+        f"main(['bench-local', '-m', {str(tiny_config)!r}, '--batch', '1'])\n"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT, timeout=60)
+    assert done.returncode == 2, done.stderr
+    assert "needs PyTorch" in done.stderr and "pip install 'tokenroof[local]'" in done.stderr
+    assert "Traceback" not in done.stderr
+
+
+def test_calibrate_cli_writes_toml_and_json(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    import tokenroof.bench.calibrate as cal
+
+    monkeypatch.setattr(cal, "CPU_SIZES", TINY_SIZES)
+    out = tmp_path / "mine.toml"
+    data = run_json(["calibrate", "--device", "cpu", "--dtype", "fp32", "--repeats", "3", "--out", str(out)])
+    assert data["out"] == str(out) and data["threads"] >= 1
+    assert data["memory_bandwidth_bytes_per_s"] == max(
+        data["copy_bandwidth_bytes_per_s"],
+        data["read_bandwidth_bytes_per_s"],
+        data["gemv_bandwidth_bytes_per_s"]["fp32"],
+    )
+    assert load_hardware(str(out)).efficiencies["fp32"]["bandwidth"] == pytest.approx(
+        data["efficiencies"]["fp32"]["bandwidth"], rel=1e-3
+    )
+    bad = run_cli(["calibrate", "--device", "cpu", "--dtype", "int4", "--out", str(tmp_path / "b.toml")])
+    assert bad.exit_code == 2 and "not run by the local engine" in bad.output
