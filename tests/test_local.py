@@ -175,3 +175,15 @@ def test_calibrate_cli_writes_toml_and_json(tmp_path: Path, monkeypatch: pytest.
     )
     bad = run_cli(["calibrate", "--device", "cpu", "--dtype", "int4", "--out", str(tmp_path / "b.toml")])
     assert bad.exit_code == 2 and "not run by the local engine" in bad.output
+
+
+def test_rounds_pool_every_pass_and_keep_one_row_per_batch(tiny_config: Path, tmp_path: Path) -> None:
+    out = tmp_path / "rounds.csv"
+    seen: list[tuple[int, int]] = []
+    config = LocalConfig(str(tiny_config), [2, 1], context=8, steps=3, warmup=0, rounds=2, device="cpu", out=out)
+    result = run_bench_local(config, load_model(str(tiny_config)), on_point=lambda p: seen.append((p.batch, p.steps)))
+    assert seen == [(2, 3), (1, 3), (2, 6), (1, 6)]  # round-robin; each report pools the passes so far
+    assert [p.batch for p in result.points] == [1, 2] and all(p.steps == 6 for p in result.points)
+    table = read_table([out])
+    assert list(table.batch) == [1, 2]
+    assert any("in each of 2 round-robin passes" in line for line in table.provenance)

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import os
 import platform
+import statistics
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field
@@ -161,6 +162,7 @@ class LocalConfig:
     device: str = "auto"
     warmup: int = 3
     steps: int = 10
+    rounds: int = 1  # passes over the batches, round-robin; steps from all rounds are pooled
     threads: int | None = None
     weights: Path | None = None
     seed: int = 0
@@ -172,7 +174,7 @@ class LocalConfig:
     def validate(self) -> None:
         if not self.batches or min(self.batches) < 1:
             raise TokenroofError(f"--batch needs positive whole numbers, got {self.batches}")
-        for name in ("context", "steps", "prefill_chunk"):
+        for name in ("context", "steps", "prefill_chunk", "rounds"):
             if getattr(self, name) < 1:
                 raise TokenroofError(f"--{name.replace('_', '-')} must be at least 1, got {getattr(self, name)}")
         if self.warmup < 0:
@@ -232,7 +234,8 @@ class LocalResult:
             f"dtype {self.precision.weight_dtype}",
             f"device {self.device_name} ({self.device}), {self.threads} threads, torch {self.torch_version}, "
             f"{platform.python_implementation()} {platform.python_version()}",
-            f"tpot_ms: median of {c.steps} timed decode steps after {c.warmup} warm-up steps; "
+            f"tpot_ms: median of {c.steps} timed decode steps after {c.warmup} warm-up steps"
+            f"{f', in each of {c.rounds} round-robin passes over the batches' if c.rounds > 1 else ''}; "
             f"ttft_ms: prefill of one {c.context}-token prompt; context_tokens: mean KV length while timed",
         ]
 
@@ -297,8 +300,8 @@ def build_engine(config: LocalConfig, spec: ModelSpec, device: Any, dtype: Any) 
     return engine
 
 
-def measure_point(engine: Any, config: LocalConfig, batch: int, sync: Callable[[], None]) -> LocalPoint:
-    """Prefill one prompt (timed), copy its cache to the batch, warm up, time `steps` decode steps."""
+def time_batch(engine: Any, config: LocalConfig, batch: int, sync: Callable[[], None]) -> tuple[float, list[float]]:
+    """Prefill one prompt (timed), copy its cache to the batch, warm up, time `steps` decode steps: (TTFT, steps) s."""
     torch = require_torch()
     ctx, device = config.context, engine.device
     gen = torch.Generator().manual_seed(config.seed + batch)
@@ -321,19 +324,31 @@ def measure_point(engine: Any, config: LocalConfig, batch: int, sync: Callable[[
         if step >= config.warmup:
             times.append(time.perf_counter() - start)
     engine.cache = []  # free the KV cache before the next batch allocates its own
-    median, p10, p90, fastest = spread_ms(times)
+    return ttft_s, times
+
+
+def make_point(config: LocalConfig, batch: int, ttfts_s: Sequence[float], times_s: Sequence[float]) -> LocalPoint:
+    """Median and spread of every timed step of this batch (all rounds pooled); the median TTFT."""
+    median, p10, p90, fastest = spread_ms(times_s)
     return LocalPoint(
         batch=batch,
-        context_tokens=ctx + config.warmup + (config.steps - 1) / 2,
+        context_tokens=config.context + config.warmup + (config.steps - 1) / 2,
         tpot_ms=median,
         tpot_ms_p10=p10,
         tpot_ms_p90=p90,
         tpot_ms_min=fastest,
-        ttft_ms=ttft_s * 1e3,
-        steps=config.steps,
+        ttft_ms=statistics.median(ttfts_s) * 1e3,
+        steps=len(times_s),
         achieved_bytes_per_s=0.0,
         achieved_flops_per_s=0.0,
     )
+
+
+def write_csv(result: LocalResult, path: Path) -> None:
+    """Rewrite the CSV with every point so far (via a temporary file, so an interruption never truncates it)."""
+    temporary = path.with_name(path.name + ".tmp")
+    temporary.write_text(csv_header(result) + "".join(csv_row(p) for p in sorted(result.points, key=lambda p: p.batch)))
+    temporary.replace(path)
 
 
 def run_bench_local(
@@ -392,20 +407,25 @@ def run_bench_local(
     on_start(result)
     if config.out is not None:
         config.out.parent.mkdir(parents=True, exist_ok=True)
-        config.out.write_text(csv_header(result))
-    for batch in config.batches:
-        try:
-            point = measure_point(engine, config, batch, sync)
-        except torch.OutOfMemoryError:
-            engine.cache = []
-            raise TokenroofError(
-                f"batch {batch} ran out of device memory although the estimate said it fits; "
-                f"points up to the previous batch are saved{' in ' + str(config.out) if config.out else ''}"
-            ) from None
-        compare_to_roof(point, spec, precision, hardware)
-        result.points.append(point)
-        if config.out is not None:
-            with config.out.open("a") as handle:
-                handle.write(csv_row(point))
-        on_point(point)
+        write_csv(result, config.out)
+    samples: dict[int, tuple[list[float], list[float]]] = {b: ([], []) for b in config.batches}
+    for _ in range(config.rounds):  # round-robin over the batches: drift in machine speed hits every point alike
+        for batch in config.batches:
+            try:
+                ttft_s, times = time_batch(engine, config, batch, sync)
+            except torch.OutOfMemoryError:
+                engine.cache = []
+                raise TokenroofError(
+                    f"batch {batch} ran out of device memory although the estimate said it fits; "
+                    f"points measured so far are saved{' in ' + str(config.out) if config.out else ''}"
+                ) from None
+            samples[batch][0].append(ttft_s)
+            samples[batch][1].extend(times)
+            point = make_point(config, batch, *samples[batch])
+            compare_to_roof(point, spec, precision, hardware)
+            result.points = [p for p in result.points if p.batch != batch] + [point]
+            if config.out is not None:
+                write_csv(result, config.out)
+            on_point(point)
+    result.points.sort(key=lambda p: p.batch)
     return result

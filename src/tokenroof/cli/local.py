@@ -32,6 +32,10 @@ def bench_local(
     device: DeviceOpt = "auto",
     warmup: Annotated[int, typer.Option(help="Untimed decode steps per batch.")] = 3,
     steps: Annotated[int, typer.Option(help="Timed decode steps per batch (TPOT is their median).")] = 10,
+    rounds: Annotated[
+        int,
+        typer.Option(help="Round-robin passes over the batches (pooled), so drift in machine speed hits all alike."),
+    ] = 1,
     threads: ThreadsOpt = None,
     weights: Annotated[
         Path | None, typer.Option(help="Local safetensors checkpoint (file or folder); default random weights.")
@@ -60,25 +64,26 @@ def bench_local(
     if out is None:
         out = Path(f"bench-local-{Path(model).stem if '/' in model else model}-{dtype}-c{context}.csv")
     config = LocalConfig(
-        model,
-        whole_batches(batch),
-        context,
-        dtype,
-        device,
-        warmup,
-        steps,
-        threads,
-        weights,
-        seed,
-        out,
-        hardware,
-        memory_fraction,
+        model=model,
+        batches=whole_batches(batch),
+        context=context,
+        dtype=dtype,
+        device=device,
+        warmup=warmup,
+        steps=steps,
+        rounds=rounds,
+        threads=threads,
+        weights=weights,
+        seed=seed,
+        out=out,
+        hardware=hardware,
+        memory_fraction=memory_fraction,
     )
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
     columns = (TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn())
     with Progress(*columns, console=err, disable=json_output) as bar:
-        task = bar.add_task("bench-local", total=len(config.batches))
+        task = bar.add_task("bench-local", total=len(config.batches) * config.rounds)
 
         def started(result: Any) -> None:
             bar.update(task, description=f"{spec.name} {dtype} on {result.device_name}")
@@ -86,7 +91,7 @@ def bench_local(
         def measured(point: Any) -> None:
             bar.advance(task)
             bar.console.print(
-                f"  batch {point.batch}: TPOT {point.tpot_ms:.1f} ms "
+                f"  batch {point.batch} ({point.steps} steps): TPOT {point.tpot_ms:.1f} ms "
                 f"({point.tpot_ms_p10:.1f}–{point.tpot_ms_p90:.1f}), "
                 f"{point.throughput_tok_s:,.0f} tok/s",
                 highlight=False,
