@@ -102,3 +102,11 @@ def test_chunked_prefill_spreads_a_long_prompt_and_keeps_decoding() -> None:
     assert chunks[3][2] == ["long"]
     with pytest.raises(TokenroofError, match="must exceed max_num_seqs"):
         BatchScheduler(SM, max_num_seqs=64, max_num_batched_tokens=64)
+
+
+@pytest.mark.parametrize("overlap", [1.0, 0.3, 0.0])
+def test_scheduler_step_time_keeps_the_step_models_overlap(overlap: float) -> None:
+    sm = StepModel(t_fixed_s=1e-3, t_weights_s=5e-3, t_compute_s=2e-4, t_kv_token_s=1e-7, t_seq_s=1e-5, overlap=overlap)
+    for batch in (1, 25, 100):
+        contexts = [300] * batch
+        assert step_time_s(sm, contexts, 0, 0.0) == pytest.approx(float(sm.step_time_s(batch, 300)))

@@ -151,3 +151,18 @@ def test_memory_capacity_caps_the_running_batch() -> None:
     assert rows[0]["bound"] == "capacity"
     assert rows[0]["throughput_tok_s"] == pytest.approx(rows[1]["throughput_tok_s"])  # flat past the cap
     assert rows[1]["tpot_ms"] == pytest.approx(2 * rows[0]["tpot_ms"])  # TPOT counts the queue
+
+
+def test_a_prior_without_overlap_keeps_the_measured_line_below_the_knee() -> None:
+    """Calibrated CPUs add weight streaming and compute (overlap 0): the slope already holds the compute."""
+    from tokenroof.fit import Prior, physics_terms
+    from tokenroof.stepmodel import StepModel
+
+    floor = StepModel(0.0, 0.010, 0.0, 0.0)
+    prior = Prior(floor, compute_floor_s=0.001, per_seq_floor_s=0.0, fixed_floor_s=0.0, overlap=0.0)
+    terms = physics_terms(a=0.012, s=0.0015, prior=prior, e_w=1.0, e_c=1.0)
+    model = terms.step_model(prior)
+    for batch in (1.0, 4.0, 8.0, 30.0):  # the line a + s·b, below the knee (b = 10) and past it
+        assert float(model.step_time_s(batch)) == pytest.approx(0.012 + 0.0015 * batch)
+    with_overlap = physics_terms(a=0.012, s=0.0015, prior=Prior(floor, 0.001, 0.0, 0.0), e_w=1.0, e_c=1.0)
+    assert with_overlap.per_seq_s == pytest.approx(0.0015)  # overlap 1 (GPUs): unchanged, compute adds past the knee

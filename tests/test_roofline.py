@@ -192,3 +192,18 @@ def test_roofline_cli_uses_the_hardware_files_efficiencies(tmp_path: Path) -> No
         ["roofline", "-m", "llama-2-7b", "-H", str(path), "--batch", "1", "--bandwidth-efficiency", "0.9"]
     )
     assert flagged["efficiencies"]["bandwidth"] == 0.9 and flagged["efficiencies"]["kv_bandwidth"] == 0.25
+
+
+def test_overlap_from_the_hardware_file_reaches_the_step_model_and_is_checked(tmp_path: Path) -> None:
+    from tokenroof.specs.hardware import read_hardware_toml
+
+    path = tmp_path / "cpu.toml"
+    path.write_text(CALIBRATED.replace("compute = 0.8\n", "compute = 0.8\noverlap = 0\n"))
+    sm = rl.step_model_from_specs(load_model("llama-2-7b"), read_hardware_toml(path), Precision.create("bf16"))
+    assert sm.overlap == 0.0
+    assert float(sm.step_time_s(1)) == pytest.approx(sm.t_fixed_s + sm.t_weights_s + sm.t_compute_s + sm.t_seq_s)
+    path.write_text(CALIBRATED.replace("compute = 0.8\n", "compute = 0.8\noverlap = 1.5\n"))
+    with pytest.raises(TokenroofError, match=r"overlap = 1.5; must be in \[0, 1\]"):
+        read_hardware_toml(path)
+    with pytest.raises(TokenroofError, match="overlap must be in"):
+        rl.Efficiencies(overlap=-0.1)

@@ -55,3 +55,19 @@ def test_moe_knee_solved_numerically() -> None:
     assert float(moe.weights_time_s(knee)) == pytest.approx(knee * 20e-6, rel=1e-6)
     # at large batch all 8 experts are read: 10 ms / 20 µs = 500
     assert knee == pytest.approx(500, rel=0.01)
+
+
+@pytest.mark.parametrize(
+    ("overlap", "batch", "expected_s"),
+    [
+        (1.0, 5, 1 + 10 + 5 * 0.5),  # the roofline's max: weights (10) hide compute (5)
+        (0.0, 5, 1 + 10 + 5 + 5 * 0.5),  # nothing hidden: weights and compute add
+        (0.5, 5, 1 + 10 + 2.5 + 5 * 0.5),  # half of the smaller term hidden
+        (0.0, 20, 1 + 20 + 10 + 20 * 0.5),  # past the knee the weights are the smaller term
+        (0.5, 20, 1 + 20 + 5 + 20 * 0.5),
+    ],
+)
+def test_overlap_hides_that_fraction_of_the_smaller_matmul_term(overlap: float, batch: int, expected_s: float) -> None:
+    sm = StepModel(t_fixed_s=1.0, t_weights_s=10.0, t_compute_s=1.0, t_kv_token_s=0.0, t_seq_s=0.5, overlap=overlap)
+    assert float(sm.step_time_s(batch)) == pytest.approx(expected_s)
+    assert sm.knee_batch() == pytest.approx(10.0)  # where compute overtakes weight streaming, whatever the overlap

@@ -60,6 +60,7 @@ class Prior:
     peak_flops_per_s: float = 0.0
     label: str = ""
     max_batch: int | None = None  # largest batch the memory holds (None: unknown)
+    overlap: float = 1.0  # StepModel.overlap of the hardware (1: roofline max; calibrated CPUs: ~0)
 
 
 @dataclass(frozen=True)
@@ -84,6 +85,7 @@ class Terms:
             t_expert_s=wf.t_expert_s * self.weights_scale,
             num_experts=wf.num_experts,
             experts_per_token=wf.experts_per_token,
+            overlap=prior.overlap,
         )
 
 
@@ -186,7 +188,9 @@ def physics_terms(
         compute = scale * w_peak / knee
     if roof_tok_s is not None:
         compute = max(1.0 / roof_tok_s - s, 0.0)
-    return Terms(fixed, scale, compute, s)
+    # below the knee the model's slope is per_seq + (1 − overlap)·compute: keep it the measured slope s
+    per_seq = max(s - (1.0 - prior.overlap) * compute, 0.0)
+    return Terms(fixed, scale, compute, per_seq)
 
 
 def pinned_terms(a: float, s: float, share: float, knee: float | None, roof_tok_s: float | None) -> Terms:

@@ -78,6 +78,7 @@ def prior_from_specs(
         peak_flops_per_s=hardware.peak_for(precision.compute_dtype),
         label=f"{model.name} on {hardware.key or hardware.name} ×{tp} ({precision.compute_dtype})",
         max_batch=cap if cap > 0 else None,
+        overlap=eff.overlap,
     )
 
 

@@ -38,9 +38,8 @@ class Efficiencies:
     interconnect: float = 0.7
     allreduce_latency_s: float = 8e-6
     overhead_s_per_layer: float = 0.0  # eager frameworks launch kernels per layer; 0 for CUDA-graph servers
-    kv_bandwidth: float | None = (
-        None  # achieved fraction of peak bandwidth when reading the KV cache (None: `bandwidth`)
-    )
+    kv_bandwidth: float | None = None  # fraction of peak bandwidth reading the KV cache (None: `bandwidth`)
+    overlap: float = 1.0  # fraction of the smaller of weight streaming and compute hidden under the larger
 
     def __post_init__(self) -> None:
         for name in ("bandwidth", "compute", "interconnect", "kv_bandwidth"):
@@ -51,6 +50,8 @@ class Efficiencies:
                 raise TokenroofError(
                     f"{name} efficiency must be in (0, 1] (nothing runs faster than the peak), got {value}"
                 )
+        if not 0 <= self.overlap <= 1:
+            raise TokenroofError(f"overlap must be in [0, 1], got {self.overlap}")
         if min(self.overhead_s, self.allreduce_latency_s, self.overhead_s_per_layer) < 0:
             raise TokenroofError("overheads and all-reduce latency must be non-negative")
 
@@ -234,6 +235,7 @@ def step_model_from_specs(
         t_expert_s=expert_weight_bytes(model, precision, tp) / bandwidth,
         num_experts=model.num_experts,
         experts_per_token=model.experts_per_token,
+        overlap=eff.overlap,
     )
 
 

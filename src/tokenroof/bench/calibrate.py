@@ -70,6 +70,8 @@ class Calibration:
     decode_gemm_flops_per_s: dict[str, float] = field(default_factory=dict)
     attention_bandwidth_bytes_per_s: dict[str, float] = field(default_factory=dict)
     overhead_s: dict[str, tuple[float, float]] = field(default_factory=dict)  # dtype → (per step, per layer)
+    overlap: dict[str, float] = field(default_factory=dict)  # dtype → fraction hidden at the ridge
+    ridge_rows: dict[str, int] = field(default_factory=dict)
     shapes: str = ""
     date: str = ""
 
@@ -92,6 +94,7 @@ class Calibration:
                 "compute": min(self.decode_gemm_flops_per_s[dtype] / self.gemm_flops_per_s[dtype], 1.0),
                 "overhead_s": step,
                 "overhead_s_per_layer": layer,
+                "overlap": self.overlap.get(dtype, 1.0),
             }
         return table
 
@@ -133,6 +136,7 @@ class Calibration:
                 f"attention_bandwidth_bytes_per_s_{d} = {v:.4g}"
                 for d, v in self.attention_bandwidth_bytes_per_s.items()
             ),
+            *(f"ridge_rows_{d} = {v}  # where the overlap was measured" for d, v in self.ridge_rows.items()),
             f"threads = {self.threads}",
             f"shapes = {_quote(self.shapes)}",
             "",
@@ -316,6 +320,33 @@ def run_interleaved(kernels: list[Kernel], sync: Callable[[], None], rounds: int
             kernel.times_s.append(time.perf_counter() - start)
 
 
+def measure_overlap(
+    device: Any, dtype: str, shapes: Shapes, nbytes: int, decode: Kernel, sync: Callable[[], None], repeats: int
+) -> tuple[float, int]:
+    """(overlap, ridge rows): how much of weight streaming a GEMM hides under its compute at the ridge.
+
+    On a stack like the decode kernel's: T1 (one row: weight streaming), the per-row
+    compute time tc = T(256)/256 from `decode`, and T at the ridge M* = T1/tc rows.
+    A perfect roofline gives T(M*) = T1 (overlap 1); streaming then computing gives
+    T1 + M*·tc (overlap 0).
+    """
+    tdt = torch_dtype(dtype, device)
+    layers = weight_stack(device, tdt, shapes, nbytes)
+    one = stack_kernel(f"ridge1_{dtype}", layers, 1, device, tdt, False)
+    one.call()
+    sync()
+    run_interleaved([one], sync, 3)
+    per_row = statistics.median(decode.times_s) / DECODE_ROWS
+    t1 = statistics.median(one.times_s)
+    rows = int(min(max(round(t1 / per_row), 1), DECODE_ROWS))
+    ridge = stack_kernel(f"ridge_{dtype}", layers, rows, device, tdt, False)
+    one.times_s.clear()
+    run_interleaved([one, ridge], sync, repeats)
+    t1, t_ridge = statistics.median(one.times_s), statistics.median(ridge.times_s)
+    hidden = t1 + rows * per_row - t_ridge
+    return float(min(max(hidden / min(t1, rows * per_row), 0.0), 1.0)), rows
+
+
 def overhead_kernels(device: Any, dtype: str, model_type: str) -> tuple[Kernel, Kernel]:
     """Decode steps of two tiny models of this family (2 and 10 layers): their difference is per-layer overhead."""
     import torch
@@ -407,4 +438,10 @@ def calibrate(
             overhead_s={d: overheads(kernels[f"overhead_2_{d}"], kernels[f"overhead_10_{d}"]) for d in dtypes},
             date=datetime.now(UTC).strftime("%Y-%m-%d %H:%M UTC"),
         )
+        for dtype in dtypes:
+            progress(f"{dtype}: overlap of weight streaming and compute at the ridge")
+            decode = kernels[f"decode_{dtype}"]
+            result.overlap[dtype], result.ridge_rows[dtype] = measure_overlap(
+                device, dtype, shapes, sizes["gemv_bytes"] // 4, decode, sync, repeats
+            )
     return result

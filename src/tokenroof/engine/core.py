@@ -95,6 +95,7 @@ class StepCoefficients:
     attn: float
     kv: float
     seq: float
+    overlap: float = 1.0
 
     @classmethod
     def of(cls, m: StepModel) -> StepCoefficients:
@@ -108,6 +109,7 @@ class StepCoefficients:
             m.t_attn_token_s,
             m.t_kv_token_s,
             m.t_seq_s,
+            m.overlap,
         )
 
     def weights_s(self, tokens: int) -> float:
@@ -118,7 +120,9 @@ class StepCoefficients:
 
     def step_s(self, batch: int, total_ctx: float, prefill: int, prefill_sq: float) -> float:
         compute = (batch + prefill) * self.compute + self.attn * (total_ctx + prefill_sq / 2)
-        return self.fixed + max(self.weights_s(batch + prefill), compute) + total_ctx * self.kv + batch * self.seq
+        weights = self.weights_s(batch + prefill)
+        matmul = max(weights, compute) + (1.0 - self.overlap) * min(weights, compute)
+        return self.fixed + matmul + total_ctx * self.kv + batch * self.seq
 
 
 def step_time_s(model: StepModel, contexts: list[int], prefill_tokens: int, prefill_sq_tokens: float) -> float:

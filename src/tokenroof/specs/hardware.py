@@ -102,6 +102,7 @@ def hardware_from_dict(data: Mapping[str, Any], origin: str, key: str = "") -> H
 
 EFFICIENCY_FRACTIONS = ("bandwidth", "compute", "interconnect", "kv_bandwidth")
 EFFICIENCY_SECONDS = ("overhead_s", "overhead_s_per_layer", "allreduce_latency_s")
+EFFICIENCY_OTHER = ("overlap",)  # a fraction in [0, 1]: 0 is allowed
 
 
 def _efficiencies(raw: Any, origin: str) -> dict[str, Any]:
@@ -114,13 +115,15 @@ def _efficiencies(raw: Any, origin: str) -> dict[str, Any]:
         if isinstance(value, Mapping):
             result[canonical_dtype(key, f"dtype in {origin} [efficiencies]")] = _efficiencies(value, where)
             continue
-        if key not in EFFICIENCY_FRACTIONS + EFFICIENCY_SECONDS:
-            known = ", ".join(EFFICIENCY_FRACTIONS + EFFICIENCY_SECONDS)
+        if key not in EFFICIENCY_FRACTIONS + EFFICIENCY_SECONDS + EFFICIENCY_OTHER:
+            known = ", ".join(EFFICIENCY_FRACTIONS + EFFICIENCY_SECONDS + EFFICIENCY_OTHER)
             raise TokenroofError(f"{where}: unknown key (known: {known}, or a dtype sub-table)")
         if isinstance(value, bool) or not isinstance(value, int | float) or value < 0:
             raise TokenroofError(f"{where} must be a non-negative number, got {value!r}")
         if key in EFFICIENCY_FRACTIONS and not 0 < value <= 1:
             raise TokenroofError(f"{where} = {value:g}; a fraction of the peak must be in (0, 1]")
+        if key in EFFICIENCY_OTHER and not 0 <= value <= 1:
+            raise TokenroofError(f"{where} = {value:g}; must be in [0, 1]")
         result[key] = float(value)
     return result
 
