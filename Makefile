@@ -61,12 +61,18 @@ demo: $(STAMP)
 	@echo
 	@echo "== 6. Capacity plan: 40 req/s of 1,000-in/300-out traffic, p99 TTFT <= 1 s and p99 TPOT <= 50 ms =="
 	$(BIN)/tokenroof plan --model llama-3.1-8b --hardware h100-sxm --rate 40 --input-len 1000 --output-len 300 --ttft-slo-ms 1000 --tpot-slo-ms 50
+	@echo
+	@echo "== 7. This machine's own roof: calibrate it, then time a 123M-parameter Llama (random weights) in fp32 =="
+	$(BIN)/tokenroof calibrate --model examples/llama-123m.json --dtype fp32 --out calibrated.toml
+	$(BIN)/tokenroof bench-local --model examples/llama-123m.json --dtype fp32 --batch 1,4,16,64,256 --context 128 --steps 5 --hardware calibrated.toml --out bench-local-llama-123m.csv
 
 bench: $(STAMP)
 	$(BIN)/python benchmarks/sweep_speed.py
 	$(BIN)/python benchmarks/accuracy.py
 	$(BIN)/python benchmarks/client_overhead.py
 	$(BIN)/python benchmarks/simulate_speed.py
+	$(BIN)/python benchmarks/local_roofline.py
 
 clean:
-	rm -rf $(VENV) .llama .pytest_cache .mypy_cache .ruff_cache build src/*.egg-info
+	rm -rf $(VENV) .llama .pytest_cache .mypy_cache .ruff_cache build src/*.egg-info benchmarks/out-local
+	rm -f calibrated.toml bench-local-*.csv

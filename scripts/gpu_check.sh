@@ -24,9 +24,9 @@ tr() { "$PY" -m tokenroof "$@"; }
   echo "== machine"; "$PY" -c 'import torch, sys; print(sys.version.split()[0], "torch", torch.__version__,
     torch.cuda.get_device_name() if torch.cuda.is_available() else "no CUDA")'
   echo "== calibrate ($DEVICE, $MODEL shapes)"
-  tr calibrate --device "$DEVICE" --dtype bf16,fp16,fp32 --model "$MODEL" --out "$OUT/calibrated.toml"
   tr calibrate --device "$DEVICE" --dtype bf16,fp16,fp32 --model "$MODEL" --out "$OUT/calibrated.toml" --json \
     > "$OUT/calibrate.json"
+  cat "$OUT/calibrated.toml"
   echo "== bench-local bf16, context $CONTEXT, against the calibrated TOML"
   tr bench-local --device "$DEVICE" -m "$MODEL" --dtype bf16 --batch "$BATCHES" --context "$CONTEXT" \
     --warmup 5 --steps 20 --hardware "$OUT/calibrated.toml" --out "$OUT/bench-local-bf16.csv"
