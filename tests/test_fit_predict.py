@@ -166,3 +166,13 @@ def test_a_prior_without_overlap_keeps_the_measured_line_below_the_knee() -> Non
         assert float(model.step_time_s(batch)) == pytest.approx(0.012 + 0.0015 * batch)
     with_overlap = physics_terms(a=0.012, s=0.0015, prior=Prior(floor, 0.001, 0.0, 0.0), e_w=1.0, e_c=1.0)
     assert with_overlap.per_seq_s == pytest.approx(0.0015)  # overlap 1 (GPUs): unchanged, compute adds past the knee
+
+
+def test_a_prior_never_lets_the_cost_per_sequence_fall_below_the_kv_traffic_at_peak() -> None:
+    """A flat measured line (KV of a few sequences cached) extrapolates with at least the DRAM floor per sequence."""
+    from tokenroof.fit import Prior, physics_terms
+    from tokenroof.stepmodel import StepModel
+
+    prior = Prior(StepModel(0.0, 0.010, 0.0, 0.0), compute_floor_s=0.0001, per_seq_floor_s=0.0008, fixed_floor_s=0.0)
+    terms = physics_terms(a=0.012, s=0.0002, prior=prior, e_w=1.0, e_c=1.0)
+    assert terms.per_seq_s == pytest.approx(0.0008)

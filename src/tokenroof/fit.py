@@ -188,8 +188,9 @@ def physics_terms(
         compute = scale * w_peak / knee
     if roof_tok_s is not None:
         compute = max(1.0 / roof_tok_s - s, 0.0)
-    # below the knee the model's slope is per_seq + (1 − overlap)·compute: keep it the measured slope s
-    per_seq = max(s - (1.0 - prior.overlap) * compute, 0.0)
+    # below the knee the model's slope is per_seq + (1 − overlap)·compute: keep it the measured slope s, but
+    # never below the KV traffic at peak bandwidth (a few sequences' KV can sit in a cache; a large batch's cannot)
+    per_seq = max(s - (1.0 - prior.overlap) * compute, prior.per_seq_floor_s)
     return Terms(fixed, scale, compute, per_seq)
 
 
