@@ -82,7 +82,7 @@ def bench_local(
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
     columns = (TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn())
-    with Progress(*columns, console=err, disable=json_output) as bar:
+    with Progress(*columns, console=err, disable=json_output, transient=True) as bar:
         task = bar.add_task("bench-local", total=len(config.batches) * config.rounds)
 
         def started(result: Any) -> None:
