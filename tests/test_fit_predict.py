@@ -176,3 +176,14 @@ def test_a_prior_never_lets_the_cost_per_sequence_fall_below_the_kv_traffic_at_p
     prior = Prior(StepModel(0.0, 0.010, 0.0, 0.0), compute_floor_s=0.0001, per_seq_floor_s=0.0008, fixed_floor_s=0.0)
     terms = physics_terms(a=0.012, s=0.0002, prior=prior, e_w=1.0, e_c=1.0)
     assert terms.per_seq_s == pytest.approx(0.0008)
+
+
+def test_a_noisy_three_point_table_gives_finite_intervals() -> None:
+    """Bootstrap noise is drawn log-normally: a sample can never refit to a zero TPOT (it once divided by zero)."""
+    from tokenroof.measurements import parse_csv
+    from tokenroof.predict import predict_table
+
+    table = parse_csv("batch,tpot_ms\n1,2.0\n2,1.0\n4,1.5\n")
+    rows = predict_table(table, [8.0, 64.0]).predictions()
+    for row in rows:
+        assert 0 < row["tpot_ms_low"] <= row["tpot_ms"] <= row["tpot_ms_high"] < float("inf")

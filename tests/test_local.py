@@ -17,13 +17,8 @@ from tokenroof.specs.hardware import read_hardware_toml
 torch = pytest.importorskip("torch")
 
 from tokenroof.bench.calibrate import calibrate  # noqa: E402
-from tokenroof.bench.local import (  # noqa: E402
-    LocalConfig,
-    check_fits,
-    memory_needed_bytes,
-    run_bench_local,
-    torch_dtype,
-)
+from tokenroof.bench.device import check_fits, memory_needed_bytes, torch_dtype  # noqa: E402
+from tokenroof.bench.local import LocalConfig, run_bench_local  # noqa: E402
 
 TINY_SIZES = {"stream_bytes": 2**20, "gemv_bytes": 2**20, "kv_bytes": 2**20, "gemm_n": 64, "gemv_k": 64}
 

@@ -282,7 +282,8 @@ def fit_table(
     terms = make(tpot_s, False)
     sigma = noise_level(batch, tpot_s, terms, prior)
     fitted = predict_s(terms, prior, batch)
-    samples = [make(fitted * (1 + sigma * rng.normal(size=batch.size)), True) for _ in range(n_samples)]
+    # relative noise drawn log-normally: a noisy table never yields a non-positive TPOT to refit
+    samples = [make(fitted * np.exp(sigma * rng.normal(size=batch.size)), True) for _ in range(n_samples)]
     return Fit(terms, method, reason, prior, samples, sigma, int(batch.size))
 
 

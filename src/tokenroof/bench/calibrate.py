@@ -1,36 +1,51 @@
 """`tokenroof calibrate`: this machine's bandwidth, FLOP/s and framework overhead, as a hardware TOML.
 
-Microbenchmarks, each timed with `perf_counter` after a warm-up and a device
-sync, repeated, reported as median and best:
+Microbenchmarks (`bench.microbench`), timed round-robin with a device sync and
+`perf_counter`, reported as medians:
 
-- STREAM-like copy (`b.copy_(a)`, read + write) and read (`a.sum()`) over arrays
-  far larger than the caches;
-- the bandwidth a weight-streaming matrix–vector product achieves (`linear` of one
-  row against a stack of weight matrices larger than the caches), per dtype: the
-  batch-1 decode kernel;
-- matmul FLOP/s per dtype: a large square GEMM (the peak) and a decode-shaped one
-  (256 rows against a weight matrix, the largest usual batch);
-- the framework's dispatch overhead per decode step and per transformer layer,
-  from decode steps of two tiny Llama models that differ only in depth.
+- STREAM-like copy (`b.copy_(a)`, read + write counted) and read (`a.sum()`) over
+  arrays far larger than the caches;
+- the bandwidth a weight-streaming matrix–vector product achieves (one row through
+  a stack of weight matrices larger than the caches), per dtype: batch-1 decode;
+- matmul FLOP/s per dtype: a large square GEMM (the peak) and 256 rows through the
+  stack (decode at a large batch), prepacked as the engine prepacks;
+- decode attention over a KV cache (bytes of K and V read per second);
+- the framework's dispatch overhead per step and per layer (decode steps of 2- and
+  10-layer tiny models of the same family);
+- the overlap of weight streaming and compute at the ridge (`measure_overlap`).
 
-The file it writes is a hardware spec like any preset: `memory_bandwidth_bytes_per_s`
-is the best streaming bandwidth seen, `peak_flops_per_s` the large-GEMM rate, and
-`[efficiencies]` the measured fractions that decode-shaped kernels reach of those
-peaks, with the overheads (so `--hardware calibrated.toml` needs no tuning).
+Kernel efficiency depends on shape, most of all on CPUs: with a model, the stacks
+use its layer's matrices and heads; without, square matrices. The file written is a
+hardware spec like any preset: `memory_bandwidth_bytes_per_s` is the best streaming
+bandwidth seen, `peak_flops_per_s` the large-GEMM rate, and `[efficiencies.<dtype>]`
+what the decode kernels reached of those, with the overheads and the overlap, so
+`--hardware calibrated.toml` needs no tuning.
 """
 
 from __future__ import annotations
 
 import platform
-import statistics
-import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from tokenroof.bench.local import require_torch, resolve_device, torch_dtype
+from tokenroof.bench.device import require_torch, resolve_device, torch_dtype
+from tokenroof.bench.microbench import (
+    DECODE_ROWS,
+    attention_kernel,
+    default_shapes,
+    gemm_kernel,
+    measure_overlap,
+    model_shapes,
+    overhead_kernels,
+    overheads,
+    run_interleaved,
+    stack_kernel,
+    stream_kernels,
+    weight_stack,
+)
 from tokenroof.errors import TokenroofError
 from tokenroof.specs import ModelSpec
 
@@ -43,15 +58,6 @@ GPU_SIZES = {
     "gemm_n": 8192,
     "gemv_k": 8192,
 }
-DECODE_ROWS = 256
-
-
-@dataclass(frozen=True)
-class Timing:
-    """Seconds per call over repeats: median and best."""
-
-    median_s: float
-    best_s: float
 
 
 @dataclass
@@ -152,20 +158,6 @@ def _quote(text: str) -> str:
     return '"' + text.replace("\\", "\\\\").replace('"', '\\"') + '"'
 
 
-def time_call(fn: Callable[[], Any], sync: Callable[[], None], repeats: int, warmup: int = 2) -> Timing:
-    """Warm up, then time `repeats` calls, each followed by a device sync."""
-    for _ in range(warmup):
-        fn()
-    sync()
-    times = []
-    for _ in range(repeats):
-        start = time.perf_counter()
-        fn()
-        sync()
-        times.append(time.perf_counter() - start)
-    return Timing(statistics.median(times), min(times))
-
-
 def machine_name(device: Any) -> str:
     import torch
 
@@ -190,194 +182,6 @@ def total_memory_bytes(device: Any) -> float:
     if device.type == "cuda":
         return float(torch.cuda.get_device_properties(device).total_memory)
     return float(os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES"))
-
-
-@dataclass
-class Kernel:
-    """One microbenchmark: a call and the bytes or FLOPs it moves or does per call."""
-
-    name: str
-    call: Callable[[], Any]
-    amount: float  # bytes or FLOPs per call
-    times_s: list[float] = field(default_factory=list)
-
-    @property
-    def rate(self) -> float:
-        """Bytes/s or FLOP/s at the median time."""
-        return self.amount / statistics.median(self.times_s)
-
-
-def stream_kernels(device: Any, nbytes: int) -> list[Kernel]:
-    """STREAM-like copy (read + write counted) and read over fp32 arrays of `nbytes` each."""
-    import torch
-
-    n = nbytes // 4
-    a = torch.ones(n, device=device)
-    b = torch.empty(n, device=device)
-    return [Kernel("copy", lambda: b.copy_(a), 2.0 * n * 4), Kernel("read", lambda: a.sum(), n * 4.0)]
-
-
-@dataclass(frozen=True)
-class Shapes:
-    """The decode kernels' shapes: one layer's weight matrices (out, in) and the attention heads."""
-
-    label: str
-    matrices: tuple[tuple[int, int], ...]
-    kv_heads: int = 8
-    head_dim: int = 128
-    group: int = 4  # query heads per KV head
-    model_type: str = "llama"
-
-
-def default_shapes(k: int) -> Shapes:
-    return Shapes(f"square {k}×{k} matrices", ((k, k),))
-
-
-def model_shapes(spec: ModelSpec) -> Shapes:
-    """The projections of one layer of `spec` (kernel efficiency depends on shape, most of all on CPUs)."""
-    h, q, kv, i = spec.hidden_size, spec.q_dim, spec.kv_dim, spec.intermediate_size
-    return Shapes(
-        f"{spec.name}'s layer shapes",
-        ((q, h), (kv, h), (kv, h), (h, q), (i, h), (i, h), (h, i)),
-        spec.num_kv_heads,
-        spec.head_dim,
-        spec.num_attention_heads // spec.num_kv_heads,
-        spec.model_type,
-    )
-
-
-def weight_stack(device: Any, tdt: Any, shapes: Shapes, nbytes: int) -> list[Any]:
-    """Engine Linears cycling through the layer's shapes until they hold at least `nbytes` (one layer at least)."""
-    from tokenroof.bench.torch_engine import Linear
-
-    layers, total, index = [], 0, 0
-    element = tdt.itemsize
-    while total < nbytes or index < len(shapes.matrices):
-        out_features, in_features = shapes.matrices[index % len(shapes.matrices)]
-        layer = Linear(in_features, out_features, bias=False, dtype=tdt, device=device)
-        layer.weight.data.normal_(0, 0.02)
-        layers.append(layer)
-        total += out_features * in_features * element
-        index += 1
-    return layers
-
-
-def stack_kernel(name: str, layers: list[Any], rows: int, device: Any, tdt: Any, count_flops: bool) -> Kernel:
-    """`rows` rows through every Linear of the stack (prepacked as the engine packs): weight bytes or FLOPs per call."""
-    import torch
-
-    from tokenroof.bench.torch_engine import PREPACK_MIN_ROWS, can_prepack
-
-    if can_prepack(device, tdt) and rows >= PREPACK_MIN_ROWS:
-        for layer in layers:
-            layer.pack(rows)
-    inputs = {layer.in_features: torch.randn(rows, layer.in_features, dtype=tdt, device=device) for layer in layers}
-
-    def run() -> None:
-        for layer in layers:
-            layer(inputs[layer.in_features])
-
-    params = sum(layer.weight.numel() for layer in layers)
-    return Kernel(name, run, 2.0 * rows * params if count_flops else float(params * tdt.itemsize))
-
-
-def gemm_kernel(device: Any, dtype: str, n: int) -> Kernel:
-    """A large square product [n, n] × [n, n]: 2·n³ FLOPs per call (the peak)."""
-    import torch
-
-    tdt = torch_dtype(dtype, device)
-    a = torch.randn(n, n, dtype=tdt, device=device)
-    w = torch.randn(n, n, dtype=tdt, device=device)
-    return Kernel(f"gemm_{dtype}", lambda: torch.nn.functional.linear(a, w), 2.0 * n**3)
-
-
-def attention_kernel(device: Any, dtype: str, shapes: Shapes, nbytes: int, context: int = 1024) -> Kernel:
-    """The engine's decode attention over a KV cache of about `nbytes`: K+V bytes read per call."""
-    import torch
-
-    from tokenroof.bench.torch_engine import cached_attention
-
-    tdt = torch_dtype(dtype, device)
-    per_seq = 2 * shapes.kv_heads * context * shapes.head_dim * tdt.itemsize
-    batch = max(nbytes // per_seq, 1)
-    k = torch.randn(batch, shapes.kv_heads, context, shapes.head_dim, dtype=tdt, device=device)
-    v = torch.randn_like(k)
-    q = torch.randn(batch, 1, shapes.group * shapes.kv_heads, shapes.head_dim, dtype=tdt, device=device)
-    return Kernel(f"attention_{dtype}", lambda: cached_attention(q, k, v, context - 1), float(batch * per_seq))
-
-
-def run_interleaved(kernels: list[Kernel], sync: Callable[[], None], rounds: int) -> None:
-    """Warm each kernel, then time them round-robin, so a burst of load from elsewhere hits all alike."""
-    for kernel in kernels:
-        kernel.call()
-        kernel.call()
-    sync()
-    for _ in range(rounds):
-        for kernel in kernels:
-            start = time.perf_counter()
-            kernel.call()
-            sync()
-            kernel.times_s.append(time.perf_counter() - start)
-
-
-def measure_overlap(
-    device: Any, dtype: str, shapes: Shapes, nbytes: int, decode: Kernel, sync: Callable[[], None], repeats: int
-) -> tuple[float, int]:
-    """(overlap, ridge rows): how much of weight streaming a GEMM hides under its compute at the ridge.
-
-    On a stack like the decode kernel's: T1 (one row: weight streaming), the per-row
-    compute time tc = T(256)/256 from `decode`, and T at the ridge M* = T1/tc rows.
-    A perfect roofline gives T(M*) = T1 (overlap 1); streaming then computing gives
-    T1 + M*·tc (overlap 0).
-    """
-    tdt = torch_dtype(dtype, device)
-    layers = weight_stack(device, tdt, shapes, nbytes)
-    one = stack_kernel(f"ridge1_{dtype}", layers, 1, device, tdt, False)
-    one.call()
-    sync()
-    run_interleaved([one], sync, 3)
-    per_row = statistics.median(decode.times_s) / DECODE_ROWS
-    t1 = statistics.median(one.times_s)
-    rows = int(min(max(round(t1 / per_row), 1), DECODE_ROWS))
-    ridge = stack_kernel(f"ridge_{dtype}", layers, rows, device, tdt, False)
-    one.times_s.clear()
-    run_interleaved([one, ridge], sync, repeats)
-    t1, t_ridge = statistics.median(one.times_s), statistics.median(ridge.times_s)
-    hidden = t1 + rows * per_row - t_ridge
-    return float(min(max(hidden / min(t1, rows * per_row), 0.0), 1.0)), rows
-
-
-def overhead_kernels(device: Any, dtype: str, model_type: str) -> tuple[Kernel, Kernel]:
-    """Decode steps of two tiny models of this family (2 and 10 layers): their difference is per-layer overhead."""
-    import torch
-
-    from tokenroof.bench.torch_engine import DecoderLM
-    from tokenroof.specs.model import model_from_config
-
-    def probe(layers: int) -> Kernel:
-        config = {
-            "model_type": model_type,
-            "hidden_size": 64,
-            "intermediate_size": 128,
-            "num_attention_heads": 4,
-            "num_key_value_heads": 2,
-            "num_hidden_layers": layers,
-            "vocab_size": 256,
-        }
-        engine = DecoderLM(model_from_config(config, "overhead probe"), torch_dtype(dtype, device), device)
-        engine.init_random()
-        engine.allocate_cache(1, 64)
-        tokens = torch.zeros(1, 1, dtype=torch.long, device=device)
-        return Kernel(f"overhead_{layers}_{dtype}", lambda: engine.forward(tokens, 8), 1.0)
-
-    return probe(2), probe(10)
-
-
-def overheads(shallow: Kernel, deep: Kernel) -> tuple[float, float]:
-    """(per step, per layer) seconds from the 2- and 10-layer probes."""
-    shallow_s, deep_s = (statistics.median(k.times_s) for k in (shallow, deep))
-    per_layer = max((deep_s - shallow_s) / 8, 0.0)
-    return max(shallow_s - 2 * per_layer, 0.0), per_layer
 
 
 def calibrate(

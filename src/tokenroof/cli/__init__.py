@@ -100,6 +100,14 @@ def warn_all(warnings: Sequence[str]) -> None:
         err.print(f"[yellow]warning:[/] {escape(warning)}", highlight=False, soft_wrap=True)
 
 
+def progress_bar(hidden: bool, transient: bool = False) -> Any:
+    """A rich progress bar on stderr (description, bar, done/total, elapsed); `hidden` for --json runs."""
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+    columns = (TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn())
+    return Progress(*columns, console=err, disable=hidden, transient=transient)
+
+
 def finish(
     data: dict[str, Any],
     table: Callable[[Console, dict[str, Any]], None],

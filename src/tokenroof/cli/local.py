@@ -8,7 +8,7 @@ from typing import Annotated, Any
 import typer
 
 from tokenroof import render
-from tokenroof.cli import JsonOpt, ModelOpt, PlotOpt, app, err, finish, handle_errors, parse_numbers
+from tokenroof.cli import JsonOpt, ModelOpt, PlotOpt, app, err, finish, handle_errors, parse_numbers, progress_bar
 from tokenroof.errors import TokenroofError
 
 DeviceOpt = Annotated[str, typer.Option(help="auto (CUDA if present, else CPU), cpu, cuda or cuda:N.")]
@@ -53,7 +53,8 @@ def bench_local(
     plot: PlotOpt = None,
 ) -> None:
     """Time decode steps of a Llama-family model on this machine (random weights unless --weights)."""
-    from tokenroof.bench.local import LocalConfig, require_torch, resolve_device, run_bench_local
+    from tokenroof.bench.device import require_torch, resolve_device
+    from tokenroof.bench.local import LocalConfig, run_bench_local
     from tokenroof.specs import load_hardware, load_model
 
     require_torch()
@@ -79,10 +80,7 @@ def bench_local(
         hardware=hardware,
         memory_fraction=memory_fraction,
     )
-    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
-
-    columns = (TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn())
-    with Progress(*columns, console=err, disable=json_output, transient=True) as bar:
+    with progress_bar(json_output, transient=True) as bar:
         task = bar.add_task("bench-local", total=len(config.batches) * config.rounds)
 
         def started(result: Any) -> None:

@@ -22,6 +22,7 @@ from tokenroof.cli import (
     finish,
     handle_errors,
     parse_numbers,
+    progress_bar,
 )
 from tokenroof.errors import TokenroofError
 
@@ -141,7 +142,6 @@ def bench(
     import asyncio
 
     require_http()
-    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
     from tokenroof.bench.run import BenchConfig, run_bench
 
@@ -170,8 +170,7 @@ def bench(
         ignore_eos=ignore_eos,
         seed=seed,
     )
-    columns = (TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn())
-    with Progress(*columns, console=err, disable=json_output) as bar:
+    with progress_bar(json_output) as bar:
         tasks: dict[str, Any] = {}
 
         def progress(label: str, step: int, target: int) -> None:
