@@ -47,14 +47,10 @@ BATCHES = [1, 2, 4, 8, 16, 32, 64, 128, 256]
 
 
 def first_principles(result, hw) -> tuple[np.ndarray, np.ndarray]:
+    """Measured TPOT and the step model's on `hw`, per point (ms)."""
+    sm = rl.step_model_from_specs(result.model, hw, result.precision)
     measured = np.array([p.tpot_ms for p in result.points])
-    predicted = np.array(
-        [
-            float(rl.step_model_from_specs(result.model, hw, result.precision).step_time_s(p.batch, p.context_tokens))
-            * 1e3
-            for p in result.points
-        ]
-    )
+    predicted = np.array([float(sm.step_time_s(p.batch, p.context_tokens)) * 1e3 for p in result.points])
     return measured, predicted
 
 

@@ -53,7 +53,7 @@ def prior_from_specs(
     eff: rl.Efficiencies | None = None,
     memory_utilization: float = 0.9,
 ) -> Prior:
-    """Floors at 100% of the peaks and prior centres at the default efficiencies."""
+    """Floors at 100% of the peaks and prior centres at the efficiencies (the hardware file's, else the defaults)."""
     eff = eff or rl.default_efficiencies(hardware, precision)
     peak = rl.step_model_from_specs(
         model,

@@ -55,6 +55,10 @@ class Efficiencies:
         if min(self.overhead_s, self.allreduce_latency_s, self.overhead_s_per_layer) < 0:
             raise TokenroofError("overheads and all-reduce latency must be non-negative")
 
+    def step_overhead_s(self, num_layers: int) -> float:
+        """Fixed time per step: the overhead plus the per-layer dispatch of `num_layers` layers."""
+        return self.overhead_s + self.overhead_s_per_layer * num_layers
+
     def to_dict(self) -> dict[str, float]:
         return asdict(self)
 
@@ -226,7 +230,7 @@ def step_model_from_specs(
         t_allreduce_seq = float(allreduce_bytes(model, precision, 1.0, tp)) / link
         t_allreduce_fixed = 2 * model.num_layers * eff.allreduce_latency_s
     return StepModel(
-        t_fixed_s=eff.overhead_s + eff.overhead_s_per_layer * model.num_layers + t_allreduce_fixed,
+        t_fixed_s=eff.step_overhead_s(model.num_layers) + t_allreduce_fixed,
         t_weights_s=dense_weight_bytes(model, precision, tp) / bandwidth,
         t_compute_s=float(matmul_flops(model, 1.0, tp)) / flops,
         t_kv_token_s=kv_token / kv_bandwidth,
@@ -287,5 +291,4 @@ def prefill_time_s(
     if tp > 1:
         link = (hardware.interconnect_bandwidth_bytes_per_s or 0.0) * eff.interconnect
         comm_s = allreduce_bytes(model, precision, p, tp) / link + 2 * model.num_layers * eff.allreduce_latency_s
-    overhead_s = eff.overhead_s + eff.overhead_s_per_layer * model.num_layers
-    return overhead_s + np.maximum(compute_s, memory_s) + comm_s
+    return eff.step_overhead_s(model.num_layers) + np.maximum(compute_s, memory_s) + comm_s

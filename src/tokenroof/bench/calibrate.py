@@ -24,14 +24,12 @@ what the decode kernels reached of those, with the overheads and the overlap, so
 
 from __future__ import annotations
 
-import platform
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from datetime import UTC, datetime
-from pathlib import Path
 from typing import Any
 
-from tokenroof.bench.device import require_torch, resolve_device, torch_dtype
+from tokenroof.bench.device import machine_name, require_torch, resolve_device, torch_dtype, total_memory_bytes
 from tokenroof.bench.microbench import (
     DECODE_ROWS,
     attention_kernel,
@@ -156,32 +154,6 @@ class Calibration:
 
 def _quote(text: str) -> str:
     return '"' + text.replace("\\", "\\\\").replace('"', '\\"') + '"'
-
-
-def machine_name(device: Any) -> str:
-    import torch
-
-    if device.type == "cuda":
-        return torch.cuda.get_device_name(device)
-    cpu = platform.processor() or platform.machine()
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                cpu = line.split(":", 1)[1].strip()
-                break
-    except OSError:
-        pass
-    return f"{cpu} ({torch.get_num_threads()} threads)"
-
-
-def total_memory_bytes(device: Any) -> float:
-    import os
-
-    import torch
-
-    if device.type == "cuda":
-        return float(torch.cuda.get_device_properties(device).total_memory)
-    return float(os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES"))
 
 
 def calibrate(

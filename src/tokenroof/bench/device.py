@@ -6,6 +6,7 @@ Torch is an optional extra: `require_torch()` is the only way in, and it says ho
 from __future__ import annotations
 
 import os
+import platform
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -97,7 +98,35 @@ def available_memory_bytes(device: Any) -> float:
                 return float(line.split()[1]) * 1024
     except OSError:
         pass
+    return physical_memory_bytes()
+
+
+def physical_memory_bytes() -> float:
     return float(os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES"))
+
+
+def total_memory_bytes(device: Any) -> float:
+    """All of the device's memory (CUDA) or the machine's physical memory."""
+    torch = require_torch()
+    if device.type == "cuda":
+        return float(torch.cuda.get_device_properties(device).total_memory)
+    return physical_memory_bytes()
+
+
+def machine_name(device: Any) -> str:
+    """The GPU's name, or the CPU's model name with the thread count PyTorch uses."""
+    torch = require_torch()
+    if device.type == "cuda":
+        return str(torch.cuda.get_device_name(device))
+    cpu = platform.processor() or platform.machine()
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                cpu = line.split(":", 1)[1].strip()
+                break
+    except OSError:
+        pass
+    return f"{cpu} ({torch.get_num_threads()} threads)"
 
 
 def check_fits(

@@ -29,12 +29,14 @@ from tokenroof import roofline as rl
 from tokenroof.bench.device import (
     available_memory_bytes,
     check_fits,
+    machine_name,
     require_torch,
     resolve_device,
     torch_dtype,
 )
 from tokenroof.errors import TokenroofError
 from tokenroof.specs import HardwareSpec, ModelSpec, Precision
+from tokenroof.stepmodel import StepModel
 
 
 # -- the sweep -------------------------------------------------------------------------
@@ -153,15 +155,17 @@ def csv_row(p: LocalPoint) -> str:
     return f"{p.batch},{p.throughput_tok_s:.6g},{p.tpot_ms:.6g},{p.context_tokens:g},{p.ttft_ms:.6g}\n"
 
 
-def compare_to_roof(point: LocalPoint, spec: ModelSpec, precision: Precision, hardware: HardwareSpec | None) -> None:
-    """Achieved bytes/s and FLOP/s of the step; with a hardware spec, the first-principles TPOT and its bound."""
+def compare_to_roof(
+    point: LocalPoint, spec: ModelSpec, precision: Precision, hardware: HardwareSpec | None, sm: StepModel | None
+) -> None:
+    """Achieved bytes/s and FLOP/s of the step; with a hardware spec (and its step model `sm`), the
+    first-principles TPOT and its bound."""
     costs = rl.decode_costs(spec, precision, point.batch, point.context_tokens)
     step_s = point.tpot_ms / 1e3
     point.achieved_bytes_per_s = float(costs.bytes_memory) / step_s
     point.achieved_flops_per_s = float(costs.flops) / step_s
-    if hardware is None:
+    if hardware is None or sm is None:
         return
-    sm = rl.step_model_from_specs(spec, hardware, precision)
     point.predicted_tpot_ms = float(sm.step_time_s(point.batch, point.context_tokens)) * 1e3
     point.predicted_bound = str(sm.bound(point.batch, point.context_tokens))
     point.bandwidth_fraction = point.achieved_bytes_per_s / hardware.memory_bandwidth_bytes_per_s
@@ -246,7 +250,6 @@ def run_bench_local(
     """Measure every batch in order; the CSV (if `config.out`) gains each row as it is measured."""
     config.validate()
     torch = require_torch()
-    from tokenroof.bench.calibrate import machine_name
     from tokenroof.bench.torch_engine import check_supported
 
     check_supported(spec)
@@ -293,6 +296,7 @@ def run_bench_local(
     if config.out is not None:
         config.out.parent.mkdir(parents=True, exist_ok=True)
         write_csv(result, config.out)
+    roof = None if hardware is None else rl.step_model_from_specs(spec, hardware, precision)
     samples: dict[int, tuple[list[float], list[float]]] = {b: ([], []) for b in config.batches}
     for _ in range(config.rounds):  # round-robin over the batches: drift in machine speed hits every point alike
         for batch in config.batches:
@@ -307,7 +311,7 @@ def run_bench_local(
             samples[batch][0].append(ttft_s)
             samples[batch][1].extend(times)
             point = make_point(config, batch, *samples[batch])
-            compare_to_roof(point, spec, precision, hardware)
+            compare_to_roof(point, spec, precision, hardware, roof)
             result.points = [p for p in result.points if p.batch != batch] + [point]
             if config.out is not None:
                 write_csv(result, config.out)

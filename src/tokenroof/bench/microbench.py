@@ -94,11 +94,9 @@ def stack_kernel(name: str, layers: list[Any], rows: int, device: Any, tdt: Any,
     """`rows` rows through every Linear of the stack (prepacked as the engine packs): weight bytes or FLOPs per call."""
     import torch
 
-    from tokenroof.bench.torch_engine import PREPACK_MIN_ROWS, can_prepack
+    from tokenroof.bench.torch_engine import prepack_linears
 
-    if can_prepack(device, tdt) and rows >= PREPACK_MIN_ROWS:
-        for layer in layers:
-            layer.pack(rows)
+    prepack_linears(layers, rows)
     inputs = {layer.in_features: torch.randn(rows, layer.in_features, dtype=tdt, device=device) for layer in layers}
 
     def run() -> None:

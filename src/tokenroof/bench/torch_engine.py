@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import math
 import warnings
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -106,6 +106,19 @@ def can_prepack(device: torch.device, dtype: torch.dtype) -> bool:
     if dtype == torch.float32:
         return torch.backends.mkl.is_available()
     return dtype == torch.bfloat16 and torch.backends.mkldnn.is_available()
+
+
+def prepack_linears(modules: Iterable[nn.Module], rows: int) -> bool:
+    """Pack every `Linear` among `modules` for `rows`-row products where the device and dtype can, from
+    PREPACK_MIN_ROWS rows up (below, the plain matrix-vector path is faster, and packing is dropped)."""
+    linears = [m for m in modules if isinstance(m, Linear)]
+    if not linears:
+        return False
+    weight = linears[0].weight
+    packing = can_prepack(weight.device, weight.dtype) and rows >= PREPACK_MIN_ROWS
+    for linear in linears:
+        linear.pack(rows if packing else 0)
+    return packing
 
 
 def rotate_half(x: Tensor) -> Tensor:
@@ -249,15 +262,8 @@ class DecoderLM(nn.Module):
                 param.normal_(0.0, INIT_STD, generator=gen)
 
     def prepack(self, rows: int) -> bool:
-        """Pack every projection's weight for products of `rows` rows (a decode batch); False where unsupported.
-
-        Below PREPACK_MIN_ROWS the plain path (a matrix-vector product) is faster and is kept.
-        """
-        packing = can_prepack(self.device, self.dtype) and rows >= PREPACK_MIN_ROWS
-        for module in self.modules():
-            if isinstance(module, Linear):
-                module.pack(rows if packing else 0)
-        return packing
+        """Pack every projection's weight for a decode batch of `rows` (see `prepack_linears`); False if not packed."""
+        return prepack_linears(self.modules(), rows)
 
     def allocate_cache(self, batch: int, max_len: int) -> None:
         """KV cache for `batch` sequences of up to `max_len` tokens (replaces any previous cache)."""

@@ -141,6 +141,8 @@ ComputeOpt = Annotated[
     typer.Option("--compute-dtype", help="Which tensor peak applies (default: weight dtype; bf16 for int4/int8)."),
 ]
 TpOpt = Annotated[int, typer.Option("--tp", help="Tensor-parallel degree.")]
+FitOpt = Annotated[Path | None, typer.Option(help="Step model fitted to this measurement file (as predict does).")]
+StepModelFileOpt = Annotated[Path | None, typer.Option(help="Step model terms from a JSON file (StepModel fields).")]
 
 
 OptModel = Annotated[

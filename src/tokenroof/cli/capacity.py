@@ -11,11 +11,13 @@ from tokenroof import render
 from tokenroof.cli import (
     ComputeOpt,
     DtypeOpt,
+    FitOpt,
     JsonOpt,
     KvDtypeOpt,
     OptHardware,
     OptModel,
     PlotOpt,
+    StepModelFileOpt,
     TpOpt,
     app,
     err,
@@ -32,8 +34,8 @@ from tokenroof.errors import TokenroofError
 def simulate(
     model: OptModel = None,
     hardware: OptHardware = None,
-    fit: Annotated[Path | None, typer.Option(help="Step model fitted to this measurement file.")] = None,
-    step_model: Annotated[Path | None, typer.Option(help="Step model terms from a JSON file.")] = None,
+    fit: FitOpt = None,
+    step_model: StepModelFileOpt = None,
     dtype: DtypeOpt = "bf16",
     kv_dtype: KvDtypeOpt = None,
     compute_dtype: ComputeOpt = None,
@@ -143,7 +145,7 @@ def plan(
     fit: Annotated[
         Path | None, typer.Option(help="Step model fitted to this file (its uncertainty is sampled).")
     ] = None,
-    step_model: Annotated[Path | None, typer.Option(help="Step model terms from a JSON file.")] = None,
+    step_model: StepModelFileOpt = None,
     dtype: DtypeOpt = "bf16",
     kv_dtype: KvDtypeOpt = None,
     compute_dtype: ComputeOpt = None,

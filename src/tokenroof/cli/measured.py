@@ -155,6 +155,7 @@ def advise(
             ctx,
             limit,
             (),
-            f"first principles: {spec.name} on {chip.name} ×{tp}, context {ctx:g}, default efficiencies",
+            f"first principles: {spec.name} on {chip.name} ×{tp}, context {ctx:g}, "
+            "the hardware file's efficiencies or the defaults",
         )
     finish(result.to_dict(), render.advice, json_output)

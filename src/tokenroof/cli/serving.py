@@ -12,10 +12,12 @@ from tokenroof import render
 from tokenroof.cli import (
     ComputeOpt,
     DtypeOpt,
+    FitOpt,
     JsonOpt,
     KvDtypeOpt,
     OptHardware,
     OptModel,
+    StepModelFileOpt,
     TpOpt,
     app,
     err,
@@ -32,12 +34,8 @@ from tokenroof.errors import TokenroofError
 def emulate(
     model: OptModel = None,
     hardware: OptHardware = None,
-    fit: Annotated[
-        Path | None, typer.Option(help="Step model fitted to this measurement file (as predict does).")
-    ] = None,
-    step_model: Annotated[
-        Path | None, typer.Option(help="Step model terms from a JSON file (StepModel fields).")
-    ] = None,
+    fit: FitOpt = None,
+    step_model: StepModelFileOpt = None,
     dtype: DtypeOpt = "bf16",
     kv_dtype: KvDtypeOpt = None,
     compute_dtype: ComputeOpt = None,
