@@ -10,6 +10,7 @@ torch = pytest.importorskip("torch")
 transformers = pytest.importorskip("transformers")
 
 from tokenroof.bench.torch_engine import (  # noqa: E402
+    PREPACK_MIN_ROWS,
     DecoderLM,
     can_prepack,
     check_supported,
@@ -116,7 +117,12 @@ def test_prepacked_weights_give_the_plain_result(dtype: torch.dtype) -> None:
     packed = engine.forward(tokens, 10)
     tolerance = 1e-5 if dtype == torch.float32 else 2e-2
     torch.testing.assert_close(packed.float(), plain.float(), atol=tolerance, rtol=tolerance)
-    assert not engine.prepack(1)  # one row: the plain matrix-vector path is kept
+    # one row: fp32 keeps the plain matrix-vector path (faster there); bf16 packs from one row up
+    assert engine.prepack(1) == (PREPACK_MIN_ROWS[dtype] <= 1)
+    one_row = engine.forward(tokens[:1], 10)
+    engine.prepack(0)
+    one_row_plain = engine.forward(tokens[:1], 10)
+    torch.testing.assert_close(one_row.float(), one_row_plain.float(), atol=tolerance, rtol=tolerance)
 
 
 def test_random_weights_are_seeded_and_finite() -> None:

@@ -28,8 +28,10 @@ from tokenroof.specs import ModelSpec
 
 TORCH_DTYPES: dict[str, torch.dtype] = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
 INIT_STD = 0.02  # weight scale of random models (Llama's initializer_range)
-# measured on a 2-core Xeon: packing slows a 1-row product ~1.5x and speeds 4+ rows 1.3-3x
-PREPACK_MIN_ROWS = 4
+# Fewest rows from which a prepacked weight is faster, per dtype (measured on a 2-core Xeon, torch 2.13, at
+# llama-123m's shapes): MKL's packed sgemm is ~1.1-1.2x slower than the plain fp32 GEMV at 1-2 rows and
+# 1.6-2x faster from 4 rows; oneDNN's packed bf16 product is 1.4-1.9x faster from 1 row up.
+PREPACK_MIN_ROWS: dict[torch.dtype, int] = {torch.float32: 4, torch.bfloat16: 1}
 
 
 def check_supported(spec: ModelSpec) -> None:
@@ -110,12 +112,12 @@ def can_prepack(device: torch.device, dtype: torch.dtype) -> bool:
 
 def prepack_linears(modules: Iterable[nn.Module], rows: int) -> bool:
     """Pack every `Linear` among `modules` for `rows`-row products where the device and dtype can, from
-    PREPACK_MIN_ROWS rows up (below, the plain matrix-vector path is faster, and packing is dropped)."""
+    the dtype's PREPACK_MIN_ROWS rows up (below, the plain matrix-vector path is faster: packing is dropped)."""
     linears = [m for m in modules if isinstance(m, Linear)]
     if not linears:
         return False
     weight = linears[0].weight
-    packing = can_prepack(weight.device, weight.dtype) and rows >= PREPACK_MIN_ROWS
+    packing = can_prepack(weight.device, weight.dtype) and rows >= PREPACK_MIN_ROWS[weight.dtype]
     for linear in linears:
         linear.pack(rows if packing else 0)
     return packing
