@@ -14,8 +14,9 @@ For each config (dtype × context) on a 123M-parameter Llama-architecture config
 Before each config the machine is calibrated twice, for that dtype: at the
 model's own layer shapes (what `calibrate --model` does; the predictions use it)
 and at square matrices (plain `calibrate`), to show how much kernel efficiency
-depends on shape. Calibrating right before measuring, and measuring in two
-round-robin passes, keep drift in this shared machine's speed out of the errors.
+depends on shape. Calibrating right before measuring, and measuring in three
+round-robin passes (TPOT from the quietest pass of each batch), keep drift in
+this shared machine's speed out of the errors.
 
     python benchmarks/local_roofline.py [--quick] [--out DIR]
 """
@@ -67,7 +68,7 @@ def extrapolation(csv: Path, hw, dtype: str, context: float) -> dict[str, np.nda
 
 def calibrated(dtype: str, model, path: Path):
     """Calibrate for one dtype (at the model's shapes, or square ones) and load the TOML it writes."""
-    cal = calibrate("cpu", (dtype,), repeats=9, model=model)
+    cal = calibrate("cpu", (dtype,), model=model)
     path.write_text(cal.to_toml())
     eff = cal.efficiencies()[dtype]
     print(
@@ -88,7 +89,7 @@ def main() -> None:
     parser.add_argument("--out", type=Path, default=Path(__file__).resolve().parent / "out-local")
     args = parser.parse_args()
     args.out.mkdir(parents=True, exist_ok=True)
-    steps, rounds, configs, batches = (4, 1, CONFIGS[:2], BATCHES[::2]) if args.quick else (8, 2, CONFIGS, BATCHES)
+    steps, rounds, configs, batches = (4, 1, CONFIGS[:2], BATCHES[::2]) if args.quick else (8, 3, CONFIGS, BATCHES)
     spec = load_model(MODEL)
     started = time.perf_counter()
     summary = []

@@ -6,6 +6,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from tests.conftest import ROOT, run_cli, run_json
@@ -18,7 +19,8 @@ torch = pytest.importorskip("torch")
 
 from tokenroof.bench.calibrate import calibrate  # noqa: E402
 from tokenroof.bench.device import check_fits, memory_needed_bytes, torch_dtype  # noqa: E402
-from tokenroof.bench.local import LocalConfig, run_bench_local  # noqa: E402
+from tokenroof.bench.local import LocalConfig, make_point, run_bench_local  # noqa: E402
+from tokenroof.bench.microbench import Kernel, overheads  # noqa: E402
 
 TINY_SIZES = {"stream_bytes": 2**20, "gemv_bytes": 2**20, "kv_bytes": 2**20, "gemm_n": 64, "gemv_k": 64}
 
@@ -26,10 +28,23 @@ TINY_SIZES = {"stream_bytes": 2**20, "gemv_bytes": 2**20, "kv_bytes": 2**20, "ge
 @pytest.fixture(scope="module")
 def calibrated(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A calibration of this machine at tiny sizes (seconds, not minutes), written as TOML."""
-    result = calibrate("cpu", ("fp32",), repeats=3, sizes=TINY_SIZES)
+    result = calibrate("cpu", ("fp32",), repeats=3, sizes=TINY_SIZES, passes=2)
     path = tmp_path_factory.mktemp("cal") / "calibrated.toml"
     path.write_text(result.to_toml())
     return path
+
+
+def test_kernel_rates_come_from_the_quietest_pass_and_overheads_from_one_pass() -> None:
+    kernel = Kernel("k", lambda: None, 1e9, passes=[[0.4, 0.5, 0.6], [0.2, 0.25, 0.9], [0.3, 0.3, 0.3]])
+    assert kernel.time_s == pytest.approx(0.25) and kernel.rate == pytest.approx(4e9)
+    assert kernel.pass_median_s() == pytest.approx(0.3) and kernel.pass_median_s(0) == pytest.approx(0.5)
+    # the deep probe ran fastest in pass 1: both probes are read there, by hand
+    # per layer (0.012 - 0.004) / 8 = 1 ms, per step 0.004 - 2 × 1 ms = 2 ms
+    # (each probe's own fastest pass, 3 ms and 12 ms, would have said 1.125 ms and 0.75 ms)
+    shallow = Kernel("2 layers", lambda: None, 1.0, passes=[[0.003], [0.004]])
+    deep = Kernel("10 layers", lambda: None, 1.0, passes=[[0.020], [0.012]])
+    step_s, layer_s = overheads(shallow, deep)
+    assert layer_s == pytest.approx(0.001) and step_s == pytest.approx(0.002)
 
 
 def test_calibrated_toml_loads_as_hardware_with_measured_efficiencies(calibrated: Path) -> None:
@@ -40,6 +55,7 @@ def test_calibrated_toml_loads_as_hardware_with_measured_efficiencies(calibrated
     assert 0 < eff["bandwidth"] <= 1 and 0 < eff["kv_bandwidth"] <= 1 and 0 < eff["compute"] <= 1
     assert eff["overhead_s_per_layer"] >= 0 and eff["overhead_s"] >= 0
     assert "threads" in hw.measured and hw.source["tool"].startswith("tokenroof calibrate")
+    assert hw.measured["timing"].startswith("2 passes x 3 interleaved rounds")
 
 
 def test_bench_local_writes_a_csv_that_predict_reads(tiny_config: Path, tmp_path: Path, calibrated: Path) -> None:
@@ -158,7 +174,9 @@ def test_calibrate_cli_writes_toml_and_json(tmp_path: Path, monkeypatch: pytest.
 
     monkeypatch.setattr(cal, "CPU_SIZES", TINY_SIZES)
     out = tmp_path / "mine.toml"
-    data = run_json(["calibrate", "--device", "cpu", "--dtype", "fp32", "--repeats", "3", "--out", str(out)])
+    data = run_json(
+        ["calibrate", "--device", "cpu", "--dtype", "fp32", "--repeats", "3", "--passes", "2", "--out", str(out)]
+    )
     assert data["out"] == str(out) and data["threads"] >= 1
     assert data["memory_bandwidth_bytes_per_s"] == max(
         data["copy_bandwidth_bytes_per_s"],
@@ -181,4 +199,14 @@ def test_rounds_pool_every_pass_and_keep_one_row_per_batch(tiny_config: Path, tm
     assert [p.batch for p in result.points] == [1, 2] and all(p.steps == 6 for p in result.points)
     table = read_table([out])
     assert list(table.batch) == [1, 2]
-    assert any("in each of 2 round-robin passes" in line for line in table.provenance)
+    assert any("the lowest of 2 round-robin passes" in line for line in table.provenance)
+
+
+def test_tpot_is_the_least_disturbed_pass_and_the_spread_pools_every_step() -> None:
+    config = LocalConfig("m", [4], context=100, steps=3, warmup=2, rounds=3)
+    slow_pass, quiet_pass, spiky_pass = [0.020, 0.021, 0.022], [0.010, 0.011, 0.012], [0.013, 0.050, 0.012]
+    point = make_point(config, 4, [0.3, 0.1, 0.2], [slow_pass, quiet_pass, spiky_pass])
+    assert point.tpot_ms == pytest.approx(11.0)  # the quiet pass's median; the spike is outvoted within its pass
+    assert point.tpot_ms_min == pytest.approx(10.0) and point.steps == 9
+    assert point.tpot_ms_p90 == pytest.approx(np.percentile(slow_pass + quiet_pass + spiky_pass, 90) * 1e3)
+    assert point.ttft_ms == pytest.approx(200.0) and point.context_tokens == 103.0

@@ -1,7 +1,10 @@
 """`tokenroof calibrate`: this machine's bandwidth, FLOP/s and framework overhead, as a hardware TOML.
 
 Microbenchmarks (`bench.microbench`), timed round-robin with a device sync and
-`perf_counter`, reported as medians:
+`perf_counter` in `passes` separate passes; each rate is taken at the lowest of the
+passes' median times (interference on a shared machine only adds time, and comes in
+stretches of seconds: on this project's 2-core VM bf16 kernels ran 2.2x slower in
+about half of 10-second calibrations):
 
 - STREAM-like copy (`b.copy_(a)`, read + write counted) and read (`a.sum()`) over
   arrays far larger than the caches;
@@ -78,6 +81,7 @@ class Calibration:
     ridge_rows: dict[str, int] = field(default_factory=dict)
     shapes: str = ""
     date: str = ""
+    timing: str = ""
 
     @property
     def memory_bandwidth_bytes_per_s(self) -> float:
@@ -117,7 +121,7 @@ class Calibration:
             f"memory_bytes = {self.memory_bytes:.6g}",
             f"memory_bandwidth_bytes_per_s = {self.memory_bandwidth_bytes_per_s:.4g}  # best streaming kernel below",
             "",
-            "[peak_flops_per_s]  # large square GEMM, median of repeats",
+            "[peak_flops_per_s]  # large square GEMM",
             *(f"{d} = {v:.4g}" for d, v in self.gemm_flops_per_s.items()),
             "",
             f"# [efficiencies.<weight dtype>]: what decode kernels ({self.shapes}) reached of the peaks above,",
@@ -143,6 +147,7 @@ class Calibration:
             *(f"ridge_rows_{d} = {v}  # where the overlap was measured" for d, v in self.ridge_rows.items()),
             f"threads = {self.threads}",
             f"shapes = {_quote(self.shapes)}",
+            f"timing = {_quote(self.timing)}",
             "",
             "[source]",
             "tool = "
@@ -159,13 +164,15 @@ def _quote(text: str) -> str:
 def calibrate(
     device_name: str = "auto",
     dtypes: tuple[str, ...] = ("fp32", "bf16"),
-    repeats: int = 9,
+    repeats: int = 5,
     threads: int | None = None,
     sizes: dict[str, int] | None = None,
     model: ModelSpec | None = None,
     progress: Callable[[str], None] = lambda _: None,
+    passes: int = 3,
 ) -> Calibration:
-    """Run every microbenchmark on one device; `progress` is told each step's name."""
+    """Run every microbenchmark on one device (`passes` × `repeats` interleaved rounds); `progress` is told
+    each step's name."""
     torch = require_torch()
     device = resolve_device(device_name)
     if threads is not None:
@@ -196,8 +203,9 @@ def calibrate(
             kernels[f"attention_{dtype}"] = attention_kernel(device, dtype, shapes, sizes["kv_bytes"])
             shallow, deep = overhead_kernels(device, dtype, shapes.model_type)
             kernels[shallow.name], kernels[deep.name] = shallow, deep
-        progress(f"timing {len(kernels)} kernels × {repeats} interleaved rounds")
-        run_interleaved(list(kernels.values()), sync, repeats)
+        for index in range(passes):
+            progress(f"timing {len(kernels)} kernels × {repeats} interleaved rounds, pass {index + 1} of {passes}")
+            run_interleaved(list(kernels.values()), sync, repeats)
         result = Calibration(
             name=f"{machine_name(device)}, calibrated",
             device=str(device),
@@ -213,6 +221,7 @@ def calibrate(
             gemm_flops_per_s={d: max(kernels[f"gemm_{d}"].rate, kernels[f"decode_{d}"].rate) for d in dtypes},
             overhead_s={d: overheads(kernels[f"overhead_2_{d}"], kernels[f"overhead_10_{d}"]) for d in dtypes},
             date=datetime.now(UTC).strftime("%Y-%m-%d %H:%M UTC"),
+            timing=f"{passes} passes x {repeats} interleaved rounds; each rate at the lowest pass median",
         )
         for dtype in dtypes:
             progress(f"{dtype}: overlap of weight streaming and compute at the ridge")

@@ -5,7 +5,10 @@ For each batch: allocate the KV cache, prefill one prompt of `context` tokens
 cache (timing does not depend on values, and prefilling batch × context tokens
 would take longer than the whole sweep), then run warm-up decode steps and time
 `steps` more, each synchronised and timed with `perf_counter`. TPOT is the
-median step; the spread is reported beside it. The CSV is rewritten after every
+median step; the spread is reported beside it. With several round-robin passes
+(`rounds`), TPOT is the lowest of the passes' medians: on a shared machine
+interference only ever adds time, and whole passes run slow while a neighbour
+is busy (the median within a pass already ignores single slow steps). The CSV is rewritten after every
 measured point, so an interrupted sweep keeps what it measured. Devices, dtypes
 and the memory check live in `bench.device`.
 
@@ -122,7 +125,7 @@ class LocalResult:
             f"device {self.device_name} ({self.device}), {self.threads} threads, torch {self.torch_version}, "
             f"{platform.python_implementation()} {platform.python_version()}",
             f"tpot_ms: median of {c.steps} timed decode steps after {c.warmup} warm-up steps"
-            f"{f', in each of {c.rounds} round-robin passes over the batches' if c.rounds > 1 else ''}; "
+            f"{f', the lowest of {c.rounds} round-robin passes over the batches' if c.rounds > 1 else ''}; "
             f"ttft_ms: prefill of one {c.context}-token prompt; context_tokens: mean KV length while timed",
         ]
 
@@ -216,18 +219,20 @@ def time_batch(engine: Any, config: LocalConfig, batch: int, sync: Callable[[], 
     return ttft_s, times
 
 
-def make_point(config: LocalConfig, batch: int, ttfts_s: Sequence[float], times_s: Sequence[float]) -> LocalPoint:
-    """Median and spread of every timed step of this batch (all rounds pooled); the median TTFT."""
-    median, p10, p90, fastest = spread_ms(times_s)
+def make_point(
+    config: LocalConfig, batch: int, ttfts_s: Sequence[float], rounds_s: Sequence[Sequence[float]]
+) -> LocalPoint:
+    """TPOT: the lowest per-pass median step; spread over every timed step of this batch (all passes); median TTFT."""
+    _, p10, p90, fastest = spread_ms([t for steps in rounds_s for t in steps])
     return LocalPoint(
         batch=batch,
         context_tokens=config.context + config.warmup + (config.steps - 1) / 2,
-        tpot_ms=median,
+        tpot_ms=min(spread_ms(steps)[0] for steps in rounds_s),
         tpot_ms_p10=p10,
         tpot_ms_p90=p90,
         tpot_ms_min=fastest,
         ttft_ms=statistics.median(ttfts_s) * 1e3,
-        steps=len(times_s),
+        steps=sum(len(steps) for steps in rounds_s),
         achieved_bytes_per_s=0.0,
         achieved_flops_per_s=0.0,
     )
@@ -297,7 +302,7 @@ def run_bench_local(
         config.out.parent.mkdir(parents=True, exist_ok=True)
         write_csv(result, config.out)
     roof = None if hardware is None else rl.step_model_from_specs(spec, hardware, precision)
-    samples: dict[int, tuple[list[float], list[float]]] = {b: ([], []) for b in config.batches}
+    samples: dict[int, tuple[list[float], list[list[float]]]] = {b: ([], []) for b in config.batches}
     for _ in range(config.rounds):  # round-robin over the batches: drift in machine speed hits every point alike
         for batch in config.batches:
             try:
@@ -309,7 +314,7 @@ def run_bench_local(
                     f"points measured so far are saved{' in ' + str(config.out) if config.out else ''}"
                 ) from None
             samples[batch][0].append(ttft_s)
-            samples[batch][1].extend(times)
+            samples[batch][1].append(times)
             point = make_point(config, batch, *samples[batch])
             compare_to_roof(point, spec, precision, hardware, roof)
             result.points = [p for p in result.points if p.batch != batch] + [point]

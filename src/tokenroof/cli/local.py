@@ -34,7 +34,9 @@ def bench_local(
     steps: Annotated[int, typer.Option(help="Timed decode steps per batch (TPOT is their median).")] = 10,
     rounds: Annotated[
         int,
-        typer.Option(help="Round-robin passes over the batches (pooled), so drift in machine speed hits all alike."),
+        typer.Option(
+            help="Round-robin passes over the batches; TPOT is the lowest pass median (interference only adds time)."
+        ),
     ] = 1,
     threads: ThreadsOpt = None,
     weights: Annotated[
@@ -118,7 +120,10 @@ def calibrate(
         typer.Option("--model", "-m", help="Measure kernels at this model's layer shapes (default: square matrices)."),
     ] = None,
     threads: ThreadsOpt = None,
-    repeats: Annotated[int, typer.Option(help="Interleaved timing rounds per kernel (median reported).")] = 9,
+    repeats: Annotated[int, typer.Option(help="Interleaved timing rounds per kernel in each pass.")] = 5,
+    passes: Annotated[
+        int, typer.Option(help="Separate timing passes; each rate is taken at the lowest pass median.")
+    ] = 3,
     out: Annotated[Path, typer.Option(help="Hardware TOML to write (use it as --hardware).")] = Path("calibrated.toml"),
     json_output: JsonOpt = False,
 ) -> None:
@@ -129,11 +134,19 @@ def calibrate(
 
     if repeats < 3:
         raise TokenroofError(f"--repeats must be at least 3, got {repeats}")
+    if passes < 1:
+        raise TokenroofError(f"--passes must be at least 1, got {passes}")
     dtypes = tuple(d.strip() for d in dtype.split(",") if d.strip())
     spec = load_model(model) if model else None
     with err.status("calibrating") as status:
         result = run_calibration(
-            device, dtypes, repeats, threads, model=spec, progress=lambda label: status.update(f"calibrate: {label}")
+            device,
+            dtypes,
+            repeats,
+            threads,
+            model=spec,
+            progress=lambda label: status.update(f"calibrate: {label}"),
+            passes=passes,
         )
     out.write_text(result.to_toml())
     read_hardware_toml(out)  # what we wrote must load as --hardware
