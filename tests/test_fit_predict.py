@@ -187,3 +187,58 @@ def test_a_noisy_three_point_table_gives_finite_intervals() -> None:
     rows = predict_table(table, [8.0, 64.0]).predictions()
     for row in rows:
         assert 0 < row["tpot_ms_low"] <= row["tpot_ms"] <= row["tpot_ms_high"] < float("inf")
+
+
+# -- hardware with measured efficiencies: the slope per sequence has a prior -------------------------------
+def test_combine_slope_by_hand() -> None:
+    from tokenroof.fit import NOISE_FLOOR, combine_slope
+
+    batch, tpot_s = np.array([1.0, 2.0, 4.0, 8.0]), np.array([0.020, 0.020, 0.040, 0.048])
+    # a near-certain prior slope of 1 ms: the intercept is the relative least squares one at that slope,
+    # Σ(1 − s·b/T)/T ÷ Σ 1/T² over the upper half = (0.9/0.040 + 0.8333/0.048) / (625 + 434.03) = 37.64 ms
+    a, s = combine_slope(batch, tpot_s, 0.001, 1e-9)
+    assert s == pytest.approx(0.001) and a == pytest.approx(0.037639, rel=1e-4)
+    a, s = combine_slope(batch, tpot_s, 0.001, 1e9)  # a vague prior: the data's line through (4, 40), (8, 48)
+    assert s == pytest.approx(0.002) and a == pytest.approx(0.032)
+    # points on a line (noise at the 1% floor): equal variances average the two slopes
+    exact = np.array([1.0, 2.0, 4.0, 8.0, 16.0, 32.0])
+    line_s = 0.020 + 0.002 * exact
+    part = exact[3:]  # the upper half: 8, 16, 32
+    design = np.column_stack([np.ones_like(part), part]) / line_s[3:, None]
+    var_data = NOISE_FLOOR**2 * np.linalg.inv(design.T @ design)[1, 1]
+    _, s = combine_slope(exact, line_s, 0.001, float(np.sqrt(var_data)) / 0.001)
+    assert s == pytest.approx(0.0015)
+
+
+def test_measured_hardware_sets_the_slope_prior_and_datasheets_do_not(tmp_path) -> None:
+    from tests.test_roofline import CALIBRATED
+    from tokenroof.specs.hardware import read_hardware_toml
+
+    path = tmp_path / "cal.toml"
+    path.write_text(CALIBRATED)
+    model, bf16 = load_model("llama-2-7b"), Precision.create("bf16")
+    prior = prior_from_specs(model, read_hardware_toml(path), bf16, Workload(context_tokens=1000, decode_only=True))
+    # overlap 1 (not in the file): 512 KiB of KV per token, 1000 tokens read and one written, at 20 GB/s × 0.25
+    assert prior.slope_center_s == pytest.approx(2 * 32 * 4096 * 2 * 1001 / 5e9)
+    assert prior.sigma_log_slope == pytest.approx(0.3)
+    datasheet = prior_from_specs(model, load_hardware("h100-sxm"), bf16, Workload(context_tokens=1000))
+    assert datasheet.sigma_log_slope is None
+
+
+def test_a_noisy_first_half_gives_way_to_the_measured_slope_and_a_clean_one_keeps_its_own() -> None:
+    from tokenroof.fit import Prior
+
+    prior = Prior(
+        StepModel(0.0, 0.010, 0.0, 0.0),
+        compute_floor_s=1e-6,
+        per_seq_floor_s=0.0,
+        fixed_floor_s=0.0,
+        slope_center_s=0.001,
+        sigma_log_slope=0.3,
+    )
+    # truth 20 + 1·b ms; batch 8 measured 25% slow (a shared machine's busy stretch): its chord says 2.75 ms
+    noisy = parse_csv("batch,tpot_ms\n1,21\n2,22\n4,24\n8,35\n")
+    assert fit_table(noisy).terms.per_seq_s == pytest.approx(0.00275)
+    assert 0.0009 < fit_table(noisy, prior).terms.per_seq_s < 0.0015
+    clean = synthetic(StepModel(0.0, 0.020, 0.0, 0.0, 0.002), [1, 2, 4, 8, 16, 32])
+    assert fit_table(clean, prior).terms.per_seq_s == pytest.approx(0.002, rel=0.03)

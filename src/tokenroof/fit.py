@@ -16,6 +16,16 @@ what the data cannot show is added according to what is known:
   so the knee sits at `W / c` — and the KV-cache capacity that caps the running
   batch. Intervals redraw `e_w` and `e_c` from log-normal priors around the default
   efficiencies (capped at 1: nothing beats the datasheet) as well as the data noise.
+- **measured hardware**: a hardware file with measured efficiencies (`tokenroof
+  calibrate`) also knows the cost per added sequence below the knee (KV reads at the
+  measured attention bandwidth, plus the compute the GEMMs do not hide). The data's
+  slope and that one are then combined by their precisions: the data's from its
+  standard error at the fitted noise, the physics' from `sigma_log_slope`. A clean
+  table keeps its own slope; two noisy points at small batches (a CPU's first half,
+  where kernel selection and a shared machine's load move single points by 20%)
+  give way to the measured physics. Datasheet priors only floor the slope: the
+  published serving curves' slopes run 1–2.5× the KV traffic at the default
+  efficiency (framework work per sequence), so a datasheet slope is no centre.
 - **pinned**: `--critical-batch N` asserts the knee (`c = W / N`), `--roof-tok-s X`
   the throughput asymptote (`c + s = 1/X`).
 
@@ -61,6 +71,8 @@ class Prior:
     label: str = ""
     max_batch: int | None = None  # largest batch the memory holds (None: unknown)
     overlap: float = 1.0  # StepModel.overlap of the hardware (1: roofline max; calibrated CPUs: ~0)
+    slope_center_s: float = 0.0  # dT/db below the knee at the centre efficiencies
+    sigma_log_slope: float | None = None  # spread of that slope when the efficiencies were measured; None: floor only
 
 
 @dataclass(frozen=True)
@@ -142,6 +154,39 @@ def fit_local_line(batch: np.ndarray, tpot_s: np.ndarray) -> tuple[float, float]
     return fit_line(batch[part], tpot_s[part])
 
 
+def line_noise(batch: np.ndarray, tpot_s: np.ndarray) -> float:
+    """Relative noise about the local line: its rms misfit over the upper half, or over all points when the
+    upper half is two points (a line through two points has no residual to speak of); at least 1%."""
+    part = upper_half(batch.size)
+    if batch[part].size > 2:
+        a, s = fit_line(batch[part], tpot_s[part])
+        resid, dof = (a + s * batch[part]) / tpot_s[part] - 1, batch[part].size - 2
+    else:
+        a, s = fit_line(batch, tpot_s)
+        resid, dof = (a + s * batch) / tpot_s - 1, max(batch.size - 2, 1)
+    return max(float(np.sqrt(resid @ resid / dof)), NOISE_FLOOR)
+
+
+def combine_slope(batch: np.ndarray, tpot_s: np.ndarray, slope_prior_s: float, sigma_log: float) -> tuple[float, float]:
+    """The local line with its slope combined with a prior slope by precision: (intercept, slope).
+
+    The data's slope has variance σ²·[(XᵀX)⁻¹]₁₁ for the relative least squares X = [1, b]/T over the upper
+    half at the noise σ of `line_noise`; the prior's is (sigma_log · slope_prior)². The intercept is refitted
+    (relative least squares) at the combined slope.
+    """
+    part = upper_half(batch.size)
+    b, t = batch[part], tpot_s[part]
+    a, s = fit_line(b, t)
+    design = np.column_stack([np.ones_like(b), b]) / t[:, None]
+    var_data = line_noise(batch, tpot_s) ** 2 * float(np.linalg.pinv(design.T @ design)[1, 1])
+    var_prior = (sigma_log * slope_prior_s) ** 2
+    if var_prior <= 0:
+        return a, s
+    slope = (s * var_prior + slope_prior_s * var_data) / (var_data + var_prior)
+    intercept = float(np.sum((1 - slope * b / t) / t) / np.sum(1 / t**2))
+    return max(intercept, 0.0), float(slope)
+
+
 def fit_kinked(batch: np.ndarray, tpot_s: np.ndarray) -> Terms:
     """T = f + W·max(1, b/knee) + s·b: for a fixed knee linear in (f, W, s) ≥ 0; profile over the knee."""
     best: tuple[float, Terms] | None = None
@@ -201,8 +246,12 @@ def pinned_terms(a: float, s: float, share: float, knee: float | None, roof_tok_
     return Terms(share * a, w, compute, s)
 
 
+def _lognormal(rng: np.random.Generator, center: float, sigma: float) -> float:
+    return float(center * math.exp(sigma * rng.normal()))
+
+
 def _lognormal_efficiency(rng: np.random.Generator, center: float, sigma: float) -> float:
-    return float(min(center * math.exp(sigma * rng.normal()), 1.0))
+    return min(_lognormal(rng, center, sigma), 1.0)
 
 
 # -- entry point ------------------------------------------------------------------------
@@ -236,8 +285,19 @@ def fit_table(
             f"physics of {prior.label}"
         )
 
+        if prior.sigma_log_slope is not None:
+            reason += (
+                "; slope per sequence: the data's and the measured hardware's "
+                f"({prior.slope_center_s * 1e3:.3g} ms) combined by their precisions"
+            )
+
         def make(t: np.ndarray, draw: bool) -> Terms:
-            a, s = fit_local_line(batch, t)
+            if prior.sigma_log_slope is not None:
+                center = prior.slope_center_s
+                slope_prior = _lognormal(rng, center, prior.sigma_log_slope) if draw else center
+                a, s = combine_slope(batch, t, slope_prior, prior.sigma_log_slope)
+            else:
+                a, s = fit_local_line(batch, t)
             e_w = (
                 _lognormal_efficiency(rng, prior.bandwidth_center, prior.sigma_log_bandwidth)
                 if draw
@@ -308,11 +368,7 @@ def running_steps(batch: np.ndarray, tpot_s: np.ndarray, prior: Prior | None) ->
 def noise_level(batch: np.ndarray, tpot_s: np.ndarray, terms: Terms, prior: Prior | None) -> float:
     """Relative noise for the interval samples: the rms misfit over the points the fit used, at least 1%."""
     part = upper_half(batch.size)
+    if batch[part].size <= 2:
+        return line_noise(batch, tpot_s)
     resid = rel_residuals(terms, prior, batch[part], tpot_s[part])
-    if resid.size <= 2:  # a line through two points has no residual to speak of: use all points
-        a, s = fit_line(batch, tpot_s)
-        resid = (a + s * batch) / tpot_s - 1
-        dof = max(batch.size - 2, 1)
-    else:
-        dof = resid.size - 2
-    return max(float(np.sqrt(resid @ resid / dof)), NOISE_FLOOR)
+    return max(float(np.sqrt(resid @ resid / (resid.size - 2))), NOISE_FLOOR)

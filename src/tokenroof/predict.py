@@ -16,6 +16,10 @@ from tokenroof.stepmodel import StepModel, queued_tpot_s
 from tokenroof.units import MS_PER_S
 
 LEVEL = 0.90  # central interval
+# Spread (log) of the per-sequence slope that measured efficiencies imply: the calibrated first-principles
+# step model missed this CPU's measured TPOT by 5-35% (median over the batches of a config) in
+# benchmarks/local_roofline.py, so a factor of e^0.3 ≈ 1.35 is one standard deviation.
+SIGMA_LOG_MEASURED_SLOPE = 0.3
 
 
 @dataclass(frozen=True)
@@ -64,6 +68,13 @@ def prior_from_specs(
     )
     ctx = workload.mean_context
     prefill_per_token = peak.t_compute_s + peak.t_attn_token_s * (workload.input_len or 0.0) / 2
+    # below the knee each added sequence costs its KV traffic, the compute the GEMMs do not hide, its prompt
+    central = rl.step_model_from_specs(model, hardware, precision, tp, eff)
+    slope_center = (
+        central.memory_time_per_seq_s(ctx)
+        + (1 - eff.overlap) * central.compute_time_per_seq_s(ctx)
+        + workload.prefill_ratio * (central.t_compute_s + central.t_attn_token_s * (workload.input_len or 0.0) / 2)
+    )
     # paged KV caches (vLLM, SGLang, TGI) hold each sequence's current length, on average the mean context
     cap = rl.max_batch_by_memory(model, hardware, precision, workload.mean_context, tp, memory_utilization)
     return Prior(
@@ -79,6 +90,8 @@ def prior_from_specs(
         label=f"{model.name} on {hardware.key or hardware.name} ×{tp} ({precision.compute_dtype})",
         max_batch=cap if cap > 0 else None,
         overlap=eff.overlap,
+        slope_center_s=float(slope_center),
+        sigma_log_slope=SIGMA_LOG_MEASURED_SLOPE if hardware.efficiencies else None,
     )
 
 
