@@ -14,9 +14,12 @@ For each config (dtype × context) on a 123M-parameter Llama-architecture config
 Before each config the machine is calibrated twice, for that dtype: at the
 model's own layer shapes (what `calibrate --model` does; the predictions use it)
 and at square matrices (plain `calibrate`), to show how much kernel efficiency
-depends on shape. Calibrating right before measuring, and measuring in three
-round-robin passes (TPOT from the quietest pass of each batch), keep drift in
-this shared machine's speed out of the errors.
+depends on shape. Drift in this shared machine's speed is kept out of the
+errors as far as it can be: every figure comes from its quietest pass (PASSES
+calibration passes, PASSES round-robin bench-local passes), and the model-shape
+calibration is repeated after the measurement and merged with the one before
+(`quietest`), since a slow stretch can outlast one calibration (about 11 minutes
+in all).
 
     python benchmarks/local_roofline.py [--quick] [--out DIR]
 """
@@ -27,6 +30,7 @@ import argparse
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -34,7 +38,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from accuracy import errors, linear_baseline, split
 from tokenroof import roofline as rl
-from tokenroof.bench.calibrate import calibrate
+from tokenroof.bench.calibrate import Calibration, calibrate, quietest
 from tokenroof.bench.local import LocalConfig, run_bench_local
 from tokenroof.measurements import read_table
 from tokenroof.predict import Workload, predict_table, prior_from_specs
@@ -45,6 +49,7 @@ ROOT = Path(__file__).resolve().parents[1]
 MODEL = str(ROOT / "examples" / "llama-123m.json")  # the issue's 123M-parameter Llama (GPT-2-small sized)
 CONFIGS = (("fp32", 128), ("bf16", 128), ("fp32", 512), ("bf16", 512))
 BATCHES = [1, 2, 4, 8, 16, 32, 64, 128, 256]
+PASSES = 5  # calibration passes and bench-local rounds: each figure from the quietest (see bench/local.py)
 
 
 def first_principles(result, hw) -> tuple[np.ndarray, np.ndarray]:
@@ -66,13 +71,17 @@ def extrapolation(csv: Path, hw, dtype: str, context: float) -> dict[str, np.nda
     return out
 
 
-def calibrated(dtype: str, model, path: Path):
-    """Calibrate for one dtype (at the model's shapes, or square ones) and load the TOML it writes."""
-    cal = calibrate("cpu", (dtype,), model=model)
+def calibrated(dtype: str, model, path: Path, before: Calibration | None = None) -> tuple[Calibration, Any]:
+    """Calibrate for one dtype (at the model's shapes, or square ones), write the TOML and load it; given an
+    earlier calibration (`before` the measurement), the quietest of the two."""
+    cal = calibrate("cpu", (dtype,), model=model, passes=PASSES)
+    label = "calibrate"
+    if before is not None:
+        cal, label = quietest([before, cal]), "calibrate again, quietest of both"
     path.write_text(cal.to_toml())
     eff = cal.efficiencies()[dtype]
     print(
-        f"calibrate {dtype} ({cal.shapes}): copy {cal.copy_bandwidth_bytes_per_s / 1e9:.1f} GB/s, "
+        f"{label} {dtype} ({cal.shapes}): copy {cal.copy_bandwidth_bytes_per_s / 1e9:.1f} GB/s, "
         f"read {cal.read_bandwidth_bytes_per_s / 1e9:.1f} GB/s, "
         f"matvec {cal.gemv_bandwidth_bytes_per_s[dtype] / 1e9:.1f} GB/s, "
         f"attention {cal.attention_bandwidth_bytes_per_s[dtype] / 1e9:.1f} GB/s, "
@@ -80,7 +89,7 @@ def calibrated(dtype: str, model, path: Path):
         f"decode GEMM {cal.decode_gemm_flops_per_s[dtype] / 1e9:.0f} GFLOP/s, "
         f"overhead {eff['overhead_s_per_layer'] * 1e3:.2f} ms/layer; {cal.threads} threads"
     )
-    return read_hardware_toml(path)
+    return cal, read_hardware_toml(path)
 
 
 def main() -> None:
@@ -89,17 +98,19 @@ def main() -> None:
     parser.add_argument("--out", type=Path, default=Path(__file__).resolve().parent / "out-local")
     args = parser.parse_args()
     args.out.mkdir(parents=True, exist_ok=True)
-    steps, rounds, configs, batches = (4, 1, CONFIGS[:2], BATCHES[::2]) if args.quick else (8, 3, CONFIGS, BATCHES)
+    steps, rounds, configs, batches = (4, 1, CONFIGS[:2], BATCHES[::2]) if args.quick else (8, PASSES, CONFIGS, BATCHES)
     spec = load_model(MODEL)
     started = time.perf_counter()
     summary = []
     for dtype, context in configs:
         print(f"\n== {spec.name} {dtype}, context {context}: calibrate, then bench-local ({rounds} round-robin passes)")
-        hw = calibrated(dtype, spec, args.out / f"calibrated-{dtype}.toml")
-        square = calibrated(dtype, None, args.out / f"calibrated-square-{dtype}.toml")
+        toml = args.out / f"calibrated-{dtype}.toml"
+        before, _ = calibrated(dtype, spec, toml)
+        _, square = calibrated(dtype, None, args.out / f"calibrated-square-{dtype}.toml")
         csv = args.out / f"{spec.name}-{dtype}-c{context}.csv"
         config = LocalConfig(MODEL, batches, context, dtype, "cpu", warmup=3, steps=steps, rounds=rounds, out=csv)
         result = run_bench_local(config, spec)
+        _, hw = calibrated(dtype, spec, toml, before)
         measured, predicted = first_principles(result, hw)
         _, predicted_square = first_principles(result, square)
         err = (predicted / measured - 1) * 100

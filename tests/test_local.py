@@ -17,7 +17,7 @@ from tokenroof.specs.hardware import read_hardware_toml
 
 torch = pytest.importorskip("torch")
 
-from tokenroof.bench.calibrate import calibrate  # noqa: E402
+from tokenroof.bench.calibrate import Calibration, calibrate, quietest  # noqa: E402
 from tokenroof.bench.device import check_fits, memory_needed_bytes, torch_dtype  # noqa: E402
 from tokenroof.bench.local import LocalConfig, make_point, run_bench_local  # noqa: E402
 from tokenroof.bench.microbench import Kernel, overheads  # noqa: E402
@@ -167,6 +167,23 @@ def test_without_torch_the_message_says_how_to_install(tiny_config: Path) -> Non
     assert done.returncode == 2, done.stderr
     assert "needs PyTorch" in done.stderr and "pip install 'tokenroof[local]'" in done.stderr
     assert "Traceback" not in done.stderr
+
+
+def test_quietest_merges_calibrations_taken_at_different_times() -> None:
+    def cal(gemv: float, decode: float, overhead: tuple[float, float], overlap: float) -> Calibration:
+        return Calibration(
+            "m", "cpu", 2, "t", 1e10, 20e9, 21e9, {"bf16": gemv}, {"bf16": 1e12}, {"bf16": decode},
+            {"bf16": 15e9}, {"bf16": overhead}, {"bf16": overlap}, {"bf16": 64}, timing="3 passes",
+        )  # fmt: skip
+
+    slow, quiet = cal(12e9, 0.5e12, (0.004, 0.0005), 0.2), cal(6e9, 1.3e12, (0.002, 0.00025), 0.8)
+    merged = quietest([slow, quiet])
+    assert merged.gemv_bandwidth_bytes_per_s["bf16"] == 12e9  # every rate at its best
+    assert merged.decode_gemm_flops_per_s["bf16"] == 1.3e12
+    # overheads and overlap from the calibration whose decode GEMM ran fastest, together
+    assert merged.overhead_s["bf16"] == (0.002, 0.00025) and merged.overlap["bf16"] == 0.8
+    assert merged.timing == "quietest of 2 calibrations (3 passes)"
+    assert quietest([slow]).decode_gemm_flops_per_s == slow.decode_gemm_flops_per_s
 
 
 def test_calibrate_cli_writes_toml_and_json(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

@@ -23,9 +23,11 @@ what the data cannot show is added according to what is known:
   standard error at the fitted noise, the physics' from `sigma_log_slope`. A clean
   table keeps its own slope; two noisy points at small batches (a CPU's first half,
   where kernel selection and a shared machine's load move single points by 20%)
-  give way to the measured physics. Datasheet priors only floor the slope: the
-  published serving curves' slopes run 1–2.5× the KV traffic at the default
-  efficiency (framework work per sequence), so a datasheet slope is no centre.
+  give way to the measured physics (and drawing both for the intervals gives the
+  combined slope's variance). Datasheet priors only floor the slope: the published
+  serving curves' slopes run 1.1–6.8× (median 1.9×) the per-sequence cost at the
+  default efficiencies (frameworks do per-sequence work the roofline does not
+  count), so a datasheet slope is no centre.
 - **pinned**: `--critical-batch N` asserts the knee (`c = W / N`), `--roof-tok-s X`
   the throughput asymptote (`c + s = 1/X`).
 

@@ -27,8 +27,8 @@ what the decode kernels reached of those, with the overheads and the overlap, so
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from dataclasses import asdict, dataclass, field
+from collections.abc import Callable, Sequence
+from dataclasses import asdict, dataclass, field, replace
 from datetime import UTC, datetime
 from typing import Any
 
@@ -155,6 +155,35 @@ class Calibration:
             f"date = {_quote(self.date)}",
         ]
         return "\n".join(lines) + "\n"
+
+
+def quietest(calibrations: Sequence[Calibration]) -> Calibration:
+    """Calibrations of one machine taken at different times, merged as their passes are: every rate at its
+    best, each dtype's overheads and overlap from the calibration whose decode GEMM ran fastest (a slow
+    stretch on a shared machine can outlast one calibration's passes; one before and one after a long
+    measurement bracket it)."""
+    if not calibrations:
+        raise ValueError("no calibrations to merge")
+    first = calibrations[0]
+
+    def best(field_name: str) -> dict[str, float]:
+        tables = [getattr(c, field_name) for c in calibrations]
+        return {d: max(t[d] for t in tables if d in t) for d in tables[0]}
+
+    quiet = {d: max(calibrations, key=lambda c: c.decode_gemm_flops_per_s.get(d, 0.0)) for d in first.overhead_s}
+    return replace(
+        first,
+        copy_bandwidth_bytes_per_s=max(c.copy_bandwidth_bytes_per_s for c in calibrations),
+        read_bandwidth_bytes_per_s=max(c.read_bandwidth_bytes_per_s for c in calibrations),
+        gemv_bandwidth_bytes_per_s=best("gemv_bandwidth_bytes_per_s"),
+        gemm_flops_per_s=best("gemm_flops_per_s"),
+        decode_gemm_flops_per_s=best("decode_gemm_flops_per_s"),
+        attention_bandwidth_bytes_per_s=best("attention_bandwidth_bytes_per_s"),
+        overhead_s={d: c.overhead_s[d] for d, c in quiet.items()},
+        overlap={d: c.overlap[d] for d, c in quiet.items() if d in c.overlap},
+        ridge_rows={d: c.ridge_rows[d] for d, c in quiet.items() if d in c.ridge_rows},
+        timing=f"quietest of {len(calibrations)} calibrations ({first.timing})",
+    )
 
 
 def _quote(text: str) -> str:
