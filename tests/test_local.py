@@ -169,6 +169,20 @@ def test_without_torch_the_message_says_how_to_install(tiny_config: Path) -> Non
     assert "Traceback" not in done.stderr
 
 
+def test_drift_between_passes_is_reported() -> None:
+    from tokenroof.bench.calibrate import drift_warnings
+    from tokenroof.bench.local import drift_warning
+
+    steady, drifted = [[0.010, 0.011], [0.0105, 0.0102]], [[0.010, 0.010], [0.016, 0.015]]  # medians 10 / 15.5 ms
+    assert drift_warning({1: steady, 4: steady}) == []
+    [warning] = drift_warning({1: steady, 4: drifted})
+    assert "at 1 of 2 batches (at batch 4 the slowest pass's median was 55% above" in warning
+    assert drift_warning({1: [[0.01]], 4: [[0.02]]}) == []  # one pass: nothing to compare
+    kernels = [Kernel("gemv_bf16", lambda: None, 1.0, passes=drifted), Kernel("copy", lambda: None, 1.0, passes=steady)]
+    [warning] = drift_warnings(kernels)
+    assert "by 55% for gemv_bf16;" in warning and "copy" not in warning
+
+
 def test_quietest_merges_calibrations_taken_at_different_times() -> None:
     def cal(gemv: float, decode: float, overhead: tuple[float, float], overlap: float) -> Calibration:
         return Calibration(

@@ -35,6 +35,8 @@ from typing import Any
 from tokenroof.bench.device import machine_name, require_torch, resolve_device, torch_dtype, total_memory_bytes
 from tokenroof.bench.microbench import (
     DECODE_ROWS,
+    DRIFT_WARN_RATIO,
+    Kernel,
     attention_kernel,
     default_shapes,
     gemm_kernel,
@@ -82,6 +84,7 @@ class Calibration:
     shapes: str = ""
     date: str = ""
     timing: str = ""
+    warnings: list[str] = field(default_factory=list)
 
     @property
     def memory_bandwidth_bytes_per_s(self) -> float:
@@ -157,6 +160,19 @@ class Calibration:
         return "\n".join(lines) + "\n"
 
 
+def drift_warnings(kernels: Sequence[Kernel]) -> list[str]:
+    """A warning naming the kernels whose passes ran at speeds further apart than DRIFT_WARN_RATIO."""
+    moved = sorted(((k.pass_spread, k.name) for k in kernels if k.pass_spread > DRIFT_WARN_RATIO), reverse=True)
+    if not moved:
+        return []
+    names = ", ".join(f"{spread - 1:.0%} for {name}" for spread, name in moved[:4])
+    return [
+        f"the machine's speed changed while calibrating: the slowest pass's median exceeded the quietest's by "
+        f"{names}{' …' if len(moved) > 4 else ''}; each figure is from its quietest pass, but a slow stretch that "
+        "outlasts every pass is not seen — calibrate again if the figures look low"
+    ]
+
+
 def quietest(calibrations: Sequence[Calibration]) -> Calibration:
     """Calibrations of one machine taken at different times, merged as their passes are: every rate at its
     best, each dtype's overheads and overlap from the calibration whose decode GEMM ran fastest (a slow
@@ -183,6 +199,7 @@ def quietest(calibrations: Sequence[Calibration]) -> Calibration:
         overlap={d: c.overlap[d] for d, c in quiet.items() if d in c.overlap},
         ridge_rows={d: c.ridge_rows[d] for d, c in quiet.items() if d in c.ridge_rows},
         timing=f"quietest of {len(calibrations)} calibrations ({first.timing})",
+        warnings=[],
     )
 
 
@@ -251,6 +268,7 @@ def calibrate(
             overhead_s={d: overheads(kernels[f"overhead_2_{d}"], kernels[f"overhead_10_{d}"]) for d in dtypes},
             date=datetime.now(UTC).strftime("%Y-%m-%d %H:%M UTC"),
             timing=f"{passes} passes x {repeats} interleaved rounds; each rate at the lowest pass median",
+            warnings=drift_warnings(list(kernels.values())),
         )
         for dtype in dtypes:
             progress(f"{dtype}: overlap of weight streaming and compute at the ridge")

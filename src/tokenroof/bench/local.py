@@ -37,6 +37,7 @@ from tokenroof.bench.device import (
     resolve_device,
     torch_dtype,
 )
+from tokenroof.bench.microbench import DRIFT_WARN_RATIO, pass_spread
 from tokenroof.errors import TokenroofError
 from tokenroof.specs import HardwareSpec, ModelSpec, Precision
 from tokenroof.stepmodel import StepModel
@@ -322,4 +323,19 @@ def run_bench_local(
                 write_csv(result, config.out)
             on_point(point)
     result.points.sort(key=lambda p: p.batch)
+    result.warnings += drift_warning({b: rounds for b, (_, rounds) in samples.items()})
     return result
+
+
+def drift_warning(rounds_by_batch: dict[int, list[list[float]]]) -> list[str]:
+    """Say so when a batch's passes ran at speeds further apart than DRIFT_WARN_RATIO (the machine drifted)."""
+    spreads = {b: pass_spread(rounds) for b, rounds in rounds_by_batch.items()}
+    moved = [b for b, spread in spreads.items() if spread > DRIFT_WARN_RATIO]
+    if not moved:
+        return []
+    worst = max(moved, key=spreads.__getitem__)
+    return [
+        f"the machine's speed changed between passes at {len(moved)} of {len(spreads)} batches (at batch {worst} "
+        f"the slowest pass's median was {spreads[worst] - 1:.0%} above the quietest's); TPOT is each batch's "
+        "quietest pass, since interference only adds time"
+    ]

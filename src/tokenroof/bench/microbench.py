@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import statistics
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -18,6 +18,7 @@ from tokenroof.bench.device import torch_dtype
 from tokenroof.specs import ModelSpec
 
 DECODE_ROWS = 256  # the decode GEMM's rows: the largest usual batch
+DRIFT_WARN_RATIO = 1.25  # pass medians further apart than this: the machine's speed changed, say so
 
 
 @dataclass
@@ -42,6 +43,16 @@ class Kernel:
     def rate(self) -> float:
         """Bytes/s or FLOP/s at `time_s`."""
         return self.amount / self.time_s
+
+    @property
+    def pass_spread(self) -> float:
+        """Slowest pass median ÷ quietest (1 with one pass): how far the machine's speed moved meanwhile."""
+        return pass_spread(self.passes)
+
+
+def pass_spread(passes: Sequence[Sequence[float]]) -> float:
+    medians = [statistics.median(times) for times in passes if times]
+    return max(medians) / min(medians) if len(medians) > 1 else 1.0
 
 
 def stream_kernels(device: Any, nbytes: int) -> list[Kernel]:
