@@ -67,13 +67,17 @@ def prior_from_specs(
         rl.Efficiencies(1.0, 1.0, 0.0, 1.0, eff.allreduce_latency_s),
     )
     ctx = workload.mean_context
-    prefill_per_token = peak.t_compute_s + peak.t_attn_token_s * (workload.input_len or 0.0) / 2
+
+    def prefill_per_token_s(sm: StepModel) -> float:
+        """Compute per prompt token (matmuls, and attention over half the prompt on average)."""
+        return sm.t_compute_s + sm.t_attn_token_s * (workload.input_len or 0.0) / 2
+
     # below the knee each added sequence costs its KV traffic, the compute the GEMMs do not hide, its prompt
     central = rl.step_model_from_specs(model, hardware, precision, tp, eff)
     slope_center = (
         central.memory_time_per_seq_s(ctx)
         + (1 - eff.overlap) * central.compute_time_per_seq_s(ctx)
-        + workload.prefill_ratio * (central.t_compute_s + central.t_attn_token_s * (workload.input_len or 0.0) / 2)
+        + workload.prefill_ratio * prefill_per_token_s(central)
     )
     # paged KV caches (vLLM, SGLang, TGI) hold each sequence's current length, on average the mean context
     cap = rl.max_batch_by_memory(model, hardware, precision, workload.mean_context, tp, memory_utilization)
@@ -81,7 +85,7 @@ def prior_from_specs(
         weights_floor=peak,
         compute_floor_s=float(peak.compute_time_per_seq_s(ctx)),
         per_seq_floor_s=float(peak.memory_time_per_seq_s(ctx)),
-        prefill_floor_s=workload.prefill_ratio * prefill_per_token,
+        prefill_floor_s=workload.prefill_ratio * prefill_per_token_s(peak),
         fixed_floor_s=peak.t_fixed_s,
         bandwidth_center=eff.bandwidth,
         compute_center=eff.compute,

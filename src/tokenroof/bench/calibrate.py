@@ -131,8 +131,7 @@ class Calibration:
             "# and the framework's dispatch overheads per step and per layer",
         ]
         for dtype, values in self.efficiencies().items():
-            if isinstance(values, dict):
-                lines += ["", f"[efficiencies.{dtype}]", *(f"{k} = {v:.4g}" for k, v in values.items())]
+            lines += ["", f"[efficiencies.{dtype}]", *(f"{k} = {v:.4g}" for k, v in values.items())]
         lines += [
             "",
             "[measured]",

@@ -8,8 +8,9 @@ would take longer than the whole sweep), then run warm-up decode steps and time
 median step; the spread is reported beside it. With several round-robin passes
 (`rounds`), TPOT is the lowest of the passes' medians: on a shared machine
 interference only ever adds time, and whole passes run slow while a neighbour
-is busy (the median within a pass already ignores single slow steps). The CSV is rewritten after every
-measured point, so an interrupted sweep keeps what it measured. Devices, dtypes
+is busy (the median within a pass already ignores single slow steps). The CSV
+is rewritten after every measured point, so an interrupted sweep keeps what it
+measured. Devices, dtypes
 and the memory check live in `bench.device`.
 
 Torch is an optional extra: nothing here imports it before `require_torch()`.
@@ -37,7 +38,7 @@ from tokenroof.bench.device import (
     resolve_device,
     torch_dtype,
 )
-from tokenroof.bench.microbench import DRIFT_WARN_RATIO, pass_spread
+from tokenroof.bench.microbench import DRIFT_WARN_RATIO, pass_spread, quietest_median_s
 from tokenroof.errors import TokenroofError
 from tokenroof.specs import HardwareSpec, ModelSpec, Precision
 from tokenroof.stepmodel import StepModel
@@ -53,7 +54,7 @@ class LocalConfig:
     device: str = "auto"
     warmup: int = 3
     steps: int = 10
-    rounds: int = 1  # passes over the batches, round-robin; steps from all rounds are pooled
+    rounds: int = 1  # passes over the batches, round-robin; TPOT from each batch's quietest pass
     threads: int | None = None
     weights: Path | None = None
     seed: int = 0
@@ -176,10 +177,10 @@ def compare_to_roof(
     point.flops_fraction = point.achieved_flops_per_s / hardware.peak_for(precision.compute_dtype)
 
 
-def spread_ms(times_s: Sequence[float]) -> tuple[float, float, float, float]:
-    """(median, p10, p90, min) of step times, in ms."""
+def spread_ms(times_s: Sequence[float]) -> tuple[float, float, float]:
+    """(p10, p90, min) of step times, in ms."""
     ms = np.asarray(times_s) * 1e3
-    return float(np.median(ms)), float(np.percentile(ms, 10)), float(np.percentile(ms, 90)), float(ms.min())
+    return float(np.percentile(ms, 10)), float(np.percentile(ms, 90)), float(ms.min())
 
 
 def build_engine(config: LocalConfig, spec: ModelSpec, device: Any, dtype: Any) -> Any:
@@ -224,11 +225,11 @@ def make_point(
     config: LocalConfig, batch: int, ttfts_s: Sequence[float], rounds_s: Sequence[Sequence[float]]
 ) -> LocalPoint:
     """TPOT: the lowest per-pass median step; spread over every timed step of this batch (all passes); median TTFT."""
-    _, p10, p90, fastest = spread_ms([t for steps in rounds_s for t in steps])
+    p10, p90, fastest = spread_ms([t for steps in rounds_s for t in steps])
     return LocalPoint(
         batch=batch,
         context_tokens=config.context + config.warmup + (config.steps - 1) / 2,
-        tpot_ms=min(spread_ms(steps)[0] for steps in rounds_s),
+        tpot_ms=quietest_median_s(rounds_s) * 1e3,
         tpot_ms_p10=p10,
         tpot_ms_p90=p90,
         tpot_ms_min=fastest,
