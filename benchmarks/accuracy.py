@@ -1,17 +1,27 @@
-"""Validation protocol of DESIGN.md over every curve in ../shared/data/curves (or the folders given).
+"""How far `predict` can be trusted, on published curves: in-range fidelity, extrapolation, interval coverage.
 
-For each curve: sort by batch, fit on the first max(3, n // 2) points, predict the
-rest, and report absolute % error of TPOT and throughput: per curve, and median and
-90th percentile over all held-out points, for the linear baseline (TPOT = a + c·b,
-weighted by 1/TPOT), tokenroof data-only, and tokenroof with model/hardware priors
-where the curve's header names them (data-only otherwise).
+For every curve in ../shared/data/curves (or the folders given), data-only and with the
+physics prior where the curve's header names the model and hardware:
 
-    python benchmarks/accuracy.py [CURVE_DIR ...] [--verbose]
+- **in range**: fit all points, predict them; a curve passes when every point is within
+  10% (or within 2× the fit's own residual where the curve's noise is larger). The
+  knee-shaped table of issue 11 is checked the same way.
+- **extrapolation** (DESIGN.md's protocol): fit the first max(3, n // 2) points, predict
+  the rest; median and 90th percentile of |TPOT error| and |throughput error|, beside
+  the linear baseline TPOT = a + c·b (weighted by 1/TPOT).
+- **coverage** of the 90% intervals on those held-out points, leave-one-curve-out: the
+  interval constants (intervals.py) are learned from every prefix split of the *other*
+  curves, then scored on the left-out curve's protocol split.
+
+    python benchmarks/accuracy.py [CURVE_DIR ...] [--verbose] [--write]
+
+`--write` stores the interval constants learned on all curves in src/tokenroof/data/intervals.json.
 """
 
 from __future__ import annotations
 
 import sys
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import numpy as np
@@ -19,26 +29,55 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from curve_headers import read_setup
+from tokenroof import intervals
 from tokenroof.errors import TokenroofError
-from tokenroof.measurements import MeasurementTable, read_table
-from tokenroof.predict import predict_table, prior_from_specs
+from tokenroof.fit import Prior
+from tokenroof.measurements import MeasurementTable, parse_csv, read_table
+from tokenroof.predict import predict_table, prior_from_specs, step_interval_samples
 from tokenroof.specs import Precision, load_hardware, load_model
 
-DEFAULT_DIR = Path(__file__).resolve().parents[2] / "shared" / "data" / "curves"
-SAMPLES = int(__import__("os").environ.get("ACC_SAMPLES", "40"))  # interval samples per fit (not scored here)
+ROOT = Path(__file__).resolve().parents[1]
+DEFAULT_DIR = ROOT.parent / "shared" / "data" / "curves"
+SAMPLES = 40  # interval samples per fit
+KNEE_TABLE = "batch,throughput_tok_s,tpot_ms\n" + "".join(
+    f"{b},{t},{p}\n"
+    for b, t, p in [(1, 143, 6.9), (8, 1050, 7.6), (32, 3500, 9.1), (64, 5000, 12.8), (128, 6000, 21.3)]
+    + [(256, 6050, 42.3), (512, 6060, 84.5)]
+)
+MODES = ("data", "prior")
 
 
-def linear_baseline(train: MeasurementTable, batches: np.ndarray) -> np.ndarray:
-    w = 1 / train.tpot_ms
-    design = np.column_stack([np.ones_like(train.batch), train.batch]) * w[:, None]
-    coef, *_ = np.linalg.lstsq(design, train.tpot_ms * w, rcond=None)
-    return coef[0] + coef[1] * batches
+@dataclass
+class Curve:
+    name: str
+    table: MeasurementTable
+    prior: Prior | None
 
 
-def tokenroof_prediction(train: MeasurementTable, batches: np.ndarray, use_prior: bool) -> tuple[np.ndarray, str]:
-    prior, label = None, "data-only"
-    if use_prior:
-        setup = read_setup(train.provenance)
+@dataclass
+class Held:
+    """Held-out predictions of one fit: what the interval calibration learns from and is scored on."""
+
+    curve: str
+    log_error: np.ndarray  # log(measured / predicted)
+    sample_sd: np.ndarray
+    sigma: np.ndarray
+    distance: np.ndarray
+    tpot_err: np.ndarray  # |%|
+    thr_err: np.ndarray
+
+
+def load(dirs: list[Path]) -> list[Curve]:
+    curves = []
+    for path in sorted(f for d in dirs for f in d.glob("*.csv")):
+        try:
+            table = read_table([path])
+        except TokenroofError as exc:
+            print(f"{path.name}: skipped ({exc})")
+            continue
+        setup = read_setup(table.provenance)
+        table = replace(table, semantics=setup.semantics)
+        prior = None
         if setup.model and setup.hardware:
             prior = prior_from_specs(
                 load_model(setup.model),
@@ -47,70 +86,124 @@ def tokenroof_prediction(train: MeasurementTable, batches: np.ndarray, use_prior
                 setup.workload,
                 setup.tp,
             )
-            label = f"{setup.model}/{setup.hardware}x{setup.tp}"
-    result = predict_table(train, batches, prior, n_samples=SAMPLES)
-    rows = result.predictions()
-    return np.array([r["tpot_ms"] for r in rows]), f"{label} [{result.fit.method}]"
+        curves.append(Curve(path.name, table, prior))
+    return curves
 
 
-def errors(pred_tpot: np.ndarray, test: MeasurementTable) -> tuple[np.ndarray, np.ndarray]:
-    pred_thr = test.batch * 1000 / pred_tpot
-    return np.abs(pred_tpot / test.tpot_ms - 1) * 100, np.abs(pred_thr / test.throughput_tok_s - 1) * 100
-
-
-def split(table: MeasurementTable) -> tuple[MeasurementTable, MeasurementTable]:
-    n = len(table)
-    k = max(3, n // 2)
-    test = MeasurementTable(table.batch[k:], table.tpot_ms[k:], table.throughput_tok_s[k:])
+def split(table: MeasurementTable, k: int) -> tuple[MeasurementTable, MeasurementTable]:
+    rest = slice(k, None)
+    test = MeasurementTable(table.batch[rest], table.tpot_ms[rest], table.throughput_tok_s[rest])
     return table.head(k), test
 
 
-def summary(name: str, tpot: list[float], thr: list[float]) -> str:
-    return (
-        f"{name:34s} TPOT median {np.median(tpot):5.1f}%  p90 {np.percentile(tpot, 90):6.1f}%   "
-        f"throughput median {np.median(thr):5.1f}%  p90 {np.percentile(thr, 90):6.1f}%"
+def held_out(curve: Curve, mode: str, k: int) -> Held:
+    train, test = split(curve.table, k)
+    prior = curve.prior if mode == "prior" else None
+    result = predict_table(train, test.batch, prior, n_samples=SAMPLES)
+    tpot_s, sd = step_interval_samples(result.fit, test.batch)
+    rows = result.predictions()
+    thr = np.array([r["throughput_tok_s"] for r in rows])
+    low, high = result.fit.batch_range
+    log_error = np.log(test.tpot_ms / (tpot_s * 1e3))
+    return Held(
+        curve.name,
+        log_error,
+        sd,
+        np.full(test.batch.size, result.fit.sigma_rel),
+        intervals.distance_doublings(test.batch, low, high),
+        np.abs(tpot_s * 1e3 / test.tpot_ms - 1) * 100,
+        np.abs(thr / test.throughput_tok_s - 1) * 100,
     )
 
 
-def main(argv: list[str]) -> None:
-    verbose = "--verbose" in argv
-    dirs = [Path(a) for a in argv if not a.startswith("--")] or [DEFAULT_DIR]
-    files = sorted(f for d in dirs for f in d.glob("*.csv"))
-    totals: dict[str, tuple[list[float], list[float]]] = {k: ([], []) for k in ("linear", "data-only", "prior")}
-    print(f"{'curve':58s} {'n':>3s} {'held':>4s}  {'linear':>7s} {'data':>7s} {'prior':>7s}  (mean |TPOT err| %)")
-    for path in files:
-        try:
-            table = read_table([path])
-        except TokenroofError as exc:
-            print(f"{path.name}: skipped ({exc})")
-            continue
-        train, test = split(table)
-        if len(test) == 0:
-            continue
-        preds = {"linear": (linear_baseline(train, test.batch), "")}
-        preds["data-only"] = tokenroof_prediction(train, test.batch, use_prior=False)
-        preds["prior"] = tokenroof_prediction(train, test.batch, use_prior=True)
-        means = []
-        for key, (pred, _) in preds.items():
-            e_tpot, e_thr = errors(pred, test)
-            totals[key][0].extend(e_tpot)
-            totals[key][1].extend(e_thr)
-            means.append(float(np.mean(e_tpot)))
-        print(
-            f"{path.name[:58]:58s} {len(table):3d} {len(test):4d}  {means[0]:6.1f}% {means[1]:6.1f}% "
-            f"{means[2]:6.1f}%  {preds['prior'][1]}"
-        )
+def protocol_k(n: int) -> int:
+    return max(3, n // 2)
+
+
+def concat(helds: list[Held]) -> tuple[np.ndarray, ...]:
+    return tuple(np.concatenate([getattr(h, f) for h in helds]) for f in ("log_error", "sample_sd", "sigma", "distance"))
+
+
+def in_range(curves: list[Curve], mode: str, verbose: bool) -> tuple[int, int, list[str]]:
+    passed, failures = 0, []
+    tables = [(c.name, c.table, c.prior if mode == "prior" else None) for c in curves]
+    tables.append(("issue-11 knee table", parse_csv(KNEE_TABLE, "knee.csv"), None))
+    for name, table, prior in tables:
+        result = predict_table(table, table.batch, prior, n_samples=0)
+        pred = np.array([r["tpot_ms"] for r in result.predictions()])
+        err = np.abs(pred / table.tpot_ms - 1)
+        limit = max(0.10, 2 * result.fit.sigma_rel)
+        excluded = set(result.fit.excluded.batches) if result.fit.excluded else set()
+        counted = np.array([b not in excluded for b in table.batch])
+        worst = float(err[counted].max())
+        if worst <= limit:
+            passed += 1
+        else:
+            failures.append(f"{name}: worst {worst:.1%} > {limit:.1%}")
         if verbose:
-            for key, (pred, _) in preds.items():
+            print(f"    in-range {mode:5s} {name[:50]:50s} worst {worst:6.1%} (limit {limit:.1%}) {result.fit.method}")
+    return passed, len(tables), failures
+
+
+def linear_baseline(curve: Curve) -> np.ndarray:
+    train, test = split(curve.table, protocol_k(len(curve.table)))
+    w = 1 / train.tpot_ms
+    design = np.column_stack([np.ones_like(train.batch), train.batch]) * w[:, None]
+    coef, *_ = np.linalg.lstsq(design, train.tpot_ms * w, rcond=None)
+    return np.abs((coef[0] + coef[1] * test.batch) / test.tpot_ms - 1) * 100
+
+
+def figures(errors: np.ndarray) -> str:
+    return f"median {np.median(errors):5.1f}%  p90 {np.percentile(errors, 90):6.1f}%"
+
+
+def main(argv: list[str]) -> None:
+    verbose, write = "--verbose" in argv, "--write" in argv
+    dirs = [Path(a) for a in argv if not a.startswith("--")] or [DEFAULT_DIR]
+    curves = [c for c in load(dirs) if len(c.table) > 3]
+    if not curves:
+        raise SystemExit(f"no curves found in {', '.join(map(str, dirs))} (the published curves live in ../shared)")
+    print(f"{len(curves)} curves; {SAMPLES} interval samples per fit\n")
+    learned = {}
+    for mode in MODES:
+        every = {c.name: [held_out(c, mode, k) for k in range(3, len(c.table))] for c in curves}
+        protocol = {c.name: held_out(c, mode, protocol_k(len(c.table))) for c in curves}
+        inside = []
+        for c in curves:  # leave-one-curve-out: learn on the others, score on this one
+            others = [h for name, hs in every.items() if name != c.name for h in hs]
+            cal = intervals.learn(*concat(others))
+            h = protocol[c.name]
+            lo, hi = cal.bounds(np.ones_like(h.log_error), cal.scale(h.sample_sd, float(h.sigma[0]), h.distance))
+            inside.append((np.log(lo) <= h.log_error) & (h.log_error <= np.log(hi)))
+            if verbose:
                 print(
-                    f"    {key:10s} "
-                    + " ".join(f"{b:g}:{p:.3g}/{t:.3g}" for b, p, t in zip(test.batch, pred, test.tpot_ms, strict=True))
+                    f"    {mode:5s} {c.name[:55]:55s} |TPOT err| {np.mean(h.tpot_err):5.1f}%  covered "
+                    f"{inside[-1].sum()}/{inside[-1].size}"
                 )
-    count = len(totals["linear"][0])
-    print(f"\nover all {count} held-out points:")
-    print(summary("linear baseline (a + c·b)", *totals["linear"]))
-    print(summary("tokenroof data-only", *totals["data-only"]))
-    print(summary("tokenroof with priors", *totals["prior"]))
+        learned[mode] = replace(intervals.learn(*concat([h for hs in every.values() for h in hs])), curves=len(curves))
+        tpot = np.concatenate([h.tpot_err for h in protocol.values()])
+        thr = np.concatenate([h.thr_err for h in protocol.values()])
+        covered = np.concatenate(inside)
+        passed, total, failures = in_range(curves, mode, verbose)
+        label = "data-only" if mode == "data" else "with priors"
+        print(f"tokenroof {label}:")
+        print(f"  in range (fit all, predict them): {passed}/{total} curves within 10% (or 2× their residual)")
+        for failure in failures:
+            print(f"    {failure}")
+        print(f"  extrapolation over {tpot.size} held-out points: TPOT {figures(tpot)}   throughput {figures(thr)}")
+        print(f"  90% intervals, leave-one-curve-out: {covered.mean():.1%} of held-out points inside")
+        cal = learned[mode]
+        print(
+            f"  constants on all curves: κ = {cal.kappa_per_doubling:.2f} per doubling past the data, "
+            f"quantiles {cal.q_low:+.2f} / {cal.q_high:+.2f}\n"
+        )
+    base = np.concatenate([linear_baseline(c) for c in curves])
+    print(f"linear baseline (a + c·b): TPOT {figures(base)}")
+    if write:
+        path = ROOT / "src" / "tokenroof" / "data" / "intervals.json"
+        note = f"learned by benchmarks/accuracy.py --write on {len(curves)} curves in {', '.join(d.name for d in dirs)}"
+        path.write_text(intervals.to_json(learned, note))
+        print(f"wrote {path}")
 
 
 if __name__ == "__main__":

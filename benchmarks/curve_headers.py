@@ -10,9 +10,10 @@ from __future__ import annotations
 
 import json
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
+from tokenroof.measurements import Semantics
 from tokenroof.predict import Workload
 from tokenroof.specs import DATA, list_models
 
@@ -39,6 +40,24 @@ class CurveSetup:
     tp: int
     workload: Workload
     dtype: str = "fp16"
+    semantics: Semantics = Semantics()
+
+
+def find_semantics(text: str, workload: Workload) -> Semantics:
+    """What the batch and TPOT columns count, from the header's description of how they were obtained."""
+    if re.search(r"static batch|batch = B \(exact", text):
+        batch_kind = "static"
+    elif re.search(r"max_concurrency|concurrency", text) and "num_requests_running" not in text:
+        batch_kind = "concurrency"
+    else:
+        batch_kind = "running"
+    if re.search(r"decode_elapsed|T_TG", text):
+        tpot_kind = "step"
+    elif re.search(r"[Ll]atency/|end-to-end|e2e", text) and "mean_tpot_ms" not in text:
+        tpot_kind = "e2e"
+    else:
+        tpot_kind = "tpot"
+    return Semantics(batch_kind, tpot_kind, workload.input_len, workload.output_len)
 
 
 def _model_by_source() -> dict[str, str]:
@@ -101,4 +120,9 @@ def read_setup(provenance: list[str] | tuple[str, ...]) -> CurveSetup:
     text = "\n".join(provenance)
     hardware, tp = find_hardware(text)
     dtype = "bf16" if re.search(r"bf16|bfloat16", text, re.IGNORECASE) else "fp16"
-    return CurveSetup(find_model(text), hardware, tp, find_workload(text), dtype)
+    workload = find_workload(text)
+    semantics = find_semantics(text, workload)
+    workload = replace(
+        workload, static=semantics.batch_kind == "static", decode_only=workload.decode_only or semantics.tpot_kind == "step"
+    )
+    return CurveSetup(find_model(text), hardware, tp, workload, dtype, semantics)

@@ -13,6 +13,7 @@ import csv
 import io
 import json
 import math
+import re
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -24,6 +25,57 @@ from tokenroof.errors import TokenroofError
 
 COLUMNS = ("batch", "throughput_tok_s", "tpot_ms", "context_tokens", "ttft_ms")
 DISAGREE = 0.10  # throughput and TPOT inconsistent by more than this → warning
+# What the batch column counts: the server's measured running batch; client concurrency (requests in flight,
+# queued ones included, against a server that may cap its running batch); a static batch decoded together.
+BATCH_KINDS = ("running", "concurrency", "static")
+# What the TPOT column counts: mean time per output token after the first (vLLM's TPOT; excludes queueing);
+# inter-token latency; end-to-end time ÷ output tokens (includes prefill and queueing); the decode step time.
+TPOT_KINDS = ("tpot", "itl", "e2e", "step")
+SETTINGS = {"batch_kind": BATCH_KINDS, "tpot_kind": TPOT_KINDS, "input_len": None, "output_len": None}
+
+
+@dataclass(frozen=True)
+class Semantics:
+    """What a table's columns mean, and the workload behind it (None: not stated)."""
+
+    batch_kind: str = "running"
+    tpot_kind: str = "tpot"
+    input_len: float | None = None
+    output_len: float | None = None
+    stated: tuple[str, ...] = ()  # the settings the source stated (the rest are defaults)
+
+    @property
+    def queues(self) -> bool:
+        """Queued requests' waiting shows in TPOT only when it is end-to-end time per token."""
+        return self.tpot_kind == "e2e"
+
+    @property
+    def mean_context(self) -> float | None:
+        if self.input_len is None or self.output_len is None:
+            return None
+        return self.input_len + self.output_len / 2
+
+    def describe(self) -> str:
+        text = f"batch = {self.batch_kind} batch, TPOT = {self.tpot_kind}"
+        if self.input_len is not None and self.output_len is not None:
+            text += f", {self.input_len:g} in / {self.output_len:g} out tokens"
+        return text
+
+
+def parse_settings(lines: Iterable[str], where: str) -> Semantics:
+    """`key=value` settings in provenance lines (`# batch_kind=static tpot_kind=e2e input_len=1024 ...`)."""
+    found: dict[str, Any] = {}
+    for line in lines:
+        for key, value in re.findall(r"\b(batch_kind|tpot_kind|input_len|output_len)=([^\s,;]+)", line):
+            allowed = SETTINGS[key]
+            if allowed is not None:
+                if value not in allowed:
+                    raise TokenroofError(f"{where}: {key}={value} is not known; known: {', '.join(allowed)}")
+                found[key] = value
+            else:
+                number = _number(value, where, key)
+                found[key] = number
+    return Semantics(**found, stated=tuple(found))
 
 
 @dataclass(frozen=True)
@@ -51,6 +103,7 @@ class MeasurementTable:
     source: str = ""
     warnings: tuple[str, ...] = ()
     derived: tuple[str, ...] = field(default_factory=tuple)  # per row: "", "tpot_ms" or "throughput_tok_s"
+    semantics: Semantics = field(default_factory=Semantics)
 
     def __len__(self) -> int:
         return int(self.batch.size)
@@ -71,6 +124,7 @@ class MeasurementTable:
             self.source,
             self.warnings,
             self.derived[:n],
+            self.semantics,
         )
 
     def to_csv(self) -> str:
@@ -104,7 +158,15 @@ class MeasurementTable:
             if self.context_tokens is not None:
                 point["context_tokens"] = float(self.context_tokens[i])
             points.append(point)
-        return {"source": self.source, "provenance": list(self.provenance), "points": points}
+        return {
+            "source": self.source,
+            "provenance": list(self.provenance),
+            "batch_kind": self.semantics.batch_kind,
+            "tpot_kind": self.semantics.tpot_kind,
+            "input_len": self.semantics.input_len,
+            "output_len": self.semantics.output_len,
+            "points": points,
+        }
 
 
 # -- building and checking -------------------------------------------------------------
@@ -139,7 +201,9 @@ def _check_duplicates(rows: Sequence[Row], warnings: list[str]) -> list[Row]:
     return list(kept.values())
 
 
-def build_table(rows: Sequence[Row], provenance: Iterable[str] = (), source: str = "") -> MeasurementTable:
+def build_table(
+    rows: Sequence[Row], provenance: Iterable[str] = (), source: str = "", semantics: Semantics | None = None
+) -> MeasurementTable:
     """Validate rows, derive the missing metric, warn on inconsistency, sort by batch."""
     warnings: list[str] = []
     rows = _check_duplicates(rows, warnings)
@@ -178,6 +242,7 @@ def build_table(rows: Sequence[Row], provenance: Iterable[str] = (), source: str
         source=source,
         warnings=tuple(warnings),
         derived=tuple(derived),
+        semantics=semantics or Semantics(),
     )
 
 
@@ -225,7 +290,7 @@ def parse_csv(text: str, source: str = "<csv>") -> MeasurementTable:
                 where,
             )
         )
-    return build_table(rows, provenance, source)
+    return build_table(rows, provenance, source, parse_settings(provenance, source))
 
 
 def _dig(data: Mapping[str, Any], *path: str) -> Any:
@@ -258,6 +323,52 @@ def _vllm_row(data: Mapping[str, Any], where: str, warnings: list[str]) -> Row:
     )
 
 
+def _vllm_settings(data: Mapping[str, Any], where: str) -> dict[str, Any]:
+    """vLLM's TPOT excludes the first token and so any queueing; lengths from the run's token totals."""
+    settings: dict[str, Any] = {"batch_kind": "concurrency", "tpot_kind": "tpot"}
+    done = _number(data.get("completed"), where, "completed")
+    for key, total in (("input_len", "total_input_tokens"), ("output_len", "total_output_tokens")):
+        value = _number(data.get(total), where, total)
+        if done and value:
+            settings[key] = value / done
+    return settings
+
+
+def _guidellm_settings(data: Mapping[str, Any], where: str) -> dict[str, Any]:
+    settings: dict[str, Any] = {"batch_kind": "concurrency", "tpot_kind": "itl"}
+    for key, metric in (("input_len", "prompt_token_count"), ("output_len", "output_token_count")):
+        values = [
+            _number(_dig(bench.get("metrics", {}), metric, "successful", "mean"), f"{where} benchmark {i}", metric)
+            for i, bench in enumerate(data["benchmarks"])
+            if isinstance(bench, Mapping)
+        ]
+        given = [v for v in values if v is not None]
+        if given:
+            settings[key] = float(np.mean(given))
+    return settings
+
+
+def merge_settings(parts: Sequence[tuple[str, Mapping[str, Any]]], provenance: Sequence[str]) -> Semantics:
+    """One table's semantics from several files: kinds must agree, lengths are averaged."""
+    merged: dict[str, Any] = {}
+    for where, part in parts:
+        for key in ("batch_kind", "tpot_kind"):
+            if key in part and merged.setdefault(key, (part[key], where))[0] != part[key]:
+                raise TokenroofError(
+                    f"{where}: {key} {part[key]} differs from {merged[key][0]} in {merged[key][1]}; "
+                    "give files of one kind"
+                )
+    values: dict[str, Any] = {key: value for key, (value, _) in merged.items()}
+    for key in ("input_len", "output_len"):
+        given = [part[key] for _, part in parts if part.get(key) is not None]
+        if given:
+            values[key] = float(np.mean(given))
+    stated = parse_settings(provenance, "provenance")
+    for key in stated.stated:
+        values.setdefault(key, getattr(stated, key))
+    return Semantics(**values, stated=tuple(values))
+
+
 def _guidellm_rows(data: Mapping[str, Any], where: str) -> list[Row]:
     """GuideLLM report: batch = measured mean request concurrency; TPOT = inter_token_latency_ms (excludes the
     first token, like vLLM's TPOT; GuideLLM's own time_per_output_token_ms includes it)."""
@@ -285,11 +396,11 @@ def _guidellm_rows(data: Mapping[str, Any], where: str) -> list[Row]:
     return rows
 
 
-def _json_rows(data: Any, where: str, warnings: list[str]) -> tuple[list[Row], list[str]]:
+def _json_rows(data: Any, where: str, warnings: list[str]) -> tuple[list[Row], list[str], dict[str, Any]]:
     if isinstance(data, Mapping) and isinstance(data.get("benchmarks"), list):
-        return _guidellm_rows(data, where), [f"GuideLLM report {where}"]
+        return _guidellm_rows(data, where), [f"GuideLLM report {where}"], _guidellm_settings(data, where)
     if isinstance(data, Mapping) and "output_throughput" in data:
-        return [_vllm_row(data, where, warnings)], [f"vllm bench serve result {where}"]
+        return [_vllm_row(data, where, warnings)], [f"vllm bench serve result {where}"], _vllm_settings(data, where)
     points = data.get("points") if isinstance(data, Mapping) else data
     if not isinstance(points, list):
         raise TokenroofError(
@@ -315,7 +426,16 @@ def _json_rows(data: Any, where: str, warnings: list[str]) -> tuple[list[Row], l
             )
         )
     provenance = list(data.get("provenance", [])) if isinstance(data, Mapping) else []
-    return rows, provenance
+    settings: dict[str, Any] = {}
+    if isinstance(data, Mapping):
+        for key in SETTINGS:
+            if data.get(key) is not None:
+                settings[key] = data[key]
+        for key, value in settings.items():
+            allowed = SETTINGS[key]
+            if allowed is not None and value not in allowed:
+                raise TokenroofError(f"{where}: {key}={value} is not known; known: {', '.join(allowed)}")
+    return rows, provenance, settings
 
 
 def read_jsonl(path: Path) -> list[tuple[int, Any]]:
@@ -351,6 +471,7 @@ def read_table(paths: Sequence[Path | str]) -> MeasurementTable:
     rows: list[Row] = []
     provenance: list[str] = []
     warnings: list[str] = []
+    parts: list[tuple[str, dict[str, Any]]] = []
     for path, text in zip(files, texts, strict=True):
         try:
             data = json.loads(text)
@@ -358,10 +479,11 @@ def read_table(paths: Sequence[Path | str]) -> MeasurementTable:
             raise TokenroofError(
                 f"{path}: not valid JSON (line {exc.lineno}: {exc.msg}); CSV files are read one at a time"
             ) from None
-        new_rows, new_prov = _json_rows(data, str(path), warnings)
+        new_rows, new_prov, settings = _json_rows(data, str(path), warnings)
         rows += new_rows
         provenance += new_prov
-    table = build_table(rows, provenance, ", ".join(str(p) for p in files))
+        parts.append((str(path), settings))
+    table = build_table(rows, provenance, ", ".join(str(p) for p in files), merge_settings(parts, provenance))
     return MeasurementTable(
         table.batch,
         table.tpot_ms,
@@ -372,4 +494,5 @@ def read_table(paths: Sequence[Path | str]) -> MeasurementTable:
         table.source,
         tuple(warnings) + table.warnings,
         table.derived,
+        table.semantics,
     )

@@ -79,25 +79,35 @@ def plot_roofline(result: RooflineResult, path: Path) -> None:
 
 def plot_prediction(result: PredictResult, path: Path) -> None:
     """Measured points, the fitted curve with its 90% band, bound regions and the critical batch."""
-    from tokenroof.predict import evaluate
+    from tokenroof.predict import PredictResult
 
-    plt = _pyplot()
     table, fit = result.table, result.fit
-    cap = result.prior.max_batch if result.prior else None
+    cap = fit.curve.cap
     lo = float(min(table.batch.min(), result.batches.min()))
     hi = float(max(table.batch.max(), result.batches.max()))
     dense = np.geomspace(lo, hi * 1.05, 200)
-    tpot, thr = evaluate(fit.step_model, dense, cap)
-    draws = [evaluate(m, dense, cap) for m in fit.sample_models()]
+    plt = _pyplot()
+    band_of = PredictResult(table, fit, dense, result.prior).predictions()
+    tpot = np.array([r["tpot_ms"] for r in band_of]) / MS_PER_S
+    thr = np.array([r["throughput_tok_s"] for r in band_of])
+    low_high = {
+        1: (
+            np.array([r["throughput_tok_s_low"] for r in band_of]),
+            np.array([r["throughput_tok_s_high"] for r in band_of]),
+        ),
+        0: (
+            np.array([r["tpot_ms_low"] for r in band_of]) / MS_PER_S,
+            np.array([r["tpot_ms_high"] for r in band_of]) / MS_PER_S,
+        ),
+    }
     fig, (ax_thr, ax_tpot) = plt.subplots(1, 2, figsize=(12, 4.5))
     bounds = fit.step_model.bound(dense if cap is None else np.minimum(dense, cap))
     for ax, curve, index, scale in ((ax_thr, thr, 1, 1.0), (ax_tpot, tpot, 0, MS_PER_S)):
         shade_bounds(ax, dense, bounds)
-        band = np.array([d[index] for d in draws]) * scale
         ax.fill_between(
             dense,
-            np.percentile(band, 5, axis=0),
-            np.percentile(band, 95, axis=0),
+            low_high[index][0] * scale,
+            low_high[index][1] * scale,
             color="grey",
             alpha=0.3,
             label="90% interval",

@@ -8,14 +8,16 @@ from typing import Any
 
 import numpy as np
 
+from tokenroof import intervals
 from tokenroof import roofline as rl
-from tokenroof.fit import Fit, Prior, fit_table
+from tokenroof.errors import TokenroofError
+from tokenroof.fit import Excluded, Fit, Prior, fit_table
+from tokenroof.intervals import LEVEL, Calibration
 from tokenroof.measurements import MeasurementTable
 from tokenroof.specs import HardwareSpec, ModelSpec, Precision
-from tokenroof.stepmodel import StepModel, queued_tpot_s
+from tokenroof.stepmodel import StepModel
 from tokenroof.units import MS_PER_S
 
-LEVEL = 0.90  # central interval
 # Spread (log) of the per-sequence slope that measured efficiencies imply: the calibrated first-principles
 # step model missed this CPU's measured TPOT by 5-35% (median over the batches of a config) in
 # benchmarks/local_roofline.py, so a factor of e^0.3 ≈ 1.35 is one standard deviation.
@@ -30,6 +32,36 @@ class Workload:
     input_len: float | None = None
     output_len: float | None = None
     decode_only: bool = False
+    static: bool = False  # a static batch: prompts prefilled together before decoding, not during it
+
+    @classmethod
+    def from_table(
+        cls,
+        table: MeasurementTable,
+        context: float | None = None,
+        input_len: float | None = None,
+        output_len: float | None = None,
+        decode_only: bool = False,
+    ) -> Workload:
+        """The workload behind a table: the flags, else the table's context column or its stated lengths.
+
+        Raises when nothing gives the context: the physics prior's KV reads and memory cap depend on it, and a
+        silent 0 would put the cap at hundreds of thousands of sequences.
+        """
+        sem = table.semantics
+        input_len = input_len if input_len is not None else sem.input_len
+        output_len = output_len if output_len is not None else sem.output_len
+        if context is None and table.context_tokens is not None:
+            context = float(table.context_tokens.mean())
+        if context is None and (input_len is None or output_len is None):
+            raise TokenroofError(
+                f"{table.source or 'the table'}: the physics prior needs the mean context: give --context N "
+                "(the mean KV length per sequence), or --input-len and --output-len, or measurements that carry "
+                "them (a context_tokens column, '# input_len=… output_len=…', vLLM/GuideLLM result files)"
+            )
+        return cls(
+            context, input_len, output_len, decode_only or sem.tpot_kind == "step", static=sem.batch_kind == "static"
+        )
 
     @property
     def mean_context(self) -> float:
@@ -79,13 +111,16 @@ def prior_from_specs(
         + (1 - eff.overlap) * central.compute_time_per_seq_s(ctx)
         + workload.prefill_ratio * prefill_per_token_s(central)
     )
+    # continuous batching: arriving prompts share each step's GEMMs (they move the knee); a static batch is
+    # prefilled once before decoding, which an end-to-end TPOT spreads over the steps as cost per sequence
+    prefill_peak = workload.prefill_ratio * prefill_per_token_s(peak)
     # paged KV caches (vLLM, SGLang, TGI) hold each sequence's current length, on average the mean context
     cap = rl.max_batch_by_memory(model, hardware, precision, workload.mean_context, tp, memory_utilization)
     return Prior(
         weights_floor=peak,
         compute_floor_s=float(peak.compute_time_per_seq_s(ctx)),
-        per_seq_floor_s=float(peak.memory_time_per_seq_s(ctx)),
-        prefill_floor_s=workload.prefill_ratio * prefill_per_token_s(peak),
+        per_seq_floor_s=float(peak.memory_time_per_seq_s(ctx)) + (prefill_peak if workload.static else 0.0),
+        prefill_floor_s=0.0 if workload.static else prefill_peak,
         fixed_floor_s=peak.t_fixed_s,
         bandwidth_center=eff.bandwidth,
         compute_center=eff.compute,
@@ -96,13 +131,15 @@ def prior_from_specs(
         overlap=eff.overlap,
         slope_center_s=float(slope_center),
         sigma_log_slope=SIGMA_LOG_MEASURED_SLOPE if hardware.efficiencies else None,
+        context_tokens=ctx,
     )
 
 
-def evaluate(sm: StepModel, batch: np.ndarray, cap: int | None) -> tuple[np.ndarray, np.ndarray]:
-    """TPOT (s) and throughput (tok/s) with the running batch capped by memory (see `queued_tpot_s`)."""
-    tpot = queued_tpot_s(sm, batch, cap)
-    return tpot, np.asarray(batch, dtype=float) / tpot
+def step_interval_samples(fit: Fit, batch: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Point TPOT (s) and the log-sd of the samples' TPOT at `batch`."""
+    tpot, _ = fit.evaluate(batch)
+    samples, _ = fit.sample_curves(batch)
+    return tpot, np.std(np.log(samples), axis=0) if len(fit.samples) > 1 else np.zeros_like(tpot)
 
 
 @dataclass
@@ -112,7 +149,12 @@ class PredictResult:
     batches: np.ndarray
     prior: Prior | None
     critical_batch_asserted: float | None = None
+    excluded: Excluded | None = None
     warnings: list[str] = field(default_factory=list)
+
+    @property
+    def calibration(self) -> Calibration:
+        return intervals.stored("prior" if self.prior is not None else "data")
 
     def critical_batch(self) -> tuple[float | None, list[float | None], str | None]:
         if self.critical_batch_asserted is not None:
@@ -124,6 +166,10 @@ class PredictResult:
         lo, hi = np.percentile(finite, [50 * (1 - LEVEL), 50 * (1 + LEVEL)]) if finite else (None, None)
         if len(finite) < LEVEL * len(samples):
             hi = None  # in more than 10% of samples the step never turns compute-bound
+        if value is not None and lo is not None:
+            lo = min(float(lo), value)
+            hi = None if hi is None else max(float(hi), value)
+        interval = [None if lo is None else float(lo), None if hi is None else float(hi)]
         if value is None:
             reason = (
                 "no knee in the fitted data: the memory-bound line has no compute term"
@@ -131,20 +177,23 @@ class PredictResult:
                 else "the per-sequence memory time (KV reads and the rest) exceeds the per-sequence compute time: "
                 "decode never turns compute-bound; throughput approaches a bandwidth plateau"
             )
-            return None, [None if lo is None else float(lo), None if hi is None else float(hi)], reason
-        return value, [None if lo is None else float(lo), None if hi is None else float(hi)], None
+            return None, interval, reason
+        return value, interval, None
 
     def predictions(self) -> list[dict[str, Any]]:
-        cap = self.prior.max_batch if self.prior else None
-        sm, b = self.fit.step_model, self.batches
-        tpot, thr = evaluate(sm, b, cap)
-        draws = [evaluate(m, b, cap) for m in self.fit.sample_models()]
-        tpots = np.array([d[0] for d in draws])
-        thrs = np.array([d[1] for d in draws])
-        q = [50 * (1 - LEVEL), 50 * (1 + LEVEL)]
-        t_lo, t_hi = np.percentile(tpots, q, axis=0)
-        r_lo, r_hi = np.percentile(thrs, q, axis=0)
-        bounds = sm.bound(b if cap is None else np.minimum(b, cap))
+        b = self.batches
+        tpot, sd = step_interval_samples(self.fit, b)
+        running = self.fit.curve.running(b)
+        step = tpot * running / b if self.fit.curve.queues else tpot
+        thr = running / step
+        cal = self.calibration
+        distance = intervals.distance_doublings(b, float(self.fit.batch_range[0]), float(self.fit.batch_range[1]))
+        t_lo, t_hi = cal.bounds(tpot, cal.scale(sd, self.fit.sigma_rel, distance))
+        t_lo, t_hi = np.minimum(t_lo, tpot), np.maximum(t_hi, tpot)
+        # throughput = running / step: its bounds are the TPOT bounds' reciprocals
+        r_lo, r_hi = thr * tpot / t_hi, thr * tpot / t_lo
+        cap = self.fit.curve.cap
+        bounds = self.fit.step_model.bound(running)
         rows = []
         for i, batch in enumerate(b):
             rows.append(
@@ -153,11 +202,11 @@ class PredictResult:
                     "throughput_tok_s": float(thr[i]),
                     "tpot_ms": float(tpot[i] * MS_PER_S),
                     "bound": "capacity" if cap is not None and batch > cap else str(bounds[i]),
-                    "throughput_tok_s_low": float(min(r_lo[i], thr[i])),
-                    "throughput_tok_s_high": float(max(r_hi[i], thr[i])),
-                    "tpot_ms_low": float(min(t_lo[i], tpot[i]) * MS_PER_S),
-                    "tpot_ms_high": float(max(t_hi[i], tpot[i]) * MS_PER_S),
-                    "extrapolated": bool(batch > self.table.batch.max() or batch < self.table.batch.min()),
+                    "throughput_tok_s_low": float(r_lo[i]),
+                    "throughput_tok_s_high": float(r_hi[i]),
+                    "tpot_ms_low": float(t_lo[i] * MS_PER_S),
+                    "tpot_ms_high": float(t_hi[i] * MS_PER_S),
+                    "extrapolated": bool(distance[i] > 0),
                 }
             )
         return rows
@@ -166,14 +215,21 @@ class PredictResult:
         sm = self.fit.step_model
         crit, crit_interval, reason = self.critical_batch()
         terms = sm.to_dict()
+        small = self.fit.best.small
         terms.update(
             {
                 "method": self.fit.method,
                 "why": self.fit.reason,
+                "structure_weights": dict(self.fit.weights),
+                "small_batch": small.to_dict() if small is not None else None,
                 "residual_rms_relative": self.fit.sigma_rel,
                 "points_fitted": self.fit.n_fit,
+                "running_batch_cap": self.fit.curve.cap,
+                "tpot_counts_queueing": self.fit.curve.queues,
+                "context_tokens": self.prior.context_tokens if self.prior is not None else None,
             }
         )
+        cal = self.calibration
         return {
             "predictions": self.predictions(),
             "critical_batch": crit,
@@ -183,6 +239,16 @@ class PredictResult:
             "throughput_asymptote_tok_s": sm.throughput_asymptote_tok_s(0.0),
             "max_batch_by_memory": self.prior.max_batch if self.prior else None,
             "interval_level": LEVEL,
+            "interval_calibration": {
+                "kappa_per_doubling": cal.kappa_per_doubling,
+                "q_low": cal.q_low,
+                "q_high": cal.q_high,
+                "curves": cal.curves,
+            },
+            "excluded_points": (
+                {"batches": list(self.excluded.batches), "reason": self.excluded.reason} if self.excluded else None
+            ),
+            "prior_conflicts": list(self.fit.conflicts),
             "model": terms,
             "measured": self.table.to_dict(),
             "warnings": list(self.warnings),
@@ -190,35 +256,19 @@ class PredictResult:
 
 
 # -- warnings -----------------------------------------------------------------------------
-def data_patterns(table: MeasurementTable) -> list[str]:
-    """Shapes the step model cannot explain: falling throughput, flat throughput (a cap or a queue)."""
+def data_patterns(table: MeasurementTable, excluded: Excluded | None) -> list[str]:
+    """Shapes worth a word, by what the columns count: falling throughput, points past a cap, flat throughput."""
     notes = []
-    b, thr, tpot = table.batch, table.throughput_tok_s, table.tpot_ms
+    if excluded is not None:
+        notes.append(f"left out of the fit, batches {', '.join(f'{b:g}' for b in excluded.batches)}: {excluded.reason}")
+    b, thr = table.batch, table.throughput_tok_s
     for i in range(1, len(table)):
-        grow_b = b[i] / b[i - 1]
-        grow_thr = thr[i] / thr[i - 1]
-        if grow_b < 1.2:
-            continue
-        if grow_thr < 0.97:
+        if b[i] / b[i - 1] >= 1.2 and thr[i] / thr[i - 1] < 0.97:
             notes.append(
                 f"throughput falls from {thr[i - 1]:.4g} tok/s at batch {b[i - 1]:g} to {thr[i]:.4g} at "
                 f"batch {b[i]:g}: the step model cannot explain falling throughput (KV-cache preemption "
                 "and recompute, or swapping, is the usual cause)"
             )
-        elif grow_thr < 1.05:
-            grow_tpot = tpot[i] / tpot[i - 1]
-            if grow_tpot < 1.05:
-                notes.append(
-                    f"throughput and TPOT are both flat from batch {b[i - 1]:g} to {b[i]:g}: a server-side "
-                    "batch cap (max_num_seqs) holds the running batch; requests queue and the batch column "
-                    "is not the running batch"
-                )
-            else:
-                notes.append(
-                    f"throughput is flat from batch {b[i - 1]:g} to {b[i]:g} while TPOT grows ×"
-                    f"{grow_tpot:.2f}: requests queue or are preempted (a full KV cache or a batch cap); "
-                    "points past this are not the running batch"
-                )
     return notes
 
 
@@ -261,21 +311,31 @@ def fit_notes(result: PredictResult, max_asked: float) -> list[str]:
             f"the fitted model misses the measured TPOTs by {fit.sigma_rel:.0%} rms: the curve has a shape "
             "the step model does not explain"
         )
-    cap = result.prior.max_batch if result.prior else None
+    cap = fit.curve.cap
     if cap is not None and max_asked > cap:
-        notes.append(
-            f"batches above {cap} do not fit in memory (weights + KV cache at the mean context, "
-            "90% of memory): there the running batch stays at the cap, throughput is flat and TPOT "
-            "counts queueing"
+        source = (
+            "the server's cap seen in the data"
+            if result.excluded is not None
+            else "weights + KV cache at the mean context in 90% of memory"
         )
+        counts = (
+            "TPOT (end-to-end per token) grows with the queue"
+            if fit.curve.queues
+            else "TPOT stays at the cap's (queued requests wait before their first token: TTFT grows)"
+        )
+        notes.append(
+            f"batches above {cap:.4g} do not run together ({source}): there the running batch stays at the cap, "
+            f"throughput is flat and {counts}"
+        )
+    notes += [f"prior and data disagree: {c}" for c in fit.conflicts]
     return notes
 
 
 def physics_checks(fit: Fit, prior: Prior) -> list[str]:
     """Measured terms faster than the datasheet allows mean the model, hardware or workload is misdescribed."""
     notes = []
-    t = fit.terms
-    intercept_s = t.fixed_s + t.weights_scale * prior.weights_floor.t_weights_s
+    sm = fit.step_model
+    intercept_s = sm.t_fixed_s + sm.t_weights_s
     weights_floor_s = prior.weights_floor.t_weights_s + prior.fixed_floor_s
     if intercept_s < 0.98 * weights_floor_s:
         notes.append(
@@ -283,10 +343,10 @@ def physics_checks(fit: Fit, prior: Prior) -> list[str]:
             f"weights at peak bandwidth ({weights_floor_s * 1e3:.3g} ms for {prior.label}): check --model, "
             "--hardware, --dtype and --tp"
         )
-    seq_floor_s = prior.per_seq_floor_s + prior.prefill_floor_s
-    if t.per_seq_s < 0.9 * seq_floor_s:
+    seq_floor_s = prior.per_seq_floor_s
+    if sm.t_seq_s < 0.9 * seq_floor_s:
         notes.append(
-            f"the measured cost per added sequence ({t.per_seq_s * 1e6:.3g} µs) is below the KV-cache "
+            f"the measured cost per added sequence ({sm.t_seq_s * 1e6:.3g} µs) is below the KV-cache "
             f"traffic at peak bandwidth ({seq_floor_s * 1e6:.3g} µs): the context (or prompt share) is "
             "smaller than --context / --input-len say, or the KV cache is quantised (--kv-dtype)"
         )
@@ -307,6 +367,6 @@ def predict_table(
 
     arr = validate_batches(batches)
     fit = fit_table(table, prior, critical_batch, roof_tok_s, n_samples, seed)
-    result = PredictResult(table, fit, arr, prior, critical_batch)
-    result.warnings = list(table.warnings) + data_patterns(table) + fit_notes(result, float(arr.max()))
+    result = PredictResult(table, fit, arr, prior, critical_batch, fit.excluded)
+    result.warnings = list(table.warnings) + data_patterns(table, fit.excluded) + fit_notes(result, float(arr.max()))
     return result

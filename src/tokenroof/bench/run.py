@@ -292,6 +292,7 @@ def write_outputs(cfg: BenchConfig, model: str, summaries: list[dict[str, Any]])
     )
     lines = [
         f"# tokenroof bench {cfg.url} model={model} endpoint={cfg.endpoint} input_len={cfg.input_len} "
+        "batch_kind=running tpot_kind=tpot "
         f"output_len={cfg.output_len}",
         "# batch = time-averaged running batch (from the server's /metrics gauge where it has one, else from client "
         "timestamps); throughput = output tokens/s in the steady-state window; tpot_ms = mean TPOT excl. the 1st token",

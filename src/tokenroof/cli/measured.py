@@ -44,7 +44,8 @@ def table_and_prior(
 ) -> tuple[Any, Any]:
     """The measured table, and the physics prior when both --model and --hardware are given (None: data only).
 
-    The prior's context is --context, else the mean of the table's context_tokens column, else from the lengths.
+    The prior's context is --context, else the mean of the table's context_tokens column, else from the lengths
+    (the flags', else the table's): never a silent 0 (Workload.from_table raises).
     """
     from tokenroof.measurements import read_table
     from tokenroof.predict import Workload, prior_from_specs
@@ -55,9 +56,7 @@ def table_and_prior(
     table = read_table(files)
     if model is None or hardware is None:
         return table, None
-    if context is None and table.context_tokens is not None:
-        context = float(table.context_tokens.mean())
-    workload = Workload(context, input_len, output_len, decode_only)
+    workload = Workload.from_table(table, context, input_len, output_len, decode_only)
     precision = Precision.create(dtype, kv_dtype, compute_dtype)
     return table, prior_from_specs(load_model(model), load_hardware(hardware), precision, workload, tp)
 
@@ -133,7 +132,7 @@ def advise(
             fit.step_model,
             tpot_slo_ms,
             0.0,
-            prior.max_batch if prior else None,
+            int(fit.curve.cap) if fit.curve.cap is not None else None,
             fit.sample_models(),
             f"fitted to {table.source} ({fit.method})",
         )
