@@ -121,7 +121,9 @@ def protocol_k(n: int) -> int:
 
 
 def concat(helds: list[Held]) -> tuple[np.ndarray, ...]:
-    return tuple(np.concatenate([getattr(h, f) for h in helds]) for f in ("log_error", "sample_sd", "sigma", "distance"))
+    return tuple(
+        np.concatenate([getattr(h, f) for h in helds]) for f in ("log_error", "sample_sd", "sigma", "distance")
+    )
 
 
 def in_range(curves: list[Curve], mode: str, verbose: bool) -> tuple[int, int, list[str]]:

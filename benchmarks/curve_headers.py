@@ -123,6 +123,8 @@ def read_setup(provenance: list[str] | tuple[str, ...]) -> CurveSetup:
     workload = find_workload(text)
     semantics = find_semantics(text, workload)
     workload = replace(
-        workload, static=semantics.batch_kind == "static", decode_only=workload.decode_only or semantics.tpot_kind == "step"
+        workload,
+        static=semantics.batch_kind == "static",
+        decode_only=workload.decode_only or semantics.tpot_kind == "step",
     )
     return CurveSetup(find_model(text), hardware, tp, workload, dtype, semantics)

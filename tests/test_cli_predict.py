@@ -55,7 +55,7 @@ def test_with_physics_prior_and_table_output(tmp_path: Path) -> None:
     )
     assert result.exit_code == 0, result.output
     assert "predictions (90% intervals)" in result.stdout
-    assert "compute branch and capacity" in result.stdout.replace("\n", " ")
+    assert "with the physics of llama-2-7b" in result.stdout.replace("\n", " ")
     assert plot.stat().st_size > 10_000
 
 

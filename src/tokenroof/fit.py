@@ -487,9 +487,12 @@ def fit_points(
     if critical_batch is not None or roof_tok_s is not None:
         structures = [pinned_structure(batch, prior, critical_batch, roof_tok_s)]
     else:
-        structures = [line_structure(batch)]
-        if prior is not None:
-            structures.insert(0, prior_structure(batch, prior, local_noise(batch, tpot_s), state))
+        # with the physics known the compute term exists (efficiencies ≤ 1): no bare line
+        structures = (
+            [line_structure(batch)]
+            if prior is None
+            else [prior_structure(batch, prior, local_noise(batch, tpot_s), state)]
+        )
         if batch.size >= MIN_ROOFLINE_POINTS:
             structures.append(roofline_structure(batch))
     fitted = [candidate(s, batch, tpot_s, curve) for s in structures]
@@ -580,7 +583,7 @@ def fit_table(
     else the memory's) turns the step model into TPOT as the table's TPOT counts it."""
     excluded = past_cap(table)
     keep = len(table) - (len(excluded.batches) if excluded else 0)
-    if excluded is not None and keep < 3:
+    if excluded is not None and keep < 2:
         excluded, keep = None, len(table)
     batch, tpot_s = table.batch[:keep].astype(float), ms_to_s(table.tpot_ms[:keep])
     cap = excluded.cap if excluded is not None else (prior.max_batch if prior is not None else None)

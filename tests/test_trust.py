@@ -1,0 +1,136 @@
+"""Issue 11's failures pinned: a fit that describes its points, context never silent, intervals that hold."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from tests.conftest import DATA, SEED_TABLE, run_cli, run_json
+from tokenroof import intervals
+from tokenroof.errors import TokenroofError
+from tokenroof.measurements import parse_csv, read_table
+from tokenroof.predict import Workload, predict_table
+from tokenroof.stepmodel import StepModel
+
+KNEE = "batch,throughput_tok_s,tpot_ms\n" + "".join(
+    f"{b},{t},{p}\n"
+    for b, t, p in [(1, 143, 6.9), (8, 1050, 7.6), (32, 3500, 9.1), (64, 5000, 12.8), (128, 6000, 21.3)]
+    + [(256, 6050, 42.3), (512, 6060, 84.5)]
+)
+
+
+def test_the_knee_table_is_described_at_every_point_it_was_given() -> None:
+    """It once predicted 2.67 ms at batch 1 (-61%) with an interval excluding the measurement and a 4.6% residual."""
+    table = parse_csv(KNEE, "knee.csv")
+    result = predict_table(table, table.batch, n_samples=50)
+    rows = result.predictions()
+    for row, measured in zip(rows, table.tpot_ms, strict=True):
+        assert row["tpot_ms"] == pytest.approx(measured, rel=0.10)
+        assert row["tpot_ms_low"] <= measured <= row["tpot_ms_high"]
+    # the residual printed is over all points
+    predicted = np.array([r["tpot_ms"] for r in rows])
+    rms = float(np.sqrt(np.mean(np.log(predicted / table.tpot_ms) ** 2)))
+    assert result.fit.sigma_rel == pytest.approx(max(rms, 0.01), rel=0.05)
+
+
+def test_small_batches_keep_their_own_line_and_do_not_bend_the_slope() -> None:
+    """Batch 1-2 run special-cased kernels (FasterTransformer GPT-20B TP4): fit them, extrapolate from the top."""
+    table = parse_csv("batch,tpot_ms\n1,12.405\n2,12.985\n4,13.595\n8,14.255\n16,15.76\n32,18.17\n")
+    result = predict_table(table, [1, 2, 64, 128], n_samples=20)
+    rows = result.predictions()
+    assert rows[0]["tpot_ms"] == pytest.approx(12.405, rel=0.03)
+    assert rows[1]["tpot_ms"] == pytest.approx(12.985, rel=0.03)
+    assert rows[2]["tpot_ms"] == pytest.approx(22.68, rel=0.08)  # measured, not given
+    assert rows[3]["tpot_ms"] == pytest.approx(33.09, rel=0.12)
+    assert result.to_dict()["model"]["small_batch"] is not None
+
+
+def test_online_curve_batch_one_is_within_ten_percent() -> None:
+    table = read_table([DATA / "mmg_online_llama2_7b_h100_64gb_vllm.csv"])
+    rows = predict_table(table, table.batch, n_samples=0).predictions()
+    for row, measured in zip(rows, table.tpot_ms, strict=True):
+        assert row["tpot_ms"] == pytest.approx(measured, rel=0.10)
+
+
+def test_every_estimate_lies_inside_its_interval() -> None:
+    result = predict_table(read_table([SEED_TABLE]), [1, 64, 256, 512, 4096], n_samples=50)
+    for row in result.predictions():
+        assert row["tpot_ms_low"] <= row["tpot_ms"] <= row["tpot_ms_high"]
+        assert row["throughput_tok_s_low"] <= row["throughput_tok_s"] <= row["throughput_tok_s_high"]
+    truth = StepModel(t_fixed_s=1e-3, t_weights_s=8e-3, t_compute_s=80e-6, t_kv_token_s=0.0, t_seq_s=10e-6)
+    b = np.array([1, 2, 4, 8, 16, 32, 64, 128, 256, 512], dtype=float)
+    noisy = truth.step_time_s(b) * 1e3 * (1 + 0.02 * np.random.default_rng(3).normal(size=b.size))
+    table = parse_csv("batch,tpot_ms\n" + "".join(f"{x:g},{t:.5g}\n" for x, t in zip(b, noisy, strict=True)))
+    crit, (lo, hi), _ = predict_table(table, [1024], n_samples=50).critical_batch()
+    assert crit == pytest.approx(8 / 0.07, rel=0.25)
+    assert lo is not None and lo <= crit and (hi is None or crit <= hi)
+
+
+def test_intervals_widen_past_the_data_and_are_calibrated_on_published_curves() -> None:
+    assert intervals.stored("data").curves >= 30 and intervals.stored("prior").curves >= 30
+    rows = predict_table(read_table([SEED_TABLE]), [128, 512, 4096], n_samples=50).predictions()
+    widths = [r["tpot_ms_high"] / r["tpot_ms_low"] for r in rows]
+    assert widths[0] < widths[1] < widths[2]
+    assert intervals.distance_doublings(np.array([64.0, 512.0, 0.5]), 1.0, 128.0) == pytest.approx([0, 2, 1])
+
+
+def test_the_interval_constants_are_the_narrowest_at_the_stated_coverage() -> None:
+    rng = np.random.default_rng(0)
+    distance = rng.uniform(0, 3, 4000)
+    log_error = rng.normal(size=4000) * np.sqrt(0.02**2 + (0.1 * distance) ** 2)
+    cal = intervals.learn(log_error, np.zeros(4000), np.full(4000, 0.02), distance)
+    assert cal.kappa_per_doubling > 0  # errors grow with distance: so do the intervals
+    fresh_distance = rng.uniform(0, 3, 4000)
+    fresh = rng.normal(size=4000) * np.sqrt(0.02**2 + (0.1 * fresh_distance) ** 2)
+    lo, hi = cal.bounds(np.ones(4000), cal.scale(np.zeros(4000), 0.02, fresh_distance))
+    assert 0.87 < float(np.mean((np.log(lo) <= fresh) & (fresh <= np.log(hi)))) < 0.93
+
+
+# -- context is never silent ------------------------------------------------------------------------------
+def test_a_prior_without_a_context_is_refused() -> None:
+    table = read_table([SEED_TABLE])
+    with pytest.raises(TokenroofError, match="needs the mean context"):
+        Workload.from_table(table)
+    result = run_cli(["predict", str(SEED_TABLE), "--batch", "256", "-m", "llama-2-7b", "-H", "h100-sxm"])
+    assert result.exit_code == 2 and "--context" in result.stderr
+    result = run_cli(["advise", str(SEED_TABLE), "-m", "llama-2-7b", "-H", "h100-sxm"])
+    assert result.exit_code == 2 and "needs the mean context" in result.stderr
+
+
+def vllm_result(concurrency: int, tpot_ms: float, path: Path) -> Path:
+    completed = 200
+    data = {
+        "max_concurrency": concurrency,
+        "output_throughput": concurrency * 1000 / tpot_ms,
+        "mean_tpot_ms": tpot_ms,
+        "mean_ttft_ms": 50.0,
+        "completed": completed,
+        "total_input_tokens": 1024 * completed,
+        "total_output_tokens": 256 * completed,
+    }
+    file = path / f"vllm-c{concurrency}.json"
+    file.write_text(json.dumps(data))
+    return file
+
+
+def test_vllm_results_carry_their_lengths_and_the_memory_cap_follows(tmp_path: Path) -> None:
+    """It once reported a memory cap of 426,784 sequences (context 0); with 1024-in/256-out it is ~370."""
+    files = [str(vllm_result(c, t, tmp_path)) for c, t in ((1, 7.0), (8, 7.6), (32, 9.5), (64, 12.0))]
+    table = read_table(files)
+    assert table.semantics.batch_kind == "concurrency" and table.semantics.tpot_kind == "tpot"
+    assert table.semantics.input_len == 1024 and table.semantics.output_len == 256
+    data = run_json(["predict", *files, "--batch", "128", "256", "512", "-m", "llama-3.1-8b", "-H", "h100-sxm"])
+    assert 300 < data["max_batch_by_memory"] < 450
+    assert data["model"]["context_tokens"] == pytest.approx(1024 + 128)
+    advice = run_json(["advise", *files, "-m", "llama-3.1-8b", "-H", "h100-sxm", "--tpot-slo-ms", "1000"])
+    assert advice["max_num_seqs"] <= data["max_batch_by_memory"]
+
+
+def test_table_settings_in_provenance_lines_are_checked() -> None:
+    table = parse_csv("# batch_kind=static tpot_kind=e2e input_len=128 output_len=64\nbatch,tpot_ms\n1,10\n2,11\n")
+    assert table.semantics.batch_kind == "static" and table.semantics.mean_context == 160
+    with pytest.raises(TokenroofError, match="batch_kind=sometimes is not known; known: running, concurrency"):
+        parse_csv("# batch_kind=sometimes\nbatch,tpot_ms\n1,10\n2,11\n", "k.csv")
