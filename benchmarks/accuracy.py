@@ -32,18 +32,14 @@ from curve_headers import read_setup
 from tokenroof import intervals
 from tokenroof.errors import TokenroofError
 from tokenroof.fit import Prior
-from tokenroof.measurements import MeasurementTable, parse_csv, read_table
+from tokenroof.measurements import MeasurementTable, read_table
 from tokenroof.predict import predict_table, prior_from_specs, step_interval_samples
 from tokenroof.specs import Precision, load_hardware, load_model
 
 ROOT = Path(__file__).resolve().parents[1]
 DEFAULT_DIR = ROOT.parent / "shared" / "data" / "curves"
 SAMPLES = 40  # interval samples per fit
-KNEE_TABLE = "batch,throughput_tok_s,tpot_ms\n" + "".join(
-    f"{b},{t},{p}\n"
-    for b, t, p in [(1, 143, 6.9), (8, 1050, 7.6), (32, 3500, 9.1), (64, 5000, 12.8), (128, 6000, 21.3)]
-    + [(256, 6050, 42.3), (512, 6060, 84.5)]
-)
+KNEE_TABLE = ROOT / "tests" / "data" / "issue11_knee.csv"
 MODES = ("data", "prior")
 
 
@@ -129,7 +125,7 @@ def concat(helds: list[Held]) -> tuple[np.ndarray, ...]:
 def in_range(curves: list[Curve], mode: str, verbose: bool) -> tuple[int, int, list[str]]:
     passed, failures = 0, []
     tables = [(c.name, c.table, c.prior if mode == "prior" else None) for c in curves]
-    tables.append(("issue-11 knee table", parse_csv(KNEE_TABLE, "knee.csv"), None))
+    tables.append(("issue-11 knee table", read_table([KNEE_TABLE]), None))
     for name, table, prior in tables:
         result = predict_table(table, table.batch, prior, n_samples=0)
         pred = np.array([r["tpot_ms"] for r in result.predictions()])

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import json
 import re
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from tokenroof.measurements import Semantics
@@ -40,7 +40,7 @@ class CurveSetup:
     tp: int
     workload: Workload
     dtype: str = "fp16"
-    semantics: Semantics = Semantics()
+    semantics: Semantics = field(default_factory=Semantics)
 
 
 def find_semantics(text: str, workload: Workload) -> Semantics:

@@ -15,16 +15,12 @@ from tokenroof.measurements import parse_csv, read_table
 from tokenroof.predict import Workload, predict_table
 from tokenroof.stepmodel import StepModel
 
-KNEE = "batch,throughput_tok_s,tpot_ms\n" + "".join(
-    f"{b},{t},{p}\n"
-    for b, t, p in [(1, 143, 6.9), (8, 1050, 7.6), (32, 3500, 9.1), (64, 5000, 12.8), (128, 6000, 21.3)]
-    + [(256, 6050, 42.3), (512, 6060, 84.5)]
-)
+KNEE = DATA / "issue11_knee.csv"
 
 
 def test_the_knee_table_is_described_at_every_point_it_was_given() -> None:
     """It once predicted 2.67 ms at batch 1 (-61%) with an interval excluding the measurement and a 4.6% residual."""
-    table = parse_csv(KNEE, "knee.csv")
+    table = read_table([KNEE])
     result = predict_table(table, table.batch, n_samples=50)
     rows = result.predictions()
     for row, measured in zip(rows, table.tpot_ms, strict=True):
@@ -134,3 +130,18 @@ def test_table_settings_in_provenance_lines_are_checked() -> None:
     assert table.semantics.batch_kind == "static" and table.semantics.mean_context == 160
     with pytest.raises(TokenroofError, match="batch_kind=sometimes is not known; known: running, concurrency"):
         parse_csv("# batch_kind=sometimes\nbatch,tpot_ms\n1,10\n2,11\n", "k.csv")
+
+
+def test_points_already_compute_bound_do_not_get_the_compute_term_twice() -> None:
+    """CPU llama.cpp curves: the upper half was compute-bound, the prior's compute was added on top of its slope
+    (333 ms per added sequence predicted, 165 measured). The prior is a prior now, not an added term."""
+    from tokenroof.fit import Prior
+
+    prior = Prior(
+        StepModel(0.0, 0.010, 0.0, 0.0), compute_floor_s=0.100, per_seq_floor_s=0.001, fixed_floor_s=0.0, label="cpu"
+    )
+    body = "".join(f"{b},{(50 + 165 * b):.6g}\n" for b in (1, 2, 4, 8, 16))
+    table = parse_csv("batch,tpot_ms\n" + body)
+    rows = predict_table(table, [32, 64], prior, n_samples=20).predictions()
+    for row, b in zip(rows, (32, 64), strict=True):
+        assert row["tpot_ms"] == pytest.approx(50 + 165 * b, rel=0.05)

@@ -38,7 +38,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from functools import cached_property
 
 import numpy as np
@@ -299,7 +299,7 @@ class PriorFit:
     conflicts: list[str] = field(default_factory=list)
 
 
-def prior_structure(batch: np.ndarray, prior: Prior, noise: float, state: PriorFit) -> Structure:
+def prior_structure(batch: np.ndarray, prior: Prior, noise: float, state: PriorFit, name: str = "prior") -> Structure:
     """The roofline on the upper half with log-normal priors on the efficiencies (MAP, bounded least squares)."""
     part = upper_half(batch.size)
     b = batch[part]
@@ -366,7 +366,7 @@ def prior_structure(batch: np.ndarray, prior: Prior, noise: float, state: PriorF
         return model(theta)[0].step_model(prior), part
 
     why = f"roofline through the upper half of the points with the physics of {prior.label} as a prior"
-    return Structure("prior", 2, fit, why)
+    return Structure(name, 2, fit, why)
 
 
 @dataclass(frozen=True)
@@ -488,11 +488,13 @@ def fit_points(
         structures = [pinned_structure(batch, prior, critical_batch, roof_tok_s)]
     else:
         # with the physics known the compute term exists (efficiencies ≤ 1): no bare line
-        structures = (
-            [line_structure(batch)]
-            if prior is None
-            else [prior_structure(batch, prior, local_noise(batch, tpot_s), state)]
-        )
+        structures = [line_structure(batch)]
+        if prior is not None:
+            noise = local_noise(batch, tpot_s)
+            structures = [prior_structure(batch, prior, noise, state)]
+            if prior.overlap > 0:
+                additive = replace(prior, overlap=0.0)
+                structures.append(prior_structure(batch, additive, noise, PriorFit(), "prior-additive"))
         if batch.size >= MIN_ROOFLINE_POINTS:
             structures.append(roofline_structure(batch))
     fitted = [candidate(s, batch, tpot_s, curve) for s in structures]

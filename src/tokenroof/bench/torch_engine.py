@@ -14,6 +14,7 @@ never repeated per query head. This module imports torch: import it only after
 
 from __future__ import annotations
 
+import functools
 import math
 import warnings
 from collections.abc import Iterable, Mapping
@@ -102,12 +103,22 @@ class Linear(nn.Linear):
 
 
 def can_prepack(device: torch.device, dtype: torch.dtype) -> bool:
-    """Weight packing exists on CPU for fp32 (MKL builds) and bf16 (oneDNN builds)."""
+    """Weight packing exists on CPU for fp32 (MKL builds) and bf16 (oneDNN builds on CPUs with AVX-512 or
+    AVX-NE-CONVERT: elsewhere oneDNN refuses the bf16 reorder, so it is tried once)."""
     if device.type != "cpu":
         return False
     if dtype == torch.float32:
         return torch.backends.mkl.is_available()
-    return dtype == torch.bfloat16 and torch.backends.mkldnn.is_available()
+    return dtype == torch.bfloat16 and torch.backends.mkldnn.is_available() and _bf16_reorder_works()
+
+
+@functools.cache
+def _bf16_reorder_works() -> bool:
+    try:
+        torch.ops.mkldnn._reorder_linear_weight(torch.zeros(8, 8, dtype=torch.bfloat16), 1)
+    except RuntimeError:
+        return False
+    return True
 
 
 def prepack_linears(modules: Iterable[nn.Module], rows: int) -> bool:
