@@ -61,9 +61,12 @@ def test_prior_recovers_first_principles_model_past_the_data() -> None:
     result = predict_table(table, [128, 256, 512], prior)
     rows = result.predictions()
     expected = folded.step_time_s(np.array([128.0, 256, 512])) * 1e3
+    # the knee lies past the data (≈ 270): whether the GEMMs' compute hides under the weight stream (max) or adds
+    # to it is carried as two structures until data show it, so past the knee the answer hedges between them
     for row, want in zip(rows, expected, strict=True):
-        assert row["tpot_ms"] == pytest.approx(want, rel=0.08)
-        assert row["tpot_ms_low"] <= row["tpot_ms"] <= row["tpot_ms_high"]
+        assert row["tpot_ms"] == pytest.approx(want, rel=0.10)
+        assert row["tpot_ms_low"] <= want <= row["tpot_ms_high"]
+    assert result.fit.weights == pytest.approx({"prior": 0.5, "prior-additive": 0.5})
     # intervals widen with distance from the data
     width = [r["tpot_ms_high"] / r["tpot_ms_low"] for r in rows]
     assert width[2] > width[0]
@@ -232,6 +235,7 @@ def test_a_prior_the_data_contradict_is_named_and_the_data_win() -> None:
     clean = synthetic(StepModel(0.0, 0.020, 0.0, 0.0, 0.0022), [1, 2, 4, 8, 16, 32], noise=0.01)
     result = predict_table(clean, [64, 128], slope_prior(0.0002), n_samples=20)
     assert result.fit.step_model.t_seq_s == pytest.approx(0.0022, rel=0.1)
-    # the efficiencies stay where the slope prior's pull leaves them: the conflict, if any, is named
+    assert any("prior and data disagree" in w and "slope per sequence at 2.2" in w for w in result.warnings)
+    assert any("slope per sequence" in c for c in result.to_dict()["prior_conflicts"])
     for row, b in zip(result.predictions(), (64, 128), strict=True):
         assert row["tpot_ms"] == pytest.approx(20 + 2.2 * b, rel=0.1)

@@ -4,15 +4,23 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Protocol
 
 import numpy as np
+from numpy.typing import ArrayLike, NDArray
 
 from tokenroof.errors import TokenroofError
-from tokenroof.stepmodel import StepModel
 from tokenroof.units import MS_PER_S
 
 SEARCH_LIMIT = 1_000_000
+
+
+class StepTime(Protocol):
+    """What advise needs of a model: a StepModel, or a fitted curve (fit.FittedCurve)."""
+
+    def step_time_s(self, batch: ArrayLike, context: ArrayLike = 0.0) -> NDArray[np.float64]: ...
+
+    def throughput_tok_s(self, batch: ArrayLike, context: ArrayLike = 0.0) -> NDArray[np.float64]: ...
 
 
 def engine_flags(cap: int) -> dict[str, str]:
@@ -25,7 +33,7 @@ def engine_flags(cap: int) -> dict[str, str]:
     }
 
 
-def largest_batch_within(sm: StepModel, tpot_slo_s: float, context: float = 0.0, limit: int | None = None) -> int:
+def largest_batch_within(sm: StepTime, tpot_slo_s: float, context: float = 0.0, limit: int | None = None) -> int:
     """Largest integer batch whose step time is ≤ the target (0 if batch 1 already misses it)."""
     if float(sm.step_time_s(1.0, context)) > tpot_slo_s * (1 + 1e-9):
         return 0
@@ -45,7 +53,7 @@ def largest_batch_within(sm: StepModel, tpot_slo_s: float, context: float = 0.0,
     return cap
 
 
-def throughput_latency_knee(sm: StepModel, context: float, upper: float) -> float:
+def throughput_latency_knee(sm: StepTime, context: float, upper: float) -> float:
     """Kneedle (Satopää et al. 2011) on throughput against TPOT over batch 1…upper: the point of the curve
     farthest above the chord, where each extra ms of TPOT starts buying little throughput."""
     b = np.geomspace(1.0, max(upper, 2.0), 400)
@@ -90,11 +98,11 @@ class Advice:
 
 
 def advise(
-    sm: StepModel,
+    sm: StepTime,
     tpot_slo_ms: float,
     context: float = 0.0,
     memory_limit: int | None = None,
-    samples: Sequence[StepModel] = (),
+    samples: Sequence[StepTime] = (),
     source: str = "",
 ) -> Advice:
     """Largest cap meeting the TPOT target (bounded by memory), its interval over `samples`, the knee."""

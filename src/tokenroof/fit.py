@@ -42,7 +42,8 @@ from dataclasses import dataclass, field, replace
 from functools import cached_property
 
 import numpy as np
-from scipy.optimize import least_squares, nnls
+from numpy.typing import ArrayLike
+from scipy.optimize import OptimizeResult, least_squares, nnls
 
 from tokenroof.errors import TokenroofError
 from tokenroof.measurements import MeasurementTable
@@ -300,70 +301,97 @@ class PriorFit:
 
 
 def prior_structure(batch: np.ndarray, prior: Prior, noise: float, state: PriorFit, name: str = "prior") -> Structure:
-    """The roofline on the upper half with log-normal priors on the efficiencies (MAP, bounded least squares)."""
+    """The roofline on the upper half with log-normal priors on the efficiencies (MAP, bounded least squares).
+
+    Prior–data conflict: the fit is first made with every prior widened tenfold (the data speak); a term whose
+    value there lies outside its prior's 99% band is named, and its prior stays widened in the final fit.
+    """
     part = upper_half(batch.size)
     b = batch[part]
     w_peak = prior.weights_floor.t_weights_s
     c_peak = prior.step_compute_floor_s
-    widen = {"bandwidth": 1.0, "compute": 1.0}
+    centers = {"bandwidth": prior.bandwidth_center, "compute": prior.compute_center, "slope": prior.slope_center_s}
+    sigmas = {"bandwidth": prior.sigma_log_bandwidth, "compute": prior.sigma_log_compute}
+    if prior.sigma_log_slope is not None and prior.slope_center_s > 0:
+        sigmas["slope"] = prior.sigma_log_slope
+    widen = dict.fromkeys(sigmas, 1.0)
 
-    def model(theta: np.ndarray) -> tuple[Terms, float]:
+    def model(theta: np.ndarray) -> Terms:
         fixed, per_seq, log_ew, log_ec = theta
-        compute = c_peak / math.exp(log_ec)
-        return Terms(fixed, math.exp(-log_ew), compute, per_seq), compute
+        return Terms(fixed, math.exp(-log_ew), c_peak / math.exp(log_ec), per_seq)
 
-    def solve(t: np.ndarray, centers: tuple[float, float, float]) -> np.ndarray:
-        c_w, c_c, c_s = centers
-        s_w = prior.sigma_log_bandwidth * widen["bandwidth"]
-        s_c = prior.sigma_log_compute * widen["compute"]
+    def logs(theta: np.ndarray) -> dict[str, float]:
+        """Each prior's variable, in logs: the efficiencies, and the slope per sequence below the knee."""
+        slope = theta[1] + (1 - prior.overlap) * model(theta).compute_s
+        return {"bandwidth": theta[2], "compute": theta[3], "slope": math.log(max(slope, 1e-15))}
 
+    def solve_full(t: np.ndarray, center: dict[str, float], scale: dict[str, float]) -> OptimizeResult:
         def residuals(theta: np.ndarray) -> np.ndarray:
-            terms, compute = model(theta)
-            pred = terms.step_model(prior).step_time_s(b)
-            res = [np.log(pred / t[part]) / noise, [(theta[2] - math.log(c_w)) / s_w, (theta[3] - math.log(c_c)) / s_c]]
-            if prior.sigma_log_slope is not None and c_s > 0:
-                slope = theta[1] + (1 - prior.overlap) * compute
-                res.append([math.log(max(slope, 1e-15) / c_s) / prior.sigma_log_slope])
-            return np.concatenate(res)
+            pred = model(theta).step_model(prior).step_time_s(b)
+            values = logs(theta)
+            pulls = [(values[k] - math.log(center[k])) / (sigmas[k] * scale[k]) for k in sigmas]
+            return np.concatenate([np.log(pred / t[part]) / noise, pulls])
 
         a, s = fit_line(b, t[part])
         floor_s = prior.per_seq_floor_s
-        ew0 = min(c_w, 1.0, a / w_peak if w_peak > 0 else 1.0)
+        ew0 = min(center["bandwidth"], 1.0, a / w_peak if w_peak > 0 else 1.0)
         x0 = np.array(
-            [max(a - w_peak / max(ew0, 1e-6), 0.0), max(s, floor_s), math.log(max(ew0, 1e-6)), math.log(min(c_c, 1.0))]
+            [
+                max(a - w_peak / max(ew0, 1e-6), 0.0),
+                max(s, floor_s),
+                math.log(max(ew0, 1e-6)),
+                math.log(min(center["compute"], 1.0)),
+            ]
         )
         lower = np.array([0.0, floor_s, -np.inf, -np.inf])
         upper = np.array([np.inf, np.inf, 0.0, 0.0])
         x0 = np.clip(x0, lower + 1e-15, upper - 1e-12)
-        return least_squares(residuals, x0, bounds=(lower, upper), x_scale="jac").x
+        return least_squares(residuals, x0, bounds=(lower, upper), x_scale="jac")
 
-    central = (prior.bandwidth_center, prior.compute_center, prior.slope_center_s)
+    def solve(t: np.ndarray, center: dict[str, float], scale: dict[str, float]) -> np.ndarray:
+        return np.asarray(solve_full(t, center, scale).x)
+
+    def spread(result: OptimizeResult) -> dict[str, float]:
+        """Standard errors of each prior's variable in the data-led fit (delta method on the Gauss-Newton
+        covariance): a conflict is judged against the data's uncertainty as well as the prior's."""
+        theta, jac = result.x, result.jac
+        cov = np.linalg.pinv(jac.T @ jac)
+        base = logs(theta)
+        out = {}
+        for key in sigmas:
+            grad = np.zeros(theta.size)
+            for i in range(theta.size):
+                step = 1e-6 * max(abs(theta[i]), 1e-9)
+                moved = theta.copy()
+                moved[i] += step
+                grad[i] = (logs(moved)[key] - base[key]) / step
+            out[key] = float(np.sqrt(max(float(grad @ cov @ grad), 0.0)))
+        return out
 
     def fit(t: np.ndarray, rng: np.random.Generator | None) -> tuple[StepModel, slice]:
         if rng is None:
-            theta = solve(t, central)
+            led = solve_full(t, centers, dict.fromkeys(sigmas, CONFLICT_WIDEN))
+            free, se = logs(led.x), spread(led)
             state.conflicts = []
-            for i, term in ((2, "bandwidth"), (3, "compute")):
-                center = central[i - 2]
-                sigma = prior.sigma_log_bandwidth if term == "bandwidth" else prior.sigma_log_compute
-                z = (theta[i] - math.log(center)) / sigma
+            for term, sigma in sigmas.items():
+                z = (free[term] - math.log(centers[term])) / math.hypot(sigma, se[term])
+                widen[term] = CONFLICT_WIDEN if abs(z) > CONFLICT_Z else 1.0
                 if abs(z) > CONFLICT_Z:
-                    state.conflicts.append(
-                        f"the data put the {term} efficiency at {math.exp(theta[i]):.0%}, outside the prior's 99% "
-                        f"band around {center:.0%} ({z:+.1f} σ): the data win (the {term} prior is widened "
-                        f"{CONFLICT_WIDEN:g}×); check --model/--hardware/--dtype/--tp and the workload"
+                    what = (
+                        f"the slope per sequence at {math.exp(free[term]) * 1e3:.3g} ms (the prior's "
+                        f"{centers[term] * 1e3:.3g} ms)"
+                        if term == "slope"
+                        else f"the {term} efficiency at {math.exp(free[term]):.0%} (the prior's {centers[term]:.0%})"
                     )
-                    widen[term] = CONFLICT_WIDEN
-            if state.conflicts:
-                theta = solve(t, central)
+                    state.conflicts.append(
+                        f"the data put {what}, outside the prior's 99% band ({z:+.1f} σ): the data win (that prior "
+                        f"is widened {CONFLICT_WIDEN:g}×); check --model/--hardware/--dtype/--tp and the workload"
+                    )
+            theta = solve(t, centers, widen)
         else:
-            drawn = (
-                _draw(rng, central[0], prior.sigma_log_bandwidth * widen["bandwidth"]),
-                _draw(rng, central[1], prior.sigma_log_compute * widen["compute"]),
-                _draw(rng, central[2], prior.sigma_log_slope or 0.0),
-            )
-            theta = solve(t, drawn)
-        return model(theta)[0].step_model(prior), part
+            drawn = {k: _draw(rng, centers[k], sigmas[k] * widen[k]) for k in sigmas}
+            theta = solve(t, {**centers, **drawn}, widen)
+        return model(theta).step_model(prior), part
 
     why = f"roofline through the upper half of the points with the physics of {prior.label} as a prior"
     return Structure(name, 2, fit, why)
@@ -424,14 +452,35 @@ class Fit:
         running = self.curve.running(b)
         return tpot, running / (tpot * running / b if self.curve.queues else tpot)
 
+    def as_step_time(self) -> FittedCurve:
+        """The fitted curve where a step model is expected (advise): the weighted structures, small batches, cap."""
+        return FittedCurve(self)
+
     def sample_curves(self, batch: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """TPOT (s) and throughput of every sample at `batch`: arrays (samples × batches)."""
         draws = [self.evaluate(batch, c) for c in self.samples] or [self.evaluate(batch)]
         return np.array([d[0] for d in draws]), np.array([d[1] for d in draws])
 
 
+@dataclass(frozen=True)
+class FittedCurve:
+    """TPOT and throughput of a fit as functions of batch, with the step model's signature (context is folded
+    into the fitted terms, so it is ignored)."""
+
+    fit: Fit
+
+    def step_time_s(self, batch: ArrayLike, context: ArrayLike = 0.0) -> np.ndarray:
+        b = np.asarray(batch, dtype=float)
+        return self.fit.evaluate(np.atleast_1d(b))[0].reshape(b.shape)
+
+    def throughput_tok_s(self, batch: ArrayLike, context: ArrayLike = 0.0) -> np.ndarray:
+        b = np.asarray(batch, dtype=float)
+        return self.fit.evaluate(np.atleast_1d(b))[1].reshape(b.shape)
+
+
 def aicc(log_resid: np.ndarray, k: int) -> float:
-    """AICc of a log-normal likelihood with the noise estimated (floored at NOISE_FLOOR): k + 1 parameters."""
+    """AICc of a log-normal likelihood with the noise estimated (floored at NOISE_FLOOR): k + 1 parameters;
+    infinite where the points cannot support them (a structure then weighs nothing, or all weigh alike)."""
     n = log_resid.size
     k_all = k + 1
     if n - k_all - 1 <= 0:
@@ -553,7 +602,9 @@ def past_cap(table: MeasurementTable) -> Excluded | None:
     """
     sem, b, thr = table.semantics, table.batch.astype(float), table.throughput_tok_s
     for i in range(1, len(table)):
-        if sem.batch_kind == "running" and b[i] < 1.03 * b[i - 1] and len(table) - i >= 1:
+        stalled = bool(np.all(b[i:] < 1.03 * b[i - 1]))
+        moved = table.tpot_ms[-1] > 1.03 * table.tpot_ms[i - 1]
+        if sem.batch_kind == "running" and stalled and moved:
             return Excluded(
                 tuple(float(x) for x in b[i:]),
                 f"the running batch stops growing at ≈{b[i - 1]:.4g} while TPOT moves "

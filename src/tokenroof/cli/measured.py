@@ -129,7 +129,7 @@ def advise(
         )
         fit = fit_table(table, prior, n_samples=max(samples, 10))
         result = advise_cap(
-            fit.step_model,
+            fit.as_step_time(),
             tpot_slo_ms,
             0.0,
             int(fit.curve.cap) if fit.curve.cap is not None else None,
