@@ -165,6 +165,7 @@ class MeasurementTable:
             "tpot_kind": self.semantics.tpot_kind,
             "input_len": self.semantics.input_len,
             "output_len": self.semantics.output_len,
+            "stated": list(self.semantics.stated),
             "points": points,
         }
 

@@ -79,15 +79,21 @@ def roofline(console: Console, data: dict[str, Any]) -> None:
 
 
 def prediction(console: Console, data: dict[str, Any]) -> None:
-    m = data["model"]
+    m, measured = data["model"], data["measured"]
     console.print(f"fit: [bold]{m['method']}[/] on {m['points_fitted']} points — {m['why']}", highlight=False)
     console.print(
         f"terms: overhead {m['t_fixed_s'] * 1e3:.3g} ms, weights {m['t_weights_s'] * 1e3:.3g} ms, "
         f"compute {m['t_compute_s'] * 1e6:.3g} µs/seq, KV+other {m['t_seq_s'] * 1e6:.3g} µs/seq; "
-        f"residual {m['residual_rms_relative']:.1%} rms",
+        f"residual {m['residual_rms_relative']:.1%} rms over all fitted points",
         style="dim",
         highlight=False,
     )
+    table_line = f"table: batch = {measured['batch_kind']} batch, TPOT = {measured['tpot_kind']}"
+    if not {"batch_kind", "tpot_kind"} <= set(measured.get("stated", [])):
+        table_line += " (assumed where the file does not say: '# batch_kind=… tpot_kind=…')"
+    if m.get("context_tokens") is not None:
+        table_line += f"; prior at a mean context of {fmt(m['context_tokens'])} tokens"
+    console.print(table_line, style="dim", highlight=False)
     crit = data["critical_batch"]
     lo, hi = data["critical_batch_interval"]
     crit_text = "none" if crit is None else fmt(crit)
