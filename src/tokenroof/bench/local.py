@@ -129,6 +129,7 @@ class LocalResult:
             f"tpot_ms: median of {c.steps} timed decode steps after {c.warmup} warm-up steps"
             f"{f', the lowest of {c.rounds} round-robin passes over the batches' if c.rounds > 1 else ''}; "
             f"ttft_ms: prefill of one {c.context}-token prompt; context_tokens: mean KV length while timed",
+            "batch_kind=static tpot_kind=step",
         ]
 
     def to_dict(self) -> dict[str, Any]:
