@@ -1,117 +1,58 @@
-"""Fit the step-time model to measured points: one likelihood, a small family of structures, physics as a prior.
+"""Fit the step-time model to measured points: one likelihood over all of them, structures weighed by evidence.
 
 The likelihood: every measured TPOT is the model's times a log-normal error of one
-relative size σ (estimated from the fit, at least 1%). Every structure predicts every
-point, its residual is counted over all points, and structures are weighed by AICc
-(Akaike weights), so the answer says which structure carried it and how surely.
+relative size σ (estimated from the fit, at least 1%). Every structure of
+structures.py predicts every point, its residual is counted over all points, and the
+structures are weighed by AICc (Akaike weights): predictions are the weighted
+(geometric) average, and the answer says which structure carried it and how surely.
 
-Each structure is the step model of stepmodel.py fitted to a *support* of points,
-plus a **small-batch regime** for the points below that support: the smallest
-batches run special-cased kernels (batch-1 GEMV paths, CUDA-core kernels below ~8
-rows, graph padding) whose cost the roofline does not describe, so they get their own
-line `T = a + s·b` and are neither missed nor allowed to bend the slope that governs
-every prediction beyond the data. The structures:
+Each structure is a step model fitted to a *support* of points, plus a **small-batch
+line** for the points below that support: the smallest batches run special-cased
+kernels (batch-1 GEMV paths, CUDA-core kernels below ~8 rows, graph padding) whose cost
+the roofline does not describe, so they get their own `T = a + s·b` and are neither
+missed nor allowed to bend the slope that governs every prediction past the data.
 
-- **line** — `T = a + s·b` on the upper half of the points (at least two): the
-  memory-bound regime, extrapolated by the slope next to the largest measured batch.
-- **roofline** — `T = f + max(W, b·c) + s·b` on all points (six or more): a knee
-  seen in the data.
-- **prior** (`--model/--hardware`) — the same roofline on the upper half, with the
-  physics as a proper prior, never an added term: `W = W_peak / e_w` and
-  `c = c_peak·(1 + in/out) / e_c` (a step's GEMMs also carry the prompts of arriving
-  requests), the efficiencies log-normal around the hardware file's or the default
-  centres and never above 1, the cost per sequence never below the KV traffic at peak
-  bandwidth. The maximum a posteriori fit lets the data set what they show (a knee
-  among the points sets `c`); the prior sets the rest. When the data put an
-  efficiency outside the prior's 99% band the fit says so, names the term, and lets
-  the data win (the prior on it is widened tenfold).
-- **pinned** — `--critical-batch N` asserts the knee (`c = W / N`), `--roof-tok-s X`
-  the throughput asymptote (`c + s = 1/X`).
+What TPOT counts decides how a running-batch cap shows (`Curve`): past the cap TPOT
+stays flat when it excludes queueing (vLLM's TPOT, an ITL) and grows with the queue
+when it is end-to-end time per token. Points past a cap the data show are left out of
+the fit and named (`past_cap`).
 
 Intervals come from refitting noisy copies of the fitted curve (noise at σ, the
 prior's centres redrawn), the copies shared among the structures by their weights;
-`intervals.py` widens them with distance past the data, calibrated on published
-curves. Times are seconds.
+intervals.py widens them with distance past the data, calibrated on published curves.
+Times are seconds.
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 from functools import cached_property
 
 import numpy as np
 from numpy.typing import ArrayLike
-from scipy.optimize import OptimizeResult, least_squares, nnls
 
 from tokenroof.errors import TokenroofError
 from tokenroof.measurements import MeasurementTable
 from tokenroof.stepmodel import StepModel
+from tokenroof.structures import (
+    Prior,
+    PriorFit,
+    Structure,
+    fit_line,
+    line_structure,
+    pinned_structure,
+    prior_structure,
+    roofline_structure,
+    upper_half,
+)
 from tokenroof.units import ms_to_s
 
-KNEE_GRID = np.geomspace(0.25, 1e5, 240)
-SAMPLE_KNEE_GRID = np.geomspace(0.25, 1e5, 60)  # refits of interval samples: coarser, 4× faster
+__all__ = ["Curve", "Excluded", "Fit", "FittedCurve", "Prior", "fit_points", "fit_table", "past_cap"]
+
 NOISE_FLOOR = 0.01  # relative TPOT noise assumed at least this (benchmarks repeat to ~1–3%)
-OVERHEAD_SHARE = 0.15  # without hardware: share of the intercept that is fixed overhead, not weights
-OVERHEAD_SHARE_RANGE = (0.05, 0.35)
-CONFLICT_Z = 2.576  # two-sided 99% band of a log-normal prior
-CONFLICT_WIDEN = 10.0
 MIN_ROOFLINE_POINTS = 6
-
-
-@dataclass(frozen=True)
-class Prior:
-    """First-principles terms at 100% of the peaks, and the prior on the efficiencies."""
-
-    weights_floor: StepModel  # W(b) at 100% bandwidth (t_weights_s, t_expert_s, experts)
-    compute_floor_s: float  # c at 100% of peak FLOP/s (matmuls + attention at the context)
-    per_seq_floor_s: float  # KV reads + KV write + all-reduce per sequence, at the peaks
-    fixed_floor_s: float  # all-reduce latency per step
-    prefill_floor_s: float = 0.0  # prompt compute carried per decode step per sequence, at peak FLOP/s
-    bandwidth_center: float = 0.75
-    compute_center: float = 0.75
-    sigma_log_bandwidth: float = 0.35
-    sigma_log_compute: float = 0.5
-    flops_per_token: float = 0.0  # per GPU, for "the asserted roof implies X% of peak"
-    peak_flops_per_s: float = 0.0
-    label: str = ""
-    max_batch: int | None = None  # largest batch the memory holds (None: unknown)
-    overlap: float = 1.0  # StepModel.overlap of the hardware (1: roofline max; calibrated CPUs: ~0)
-    slope_center_s: float = 0.0  # dT/db below the knee at the centre efficiencies
-    sigma_log_slope: float | None = None  # spread of that slope when the efficiencies were measured; None: floor only
-    context_tokens: float = 0.0  # mean context the per-sequence terms were folded at
-
-    @property
-    def step_compute_floor_s(self) -> float:
-        """GEMM time per running sequence at peak: its decode token plus the prompt share it carries."""
-        return self.compute_floor_s + self.prefill_floor_s
-
-
-@dataclass(frozen=True)
-class Terms:
-    """Fitted terms, the per-sequence time folded at the measured context."""
-
-    fixed_s: float
-    weights_scale: float  # W(b) = scale · weights shape (shape = 1 s for data-only fits)
-    compute_s: float
-    per_seq_s: float
-
-    def step_model(self, prior: Prior | None) -> StepModel:
-        if prior is None:
-            return StepModel(self.fixed_s, self.weights_scale, self.compute_s, 0.0, self.per_seq_s)
-        wf = prior.weights_floor
-        return StepModel(
-            self.fixed_s,
-            wf.t_weights_s * self.weights_scale,
-            self.compute_s,
-            0.0,
-            self.per_seq_s,
-            t_expert_s=wf.t_expert_s * self.weights_scale,
-            num_experts=wf.num_experts,
-            experts_per_token=wf.experts_per_token,
-            overlap=prior.overlap,
-        )
 
 
 @dataclass(frozen=True)
@@ -180,31 +121,6 @@ def evaluate_s(
     return tpot, throughput
 
 
-# -- relative least squares ------------------------------------------------------------
-def fit_line(batch: np.ndarray, tpot_s: np.ndarray) -> tuple[float, float]:
-    """Intercept a and slope s ≥ 0 of T = a + s·b, relative least squares."""
-    design = np.column_stack([np.ones_like(batch), batch]) / tpot_s[:, None]
-    (a, s), _ = nnls(design, np.ones_like(batch))
-    return float(a), float(s)
-
-
-def upper_half(n: int) -> slice:
-    """The support of the local structures: the upper half of the points by batch, at least two."""
-    return slice(min(n // 2, n - 2), n)
-
-
-def fit_kinked(batch: np.ndarray, tpot_s: np.ndarray, grid: np.ndarray = KNEE_GRID) -> Terms:
-    """T = f + W·max(1, b/knee) + s·b: for a fixed knee linear in (f, W, s) ≥ 0; profile over the knee."""
-    best: tuple[float, Terms] | None = None
-    for b0 in grid:
-        design = np.column_stack([np.ones_like(batch), np.maximum(1.0, batch / b0), batch]) / tpot_s[:, None]
-        (f, w, s), rnorm = nnls(design, np.ones_like(batch))
-        if best is None or rnorm < best[0] - 1e-15:
-            best = (rnorm, Terms(f, w, w / b0, s))
-    assert best is not None
-    return best[1]
-
-
 def fit_small_batch(batch: np.ndarray, tpot_s: np.ndarray, support: slice) -> tuple[SmallBatch | None, int]:
     """The line of the points below the support (and its parameter count): two or more distinct batches get a
     line, one batch a level; at the support's first batch the model takes over."""
@@ -220,181 +136,6 @@ def fit_small_batch(batch: np.ndarray, tpot_s: np.ndarray, support: slice) -> tu
         a = float(np.exp(np.mean(np.log(t))))
         params = 1
     return SmallBatch(float(b.max()), float(batch[support][0]), a, s), params
-
-
-# -- structures ---------------------------------------------------------------------------
-Refit = Callable[[np.ndarray, np.random.Generator | None], tuple[StepModel, slice]]
-
-
-@dataclass(frozen=True)
-class Structure:
-    """A named step-model structure: how to fit it to (batch, TPOT) and on which points."""
-
-    name: str
-    n_params: int
-    fit: Refit  # (tpot_s, rng or None for the central fit) → terms and the support they were fitted on
-    why: str
-
-
-def line_structure(batch: np.ndarray) -> Structure:
-    part = upper_half(batch.size)
-
-    def fit(t: np.ndarray, rng: np.random.Generator | None) -> tuple[StepModel, slice]:
-        a, s = fit_line(batch[part], t[part])
-        return Terms(0.0, a, 0.0, s).step_model(None), part
-
-    return Structure(
-        "line", 2, fit, "memory-bound line T = a + s·b through the upper half of the points (the local slope)"
-    )
-
-
-def roofline_structure(batch: np.ndarray) -> Structure:
-    every = slice(0, batch.size)
-
-    def fit(t: np.ndarray, rng: np.random.Generator | None) -> tuple[StepModel, slice]:
-        return fit_kinked(batch, t, KNEE_GRID if rng is None else SAMPLE_KNEE_GRID).step_model(None), every
-
-    return Structure("roofline", 4, fit, "roofline with a knee T = f + max(W, b·c) + s·b through all points")
-
-
-def pinned_structure(batch: np.ndarray, prior: Prior | None, knee: float | None, roof_tok_s: float | None) -> Structure:
-    part = upper_half(batch.size)
-    asserted = (
-        f"knee asserted at batch {knee:g} (--critical-batch)"
-        if knee is not None
-        else f"throughput asymptote asserted at {roof_tok_s:g} tok/s (--roof-tok-s)"
-    )
-
-    def fit(t: np.ndarray, rng: np.random.Generator | None) -> tuple[StepModel, slice]:
-        a, s = fit_line(batch[part], t[part])
-        if prior is not None:
-            e_w = (
-                prior.bandwidth_center if rng is None else _draw(rng, prior.bandwidth_center, prior.sigma_log_bandwidth)
-            )
-            w_peak = prior.weights_floor.t_weights_s
-            scale = min(1.0 / min(e_w, 1.0), a / w_peak) if w_peak > 0 else 0.0
-            w, fixed = scale * w_peak, max(a - scale * w_peak, 0.0)
-        else:
-            share = OVERHEAD_SHARE if rng is None else rng.uniform(*OVERHEAD_SHARE_RANGE)
-            scale = w = (1 - share) * a
-            fixed = share * a
-        compute = w / knee if knee is not None else max(1.0 / (roof_tok_s or math.inf) - s, 0.0)
-        overlap = prior.overlap if prior is not None else 1.0
-        per_seq = max(s - (1.0 - overlap) * compute, prior.per_seq_floor_s if prior is not None else 0.0)
-        return Terms(fixed, scale, compute, per_seq).step_model(prior), part
-
-    how = (
-        "weights from the physics" if prior is not None else f"overhead taken as {OVERHEAD_SHARE:.0%} of the intercept"
-    )
-    return Structure("pinned", 3, fit, f"{asserted}; memory-bound line from the upper half of the points; {how}")
-
-
-def _draw(rng: np.random.Generator, center: float, sigma: float) -> float:
-    return float(center * math.exp(sigma * rng.normal()))
-
-
-@dataclass
-class PriorFit:
-    """State of the maximum a posteriori fit: which priors the data overruled."""
-
-    conflicts: list[str] = field(default_factory=list)
-
-
-def prior_structure(batch: np.ndarray, prior: Prior, noise: float, state: PriorFit, name: str = "prior") -> Structure:
-    """The roofline on the upper half with log-normal priors on the efficiencies (MAP, bounded least squares).
-
-    Prior–data conflict: the fit is first made with every prior widened tenfold (the data speak); a term whose
-    value there lies outside its prior's 99% band is named, and its prior stays widened in the final fit.
-    """
-    part = upper_half(batch.size)
-    b = batch[part]
-    w_peak = prior.weights_floor.t_weights_s
-    c_peak = prior.step_compute_floor_s
-    centers = {"bandwidth": prior.bandwidth_center, "compute": prior.compute_center, "slope": prior.slope_center_s}
-    sigmas = {"bandwidth": prior.sigma_log_bandwidth, "compute": prior.sigma_log_compute}
-    if prior.sigma_log_slope is not None and prior.slope_center_s > 0:
-        sigmas["slope"] = prior.sigma_log_slope
-    widen = dict.fromkeys(sigmas, 1.0)
-
-    def model(theta: np.ndarray) -> Terms:
-        fixed, per_seq, log_ew, log_ec = theta
-        return Terms(fixed, math.exp(-log_ew), c_peak / math.exp(log_ec), per_seq)
-
-    def logs(theta: np.ndarray) -> dict[str, float]:
-        """Each prior's variable, in logs: the efficiencies, and the slope per sequence below the knee."""
-        slope = theta[1] + (1 - prior.overlap) * model(theta).compute_s
-        return {"bandwidth": theta[2], "compute": theta[3], "slope": math.log(max(slope, 1e-15))}
-
-    def solve_full(t: np.ndarray, center: dict[str, float], scale: dict[str, float]) -> OptimizeResult:
-        def residuals(theta: np.ndarray) -> np.ndarray:
-            pred = model(theta).step_model(prior).step_time_s(b)
-            values = logs(theta)
-            pulls = [(values[k] - math.log(center[k])) / (sigmas[k] * scale[k]) for k in sigmas]
-            return np.concatenate([np.log(pred / t[part]) / noise, pulls])
-
-        a, s = fit_line(b, t[part])
-        floor_s = prior.per_seq_floor_s
-        ew0 = min(center["bandwidth"], 1.0, a / w_peak if w_peak > 0 else 1.0)
-        x0 = np.array(
-            [
-                max(a - w_peak / max(ew0, 1e-6), 0.0),
-                max(s, floor_s),
-                math.log(max(ew0, 1e-6)),
-                math.log(min(center["compute"], 1.0)),
-            ]
-        )
-        lower = np.array([0.0, floor_s, -np.inf, -np.inf])
-        upper = np.array([np.inf, np.inf, 0.0, 0.0])
-        x0 = np.clip(x0, lower + 1e-15, upper - 1e-12)
-        return least_squares(residuals, x0, bounds=(lower, upper), x_scale="jac")
-
-    def solve(t: np.ndarray, center: dict[str, float], scale: dict[str, float]) -> np.ndarray:
-        return np.asarray(solve_full(t, center, scale).x)
-
-    def spread(result: OptimizeResult) -> dict[str, float]:
-        """Standard errors of each prior's variable in the data-led fit (delta method on the Gauss-Newton
-        covariance): a conflict is judged against the data's uncertainty as well as the prior's."""
-        theta, jac = result.x, result.jac
-        cov = np.linalg.pinv(jac.T @ jac)
-        base = logs(theta)
-        out = {}
-        for key in sigmas:
-            grad = np.zeros(theta.size)
-            for i in range(theta.size):
-                step = 1e-6 * max(abs(theta[i]), 1e-9)
-                moved = theta.copy()
-                moved[i] += step
-                grad[i] = (logs(moved)[key] - base[key]) / step
-            out[key] = float(np.sqrt(max(float(grad @ cov @ grad), 0.0)))
-        return out
-
-    def fit(t: np.ndarray, rng: np.random.Generator | None) -> tuple[StepModel, slice]:
-        if rng is None:
-            led = solve_full(t, centers, dict.fromkeys(sigmas, CONFLICT_WIDEN))
-            free, se = logs(led.x), spread(led)
-            state.conflicts = []
-            for term, sigma in sigmas.items():
-                z = (free[term] - math.log(centers[term])) / math.hypot(sigma, se[term])
-                widen[term] = CONFLICT_WIDEN if abs(z) > CONFLICT_Z else 1.0
-                if abs(z) > CONFLICT_Z:
-                    what = (
-                        f"the slope per sequence at {math.exp(free[term]) * 1e3:.3g} ms (the prior's "
-                        f"{centers[term] * 1e3:.3g} ms)"
-                        if term == "slope"
-                        else f"the {term} efficiency at {math.exp(free[term]):.0%} (the prior's {centers[term]:.0%})"
-                    )
-                    state.conflicts.append(
-                        f"the data put {what}, outside the prior's 99% band ({z:+.1f} σ): the data win (that prior "
-                        f"is widened {CONFLICT_WIDEN:g}×); check --model/--hardware/--dtype/--tp and the workload"
-                    )
-            theta = solve(t, centers, widen)
-        else:
-            drawn = {k: _draw(rng, centers[k], sigmas[k] * widen[k]) for k in sigmas}
-            theta = solve(t, {**centers, **drawn}, widen)
-        return model(theta).step_model(prior), part
-
-    why = f"roofline through the upper half of the points with the physics of {prior.label} as a prior"
-    return Structure(name, 2, fit, why)
 
 
 @dataclass(frozen=True)
