@@ -112,7 +112,12 @@ def plot_prediction(result: PredictResult, path: Path) -> None:
             alpha=0.3,
             label="90% interval",
         )
-        ax.plot(dense, curve * scale, color="black", label=f"fit ({fit.method})")
+        ax.plot(
+            dense,
+            curve * scale,
+            color="black",
+            label="fit (" + ", ".join(f"{k} {w:.0%}" for k, w in fit.weights.items() if w >= 0.005) + ")",
+        )
         ax.set_xscale("log", base=2)
         ax.set_xlabel("batch")
         crit = result.critical_batch()[0]
