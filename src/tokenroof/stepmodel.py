@@ -145,11 +145,3 @@ class StepModel:
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
-
-
-def queued_tpot_s(model: StepModel, batch: ArrayLike, cap: float | None) -> NDArray[np.float64]:
-    """TPOT (s) when the running batch cannot exceed `cap` (the KV cache is full): past it the running batch stays
-    at the cap and requests queue, so throughput is flat and TPOT (= batch / throughput) grows with the queue."""
-    b = np.asarray(batch, dtype=float)
-    running = b if cap is None else np.minimum(b, cap)
-    return model.step_time_s(running) * b / running
