@@ -145,3 +145,17 @@ def test_points_already_compute_bound_do_not_get_the_compute_term_twice() -> Non
     rows = predict_table(table, [32, 64], prior, n_samples=20).predictions()
     for row, b in zip(rows, (32, 64), strict=True):
         assert row["tpot_ms"] == pytest.approx(50 + 165 * b, rel=0.05)
+
+
+def test_a_compute_roof_at_client_concurrency_is_fitted_not_called_a_queue() -> None:
+    """Throughput flat while vLLM's TPOT doubles: the running batch grew into a roof; no cap, no queueing word."""
+    body = "batch,throughput_tok_s,tpot_ms\n1,100,10\n8,760,10.5\n32,2400,13.3\n64,2500,25.6\n128,2540,50.4\n"
+    result = predict_table(parse_csv("# batch_kind=concurrency tpot_kind=tpot\n" + body), [256], n_samples=10)
+    assert result.excluded is None
+    assert not any("queue" in w for w in result.warnings)
+    assert result.predictions()[0]["tpot_ms"] == pytest.approx(100, rel=0.15)  # TPOT keeps doubling
+    # the same plateau in end-to-end TPOT with TTFT growing tenfold: a queue
+    e2e = "batch,throughput_tok_s,tpot_ms,ttft_ms\n1,100,10,50\n8,760,10.5,60\n32,2400,13.3,80\n64,2500,25.6,900\n"
+    result = predict_table(parse_csv("# batch_kind=concurrency tpot_kind=e2e\n" + e2e), [256], n_samples=10)
+    assert result.excluded is not None and result.excluded.batches == (64.0,)
+    assert any("requests queue" in w for w in result.warnings)

@@ -332,13 +332,23 @@ def local_noise(batch: np.ndarray, tpot_s: np.ndarray) -> float:
     return max(float(np.sqrt(resid @ resid / dof)), 2 * NOISE_FLOOR)
 
 
+def queued(table: MeasurementTable, i: int) -> bool:
+    """Whether point i, past a throughput plateau at client concurrency, waits in a queue (see `past_cap`)."""
+    if table.semantics.queues:
+        ttft = table.ttft_ms
+        return ttft is None or bool(ttft[i] > 2 * ttft[i - 1])
+    return bool(table.tpot_ms[i] < 1.05 * table.tpot_ms[i - 1])
+
+
 def past_cap(table: MeasurementTable) -> Excluded | None:
     """Points past a cap the data show, by what the columns count (MeasurementTable.semantics).
 
     - running batch: the batch stops growing (within 3%) while TPOT still moves: the KV cache is full or a cap
       holds the batch; the later points measure preemption, not decode steps.
-    - client concurrency: throughput stops growing (< 5% for ≥ 1.2× the batch): the server holds its running batch;
-      past it TPOT is flat (TPOT, ITL exclude queueing) or grows as batch ÷ throughput (end-to-end per token).
+    - client concurrency: throughput stops growing (< 5% for ≥ 1.2× the batch) and TPOT (or ITL, which exclude
+      queueing) stays flat: the server holds its running batch. Flat throughput with a growing TPOT is a roof the
+      running batch grew into, which the step model describes. An end-to-end TPOT grows either way: TTFT tells a
+      queue (it grows) from a roof; without a TTFT column the points are taken as queued.
     A static batch whose throughput flattens is a compute or bandwidth roof, which the step model describes.
     """
     sem, b, thr = table.semantics, table.batch.astype(float), table.throughput_tok_s
@@ -353,7 +363,8 @@ def past_cap(table: MeasurementTable) -> Excluded | None:
                 "the batch (preemption), so these points are not decode steps at their batch",
                 float(b[i - 1]),
             )
-        if sem.batch_kind == "concurrency" and b[i] >= 1.2 * b[i - 1] and thr[i] < 1.05 * thr[i - 1]:
+        flat = b[i] >= 1.2 * b[i - 1] and thr[i] < 1.05 * thr[i - 1]
+        if sem.batch_kind == "concurrency" and flat and queued(table, i):
             running = float(thr[i - 1] * table.tpot_ms[i - 1] / 1e3) if not sem.queues else float(b[i - 1])
             what = "requests queue (their wait is in the end-to-end TPOT)" if sem.queues else "TPOT stays flat"
             return Excluded(
