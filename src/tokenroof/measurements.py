@@ -22,6 +22,7 @@ from typing import Any
 import numpy as np
 
 from tokenroof.errors import TokenroofError
+from tokenroof.stepmodel import mean_context_tokens
 
 COLUMNS = ("batch", "throughput_tok_s", "tpot_ms", "context_tokens", "ttft_ms")
 DISAGREE = 0.10  # throughput and TPOT inconsistent by more than this → warning
@@ -53,7 +54,7 @@ class Semantics:
     def mean_context(self) -> float | None:
         if self.input_len is None or self.output_len is None:
             return None
-        return self.input_len + self.output_len / 2
+        return mean_context_tokens(self.input_len, self.output_len)
 
     def describe(self) -> str:
         text = f"batch = {self.batch_kind} batch, TPOT = {self.tpot_kind}"

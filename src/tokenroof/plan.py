@@ -97,7 +97,7 @@ def run_candidate(args: tuple[Candidate, Sequence[StepModel], Workload, Sequence
 
 def replicas_lower_bound(model: StepModel, workload: Workload, cap: int) -> int:
     """Replicas needed at the best case: each replica at its cap delivers cap / T(cap) tokens/s."""
-    per_replica = float(model.throughput_tok_s(cap, workload.input_len.mean + workload.output_len.mean / 2))
+    per_replica = float(model.throughput_tok_s(cap, workload.mean_context_tokens))
     needed = workload.rate_req_s * workload.output_len.mean
     return max(1, math.ceil(needed / per_replica))
 
@@ -182,9 +182,7 @@ def make_plan(
                 if below:
                     why = f"{replicas - 1} fail, bound by " + max(below, key=lambda o: o.headroom(slo)).binding(slo)
                 else:
-                    per = float(
-                        base.throughput_tok_s(max(caps), workload.input_len.mean + workload.output_len.mean / 2)
-                    )
+                    per = float(base.throughput_tok_s(max(caps), workload.mean_context_tokens))
                     why = (
                         f"fewer cannot carry {workload.rate_req_s * workload.output_len.mean:,.0f} output tok/s: "
                         f"one replica gives at most {per:,.0f} at max_num_seqs {max(caps)}"

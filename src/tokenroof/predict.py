@@ -15,7 +15,7 @@ from tokenroof.fit import Excluded, Fit, Prior, fit_table
 from tokenroof.intervals import LEVEL, Calibration
 from tokenroof.measurements import MeasurementTable
 from tokenroof.specs import HardwareSpec, ModelSpec, Precision
-from tokenroof.stepmodel import StepModel
+from tokenroof.stepmodel import StepModel, mean_context_tokens
 from tokenroof.units import MS_PER_S
 
 # Spread (log) of the per-sequence slope that measured efficiencies imply: the calibrated first-principles
@@ -69,7 +69,7 @@ class Workload:
         if self.context_tokens is not None:
             return self.context_tokens
         if self.input_len is not None and self.output_len is not None:
-            return self.input_len + self.output_len / 2
+            return mean_context_tokens(self.input_len, self.output_len)
         return 0.0
 
     @property

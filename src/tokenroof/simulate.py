@@ -20,7 +20,7 @@ import numpy as np
 from tokenroof.engine.core import BatchScheduler, Sequence, StepPlan
 from tokenroof.errors import TokenroofError
 from tokenroof.measurements import read_jsonl
-from tokenroof.stepmodel import StepModel
+from tokenroof.stepmodel import StepModel, mean_context_tokens
 
 DISTRIBUTIONS = ("fixed", "uniform", "lognormal")
 
@@ -57,6 +57,10 @@ class Workload:
     output_len: Lengths
     num_requests: int = 1000
     burstiness: float = 1.0  # gamma shape of inter-arrival times; inf = a constant rate
+
+    @property
+    def mean_context_tokens(self) -> float:
+        return mean_context_tokens(self.input_len.mean, self.output_len.mean)
 
     def arrivals(self, rng: np.random.Generator) -> list[Sequence]:
         if not self.rate_req_s > 0 or not self.burstiness > 0 or self.num_requests < 1:

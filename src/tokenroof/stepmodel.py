@@ -27,6 +27,13 @@ from numpy.typing import ArrayLike, NDArray
 from scipy.optimize import brentq
 
 BOUNDS = ("overhead", "weights", "compute", "kv")
+
+
+def mean_context_tokens(input_len: float, output_len: float) -> float:
+    """Average KV-cache length of a sequence over its decode: the prompt plus half the output (tokens)."""
+    return input_len + output_len / 2
+
+
 BIG_BATCH = 1e9
 
 

@@ -20,6 +20,7 @@ from tokenroof.bench.selfcheck import LoopMonitor
 from tokenroof.bench.summary import PointSummary, summarise
 from tokenroof.errors import TokenroofError
 from tokenroof.measurements import read_jsonl
+from tokenroof.stepmodel import mean_context_tokens
 
 # synthetic prompts: random common English words (one token each in most tokenizers; exactly one on the emulator)
 WORDS = (
@@ -307,7 +308,7 @@ def write_outputs(cfg: BenchConfig, model: str, summaries: list[dict[str, Any]])
             f"{s['output_tokens_source']}"
         )
         prompt = s["prompt_tokens_mean"] if s["prompt_tokens_mean"] is not None else cfg.input_len
-        context = prompt + s["output_tokens_mean"] / 2
+        context = mean_context_tokens(prompt, s["output_tokens_mean"])
         rows.append(
             f"{s['batch']:.4g},{s['throughput_tok_s']:.6g},{s['tpot_ms']['mean']:.6g},{context:.5g},"
             f"{s['ttft_ms']['mean']:.6g}"

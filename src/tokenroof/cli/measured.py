@@ -142,10 +142,11 @@ def advise(
             raise TokenroofError("give a measurement file, or --model and --hardware for the first-principles curve")
         from tokenroof.roofline import max_batch_by_memory, step_model_from_specs
         from tokenroof.specs import Precision, load_hardware, load_model
+        from tokenroof.stepmodel import mean_context_tokens
 
         spec, chip = load_model(model), load_hardware(hardware)
         precision = Precision.create(dtype, kv_dtype, compute_dtype)
-        ctx = context if context is not None else (input_len or 0) + (output_len or 0) / 2 or 1024.0
+        ctx = context if context is not None else mean_context_tokens(input_len or 0, output_len or 0) or 1024.0
         sm = step_model_from_specs(spec, chip, precision, tp)
         limit = max_batch_by_memory(spec, chip, precision, ctx, tp)
         result = advise_cap(
