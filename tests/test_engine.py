@@ -110,3 +110,48 @@ def test_scheduler_step_time_keeps_the_step_models_overlap(overlap: float) -> No
     for batch in (1, 25, 100):
         contexts = [300] * batch
         assert step_time_s(sm, contexts, 0, 0.0) == pytest.approx(float(sm.step_time_s(batch, 300)))
+
+
+# -- one formula: the scheduler's step time is StepModel.step_s, which equals the vectorised step model --------
+MOE = StepModel(
+    t_fixed_s=0.5e-3,
+    t_weights_s=2e-3,
+    t_compute_s=40e-6,
+    t_kv_token_s=0.5e-6,
+    t_seq_s=5e-6,
+    t_attn_token_s=0.02e-6,
+    t_expert_s=0.4e-3,
+    num_experts=8,
+    experts_per_token=2,
+    overlap=0.3,
+)
+
+
+@pytest.mark.parametrize(
+    "model", [SM, MOE, StepModel(1e-3, 4e-3, 200e-6, 1e-6, overlap=0.0)], ids=["dense", "moe", "cpu"]
+)
+@pytest.mark.parametrize(("batch", "context"), [(1, 0), (3, 250), (64, 1000), (700, 40)])
+def test_scalar_and_vector_paths_agree(model: StepModel, batch: int, context: int) -> None:
+    assert model.step_s(batch, batch * context) == pytest.approx(float(model.step_time_s(batch, context)), rel=1e-12)
+
+
+def test_a_moe_step_with_prefill_and_partial_overlap_by_hand() -> None:
+    """2 sequences at contexts 100 and 300, a 50-token prompt chunk: 52 tokens through the GEMMs."""
+    touched = 8 * (1 - (1 - 2 / 8) ** 52)
+    weights = 2e-3 + 0.4e-3 * touched
+    compute = 52 * 40e-6 + 0.02e-6 * (400 + 50**2 / 2)
+    expected = 0.5e-3 + max(weights, compute) + 0.7 * min(weights, compute) + 400 * 0.5e-6 + 2 * 5e-6
+    assert MOE.step_s(2, 400, 50, 50**2) == pytest.approx(expected, rel=1e-12)
+    sched = BatchScheduler(MOE, max_num_seqs=4)
+    for name, prompt in (("a", 100), ("b", 300)):
+        sched.submit(Sequence(name, prompt_tokens=prompt, max_tokens=5, arrival_s=0.0))
+    first = sched.plan_step(0.0)
+    assert first is not None
+    sched.complete_step(first)
+    sched.submit(Sequence("c", prompt_tokens=50, max_tokens=5, arrival_s=0.0))
+    plan = sched.plan_step(first.end_s)
+    assert plan is not None and plan.prefill_tokens == 50
+    # three run (the new one emits its first token at the end of the step that prefills it), at contexts 101,
+    # 301 and 50, and its 50 prompt tokens share the step's GEMMs
+    assert plan.batch == 3
+    assert plan.duration_s == pytest.approx(MOE.step_s(3, 101 + 301 + 50, 50, 50**2), rel=1e-12)

@@ -14,7 +14,7 @@ from numpy.typing import ArrayLike, NDArray
 
 from tokenroof.errors import TokenroofError
 from tokenroof.specs import HardwareSpec, ModelSpec, Precision
-from tokenroof.stepmodel import StepModel
+from tokenroof.stepmodel import StepModel, expected_experts
 
 Array = NDArray[np.float64]
 
@@ -105,10 +105,7 @@ def expected_experts_touched(num_experts: int, experts_per_token: int, tokens: A
 
     E · (1 − (1 − k/E)^tokens): k at one token, saturating at E.
     """
-    n = np.asarray(tokens, dtype=float)
-    if num_experts == 0:
-        return np.zeros_like(n)
-    return num_experts * (1.0 - (1.0 - experts_per_token / num_experts) ** n)
+    return np.asarray(expected_experts(num_experts, experts_per_token, np.asarray(tokens, dtype=float)))
 
 
 def weight_bytes_streamed(model: ModelSpec, precision: Precision, batch: ArrayLike, tp: int = 1) -> Array:

@@ -34,6 +34,20 @@ def mean_context_tokens(input_len: float, output_len: float) -> float:
     return input_len + output_len / 2
 
 
+def expected_experts(num_experts: int, experts_per_token: int, tokens: Any) -> Any:
+    """Expected distinct experts per layer hit by `tokens` tokens each routed to k of E (uniform routing):
+    E · (1 − (1 − k/E)^tokens), k at one token, saturating at E. Floats or arrays."""
+    if num_experts == 0:
+        return tokens * 0.0
+    return num_experts * (1.0 - (1.0 - experts_per_token / num_experts) ** tokens)
+
+
+def matmul_time_s(weights_s: Any, compute_s: Any, overlap: float) -> Any:
+    """max(W, C) + (1 − overlap)·min(W, C), written with + and abs so floats (the scheduler's hot path) and
+    arrays (sweeps) share one formula: (W + C)(1 − overlap/2) + |W − C|·overlap/2."""
+    return (weights_s + compute_s) * (1.0 - overlap / 2) + abs(weights_s - compute_s) * (overlap / 2)
+
+
 BIG_BATCH = 1e9
 
 
@@ -55,11 +69,7 @@ class StepModel:
     # -- terms ------------------------------------------------------------------
     def experts_touched(self, batch: ArrayLike) -> NDArray[np.float64]:
         """Expected distinct experts per layer hit by `batch` tokens routed to top-k of E uniformly."""
-        b = np.asarray(batch, dtype=float)
-        if self.num_experts == 0:
-            return np.zeros_like(b)
-        e, k = self.num_experts, self.experts_per_token
-        return e * (1.0 - (1.0 - k / e) ** b)
+        return np.asarray(expected_experts(self.num_experts, self.experts_per_token, np.asarray(batch, dtype=float)))
 
     def weights_time_s(self, batch: ArrayLike) -> NDArray[np.float64]:
         """Time to stream the weights touched at this batch."""
@@ -89,10 +99,22 @@ class StepModel:
     def step_time_s(self, batch: ArrayLike, context: ArrayLike = 0.0) -> NDArray[np.float64]:
         """T_step(b, ctx) in seconds; broadcasts over arrays of batch and context."""
         c = self.components_s(batch, context)
-        matmul = np.maximum(c["weights"], c["compute"])
-        if self.overlap < 1.0:
-            matmul = matmul + (1.0 - self.overlap) * np.minimum(c["weights"], c["compute"])
-        return c["overhead"] + matmul + c["kv"]
+        return c["overhead"] + matmul_time_s(c["weights"], c["compute"], self.overlap) + c["kv"]
+
+    def step_s(
+        self, batch: float, total_context: float, prefill_tokens: float = 0.0, prefill_sq_tokens: float = 0.0
+    ) -> float:
+        """One step as the scheduler runs it, in plain floats (its hot path): `batch` decoding sequences holding
+        `total_context` KV tokens in all, plus `prefill_tokens` prompt tokens sharing the step's GEMMs
+        (`prefill_sq_tokens` = Σ chunk², for causal attention within the chunks). With equal contexts and no
+        prefill it is `step_time_s(batch, total_context / batch)`."""
+        tokens = batch + prefill_tokens
+        weights = self.t_weights_s + self.t_expert_s * expected_experts(
+            self.num_experts, self.experts_per_token, tokens
+        )
+        compute = tokens * self.t_compute_s + self.t_attn_token_s * (total_context + prefill_sq_tokens / 2)
+        matmul = matmul_time_s(weights, compute, self.overlap)
+        return float(self.t_fixed_s + matmul + total_context * self.t_kv_token_s + batch * self.t_seq_s)
 
     def throughput_tok_s(self, batch: ArrayLike, context: ArrayLike = 0.0) -> NDArray[np.float64]:
         return np.asarray(batch, dtype=float) / self.step_time_s(batch, context)

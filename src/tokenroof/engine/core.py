@@ -16,9 +16,9 @@ plan at time `now`, waits `plan.duration_s` (really, for `emulate`; virtually, f
   prompt plus what it had generated (vLLM's default policy). Block use is counted
   as Σ(context + 1) + b·(block_size − 1) tokens, an upper bound on the blocks
   vLLM's allocator holds, kept in O(1).
-- Step time: `t_fixed + max(t_weights(b + p), (b + p)·t_compute + t_attn·Σctx) + Σctx·t_kv + b·t_seq`
-  for b running sequences, p prompt tokens being prefilled and ctx each sequence's
-  current length: the DESIGN.md step model with each step's own contexts.
+- Step time: `StepModel.step_s` — `t_fixed + max(t_weights(b + p), (b + p)·t_compute + t_attn·Σctx) + Σctx·t_kv
+  + b·t_seq` for b running sequences, p prompt tokens being prefilled and ctx each sequence's current length:
+  the DESIGN.md step model with each step's own contexts, from the same object every command uses.
 
 Bookkeeping is O(1) per step plus O(1) per admission and finish: a sequence
 admitted at step k with n tokens to make finishes at step k + n − 1, and the sum
@@ -82,52 +82,9 @@ class StepPlan:
         return self.start_s + self.duration_s
 
 
-@dataclass(frozen=True)
-class StepCoefficients:
-    """The step model's terms as plain floats (the simulator's hot loop avoids numpy)."""
-
-    fixed: float
-    weights: float
-    expert: float
-    num_experts: int
-    experts_per_token: int
-    compute: float
-    attn: float
-    kv: float
-    seq: float
-    overlap: float = 1.0
-
-    @classmethod
-    def of(cls, m: StepModel) -> StepCoefficients:
-        return cls(
-            m.t_fixed_s,
-            m.t_weights_s,
-            m.t_expert_s,
-            m.num_experts,
-            m.experts_per_token,
-            m.t_compute_s,
-            m.t_attn_token_s,
-            m.t_kv_token_s,
-            m.t_seq_s,
-            m.overlap,
-        )
-
-    def weights_s(self, tokens: int) -> float:
-        if self.num_experts == 0:
-            return self.weights
-        touched = self.num_experts * (1.0 - (1.0 - self.experts_per_token / self.num_experts) ** tokens)
-        return self.weights + self.expert * touched
-
-    def step_s(self, batch: int, total_ctx: float, prefill: int, prefill_sq: float) -> float:
-        compute = (batch + prefill) * self.compute + self.attn * (total_ctx + prefill_sq / 2)
-        weights = self.weights_s(batch + prefill)
-        matmul = max(weights, compute) + (1.0 - self.overlap) * min(weights, compute)
-        return self.fixed + matmul + total_ctx * self.kv + batch * self.seq
-
-
 def step_time_s(model: StepModel, contexts: list[int], prefill_tokens: int, prefill_sq_tokens: float) -> float:
     """Duration of one step for sequences at these contexts plus `prefill_tokens` prompt tokens."""
-    return StepCoefficients.of(model).step_s(len(contexts), float(sum(contexts)), prefill_tokens, prefill_sq_tokens)
+    return model.step_s(len(contexts), float(sum(contexts)), prefill_tokens, prefill_sq_tokens)
 
 
 @dataclass
@@ -160,7 +117,6 @@ class BatchScheduler:
                 f"max_num_batched_tokens ({self.max_num_batched_tokens}) must exceed max_num_seqs "
                 f"({self.max_num_seqs}): every running sequence needs one token of the budget"
             )
-        self.coefficients = StepCoefficients.of(self.model)
 
     def submit(self, seq: Sequence) -> None:
         if seq.max_tokens < 1:
@@ -277,7 +233,7 @@ class BatchScheduler:
         if batch == 0 and prefill == 0:
             return None
         total_ctx = float(self._sum_ctx0 + batch * self.steps - self._sum_admit)
-        duration = self.coefficients.step_s(batch, total_ctx, prefill, prefill_sq)
+        duration = self.model.step_s(batch, total_ctx, prefill, prefill_sq)
         kv = float(self.kv_tokens_next_step())
         return StepPlan(self.steps, now, duration, batch, tuple(completed), prefill, kv, preempted)
 
