@@ -151,7 +151,22 @@ class SimResult:
                 writer.writerow([f"{row[0]:.6f}", f"{row[1]:.6f}", int(row[2]), int(row[3])])
         (out_dir / "summary.json").write_text(json.dumps(summary, indent=2))
 
+    def window_s(self) -> tuple[float, float]:
+        """The steady-state window, as `bench`'s open loop defines it: from the arrival of the request 10% into the
+        run to the last arrival (ramp-up and drain left out). Arrivals that come as a burst — over less time than
+        a typical request takes — have no steady state: the window is then the whole run."""
+        arrivals = np.array([s.arrival_s for s in self.sequences])
+        finished = np.array([s.finished_s or 0.0 for s in self.sequences])
+        ordered = np.sort(arrivals)
+        w0, w1 = float(ordered[int(0.1 * ordered.size)]), float(ordered[-1])
+        if w1 - w0 < float(np.median(finished - arrivals)):
+            return float(arrivals.min()), max(float(finished.max()), float(arrivals.min()) + 1e-9)
+        return w0, w1
+
     def summary(self, ttft_slo_ms: float | None = None, tpot_slo_ms: float | None = None) -> dict[str, Any]:
+        """Throughput, request rate, goodput and running batch over the steady-state window (`window_s`): tokens
+        emitted and requests completed in it, the batch time-averaged over it (idle time counts); latencies over
+        the requests sent in it (so an overloaded run's growing queue shows)."""
         seqs = self.sequences
         arrival = np.array([s.arrival_s for s in seqs])
         first = np.array([s.first_token_s for s in seqs], dtype=float)
@@ -160,16 +175,22 @@ class SimResult:
         out = np.array([s.max_tokens for s in seqs])
         ttft = first - arrival
         tpot = np.where(out > 1, (finished - first) / np.maximum(out - 1, 1), np.nan)
-        span = float(finished.max() - arrival.min())
-        busy = float(self.step_durations_s.sum())
-        good = np.ones(len(seqs), dtype=bool)
+        w0, w1 = self.window_s()
+        span = w1 - w0
+        sent = (arrival >= w0) & (arrival <= w1)
+        done = (finished >= w0) & (finished <= w1)  # rates count completions: an overloaded server's true rate
+        ends = self.step_starts_s + self.step_durations_s
+        in_window = (ends >= w0) & (ends <= w1)
+        # time each step spends inside the window, for the time-averaged running batch
+        overlap_s = np.clip(np.minimum(ends, w1) - np.maximum(self.step_starts_s, w0), 0.0, None)
+        good = done.copy()
         if ttft_slo_ms is not None:
             good &= ttft * 1e3 <= ttft_slo_ms
         if tpot_slo_ms is not None:
             good &= ~(tpot * 1e3 > tpot_slo_ms)
 
         def pct(values: np.ndarray) -> dict[str, float]:
-            values = values[~np.isnan(values)] * 1e3
+            values = values[sent & ~np.isnan(values)] * 1e3
             return {
                 "mean": float(values.mean()),
                 "p50": float(np.percentile(values, 50)),
@@ -177,28 +198,34 @@ class SimResult:
                 "p99": float(np.percentile(values, 99)),
             }
 
+        kv_fraction = None
+        if self.kv_capacity_tokens:
+            held = float((self.step_kv_tokens * overlap_s).sum()) / span / self.replicas
+            kv_fraction = held / (self.kv_capacity_tokens / self.replicas)
         return {
             "requests": len(seqs),
-            "simulated_s": span,
+            "requests_in_window": int(sent.sum()),
+            "window_s": [w0, w1],
+            "simulated_s": float(finished.max() - arrival.min()),
             "ttft_ms": pct(ttft),
             "tpot_ms": pct(tpot),
             "e2e_ms": pct(finished - arrival),
             "queue_wait_ms": pct(admitted - arrival),
-            "itl_ms": pct(self.step_durations_s),
-            "throughput_tok_s": float(out.sum() / span),
-            "request_throughput_req_s": len(seqs) / span,
+            "itl_ms": {k: v for k, v in zip(("mean", "p50", "p90", "p99"), self._itl_ms(in_window), strict=True)},
+            "throughput_tok_s": float(self.step_batches[in_window].sum() / span),
+            "request_throughput_req_s": float(done.sum() / span),
             "goodput_req_s": float(good.sum() / span),
             "replicas": self.replicas,
-            "mean_running_batch": float((self.step_batches * self.step_durations_s).sum() / busy) if busy else 0.0,
+            "mean_running_batch": float((self.step_batches * overlap_s).sum() / span / self.replicas),
             "steps": int(self.step_batches.size),
             "preemptions": self.preemptions,
             "kv_cache_tokens": self.kv_capacity_tokens,
-            "kv_use_mean_fraction": None
-            if not self.kv_capacity_tokens
-            else float(
-                (self.step_kv_tokens * self.step_durations_s).sum() / busy / (self.kv_capacity_tokens / self.replicas)
-            ),
+            "kv_use_mean_fraction": kv_fraction,
         }
+
+    def _itl_ms(self, in_window: np.ndarray) -> list[float]:
+        steps = self.step_durations_s[in_window] if in_window.any() else self.step_durations_s
+        return [float(steps.mean() * 1e3), *(float(np.percentile(steps, q) * 1e3) for q in (50, 90, 99))]
 
 
 ROUTERS = ("round-robin", "least-outstanding")
