@@ -132,6 +132,7 @@ def prior_from_specs(
         slope_center_s=float(slope_center),
         sigma_log_slope=SIGMA_LOG_MEASURED_SLOPE if hardware.efficiencies else None,
         context_tokens=ctx,
+        prefill_ratio=0.0 if workload.static else workload.prefill_ratio,
     )
 
 

@@ -61,6 +61,7 @@ class Prior:
     slope_center_s: float = 0.0  # dT/db below the knee at the centre efficiencies
     sigma_log_slope: float | None = None  # spread of that slope when the efficiencies were measured; None: floor only
     context_tokens: float = 0.0  # mean context the per-sequence terms were folded at
+    prefill_ratio: float = 0.0  # prompt tokens sharing each step's GEMMs per running sequence (online: in/out)
 
     @property
     def step_compute_floor_s(self) -> float:

@@ -25,8 +25,9 @@ from tokenroof.cli import (
     handle_errors,
     parse_numbers,
 )
-from tokenroof.cli.serving import load_step_model
+from tokenroof.cli.serving import kv_pool_tokens, load_step_model
 from tokenroof.errors import TokenroofError
+from tokenroof.stepmodel import mean_context_tokens
 
 
 @app.command()
@@ -68,13 +69,11 @@ def simulate(
     from tokenroof.simulate import Lengths, Trace, Workload
     from tokenroof.simulate import simulate as run_simulation
 
-    sm = load_step_model(model, hardware, fit, step_model, dtype, kv_dtype, compute_dtype, tp)
-    if kv_cache_tokens is None and model is not None and hardware is not None:
-        from tokenroof.roofline import kv_cache_tokens as kv_pool
-        from tokenroof.specs import Precision, load_hardware, load_model
-
-        precision = Precision.create(dtype, kv_dtype, compute_dtype)
-        kv_cache_tokens = kv_pool(load_model(model), load_hardware(hardware), precision, tp)
+    travelling, _ = load_step_model(model, hardware, fit, step_model, dtype, kv_dtype, compute_dtype, tp)
+    sm = travelling.step_model
+    notes = travelling.notes(mean_context_tokens(input_len, output_len) if trace is None else None)
+    if kv_cache_tokens is None:
+        kv_cache_tokens = kv_pool_tokens(model, hardware, dtype, kv_dtype, compute_dtype, tp)
     rates = parse_numbers(rate, "--rate")
     if not rates:
         raise TokenroofError("--rate needs at least one number")
@@ -102,7 +101,7 @@ def simulate(
         from tokenroof.plots import plot_rate_sweep
 
         finish(
-            {"rates": sweep, "warnings": []},
+            {"rates": sweep, "warnings": notes},
             render.rate_sweep,
             json_output,
             plot,
@@ -129,7 +128,7 @@ def simulate(
         max_num_batched_tokens=max_num_batched_tokens,
     )
     summary = result.summary(ttft_slo_ms, tpot_slo_ms)
-    summary["warnings"] = []
+    summary["warnings"] = notes
     if out is not None:
         result.write(out, summary)
     from tokenroof.plots import plot_simulation
@@ -187,6 +186,7 @@ def plan(
     choices: list[str | None] = list(chips) or [None]
     options = [(chip, degree) for chip in choices for degree in degrees]
     results = []
+    notes: list[str] = []
     from rich.progress import Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
 
     bar = Progress(
@@ -204,20 +204,12 @@ def plan(
 
     bar.start()
     for chip, degree in options:
-        sm = load_step_model(model, chip, fit, step_model, dtype, kv_dtype, compute_dtype, degree)
-        models = [sm]
-        if fit is not None:
-            from tokenroof.fit import fit_table
-            from tokenroof.measurements import read_table
-
-            models += fit_table(read_table([fit]), n_samples=4).sample_models()
-        kv = None
-        if model is not None and chip is not None:
-            from tokenroof.roofline import kv_cache_tokens as kv_pool
-            from tokenroof.specs import Precision, load_hardware, load_model
-
-            precision = Precision.create(dtype, kv_dtype, compute_dtype)
-            kv = kv_pool(load_model(model), load_hardware(chip), precision, degree)
+        travelling, samples = load_step_model(
+            model, chip, fit, step_model, dtype, kv_dtype, compute_dtype, degree, n_samples=4
+        )
+        models = [travelling.step_model, *samples]
+        notes += [n for n in travelling.notes(workload.mean_context_tokens) if n not in notes]
+        kv = kv_pool_tokens(model, chip, dtype, kv_dtype, compute_dtype, degree)
         result = make_plan(
             models, workload, slo, tuple(range(seeds)), kv, max_replicas, workers, ray_address=ray, progress=progress
         )
@@ -234,6 +226,7 @@ def plan(
     feasible = [r for r in results if r["feasible"]]
     key = "cost_per_hour" if prices else "gpus"
     data = min(feasible, key=lambda r: r[key]) if feasible else results[0]
+    data = {**data, "warnings": [*data.get("warnings", []), *notes]}
     if len(results) > 1:
         data = {
             **data,

@@ -22,6 +22,7 @@ from tokenroof.cli import (
     PlotOpt,
     TpOpt,
     app,
+    err,
     finish,
     handle_errors,
     parse_numbers,
@@ -80,6 +81,10 @@ def predict(
     roof_tok_s: Annotated[float | None, typer.Option(help="Assert the throughput asymptote (tok/s).")] = None,
     samples: Annotated[int, typer.Option(help="Samples for the 90% intervals.")] = 200,
     seed: Annotated[int, typer.Option(help="Seed for the interval samples.")] = 0,
+    save_model: Annotated[
+        Path | None,
+        typer.Option(help="Write the fitted step model (and the workload it was fitted at) for --step-model."),
+    ] = None,
     json_output: JsonOpt = False,
     plot: PlotOpt = None,
 ) -> None:
@@ -92,9 +97,23 @@ def predict(
     result = predict_table(
         table, parse_numbers(batch, "--batch"), prior, critical_batch, roof_tok_s, max(samples, 10), seed
     )
+    if save_model is not None:
+        save_fitted(result, save_model)
     from tokenroof.plots import plot_prediction
 
     finish(result.to_dict(), render.prediction, json_output, plot, lambda path: plot_prediction(result, path))
+
+
+def save_fitted(result: Any, path: Path) -> None:
+    """predict --save-model: the fitted step model, its KV reads and prompt share split out where a prior is known."""
+    from tokenroof.travel import portable
+
+    travelling = portable(result.fit, result.table)
+    try:
+        path.write_text(travelling.to_json())
+    except OSError as exc:
+        raise TokenroofError(f"{path}: cannot write ({exc.strerror})") from None
+    err.print(f"wrote {path} (use it with --step-model)", highlight=False)
 
 
 @app.command()

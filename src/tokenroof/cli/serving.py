@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -45,7 +44,10 @@ def emulate(
     served_model_name: Annotated[str, typer.Option(help="Model id the server reports.")] = "tokenroof-emulator",
     kv_cache_tokens: Annotated[
         int | None,
-        typer.Option(help="KV-cache capacity in tokens; sequences are preempted when it fills (default: unlimited)."),
+        typer.Option(
+            help="KV-cache capacity in tokens; sequences are preempted when it fills (default: from --model/--hardware "
+            "memory, as simulate; else unlimited)."
+        ),
     ] = None,
     max_num_batched_tokens: Annotated[int | None, typer.Option(help="Token budget per step (chunked prefill).")] = None,
     host: Annotated[str, typer.Option(help="Address to listen on.")] = "127.0.0.1",
@@ -55,7 +57,12 @@ def emulate(
     require_http()
     from tokenroof.emulate.server import Emulator, serve
 
-    sm = load_step_model(model, hardware, fit, step_model, dtype, kv_dtype, compute_dtype, tp)
+    travelling, _ = load_step_model(model, hardware, fit, step_model, dtype, kv_dtype, compute_dtype, tp)
+    sm = travelling.step_model
+    if kv_cache_tokens is None:
+        kv_cache_tokens = kv_pool_tokens(model, hardware, dtype, kv_dtype, compute_dtype, tp)
+    for note in travelling.notes(None):
+        err.print(f"note: {note}", highlight=False)
     err.print(f"emulating {sm} with max_num_seqs={max_num_seqs} on http://{host}:{port}", highlight=False)
     if kv_cache_tokens is not None and kv_cache_tokens < max_model_len:
         max_model_len = kv_cache_tokens  # a request must fit in the cache on its own
@@ -79,31 +86,53 @@ def load_step_model(
     kv_dtype: str | None,
     compute_dtype: str | None,
     tp: int,
-) -> Any:
-    """The emulator's step model from exactly one source: specs, a fit, or a JSON file."""
-    from tokenroof.stepmodel import StepModel
+    n_samples: int = 0,
+) -> tuple[Any, list[Any]]:
+    """The step model (a travel.Travelling) from one source — the specs, a fit (with --model/--hardware as its
+    prior), or a JSON file — and, for a fit, `n_samples` interval samples."""
+    from tokenroof.travel import Travelling, from_table, read_step_model
 
-    sources = sum(x is not None for x in (fit, step_model)) + (model is not None or hardware is not None)
-    if sources != 1:
-        raise TokenroofError("give one step-model source: --model/--hardware, --fit FILE, or --step-model JSON")
+    if (fit is not None) + (step_model is not None) > 1 or (step_model is not None and model is not None):
+        raise TokenroofError(
+            "give one step-model source: --model/--hardware, --fit FILE (with --model/--hardware as its prior), "
+            "or --step-model JSON"
+        )
     if step_model is not None:
-        try:
-            return StepModel(**json.loads(step_model.read_text()))
-        except (OSError, json.JSONDecodeError, TypeError) as exc:
-            raise TokenroofError(f"{step_model}: not a StepModel JSON ({exc})") from None
-    if fit is not None:
-        from tokenroof.fit import fit_table
-        from tokenroof.measurements import read_table
-
-        return fit_table(read_table([fit]), n_samples=0).step_model
-    from tokenroof.roofline import step_model_from_specs
+        return read_step_model(step_model), []
+    if (model is None) != (hardware is None):
+        raise TokenroofError("give both --model and --hardware")
     from tokenroof.specs import Precision, load_hardware, load_model
 
+    precision = Precision.create(dtype, kv_dtype, compute_dtype)
+    if fit is not None:
+        from tokenroof.predict import Workload, prior_from_specs
+
+        def prior_of(table: Any) -> Any:
+            if model is None or hardware is None:
+                return None
+            workload = Workload.from_table(table)
+            return prior_from_specs(load_model(model), load_hardware(hardware), precision, workload, tp)
+
+        return from_table(fit, prior_of, n_samples)
     if model is None or hardware is None:
-        raise TokenroofError("give both --model and --hardware")
-    return step_model_from_specs(
-        load_model(model), load_hardware(hardware), Precision.create(dtype, kv_dtype, compute_dtype), tp
-    )
+        raise TokenroofError("give one step-model source: --model/--hardware, --fit FILE or --step-model JSON")
+    from tokenroof.roofline import step_model_from_specs
+
+    return Travelling(step_model_from_specs(load_model(model), load_hardware(hardware), precision, tp)), []
+
+
+def kv_pool_tokens(
+    model: str | None, hardware: str | None, dtype: str, kv_dtype: str | None, compute_dtype: str | None, tp: int
+) -> int | None:
+    """The KV-cache pool that --model/--hardware imply (vLLM's, roughly: 90% of memory less the weights); None
+    without them. emulate and simulate build the same server from the same flags."""
+    if model is None or hardware is None:
+        return None
+    from tokenroof.roofline import kv_cache_tokens
+    from tokenroof.specs import Precision, load_hardware, load_model
+
+    precision = Precision.create(dtype, kv_dtype, compute_dtype)
+    return kv_cache_tokens(load_model(model), load_hardware(hardware), precision, tp)
 
 
 @app.command()

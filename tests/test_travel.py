@@ -1,0 +1,182 @@
+"""Step models that travel: predict --save-model → --step-model, split by the physics or said to be folded."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from tests.conftest import SEED_TABLE, run_cli, run_json
+from tokenroof.errors import TokenroofError
+from tokenroof.measurements import parse_csv, read_table
+from tokenroof.predict import Workload, predict_table, prior_from_specs
+from tokenroof.specs import Precision, load_hardware, load_model
+from tokenroof.travel import portable, read_step_model, split_terms
+
+DECODE = "# batch_kind=static tpot_kind=step input_len=1000 output_len=300\nbatch,tpot_ms\n"
+POINTS = "1,13.0\n8,14.1\n32,17.2\n64,21.9\n128,31.5\n"
+
+
+def physics(table_text: str, decode_only: bool) -> tuple:
+    table = parse_csv(table_text)
+    workload = Workload.from_table(table, decode_only=decode_only)
+    prior = prior_from_specs(load_model("llama-3.1-8b"), load_hardware("h100-sxm"), Precision.create("bf16"), workload)
+    return table, prior
+
+
+def test_split_terms_leave_the_model_unchanged_where_it_was_fitted_and_follow_the_context_elsewhere() -> None:
+    table, prior = physics(DECODE + POINTS, decode_only=True)
+    fit = predict_table(table, [256], prior, n_samples=0).fit
+    folded, split = fit.step_model, split_terms(fit.step_model, prior)
+    ctx = prior.context_tokens
+    assert ctx == pytest.approx(1150)
+    assert split.t_kv_token_s > 0 and folded.t_kv_token_s == 0
+    for b in (1.0, 16.0, 200.0):
+        assert split.step_s(b, b * ctx) == pytest.approx(float(folded.step_time_s(b)), rel=1e-9)
+    # at four times the context the KV reads grow by the physics' bytes at the fitted bandwidth efficiency
+    assert split.step_s(64, 64 * 4 * ctx) > 1.2 * split.step_s(64, 64 * ctx)
+
+
+def test_the_prompt_share_is_taken_out_of_the_compute_for_a_scheduler_that_adds_prompts_itself() -> None:
+    online = "# batch_kind=running tpot_kind=tpot input_len=1000 output_len=300\nbatch,tpot_ms\n" + POINTS
+    table, prior = physics(online, decode_only=False)
+    assert prior.prefill_ratio == pytest.approx(1000 / 300)
+    fit = predict_table(table, [256], prior, n_samples=0).fit
+    split = split_terms(fit.step_model, prior)
+    # per running sequence the split model computes only its own token: the fitted compute less the prompt share
+    per_seq = split.t_compute_s + split.t_attn_token_s * prior.context_tokens
+    share = prior.compute_floor_s / prior.step_compute_floor_s
+    assert per_seq == pytest.approx(fit.step_model.t_compute_s * share, rel=1e-9)
+    assert share < 0.5  # 1000-in/300-out: the prompts are most of the GEMM tokens
+
+
+def test_save_model_round_trips_into_simulate(tmp_path: Path) -> None:
+    saved = tmp_path / "model.json"
+    table_path = tmp_path / "decode.csv"
+    table_path.write_text(DECODE + POINTS)
+    data = run_json(
+        [
+            "predict",
+            str(table_path),
+            "--batch",
+            "256",
+            "-m",
+            "llama-3.1-8b",
+            "-H",
+            "h100-sxm",
+            "--samples",
+            "10",
+            "--save-model",
+            str(saved),
+        ]
+    )
+    travelling = read_step_model(saved)
+    assert travelling.split and travelling.context_tokens == pytest.approx(1150)
+    assert travelling.prior is not None and "llama-3.1-8b" in travelling.prior
+    assert json.loads(saved.read_text())["format"] == "tokenroof step model"
+    sim = run_json(
+        [
+            "simulate",
+            "--step-model",
+            str(saved),
+            "--rate",
+            "2",
+            "--num-requests",
+            "200",
+            "--input-len",
+            "1000",
+            "--output-len",
+            "300",
+        ]
+    )
+    assert any("split out with the physics" in w for w in sim["warnings"])
+    # the predict --json output itself is accepted too
+    as_json = tmp_path / "predict.json"
+    as_json.write_text(json.dumps(data))
+    assert read_step_model(as_json).step_model.t_weights_s == pytest.approx(data["model"]["t_weights_s"])
+
+
+def test_a_folded_fit_says_where_it_holds() -> None:
+    """simulate --fit of a table without a prior once gave one TPOT for 100- and 4,000-token prompts silently."""
+    short = run_json(
+        [
+            "simulate",
+            "--fit",
+            str(SEED_TABLE),
+            "--rate",
+            "1",
+            "--num-requests",
+            "100",
+            "--input-len",
+            "100",
+            "--output-len",
+            "50",
+        ]
+    )
+    long = run_json(
+        [
+            "simulate",
+            "--fit",
+            str(SEED_TABLE),
+            "--rate",
+            "1",
+            "--num-requests",
+            "100",
+            "--input-len",
+            "4000",
+            "--output-len",
+            "50",
+        ]
+    )
+    assert short["tpot_ms"]["p50"] == pytest.approx(long["tpot_ms"]["p50"], rel=0.05)  # folded: not adjusted...
+    assert any("at a workload it does not state" in w for w in long["warnings"])  # ...and it says so
+    seed_at = parse_csv("# input_len=250 output_len=100\n" + SEED_TABLE.read_text())
+    travelling = portable(predict_table(seed_at, [1], n_samples=0).fit, seed_at)
+    note = travelling.notes(4000 + 25)[0]
+    assert "without a physics prior" in note and "its TPOT is not adjusted" in note  # ...and says so
+
+
+def test_fit_with_model_and_hardware_is_the_prior_not_a_conflict(tmp_path: Path) -> None:
+    table_path = tmp_path / "decode.csv"
+    table_path.write_text(DECODE + POINTS)
+    args = [
+        "simulate",
+        "--fit",
+        str(table_path),
+        "-m",
+        "llama-3.1-8b",
+        "-H",
+        "h100-sxm",
+        "--rate",
+        "2",
+        "--num-requests",
+        "200",
+        "--input-len",
+        "4000",
+        "--output-len",
+        "300",
+    ]
+    long = run_json(args)
+    short = run_json([*args[:-4], "--input-len", "200", "--output-len", "300"])
+    assert long["tpot_ms"]["p50"] > 1.05 * short["tpot_ms"]["p50"]  # the KV reads follow the context
+    assert long["kv_cache_tokens"] > 0
+
+
+def test_bad_step_model_files_name_the_problem(tmp_path: Path) -> None:
+    bad = tmp_path / "bad.json"
+    bad.write_text(json.dumps({"t_fixed_s": 0.001, "t_weights_s": -1, "t_compute_s": 0, "t_kv_token_s": 0}))
+    with pytest.raises(TokenroofError, match="t_weights_s must be a non-negative number"):
+        read_step_model(bad)
+    bad.write_text(json.dumps({"t_fixed_s": 0.001}))
+    with pytest.raises(TokenroofError, match="lacks t_weights_s, t_compute_s, t_kv_token_s"):
+        read_step_model(bad)
+    result = run_cli(["simulate", "--step-model", str(bad), "-m", "llama-3.1-8b", "--rate", "1"])
+    assert result.exit_code == 2 and "give one step-model source" in result.stderr
+
+
+def test_the_table_context_is_required_for_a_fit_with_a_prior(tmp_path: Path) -> None:
+    result = run_cli(["simulate", "--fit", str(SEED_TABLE), "-m", "llama-2-7b", "-H", "h100-sxm", "--rate", "1"])
+    assert result.exit_code == 2 and "needs the mean context" in result.stderr
+    assert np.isfinite(read_table([SEED_TABLE]).batch).all()
