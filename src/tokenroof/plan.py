@@ -19,6 +19,7 @@ from typing import Any
 
 from tokenroof.advise import engine_flags
 from tokenroof.errors import TokenroofError
+from tokenroof.saturation import at_cap
 from tokenroof.simulate import Workload, simulate
 from tokenroof.stepmodel import StepModel
 
@@ -95,11 +96,16 @@ def run_candidate(args: tuple[Candidate, Sequence[StepModel], Workload, Sequence
     return outcome
 
 
-def replicas_lower_bound(model: StepModel, workload: Workload, cap: int) -> int:
-    """Replicas needed at the best case: each replica at its cap delivers cap / T(cap) tokens/s."""
-    per_replica = float(model.throughput_tok_s(cap, workload.mean_context_tokens))
+def replica_throughput_tok_s(model: StepModel, workload: Workload, cap: int, kv_capacity_tokens: int | None) -> float:
+    """What one replica gives kept full at `cap`, its steps also prefilling the prompts (saturation.at_cap: the
+    figure advise reports for the same cap)."""
+    return at_cap(model, workload.input_len, workload.output_len, cap, kv_capacity_tokens).throughput_tok_s
+
+
+def replicas_lower_bound(per_replica_tok_s: float, workload: Workload) -> int:
+    """Replicas needed at the best case: each one at its saturated throughput."""
     needed = workload.rate_req_s * workload.output_len.mean
-    return max(1, math.ceil(needed / per_replica))
+    return max(1, math.ceil(needed / per_replica_tok_s))
 
 
 @dataclass
@@ -108,10 +114,12 @@ class Plan:
     chosen: Outcome | None
     tried: list[Outcome]
     reason: str
+    replica: tuple[int, float] = (0, 0.0)  # the cap at which one replica kept full gives the most, and that tok/s
 
     def to_dict(self) -> dict[str, Any]:
         return {
             "feasible": self.chosen is not None,
+            "replica_saturated": {"max_num_seqs": self.replica[0], "throughput_tok_s": self.replica[1]},
             "chosen": None if self.chosen is None else self.chosen.to_dict(self.slo),
             "reason": self.reason,
             "slo": {"ttft_p99_ms": self.slo.ttft_p99_ms, "tpot_p99_ms": self.slo.tpot_p99_ms},
@@ -164,8 +172,11 @@ def make_plan(
         raise TokenroofError("SLOs must be positive")
     if not models:
         raise TokenroofError("no step model to plan with")
-    base = models[0]
-    start = replicas_lower_bound(base, workload, max(caps))
+    best_cap, per_replica = max(
+        ((cap, replica_throughput_tok_s(models[0], workload, cap, kv_capacity_tokens)) for cap in caps),
+        key=lambda pair: pair[1],
+    )
+    start = replicas_lower_bound(per_replica, workload)
     tried: list[Outcome] = []
     pool_cm: Any = RayPool(ray_address) if ray_address else ProcessPoolExecutor(max_workers=workers)
     with pool_cm as pool:
@@ -182,12 +193,13 @@ def make_plan(
                 if below:
                     why = f"{replicas - 1} fail, bound by " + max(below, key=lambda o: o.headroom(slo)).binding(slo)
                 else:
-                    per = float(base.throughput_tok_s(max(caps), workload.mean_context_tokens))
                     why = (
                         f"fewer cannot carry {workload.rate_req_s * workload.output_len.mean:,.0f} output tok/s: "
-                        f"one replica gives at most {per:,.0f} at max_num_seqs {max(caps)}"
+                        f"one replica kept full gives at most {per_replica:,.0f} (at max_num_seqs {best_cap}, "
+                        "prefill included)"
                     )
-                return Plan(slo, best, tried, f"{replicas} replicas is the fewest that meets both SLOs ({why})")
+                reason = f"{replicas} replicas is the fewest that meets both SLOs ({why})"
+                return Plan(slo, best, tried, reason, (best_cap, per_replica))
             if all(max(o.tpot_p99_ms) > slo.tpot_p99_ms for o in outcomes) and replicas > start + 1:
                 break  # more replicas do not lower TPOT once queueing is gone: the step itself is too slow
     closest = max(tried, key=lambda o: o.headroom(slo))
@@ -198,4 +210,5 @@ def make_plan(
         f"no configuration up to {tried[-1].candidate.replicas} replicas meets the SLOs; "
         f"closest: {closest.candidate.replicas} × max_num_seqs "
         f"{closest.candidate.max_num_seqs}, bound by {closest.binding(slo)}",
+        (best_cap, per_replica),
     )

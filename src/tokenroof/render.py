@@ -128,10 +128,16 @@ def advice(console: Console, data: dict[str, Any]) -> None:
     lo, hi = data["max_num_seqs_interval"]
     interval = f" (90%: {lo}–{hi})" if lo is not None else ""
     console.print(f"[dim]{data['source']}[/]", highlight=False)
+    stat = data.get("statistic", "step-time")
+    target = f"{stat} TPOT ≤ {fmt(data['tpot_slo_ms'])} ms"
+    at_cap = f"TPOT {fmt(data['tpot_ms_at_cap'])} ms"
+    if data.get("ttft_slo_ms") is not None:
+        target += f", {stat} TTFT ≤ {fmt(data['ttft_slo_ms'])} ms"
+    if data.get("ttft_ms_at_cap") is not None:
+        at_cap += f", TTFT {fmt(data['ttft_ms_at_cap'])} ms"
     console.print(
-        f"TPOT ≤ {fmt(data['tpot_slo_ms'])} ms → batch cap [bold]{data['max_num_seqs']}[/]{interval}, "
-        f"bound by {data['binding']}: TPOT {fmt(data['tpot_ms_at_cap'])} ms, "
-        f"{fmt(data['throughput_tok_s_at_cap'])} tok/s",
+        f"{target} → batch cap [bold]{data['max_num_seqs']}[/]{interval}, bound by {data['binding']}: "
+        f"{at_cap}, {fmt(data['throughput_tok_s_at_cap'])} tok/s",
         highlight=False,
     )
     console.print(
