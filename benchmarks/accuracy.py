@@ -13,9 +13,11 @@ physics prior where the curve's header names the model and hardware:
   interval constants (intervals.py) are learned from every prefix split of the *other*
   curves, then scored on the left-out curve's protocol split.
 
-    python benchmarks/accuracy.py [CURVE_DIR ...] [--verbose] [--write]
+    python benchmarks/accuracy.py [CURVE_DIR ...] [--verbose] [--write] [--external]
 
 `--write` stores the interval constants learned on all curves in src/tokenroof/data/intervals.json.
+`--external` scores curves nobody tuned to as a user meets them: with the shipped constants, nothing learned
+from them (the same in-range, extrapolation and coverage figures).
 """
 
 from __future__ import annotations
@@ -72,7 +74,8 @@ def load(dirs: list[Path]) -> list[Curve]:
             print(f"{path.name}: skipped ({exc})")
             continue
         setup = read_setup(table.provenance)
-        table = replace(table, semantics=setup.semantics)
+        if not table.semantics.stated:  # the shared curves describe their columns in prose
+            table = replace(table, semantics=setup.semantics)
         prior = None
         if setup.model and setup.hardware:
             prior = prior_from_specs(
@@ -155,12 +158,44 @@ def figures(errors: np.ndarray) -> str:
     return f"median {np.median(errors):5.1f}%  p90 {np.percentile(errors, 90):6.1f}%"
 
 
+def external(curves: list[Curve], verbose: bool) -> None:
+    """Curves nobody tuned to, scored as a user meets them: the shipped interval constants, nothing relearned."""
+    for mode in MODES:
+        tpot, covered = [], []
+        for c in curves:
+            train, test = split(c.table, protocol_k(len(c.table)))
+            prior = c.prior if mode == "prior" else None
+            rows = predict_table(train, test.batch, prior, n_samples=SAMPLES).predictions()
+            pred = np.array([r["tpot_ms"] for r in rows])
+            lo, hi = np.array([r["tpot_ms_low"] for r in rows]), np.array([r["tpot_ms_high"] for r in rows])
+            tpot.append(np.abs(pred / test.tpot_ms - 1) * 100)
+            covered.append((lo <= test.tpot_ms) & (test.tpot_ms <= hi))
+            if verbose:
+                print(
+                    f"    {mode:5s} {c.name[:60]:60s} |TPOT err| {np.mean(tpot[-1]):5.1f}%  covered "
+                    f"{covered[-1].sum()}/{covered[-1].size}  {'prior' if prior else ''}"
+                )
+        passed, total, failures = in_range(curves, mode, verbose)
+        errors, inside = np.concatenate(tpot), np.concatenate(covered)
+        label = "data-only" if mode == "data" else "with priors"
+        print(f"tokenroof {label} (shipped interval constants):")
+        print(f"  in range: {passed}/{total} curves within 10% (or 2× their residual)")
+        for failure in failures:
+            print(f"    {failure}")
+        print(f"  extrapolation over {errors.size} held-out points: TPOT {figures(errors)}")
+        print(f"  90% intervals: {inside.mean():.1%} of held-out points inside\n")
+
+
 def main(argv: list[str]) -> None:
     verbose, write = "--verbose" in argv, "--write" in argv
     dirs = [Path(a) for a in argv if not a.startswith("--")] or [DEFAULT_DIR]
     curves = [c for c in load(dirs) if len(c.table) > 3]
     if not curves:
         raise SystemExit(f"no curves found in {', '.join(map(str, dirs))} (the published curves live in ../shared)")
+    if "--external" in argv:
+        print(f"{len(curves)} curves from {', '.join(map(str, dirs))}\n")
+        external(curves, verbose)
+        return
     print(f"{len(curves)} curves; {SAMPLES} interval samples per fit\n")
     learned = {}
     for mode in MODES:
