@@ -102,7 +102,8 @@ def prior_from_specs(
 
     def prefill_per_token_s(sm: StepModel) -> float:
         """Compute per prompt token (matmuls, and attention over half the prompt on average)."""
-        return sm.t_compute_s + sm.t_attn_token_s * (workload.input_len or 0.0) / 2
+        prompt = workload.input_len or 0.0
+        return sm.prompt_compute_s(prompt) / prompt if prompt > 0 else sm.t_compute_s
 
     # below the knee each added sequence costs its KV traffic, the compute the GEMMs do not hide, its prompt
     central = rl.step_model_from_specs(model, hardware, precision, tp, eff)

@@ -101,6 +101,12 @@ class StepModel:
         c = self.components_s(batch, context)
         return c["overhead"] + matmul_time_s(c["weights"], c["compute"], self.overlap) + c["kv"]
 
+    def prompt_compute_s(self, prompt_tokens: float, prompt_sq_tokens: float | None = None) -> float:
+        """GEMM and attention time of prefilling prompt tokens: each token's matmuls, and causal attention over
+        the tokens before it in its chunk (Σ chunk²/2; one chunk of the whole prompt when not given)."""
+        sq = prompt_tokens**2 if prompt_sq_tokens is None else prompt_sq_tokens
+        return prompt_tokens * self.t_compute_s + self.t_attn_token_s * sq / 2
+
     def step_s(
         self, batch: float, total_context: float, prefill_tokens: float = 0.0, prefill_sq_tokens: float = 0.0
     ) -> float:
@@ -112,7 +118,8 @@ class StepModel:
         weights = self.t_weights_s + self.t_expert_s * expected_experts(
             self.num_experts, self.experts_per_token, tokens
         )
-        compute = tokens * self.t_compute_s + self.t_attn_token_s * (total_context + prefill_sq_tokens / 2)
+        compute = batch * self.t_compute_s + self.t_attn_token_s * total_context
+        compute += self.prompt_compute_s(prefill_tokens, prefill_sq_tokens)
         matmul = matmul_time_s(weights, compute, self.overlap)
         return float(self.t_fixed_s + matmul + total_context * self.t_kv_token_s + batch * self.t_seq_s)
 
