@@ -180,3 +180,35 @@ def test_the_table_context_is_required_for_a_fit_with_a_prior(tmp_path: Path) ->
     result = run_cli(["simulate", "--fit", str(SEED_TABLE), "-m", "llama-2-7b", "-H", "h100-sxm", "--rate", "1"])
     assert result.exit_code == 2 and "needs the mean context" in result.stderr
     assert np.isfinite(read_table([SEED_TABLE]).batch).all()
+
+
+@pytest.mark.parametrize(
+    ("content", "message"),
+    [
+        ('{"format": "tokenroof step model", "step_model": [], "fitted_at": 3}', "no step model in it"),
+        (
+            '{"format": "tokenroof step model", "fitted_at": [1], "step_model": {"t_fixed_s": 0, "t_weights_s": 0.01, '
+            '"t_compute_s": 0, "t_kv_token_s": 0, "overlap": 2}}',
+            "overlap must lie in [0, 1]",
+        ),
+        ('{"t_fixed_s": 0, "t_weights_s": 0.01, "t_compute_s": 0, "t_kv_token_s": true}', "t_kv_token_s must be"),
+        (
+            '{"t_fixed_s": 0, "t_weights_s": 0.01, "t_compute_s": 0, "t_kv_token_s": 0, "num_experts": 2, '
+            '"experts_per_token": 4}',
+            "experts_per_token exceeds num_experts",
+        ),
+        (
+            '{"format": "tokenroof step model", "fitted_at": {"context_tokens": "lots"}, '
+            '"step_model": {"t_fixed_s": 0, "t_weights_s": 0.01, "t_compute_s": 0, "t_kv_token_s": 0}}',
+            "fitted_at.context_tokens must be",
+        ),
+        ("[1, 2]", "expected a JSON object"),
+        ("{", "not valid JSON"),
+    ],
+)
+def test_malformed_saved_models_are_named(tmp_path: Path, content: str, message: str) -> None:
+    path = tmp_path / "m.json"
+    path.write_text(content)
+    with pytest.raises(TokenroofError) as info:
+        read_step_model(path)
+    assert message in str(info.value)

@@ -15,6 +15,7 @@ where it holds.
 from __future__ import annotations
 
 import json
+import math
 from dataclasses import dataclass, fields, replace
 from pathlib import Path
 from typing import Any
@@ -137,21 +138,30 @@ def read_step_model(path: Path) -> Travelling:
     if not isinstance(data, dict):
         raise TokenroofError(f"{path}: expected a JSON object with the StepModel fields")
     if data.get("format") == FORMAT:
-        at = data.get("fitted_at") or {}
+        at = data.get("fitted_at")
+        at = at if isinstance(at, dict) else {}
+        prior = at.get("prior")
         return Travelling(
             step_model_from(data.get("step_model"), path),
-            at.get("context_tokens"),
-            float(at.get("prefill_ratio") or 0.0),
-            bool(data.get("split")),
+            optional_number(at.get("context_tokens"), path, "fitted_at.context_tokens"),
+            optional_number(at.get("prefill_ratio"), path, "fitted_at.prefill_ratio") or 0.0,
+            data.get("split") is True,
             str(at.get("source") or path),
-            at.get("prior"),
+            prior if isinstance(prior, str) else None,
         )
     if isinstance(data.get("model"), dict) and "predictions" in data:  # predict --json
         model = data["model"]
-        return Travelling(
-            step_model_from(model, path), model.get("context_tokens"), 0.0, False, f"{path} (predict --json)"
-        )
+        context = optional_number(model.get("context_tokens"), path, "model.context_tokens")
+        return Travelling(step_model_from(model, path), context, 0.0, False, f"{path} (predict --json)")
     return Travelling(step_model_from(data, path), source=str(path))
+
+
+def optional_number(value: Any, path: Path, key: str) -> float | None:
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value) or value < 0:
+        raise TokenroofError(f"{path}: {key} must be a non-negative number, got {value!r}")
+    return float(value)
 
 
 def step_model_from(data: Any, path: Path) -> StepModel:
@@ -164,8 +174,16 @@ def step_model_from(data: Any, path: Path) -> StepModel:
         )
     values = {k: v for k, v in data.items() if k in STEP_FIELDS}
     for key, value in values.items():
-        if isinstance(value, bool) or not isinstance(value, int | float) or value != value or value < 0:
-            raise TokenroofError(f"{path}: {key} must be a non-negative number, got {value!r}")
+        optional_number(value, path, key)
+    if values.get("overlap", 1.0) > 1:
+        raise TokenroofError(f"{path}: overlap must lie in [0, 1], got {values['overlap']!r}")
+    for key in ("num_experts", "experts_per_token"):
+        if key in values and values[key] != int(values[key]):
+            raise TokenroofError(f"{path}: {key} must be a whole number, got {values[key]!r}")
+        if key in values:
+            values[key] = int(values[key])
+    if values.get("experts_per_token", 0) > values.get("num_experts", 0):
+        raise TokenroofError(f"{path}: experts_per_token exceeds num_experts")
     try:
         return StepModel(**values)
     except TypeError as exc:
