@@ -142,12 +142,13 @@ def test_patterns_the_model_cannot_explain() -> None:
 CAPPED = "batch,throughput_tok_s,tpot_ms\n1,100,10\n8,780,10.2\n16,1540,10.4\n32,1560,10.3\n64,1565,10.3\n"
 
 
-def test_a_server_cap_behind_client_concurrency_is_left_out_and_tpot_stays_flat() -> None:
+def test_a_server_cap_behind_client_concurrency_is_fitted_at_the_cap_and_tpot_stays_flat() -> None:
     """vLLM's TPOT excludes queueing: past the server's cap it stays flat while the client's concurrency grows."""
     table = parse_csv("# batch_kind=concurrency tpot_kind=tpot\n" + CAPPED, "c.csv")
     result = predict_table(table, [32, 128, 512], n_samples=20)
     assert result.excluded is not None and result.excluded.batches == (32.0, 64.0)
-    assert any("left out of the fit, batches 32, 64" in n and "holds its running batch" in n for n in result.warnings)
+    assert not result.excluded.left_out  # they measure steps at the cap
+    assert any("past the server's cap, batches 32, 64" in n and "holds its running batch" in n for n in result.warnings)
     rows = result.predictions()
     assert result.fit.curve.cap == pytest.approx(16.0, rel=0.02)
     for row in rows:  # flat TPOT and throughput past the cap, not TPOT = batch / throughput

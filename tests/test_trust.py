@@ -159,3 +159,58 @@ def test_a_compute_roof_at_client_concurrency_is_fitted_not_called_a_queue() -> 
     result = predict_table(parse_csv("# batch_kind=concurrency tpot_kind=e2e\n" + e2e), [256], n_samples=10)
     assert result.excluded is not None and result.excluded.batches == (64.0,)
     assert any("requests queue" in w for w in result.warnings)
+
+
+def test_a_cap_from_the_second_point_is_kept_and_a_blip_is_not_a_cap() -> None:
+    """A concurrency cap seen from the second point was dropped (12,611 tok/s predicted, 3,060 measured); one flat
+    step before throughput rose again cut off every later point."""
+    body = "batch,throughput_tok_s,tpot_ms\n1,100,10\n16,1500,10.6\n32,1520,10.6\n64,1530,10.7\n128,1535,10.7\n"
+    capped = predict_table(parse_csv("# batch_kind=concurrency tpot_kind=tpot\n" + body), [256], n_samples=10)
+    assert capped.predictions()[0]["throughput_tok_s"] == pytest.approx(1535, rel=0.05)
+    assert capped.fit.curve.cap == pytest.approx(15.9, rel=0.05)
+    blip = "batch,throughput_tok_s,tpot_ms\n1,100,10\n16,1500,10.6\n32,1520,21\n64,3500,18.3\n128,6000,21.3\n"
+    rising = predict_table(parse_csv("# batch_kind=concurrency tpot_kind=tpot\n" + blip), [128], n_samples=10)
+    assert rising.excluded is None
+    assert rising.predictions()[0]["throughput_tok_s"] == pytest.approx(6000, rel=0.15)
+
+
+def test_a_static_batch_measured_above_the_memory_estimate_sets_the_cap_and_says_so() -> None:
+    body = "# batch_kind=static tpot_kind=step\nbatch,tpot_ms\n1,12.5\n8,13.3\n32,14.5\n128,20\n"
+    table = parse_csv(body)
+    workload = Workload.from_table(table, context=1500)
+    from tokenroof.predict import prior_from_specs
+    from tokenroof.specs import Precision, load_hardware, load_model
+
+    prior = prior_from_specs(load_model("llama-2-7b"), load_hardware("h100-sxm"), Precision.create("bf16"), workload)
+    assert prior.max_batch is not None and prior.max_batch < 128
+    result = predict_table(table, [128], prior, n_samples=10)
+    assert result.predictions()[0]["tpot_ms"] == pytest.approx(20, rel=0.05)
+    assert any("below the measured batch 128" in w for w in result.warnings)
+
+
+@pytest.mark.parametrize(
+    "args", [["--context", "-5"], ["--context", "nan"], ["--input-len", "-100", "--output-len", "10"]]
+)
+def test_nonsense_workloads_are_refused(args: list[str]) -> None:
+    result = run_cli(["predict", str(SEED_TABLE), "--batch", "256", "-m", "llama-2-7b", "-H", "h100-sxm", *args])
+    assert result.exit_code == 2 and "must be a finite number of tokens" in result.stderr
+
+
+def test_physics_checks_name_a_misdescribed_workload() -> None:
+    from tokenroof.predict import prior_from_specs
+    from tokenroof.specs import Precision, load_hardware, load_model
+
+    def prior(context: float) -> object:
+        model, h100, bf16 = load_model("llama-2-7b"), load_hardware("h100-sxm"), Precision.create("bf16")
+        return prior_from_specs(model, h100, bf16, Workload(context_tokens=context))
+
+    # the seed at a stated context of 2,000 tokens: 0.5 MB of KV per token per sequence cannot be read in the
+    # 57 µs each added sequence costs; the fit once went 2× wrong inside the measured range without a word
+    seed = read_table([SEED_TABLE])
+    result = predict_table(seed, seed.batch, prior(2000), n_samples=10)
+    assert any("below the KV traffic at peak bandwidth" in w and "context is smaller" in w for w in result.warnings)
+    for row, measured in zip(result.predictions(), seed.tpot_ms, strict=True):
+        assert row["tpot_ms"] == pytest.approx(measured, rel=0.1)
+    fast = parse_csv("batch,tpot_ms\n1,1.0\n8,1.1\n32,1.4\n")
+    notes = predict_table(fast, [64], prior(300), n_samples=10).warnings
+    assert any("faster than streaming the weights at peak bandwidth" in w for w in notes)

@@ -140,11 +140,12 @@ def fit_small_batch(batch: np.ndarray, tpot_s: np.ndarray, support: slice) -> tu
 
 @dataclass(frozen=True)
 class Excluded:
-    """Points left out of the decode fit, and why."""
+    """Points past a cap the data show: left out of the decode fit (preemption), or fitted as steps at the cap."""
 
     batches: tuple[float, ...]
     reason: str
     cap: float | None = None  # the running batch they show the server holding
+    left_out: bool = True  # False: they measure steps at the cap and are fitted there
 
 
 # -- the fit --------------------------------------------------------------------------------
@@ -163,7 +164,8 @@ class Fit:
     n_fit: int
     batch_range: tuple[float, float]  # the smallest and largest fitted batch
     conflicts: list[str] = field(default_factory=list)
-    excluded: Excluded | None = None  # points past a cap, left out
+    excluded: Excluded | None = None  # points past a cap (left out, or fitted at the cap)
+    notes: list[str] = field(default_factory=list)  # what the fit found worth a warning
 
     @property
     def method(self) -> str:
@@ -343,12 +345,14 @@ def queued(table: MeasurementTable, i: int) -> bool:
 def past_cap(table: MeasurementTable) -> Excluded | None:
     """Points past a cap the data show, by what the columns count (MeasurementTable.semantics).
 
-    - running batch: the batch stops growing (within 3%) while TPOT still moves: the KV cache is full or a cap
-      holds the batch; the later points measure preemption, not decode steps.
-    - client concurrency: throughput stops growing (< 5% for ≥ 1.2× the batch) and TPOT (or ITL, which exclude
-      queueing) stays flat: the server holds its running batch. Flat throughput with a growing TPOT is a roof the
-      running batch grew into, which the step model describes. An end-to-end TPOT grows either way: TTFT tells a
-      queue (it grows) from a roof; without a TTFT column the points are taken as queued.
+    - running batch: the batch stops growing (every later point within 3%) while TPOT still moves (> 3%): the KV
+      cache is full or a cap holds the batch; the later points measure preemption, not decode steps: left out.
+    - client concurrency: throughput stops growing for good (every later point < 5% above, for ≥ 1.2× the
+      concurrency) and TPOT (or ITL, which exclude queueing) stays flat: the server holds its running batch near
+      throughput × TPOT. The points past it measure steps at that running batch and are fitted there. Flat
+      throughput with a growing TPOT is a roof the running batch grew into, which the step model describes. An
+      end-to-end TPOT grows either way: TTFT tells a queue (it grows) from a roof; without a TTFT column the points
+      are taken as queued.
     A static batch whose throughput flattens is a compute or bandwidth roof, which the step model describes.
     """
     sem, b, thr = table.semantics, table.batch.astype(float), table.throughput_tok_s
@@ -363,15 +367,16 @@ def past_cap(table: MeasurementTable) -> Excluded | None:
                 "the batch (preemption), so these points are not decode steps at their batch",
                 float(b[i - 1]),
             )
-        flat = b[i] >= 1.2 * b[i - 1] and thr[i] < 1.05 * thr[i - 1]
+        flat = b[i] >= 1.2 * b[i - 1] and bool(np.all(thr[i:] < 1.05 * thr[i - 1]))
         if sem.batch_kind == "concurrency" and flat and queued(table, i):
             running = float(thr[i - 1] * table.tpot_ms[i - 1] / 1e3) if not sem.queues else float(b[i - 1])
             what = "requests queue (their wait is in the end-to-end TPOT)" if sem.queues else "TPOT stays flat"
             return Excluded(
                 tuple(float(x) for x in b[i:]),
                 f"throughput stops growing past concurrency {b[i - 1]:g}: the server holds its running batch near "
-                f"{running:.4g} and {what}; these points are past that cap",
-                running,
+                f"{running:.4g} and {what}; these points are fitted as steps at that batch",
+                min(running, float(b[i - 1])),
+                left_out=False,
             )
     return None
 
@@ -384,21 +389,28 @@ def fit_table(
     n_samples: int = 200,
     seed: int = 0,
 ) -> Fit:
-    """Fit a measurement table: points past a cap the data show are left out (and named), and the cap (the data's,
-    else the memory's) turns the step model into TPOT as the table's TPOT counts it."""
-    excluded = past_cap(table)
-    keep = len(table) - (len(excluded.batches) if excluded else 0)
-    if excluded is not None and keep < 2:
-        excluded, keep = None, len(table)
+    """Fit a measurement table: preempted points past a cap are left out (and named), points past a server cap are
+    fitted as the steps at that cap, and the cap (the data's, else the memory's) turns the step model into TPOT as
+    the table's TPOT counts it."""
+    seen = past_cap(table)
+    keep = len(table) - (len(seen.batches) if seen is not None and seen.left_out else 0)
+    if keep < 2:
+        keep = len(table)
     batch, tpot_s = table.batch[:keep].astype(float), ms_to_s(table.tpot_ms[:keep])
-    cap = excluded.cap if excluded is not None else (prior.max_batch if prior is not None else None)
-    queues = table.semantics.queues
-    if cap is not None and table.semantics.batch_kind == "running" and cap < batch.max():
-        cap = float(batch.max())  # a running batch was measured there: memory held it
+    queues, notes = table.semantics.queues, []
+    cap = seen.cap if seen is not None else (prior.max_batch if prior is not None else None)
+    if cap is not None and table.semantics.batch_kind != "concurrency" and cap < batch.max():
+        if seen is None:
+            notes.append(
+                f"the physics puts the memory cap at {cap:g} sequences, below the measured batch {batch.max():g}: "
+                "the memory held it, so the cap is taken there; check --context, --dtype and --kv-dtype"
+            )
+        cap = float(batch.max())
     elif cap is not None and cap < batch.max():  # the server ran `cap` sequences per step: fit the steps there
         running = np.minimum(batch, cap)
         tpot_s = tpot_s * running / batch if queues else tpot_s
         batch = running
     fit = fit_points(batch, tpot_s, prior, Curve(cap, queues), critical_batch, roof_tok_s, n_samples, seed)
-    fit.excluded = excluded
+    fit.excluded = seen
+    fit.notes = notes
     return fit

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -59,9 +60,13 @@ class Workload:
                 "(the mean KV length per sequence), or --input-len and --output-len, or measurements that carry "
                 "them (a context_tokens column, '# input_len=… output_len=…', vLLM/GuideLLM result files)"
             )
-        return cls(
-            context, input_len, output_len, decode_only or sem.tpot_kind == "step", static=sem.batch_kind == "static"
-        )
+        for name, value in (("context", context), ("input length", input_len), ("output length", output_len)):
+            if value is not None and not (math.isfinite(value) and value >= 1):
+                raise TokenroofError(f"the {name} must be a finite number of tokens ≥ 1, got {value:g}")
+        static = sem.batch_kind == "static"
+        # a static batch's TPOT or ITL starts after the batch's prefill: only an end-to-end TPOT carries it
+        excludes_prompts = sem.tpot_kind == "step" or (static and sem.tpot_kind in ("tpot", "itl"))
+        return cls(context, input_len, output_len, decode_only or excludes_prompts, static=static)
 
     @property
     def mean_context(self) -> float:
@@ -248,7 +253,14 @@ class PredictResult:
                 "curves": cal.curves,
             },
             "excluded_points": (
-                {"batches": list(self.excluded.batches), "reason": self.excluded.reason} if self.excluded else None
+                {
+                    "batches": list(self.excluded.batches),
+                    "reason": self.excluded.reason,
+                    "running_batch_cap": self.excluded.cap,
+                    "left_out": self.excluded.left_out,
+                }
+                if self.excluded
+                else None
             ),
             "prior_conflicts": list(self.fit.conflicts),
             "model": terms,
@@ -262,7 +274,9 @@ def data_patterns(table: MeasurementTable, excluded: Excluded | None) -> list[st
     """Shapes worth a word, by what the columns count: falling throughput, points past a cap, flat throughput."""
     notes = []
     if excluded is not None:
-        notes.append(f"left out of the fit, batches {', '.join(f'{b:g}' for b in excluded.batches)}: {excluded.reason}")
+        which = ", ".join(f"{b:g}" for b in excluded.batches)
+        verb = "left out of the fit" if excluded.left_out else "past the server's cap"
+        notes.append(f"{verb}, batches {which}: {excluded.reason}")
     b, thr = table.batch, table.throughput_tok_s
     for i in range(1, len(table)):
         if b[i] / b[i - 1] >= 1.2 and thr[i] / thr[i - 1] < 0.97:
@@ -275,9 +289,9 @@ def data_patterns(table: MeasurementTable, excluded: Excluded | None) -> list[st
 
 
 def fit_notes(result: PredictResult, max_asked: float) -> list[str]:
-    fit, sm, table = result.fit, result.fit.step_model, result.table
+    fit, sm = result.fit, result.fit.step_model
     notes = []
-    top = float(table.batch.max())
+    top = fit.batch_range[1]
     knee = sm.knee_batch(0.0)
     if fit.method == "line" and max_asked > top:
         notes.append(
@@ -307,7 +321,7 @@ def fit_notes(result: PredictResult, max_asked: float) -> list[str]:
             "and effects outside the model (preemption, scheduler limits) grow"
         )
     if result.prior is not None:
-        notes += physics_checks(fit, result.prior)
+        notes += physics_checks(result.table, result.prior)
     if fit.sigma_rel > 0.05:
         notes.append(
             f"the fitted model misses the measured TPOTs by {fit.sigma_rel:.0%} rms: the curve has a shape "
@@ -333,26 +347,16 @@ def fit_notes(result: PredictResult, max_asked: float) -> list[str]:
     return notes
 
 
-def physics_checks(fit: Fit, prior: Prior) -> list[str]:
-    """Measured terms faster than the datasheet allows mean the model, hardware or workload is misdescribed."""
-    notes = []
-    sm = fit.step_model
-    intercept_s = sm.t_fixed_s + sm.t_weights_s
+def physics_checks(table: MeasurementTable, prior: Prior) -> list[str]:
+    """A measured step faster than the datasheet allows means the model, hardware or workload is misdescribed."""
+    fastest_s = float(table.tpot_ms.min()) / MS_PER_S
     weights_floor_s = prior.weights_floor.t_weights_s + prior.fixed_floor_s
-    if intercept_s < 0.98 * weights_floor_s:
-        notes.append(
-            f"the measured step at batch → 0 ({intercept_s * 1e3:.3g} ms) is faster than streaming the "
-            f"weights at peak bandwidth ({weights_floor_s * 1e3:.3g} ms for {prior.label}): check --model, "
-            "--hardware, --dtype and --tp"
-        )
-    seq_floor_s = prior.per_seq_floor_s
-    if sm.t_seq_s < 0.9 * seq_floor_s:
-        notes.append(
-            f"the measured cost per added sequence ({sm.t_seq_s * 1e6:.3g} µs) is below the KV-cache "
-            f"traffic at peak bandwidth ({seq_floor_s * 1e6:.3g} µs): the context (or prompt share) is "
-            "smaller than --context / --input-len say, or the KV cache is quantised (--kv-dtype)"
-        )
-    return notes
+    if fastest_s < 0.98 * weights_floor_s:
+        return [
+            f"the fastest measured step ({fastest_s * 1e3:.3g} ms) is faster than streaming the weights at peak "
+            f"bandwidth ({weights_floor_s * 1e3:.3g} ms for {prior.label}): check --model, --hardware, --dtype and --tp"
+        ]
+    return []
 
 
 def predict_table(
@@ -370,5 +374,7 @@ def predict_table(
     arr = validate_batches(batches)
     fit = fit_table(table, prior, critical_batch, roof_tok_s, n_samples, seed)
     result = PredictResult(table, fit, arr, prior, critical_batch, fit.excluded)
-    result.warnings = list(table.warnings) + data_patterns(table, fit.excluded) + fit_notes(result, float(arr.max()))
+    result.warnings = (
+        list(table.warnings) + data_patterns(table, fit.excluded) + fit.notes + fit_notes(result, float(arr.max()))
+    )
     return result

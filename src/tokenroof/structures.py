@@ -38,6 +38,7 @@ OVERHEAD_SHARE = 0.15  # without hardware: share of the intercept that is fixed 
 OVERHEAD_SHARE_RANGE = (0.05, 0.35)
 CONFLICT_Z = 2.576  # two-sided 99% band of a log-normal prior
 CONFLICT_WIDEN = 10.0
+FLOOR_TOLERANCE = 0.8  # a measured slope this far below the KV floor contradicts the stated context
 
 
 @dataclass(frozen=True)
@@ -213,6 +214,7 @@ def prior_structure(batch: np.ndarray, prior: Prior, noise: float, state: PriorF
     if prior.sigma_log_slope is not None and prior.slope_center_s > 0:
         sigmas["slope"] = prior.sigma_log_slope
     widen = dict.fromkeys(sigmas, 1.0)
+    floor = {"per_seq": prior.per_seq_floor_s}  # dropped when the data's slope lies below it (see `fit`)
 
     def model(theta: np.ndarray) -> Terms:
         fixed, per_seq, log_ew, log_ec = theta
@@ -231,8 +233,8 @@ def prior_structure(batch: np.ndarray, prior: Prior, noise: float, state: PriorF
             return np.concatenate([np.log(pred / t[part]) / noise, pulls])
 
         a, s = fit_line(b, t[part])
-        floor_s = prior.per_seq_floor_s
-        ew0 = min(center["bandwidth"], 1.0, a / w_peak if w_peak > 0 else 1.0)
+        floor_s = floor["per_seq"]
+        ew0 = min(center["bandwidth"], 1.0, w_peak / a if a > 0 else 1.0)
         x0 = np.array(
             [
                 max(a - w_peak / max(ew0, 1e-6), 0.0),
@@ -268,6 +270,10 @@ def prior_structure(batch: np.ndarray, prior: Prior, noise: float, state: PriorF
 
     def fit(t: np.ndarray, rng: np.random.Generator | None) -> tuple[StepModel, slice]:
         if rng is None:
+            floor["per_seq"] = prior.per_seq_floor_s
+            slope = fit_line(b, t[part])[1]
+            if slope < FLOOR_TOLERANCE * prior.per_seq_floor_s:
+                floor["per_seq"] = 0.0
             led = solve_full(t, centers, dict.fromkeys(sigmas, CONFLICT_WIDEN))
             free, se = logs(led.x), spread(led)
             state.conflicts = []
@@ -285,6 +291,13 @@ def prior_structure(batch: np.ndarray, prior: Prior, noise: float, state: PriorF
                         f"the data put {what}, outside the prior's 99% band ({z:+.1f} σ): the data win (that prior "
                         f"is widened {CONFLICT_WIDEN:g}×); check --model/--hardware/--dtype/--tp and the workload"
                     )
+            if floor["per_seq"] == 0.0 and prior.per_seq_floor_s > 0:
+                state.conflicts.append(
+                    f"the cost per added sequence the data show ({slope * 1e6:.3g} µs) is below the KV traffic at peak "
+                    f"bandwidth ({prior.per_seq_floor_s * 1e6:.3g} µs at a mean context of {prior.context_tokens:g}): "
+                    "the context is smaller than stated, or the KV cache is quantised (--kv-dtype); the data win (that "
+                    "floor is dropped)"
+                )
             theta = solve(t, centers, widen)
         else:
             drawn = {k: _draw(rng, centers[k], sigmas[k] * widen[k]) for k in sigmas}
