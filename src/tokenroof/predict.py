@@ -17,6 +17,7 @@ from tokenroof.intervals import LEVEL, Calibration
 from tokenroof.measurements import MeasurementTable
 from tokenroof.specs import HardwareSpec, ModelSpec, Precision
 from tokenroof.stepmodel import StepModel, mean_context_tokens
+from tokenroof.travel import online
 from tokenroof.units import MS_PER_S
 
 # Spread (log) of the per-sequence slope that measured efficiencies imply: the calibrated first-principles
@@ -234,6 +235,8 @@ class PredictResult:
                 "running_batch_cap": self.fit.curve.cap,
                 "tpot_counts_queueing": self.fit.curve.queues,
                 "context_tokens": self.prior.context_tokens if self.prior is not None else None,
+                # these terms are never split: a scheduler reading them back must not add the prompts again
+                "prompts_folded": online(self.table),
             }
         )
         cal = self.calibration

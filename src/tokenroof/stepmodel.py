@@ -9,6 +9,9 @@
 - t_compute(ctx): matmul time per sequence plus attention FLOPs per context token.
 - t_kv_token: reading one context token's K and V for one sequence.
 - t_seq: per-sequence time outside the max (KV-cache write, all-reduce bytes).
+- prompts_folded: a model fitted to online steps carries the arriving prompts' cost
+  in its per-sequence terms, so `step_s` adds none on top (travel.py splits them out
+  where the physics is known).
 - overlap: the fraction of the smaller of weight streaming and compute hidden under
   the larger. 1 (the default) is the roofline's max: GPU GEMMs pipeline loads under
   tensor-core math. CPU GEMMs hide little (`tokenroof calibrate` measured ~0 on a
@@ -65,6 +68,7 @@ class StepModel:
     num_experts: int = 0
     experts_per_token: int = 0
     overlap: float = 1.0
+    prompts_folded: bool = False  # fitted to online steps: the prompts' cost is already in the per-sequence terms
 
     # -- terms ------------------------------------------------------------------
     def experts_touched(self, batch: ArrayLike) -> NDArray[np.float64]:
@@ -114,6 +118,8 @@ class StepModel:
         `total_context` KV tokens in all, plus `prefill_tokens` prompt tokens sharing the step's GEMMs
         (`prefill_sq_tokens` = Σ chunk², for causal attention within the chunks). With equal contexts and no
         prefill it is `step_time_s(batch, total_context / batch)`."""
+        if self.prompts_folded:  # the terms already carry an average step's prompts
+            prefill_tokens = prefill_sq_tokens = 0.0
         tokens = batch + prefill_tokens
         weights = self.t_weights_s + self.t_expert_s * expected_experts(
             self.num_experts, self.experts_per_token, tokens

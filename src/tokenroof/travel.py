@@ -96,7 +96,13 @@ def portable(fit: Fit, table: MeasurementTable) -> Travelling:
     context = None if table.context_tokens is None else float(table.context_tokens.mean())
     workload = Workload(context, sem.input_len, sem.output_len, static=sem.batch_kind == "static")
     stated = context is not None or sem.mean_context is not None
-    return Travelling(sm, workload.mean_context if stated else None, workload.prefill_ratio, False, table.source)
+    folded = replace(sm, prompts_folded=online(table))
+    return Travelling(folded, workload.mean_context if stated else None, workload.prefill_ratio, False, table.source)
+
+
+def online(table: MeasurementTable) -> bool:
+    """Whether the table's steps carried arriving prompts (continuous batching), so a fit folds their cost in."""
+    return table.semantics.batch_kind != "static" and table.semantics.tpot_kind != "step"
 
 
 def from_table(path: Path, prior_of: Any = None, n_samples: int = 0) -> tuple[Travelling, list[StepModel]]:
@@ -108,7 +114,10 @@ def from_table(path: Path, prior_of: Any = None, n_samples: int = 0) -> tuple[Tr
     table = read_table([path])
     prior = prior_of(table) if prior_of is not None else None
     fit = fit_table(table, prior, n_samples=n_samples)
-    samples = [split_terms(m, prior) for m in fit.sample_models()] if prior is not None else fit.sample_models()
+    if prior is not None:
+        samples = [split_terms(m, prior) for m in fit.sample_models()]
+    else:
+        samples = [replace(m, prompts_folded=online(table)) for m in fit.sample_models()]
     return portable(fit, table), samples
 
 
@@ -117,7 +126,11 @@ def split_terms(sm: StepModel, prior: Prior) -> StepModel:
     at the fitted compute efficiency; the per-sequence rest is what the data show beyond the KV reads."""
     peak = prior.weights_floor
     e_bandwidth = min(peak.t_weights_s / sm.t_weights_s, 1.0) if sm.t_weights_s > 0 else prior.bandwidth_center
+    # KV reads at the fitted bandwidth efficiency, but never more than the fitted cost per sequence holds: the
+    # model stays exactly what was fitted at the fitted context
     t_kv = peak.t_kv_token_s / e_bandwidth
+    if prior.context_tokens > 0:
+        t_kv = min(t_kv, sm.t_seq_s / prior.context_tokens)
     per_seq = max(sm.t_seq_s - prior.context_tokens * t_kv, 0.0)
     if sm.t_compute_s > 0:
         e_compute = prior.step_compute_floor_s / sm.t_compute_s
@@ -173,8 +186,11 @@ def step_model_from(data: Any, path: Path) -> StepModel:
             f"{path}: the step model lacks {', '.join(missing)}; fields: {', '.join(sorted(STEP_FIELDS))}"
         )
     values = {k: v for k, v in data.items() if k in STEP_FIELDS}
+    if not isinstance(values.get("prompts_folded", False), bool):
+        raise TokenroofError(f"{path}: prompts_folded must be true or false, got {values['prompts_folded']!r}")
     for key, value in values.items():
-        optional_number(value, path, key)
+        if key != "prompts_folded":
+            optional_number(value, path, key)
     if values.get("overlap", 1.0) > 1:
         raise TokenroofError(f"{path}: overlap must lie in [0, 1], got {values['overlap']!r}")
     for key in ("num_experts", "experts_per_token"):

@@ -43,11 +43,13 @@ def table_and_prior(
     input_len: float | None,
     output_len: float | None,
     decode_only: bool,
+    flags_are_target: bool = False,
 ) -> tuple[Any, Any]:
     """The measured table, and the physics prior when both --model and --hardware are given (None: data only).
 
     The prior's context is --context, else the mean of the table's context_tokens column, else from the lengths
-    (the flags', else the table's): never a silent 0 (Workload.from_table raises).
+    (the flags', else the table's): never a silent 0 (Workload.from_table raises). With `flags_are_target` (advise
+    asking about a workload) the lengths the table states win, and the flags only stand in for lengths it lacks.
     """
     from tokenroof.measurements import read_table
     from tokenroof.predict import Workload, prior_from_specs
@@ -58,6 +60,8 @@ def table_and_prior(
     table = read_table(files)
     if model is None or hardware is None:
         return table, None
+    if flags_are_target and (table.semantics.mean_context is not None or table.context_tokens is not None):
+        input_len = output_len = None
     workload = Workload.from_table(table, context, input_len, output_len, decode_only)
     precision = Precision.create(dtype, kv_dtype, compute_dtype)
     return table, prior_from_specs(load_model(model), load_hardware(hardware), precision, workload, tp)
@@ -218,7 +222,7 @@ def advise_with_prefill(
         from tokenroof.travel import portable
 
         table, prior = table_and_prior(
-            files, model, hardware, dtype, kv_dtype, compute_dtype, tp, context, input_len, output_len, False
+            files, model, hardware, dtype, kv_dtype, compute_dtype, tp, context, input_len, output_len, False, True
         )
         travelling = portable(fit_table(table, prior, n_samples=0), table)
         sm, notes = travelling.step_model, list(table.warnings)
