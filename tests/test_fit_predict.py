@@ -66,7 +66,8 @@ def test_prior_recovers_first_principles_model_past_the_data() -> None:
     for row, want in zip(rows, expected, strict=True):
         assert row["tpot_ms"] == pytest.approx(want, rel=0.10)
         assert row["tpot_ms_low"] <= want <= row["tpot_ms_high"]
-    assert result.fit.weights == pytest.approx({"prior": 0.5, "prior-additive": 0.5})
+    assert set(result.fit.weights) == {"prior", "prior-additive"}  # five points: no roofline of their own
+    assert min(result.fit.weights.values()) > 0.2  # the points below the knee cannot tell the two apart
     # intervals widen with distance from the data
     width = [r["tpot_ms_high"] / r["tpot_ms_low"] for r in rows]
     assert width[2] > width[0]
@@ -228,7 +229,8 @@ def test_a_noisy_first_half_leans_on_the_measured_slope_and_a_clean_one_keeps_it
     assert fit_table(noisy).step_model.t_seq_s == pytest.approx(0.00275)
     assert 0.0009 < fit_table(noisy, slope_prior(0.001)).step_model.t_seq_s < 0.0022
     clean = synthetic(StepModel(0.0, 0.020, 0.0, 0.0, 0.002), [1, 2, 4, 8, 16, 32])
-    assert fit_table(clean, slope_prior(0.001)).step_model.t_seq_s == pytest.approx(0.002, rel=0.05)
+    tpot_s, _ = fit_table(clean, slope_prior(0.001)).evaluate(np.array([64.0, 128.0]))
+    assert tpot_s == pytest.approx([0.020 + 0.002 * 64, 0.020 + 0.002 * 128], rel=0.03)  # its own 2 ms slope
 
 
 def test_a_prior_the_data_contradict_is_named_and_the_data_win() -> None:

@@ -221,15 +221,17 @@ class FittedCurve:
         return self.fit.evaluate(np.atleast_1d(b))[1].reshape(b.shape)
 
 
-def aicc(log_resid: np.ndarray, k: int) -> float:
+def aicc(log_resid: np.ndarray, k: int, small_sample: bool = True) -> float:
     """AICc of a log-normal likelihood with the noise estimated (floored at NOISE_FLOOR): k + 1 parameters;
     infinite where the points cannot support them (a structure then weighs nothing, or all weigh alike)."""
     n = log_resid.size
     k_all = k + 1
-    if n - k_all - 1 <= 0:
-        return math.inf
     sigma2 = max(float(log_resid @ log_resid) / n, NOISE_FLOOR**2)
     neg2ll = float(log_resid @ log_resid) / sigma2 + n * math.log(sigma2)
+    if not small_sample:
+        return neg2ll + 2 * k_all
+    if n - k_all - 1 <= 0:
+        return math.inf
     return neg2ll + 2 * k_all + 2 * k_all * (k_all + 1) / (n - k_all - 1)
 
 
@@ -290,7 +292,10 @@ def fit_points(
         if batch.size >= MIN_ROOFLINE_POINTS:
             structures.append(roofline_structure(batch))
     fitted = [candidate(s, batch, tpot_s, curve) for s in structures]
-    weights = akaike_weights([aicc(c.log_resid, c.n_params) for c in fitted])
+    scores = [aicc(c.log_resid, c.n_params) for c in fitted]
+    if not any(math.isfinite(x) for x in scores):  # too few points for the correction anywhere: plain AIC
+        scores = [aicc(c.log_resid, c.n_params, small_sample=False) for c in fitted]
+    weights = akaike_weights(scores)
     order = int(np.argmax(weights))
     best = fitted[order]
     log_fit = sum(w * c.log_resid for c, w in zip(fitted, weights, strict=True)) + np.log(tpot_s)

@@ -377,6 +377,8 @@ def _guidellm_rows(data: Mapping[str, Any], where: str) -> list[Row]:
     rows = []
     for i, bench in enumerate(data["benchmarks"]):
         here = f"{where} benchmark {i}"
+        if not isinstance(bench, Mapping):
+            raise TokenroofError(f"{here}: expected an object, got {type(bench).__name__}")
         metrics = bench.get("metrics", {})
         concurrency = _dig(metrics, "request_concurrency", "successful", "mean")
         if concurrency is None:
@@ -435,7 +437,11 @@ def _json_rows(data: Any, where: str, warnings: list[str]) -> tuple[list[Row], l
                 settings[key] = data[key]
         for key, value in settings.items():
             allowed = SETTINGS[key]
-            if allowed is not None and value not in allowed:
+            if allowed is None:
+                if isinstance(value, bool) or not isinstance(value, int | float):
+                    raise TokenroofError(f"{where}: {key} must be a number of tokens, got {value!r}")
+                settings[key] = _number(str(value), where, key)
+            elif value not in allowed:
                 raise TokenroofError(f"{where}: {key}={value} is not known; known: {', '.join(allowed)}")
     return rows, provenance, settings
 

@@ -179,6 +179,7 @@ class PredictResult:
             hi = None if hi is None else max(float(hi), value)
         interval = [None if lo is None else float(lo), None if hi is None else float(hi)]
         if value is None:
+            interval = [None, None]
             reason = (
                 "no knee in the fitted data: the memory-bound line has no compute term"
                 if self.fit.method == "line"

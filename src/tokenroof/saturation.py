@@ -75,6 +75,8 @@ def at_cap(
     """Steady-state throughput, TPOT and TTFT of one replica kept full at `max_num_seqs` (see the module doc)."""
     if max_num_seqs < 1:
         raise TokenroofError(f"max_num_seqs must be at least 1, got {max_num_seqs}")
+    if output_len.mean < 2:
+        raise TokenroofError(f"TPOT needs at least 2 output tokens per request, got --output-len {output_len.mean}")
     n = max(240, 12 * max_num_seqs)  # twelve turnovers of the batch
     # arrivals at twice what the cap can serve, evenly spaced: the batch fills one request at a time (no lockstep
     # waves of whole-batch prefills, as a staggered closed-loop client) and then stays full

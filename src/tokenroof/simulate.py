@@ -189,8 +189,10 @@ class SimResult:
         if tpot_slo_ms is not None:
             good &= ~(tpot * 1e3 > tpot_slo_ms)
 
-        def pct(values: np.ndarray) -> dict[str, float]:
+        def pct(values: np.ndarray) -> dict[str, float | None]:
             values = values[sent & ~np.isnan(values)] * 1e3
+            if values.size == 0:  # e.g. TPOT of one-token outputs
+                return dict.fromkeys(("mean", "p50", "p90", "p99"))
             return {
                 "mean": float(values.mean()),
                 "p50": float(np.percentile(values, 50)),

@@ -183,7 +183,7 @@ class StepModel:
     def throughput_asymptote_tok_s(self, context: float = 0.0) -> float:
         """lim b→∞ of b / T_step: 1 / (max(compute, expert streaming) + KV + per-seq time) per sequence."""
         per_seq = float(self.compute_time_per_seq_s(context)) + float(self.memory_time_per_seq_s(context))
-        return float("inf") if per_seq <= 0 else 1.0 / per_seq
+        return float("inf") if per_seq <= 1e-12 else 1.0 / per_seq  # below a picosecond: rounding, not a cost
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
