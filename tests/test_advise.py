@@ -29,7 +29,7 @@ def test_advice_fields_and_memory_binding() -> None:
     assert advice["engine_flags"]["vllm"] == "--max-num-seqs 316"
     limited = advise(SM, 20.0, memory_limit=150).to_dict()
     assert limited["max_num_seqs"] == 150 and limited["binding"] == "memory"
-    assert any("memory binds" in w for w in limited["warnings"])
+    assert any("the running batch cannot exceed" in w and "that binds" in w for w in limited["warnings"])
 
 
 def test_infeasible_target_says_why() -> None:

@@ -120,8 +120,8 @@ def advise(
     if memory_limit is not None and memory_limit < by_slo:
         cap, binding = memory_limit, "memory"
         warnings.append(
-            f"the TPOT target allows batch {by_slo}, but only {memory_limit} sequences fit in memory: "
-            "memory binds (a larger cap only queues or preempts)"
+            f"the TPOT target allows batch {by_slo}, but the running batch cannot exceed {memory_limit} (memory, "
+            "or a server cap the measurements show): that binds (a larger cap only queues or preempts)"
         )
     if memory_limit == 0:
         raise TokenroofError("the weights alone do not fit in memory: no batch cap can run")

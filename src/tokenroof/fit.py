@@ -106,6 +106,11 @@ class Curve:
         step = sm.step_time_s(running)
         return step * batch / running if self.queues else step
 
+    def throughput_tok_s(self, batch: np.ndarray, tpot_s: np.ndarray) -> np.ndarray:
+        """Output tokens per second: the running batch each step (an end-to-end TPOT counts the queue too)."""
+        running = self.running(batch)
+        return running / (tpot_s * running / batch if self.queues else tpot_s)
+
 
 def evaluate_s(
     sm: StepModel, small: SmallBatch | None, curve: Curve, batch: np.ndarray
@@ -116,9 +121,7 @@ def evaluate_s(
     if small is not None:
         at_support = float(curve.tpot_s(sm, np.array([small.support_batch]))[0])
         tpot = small.apply(b, tpot, at_support)
-    running = curve.running(b)
-    throughput = running / (tpot * running / b if curve.queues else tpot)
-    return tpot, throughput
+    return tpot, curve.throughput_tok_s(b, tpot)
 
 
 def fit_small_batch(batch: np.ndarray, tpot_s: np.ndarray, support: slice) -> tuple[SmallBatch | None, int]:
@@ -192,8 +195,7 @@ class Fit:
         for c in self.candidates:
             log_tpot += self.weights[c.structure] * np.log(self.evaluate(b, c)[0])
         tpot = np.exp(log_tpot)
-        running = self.curve.running(b)
-        return tpot, running / (tpot * running / b if self.curve.queues else tpot)
+        return tpot, self.curve.throughput_tok_s(b, tpot)
 
     def as_step_time(self) -> FittedCurve:
         """The fitted curve where a step model is expected (advise): the weighted structures, small batches, cap."""
@@ -276,7 +278,7 @@ def fit_points(
     check_pins(critical_batch, roof_tok_s)
     curve = curve or Curve()
     rng = np.random.default_rng(seed)
-    state = PriorFit()
+    states = [PriorFit(), PriorFit()]  # what each prior structure's central fit found in conflict
     structures: list[Structure]
     if critical_batch is not None or roof_tok_s is not None:
         structures = [pinned_structure(batch, prior, critical_batch, roof_tok_s)]
@@ -285,10 +287,10 @@ def fit_points(
         structures = [line_structure(batch)]
         if prior is not None:
             noise = local_noise(batch, tpot_s)
-            structures = [prior_structure(batch, prior, noise, state)]
+            structures = [prior_structure(batch, prior, noise, states[0])]
             if prior.overlap > 0:
                 additive = replace(prior, overlap=0.0)
-                structures.append(prior_structure(batch, additive, noise, PriorFit(), "prior-additive"))
+                structures.append(prior_structure(batch, additive, noise, states[1], "prior-additive"))
         if batch.size >= MIN_ROOFLINE_POINTS:
             structures.append(roofline_structure(batch))
     fitted = [candidate(s, batch, tpot_s, curve) for s in structures]
@@ -324,7 +326,7 @@ def fit_points(
         sigma,
         int(batch.size),
         (float(batch[0]), float(batch[-1])),
-        list(state.conflicts),
+        list(dict.fromkeys(states[0].conflicts + states[1].conflicts)),
     )
 
 

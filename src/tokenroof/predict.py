@@ -193,8 +193,7 @@ class PredictResult:
         b = self.batches
         tpot, sd = step_interval_samples(self.fit, b)
         running = self.fit.curve.running(b)
-        step = tpot * running / b if self.fit.curve.queues else tpot
-        thr = running / step
+        thr = self.fit.curve.throughput_tok_s(b, tpot)
         cal = self.calibration
         distance = intervals.distance_doublings(b, float(self.fit.batch_range[0]), float(self.fit.batch_range[1]))
         t_lo, t_hi = cal.bounds(tpot, cal.scale(sd, self.fit.sigma_rel, distance))
