@@ -178,7 +178,7 @@ def test_bad_step_model_files_name_the_problem(tmp_path: Path) -> None:
 
 def test_the_table_context_is_required_for_a_fit_with_a_prior(tmp_path: Path) -> None:
     result = run_cli(["simulate", "--fit", str(SEED_TABLE), "-m", "llama-2-7b", "-H", "h100-sxm", "--rate", "1"])
-    assert result.exit_code == 2 and "needs the mean context" in result.stderr
+    assert result.exit_code == 2 and "needs the workload the table was measured at" in result.stderr
     assert np.isfinite(read_table([SEED_TABLE]).batch).all()
 
 

@@ -110,6 +110,12 @@ def load_step_model(
         def prior_of(table: Any) -> Any:
             if model is None or hardware is None:
                 return None
+            if table.context_tokens is None and table.semantics.mean_context is None:
+                raise TokenroofError(
+                    f"{fit}: fitting with --model/--hardware needs the workload the table was measured at: add a "
+                    "'# input_len=… output_len=…' line or a context_tokens column (--input-len/--output-len here "
+                    "describe the workload to run, not the one measured)"
+                )
             workload = Workload.from_table(table)
             return prior_from_specs(load_model(model), load_hardware(hardware), precision, workload, tp)
 
