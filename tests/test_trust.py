@@ -214,3 +214,37 @@ def test_physics_checks_name_a_misdescribed_workload() -> None:
     fast = parse_csv("batch,tpot_ms\n1,1.0\n8,1.1\n32,1.4\n")
     notes = predict_table(fast, [64], prior(300), n_samples=10).warnings
     assert any("faster than streaming the weights at peak bandwidth" in w for w in notes)
+
+
+def test_generated_tables_never_raise_and_every_estimate_lies_inside_its_interval() -> None:
+    """30 generated tables (trends, flat, falling, random; every batch and TPOT kind), data only and with a prior,
+    plain and pinned: nothing but the project's own error, and intervals around their estimates."""
+    from tokenroof.predict import prior_from_specs
+    from tokenroof.specs import Precision, load_hardware, load_model
+
+    rng = np.random.default_rng(11)
+    model, h100, bf16 = load_model("llama-3.1-8b"), load_hardware("h100-sxm"), Precision.create("bf16")
+    prior = prior_from_specs(model, h100, bf16, Workload(context_tokens=1000))
+    shapes = {
+        "trend": lambda b: 10 + rng.uniform(0, 0.5) * b + rng.normal(0, 0.3, b.size),
+        "flat": lambda b: np.full(b.size, 10.0),
+        "falling": lambda b: 50 - 40 * b / b.max(),
+        "random": lambda b: np.exp(rng.uniform(0, 6, b.size)),
+    }
+    for i in range(30):
+        b = np.unique(np.round(np.exp(rng.uniform(0, 7, int(rng.integers(2, 10)))), 1))
+        if b.size < 2:
+            continue
+        t = np.maximum(shapes[list(shapes)[i % 4]](b), 0.01)
+        kinds = f"# batch_kind={rng.choice(['running', 'concurrency', 'static'])} "
+        kinds += f"tpot_kind={rng.choice(['tpot', 'itl', 'e2e', 'step'])}\n"
+        table = parse_csv(kinds + "batch,tpot_ms\n" + "".join(f"{x:g},{y:.6g}\n" for x, y in zip(b, t, strict=True)))
+        for p, pins in ((None, {}), (prior, {}), (prior, {"critical_batch": 64.0})):
+            try:
+                rows = predict_table(table, [0.5, float(b.max()), 4 * float(b.max())], p, n_samples=5, **pins)
+            except TokenroofError:
+                continue
+            for row in rows.predictions():
+                assert np.isfinite(row["tpot_ms"]) and row["tpot_ms"] > 0
+                assert row["tpot_ms_low"] <= row["tpot_ms"] <= row["tpot_ms_high"]
+                assert row["throughput_tok_s_low"] <= row["throughput_tok_s"] <= row["throughput_tok_s_high"]
