@@ -142,3 +142,28 @@ def test_unreadable_and_malformed_files(tmp_path: Path) -> None:
     bad.write_text("{nope")
     with pytest.raises(TokenroofError, match="not valid JSON"):
         read_table([bad])
+
+
+@pytest.mark.parametrize(
+    ("content", "name", "message"),
+    [
+        (b"\xef\xbb\xbfbatch,tpot_ms\n1,10\n8,12\n", "bom.csv", None),  # Excel's byte-order mark is fine
+        (b"# caf\xe9\nbatch,tpot_ms\n1,10\n8,12\n", "latin1.csv", "latin1.csv:1: not UTF-8 (byte 0xe9)"),
+        (b"batch,tpot_ms,tpot_ms\n1,10,11\n8,12,13\n", "dup.csv", "dup.csv:1: column(s) tpot_ms appear more than once"),
+        (b'{"points":[{"batch":true,"tpot_ms":10},{"batch":8,"tpot_ms":12}]}', "b.json", "batch must be a number"),
+        (b'{"points":[{"tpot_ms":10},{"batch":8,"tpot_ms":12}]}', "n.json", "point 0: batch is missing"),
+        (b'{"provenance":5,"points":[{"batch":1,"tpot_ms":10},{"batch":8,"tpot_ms":12}]}', "p.json", "list of strings"),
+        (b'{"points":' + b"[" * 5000 + b"]" * 5000 + b"}", "deep.json", "nested too deeply"),
+        (b'{"benchmarks":[1,2]}', "g.json", "benchmark 0: expected an object"),
+        (b'{"points":[{"batch":1,"tpot_ms":10},{"batch":8,"tpot_ms":12}],"input_len":"abc"}', "s.json", "input_len"),
+    ],
+)
+def test_malformed_files_are_named_never_a_traceback(tmp_path, content: bytes, name: str, message: str | None) -> None:
+    path = tmp_path / name
+    path.write_bytes(content)
+    if message is None:
+        assert len(read_table([path])) == 2
+        return
+    with pytest.raises(TokenroofError) as info:
+        read_table([path])
+    assert message in str(info.value)

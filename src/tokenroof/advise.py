@@ -106,8 +106,8 @@ def advise(
     source: str = "",
 ) -> Advice:
     """Largest cap meeting the TPOT target (bounded by memory), its interval over `samples`, the knee."""
-    if not tpot_slo_ms > 0:
-        raise TokenroofError(f"--tpot-slo-ms must be positive, got {tpot_slo_ms:g}")
+    if not 0 < tpot_slo_ms < float("inf"):
+        raise TokenroofError(f"--tpot-slo-ms must be a positive finite number, got {tpot_slo_ms:g}")
     slo_s = tpot_slo_ms / MS_PER_S
     by_slo = largest_batch_within(sm, slo_s, context)
     if by_slo == 0:

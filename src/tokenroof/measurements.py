@@ -172,13 +172,16 @@ class MeasurementTable:
 
 
 # -- building and checking -------------------------------------------------------------
-def _number(text: str | None, where: str, column: str) -> float | None:
+def _number(text: Any, where: str, column: str) -> float | None:
+    """A positive finite number from a CSV cell or a JSON value (None when empty); JSON true/false is no number."""
     if text is None or str(text).strip() == "":
         return None
+    if isinstance(text, bool) or not isinstance(text, str | int | float):
+        raise TokenroofError(f"{where}: {column} must be a number, got {json.dumps(text)[:40]}")
     try:
         value = float(text)
-    except (TypeError, ValueError):
-        raise TokenroofError(f"{where}: {column} '{text}' is not a number") from None
+    except (TypeError, ValueError, OverflowError):
+        raise TokenroofError(f"{where}: {column} '{str(text)[:40]}' is not a number") from None
     if math.isnan(value) or math.isinf(value) or value <= 0:
         raise TokenroofError(f"{where}: {column} must be a positive number, got {text}")
     return value
@@ -262,6 +265,9 @@ def parse_csv(text: str, source: str = "<csv>") -> MeasurementTable:
         raise TokenroofError(f"{source}: no header line (expected {','.join(COLUMNS[:3])})")
     header_no, header_line = body[0]
     header = [h.strip() for h in next(csv.reader([header_line]))]
+    repeated = sorted({h for h in header if header.count(h) > 1})
+    if repeated:
+        raise TokenroofError(f"{source}:{header_no}: column(s) {', '.join(repeated)} appear more than once")
     unknown = [h for h in header if h not in COLUMNS]
     if unknown:
         raise TokenroofError(
@@ -419,9 +425,11 @@ def _json_rows(data: Any, where: str, warnings: list[str]) -> tuple[list[Row], l
         if unknown:
             raise TokenroofError(f"{here}: unknown key(s) {', '.join(unknown)}; known: {', '.join(COLUMNS)}")
         values = {col: _number(point.get(col), here, col) for col in COLUMNS}
+        if values["batch"] is None:
+            raise TokenroofError(f"{here}: batch is missing")
         rows.append(
             Row(
-                values["batch"] or 0.0,
+                values["batch"],
                 values["throughput_tok_s"],
                 values["tpot_ms"],
                 values["context_tokens"],
@@ -429,7 +437,9 @@ def _json_rows(data: Any, where: str, warnings: list[str]) -> tuple[list[Row], l
                 here,
             )
         )
-    provenance = list(data.get("provenance", [])) if isinstance(data, Mapping) else []
+    provenance = data.get("provenance", []) if isinstance(data, Mapping) else []
+    if not isinstance(provenance, list) or not all(isinstance(line, str) for line in provenance):
+        raise TokenroofError(f"{where}: provenance must be a list of strings")
     settings: dict[str, Any] = {}
     if isinstance(data, Mapping):
         for key in SETTINGS:
@@ -446,12 +456,24 @@ def _json_rows(data: Any, where: str, warnings: list[str]) -> tuple[list[Row], l
     return rows, provenance, settings
 
 
-def read_jsonl(path: Path) -> list[tuple[int, Any]]:
-    """(line number, parsed value) for every non-blank line; an unreadable file or a bad line names itself."""
+def read_text(path: Path) -> str:
+    """A file's text: UTF-8, a leading byte-order mark (Excel) dropped; anything else is named, not a traceback."""
     try:
-        lines = path.read_text().splitlines()
+        data = path.read_bytes()
     except OSError as exc:
         raise TokenroofError(f"{path}: cannot read ({exc.strerror})") from None
+    try:
+        return data.decode("utf-8-sig")
+    except UnicodeDecodeError as exc:
+        line = data[: exc.start].count(b"\n") + 1
+        raise TokenroofError(
+            f"{path}:{line}: not UTF-8 (byte 0x{data[exc.start]:02x}); save the file as UTF-8"
+        ) from None
+
+
+def read_jsonl(path: Path) -> list[tuple[int, Any]]:
+    """(line number, parsed value) for every non-blank line; an unreadable file or a bad line names itself."""
+    lines = read_text(path).splitlines()
     rows = []
     for number, line in enumerate(lines, start=1):
         if not line.strip():
@@ -460,6 +482,8 @@ def read_jsonl(path: Path) -> list[tuple[int, Any]]:
             rows.append((number, json.loads(line)))
         except json.JSONDecodeError as exc:
             raise TokenroofError(f"{path}:{number}: not valid JSON ({exc.msg})") from None
+        except RecursionError:
+            raise TokenroofError(f"{path}:{number}: JSON nested too deeply") from None
     return rows
 
 
@@ -468,12 +492,7 @@ def read_table(paths: Sequence[Path | str]) -> MeasurementTable:
     files = [Path(p) for p in paths]
     if not files:
         raise TokenroofError("no measurement file given")
-    texts = []
-    for path in files:
-        try:
-            texts.append(path.read_text())
-        except OSError as exc:
-            raise TokenroofError(f"{path}: cannot read ({exc.strerror})") from None
+    texts = [read_text(path) for path in files]
     if len(files) == 1 and not texts[0].lstrip().startswith(("{", "[")):
         return parse_csv(texts[0], str(files[0]))
     rows: list[Row] = []
@@ -487,6 +506,8 @@ def read_table(paths: Sequence[Path | str]) -> MeasurementTable:
             raise TokenroofError(
                 f"{path}: not valid JSON (line {exc.lineno}: {exc.msg}); CSV files are read one at a time"
             ) from None
+        except RecursionError:
+            raise TokenroofError(f"{path}: JSON nested too deeply") from None
         new_rows, new_prov, settings = _json_rows(data, str(path), warnings)
         rows += new_rows
         provenance += new_prov

@@ -165,8 +165,8 @@ def advise_cap(
     bisection between the last that meets them and the first that does not (TPOT grows with the cap)."""
     if statistic not in STATISTICS:
         raise TokenroofError(f"unknown statistic '{statistic}'; known: {', '.join(STATISTICS)}")
-    if not tpot_slo_ms > 0 or (ttft_slo_ms is not None and not ttft_slo_ms > 0):
-        raise TokenroofError("the TPOT and TTFT targets must be positive")
+    if not 0 < tpot_slo_ms < math.inf or (ttft_slo_ms is not None and not 0 < ttft_slo_ms < math.inf):
+        raise TokenroofError("the TPOT and TTFT targets must be positive finite numbers")
     if kv_capacity_tokens is not None:  # past what the cache holds at full length a larger cap only preempts
         limit = min(limit, max(2 * kv_capacity_tokens // (input_len.mean + output_len.mean), 1))
     memo: dict[int, AtCap] = {}
