@@ -172,7 +172,7 @@ def test_bad_step_model_files_name_the_problem(tmp_path: Path) -> None:
     bad.write_text(json.dumps({"t_fixed_s": 0.001}))
     with pytest.raises(TokenroofError, match="lacks t_weights_s, t_compute_s, t_kv_token_s"):
         read_step_model(bad)
-    result = run_cli(["simulate", "--step-model", str(bad), "-m", "llama-3.1-8b", "--rate", "1"])
+    result = run_cli(["simulate", "--step-model", str(bad), "-m", "llama-3.1-8b", "-H", "h100-sxm", "--rate", "1"])
     assert result.exit_code == 2 and "give one step-model source" in result.stderr
 
 

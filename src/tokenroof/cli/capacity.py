@@ -25,7 +25,8 @@ from tokenroof.cli import (
     handle_errors,
     parse_numbers,
 )
-from tokenroof.cli.serving import kv_pool_tokens, load_step_model
+from tokenroof.cli.serving import load_step_model
+from tokenroof.deployment import Physics
 from tokenroof.errors import TokenroofError
 from tokenroof.stepmodel import mean_context_tokens
 
@@ -69,11 +70,12 @@ def simulate(
     from tokenroof.simulate import Lengths, Trace, Workload
     from tokenroof.simulate import simulate as run_simulation
 
-    travelling, _ = load_step_model(model, hardware, fit, step_model, dtype, kv_dtype, compute_dtype, tp)
+    physics = Physics(model, hardware, dtype, kv_dtype, compute_dtype, tp)
+    travelling, _ = load_step_model(physics, fit, step_model)
     sm = travelling.step_model
     notes = travelling.notes(mean_context_tokens(input_len, output_len) if trace is None else None)
     if kv_cache_tokens is None:
-        kv_cache_tokens = kv_pool_tokens(model, hardware, dtype, kv_dtype, compute_dtype, tp)
+        kv_cache_tokens = physics.kv_pool_tokens()
     rates = parse_numbers(rate, "--rate")
     if not rates:
         raise TokenroofError("--rate needs at least one number")
@@ -204,12 +206,11 @@ def plan(
 
     bar.start()
     for chip, degree in options:
-        travelling, samples = load_step_model(
-            model, chip, fit, step_model, dtype, kv_dtype, compute_dtype, degree, n_samples=4
-        )
+        physics = Physics(model, chip, dtype, kv_dtype, compute_dtype, degree)
+        travelling, samples = load_step_model(physics, fit, step_model, n_samples=4)
         models = [travelling.step_model, *samples]
         notes += [n for n in travelling.notes(workload.mean_context_tokens) if n not in notes]
-        kv = kv_pool_tokens(model, chip, dtype, kv_dtype, compute_dtype, degree)
+        kv = physics.kv_pool_tokens()
         result = make_plan(
             models, workload, slo, tuple(range(seeds)), kv, max_replicas, workers, ray_address=ray, progress=progress
         )

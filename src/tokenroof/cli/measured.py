@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
@@ -27,44 +28,35 @@ from tokenroof.cli import (
     handle_errors,
     parse_numbers,
 )
+from tokenroof.deployment import Physics
 from tokenroof.errors import TokenroofError
-from tokenroof.stepmodel import mean_context_tokens
+
+if TYPE_CHECKING:
+    from tokenroof.fit import Prior
+    from tokenroof.measurements import MeasurementTable
+    from tokenroof.predict import Workload
 
 
 def table_and_prior(
-    files: list[Path],
-    model: str | None,
-    hardware: str | None,
-    dtype: str,
-    kv_dtype: str | None,
-    compute_dtype: str | None,
-    tp: int,
-    context: float | None,
-    input_len: float | None,
-    output_len: float | None,
-    decode_only: bool,
-    flags_are_target: bool = False,
-) -> tuple[Any, Any]:
-    """The measured table, and the physics prior when both --model and --hardware are given (None: data only).
+    files: list[Path], physics: Physics, flags: Workload, flags_are_target: bool = False
+) -> tuple[MeasurementTable, Prior | None]:
+    """The measured table, and the physics prior when the model and hardware are known (None: data only).
 
     The prior's context is --context, else the mean of the table's context_tokens column, else from the lengths
     (the flags', else the table's): never a silent 0 (Workload.from_table raises). With `flags_are_target` (advise
     asking about a workload) the lengths the table states win, and the flags only stand in for lengths it lacks.
     """
     from tokenroof.measurements import read_table
-    from tokenroof.predict import Workload, prior_from_specs
-    from tokenroof.specs import Precision, load_hardware, load_model
+    from tokenroof.predict import Workload
 
-    if (model is None) != (hardware is None):
-        raise TokenroofError("give both --model and --hardware for the physics prior (or neither for data only)")
     table = read_table(files)
-    if model is None or hardware is None:
+    if not physics.known:
         return table, None
+    input_len, output_len = flags.input_len, flags.output_len
     if flags_are_target and (table.semantics.mean_context is not None or table.context_tokens is not None):
         input_len = output_len = None
-    workload = Workload.from_table(table, context, input_len, output_len, decode_only)
-    precision = Precision.create(dtype, kv_dtype, compute_dtype)
-    return table, prior_from_specs(load_model(model), load_hardware(hardware), precision, workload, tp)
+    workload = Workload.from_table(table, flags.context_tokens, input_len, output_len, flags.decode_only)
+    return table, physics.prior(workload)
 
 
 @app.command()
@@ -94,11 +86,10 @@ def predict(
     plot: PlotOpt = None,
 ) -> None:
     """Fit measured points and predict TPOT and throughput at other batches, with 90% intervals."""
-    from tokenroof.predict import predict_table
+    from tokenroof.predict import Workload, predict_table
 
-    table, prior = table_and_prior(
-        files, model, hardware, dtype, kv_dtype, compute_dtype, tp, context, input_len, output_len, decode_only
-    )
+    physics = Physics(model, hardware, dtype, kv_dtype, compute_dtype, tp)
+    table, prior = table_and_prior(files, physics, Workload(context, input_len, output_len, decode_only))
     result = predict_table(
         table, parse_numbers(batch, "--batch"), prior, critical_batch, roof_tok_s, max(samples, 10), seed
     )
@@ -153,110 +144,67 @@ def advise(
 
     With --input-len and --output-len the answer comes from the scheduler simulate uses (a replica kept full at each
     cap, prefill included); without, from the decode step time alone."""
-    if (model is None) != (hardware is None):
-        raise TokenroofError("give both --model and --hardware (or neither, with a measurement file)")
-    if not files and model is None:
+    from tokenroof.predict import Workload
+
+    physics = Physics(model, hardware, dtype, kv_dtype, compute_dtype, tp)
+    if not files and not physics.known:
         raise TokenroofError("give a measurement file, or --model and --hardware for the first-principles curve")
+    flags = Workload(context, input_len, output_len, decode_only)
     if input_len is not None and output_len is not None and not decode_only:
-        data = advise_with_prefill(
-            files,
-            tpot_slo_ms,
-            ttft_slo_ms,
-            slo_statistic,
-            model,
-            hardware,
-            dtype,
-            kv_dtype,
-            compute_dtype,
-            tp,
-            context,
-            input_len,
-            output_len,
-            max_num_batched_tokens,
-        )
+        targets = Targets(tpot_slo_ms, ttft_slo_ms, slo_statistic)
+        data = advise_with_prefill(files, physics, flags, targets, max_num_batched_tokens)
     else:
         if ttft_slo_ms is not None:
             raise TokenroofError("--ttft-slo-ms needs --input-len and --output-len (the prompts decide TTFT)")
-        data = advise_decode_only(
-            files,
-            tpot_slo_ms,
-            model,
-            hardware,
-            dtype,
-            kv_dtype,
-            compute_dtype,
-            tp,
-            context,
-            input_len,
-            output_len,
-            decode_only,
-            samples,
-        )
+        data = advise_decode_only(files, physics, flags, tpot_slo_ms, samples)
     finish(data, render.advice, json_output)
 
 
+@dataclass(frozen=True)
+class Targets:
+    tpot_slo_ms: float
+    ttft_slo_ms: float | None
+    statistic: str
+
+
 def advise_with_prefill(
-    files: list[Path] | None,
-    tpot_slo_ms: float,
-    ttft_slo_ms: float | None,
-    statistic: str,
-    model: str | None,
-    hardware: str | None,
-    dtype: str,
-    kv_dtype: str | None,
-    compute_dtype: str | None,
-    tp: int,
-    context: float | None,
-    input_len: float,
-    output_len: float,
-    max_num_batched_tokens: int | None,
+    files: list[Path] | None, physics: Physics, flags: Workload, targets: Targets, max_num_batched_tokens: int | None
 ) -> dict[str, Any]:
     """advise from the scheduler: the fitted (portable) or first-principles step model, a replica kept full."""
-    from tokenroof.cli.serving import kv_pool_tokens
     from tokenroof.saturation import advise_cap
     from tokenroof.simulate import Lengths
 
+    assert flags.input_len is not None and flags.output_len is not None
     notes: list[str] = []
     if files:
         from tokenroof.fit import fit_table
         from tokenroof.travel import portable
 
-        table, prior = table_and_prior(
-            files, model, hardware, dtype, kv_dtype, compute_dtype, tp, context, input_len, output_len, False, True
-        )
+        table, prior = table_and_prior(files, physics, flags, flags_are_target=True)
         travelling = portable(fit_table(table, prior, n_samples=0), table)
         sm, notes = travelling.step_model, list(table.warnings)
-        notes += travelling.notes(mean_context_tokens(input_len, output_len))
+        notes += travelling.notes(flags.mean_context)
         source = f"fitted to {table.source}, run on simulate's scheduler"
     else:
-        from tokenroof.roofline import step_model_from_specs
-        from tokenroof.specs import Precision, load_hardware, load_model
-
-        assert model is not None and hardware is not None
-        precision = Precision.create(dtype, kv_dtype, compute_dtype)
-        sm = step_model_from_specs(load_model(model), load_hardware(hardware), precision, tp)
-        source = f"first principles: {model} on {hardware} ×{tp}, run on simulate's scheduler"
-    kv = kv_pool_tokens(model, hardware, dtype, kv_dtype, compute_dtype, tp)
-    lengths = Lengths(round(input_len)), Lengths(round(output_len))
-    result = advise_cap(sm, *lengths, tpot_slo_ms, ttft_slo_ms, statistic, kv, max_num_batched_tokens, source=source)
+        sm = physics.step_model()
+        source = f"first principles: {physics.label()}, run on simulate's scheduler"
+    lengths = Lengths(round(flags.input_len)), Lengths(round(flags.output_len))
+    result = advise_cap(
+        sm,
+        *lengths,
+        targets.tpot_slo_ms,
+        targets.ttft_slo_ms,
+        targets.statistic,
+        physics.kv_pool_tokens(),
+        max_num_batched_tokens,
+        source=source,
+    )
     result.warnings = notes + result.warnings
     return result.to_dict()
 
 
 def advise_decode_only(
-    files: list[Path] | None,
-    tpot_slo_ms: float,
-    model: str | None,
-    hardware: str | None,
-    dtype: str,
-    kv_dtype: str | None,
-    compute_dtype: str | None,
-    tp: int,
-    context: float | None,
-    input_len: float | None,
-    output_len: float | None,
-    decode_only: bool,
-    samples: int,
+    files: list[Path] | None, physics: Physics, flags: Workload, tpot_slo_ms: float, samples: int
 ) -> dict[str, Any]:
     """advise from the decode step time alone (no prompts in the steps): the fitted curve or first principles."""
     from tokenroof.advise import advise as advise_step_time
@@ -264,9 +212,7 @@ def advise_decode_only(
     if files:
         from tokenroof.fit import fit_table
 
-        table, prior = table_and_prior(
-            files, model, hardware, dtype, kv_dtype, compute_dtype, tp, context, input_len, output_len, decode_only
-        )
+        table, prior = table_and_prior(files, physics, flags)
         fit = fit_table(table, prior, n_samples=max(samples, 10))
         result = advise_step_time(
             fit.as_step_time(),
@@ -278,21 +224,14 @@ def advise_decode_only(
         )
         result.warnings = list(table.warnings) + result.warnings
         return result.to_dict()
-    from tokenroof.roofline import max_batch_by_memory, step_model_from_specs
-    from tokenroof.specs import Precision, load_hardware, load_model
-
-    assert model is not None and hardware is not None
-    spec, chip = load_model(model), load_hardware(hardware)
-    precision = Precision.create(dtype, kv_dtype, compute_dtype)
-    ctx = context if context is not None else mean_context_tokens(input_len or 0, output_len or 0) or 1024.0
-    sm = step_model_from_specs(spec, chip, precision, tp)
+    ctx = flags.mean_context or 1024.0
     result = advise_step_time(
-        sm,
+        physics.step_model(),
         tpot_slo_ms,
         ctx,
-        max_batch_by_memory(spec, chip, precision, ctx, tp),
+        physics.max_batch(ctx),
         (),
-        f"first principles: {spec.name} on {chip.name} ×{tp}, context {ctx:g}, the decode step time (no prompts in "
-        "the steps; give --input-len and --output-len for the scheduler's answer)",
+        f"first principles: {physics.label()}, context {ctx:g}, the decode step time (no prompts in the steps; give "
+        "--input-len and --output-len for the scheduler's answer)",
     )
     return result.to_dict()

@@ -25,6 +25,7 @@ from tokenroof.cli import (
     parse_numbers,
     progress_bar,
 )
+from tokenroof.deployment import Physics
 from tokenroof.errors import TokenroofError
 
 
@@ -57,10 +58,11 @@ def emulate(
     require_http()
     from tokenroof.emulate.server import Emulator, serve
 
-    travelling, _ = load_step_model(model, hardware, fit, step_model, dtype, kv_dtype, compute_dtype, tp)
+    physics = Physics(model, hardware, dtype, kv_dtype, compute_dtype, tp)
+    travelling, _ = load_step_model(physics, fit, step_model)
     sm = travelling.step_model
     if kv_cache_tokens is None:
-        kv_cache_tokens = kv_pool_tokens(model, hardware, dtype, kv_dtype, compute_dtype, tp)
+        kv_cache_tokens = physics.kv_pool_tokens()
     for note in travelling.notes(None):
         err.print(f"note: {note}", highlight=False)
     err.print(f"emulating {sm} with max_num_seqs={max_num_seqs} on http://{host}:{port}", highlight=False)
@@ -78,37 +80,24 @@ def require_http() -> None:
 
 
 def load_step_model(
-    model: str | None,
-    hardware: str | None,
-    fit: Path | None,
-    step_model: Path | None,
-    dtype: str,
-    kv_dtype: str | None,
-    compute_dtype: str | None,
-    tp: int,
-    n_samples: int = 0,
+    physics: Physics, fit: Path | None, step_model: Path | None, n_samples: int = 0
 ) -> tuple[Any, list[Any]]:
-    """The step model (a travel.Travelling) from one source — the specs, a fit (with --model/--hardware as its
+    """The step model (a travel.Travelling) from one source — the specs, a fit (with the model and hardware as its
     prior), or a JSON file — and, for a fit, `n_samples` interval samples."""
     from tokenroof.travel import Travelling, from_table, read_step_model
 
-    if (fit is not None) + (step_model is not None) > 1 or (step_model is not None and model is not None):
+    if (fit is not None) + (step_model is not None) > 1 or (step_model is not None and physics.model is not None):
         raise TokenroofError(
             "give one step-model source: --model/--hardware, --fit FILE (with --model/--hardware as its prior), "
             "or --step-model JSON"
         )
     if step_model is not None:
         return read_step_model(step_model), []
-    if (model is None) != (hardware is None):
-        raise TokenroofError("give both --model and --hardware")
-    from tokenroof.specs import Precision, load_hardware, load_model
-
-    precision = Precision.create(dtype, kv_dtype, compute_dtype)
     if fit is not None:
-        from tokenroof.predict import Workload, prior_from_specs
+        from tokenroof.predict import Workload
 
         def prior_of(table: Any) -> Any:
-            if model is None or hardware is None:
+            if not physics.known:
                 return None
             if table.context_tokens is None and table.semantics.mean_context is None:
                 raise TokenroofError(
@@ -116,29 +105,12 @@ def load_step_model(
                     "'# input_len=… output_len=…' line or a context_tokens column (--input-len/--output-len here "
                     "describe the workload to run, not the one measured)"
                 )
-            workload = Workload.from_table(table)
-            return prior_from_specs(load_model(model), load_hardware(hardware), precision, workload, tp)
+            return physics.prior(Workload.from_table(table))
 
         return from_table(fit, prior_of, n_samples)
-    if model is None or hardware is None:
+    if not physics.known:
         raise TokenroofError("give one step-model source: --model/--hardware, --fit FILE or --step-model JSON")
-    from tokenroof.roofline import step_model_from_specs
-
-    return Travelling(step_model_from_specs(load_model(model), load_hardware(hardware), precision, tp)), []
-
-
-def kv_pool_tokens(
-    model: str | None, hardware: str | None, dtype: str, kv_dtype: str | None, compute_dtype: str | None, tp: int
-) -> int | None:
-    """The KV-cache pool that --model/--hardware imply (vLLM's, roughly: 90% of memory less the weights); None
-    without them. emulate and simulate build the same server from the same flags."""
-    if model is None or hardware is None:
-        return None
-    from tokenroof.roofline import kv_cache_tokens
-    from tokenroof.specs import Precision, load_hardware, load_model
-
-    precision = Precision.create(dtype, kv_dtype, compute_dtype)
-    return kv_cache_tokens(load_model(model), load_hardware(hardware), precision, tp)
+    return Travelling(physics.step_model()), []
 
 
 @app.command()
