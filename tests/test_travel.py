@@ -100,36 +100,12 @@ def test_save_model_round_trips_into_simulate(tmp_path: Path) -> None:
 
 def test_a_folded_fit_says_where_it_holds() -> None:
     """simulate --fit of a table without a prior once gave one TPOT for 100- and 4,000-token prompts silently."""
-    short = run_json(
-        [
-            "simulate",
-            "--fit",
-            str(SEED_TABLE),
-            "--rate",
-            "1",
-            "--num-requests",
-            "100",
-            "--input-len",
-            "100",
-            "--output-len",
-            "50",
-        ]
-    )
-    long = run_json(
-        [
-            "simulate",
-            "--fit",
-            str(SEED_TABLE),
-            "--rate",
-            "1",
-            "--num-requests",
-            "100",
-            "--input-len",
-            "4000",
-            "--output-len",
-            "50",
-        ]
-    )
+
+    def run(prompt_tokens: int) -> dict:
+        args = ["simulate", "--fit", str(SEED_TABLE), "--rate", "1", "--num-requests", "100", "--output-len", "50"]
+        return run_json([*args, "--input-len", str(prompt_tokens)])
+
+    short, long = run(100), run(4000)
     assert short["tpot_ms"]["p50"] == pytest.approx(long["tpot_ms"]["p50"], rel=0.05)  # folded: not adjusted...
     assert any("at a workload it does not state" in w for w in long["warnings"])  # ...and it says so
     seed_at = parse_csv("# input_len=250 output_len=100\n" + SEED_TABLE.read_text())
