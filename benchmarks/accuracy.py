@@ -154,6 +154,19 @@ def linear_baseline(curve: Curve) -> np.ndarray:
     return np.abs((coef[0] + coef[1] * test.batch) / test.tpot_ms - 1) * 100
 
 
+def report(
+    curves: list[Curve], mode: str, verbose: bool, how: str, tpot: np.ndarray, more: str, covered: np.ndarray
+) -> None:
+    """The three figures for one mode: in range, extrapolation, coverage."""
+    passed, total, failures = in_range(curves, mode, verbose)
+    print(f"tokenroof {'data-only' if mode == 'data' else 'with priors'} {how}:")
+    print(f"  in range (fit all, predict them): {passed}/{total} curves within 10% (or 2× their residual)")
+    for failure in failures:
+        print(f"    {failure}")
+    print(f"  extrapolation over {tpot.size} held-out points: TPOT {figures(tpot)}{more}")
+    print(f"  90% intervals: {covered.mean():.1%} of held-out points inside")
+
+
 def figures(errors: np.ndarray) -> str:
     return f"median {np.median(errors):5.1f}%  p90 {np.percentile(errors, 90):6.1f}%"
 
@@ -175,15 +188,9 @@ def external(curves: list[Curve], verbose: bool) -> None:
                     f"    {mode:5s} {c.name[:60]:60s} |TPOT err| {np.mean(tpot[-1]):5.1f}%  covered "
                     f"{covered[-1].sum()}/{covered[-1].size}  {'prior' if prior else ''}"
                 )
-        passed, total, failures = in_range(curves, mode, verbose)
         errors, inside = np.concatenate(tpot), np.concatenate(covered)
-        label = "data-only" if mode == "data" else "with priors"
-        print(f"tokenroof {label} (shipped interval constants):")
-        print(f"  in range: {passed}/{total} curves within 10% (or 2× their residual)")
-        for failure in failures:
-            print(f"    {failure}")
-        print(f"  extrapolation over {errors.size} held-out points: TPOT {figures(errors)}")
-        print(f"  90% intervals: {inside.mean():.1%} of held-out points inside\n")
+        report(curves, mode, verbose, "(shipped interval constants)", errors, "", inside)
+        print()
 
 
 def main(argv: list[str]) -> None:
@@ -217,14 +224,7 @@ def main(argv: list[str]) -> None:
         tpot = np.concatenate([h.tpot_err for h in protocol.values()])
         thr = np.concatenate([h.thr_err for h in protocol.values()])
         covered = np.concatenate(inside)
-        passed, total, failures = in_range(curves, mode, verbose)
-        label = "data-only" if mode == "data" else "with priors"
-        print(f"tokenroof {label}:")
-        print(f"  in range (fit all, predict them): {passed}/{total} curves within 10% (or 2× their residual)")
-        for failure in failures:
-            print(f"    {failure}")
-        print(f"  extrapolation over {tpot.size} held-out points: TPOT {figures(tpot)}   throughput {figures(thr)}")
-        print(f"  90% intervals, leave-one-curve-out: {covered.mean():.1%} of held-out points inside")
+        report(curves, mode, verbose, "(intervals leave-one-curve-out)", tpot, f"   throughput {figures(thr)}", covered)
         cal = learned[mode]
         print(
             f"  constants on all curves: κ = {cal.kappa_per_doubling:.2f} per doubling past the data, "

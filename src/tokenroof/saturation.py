@@ -24,21 +24,18 @@ from typing import Any
 import numpy as np
 
 from tokenroof.errors import TokenroofError
-from tokenroof.simulate import Lengths, Workload, simulate
+from tokenroof.simulate import Lengths, Workload, percentiles_ms, simulate
 from tokenroof.stepmodel import StepModel, mean_context_tokens
 
 STATISTICS = ("mean", "p50", "p90", "p99")
 WINDOW = (0.2, 0.8)  # completions bracketing the steady state
 
 
-def percentiles_ms(values_s: np.ndarray) -> dict[str, float]:
-    ms = values_s[~np.isnan(values_s)] * 1e3
-    return {
-        "mean": float(ms.mean()),
-        "p50": float(np.percentile(ms, 50)),
-        "p90": float(np.percentile(ms, 90)),
-        "p99": float(np.percentile(ms, 99)),
-    }
+def measured(stats: dict[str, float | None]) -> dict[str, float]:
+    """The statistics of a run that had requests to measure (at_cap keeps a window full of them)."""
+    if any(v is None for v in stats.values()):
+        raise TokenroofError("the simulated window holds no request to measure")
+    return {k: float(v) for k, v in stats.items() if v is not None}
 
 
 @dataclass(frozen=True)
@@ -103,8 +100,8 @@ def at_cap(
     return AtCap(
         max_num_seqs,
         float(result.step_batches[in_window].sum() / span),
-        percentiles_ms(tpot[inside]),
-        percentiles_ms((first - admitted)[inside]),
+        measured(percentiles_ms(tpot[inside])),
+        measured(percentiles_ms((first - admitted)[inside])),
         float((result.step_batches * overlap_s).sum() / span),
         result.preemptions,
     )

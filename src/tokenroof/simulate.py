@@ -189,16 +189,8 @@ class SimResult:
         if tpot_slo_ms is not None:
             good &= ~(tpot * 1e3 > tpot_slo_ms)
 
-        def pct(values: np.ndarray) -> dict[str, float | None]:
-            values = values[sent & ~np.isnan(values)] * 1e3
-            if values.size == 0:  # e.g. TPOT of one-token outputs
-                return dict.fromkeys(("mean", "p50", "p90", "p99"))
-            return {
-                "mean": float(values.mean()),
-                "p50": float(np.percentile(values, 50)),
-                "p90": float(np.percentile(values, 90)),
-                "p99": float(np.percentile(values, 99)),
-            }
+        def pct(values_s: np.ndarray) -> dict[str, float | None]:
+            return percentiles_ms(values_s[sent])
 
         kv_fraction = None
         if self.kv_capacity_tokens:
@@ -228,6 +220,20 @@ class SimResult:
     def _itl_ms(self, in_window: np.ndarray) -> list[float]:
         steps = self.step_durations_s[in_window] if in_window.any() else self.step_durations_s
         return [float(steps.mean() * 1e3), *(float(np.percentile(steps, q) * 1e3) for q in (50, 90, 99))]
+
+
+def percentiles_ms(values_s: np.ndarray) -> dict[str, float | None]:
+    """Mean and p50/p90/p99 in ms of durations in seconds, NaNs left out (None where none remain: the TPOT of
+    one-token outputs)."""
+    ms = values_s[~np.isnan(values_s)] * 1e3
+    if ms.size == 0:
+        return dict.fromkeys(("mean", "p50", "p90", "p99"))
+    return {
+        "mean": float(ms.mean()),
+        "p50": float(np.percentile(ms, 50)),
+        "p90": float(np.percentile(ms, 90)),
+        "p99": float(np.percentile(ms, 99)),
+    }
 
 
 ROUTERS = ("round-robin", "least-outstanding")
