@@ -3,7 +3,8 @@
 The likelihood: every measured TPOT is the model's times a log-normal error of one
 relative size σ (estimated from the fit, at least 1%). Every structure of
 structures.py predicts every point, its residual is counted over all points, and the
-structures are weighed by AICc (Akaike weights): predictions are the weighted
+structures are weighed by AICc (Akaike weights; plain AIC when no structure has
+points enough for the correction): predictions are the weighted
 (geometric) average, and the answer says which structure carried it and how surely.
 
 Each structure is a step model fitted to a *support* of points, plus a **small-batch
@@ -14,8 +15,9 @@ missed nor allowed to bend the slope that governs every prediction past the data
 
 What TPOT counts decides how a running-batch cap shows (`Curve`): past the cap TPOT
 stays flat when it excludes queueing (vLLM's TPOT, an ITL) and grows with the queue
-when it is end-to-end time per token. Points past a cap the data show are left out of
-the fit and named (`past_cap`).
+when it is end-to-end time per token. Points past a cap the data show are named
+(`past_cap`): preempted ones are left out, ones behind a server's cap are fitted as the
+steps at that cap.
 
 Intervals come from refitting noisy copies of the fitted curve (noise at σ, the
 prior's centres redrawn), the copies shared among the structures by their weights;
