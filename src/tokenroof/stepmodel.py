@@ -22,7 +22,7 @@ TPOT(b) = T_step(b); throughput(b) = b / T_step(b). All times in seconds.
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, replace
+from dataclasses import asdict, dataclass, fields, replace
 from typing import Any
 
 import numpy as np
@@ -69,6 +69,13 @@ class StepModel:
     experts_per_token: int = 0
     overlap: float = 1.0
     prompts_folded: bool = False  # fitted to online steps: the prompts' cost is already in the per-sequence terms
+
+    def __post_init__(self) -> None:
+        """Plain Python numbers (fits hand over numpy scalars): readable reprs and JSON."""
+        for f in fields(self):
+            value = getattr(self, f.name)
+            if isinstance(value, np.floating | np.integer):
+                object.__setattr__(self, f.name, value.item())
 
     # -- terms ------------------------------------------------------------------
     def experts_touched(self, batch: ArrayLike) -> NDArray[np.float64]:
