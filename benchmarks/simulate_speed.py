@@ -28,7 +28,7 @@ def run(n: int) -> None:
     print(
         f"{n:>9,} requests (llama-3.1-8b on h100-sxm, 20 req/s, 1000-in/300-out lognormal): "
         f"{summary['simulated_s']:,.0f} s simulated in {wall:.2f} s wall = {summary['simulated_s'] / wall:,.0f}× "
-        f"real time; {summary['steps']:,} steps, mean running batch {summary['mean_running_batch']:.1f}, "
+        f"real time; {summary['steps']:,} steps, mean running batch {summary['running_batch']:.1f}, "
         f"TTFT p99 {summary['ttft_ms']['p99']:.0f} ms, TPOT p99 {summary['tpot_ms']['p99']:.1f} ms"
     )
 

@@ -25,7 +25,7 @@ def test_advice_fields_and_memory_binding() -> None:
     advice = advise(SM, 20.0).to_dict()
     assert advice["max_num_seqs"] == 316
     assert advice["binding"] == "tpot"
-    assert advice["tpot_ms_at_cap"] <= 20.0
+    assert advice["at_cap"]["tpot_ms"] <= 20.0 and advice["slo"]["statistic"] == "mean"
     assert advice["engine_flags"]["vllm"] == "--max-num-seqs 316"
     limited = advise(SM, 20.0, memory_limit=150).to_dict()
     assert limited["max_num_seqs"] == 150 and limited["binding"] == "memory"
@@ -54,7 +54,7 @@ def test_engine_flags_spelling() -> None:
 def test_cli_advise_from_measurements_and_from_specs() -> None:
     data = run_json(["advise", SEED, "--tpot-slo-ms", "30", "--samples", "20"])
     assert data["max_num_seqs"] > 128
-    lo, hi = data["max_num_seqs_interval"]
+    lo, hi = data["max_num_seqs_low"], data["max_num_seqs_high"]
     assert lo <= data["max_num_seqs"] <= hi
     data = run_json(["advise", "-m", "llama-3.1-8b", "-H", "h100-sxm", "--context", "2048", "--tpot-slo-ms", "30"])
     assert data["binding"] == "memory" and data["max_num_seqs"] == 208

@@ -25,7 +25,7 @@ def test_low_load_ttft_is_the_prefill_step_and_tpot_the_batch_1_step() -> None:
     # time-averaged over the steady-state window, idle time included (bench's definition): one request's
     # prefill step and 19 decode steps every 20 s
     busy_s = prefill_step + 19 * float(SM.step_time_s(1))
-    assert summary["mean_running_batch"] == pytest.approx(busy_s / 20.0, rel=0.01)
+    assert summary["running_batch"] == pytest.approx(busy_s / 20.0, rel=0.01)
 
 
 def test_saturation_throughput_is_the_models_throughput_at_the_cap() -> None:
@@ -33,7 +33,7 @@ def test_saturation_throughput_is_the_models_throughput_at_the_cap() -> None:
     workload = Workload(rate_req_s=10_000, input_len=Lengths(1), output_len=Lengths(200), num_requests=2_000)
     summary = simulate(SM, workload, max_num_seqs=cap).summary()
     # every step runs the cap; admissions add ≈ cap/200 prompt tokens per step (hidden under the weights)
-    assert summary["mean_running_batch"] == pytest.approx(cap, rel=0.01)
+    assert summary["running_batch"] == pytest.approx(cap, rel=0.01)
     assert summary["throughput_tok_s"] == pytest.approx(float(SM.throughput_tok_s(cap)), rel=0.02)
     assert summary["queue_wait_ms"]["p90"] > 1_000  # the rest queue
 
@@ -73,7 +73,7 @@ def test_small_kv_cache_preempts_and_loses_throughput() -> None:
     small = simulate(SM, workload, max_num_seqs=64, kv_capacity_tokens=20_000).summary()
     assert small["preemptions"] > 0
     assert small["throughput_tok_s"] < 0.9 * ample["throughput_tok_s"]
-    assert small["mean_running_batch"] < 0.8 * ample["mean_running_batch"]
+    assert small["running_batch"] < 0.8 * ample["running_batch"]
     assert 0.5 < small["kv_use_mean_fraction"] <= 1.0
     # every request still completes all its tokens
     assert small["requests"] == 400
@@ -90,7 +90,7 @@ def test_two_replicas_at_twice_the_rate_behave_like_one() -> None:
     one = simulate(SM, Workload(20, *lengths, num_requests=4000)).summary()
     two = simulate(SM, Workload(40, *lengths, num_requests=8000), replicas=2).summary()
     assert two["replicas"] == 2
-    assert two["mean_running_batch"] == pytest.approx(one["mean_running_batch"], rel=0.05)
+    assert two["running_batch"] == pytest.approx(one["running_batch"], rel=0.05)
     assert two["tpot_ms"]["p50"] == pytest.approx(one["tpot_ms"]["p50"], rel=0.03)
     assert two["throughput_tok_s"] == pytest.approx(2 * one["throughput_tok_s"], rel=0.05)
 
@@ -178,7 +178,7 @@ def test_cli_rate_sweep(tmp_path) -> None:  # type: ignore[no-untyped-def]
             str(tmp_path / "sweep.png"),
         ]
     )
-    rates = data["rates"]
+    rates = data["points"]
     assert [r["rate_req_s"] for r in rates] == [5, 50, 500]
     ttft = [r["ttft_ms"]["p99"] for r in rates]
     assert ttft[0] < ttft[1] < ttft[2]  # queueing grows with load
@@ -191,7 +191,7 @@ def test_steady_state_figures_do_not_depend_on_the_run_length() -> None:
     34 req/s for one 35 req/s load at 2,000, 6,000 and 30,000 requests."""
     lengths = (Lengths(300, "lognormal", 0.5), Lengths(100, "lognormal", 0.5))
     runs = [simulate(SM, Workload(35, *lengths, num_requests=n), max_num_seqs=64).summary() for n in (2000, 30000)]
-    for key in ("throughput_tok_s", "request_throughput_req_s", "goodput_req_s", "mean_running_batch"):
+    for key in ("throughput_tok_s", "request_throughput_req_s", "goodput_req_s", "running_batch"):
         assert runs[0][key] == pytest.approx(runs[1][key], rel=0.03), key
     assert runs[1]["request_throughput_req_s"] == pytest.approx(35, rel=0.02)
     # overloaded: the rate is what completes, not what was offered

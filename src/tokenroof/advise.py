@@ -4,13 +4,18 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Protocol
 
 import numpy as np
 from numpy.typing import ArrayLike, NDArray
 
 from tokenroof.errors import TokenroofError
 from tokenroof.units import MS_PER_S
+
+if TYPE_CHECKING:
+    from tokenroof.deployment import Physics
+    from tokenroof.predict import Workload
 
 SEARCH_LIMIT = 1_000_000
 
@@ -79,22 +84,56 @@ class Advice:
     warnings: list[str] = field(default_factory=list)
 
     def to_dict(self) -> dict[str, Any]:
-        given_up = 1 - self.throughput_tok_s_at_cap / self.reference_throughput_tok_s
-        return {
-            "tpot_slo_ms": self.tpot_slo_ms,
+        """The contract's advise shape; the TPOT is the step time, so every token of a full batch takes it (mean)."""
+        at_cap = {
             "max_num_seqs": self.cap,
-            "max_num_seqs_interval": self.cap_interval,
-            "binding": self.binding,
-            "tpot_ms_at_cap": self.tpot_ms_at_cap,
-            "throughput_tok_s_at_cap": self.throughput_tok_s_at_cap,
-            "knee_batch": self.knee_batch,
-            "reference_batch": self.reference_batch,
-            "reference_throughput_tok_s": self.reference_throughput_tok_s,
-            "throughput_given_up_fraction": max(given_up, 0.0),
-            "engine_flags": engine_flags(self.cap),
-            "source": self.source,
-            "warnings": list(self.warnings),
+            "tpot_ms": self.tpot_ms_at_cap,
+            "ttft_ms": None,
+            "throughput_tok_s": self.throughput_tok_s_at_cap,
+            "running_batch": float(self.cap),
+            "preemptions": None,
         }
+        reference = {"max_num_seqs": self.reference_batch, "throughput_tok_s": self.reference_throughput_tok_s}
+        low, high = self.cap_interval
+        return advice_dict(
+            {"statistic": "mean", "tpot_ms": self.tpot_slo_ms, "ttft_ms": None},
+            (self.cap, low, high),
+            self.binding,
+            at_cap,
+            self.knee_batch,
+            reference,
+            self.source,
+            self.warnings,
+        )
+
+
+def advice_dict(
+    slo: dict[str, Any],
+    cap: tuple[int, int | None, int | None],
+    binding: str,
+    at_cap: dict[str, Any],
+    knee_batch: float | None,
+    reference: dict[str, Any],
+    source: str,
+    warnings: Sequence[str],
+) -> dict[str, Any]:
+    """advise's one JSON shape, whichever way the cap was found (schemas/advise.schema.json)."""
+    given_up = 1 - at_cap["throughput_tok_s"] / reference["throughput_tok_s"]
+    return {
+        "slo": slo,
+        "max_num_seqs": cap[0],
+        "max_num_seqs_low": cap[1],
+        "max_num_seqs_high": cap[2],
+        "interval_level": None if cap[1] is None else 0.9,
+        "binding": binding,
+        "at_cap": at_cap,
+        "knee_batch": knee_batch,
+        "reference": reference,
+        "throughput_given_up_fraction": max(given_up, 0.0),
+        "engine_flags": engine_flags(cap[0]),
+        "source": source,
+        "warnings": list(warnings),
+    }
 
 
 def advise(
@@ -148,3 +187,104 @@ def advise(
         source=source,
         warnings=warnings,
     )
+
+
+# -- advise as the command asks it ---------------------------------------------------------
+@dataclass(frozen=True)
+class Targets:
+    """The targets and the statistic they bound (the scheduler's answer; the decode-only answer is the mean)."""
+
+    tpot_slo_ms: float
+    ttft_slo_ms: float | None = None
+    statistic: str = "p99"
+
+
+def advise_answer(
+    files: Sequence[Path],
+    physics: Physics,
+    flags: Workload,
+    targets: Targets,
+    max_num_batched_tokens: int | None = None,
+    samples: int = 200,
+) -> dict[str, Any]:
+    """advise's JSON: from the scheduler simulate uses when the lengths are known (prefill included), else from
+    the decode step time alone — fitted to `files`, or from first principles."""
+    if not files and not physics.known:
+        raise TokenroofError("give a measurement file, or --model and --hardware for the first-principles curve")
+    if flags.input_len is not None and flags.output_len is not None and not flags.decode_only:
+        data = advise_with_prefill(files, physics, flags, targets, max_num_batched_tokens)
+    else:
+        if targets.ttft_slo_ms is not None:
+            raise TokenroofError("--ttft-slo-ms needs --input-len and --output-len (the prompts decide TTFT)")
+        data = advise_decode_only(files, physics, flags, targets.tpot_slo_ms, samples)
+    return data
+
+
+def advise_with_prefill(
+    files: Sequence[Path], physics: Physics, flags: Workload, targets: Targets, max_num_batched_tokens: int | None
+) -> dict[str, Any]:
+    """advise from the scheduler: the fitted (portable) or first-principles step model, a replica kept full."""
+    from tokenroof.saturation import advise_cap
+    from tokenroof.simulate import Lengths
+
+    assert flags.input_len is not None and flags.output_len is not None
+    notes: list[str] = []
+    if files:
+        from tokenroof.fit import fit_table
+        from tokenroof.predict import read_with_prior
+        from tokenroof.travel import portable
+
+        table, prior = read_with_prior(list(files), physics, flags, flags_are_target=True)
+        travelling = portable(fit_table(table, prior, n_samples=0), table)
+        sm, notes = travelling.step_model, [*table.warnings, *travelling.notes(flags.mean_context)]
+        source = f"fitted to {table.source}, run on simulate's scheduler"
+    else:
+        sm = physics.step_model()
+        source = f"first principles: {physics.label()}, run on simulate's scheduler"
+    result = advise_cap(
+        sm,
+        Lengths(round(flags.input_len)),
+        Lengths(round(flags.output_len)),
+        targets.tpot_slo_ms,
+        targets.ttft_slo_ms,
+        targets.statistic,
+        physics.kv_pool_tokens(),
+        max_num_batched_tokens,
+        source=source,
+    )
+    result.warnings = notes + result.warnings
+    return {**result.to_dict(), "step_model": sm.to_dict()}
+
+
+def advise_decode_only(
+    files: Sequence[Path], physics: Physics, flags: Workload, tpot_slo_ms: float, samples: int
+) -> dict[str, Any]:
+    """advise from the decode step time alone (no prompts in the steps): the fitted curve or first principles."""
+    if files:
+        from tokenroof.fit import fit_table
+        from tokenroof.predict import read_with_prior
+
+        table, prior = read_with_prior(list(files), physics, flags)
+        fit = fit_table(table, prior, n_samples=max(samples, 10))
+        result = advise(
+            fit.as_step_time(),
+            tpot_slo_ms,
+            0.0,
+            int(fit.curve.cap) if fit.curve.cap is not None else None,
+            fit.sample_models(),
+            f"fitted to {table.source} ({fit.method}); the decode step time (no prompts in the steps)",
+        )
+        result.warnings = list(table.warnings) + result.warnings
+        return {**result.to_dict(), "step_model": fit.step_model.to_dict()}
+    ctx = flags.mean_context or 1024.0
+    sm = physics.step_model()
+    result = advise(
+        sm,
+        tpot_slo_ms,
+        ctx,
+        physics.max_batch(ctx),
+        (),
+        f"first principles: {physics.label()}, context {ctx:g}, the decode step time (no prompts in the steps; give "
+        "--input-len and --output-len for the scheduler's answer)",
+    )
+    return {**result.to_dict(), "step_model": sm.to_dict()}

@@ -1,6 +1,7 @@
-"""What is deployed: model × hardware × precision × tensor parallelism, resolved once from the flags.
+"""What is deployed: model × hardware × precision × tensor parallelism, and the server built from it.
 
-`Physics` is what `--model/--hardware/--dtype/--kv-dtype/--compute-dtype/--tp` name,
+`Deployment` (below) is the whole of it: the step model's source, the lengths, the KV budget, the batch cap and
+the token budget. `Physics` is what `--model/--hardware/--dtype/--kv-dtype/--compute-dtype/--tp` name,
 and the one place that turns them into a first-principles step model, a physics prior
 for a fit, or the KV-cache pool a server would have. Commands take one `Physics`
 instead of six loose flags; without a model and hardware it is `known == False` (data
@@ -9,16 +10,21 @@ only).
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 from tokenroof.errors import TokenroofError
+from tokenroof.stepmodel import mean_context_tokens
 
 if TYPE_CHECKING:
     from tokenroof.fit import Prior
+    from tokenroof.measurements import MeasurementTable
     from tokenroof.predict import Workload
+    from tokenroof.simulate import Lengths
     from tokenroof.specs import Precision
     from tokenroof.stepmodel import StepModel
+    from tokenroof.travel import Travelling
 
 
 @dataclass(frozen=True)
@@ -85,3 +91,78 @@ class Physics:
 
     def label(self) -> str:
         return f"{self.model} on {self.hardware} ×{self.tp}"
+
+
+@dataclass(frozen=True)
+class Deployment:
+    """One deployment, resolved once from the flags: what serves and how, and the traffic's lengths.
+
+    The step model comes from exactly one source: `physics` (first principles), a measured table to `fit` (with
+    `physics` as its prior when known), or a saved `step_model_file`. `kv_cache_tokens` is the KV budget given,
+    else the pool `physics` implies (`kv_budget_tokens`), else unlimited. Every command that runs the scheduler
+    (advise with lengths, simulate, plan, emulate) builds its server from this object, so the same flags build the
+    same server everywhere.
+    """
+
+    physics: Physics = Physics()
+    fit: Path | None = None
+    step_model_file: Path | None = None
+    input_len: Lengths | None = None
+    output_len: Lengths | None = None
+    max_num_seqs: int = 256
+    kv_cache_tokens: int | None = None
+    max_num_batched_tokens: int | None = None
+
+    def __post_init__(self) -> None:
+        sources = (self.fit is not None) + (self.step_model_file is not None)
+        if sources > 1 or (self.step_model_file is not None and self.physics.model is not None):
+            raise TokenroofError(
+                "give one step-model source: --model/--hardware, --fit FILE (with --model/--hardware as its prior), "
+                "or --step-model JSON"
+            )
+        if sources == 0 and not self.physics.known:
+            raise TokenroofError("give one step-model source: --model/--hardware, --fit FILE or --step-model JSON")
+        for flag, value in (
+            ("--max-num-seqs", self.max_num_seqs),
+            ("--kv-cache-tokens", self.kv_cache_tokens),
+            ("--max-num-batched-tokens", self.max_num_batched_tokens),
+        ):
+            if value is not None and value < 1:
+                raise TokenroofError(f"{flag} must be at least 1, got {value}")
+
+    @property
+    def mean_context_tokens(self) -> float | None:
+        """Mean tokens in the KV cache over a request's decode (input + output/2); None without lengths."""
+        if self.input_len is None or self.output_len is None:
+            return None
+        return mean_context_tokens(self.input_len.mean, self.output_len.mean)
+
+    def kv_budget_tokens(self) -> int | None:
+        """The KV-cache capacity the server has: as given, else from the memory `physics` leaves, else None."""
+        return self.kv_cache_tokens if self.kv_cache_tokens is not None else self.physics.kv_pool_tokens()
+
+    def step_models(self, n_samples: int = 0) -> tuple[Travelling, list[StepModel]]:
+        """The step model (with what it was fitted under) and, for a fit, `n_samples` interval samples."""
+        from tokenroof.travel import Travelling, from_table, read_step_model
+
+        if self.step_model_file is not None:
+            return read_step_model(self.step_model_file), []
+        if self.fit is not None:
+            return from_table(self.fit, self._prior_of, n_samples)
+        return Travelling(self.physics.step_model()), []
+
+    def _prior_of(self, table: MeasurementTable) -> Prior | None:
+        from tokenroof.predict import Workload
+
+        if not self.physics.known:
+            return None
+        if table.context_tokens is None and table.semantics.mean_context is None:
+            raise TokenroofError(
+                f"{self.fit}: fitting with --model/--hardware needs the workload the table was measured at: add a "
+                "'# input_len=… output_len=…' line or a context_tokens column (--input-len/--output-len here "
+                "describe the workload to run, not the one measured)"
+            )
+        return self.physics.prior(Workload.from_table(table))
+
+    def with_physics(self, physics: Physics) -> Deployment:
+        return replace(self, physics=physics)

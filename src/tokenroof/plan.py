@@ -2,7 +2,7 @@
 
 Each candidate is simulated (`simulate`) over several seeds and, when the step
 model comes from a fit, over samples of the fit; a candidate is feasible when the
-worst of those runs meets both p99 targets. The search walks replica counts up
+worst of those runs meets both targets (on the SLO's statistic: p99 unless told). The search walks replica counts up
 from the throughput lower bound and, at each, tries batch caps from large to
 small; the cheapest feasible count wins, and among its caps the one with the most
 headroom. Candidates are evaluated in parallel processes.
@@ -17,9 +17,11 @@ from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
 
+import numpy as np
+
 from tokenroof.advise import engine_flags
 from tokenroof.errors import TokenroofError
-from tokenroof.saturation import at_cap
+from tokenroof.saturation import STATISTICS, at_cap
 from tokenroof.simulate import Workload, simulate
 from tokenroof.stepmodel import StepModel
 
@@ -28,8 +30,23 @@ CAPS = (256, 128, 64, 32, 16, 8)
 
 @dataclass(frozen=True)
 class Slo:
-    ttft_p99_ms: float
-    tpot_p99_ms: float
+    """TTFT and TPOT targets on one statistic of their per-request distributions (mean, p50, p90 or p99)."""
+
+    ttft_ms: float
+    tpot_ms: float
+    statistic: str = "p99"
+
+    def __post_init__(self) -> None:
+        if self.statistic not in STATISTICS:
+            raise TokenroofError(f"unknown --slo-statistic '{self.statistic}'; known: {', '.join(STATISTICS)}")
+        if not (0 < self.ttft_ms < math.inf and 0 < self.tpot_ms < math.inf):
+            raise TokenroofError("SLOs must be positive finite numbers of milliseconds")
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"statistic": self.statistic, "ttft_ms": self.ttft_ms, "tpot_ms": self.tpot_ms}
+
+    def label(self, metric: str) -> str:
+        return f"{metric} {self.statistic}"
 
 
 @dataclass(frozen=True)
@@ -40,39 +57,65 @@ class Candidate:
 
 @dataclass
 class Outcome:
-    """A candidate's runs: p99s per (seed, model sample)."""
+    """A candidate's runs, one per (seed, model sample): each run's TTFT and TPOT distributions."""
 
     candidate: Candidate
-    ttft_p99_ms: list[float] = field(default_factory=list)
-    tpot_p99_ms: list[float] = field(default_factory=list)
+    ttft_ms: list[dict[str, float | None]] = field(default_factory=list)
+    tpot_ms: list[dict[str, float | None]] = field(default_factory=list)
     throughput_tok_s: list[float] = field(default_factory=list)
     preemptions: list[int] = field(default_factory=list)
 
+    def worst(self, metric: str, statistic: str) -> float:
+        """The largest `statistic` of `metric` over the runs (a run with no value counts as never meeting it)."""
+        values = [run[statistic] for run in getattr(self, metric)]
+        return max(math.inf if v is None else v for v in values)
+
     def feasible(self, slo: Slo) -> bool:
-        return max(self.ttft_p99_ms) <= slo.ttft_p99_ms and max(self.tpot_p99_ms) <= slo.tpot_p99_ms
+        return (
+            self.worst("ttft_ms", slo.statistic) <= slo.ttft_ms and self.worst("tpot_ms", slo.statistic) <= slo.tpot_ms
+        )
 
     def headroom(self, slo: Slo) -> float:
-        return min(slo.ttft_p99_ms / max(self.ttft_p99_ms), slo.tpot_p99_ms / max(self.tpot_p99_ms))
+        return min(
+            slo.ttft_ms / self.worst("ttft_ms", slo.statistic), slo.tpot_ms / self.worst("tpot_ms", slo.statistic)
+        )
 
     def binding(self, slo: Slo) -> str:
         """The constraint closest to (or past) its limit, named by its cause."""
-        ttft = max(self.ttft_p99_ms) / slo.ttft_p99_ms
-        tpot = max(self.tpot_p99_ms) / slo.tpot_p99_ms
+        ttft = self.worst("ttft_ms", slo.statistic) / slo.ttft_ms
+        tpot = self.worst("tpot_ms", slo.statistic) / slo.tpot_ms
         if max(self.preemptions) > 0 and ttft >= tpot:
             return "KV-cache capacity (preemptions raise TTFT)"
-        return "TTFT p99 (queueing)" if ttft >= tpot else "TPOT p99 (batch size)"
+        return f"{slo.label('TTFT')} (queueing)" if ttft >= tpot else f"{slo.label('TPOT')} (batch size)"
 
     def to_dict(self, slo: Slo) -> dict[str, Any]:
-        return {
+        """The contract's shape: each distribution is the median run, `_low`/`_high` the smallest and largest run."""
+        row: dict[str, Any] = {
             "replicas": self.candidate.replicas,
             "max_num_seqs": self.candidate.max_num_seqs,
             "feasible": self.feasible(slo),
-            "ttft_p99_ms": [min(self.ttft_p99_ms), max(self.ttft_p99_ms)],
-            "tpot_p99_ms": [min(self.tpot_p99_ms), max(self.tpot_p99_ms)],
-            "throughput_tok_s": [min(self.throughput_tok_s), max(self.throughput_tok_s)],
-            "preemptions": max(self.preemptions),
-            "binding": self.binding(slo),
         }
+        for metric in ("ttft_ms", "tpot_ms"):
+            runs = getattr(self, metric)
+            for suffix, pick in (("", _median), ("_low", min), ("_high", max)):
+                row[metric + suffix] = {s: _over(runs, s, pick) for s in STATISTICS}
+        row["throughput_tok_s"] = _median(self.throughput_tok_s)
+        row["throughput_tok_s_low"] = min(self.throughput_tok_s)
+        row["throughput_tok_s_high"] = max(self.throughput_tok_s)
+        row["preemptions"] = max(self.preemptions)
+        row["binding"] = self.binding(slo)
+        return row
+
+
+def _median(values: Sequence[float]) -> float:
+    return float(np.median(values))
+
+
+def _over(
+    runs: Sequence[dict[str, float | None]], statistic: str, pick: Callable[[list[float]], float]
+) -> float | None:
+    values = [run[statistic] for run in runs]
+    return None if any(v is None for v in values) else float(pick([v for v in values if v is not None]))
 
 
 def run_candidate(args: tuple[Candidate, Sequence[StepModel], Workload, Sequence[int], int | None]) -> Outcome:
@@ -89,8 +132,8 @@ def run_candidate(args: tuple[Candidate, Sequence[StepModel], Workload, Sequence
                 replicas=candidate.replicas,
                 router="least-outstanding",
             ).summary()
-            outcome.ttft_p99_ms.append(s["ttft_ms"]["p99"])
-            outcome.tpot_p99_ms.append(s["tpot_ms"]["p99"])
+            outcome.ttft_ms.append(s["ttft_ms"])
+            outcome.tpot_ms.append(s["tpot_ms"])
             outcome.throughput_tok_s.append(s["throughput_tok_s"])
             outcome.preemptions.append(s["preemptions"])
     return outcome
@@ -119,11 +162,12 @@ class Plan:
     def to_dict(self) -> dict[str, Any]:
         return {
             "feasible": self.chosen is not None,
-            "replica_saturated": {"max_num_seqs": self.replica[0], "throughput_tok_s": self.replica[1]},
+            "reference": {"max_num_seqs": self.replica[0], "throughput_tok_s": self.replica[1]},
             "chosen": None if self.chosen is None else self.chosen.to_dict(self.slo),
             "reason": self.reason,
-            "slo": {"ttft_p99_ms": self.slo.ttft_p99_ms, "tpot_p99_ms": self.slo.tpot_p99_ms},
-            "tried": [o.to_dict(self.slo) for o in self.tried],
+            "slo": self.slo.to_dict(),
+            "interval": "_low/_high: the smallest and largest over every seed × model sample",
+            "points": [o.to_dict(self.slo) for o in self.tried],
             "engine_flags": None if self.chosen is None else engine_flags(self.chosen.candidate.max_num_seqs),
             "warnings": [],
         }
@@ -167,9 +211,7 @@ def make_plan(
     ray_address: str | None = None,
     progress: Callable[[int, int], None] | None = None,
 ) -> Plan:
-    """Cheapest replica count (then most headroom) meeting both p99 SLOs in every seed × model sample."""
-    if slo.ttft_p99_ms <= 0 or slo.tpot_p99_ms <= 0:
-        raise TokenroofError("SLOs must be positive")
+    """Cheapest replica count (then most headroom) meeting both SLOs in every seed × model sample."""
     if not models:
         raise TokenroofError("no step model to plan with")
     best_cap, per_replica = max(
@@ -200,7 +242,7 @@ def make_plan(
                     )
                 reason = f"{replicas} replicas is the fewest that meets both SLOs ({why})"
                 return Plan(slo, best, tried, reason, (best_cap, per_replica))
-            if all(max(o.tpot_p99_ms) > slo.tpot_p99_ms for o in outcomes) and replicas > start + 1:
+            if all(o.worst("tpot_ms", slo.statistic) > slo.tpot_ms for o in outcomes) and replicas > start + 1:
                 break  # more replicas do not lower TPOT once queueing is gone: the step itself is too slow
     closest = max(tried, key=lambda o: o.headroom(slo))
     return Plan(

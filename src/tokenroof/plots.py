@@ -159,17 +159,18 @@ def plot_simulation(result: SimResult, path: Path) -> None:
 
 
 def plot_plan(data: dict[str, Any], path: Path) -> None:
-    """The plan's frontier: p99 TTFT and TPOT of every candidate against the targets."""
+    """The plan's frontier: TTFT and TPOT (the SLO's statistic, worst run) of every candidate against the targets."""
     plt = _pyplot()
+    stat = data["slo"]["statistic"]
     fig, (ax_ttft, ax_tpot) = plt.subplots(1, 2, figsize=(12, 4.5))
-    for replicas in sorted({t["replicas"] for t in data["tried"]}):
-        rows = sorted((t for t in data["tried"] if t["replicas"] == replicas), key=lambda t: t["max_num_seqs"])
+    for replicas in sorted({t["replicas"] for t in data["points"]}):
+        rows = sorted((t for t in data["points"] if t["replicas"] == replicas), key=lambda t: t["max_num_seqs"])
         caps = [t["max_num_seqs"] for t in rows]
-        ax_ttft.plot(caps, [t["ttft_p99_ms"][1] for t in rows], marker="o", label=f"{replicas} replicas")
-        ax_tpot.plot(caps, [t["tpot_p99_ms"][1] for t in rows], marker="o", label=f"{replicas} replicas")
-    ax_ttft.axhline(data["slo"]["ttft_p99_ms"], color="red", ls="--", label="target")
-    ax_tpot.axhline(data["slo"]["tpot_p99_ms"], color="red", ls="--", label="target")
-    for ax, name in ((ax_ttft, "p99 TTFT (ms)"), (ax_tpot, "p99 TPOT (ms)")):
+        ax_ttft.plot(caps, [t["ttft_ms_high"][stat] for t in rows], marker="o", label=f"{replicas} replicas")
+        ax_tpot.plot(caps, [t["tpot_ms_high"][stat] for t in rows], marker="o", label=f"{replicas} replicas")
+    ax_ttft.axhline(data["slo"]["ttft_ms"], color="red", ls="--", label="target")
+    ax_tpot.axhline(data["slo"]["tpot_ms"], color="red", ls="--", label="target")
+    for ax, name in ((ax_ttft, f"{stat} TTFT (ms)"), (ax_tpot, f"{stat} TPOT (ms)")):
         ax.set_xscale("log", base=2)
         ax.set_yscale("log")
         ax.set_xlabel("max_num_seqs")

@@ -5,7 +5,8 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -19,6 +20,9 @@ from tokenroof.specs import HardwareSpec, ModelSpec, Precision
 from tokenroof.stepmodel import StepModel, mean_context_tokens
 from tokenroof.travel import online
 from tokenroof.units import MS_PER_S
+
+if TYPE_CHECKING:
+    from tokenroof.deployment import Physics
 
 # Spread (log) of the per-sequence slope that measured efficiencies imply: the calibrated first-principles
 # step model missed this CPU's measured TPOT by 5-35% (median over the batches of a config) in
@@ -243,7 +247,8 @@ class PredictResult:
         return {
             "predictions": self.predictions(),
             "critical_batch": crit,
-            "critical_batch_interval": crit_interval,
+            "critical_batch_low": crit_interval[0],
+            "critical_batch_high": crit_interval[1],
             "critical_batch_reason": reason,
             "knee_batch": sm.knee_batch(0.0),
             "throughput_asymptote_tok_s": sm.throughput_asymptote_tok_s(0.0),
@@ -267,9 +272,31 @@ class PredictResult:
             ),
             "prior_conflicts": list(self.fit.conflicts),
             "model": terms,
+            "step_model": sm.to_dict(),
             "measured": self.table.to_dict(),
             "warnings": list(self.warnings),
         }
+
+
+def read_with_prior(
+    files: list[Path], physics: Physics, flags: Workload, flags_are_target: bool = False
+) -> tuple[MeasurementTable, Prior | None]:
+    """The measured table, and the physics prior when the model and hardware are known (None: data only).
+
+    The prior's context is --context, else the mean of the table's context_tokens column, else from the lengths
+    (the flags', else the table's): never a silent 0 (Workload.from_table raises). With `flags_are_target` (advise
+    asking about a workload) the lengths the table states win, and the flags only stand in for lengths it lacks.
+    """
+    from tokenroof.measurements import read_table
+
+    table = read_table(files)
+    if not physics.known:
+        return table, None
+    input_len, output_len = flags.input_len, flags.output_len
+    if flags_are_target and (table.semantics.mean_context is not None or table.context_tokens is not None):
+        input_len = output_len = None
+    workload = Workload.from_table(table, flags.context_tokens, input_len, output_len, flags.decode_only)
+    return table, physics.prior(workload)
 
 
 # -- warnings -----------------------------------------------------------------------------

@@ -95,7 +95,7 @@ def prediction(console: Console, data: dict[str, Any]) -> None:
         table_line += f"; prior at a mean context of {fmt(m['context_tokens'])} tokens"
     console.print(table_line, style="dim", highlight=False)
     crit = data["critical_batch"]
-    lo, hi = data["critical_batch_interval"]
+    lo, hi = data["critical_batch_low"], data["critical_batch_high"]
     crit_text = "none" if crit is None else fmt(crit)
     if crit is not None and lo is not None:
         crit_text += f" (90%: {fmt(lo)}–{fmt(hi) if hi is not None else 'none'})"
@@ -124,26 +124,33 @@ def prediction(console: Console, data: dict[str, Any]) -> None:
     console.print(table)
 
 
+def at_statistic(value: float | dict[str, float | None] | None, statistic: str) -> float | None:
+    """A model value (a number) as it is, a distribution's `statistic`."""
+    return value.get(statistic) if isinstance(value, dict) else value
+
+
 def advice(console: Console, data: dict[str, Any]) -> None:
-    lo, hi = data["max_num_seqs_interval"]
+    lo, hi = data["max_num_seqs_low"], data["max_num_seqs_high"]
     interval = f" (90%: {lo}–{hi})" if lo is not None else ""
     console.print(f"[dim]{data['source']}[/]", highlight=False)
-    stat = data.get("statistic", "step-time")
-    target = f"{stat} TPOT ≤ {fmt(data['tpot_slo_ms'])} ms"
-    at_cap = f"TPOT {fmt(data['tpot_ms_at_cap'])} ms"
-    if data.get("ttft_slo_ms") is not None:
-        target += f", {stat} TTFT ≤ {fmt(data['ttft_slo_ms'])} ms"
-    if data.get("ttft_ms_at_cap") is not None:
-        at_cap += f", TTFT {fmt(data['ttft_ms_at_cap'])} ms"
+    slo, at_cap = data["slo"], data["at_cap"]
+    stat = slo["statistic"]
+    target = f"{stat} TPOT ≤ {fmt(slo['tpot_ms'])} ms"
+    if slo.get("ttft_ms") is not None:
+        target += f", {stat} TTFT ≤ {fmt(slo['ttft_ms'])} ms"
+    reached = f"TPOT {fmt(at_statistic(at_cap['tpot_ms'], stat))} ms"
+    if at_cap.get("ttft_ms") is not None:
+        reached += f", TTFT {fmt(at_statistic(at_cap['ttft_ms'], stat))} ms"
     console.print(
         f"{target} → batch cap [bold]{data['max_num_seqs']}[/]{interval}, bound by {data['binding']}: "
-        f"{at_cap}, {fmt(data['throughput_tok_s_at_cap'])} tok/s",
+        f"{reached}, {fmt(at_cap['throughput_tok_s'])} tok/s",
         highlight=False,
     )
+    reference = data["reference"]
     console.print(
         f"throughput–latency knee at batch ≈ {fmt(data['knee_batch'])}; the cap gives up "
-        f"{data['throughput_given_up_fraction']:.0%} of the {fmt(data['reference_throughput_tok_s'])} tok/s "
-        f"available at batch {fmt(data['reference_batch'])}",
+        f"{data['throughput_given_up_fraction']:.0%} of the {fmt(reference['throughput_tok_s'])} tok/s "
+        f"available at batch {fmt(reference['max_num_seqs'])}",
         highlight=False,
     )
     table = Table(title="set it", title_justify="left")
@@ -178,7 +185,7 @@ def simulation(console: Console, data: dict[str, Any]) -> None:
     console.print(
         f"{data['requests']:,} requests over {fmt(data['simulated_s'])} s simulated ({data['steps']:,} steps): "
         f"{fmt(data['throughput_tok_s'])} tok/s, {fmt(data['request_throughput_req_s'])} req/s, goodput "
-        f"{fmt(data['goodput_req_s'])} req/s, mean running batch {fmt(data['mean_running_batch'])}",
+        f"{fmt(data['goodput_req_s'])} req/s, mean running batch {fmt(data['running_batch'])}",
         highlight=False,
     )
     if data.get("kv_cache_tokens"):
@@ -214,8 +221,9 @@ def plan_result(console: Console, data: dict[str, Any]) -> None:
             )
         console.print(choices)
         console.print(f"cheapest: [bold]{data.get('hardware')} ×tp{data.get('tp')}[/]", highlight=False)
+    stat = slo["statistic"]
     console.print(
-        f"targets: p99 TTFT ≤ {fmt(slo['ttft_p99_ms'])} ms, p99 TPOT ≤ {fmt(slo['tpot_p99_ms'])} ms", highlight=False
+        f"targets: {stat} TTFT ≤ {fmt(slo['ttft_ms'])} ms, {stat} TPOT ≤ {fmt(slo['tpot_ms'])} ms", highlight=False
     )
     chosen = data["chosen"]
     if chosen is None:
@@ -225,22 +233,31 @@ def plan_result(console: Console, data: dict[str, Any]) -> None:
         cost = f", {data['cost_per_hour']:.2f} per hour" if data.get("cost_per_hour") is not None else ""
         console.print(
             f"[bold]{chosen['replicas']} replicas × max_num_seqs {chosen['max_num_seqs']}[/] ({gpus} GPUs{cost}): "
-            f"p99 TTFT {fmt(chosen['ttft_p99_ms'][0])}–{fmt(chosen['ttft_p99_ms'][1])} ms, p99 TPOT "
-            f"{fmt(chosen['tpot_p99_ms'][0])}–{fmt(chosen['tpot_p99_ms'][1])} ms over seeds and model samples; "
+            f"{stat} TTFT {fmt(chosen['ttft_ms_low'][stat])}–{fmt(chosen['ttft_ms_high'][stat])} ms, {stat} TPOT "
+            f"{fmt(chosen['tpot_ms_low'][stat])}–{fmt(chosen['tpot_ms_high'][stat])} ms over seeds and model samples; "
             f"binding: {chosen['binding']}",
             highlight=False,
         )
         console.print(data["reason"], style="dim", highlight=False)
     table = Table(title="candidates tried", title_justify="left")
-    for col in ("replicas", "max_num_seqs", "p99 TTFT ms", "p99 TPOT ms", "tok/s", "preempt", "meets", "binding"):
+    for col in (
+        "replicas",
+        "max_num_seqs",
+        f"{stat} TTFT ms",
+        f"{stat} TPOT ms",
+        "tok/s",
+        "preempt",
+        "meets",
+        "binding",
+    ):
         table.add_column(col, justify="right")
-    for t in data["tried"]:
+    for t in data["points"]:
         table.add_row(
             str(t["replicas"]),
             str(t["max_num_seqs"]),
-            f"{fmt(t['ttft_p99_ms'][1])}",
-            f"{fmt(t['tpot_p99_ms'][1])}",
-            fmt(t["throughput_tok_s"][0]),
+            f"{fmt(t['ttft_ms_high'][stat])}",
+            f"{fmt(t['tpot_ms_high'][stat])}",
+            fmt(t["throughput_tok_s_low"]),
             str(t["preemptions"]),
             "[green]yes[/]" if t["feasible"] else "no",
             t["binding"],
@@ -263,13 +280,13 @@ def rate_sweep(console: Console, data: dict[str, Any]) -> None:
         "preempt",
     ):
         table.add_column(col, justify="right")
-    for row in data["rates"]:
+    for row in data["points"]:
         table.add_row(
             fmt(row["rate_req_s"]),
             fmt(row["request_throughput_req_s"]),
             fmt(row["goodput_req_s"]),
             fmt(row["throughput_tok_s"]),
-            fmt(row["mean_running_batch"]),
+            fmt(row["running_batch"]),
             fmt(row["ttft_ms"]["p50"]),
             fmt(row["ttft_ms"]["p99"]),
             fmt(row["tpot_ms"]["p50"]),

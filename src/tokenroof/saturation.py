@@ -122,28 +122,18 @@ class CapAdvice:
     warnings: list[str]
 
     def to_dict(self) -> dict[str, Any]:
-        from tokenroof.advise import engine_flags
+        from tokenroof.advise import advice_dict
 
-        given_up = 1 - self.chosen.throughput_tok_s / self.reference.throughput_tok_s
-        return {
-            "statistic": self.statistic,
-            "tpot_slo_ms": self.tpot_slo_ms,
-            "ttft_slo_ms": self.ttft_slo_ms,
-            "max_num_seqs": self.chosen.max_num_seqs,
-            "max_num_seqs_interval": [None, None],
-            "binding": self.binding,
-            "tpot_ms_at_cap": self.chosen.tpot_ms[self.statistic],
-            "ttft_ms_at_cap": self.chosen.ttft_ms[self.statistic],
-            "throughput_tok_s_at_cap": self.chosen.throughput_tok_s,
-            "at_cap": self.chosen.to_dict(),
-            "knee_batch": self.knee_batch,
-            "reference_batch": self.reference.max_num_seqs,
-            "reference_throughput_tok_s": self.reference.throughput_tok_s,
-            "throughput_given_up_fraction": max(given_up, 0.0),
-            "engine_flags": engine_flags(self.chosen.max_num_seqs),
-            "source": self.source,
-            "warnings": list(self.warnings),
-        }
+        return advice_dict(
+            {"statistic": self.statistic, "tpot_ms": self.tpot_slo_ms, "ttft_ms": self.ttft_slo_ms},
+            (self.chosen.max_num_seqs, None, None),
+            self.binding,
+            self.chosen.to_dict(),
+            self.knee_batch,
+            {"max_num_seqs": self.reference.max_num_seqs, "throughput_tok_s": self.reference.throughput_tok_s},
+            self.source,
+            self.warnings,
+        )
 
 
 def advise_cap(

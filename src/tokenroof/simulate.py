@@ -199,7 +199,8 @@ class SimResult:
         return {
             "requests": len(seqs),
             "requests_in_window": int(sent.sum()),
-            "window_s": [w0, w1],
+            "window_start_s": w0,
+            "window_end_s": w1,
             "simulated_s": float(finished.max() - arrival.min()),
             "ttft_ms": pct(ttft),
             "tpot_ms": pct(tpot),
@@ -210,16 +211,22 @@ class SimResult:
             "request_throughput_req_s": float(done.sum() / span),
             "goodput_req_s": float(good.sum() / span),
             "replicas": self.replicas,
-            "mean_running_batch": float((self.step_batches * overlap_s).sum() / span / self.replicas),
+            "running_batch": float((self.step_batches * overlap_s).sum() / span / self.replicas),
             "steps": int(self.step_batches.size),
             "preemptions": self.preemptions,
             "kv_cache_tokens": self.kv_capacity_tokens,
             "kv_use_mean_fraction": kv_fraction,
+            "slo": None if ttft_slo_ms is None and tpot_slo_ms is None else goodput_slo(ttft_slo_ms, tpot_slo_ms),
         }
 
     def _itl_ms(self, in_window: np.ndarray) -> list[float]:
         steps = self.step_durations_s[in_window] if in_window.any() else self.step_durations_s
         return [float(steps.mean() * 1e3), *(float(np.percentile(steps, q) * 1e3) for q in (50, 90, 99))]
+
+
+def goodput_slo(ttft_slo_ms: float | None, tpot_slo_ms: float | None) -> dict[str, Any]:
+    """The targets goodput counts against: each request's own TTFT and TPOT (statistic "request", vLLM's goodput)."""
+    return {"statistic": "request", "ttft_ms": ttft_slo_ms, "tpot_ms": tpot_slo_ms}
 
 
 def percentiles_ms(values_s: np.ndarray) -> dict[str, float | None]:
@@ -320,37 +327,3 @@ def simulate(
     return SimResult(
         done, np.array(starts), np.array(durations), np.array(batches), np.array(kv), capacity, preemptions, replicas
     )
-
-
-def rate_sweep(
-    model: StepModel,
-    rates: list[float],
-    input_len: Lengths,
-    output_len: Lengths,
-    num_requests: int,
-    burstiness: float,
-    max_num_seqs: int,
-    seed: int,
-    kv_capacity_tokens: int | None,
-    replicas: int,
-    router: str,
-    max_num_batched_tokens: int | None,
-    ttft_slo_ms: float | None,
-    tpot_slo_ms: float | None,
-) -> list[dict[str, Any]]:
-    """One simulation per request rate: latency percentiles and goodput against load."""
-    rows = []
-    for rate in rates:
-        workload = Workload(rate, input_len, output_len, num_requests, burstiness)
-        result = simulate(
-            model,
-            workload,
-            max_num_seqs,
-            seed,
-            kv_capacity_tokens,
-            replicas=replicas,
-            router=router,
-            max_num_batched_tokens=max_num_batched_tokens,
-        )
-        rows.append({"rate_req_s": rate, **result.summary(ttft_slo_ms, tpot_slo_ms)})
-    return rows

@@ -17,18 +17,16 @@ from tokenroof.cli import (
     OptHardware,
     OptModel,
     PlotOpt,
+    SloStatisticOpt,
     StepModelFileOpt,
     TpOpt,
     app,
-    err,
     finish,
     handle_errors,
     parse_numbers,
+    progress_bar,
 )
-from tokenroof.cli.serving import load_step_model
-from tokenroof.deployment import Physics
-from tokenroof.errors import TokenroofError
-from tokenroof.stepmodel import mean_context_tokens
+from tokenroof.deployment import Deployment, Physics
 
 
 @app.command()
@@ -67,75 +65,22 @@ def simulate(
     json_output: JsonOpt = False,
 ) -> None:
     """Simulate a workload on the emulator's scheduler with a virtual clock (thousands of times real time)."""
-    from tokenroof.simulate import Lengths, Trace, Workload
-    from tokenroof.simulate import simulate as run_simulation
+    from tokenroof.capacity import Traffic, simulate_rates
+    from tokenroof.simulate import Lengths
 
-    physics = Physics(model, hardware, dtype, kv_dtype, compute_dtype, tp)
-    travelling, _ = load_step_model(physics, fit, step_model)
-    sm = travelling.step_model
-    notes = travelling.notes(mean_context_tokens(input_len, output_len) if trace is None else None)
-    if kv_cache_tokens is None:
-        kv_cache_tokens = physics.kv_pool_tokens()
-    rates = parse_numbers(rate, "--rate")
-    if not rates:
-        raise TokenroofError("--rate needs at least one number")
-    if len(rates) > 1:
-        if trace is not None or out is not None:
-            raise TokenroofError("--trace and --out take a single --rate")
-        from tokenroof.simulate import rate_sweep
-
-        sweep = rate_sweep(
-            sm,
-            rates,
-            Lengths(input_len, input_dist, spread),
-            Lengths(output_len, output_dist, spread),
-            num_requests,
-            burstiness,
-            max_num_seqs,
-            seed,
-            kv_cache_tokens,
-            replicas,
-            router,
-            max_num_batched_tokens,
-            ttft_slo_ms,
-            tpot_slo_ms,
-        )
-        from tokenroof.plots import plot_rate_sweep
-
-        finish(
-            {"rates": sweep, "warnings": notes},
-            render.rate_sweep,
-            json_output,
-            plot,
-            lambda path: plot_rate_sweep(sweep, path),
-        )
-        return
-    workload: Workload | Trace = Workload(
-        rates[0],
+    dep = Deployment(
+        Physics(model, hardware, dtype, kv_dtype, compute_dtype, tp),
+        fit,
+        step_model,
         Lengths(input_len, input_dist, spread),
         Lengths(output_len, output_dist, spread),
-        num_requests,
-        burstiness,
-    )
-    if trace is not None:
-        workload = Trace.read(trace)
-    result = run_simulation(
-        sm,
-        workload,
         max_num_seqs,
-        seed,
         kv_cache_tokens,
-        replicas=replicas,
-        router=router,
-        max_num_batched_tokens=max_num_batched_tokens,
+        max_num_batched_tokens,
     )
-    summary = result.summary(ttft_slo_ms, tpot_slo_ms)
-    summary["warnings"] = notes
-    if out is not None:
-        result.write(out, summary)
-    from tokenroof.plots import plot_simulation
-
-    finish(summary, render.simulation, json_output, plot, lambda path: plot_simulation(result, path))
+    traffic = Traffic(num_requests, burstiness, replicas, router, seed, ttft_slo_ms, tpot_slo_ms)
+    data, draw, sweep = simulate_rates(dep, parse_numbers(rate, "--rate"), traffic, trace, out)
+    finish(data, render.rate_sweep if sweep else render.simulation, json_output, plot, draw)
 
 
 @app.command()
@@ -156,8 +101,9 @@ def plan(
     output_len: Annotated[int, typer.Option(help="Mean output tokens.")] = 300,
     length_dist: Annotated[str, typer.Option(help="fixed, uniform or lognormal.")] = "lognormal",
     spread: Annotated[float, typer.Option(help="Uniform ± fraction, or lognormal sigma.")] = 0.5,
-    ttft_slo_ms: Annotated[float, typer.Option(help="p99 TTFT target (ms).")] = 1000.0,
-    tpot_slo_ms: Annotated[float, typer.Option(help="p99 TPOT target (ms).")] = 50.0,
+    ttft_slo_ms: Annotated[float, typer.Option(help="TTFT target (ms), on --slo-statistic.")] = 1000.0,
+    tpot_slo_ms: Annotated[float, typer.Option(help="TPOT target (ms), on --slo-statistic.")] = 50.0,
+    slo_statistic: SloStatisticOpt = "p99",
     seeds: Annotated[int, typer.Option(help="Simulation seeds per candidate.")] = 3,
     num_requests: Annotated[int, typer.Option(help="Requests per simulation.")] = 4000,
     max_replicas: Annotated[int, typer.Option(help="Give up beyond this many replicas.")] = 64,
@@ -172,70 +118,34 @@ def plan(
     json_output: JsonOpt = False,
     plot: PlotOpt = None,
 ) -> None:
-    """The cheapest replicas × batch cap meeting p99 TTFT and TPOT targets at a request rate, with an interval."""
-    from tokenroof.plan import Slo, make_plan
+    """The cheapest replicas × batch cap meeting TTFT and TPOT targets (p99 unless told) at a request rate, with an
+    interval."""
+    from tokenroof.capacity import Choices, Search, plan_choices
+    from tokenroof.plan import Slo
     from tokenroof.simulate import Lengths, Workload
 
-    chips = [h.strip() for h in hardware.split(",") if h.strip()] if hardware else []
-    degrees = [int(x) for x in parse_numbers(tp_choices, "--tp-choices")] if tp_choices else [tp]
-    prices = parse_numbers(gpu_cost_per_hour, "--gpu-cost-per-hour") if gpu_cost_per_hour else []
-    if prices and len(prices) not in (1, max(len(chips), 1)):
-        raise TokenroofError("give one --gpu-cost-per-hour, or one per --hardware choice")
-    workload = Workload(
-        rate, Lengths(input_len, length_dist, spread), Lengths(output_len, length_dist, spread), num_requests
+    chips = tuple(h.strip() for h in hardware.split(",") if h.strip()) if hardware else ()
+    lengths = Lengths(input_len, length_dist, spread), Lengths(output_len, length_dist, spread)
+    dep = Deployment(Physics(model, chips[0] if chips else None, dtype, kv_dtype, compute_dtype, tp), fit, step_model)
+    choices = Choices(
+        chips,
+        tuple(int(x) for x in parse_numbers(tp_choices, "--tp-choices")) if tp_choices else (tp,),
+        tuple(parse_numbers(gpu_cost_per_hour, "--gpu-cost-per-hour")) if gpu_cost_per_hour else (),
     )
-    slo = Slo(ttft_slo_ms, tpot_slo_ms)
-    choices: list[str | None] = list(chips) or [None]
-    options = [(chip, degree) for chip in choices for degree in degrees]
-    results = []
-    notes: list[str] = []
-    from rich.progress import Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
+    with progress_bar(hidden=json_output, transient=True) as bar:
+        task = bar.add_task("planning", total=None)
 
-    bar = Progress(
-        SpinnerColumn(),
-        TextColumn("{task.description}"),
-        TimeElapsedColumn(),
-        console=err,
-        disable=json_output,
-        transient=True,
-    )
-    task = bar.add_task("planning", total=None)
+        def progress(replicas: int, tried: int) -> None:
+            bar.update(task, description=f"planning: {tried} candidates simulated, now at {replicas} replicas")
 
-    def progress(replicas: int, tried: int) -> None:
-        bar.update(task, description=f"planning: {tried} candidates simulated, now at {replicas} replicas")
-
-    bar.start()
-    for chip, degree in options:
-        physics = Physics(model, chip, dtype, kv_dtype, compute_dtype, degree)
-        travelling, samples = load_step_model(physics, fit, step_model, n_samples=4)
-        models = [travelling.step_model, *samples]
-        notes += [n for n in travelling.notes(workload.mean_context_tokens) if n not in notes]
-        kv = physics.kv_pool_tokens()
-        result = make_plan(
-            models, workload, slo, tuple(range(seeds)), kv, max_replicas, workers, ray_address=ray, progress=progress
+        data = plan_choices(
+            dep,
+            Workload(rate, *lengths, num_requests),
+            Slo(ttft_slo_ms, tpot_slo_ms, slo_statistic),
+            choices,
+            Search(seeds, max_replicas, workers, ray),
+            progress,
         )
-        entry = result.to_dict()
-        entry.update({"hardware": chip, "tp": degree, "gpus_per_replica": degree})
-        if result.chosen is not None:
-            gpus = result.chosen.candidate.replicas * degree
-            entry["gpus"] = gpus
-            if prices:
-                price = prices[0] if len(prices) == 1 or chip is None else prices[chips.index(chip)]
-                entry["cost_per_hour"] = gpus * price
-        results.append(entry)
-    bar.stop()
-    feasible = [r for r in results if r["feasible"]]
-    key = "cost_per_hour" if prices else "gpus"
-    data = min(feasible, key=lambda r: r[key]) if feasible else results[0]
-    data = {**data, "warnings": [*data.get("warnings", []), *notes]}
-    if len(results) > 1:
-        data = {
-            **data,
-            "choices": [
-                {k: r.get(k) for k in ("hardware", "tp", "feasible", "gpus", "cost_per_hour", "reason")}
-                for r in results
-            ],
-        }
     from tokenroof.plots import plot_plan
 
     finish(data, render.plan_result, json_output, plot, lambda path: plot_plan(data, path))
