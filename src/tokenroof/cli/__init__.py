@@ -143,6 +143,9 @@ ComputeOpt = Annotated[
 TpOpt = Annotated[int, typer.Option("--tp", help="Tensor-parallel degree.")]
 FitOpt = Annotated[Path | None, typer.Option(help="Step model fitted to this measurement file (as predict does).")]
 StepModelFileOpt = Annotated[Path | None, typer.Option(help="Step model terms from a JSON file (StepModel fields).")]
+SloStatisticOpt = Annotated[
+    str, typer.Option(help="Which statistic of the per-request TTFT/TPOT the targets bound: mean, p50, p90 or p99.")
+]
 
 
 OptModel = Annotated[
