@@ -17,6 +17,7 @@ from tokenroof.specs.hardware import read_hardware_toml
 
 torch = pytest.importorskip("torch")
 
+from tests.schemas import validate  # noqa: E402
 from tokenroof.bench.calibrate import Calibration, calibrate, quietest  # noqa: E402
 from tokenroof.bench.device import check_fits, memory_needed_bytes, torch_dtype  # noqa: E402
 from tokenroof.bench.local import LocalConfig, make_point, run_bench_local  # noqa: E402
@@ -26,12 +27,21 @@ TINY_SIZES = {"stream_bytes": 2**20, "gemv_bytes": 2**20, "kv_bytes": 2**20, "ge
 
 
 @pytest.fixture(scope="module")
-def calibrated(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """A calibration of this machine at tiny sizes (seconds, not minutes), written as TOML."""
-    result = calibrate("cpu", ("fp32",), repeats=3, sizes=TINY_SIZES, passes=2)
+def calibration() -> Calibration:
+    """A calibration of this machine at tiny sizes (seconds, not minutes)."""
+    return calibrate("cpu", ("fp32",), repeats=3, sizes=TINY_SIZES, passes=2)
+
+
+@pytest.fixture(scope="module")
+def calibrated(calibration: Calibration, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """That calibration written as TOML."""
     path = tmp_path_factory.mktemp("cal") / "calibrated.toml"
-    path.write_text(result.to_toml())
+    path.write_text(calibration.to_toml())
     return path
+
+
+def test_calibrate_json_validates_against_its_schema(calibration: Calibration) -> None:
+    validate("calibrate", {**calibration.to_dict(), "out": None})
 
 
 def test_kernel_rates_come_from_the_quietest_pass_and_overheads_from_one_pass() -> None:
@@ -64,10 +74,11 @@ def test_bench_local_writes_a_csv_that_predict_reads(tiny_config: Path, tmp_path
         ["bench-local", "-m", str(tiny_config), "--batch", "1", "2", "4", "--context", "16", "--steps", "3",
          "--warmup", "1", "--device", "cpu", "--out", str(out), "--hardware", str(calibrated)]
     )  # fmt: skip
+    validate("bench-local", data)
     points = data["points"]
     assert [p["batch"] for p in points] == [1, 2, 4]
     for p in points:
-        assert p["tpot_ms_p10"] <= p["tpot_ms"] <= p["tpot_ms_p90"]
+        assert p["tpot_ms_low"] <= p["tpot_ms"] <= p["tpot_ms_high"]
         assert p["throughput_tok_s"] == pytest.approx(p["batch"] * 1e3 / p["tpot_ms"])
         assert p["context_tokens"] == 16 + 1 + 1  # context + warm-up + (steps - 1) / 2
         assert p["achieved_bytes_per_s"] > 0 and p["predicted_tpot_ms"] > 0 and p["predicted_bound"]

@@ -214,8 +214,8 @@ def plot_bench_local(data: dict[str, Any], path: Path) -> None:
     points = data["points"]
     batch = np.array([p["batch"] for p in points], dtype=float)
     tpot = np.array([p["tpot_ms"] for p in points])
-    low = tpot - np.array([p["tpot_ms_p10"] for p in points])
-    high = np.array([p["tpot_ms_p90"] for p in points]) - tpot
+    low = tpot - np.array([p["tpot_ms_low"] for p in points])
+    high = np.array([p["tpot_ms_high"] for p in points]) - tpot
     fig, (ax_t, ax_x) = plt.subplots(1, 2, figsize=(11, 4.2))
     ax_t.errorbar(batch, tpot, yerr=[np.maximum(low, 0), np.maximum(high, 0)], fmt="o-", capsize=3, label="measured")
     ax_x.plot(batch, batch * 1e3 / tpot, "o-", label="measured")

@@ -358,7 +358,7 @@ def bench_local(console: Console, data: dict[str, Any]) -> None:
         row = [
             fmt(pt["batch"]),
             fmt(pt["tpot_ms"]),
-            f"{fmt(pt['tpot_ms_p10'])}–{fmt(pt['tpot_ms_p90'])}",
+            f"{fmt(pt['tpot_ms_low'])}–{fmt(pt['tpot_ms_high'])}",
             fmt(pt["throughput_tok_s"]),
             fmt(pt["ttft_ms"]),
             fmt(pt["achieved_bytes_per_s"] / 1e9),

@@ -273,19 +273,12 @@ def prefill_time_s(
     tp: int = 1,
     eff: Efficiencies | None = None,
 ) -> Array:
-    """TTFT estimate for one prompt: max(FLOPs / compute, bytes / bandwidth) plus overhead and all-reduce.
+    """TTFT estimate for one prompt alone: the scheduler's own step (`StepModel.step_s`) with no sequence decoding
+    and the prompt as one chunk, so roofline's TTFT and simulate's prefill are one formula.
 
-    FLOPs: 2·matmul params per token plus causal attention 2·L·q_dim·P² (half of the full P×P).
+    That step is t_fixed + matmul_time(weights, P·t_compute + t_attn·P²/2): each prompt token's 2·params FLOPs and
+    causal attention 2·L·q_dim·P² (half of the full P×P) against the weights streamed once.
     """
-    eff = eff or default_efficiencies(hardware, precision)
-    check_parallelism(model, hardware, tp)
+    sm = step_model_from_specs(model, hardware, precision, tp, eff)
     p = np.asarray(prompt_tokens, dtype=float)
-    flops = matmul_flops(model, p, tp) + 2.0 * model.num_layers * model.q_dim * p**2 / tp
-    memory = weight_bytes_streamed(model, precision, p, tp) + p * kv_bytes_per_token(model, precision, tp)
-    compute_s = flops / (hardware.peak_for(precision.compute_dtype) * eff.compute)
-    memory_s = memory / (hardware.memory_bandwidth_bytes_per_s * eff.bandwidth)
-    comm_s = np.zeros_like(p)
-    if tp > 1:
-        link = (hardware.interconnect_bandwidth_bytes_per_s or 0.0) * eff.interconnect
-        comm_s = allreduce_bytes(model, precision, p, tp) / link + 2 * model.num_layers * eff.allreduce_latency_s
-    return eff.step_overhead_s(model.num_layers) + np.maximum(compute_s, memory_s) + comm_s
+    return np.vectorize(lambda tokens: sm.step_s(0.0, 0.0, tokens, tokens * tokens), otypes=[float])(p)

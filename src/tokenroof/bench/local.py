@@ -101,7 +101,10 @@ class LocalPoint:
         return self.batch * 1e3 / self.tpot_ms
 
     def to_dict(self) -> dict[str, Any]:
-        return {**asdict(self), "throughput_tok_s": self.throughput_tok_s}
+        """The contract's keys: the spread of the timed steps (p10–p90) as `tpot_ms_low`/`tpot_ms_high`."""
+        row = asdict(self)
+        row["tpot_ms_low"], row["tpot_ms_high"] = row.pop("tpot_ms_p10"), row.pop("tpot_ms_p90")
+        return {**row, "throughput_tok_s": self.throughput_tok_s}
 
 
 @dataclass
@@ -145,6 +148,8 @@ class LocalResult:
             "warmup_steps": c.warmup,
             "timed_steps": c.steps,
             "hardware": None if self.hardware is None else self.hardware.to_dict(),
+            "interval_level": 0.8,
+            "interval": "_low/_high: p10 and p90 of the timed decode steps",
             "points": [p.to_dict() for p in self.points],
             "warnings": self.warnings,
         }
