@@ -56,7 +56,7 @@ def bench_local(
 ) -> None:
     """Time decode steps of a Llama-family model on this machine (random weights unless --weights)."""
     from tokenroof.bench.device import require_torch, resolve_device
-    from tokenroof.bench.local import LocalConfig, run_bench_local
+    from tokenroof.bench.local import LocalConfig
     from tokenroof.specs import load_hardware, load_model
 
     require_torch()
@@ -82,11 +82,24 @@ def bench_local(
         hardware=hardware,
         memory_fraction=memory_fraction,
     )
-    with progress_bar(json_output, transient=True) as bar:
+    result = measure_with_progress(config, spec, hw, json_output)
+    from tokenroof.plots import plot_bench_local
+
+    data = result.to_dict()
+    finish(data, render.bench_local, json_output, plot, lambda path: plot_bench_local(data, path))
+    if not json_output:
+        err.print(f"wrote {out} (read it with: tokenroof predict {out} --batch ...)", highlight=False)
+
+
+def measure_with_progress(config: Any, spec: Any, hw: Any, hidden: bool) -> Any:
+    """run_bench_local with a progress bar and a line per point; Ctrl-C says where the points so far are."""
+    from tokenroof.bench.local import run_bench_local
+
+    with progress_bar(hidden, transient=True) as bar:
         task = bar.add_task("bench-local", total=len(config.batches) * config.rounds)
 
         def started(result: Any) -> None:
-            bar.update(task, description=f"{spec.name} {dtype} on {result.device_name}")
+            bar.update(task, description=f"{spec.name} {config.dtype} on {result.device_name}")
 
         def measured(point: Any) -> None:
             bar.advance(task)
@@ -98,16 +111,9 @@ def bench_local(
             )
 
         try:
-            result = run_bench_local(config, spec, hw, measured, started)
+            return run_bench_local(config, spec, hw, measured, started)
         except KeyboardInterrupt:
-            raise TokenroofError(f"interrupted; the points measured so far are in {out}") from None
-    from tokenroof.plots import plot_bench_local
-
-    finish(
-        result.to_dict(), render.bench_local, json_output, plot, lambda path: plot_bench_local(result.to_dict(), path)
-    )
-    if not json_output:
-        err.print(f"wrote {out} (read it with: tokenroof predict {out} --batch ...)", highlight=False)
+            raise TokenroofError(f"interrupted; the points measured so far are in {config.out}") from None
 
 
 @app.command()
