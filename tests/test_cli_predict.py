@@ -71,7 +71,7 @@ def test_curve_from_the_shared_data() -> None:
         (["missing.csv", "--batch", "8"], "missing.csv: cannot read"),
         ([SEED, "--batch", "0"], "batch sizes must be positive"),
         ([SEED, "--batch", "8", "-m", "llama-2-7b"], "give both --model and --hardware"),
-        ([SEED, "--batch", "8", "--critical-batch", "-3"], "--critical-batch must be positive"),
+        ([SEED, "--batch", "8", "--critical-batch", "-3"], "--critical-batch must be above 0"),
     ],
 )
 def test_bad_input(args: list[str], message: str) -> None:

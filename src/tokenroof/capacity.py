@@ -7,6 +7,7 @@ answers as the command line.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -103,7 +104,7 @@ class Choices:
     def __post_init__(self) -> None:
         if self.prices and len(self.prices) not in (1, max(len(self.hardware), 1)):
             raise TokenroofError("give one --gpu-cost-per-hour, or one per --hardware choice")
-        if any(p <= 0 for p in self.prices) or any(t < 1 for t in self.tp):
+        if any(not 0 < p < math.inf for p in self.prices) or any(t < 1 for t in self.tp):
             raise TokenroofError("GPU prices must be positive and tensor-parallel degrees at least 1")
 
     def price(self, chip: str | None) -> float | None:

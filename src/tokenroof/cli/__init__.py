@@ -66,12 +66,71 @@ def parse_numbers(text: str, what: str) -> list[float]:
     return values
 
 
+# The range each numeric flag takes, by its parameter name: (lowest, whether the lowest itself is allowed, highest).
+# Every float flag must be finite unless named in ALLOW_INF; integer flags are whole by their type.
+FLAG_RANGES: dict[str, tuple[float, bool, float]] = {
+    "rate": (0, False, math.inf),
+    "burstiness": (0, False, math.inf),
+    "spread": (0, True, 10),
+    "num_requests": (1, True, math.inf),
+    "max_num_seqs": (1, True, math.inf),
+    "replicas": (1, True, math.inf),
+    "seeds": (1, True, math.inf),
+    "max_replicas": (1, True, math.inf),
+    "workers": (1, True, math.inf),
+    "samples": (1, True, math.inf),
+    "tp": (1, True, math.inf),
+    "kv_cache_tokens": (1, True, math.inf),
+    "max_num_batched_tokens": (1, True, math.inf),
+    "max_model_len": (1, True, math.inf),
+    "input_len": (1, True, math.inf),
+    "output_len": (1, True, math.inf),
+    "context": (0, True, math.inf),
+    "prompt_tokens": (1, True, math.inf),
+    "critical_batch": (0, False, math.inf),
+    "roof_tok_s": (0, False, math.inf),
+    "ttft_slo_ms": (0, False, math.inf),
+    "tpot_slo_ms": (0, False, math.inf),
+    "memory_utilization": (0, False, 1),
+    "memory_fraction": (0, False, 1),
+    "bandwidth_efficiency": (0, False, 1),
+    "compute_efficiency": (0, False, 1),
+    "overhead_ms": (0, True, math.inf),
+    "warmup": (0, True, math.inf),
+    "steps": (1, True, math.inf),
+    "rounds": (1, True, math.inf),
+    "repeats": (1, True, math.inf),
+    "passes": (1, True, math.inf),
+}
+ALLOW_INF = {"burstiness"}  # inf = a constant request rate
+
+
+def check_flags(values: dict[str, Any]) -> None:
+    """One line for the first numeric flag out of its range (NaN, an infinity, a negative count, ...)."""
+    for name, value in values.items():
+        if isinstance(value, bool) or not isinstance(value, int | float):
+            continue
+        flag = "--" + name.replace("_", "-")
+        if isinstance(value, float) and (math.isnan(value) or (math.isinf(value) and name not in ALLOW_INF)):
+            raise TokenroofError(f"{flag} must be a finite number, got {value}")
+        if name not in FLAG_RANGES:
+            continue
+        low, inclusive, high = FLAG_RANGES[name]
+        if value < low or (value == low and not inclusive) or value > high:
+            bound = f"{'at least' if inclusive else 'above'} {low:g}" + (
+                f" and at most {high:g}" if high < math.inf else ""
+            )
+            raise TokenroofError(f"{flag} must be {bound}, got {value:g}")
+
+
 def handle_errors(func: F) -> F:
-    """Turn a TokenroofError into one line on stderr and exit status 2 (no traceback)."""
+    """Check the numeric flags, then turn a TokenroofError into one line on stderr and exit status 2 (no
+    traceback)."""
 
     @functools.wraps(func)
     def wrapper(*args: Any, **kwargs: Any) -> Any:
         try:
+            check_flags(kwargs)
             return func(*args, **kwargs)
         except TokenroofError as exc:
             err.print(f"[bold red]error:[/] {escape(str(exc))}", highlight=False, soft_wrap=True)

@@ -27,6 +27,14 @@ from tokenroof.cli import (
     progress_bar,
 )
 from tokenroof.deployment import Deployment, Physics
+from tokenroof.errors import TokenroofError
+
+
+def whole_numbers(text: str, what: str) -> tuple[int, ...]:
+    values = parse_numbers(text, what)
+    if any(not v.is_integer() for v in values):
+        raise TokenroofError(f"{what} takes whole numbers, got {text!r}")
+    return tuple(int(v) for v in values)
 
 
 @app.command()
@@ -129,7 +137,7 @@ def plan(
     dep = Deployment(Physics(model, chips[0] if chips else None, dtype, kv_dtype, compute_dtype, tp), fit, step_model)
     choices = Choices(
         chips,
-        tuple(int(x) for x in parse_numbers(tp_choices, "--tp-choices")) if tp_choices else (tp,),
+        whole_numbers(tp_choices, "--tp-choices") if tp_choices else (tp,),
         tuple(parse_numbers(gpu_cost_per_hour, "--gpu-cost-per-hour")) if gpu_cost_per_hour else (),
     )
     with progress_bar(hidden=json_output, transient=True) as bar:

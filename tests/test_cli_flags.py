@@ -1,0 +1,53 @@
+"""Numeric flags out of range get one line naming the flag, exit status 2 and no traceback (issue 13)."""
+
+from __future__ import annotations
+
+import pytest
+
+from tests.conftest import run_cli
+from tokenroof.cli import FLAG_RANGES, check_flags
+from tokenroof.errors import TokenroofError
+
+SEED = "examples/h100_7b_seed.csv"
+SPECS = ["-m", "llama-3.1-8b", "-H", "h100-sxm"]
+
+
+@pytest.mark.parametrize(
+    ("args", "says"),
+    [
+        (["predict", SEED, "--batch", "256", "--critical-batch", "nan"], "--critical-batch must be a finite number"),
+        (["predict", SEED, "--batch", "256", "--roof-tok-s", "-5"], "--roof-tok-s must be above 0"),
+        (["roofline", *SPECS, "--context", "nan"], "--context must be a finite number"),
+        (["roofline", *SPECS, "--prompt-tokens", "-1"], "--prompt-tokens must be at least 1"),
+        (["roofline", *SPECS, "--memory-utilization", "2"], "--memory-utilization must be above 0 and at most 1"),
+        (["roofline", *SPECS, "--overhead-ms", "-1"], "--overhead-ms must be at least 0"),
+        (["simulate", *SPECS, "--rate", "10", "--spread", "nan"], "--spread must be a finite number"),
+        (["simulate", *SPECS, "--num-requests", "0"], "--num-requests must be at least 1"),
+        (["simulate", *SPECS, "--tpot-slo-ms", "nan"], "--tpot-slo-ms must be a finite number"),
+        (["simulate", *SPECS, "--input-len", "0"], "--input-len must be at least 1"),
+        (["plan", *SPECS, "--rate", "nan"], "--rate must be a finite number"),
+        (["plan", *SPECS, "--seeds", "0"], "--seeds must be at least 1"),
+        (["plan", *SPECS, "--max-replicas", "0"], "--max-replicas must be at least 1"),
+        (["plan", *SPECS, "--tp-choices", "1.5"], "--tp-choices takes whole numbers"),
+        (["plan", *SPECS, "--gpu-cost-per-hour", "nan"], "GPU prices must be positive"),
+        (["plan", *SPECS, "--slo-statistic", "p95"], "unknown --slo-statistic 'p95'"),
+        (["advise", *SPECS, "--context", "inf", "--tpot-slo-ms", "40"], "--context must be a finite number"),
+        (["advise", *SPECS, "--context", "1000", "--tpot-slo-ms", "inf"], "--tpot-slo-ms must be a finite number"),
+    ],
+)
+def test_out_of_range_flags_get_one_line(args: list[str], says: str) -> None:
+    result = run_cli(args)
+    assert result.exit_code == 2, result.output
+    assert says in result.stderr and "Traceback" not in result.output
+    assert len(result.stderr.strip().splitlines()) == 1
+
+
+def test_infinite_burstiness_is_a_constant_rate_not_an_error() -> None:
+    check_flags({"burstiness": float("inf"), "rate": 5.0})
+    with pytest.raises(TokenroofError, match="--rate must be above 0"):
+        check_flags({"rate": 0.0})
+
+
+def test_every_ranged_flag_has_a_sane_range() -> None:
+    for name, (low, _, high) in FLAG_RANGES.items():
+        assert low < high, name
