@@ -83,7 +83,7 @@ def test_bad_requests_get_openai_errors_and_the_server_lives_on() -> None:
             async with session.post(url + "/v1/completions", data=raw) as response:
                 assert response.status == 400
                 error = (await response.json())["error"]
-                assert message in error["message"] and error["type"] == "invalid_request_error"
+                assert message in error["message"] and error["type"] == "BadRequestError" and error["code"] == 400
         async with session.post(url + "/v1/chat/completions", json={"messages": "hi"}) as response:
             assert response.status == 400
         async with session.get(url + "/v2/nothing") as response:
