@@ -143,10 +143,10 @@ def test_fit_with_model_and_hardware_is_the_prior_not_a_conflict(tmp_path: Path)
 def test_bad_step_model_files_name_the_problem(tmp_path: Path) -> None:
     bad = tmp_path / "bad.json"
     bad.write_text(json.dumps({"t_fixed_s": 0.001, "t_weights_s": -1, "t_compute_s": 0, "t_kv_token_s": 0}))
-    with pytest.raises(TokenroofError, match="t_weights_s must be a non-negative number"):
+    with pytest.raises(TokenroofError, match="t_weights_s = -1; must be a non-negative number"):
         read_step_model(bad)
     bad.write_text(json.dumps({"t_fixed_s": 0.001}))
-    with pytest.raises(TokenroofError, match="lacks t_weights_s, t_compute_s, t_kv_token_s"):
+    with pytest.raises(TokenroofError, match=r"missing required field\(s\): t_weights_s, t_compute_s, t_kv_token_s"):
         read_step_model(bad)
     result = run_cli(["simulate", "--step-model", str(bad), "-m", "llama-3.1-8b", "-H", "h100-sxm", "--rate", "1"])
     assert result.exit_code == 2 and "give one step-model source" in result.stderr
@@ -161,13 +161,19 @@ def test_the_table_context_is_required_for_a_fit_with_a_prior(tmp_path: Path) ->
 @pytest.mark.parametrize(
     ("content", "message"),
     [
-        ('{"format": "tokenroof step model", "step_model": [], "fitted_at": 3}', "no step model in it"),
+        (
+            '{"format": "tokenroof step model", "step_model": [], "fitted_at": 3}',
+            "step_model = []; must be a JSON object (and 1 more: fitted_at)",
+        ),
         (
             '{"format": "tokenroof step model", "fitted_at": [1], "step_model": {"t_fixed_s": 0, "t_weights_s": 0.01, '
             '"t_compute_s": 0, "t_kv_token_s": 0, "overlap": 2}}',
-            "overlap must lie in [0, 1]",
+            "step_model.overlap = 2; must be in [0, 1] (and 1 more: fitted_at)",
         ),
-        ('{"t_fixed_s": 0, "t_weights_s": 0.01, "t_compute_s": 0, "t_kv_token_s": true}', "t_kv_token_s must be"),
+        (
+            '{"t_fixed_s": 0, "t_weights_s": 0.01, "t_compute_s": 0, "t_kv_token_s": true}',
+            "t_kv_token_s = true; must be a number",
+        ),
         (
             '{"t_fixed_s": 0, "t_weights_s": 0.01, "t_compute_s": 0, "t_kv_token_s": 0, "num_experts": 2, '
             '"experts_per_token": 4}',
@@ -176,7 +182,7 @@ def test_the_table_context_is_required_for_a_fit_with_a_prior(tmp_path: Path) ->
         (
             '{"format": "tokenroof step model", "fitted_at": {"context_tokens": "lots"}, '
             '"step_model": {"t_fixed_s": 0, "t_weights_s": 0.01, "t_compute_s": 0, "t_kv_token_s": 0}}',
-            "fitted_at.context_tokens must be",
+            'fitted_at.context_tokens = "lots"; must be a number',
         ),
         ("[1, 2]", "expected a JSON object"),
         ("{", "not valid JSON"),

@@ -15,18 +15,29 @@ where it holds.
 from __future__ import annotations
 
 import json
-import math
 from dataclasses import dataclass, fields, replace
 from pathlib import Path
-from typing import Any
+from typing import Annotated, Any, Self
+
+from pydantic import ConfigDict, PlainValidator, model_validator
 
 from tokenroof.errors import TokenroofError
 from tokenroof.fit import Fit, Prior
 from tokenroof.measurements import MeasurementTable
+from tokenroof.specs.validate import (
+    Section,
+    flag,
+    load_json,
+    non_negative,
+    table_error,
+    text,
+    unit_interval,
+    validated,
+    whole,
+)
 from tokenroof.stepmodel import StepModel
 
 FORMAT = "tokenroof step model"
-STEP_FIELDS = {f.name for f in fields(StepModel)}
 
 
 @dataclass(frozen=True)
@@ -140,67 +151,86 @@ def split_terms(sm: StepModel, prior: Prior) -> StepModel:
     return replace(sm, t_compute_s=compute, t_attn_token_s=attn, t_kv_token_s=t_kv, t_seq_s=per_seq)
 
 
+Seconds = Annotated[float, PlainValidator(non_negative)]
+Count = Annotated[int, PlainValidator(whole(0, integral_floats=True))]
+Flag = Annotated[bool, PlainValidator(flag)]
+Text = Annotated[str, PlainValidator(text)]
+
+
+class StepModelFields(Section):
+    """A StepModel as a file holds it: the four main terms required, times in seconds ≥ 0, overlap in [0, 1].
+    Only the StepModel fields: an unknown key is named (a misspelt optional term would fall back to its default)."""
+
+    t_fixed_s: Seconds
+    t_weights_s: Seconds
+    t_compute_s: Seconds
+    t_kv_token_s: Seconds
+    t_seq_s: Seconds = 0.0
+    t_attn_token_s: Seconds = 0.0
+    t_expert_s: Seconds = 0.0
+    num_experts: Count = 0
+    experts_per_token: Count = 0
+    overlap: Annotated[float, PlainValidator(unit_interval)] = 1.0
+    prompts_folded: Flag = False
+
+    @model_validator(mode="after")
+    def _routing(self) -> Self:
+        if self.experts_per_token > self.num_experts:
+            raise table_error(f"experts_per_token exceeds num_experts ({self.experts_per_token} > {self.num_experts})")
+        return self
+
+    def step_model(self) -> StepModel:
+        return StepModel(**{f.name: getattr(self, f.name) for f in fields(StepModel)})
+
+
+class PredictTerms(StepModelFields):
+    """`predict --json`'s "model": the StepModel fields beside derived values, which are not read."""
+
+    model_config = ConfigDict(extra="ignore", frozen=True)
+
+    context_tokens: Annotated[float, PlainValidator(non_negative)] | None = None
+
+
+class FittedAt(Section):
+    context_tokens: Annotated[float, PlainValidator(non_negative)] | None = None
+    prefill_ratio: Annotated[float, PlainValidator(non_negative)] | None = None
+    source: Text | None = None
+    prior: Text | None = None
+
+
+def _format(value: Any) -> str:
+    if value != FORMAT:
+        raise ValueError(f"expected {json.dumps(FORMAT)} (a file `predict --save-model` wrote)")
+    return FORMAT
+
+
+class SavedModel(Section):
+    """What `predict --save-model` writes (`Travelling.to_json`)."""
+
+    format: Annotated[str, PlainValidator(_format)]
+    step_model: StepModelFields
+    fitted_at: FittedAt = FittedAt()
+    split: Flag = False
+
+
 def read_step_model(path: Path) -> Travelling:
-    """A saved model (`predict --save-model`), `predict --json` output, or a plain StepModel object."""
-    try:
-        data = json.loads(path.read_text())
-    except OSError as exc:
-        raise TokenroofError(f"{path}: cannot read ({exc.strerror})") from None
-    except json.JSONDecodeError as exc:
-        raise TokenroofError(f"{path}: not valid JSON (line {exc.lineno}: {exc.msg})") from None
+    """A saved model (`predict --save-model`, told by its "format"), `predict --json` output (told by its
+    "predictions"), or a bare StepModel object."""
+    data = load_json(path)
     if not isinstance(data, dict):
         raise TokenroofError(f"{path}: expected a JSON object with the StepModel fields")
-    if data.get("format") == FORMAT:
-        at = data.get("fitted_at")
-        at = at if isinstance(at, dict) else {}
-        prior = at.get("prior")
+    if "format" in data:
+        saved = validated(SavedModel, data, str(path), "a JSON object")
+        at = saved.fitted_at
         return Travelling(
-            step_model_from(data.get("step_model"), path),
-            optional_number(at.get("context_tokens"), path, "fitted_at.context_tokens"),
-            optional_number(at.get("prefill_ratio"), path, "fitted_at.prefill_ratio") or 0.0,
-            data.get("split") is True,
-            str(at.get("source") or path),
-            prior if isinstance(prior, str) else None,
+            saved.step_model.step_model(),
+            at.context_tokens,
+            at.prefill_ratio or 0.0,
+            saved.split,
+            at.source or str(path),
+            at.prior,
         )
-    if isinstance(data.get("model"), dict) and "predictions" in data:  # predict --json
-        model = data["model"]
-        context = optional_number(model.get("context_tokens"), path, "model.context_tokens")
-        return Travelling(step_model_from(model, path), context, 0.0, False, f"{path} (predict --json)")
-    return Travelling(step_model_from(data, path), source=str(path))
-
-
-def optional_number(value: Any, path: Path, key: str) -> float | None:
-    if value is None:
-        return None
-    if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value) or value < 0:
-        raise TokenroofError(f"{path}: {key} must be a non-negative number, got {value!r}")
-    return float(value)
-
-
-def step_model_from(data: Any, path: Path) -> StepModel:
-    if not isinstance(data, dict):
-        raise TokenroofError(f"{path}: no step model in it")
-    missing = [k for k in ("t_fixed_s", "t_weights_s", "t_compute_s", "t_kv_token_s") if k not in data]
-    if missing:
-        raise TokenroofError(
-            f"{path}: the step model lacks {', '.join(missing)}; fields: {', '.join(sorted(STEP_FIELDS))}"
-        )
-    values = {k: v for k, v in data.items() if k in STEP_FIELDS}
-    if not isinstance(values.get("prompts_folded", False), bool):
-        raise TokenroofError(f"{path}: prompts_folded must be true or false, got {values['prompts_folded']!r}")
-    for key, value in values.items():
-        if key != "prompts_folded":
-            optional_number(value, path, key)
-    if values.get("overlap", 1.0) > 1:
-        raise TokenroofError(f"{path}: overlap must lie in [0, 1], got {values['overlap']!r}")
-    for key in ("num_experts", "experts_per_token"):
-        if key in values and values[key] != int(values[key]):
-            raise TokenroofError(f"{path}: {key} must be a whole number, got {values[key]!r}")
-        if key in values:
-            values[key] = int(values[key])
-    if values.get("experts_per_token", 0) > values.get("num_experts", 0):
-        raise TokenroofError(f"{path}: experts_per_token exceeds num_experts")
-    try:
-        return StepModel(**values)
-    except TypeError as exc:
-        raise TokenroofError(f"{path}: not a StepModel ({exc})") from None
+    if "predictions" in data:  # predict --json
+        terms = validated(PredictTerms, data.get("model"), str(path), "a JSON object", where="model")
+        return Travelling(terms.step_model(), terms.context_tokens, 0.0, False, f"{path} (predict --json)")
+    return Travelling(validated(StepModelFields, data, str(path), "a JSON object").step_model(), source=str(path))

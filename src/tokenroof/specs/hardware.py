@@ -2,17 +2,26 @@
 
 from __future__ import annotations
 
-import tomllib
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import MappingProxyType
-from typing import Any
+from typing import Annotated, Any
+
+from pydantic import AfterValidator, BeforeValidator, ConfigDict, Field, PlainValidator, model_validator
 
 from tokenroof.errors import TokenroofError
-from tokenroof.specs.precision import canonical_dtype
-
-REQUIRED_FIELDS = ("name", "peaks", "memory_bytes", "memory_bandwidth_bytes_per_s", "peak_flops_per_s")
+from tokenroof.specs.precision import DTYPE_BYTES, canonical_dtype
+from tokenroof.specs.validate import (
+    Plausible,
+    Section,
+    fraction,
+    load_toml,
+    table_error,
+    text,
+    unit_interval,
+    validated,
+)
 
 
 @dataclass(frozen=True)
@@ -56,84 +65,149 @@ class HardwareSpec:
         }
 
 
-def _positive(value: Any, where: str) -> float:
-    if isinstance(value, bool) or not isinstance(value, int | float) or not value > 0:
-        raise TokenroofError(f"{where} must be a positive number, got {value!r}")
-    return float(value)
+# -- the file ------------------------------------------------------------------------
+# Units sanity: SI units in every key, and ranges no real accelerator (or a calibrated CPU) falls outside;
+# a value outside names the slip it looks like ("memory_bytes = 80; looks like GB; give bytes (80e9)").
+MEMORY_BYTES = Plausible(
+    "bytes", 1e8, 1e14, 80e9, (("GB", 1e9), ("MB", 1e6), ("TB", 1e12), ("KB", 1e3), ("bytes scaled twice", 1e-9))
+)
+BANDWIDTH = (("GB/s", 1e9), ("TB/s", 1e12), ("MB/s", 1e6), ("bytes/s scaled twice", 1e-9))
+MEMORY_BANDWIDTH = Plausible("bytes per second", 1e8, 1e15, 2e12, BANDWIDTH)
+INTERCONNECT_BANDWIDTH = Plausible("bytes per second", 1e8, 1e14, 100e9, BANDWIDTH)
+FLOPS = Plausible(
+    "FLOP/s",
+    1e8,
+    1e18,
+    500e12,
+    (("TFLOP/s", 1e12), ("GFLOP/s", 1e9), ("PFLOP/s", 1e15), ("FLOP/s scaled twice", 1e-12)),
+)
+OVERHEAD_SECONDS = Plausible("seconds", 0.0, 1.0, 1e-3, (("ms", 1e-3), ("µs", 1e-6)))
+
+
+def _dense(value: Any) -> str:
+    if value != "dense":
+        raise ValueError(
+            'tokenroof needs dense peaks (halve with-sparsity numbers) and the file must say peaks = "dense"'
+        )
+    return "dense"
+
+
+def _name(value: Any) -> str:
+    if not text(value).strip():
+        raise ValueError("must name the accelerator")
+    return str(value)
+
+
+def _dtype(value: Any) -> str:
+    try:
+        return canonical_dtype(text(value), "dtype")
+    except TokenroofError as exc:
+        raise ValueError(str(exc)) from None
+
+
+def _one_peak_per_dtype(peaks: Any) -> Any:
+    """Before the keys are made canonical: `bf16` and `bfloat16` both given is one dtype twice."""
+    if isinstance(peaks, Mapping):
+        names = [canonical_dtype_or_none(str(key)) for key in peaks]
+        twice = sorted({n for n in names if n is not None and names.count(n) > 1})
+        if twice:
+            raise table_error(f"gives {', '.join(twice)} twice (under different names); give each dtype once")
+    return peaks
+
+
+def _some_peak(peaks: dict[str, float]) -> dict[str, float]:
+    if not peaks:
+        raise ValueError("must give at least one dense peak, such as bf16 = 989.4e12")
+    return peaks
+
+
+Fraction = Annotated[float, PlainValidator(fraction)]
+Overhead = Annotated[float, PlainValidator(OVERHEAD_SECONDS)]
+Dtype = Annotated[str, PlainValidator(_dtype)]
+
+
+class EfficiencyTerms(Section):
+    """Measured efficiencies: fractions of the peaks in (0, 1], overheads in seconds, overlap in [0, 1]."""
+
+    bandwidth: Fraction | None = None
+    compute: Fraction | None = None
+    interconnect: Fraction | None = None
+    kv_bandwidth: Fraction | None = None
+    overhead_s: Overhead | None = None
+    overhead_s_per_layer: Overhead | None = None
+    allreduce_latency_s: Overhead | None = None
+    overlap: Annotated[float, PlainValidator(unit_interval)] | None = None
+
+
+class Efficiencies(EfficiencyTerms):
+    """`[efficiencies]`: global terms, and `[efficiencies.<weight dtype>]` tables that override them."""
+
+    model_config = ConfigDict(extra="allow", frozen=True)
+    __pydantic_extra__: dict[str, EfficiencyTerms] = Field(init=False)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _dtype_tables(cls, data: Any) -> Any:
+        if not isinstance(data, Mapping):
+            return data
+        result: dict[str, Any] = {}
+        for key, value in data.items():
+            if key in EfficiencyTerms.model_fields:
+                result[key] = value
+            elif not isinstance(value, Mapping):
+                known = ", ".join(EfficiencyTerms.model_fields)
+                raise table_error(f"unknown key {key!r} (known: {known}, or a dtype sub-table)")
+            elif (dtype := canonical_dtype_or_none(str(key))) is None:
+                raise table_error(f"unknown dtype in [efficiencies.{key}]; known: {', '.join(sorted(DTYPE_BYTES))}")
+            elif dtype in result:
+                raise table_error(f"[efficiencies.{key}] is {dtype} again; give each dtype once")
+            else:
+                result[dtype] = value
+        return result
+
+
+def canonical_dtype_or_none(name: str) -> str | None:
+    try:
+        return canonical_dtype(name)
+    except TokenroofError:
+        return None
+
+
+class HardwareFile(Section):
+    """A hardware TOML as written: every key known, every number in its SI unit and range."""
+
+    name: Annotated[str, PlainValidator(_name)]
+    peaks: Annotated[str, PlainValidator(_dense)]
+    memory_bytes: Annotated[float, PlainValidator(MEMORY_BYTES)]
+    memory_bandwidth_bytes_per_s: Annotated[float, PlainValidator(MEMORY_BANDWIDTH)]
+    interconnect_bandwidth_bytes_per_s: Annotated[float, PlainValidator(INTERCONNECT_BANDWIDTH)] | None = None
+    peak_flops_per_s: Annotated[
+        dict[Dtype, Annotated[float, PlainValidator(FLOPS)]],
+        BeforeValidator(_one_peak_per_dtype),
+        AfterValidator(_some_peak),
+    ]
+    efficiencies: Efficiencies = Efficiencies()
+    measured: dict[str, Any] = Field(default_factory=dict)  # what `tokenroof calibrate` measured, kept as written
+    source: dict[str, Any] = Field(default_factory=dict)
 
 
 def hardware_from_dict(data: Mapping[str, Any], origin: str, key: str = "") -> HardwareSpec:
-    """Validate a parsed hardware TOML; every problem names the file and the field."""
-    missing = [f for f in REQUIRED_FIELDS if f not in data]
-    if missing:
-        raise TokenroofError(f"{origin}: missing required field(s): {', '.join(missing)}")
-    if data["peaks"] != "dense":
-        raise TokenroofError(
-            f"{origin}: peaks = {data['peaks']!r}; tokenroof needs dense peaks (halve with-sparsity numbers) "
-            'and the file must say peaks = "dense"'
-        )
-    raw_peaks = data["peak_flops_per_s"]
-    if not isinstance(raw_peaks, Mapping) or not raw_peaks:
-        raise TokenroofError(f"{origin}: [peak_flops_per_s] must be a table such as bf16 = 989.4e12")
-    peaks = {
-        canonical_dtype(k, f"dtype in {origin} [peak_flops_per_s]"): _positive(v, f"{origin}: peak_flops_per_s.{k}")
-        for k, v in raw_peaks.items()
-    }
-    interconnect = data.get("interconnect_bandwidth_bytes_per_s")
-    efficiencies = _efficiencies(data.get("efficiencies", {}), origin)
-    source = data.get("source", {})
+    """Validate a parsed hardware TOML; every problem is one line naming the file and the key."""
+    hw = validated(HardwareFile, data, origin)
     return HardwareSpec(
-        name=str(data["name"]),
-        memory_bytes=_positive(data["memory_bytes"], f"{origin}: memory_bytes"),
-        memory_bandwidth_bytes_per_s=_positive(
-            data["memory_bandwidth_bytes_per_s"], f"{origin}: memory_bandwidth_bytes_per_s"
-        ),
-        peak_flops_per_s=MappingProxyType(peaks),
-        interconnect_bandwidth_bytes_per_s=None
-        if interconnect is None
-        else _positive(interconnect, f"{origin}: interconnect_bandwidth_bytes_per_s"),
-        peaks="dense",
-        source=MappingProxyType({str(k): str(v) for k, v in source.items()}) if isinstance(source, Mapping) else {},
+        name=hw.name,
+        memory_bytes=hw.memory_bytes,
+        memory_bandwidth_bytes_per_s=hw.memory_bandwidth_bytes_per_s,
+        peak_flops_per_s=MappingProxyType(dict(hw.peak_flops_per_s)),
+        interconnect_bandwidth_bytes_per_s=hw.interconnect_bandwidth_bytes_per_s,
+        peaks=hw.peaks,
+        source=MappingProxyType({str(k): str(v) for k, v in hw.source.items()}),
         key=key,
-        efficiencies=efficiencies,
-        measured=dict(data.get("measured", {})) if isinstance(data.get("measured"), Mapping) else {},
+        efficiencies=hw.efficiencies.model_dump(exclude_none=True),
+        measured=dict(hw.measured),
     )
-
-
-EFFICIENCY_FRACTIONS = ("bandwidth", "compute", "interconnect", "kv_bandwidth")
-EFFICIENCY_SECONDS = ("overhead_s", "overhead_s_per_layer", "allreduce_latency_s")
-EFFICIENCY_OTHER = ("overlap",)  # a fraction in [0, 1]: 0 is allowed
-
-
-def _efficiencies(raw: Any, origin: str) -> dict[str, Any]:
-    """`[efficiencies]`: fractions of the peaks in (0, 1], overheads in seconds, and per-dtype sub-tables."""
-    if not isinstance(raw, Mapping):
-        raise TokenroofError(f"{origin}: [efficiencies] must be a table")
-    result: dict[str, Any] = {}
-    for key, value in raw.items():
-        where = f"{origin}: efficiencies.{key}"
-        if isinstance(value, Mapping):
-            result[canonical_dtype(key, f"dtype in {origin} [efficiencies]")] = _efficiencies(value, where)
-            continue
-        if key not in EFFICIENCY_FRACTIONS + EFFICIENCY_SECONDS + EFFICIENCY_OTHER:
-            known = ", ".join(EFFICIENCY_FRACTIONS + EFFICIENCY_SECONDS + EFFICIENCY_OTHER)
-            raise TokenroofError(f"{where}: unknown key (known: {known}, or a dtype sub-table)")
-        if isinstance(value, bool) or not isinstance(value, int | float) or value < 0:
-            raise TokenroofError(f"{where} must be a non-negative number, got {value!r}")
-        if key in EFFICIENCY_FRACTIONS and not 0 < value <= 1:
-            raise TokenroofError(f"{where} = {value:g}; a fraction of the peak must be in (0, 1]")
-        if key in EFFICIENCY_OTHER and not 0 <= value <= 1:
-            raise TokenroofError(f"{where} = {value:g}; must be in [0, 1]")
-        result[key] = float(value)
-    return result
 
 
 def read_hardware_toml(path: Path, key: str = "") -> HardwareSpec:
     """Load one hardware TOML file."""
-    try:
-        data = tomllib.loads(path.read_text())
-    except tomllib.TOMLDecodeError as exc:
-        raise TokenroofError(f"{path}: not valid TOML ({exc})") from None
-    except OSError as exc:
-        raise TokenroofError(f"{path}: cannot read ({exc.strerror})") from None
-    return hardware_from_dict(data, str(path), key or path.stem)
+    return hardware_from_dict(load_toml(path), str(path), key or path.stem)

@@ -8,13 +8,15 @@ known family works the same as a preset.
 
 from __future__ import annotations
 
-import json
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Annotated, Any, Self
+
+from pydantic import AliasChoices, ConfigDict, Field, PlainValidator, model_validator
 
 from tokenroof.errors import TokenroofError
+from tokenroof.specs.validate import Section, flag, load_json, positive, table_error, text, validated, whole
 
 
 @dataclass(frozen=True)
@@ -61,6 +63,7 @@ KEYS: dict[str, tuple[str, ...]] = {
     "moe_intermediate_size": ("moe_intermediate_size",),
 }
 REQUIRED = ("hidden_size", "num_layers", "num_attention_heads", "vocab_size")
+NORM_EPS_KEYS = ("rms_norm_eps", "layer_norm_eps", "layer_norm_epsilon")
 
 
 @dataclass(frozen=True)
@@ -212,73 +215,151 @@ def _lookup(config: Mapping[str, Any], field: str) -> Any:
     return None
 
 
-def _int_field(config: Mapping[str, Any], field: str, origin: str) -> int | None:
-    value = _lookup(config, field)
-    if value is None:
-        return None
-    if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
-        raise TokenroofError(f"{origin}: field '{KEYS[field][0]}' must be a positive integer, got {value!r}")
-    return value
+def _family(value: Any) -> str:
+    name = text(value).lower()
+    if name not in FAMILIES:
+        raise ValueError(f"not a known family (known: {', '.join(sorted(FAMILIES))})")
+    return name
 
 
-def model_from_config(config: Mapping[str, Any], origin: str, name: str = "") -> ModelSpec:
-    """Build a ModelSpec from a parsed config.json; errors name the file and the missing field."""
-    if "text_config" in config and _lookup(config, "hidden_size") is None:
-        config = {**config["text_config"], "_source": config.get("_source", "")}
-    missing = [
+def _table(value: Any) -> dict[str, Any]:
+    if not isinstance(value, Mapping):
+        raise ValueError("must be a JSON object")
+    return dict(value)
+
+
+Size = Annotated[int, PlainValidator(whole(1))]
+Positive = Annotated[float, PlainValidator(positive)]
+Flag = Annotated[bool, PlainValidator(flag)]
+Table = Annotated[dict[str, Any], PlainValidator(_table)]
+Text = Annotated[str, PlainValidator(text)]
+
+
+class RopeParameters(Section):
+    """`rope_parameters` (newer configs): the theta and, unless "default", the scaling."""
+
+    model_config = ConfigDict(extra="allow", frozen=True)
+
+    rope_theta: Positive | None = None
+    rope_type: Text = "default"
+
+
+def _keys(field: str) -> Any:
+    return Field(None, validation_alias=AliasChoices(*KEYS[field]))
+
+
+class ConfigFields(Section):
+    """The config.json keys tokenroof reads, checked (the first of a field's accepted keys that is given);
+    every other key is ignored, and null means "not given", as Hugging Face writes unset attributes."""
+
+    model_config = ConfigDict(extra="ignore", frozen=True, protected_namespaces=())
+
+    model_type: Annotated[str, PlainValidator(_family)]
+    hidden_size: Size | None = _keys("hidden_size")
+    num_layers: Size | None = _keys("num_layers")
+    num_attention_heads: Size | None = _keys("num_attention_heads")
+    vocab_size: Size | None = _keys("vocab_size")
+    intermediate_size: Size | None = _keys("intermediate_size")
+    max_position_embeddings: Size | None = _keys("max_position_embeddings")
+    num_kv_heads: Size | None = _keys("num_kv_heads")
+    num_experts: Size | None = _keys("num_experts")
+    experts_per_token: Size | None = _keys("experts_per_token")
+    moe_intermediate_size: Size | None = _keys("moe_intermediate_size")
+    head_dim: Size | None = None
+    multi_query: Flag = False
+    tie_word_embeddings: Flag | None = None
+    rope_theta: Positive | None = None
+    rope_parameters: RopeParameters | None = None
+    rope_scaling: Table | None = None
+    norm_eps: Positive | None = Field(None, validation_alias=AliasChoices(*NORM_EPS_KEYS))
+    published_parameter_count: Annotated[int, PlainValidator(whole(1, 2**53))] | None = Field(
+        None, alias="_published_parameter_count"
+    )
+    source: Text | None = Field(None, alias="_source")
+    name_or_path: Text | None = Field(None, alias="_name_or_path")
+
+    @model_validator(mode="after")
+    def _consistent(self) -> Self:
+        """Shapes that cannot describe a transformer: no head without a dimension, no KV head unshared."""
+        hidden, heads = self.hidden_size or 0, self.num_attention_heads or 0
+        if heads > hidden:
+            raise table_error(f"num_attention_heads = {heads} exceeds hidden_size = {hidden}")
+        kv = self.kv_heads
+        if heads % kv:
+            raise table_error(f"{heads} attention heads are not a multiple of {kv} KV heads")
+        if self.num_experts and (self.experts_per_token or 0) > self.num_experts:
+            raise table_error(
+                f"{KEYS['experts_per_token'][0]} = {self.experts_per_token} exceeds "
+                f"{KEYS['num_experts'][0]} = {self.num_experts}: each token is routed to at most every expert"
+            )
+        return self
+
+    @property
+    def kv_heads(self) -> int:
+        heads = self.num_attention_heads or 1
+        return self.num_kv_heads or (1 if self.multi_query else heads)
+
+
+def _missing(config: Mapping[str, Any]) -> list[str]:
+    return [
         f"'{KEYS[f][0]}'" + (f" (or {', '.join(KEYS[f][1:])})" if len(KEYS[f]) > 1 else "")
         for f in REQUIRED
         if _lookup(config, f) is None
     ]
+
+
+def _text_config(config: Mapping[str, Any], origin: str) -> Mapping[str, Any]:
+    """Multimodal configs keep the language model's shape under `text_config`."""
+    if "text_config" not in config or _lookup(config, "hidden_size") is not None:
+        return config
+    inner = config["text_config"]
+    if not isinstance(inner, Mapping):
+        raise TokenroofError(f"{origin}: text_config must be a JSON object holding the language model's shape")
+    return {**inner, "_source": config.get("_source", "")}
+
+
+def model_from_config(config: Mapping[str, Any], origin: str, name: str = "") -> ModelSpec:
+    """Build a ModelSpec from a parsed config.json; errors name the file and the field."""
+    config = _text_config(config, origin)
+    missing = _missing(config)
     if missing:
         raise TokenroofError(f"{origin}: config.json is missing required field(s): {', '.join(missing)}")
-    model_type = str(config.get("model_type", "")).lower()
-    family = FAMILIES.get(model_type)
-    if family is None:
-        known = ", ".join(sorted(FAMILIES))
-        raise TokenroofError(f"{origin}: model_type '{model_type}' is not a known family (known: {known})")
-    ints = {f: _int_field(config, f, origin) for f in KEYS}
-    hidden, heads = ints["hidden_size"], ints["num_attention_heads"]
-    assert hidden is not None and heads is not None
-    head_dim = config.get("head_dim") or hidden // heads
-    kv_heads = ints["num_kv_heads"] or (1 if config.get("multi_query") else heads)
-    if heads % kv_heads:
-        raise TokenroofError(f"{origin}: {heads} attention heads are not a multiple of {kv_heads} KV heads")
-    num_experts = ints["num_experts"] or 0
-    intermediate = (
-        ints["moe_intermediate_size"] if num_experts and ints["moe_intermediate_size"] else ints["intermediate_size"]
-    )
+    given = {k: v for k, v in config.items() if v is not None}
+    return _spec(validated(ConfigFields, given, origin, "a JSON object"), origin, name)
+
+
+def _spec(c: ConfigFields, origin: str, name: str) -> ModelSpec:
+    """The ModelSpec of checked config fields, with the family's defaults for what the config leaves out."""
+    assert c.hidden_size is not None and c.num_attention_heads is not None
+    num_experts = c.num_experts or 0
+    intermediate = c.moe_intermediate_size if num_experts and c.moe_intermediate_size else c.intermediate_size
     if intermediate is None:
-        if model_type != "gpt2":
+        if c.model_type != "gpt2":
             raise TokenroofError(f"{origin}: config.json is missing required field 'intermediate_size'")
-        intermediate = 4 * hidden
-    tie = config.get("tie_word_embeddings")
-    rope: Mapping[str, Any] = config.get("rope_parameters") or {}
-    if not isinstance(rope, Mapping):
-        rope = {}
-    rope_theta = config.get("rope_theta", rope.get("rope_theta", 10000.0))
-    rope_scaling = config.get("rope_scaling") or (rope if rope.get("rope_type", "default") != "default" else None)
-    eps = next((config[k] for k in ("rms_norm_eps", "layer_norm_eps", "layer_norm_epsilon") if k in config), 1e-5)
+        intermediate = 4 * c.hidden_size
+    rope = c.rope_parameters or RopeParameters()
+    rope_scaling = c.rope_scaling or (rope.model_dump(exclude_unset=True) if rope.rope_type != "default" else None)
+    tie = c.tie_word_embeddings if c.tie_word_embeddings is not None else c.model_type in ("gpt2", "opt")
     return ModelSpec(
-        name=name or str(config.get("_name_or_path", "")) or origin,
-        model_type=model_type,
-        hidden_size=hidden,
-        num_layers=ints["num_layers"] or 0,
-        num_attention_heads=heads,
-        num_kv_heads=kv_heads,
-        head_dim=int(head_dim),
+        name=name or c.name_or_path or origin,
+        model_type=c.model_type,
+        hidden_size=c.hidden_size,
+        num_layers=c.num_layers or 0,
+        num_attention_heads=c.num_attention_heads,
+        num_kv_heads=c.kv_heads,
+        head_dim=c.head_dim or c.hidden_size // c.num_attention_heads,
         intermediate_size=intermediate,
-        vocab_size=ints["vocab_size"] or 0,
-        max_position_embeddings=ints["max_position_embeddings"],
-        tie_word_embeddings=bool(tie) if tie is not None else model_type in ("gpt2", "opt"),
-        family=family,
+        vocab_size=c.vocab_size or 0,
+        max_position_embeddings=c.max_position_embeddings,
+        tie_word_embeddings=tie,
+        family=FAMILIES[c.model_type],
         num_experts=num_experts,
-        experts_per_token=(ints["experts_per_token"] or 2) if num_experts else 0,
-        published_parameter_count=config.get("_published_parameter_count"),
-        source=str(config.get("_source", origin)),
-        rope_theta=float(rope_theta),
-        norm_eps=float(eps),
-        rope_scaling=dict(rope_scaling) if isinstance(rope_scaling, Mapping) else None,
+        experts_per_token=(c.experts_per_token or min(2, num_experts)) if num_experts else 0,
+        published_parameter_count=c.published_parameter_count,
+        source=c.source if c.source is not None else origin,
+        rope_theta=c.rope_theta or rope.rope_theta or 10000.0,
+        norm_eps=c.norm_eps if c.norm_eps is not None else 1e-5,
+        rope_scaling=rope_scaling,
     )
 
 
@@ -286,12 +367,7 @@ def read_model_config(path: Path, name: str = "") -> ModelSpec:
     """Load a config.json file (or a folder holding one, like a Hugging Face snapshot)."""
     if path.is_dir():
         path = path / "config.json"
-    try:
-        config = json.loads(path.read_text())
-    except json.JSONDecodeError as exc:
-        raise TokenroofError(f"{path}: not valid JSON (line {exc.lineno}: {exc.msg})") from None
-    except OSError as exc:
-        raise TokenroofError(f"{path}: cannot read ({exc.strerror})") from None
+    config = load_json(path)
     if not isinstance(config, dict):
         raise TokenroofError(f"{path}: expected a JSON object")
     return model_from_config(config, str(path), name or path.stem)
