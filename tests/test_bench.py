@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import itertools
 import json
+import os
 from pathlib import Path
 from typing import Any
 
@@ -42,7 +43,7 @@ def fault_app(seen_headers: list[str]) -> web.Application:
         chunks = good_chunks(4)
         if mode == 1:  # stall past the client's timeout
             await response.write(chunks[0])
-            await asyncio.sleep(5)
+            await asyncio.sleep(1)
         elif mode == 2:  # disconnect mid-stream
             await response.write(chunks[0])
             assert request.transport is not None
@@ -157,7 +158,8 @@ def test_sweep_writes_a_table_predict_reads_and_resumes(tmp_path: Path) -> None:
     again = emulated_sweep(tmp_path, [1, 2, 4], resume=True)
     assert [p["point"] for p in again] == ["concurrency=1", "concurrency=2", "concurrency=4"]
     points = [r for r in jsonl(tmp_path / "requests.jsonl") if r["type"] == "point"]
-    assert [p["point"] for p in points] == ["concurrency=1", "concurrency=2", "concurrency=4"]  # not re-run
+    invalid = [p["point"] for p in first if p["invalid"]]  # client-bound on a loaded machine: measured again
+    assert [p["point"] for p in points] == ["concurrency=1", "concurrency=2", *invalid, "concurrency=4"]
     csv_text = (tmp_path / "summary.csv").read_text()
     assert "model=tokenroof-emulator" in csv_text
     valid = [p for p in again if not p["invalid"]]
@@ -247,4 +249,35 @@ def test_running_batch_gauges_of_each_engine() -> None:
     assert running_from_metrics(vllm) == 15.0
     assert running_from_metrics('sglang:num_running_reqs{tp_rank="0"} 7\n') == 7.0
     assert running_from_metrics("tgi_batch_current_size 9\n") == 9.0
-    assert running_from_metrics("llamacpp:requests_processing 2\n") is None
+    assert running_from_metrics("# TYPE llamacpp:requests_processing gauge\nllamacpp:requests_processing 2\n") == 2.0
+    assert running_from_metrics("llamacpp:requests_deferred 5\n") is None
+
+
+def test_constant_rate_arrivals_with_infinite_burstiness() -> None:
+    import numpy as np
+
+    from tokenroof.bench.load import arrival_times
+
+    times = arrival_times(rate=4.0, burstiness=float("inf"), n=5, rng=np.random.default_rng(1))
+    assert times.tolist() == [0.0, 0.25, 0.5, 0.75, 1.0]
+
+
+def test_cpu_taken_by_others_and_the_hypervisor(tmp_path: Path) -> None:
+    from tokenroof.bench.selfcheck import LoopMonitor, MachineCpu, contention
+
+    stat = tmp_path / "stat"
+    ticks = os.sysconf("SC_CLK_TCK")
+    # user nice system idle iowait irq softirq steal, in ticks
+    stat.write_text(
+        f"cpu  {3 * ticks} 0 {ticks} {10 * ticks} {ticks} 0 0 {ticks} 0 0\ncpu0 1 2 3\ncpu1 4 5 6\nintr 9\n"
+    )
+    start = MachineCpu.read(stat)
+    assert start == MachineCpu(busy_s=4.0, steal_s=1.0, total_s=16.0, cores=2)
+    end = MachineCpu(busy_s=4.0 + 3.0, steal_s=1.0 + 0.4, total_s=16.0 + 4.0, cores=2)  # 2 s on 2 cores
+    steal, others = contention(start, end, process_cpu_s=1.0, wall_s=2.0)
+    assert steal == pytest.approx(0.1) and others == pytest.approx(1.0)  # (3 - 1) s busy elsewhere over 2 s
+    assert MachineCpu.read(tmp_path / "missing") is None
+    monitor = LoopMonitor(cpu_end=1.0, wall_end=2.0, machine_start=start, machine_end=end)
+    assert monitor.note(None) == "the hypervisor stole 10% of CPU time during the point"  # a core was left
+    monitor.machine_end = MachineCpu(busy_s=4.0 + 4.0, steal_s=1.0, total_s=16.0 + 4.0, cores=2)
+    assert monitor.note(None) == "other processes kept 1.5 of 2 cores busy: the client may have waited for a core"

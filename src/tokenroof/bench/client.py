@@ -11,18 +11,39 @@ Definitions (written down because the tools disagree):
 - Output tokens: the server's `usage.completion_tokens` when it sends usage
   (asked for with stream_options.include_usage), else the number of text chunks
   (`output_tokens_source` says which).
+
+Every request ends as a record: ok, or failed with one of ERROR_TYPES and a one-line
+reason, whatever the server sends (bodies that are not the OpenAI format included).
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import itertools
 import json
 import time
+from collections.abc import AsyncIterator
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
 import aiohttp
+from aiohttp.http_exceptions import LineTooLong
+
+ERROR_TYPES = ("malformed_body", "protocol", "timeout", "server_error", "client_error", "connection", "cancelled")
+# llama.cpp's server closes idle keep-alive connections after 5 s; reusing one it just closed fails the request
+KEEPALIVE_S = 2.0
+REASON_CHARS = 200
+
+
+class BodyError(Exception):
+    """The server answered with something the OpenAI streaming API never sends (error type malformed_body)."""
+
+
+def one_line(text: str, limit: int = REASON_CHARS) -> str:
+    """Whitespace (newlines included) collapsed, cut to `limit` characters."""
+    text = " ".join(text.split())
+    return text if len(text) <= limit else text[: limit - 1] + "…"
 
 
 @dataclass
@@ -34,14 +55,24 @@ class RequestRecord:
     start_s: float
     ok: bool = False
     error: str = ""
+    error_type: str | None = None  # one of ERROR_TYPES when not ok
     status: int | None = None
     first_token_s: float | None = None
     end_s: float | None = None
     output_tokens: int = 0
     output_tokens_source: str = "stream"
     prompt_tokens: int | None = None
-    retried: bool = False
+    retries: int = 0  # resent on a fresh connection after a pooled one failed before any response byte
     chunk_times_s: list[float] = field(default_factory=list)
+
+    def fail(self, error_type: str, reason: str, now_s: float | None = None) -> None:
+        """Mark the request failed with one of ERROR_TYPES and a one-line reason (the first failure wins)."""
+        self.ok = False
+        if self.error_type is None:
+            self.error_type = error_type
+            self.error = one_line(reason) or error_type
+        if self.end_s is None and now_s is not None:
+            self.end_s = now_s
 
     @property
     def ttft_s(self) -> float | None:
@@ -76,105 +107,210 @@ class RequestRecord:
 
 
 def chunk_text(event: dict[str, Any]) -> str:
-    """Output text carried by one streamed event (completions or chat)."""
-    choices = event.get("choices") or []
-    if not choices or not isinstance(choices[0], dict):
+    """Output text carried by one streamed event (completions or chat); BodyError where `choices` is malformed."""
+    choices = event.get("choices")
+    if choices is None:
+        return ""
+    if not isinstance(choices, list):
+        raise BodyError(f"'choices' is {type(choices).__name__}, not a list: {one_line(str(choices), 80)}")
+    if not choices:
         return ""
     choice = choices[0]
+    if not isinstance(choice, dict):
+        raise BodyError(f"choices[0] is {type(choice).__name__}, not an object")
     if "text" in choice:
         return str(choice.get("text") or "")
     delta = choice.get("delta") or {}
-    return str(delta.get("content") or delta.get("reasoning_content") or "") if isinstance(delta, dict) else ""
+    if not isinstance(delta, dict):
+        raise BodyError(f"choices[0].delta is {type(delta).__name__}, not an object")
+    return str(delta.get("content") or delta.get("reasoning_content") or "")
 
 
-async def send(
-    session: aiohttp.ClientSession,
-    url: str,
-    payload: dict[str, Any],
-    record: RequestRecord,
-    t0: float,
-    timeout_s: float,
-    headers: dict[str, str] | None = None,
-) -> RequestRecord:
-    """POST a streaming request and fill `record`; every failure ends as ok=False with its reason.
+def token_count(usage: dict[str, Any], name: str) -> int | None:
+    """usage[name] as a count (None when absent); BodyError when it is not a whole number ≥ 0."""
+    value = usage.get(name)
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int | float) or value < 0 or value != int(value):
+        raise BodyError(f"usage.{name} is {one_line(json.dumps(value), 40)}, not a token count")
+    return int(value)
+
+
+def usage_counts(event: dict[str, Any]) -> tuple[int, int | None] | None:
+    """(completion tokens, prompt tokens) from an event's usage, or None when it carries no completion count."""
+    usage = event.get("usage")
+    if usage is None:
+        return None
+    if not isinstance(usage, dict):
+        raise BodyError(f"'usage' is {type(usage).__name__}, not an object")
+    completion = token_count(usage, "completion_tokens")
+    return None if completion is None else (completion, token_count(usage, "prompt_tokens"))
+
+
+def error_reason(body: bytes) -> str:
+    """The message in an error body: OpenAI's error.message, a plain `error`/`message`/`detail`, else the text."""
+    text = body.decode("utf-8", errors="replace")
+    try:
+        data = json.loads(text)
+    except (json.JSONDecodeError, RecursionError):
+        return one_line(text) or "(empty body)"
+    if isinstance(data, dict):
+        error = data.get("error")
+        if isinstance(error, dict) and error.get("message"):
+            return one_line(str(error["message"]))
+        for key in ("error", "message", "detail"):
+            if data.get(key):
+                return one_line(str(data[key]))
+    return one_line(text)
+
+
+def http_error_type(status: int) -> str:
+    return "server_error" if status >= 500 else "client_error" if status >= 400 else "protocol"
+
+
+def classify(exc: BaseException, record: RequestRecord, timeout_s: float) -> tuple[str, str]:
+    """(error type, one-line reason) for an exception that ended a request."""
+    chunks = len(record.chunk_times_s)
+    if isinstance(exc, BodyError):
+        return "malformed_body", str(exc)
+    if isinstance(exc, aiohttp.ClientConnectorError):
+        return "connection", f"connection refused or failed: {exc.os_error or exc}"
+    if isinstance(exc, aiohttp.ConnectionTimeoutError):
+        return "connection", f"connecting timed out: {exc}"
+    if isinstance(exc, TimeoutError):
+        return "timeout", f"timeout after {timeout_s:g} s ({chunks} chunks received)"
+    if isinstance(exc, LineTooLong):
+        return "malformed_body", f"SSE line too long: {exc}"
+    if isinstance(exc, aiohttp.ClientPayloadError | aiohttp.ClientOSError | aiohttp.ServerDisconnectedError | OSError):
+        if record.status is None:
+            return "connection", f"connection closed before any response: {type(exc).__name__}"
+        return "protocol", f"stream broken after {chunks} chunks: {type(exc).__name__}"
+    return "protocol", f"{type(exc).__name__}: {exc}"
+
+
+def retryable(exc: BaseException, record: RequestRecord) -> bool:
+    """A pooled keep-alive connection the server had closed: it failed before any response byte, once."""
+    stale = isinstance(exc, aiohttp.ServerDisconnectedError | aiohttp.ClientOSError)
+    connect = isinstance(exc, aiohttp.ClientConnectorError)  # a new connection that failed: nothing to retry
+    return stale and not connect and record.status is None and not record.chunk_times_s and record.retries == 0
+
+
+@dataclass(frozen=True)
+class Client:
+    """Where and how requests go: a keep-alive pool, and a pool of fresh connections for retries."""
+
+    session: aiohttp.ClientSession
+    fresh: aiohttp.ClientSession
+    url: str
+    timeout_s: float
+    t0: float
+    headers: dict[str, str] = field(default_factory=dict)
+
+    def now(self) -> float:
+        return time.perf_counter() - self.t0
+
+
+@contextlib.asynccontextmanager
+async def open_client(url: str, timeout_s: float, t0: float, headers: dict[str, str]) -> AsyncIterator[Client]:
+    """Idle connections kept KEEPALIVE_S (under llama.cpp's 5 s); retries on connections closed after use."""
+    timeout = aiohttp.ClientTimeout(total=None, sock_connect=10)
+    pooled = aiohttp.TCPConnector(limit=0, keepalive_timeout=KEEPALIVE_S)
+    once = aiohttp.TCPConnector(limit=0, force_close=True)
+    async with (
+        aiohttp.ClientSession(connector=pooled, timeout=timeout) as session,
+        aiohttp.ClientSession(connector=once, timeout=timeout) as fresh,
+    ):
+        yield Client(session, fresh, url, timeout_s, t0, headers)
+
+
+async def send(client: Client, payload: dict[str, Any], record: RequestRecord) -> RequestRecord:
+    """POST a streaming request and fill `record`; never raises but CancelledError, every failure is recorded.
 
     A pooled keep-alive connection the server already closed fails before any response
     (llama.cpp's server does this between requests); such a request never reached the
-    server and is retried once on a fresh connection (`retried` in the record).
+    server and is resent once on a fresh connection (`retries` in the record).
     """
-    for attempt in (0, 1):
+    while True:
+        session = client.session if record.retries == 0 else client.fresh
         try:
-            async with asyncio.timeout(timeout_s):
-                async with session.post(url, json=payload, headers=headers) as response:
-                    record.status = response.status
-                    if response.status != 200:
-                        body = (await response.text())[:200]
-                        record.error = f"HTTP {response.status}: {body}"
-                        return record
-                    await read_stream(response, record, t0)
-                    return record
-        except aiohttp.ClientConnectorError as exc:
-            record.error = f"connection refused or failed: {exc.os_error or exc}"
-        except (aiohttp.ServerDisconnectedError, aiohttp.ClientOSError) as exc:
-            if attempt == 0 and record.status is None:
-                record.retried = True
-                record.start_s = time.perf_counter() - t0
+            async with asyncio.timeout(client.timeout_s):
+                await post(session, client, payload, record)
+        except Exception as exc:  # anything a server can make happen ends as a classified record
+            if retryable(exc, record):
+                record.retries += 1
+                record.start_s = client.now()
                 continue
-            record.error = f"stream broken after {len(record.chunk_times_s)} chunks: {type(exc).__name__}"
-        except TimeoutError:
-            record.error = f"timeout after {timeout_s:g} s ({len(record.chunk_times_s)} chunks received)"
-        except (aiohttp.ClientPayloadError, ConnectionResetError) as exc:
-            record.error = f"stream broken after {len(record.chunk_times_s)} chunks: {type(exc).__name__}"
-        except aiohttp.ClientError as exc:
-            record.error = f"{type(exc).__name__}: {exc}"
+            record.fail(*classify(exc, record, client.timeout_s))
         break
-    record.end_s = record.end_s or time.perf_counter() - t0
+    if record.end_s is None:
+        record.end_s = client.now()
     return record
 
 
+async def post(session: aiohttp.ClientSession, client: Client, payload: dict[str, Any], record: RequestRecord) -> None:
+    async with session.post(client.url, json=payload, headers=client.headers) as response:
+        record.status = response.status
+        if response.status != 200:
+            body = await response.content.read(64 * 1024)
+            record.fail(http_error_type(response.status), f"HTTP {response.status}: {error_reason(body)}")
+            return
+        await read_stream(response, record, client.t0)
+
+
+def sse_data(line: bytes) -> bytes | None:
+    """The payload of a `data:` line; None for blank, comment and other SSE field lines; BodyError otherwise."""
+    if not line or line.startswith(b":"):
+        return None
+    if line.startswith(b"data:"):
+        return line[5:].strip()
+    if line.startswith((b"event:", b"id:", b"retry:")):
+        return None
+    raise BodyError(f"malformed SSE line: {line[:80]!r}")
+
+
+def parse_event(data: bytes) -> dict[str, Any]:
+    try:
+        event = json.loads(data)
+    except (json.JSONDecodeError, UnicodeDecodeError, RecursionError):
+        raise BodyError(f"malformed SSE data: {data[:80]!r}") from None
+    if not isinstance(event, dict):
+        raise BodyError(f"unexpected SSE data: {data[:80]!r}")
+    return event
+
+
 async def read_stream(response: aiohttp.ClientResponse, record: RequestRecord, t0: float) -> None:
-    """Consume `data:` events; a malformed line or a stream without [DONE] fails the request."""
-    done = False
-    usage_tokens = None
+    """Consume `data:` events; a malformed line (BodyError) or a stream without [DONE] fails the request."""
+    usage: tuple[int, int | None] | None = None
     async for raw in response.content:
         now = time.perf_counter() - t0
-        line = raw.strip()
-        if not line or line.startswith(b":"):
+        data = sse_data(raw.strip())
+        if data is None:
             continue
-        if not line.startswith(b"data:"):
-            if line.startswith((b"event:", b"id:", b"retry:")):
-                continue
-            record.error = f"malformed SSE line: {line[:80]!r}"
-            return
-        data = line[5:].strip()
         if data == b"[DONE]":
-            done = True
-            break
-        try:
-            event = json.loads(data)
-        except json.JSONDecodeError:
-            record.error = f"malformed SSE data: {data[:80]!r}"
+            record.end_s = time.perf_counter() - t0
+            finish(record, usage)
             return
-        if not isinstance(event, dict):
-            record.error = f"unexpected SSE data: {data[:80]!r}"
-            return
-        if "error" in event:
-            record.error = f"server error in stream: {str(event['error'])[:120]}"
+        event = parse_event(data)
+        if event.get("error"):
+            error = event["error"]
+            message = error.get("message", error) if isinstance(error, dict) else error
+            record.fail("server_error", f"server error in stream: {message}", now)
             return
         if chunk_text(event):
             record.chunk_times_s.append(now)
             if record.first_token_s is None:
                 record.first_token_s = now
-        usage = event.get("usage")
-        if isinstance(usage, dict) and usage.get("completion_tokens") is not None:
-            usage_tokens = int(usage["completion_tokens"])
-            record.prompt_tokens = usage.get("prompt_tokens")
-    record.end_s = time.perf_counter() - t0
-    if not done:
-        record.error = f"stream ended without [DONE] after {len(record.chunk_times_s)} chunks"
-        return
-    record.output_tokens = usage_tokens if usage_tokens is not None else len(record.chunk_times_s)
-    record.output_tokens_source = "usage" if usage_tokens is not None else "stream"
+        usage = usage_counts(event) or usage
+    record.fail("protocol", f"stream ended without [DONE] after {len(record.chunk_times_s)} chunks")
+
+
+def finish(record: RequestRecord, usage: tuple[int, int | None] | None) -> None:
+    """A stream that ended with [DONE]: output tokens from usage (else the text chunks); none is a failure."""
+    if usage is not None:
+        record.output_tokens, record.prompt_tokens = usage
+        record.output_tokens_source = "usage"
+    else:
+        record.output_tokens = len(record.chunk_times_s)
     record.ok = record.output_tokens > 0
     if not record.ok:
-        record.error = "no output tokens"
+        record.fail("protocol", "stream ended with [DONE] but no output tokens")

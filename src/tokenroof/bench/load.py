@@ -1,11 +1,18 @@
-"""Load shapes: closed loop at fixed concurrency, open loop at a request rate; steady-state windows."""
+"""Load shapes: closed loop at fixed concurrency, open loop at a request rate; steady-state windows.
+
+Every request a point starts goes through `Inflight`, which records it exactly once
+however it ends: completed, failed, cancelled when the window closes, when the point's
+watchdog fires at --max-duration, or when the run is interrupted (Ctrl-C).
+"""
 
 from __future__ import annotations
 
 import asyncio
+import math
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Coroutine
 from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
 
@@ -13,47 +20,117 @@ from tokenroof.bench.client import RequestRecord
 
 Send = Callable[[RequestRecord], Awaitable[RequestRecord]]
 Record = Callable[[RequestRecord], None]
+WINDOW_CLOSED = "still running when the measurement window closed"
+INTERRUPTED = "interrupted before the point ended"
 
 
 @dataclass
 class PointRun:
-    """The records of one sweep point and its measurement window (seconds from the run's start)."""
+    """The records of one sweep point and its measurement window (seconds from the run's start).
+
+    `note` makes the point invalid; `remarks` are caveats that do not.
+    """
 
     records: list[RequestRecord] = field(default_factory=list)
     window_s: tuple[float, float] = (0.0, 0.0)
     note: str = ""
+    remarks: list[str] = field(default_factory=list)
 
 
-async def cancel_all(
-    tasks: set[asyncio.Task[RequestRecord]],
-    records: list[RequestRecord],
-    pending: dict[asyncio.Task[RequestRecord], RequestRecord],
-    on_record: Record,
-    t0: float,
-) -> None:
-    """Stop requests still in flight after the window; they are recorded as cancelled (not failures)."""
-    for task in tasks:
-        task.cancel()
-    await asyncio.gather(*tasks, return_exceptions=True)
-    for task in tasks:
-        record = pending[task]
-        if record.end_s is None or task.cancelled():
-            record.ok = False
-            record.error = "cancelled: still running when the measurement window closed"
-            record.end_s = time.perf_counter() - t0
-            records.append(record)
-            on_record(record)
+@dataclass
+class Inflight:
+    """The requests of one point from start to record: each is recorded exactly once, however it ends."""
+
+    label: str
+    send: Send
+    on_record: Record
+    t0: float
+    next_index: int = 0
+    run: PointRun = field(default_factory=PointRun)
+    tasks: dict[asyncio.Task[RequestRecord], RequestRecord] = field(default_factory=dict)
+    cancel_reason: str = WINDOW_CLOSED
+
+    def now(self) -> float:
+        return time.perf_counter() - self.t0
+
+    def start(self, index: int | None = None) -> asyncio.Task[RequestRecord]:
+        """Send one request (the next index unless given); its record is written when it ends."""
+        if index is None:
+            index, self.next_index = self.next_index, self.next_index + 1
+        record = RequestRecord(self.label, index, self.now())
+        task = asyncio.ensure_future(self.send(record))
+        self.tasks[task] = record
+        task.add_done_callback(self.finish)
+        return task
+
+    def finish(self, task: asyncio.Task[RequestRecord]) -> None:
+        """Record the request of `task` (once: later calls do nothing); cancelled ones as error type cancelled."""
+        record = self.tasks.pop(task, None)
+        if record is None:
+            return
+        if not task.done() or task.cancelled():
+            if not record.ok:  # cancelled while closing a stream that had ended ([DONE] read): it completed
+                record.fail("cancelled", f"cancelled: {self.cancel_reason}", self.now())
+        elif (exc := task.exception()) is not None:  # send() never raises; recorded all the same
+            record.fail("protocol", f"{type(exc).__name__}: {exc}", self.now())
+        self.run.records.append(record)
+        self.on_record(record)
+
+    async def wait_all(self) -> None:
+        while self.tasks:
+            await asyncio.wait(list(self.tasks))
+
+    async def cancel_all(self, reason: str) -> None:
+        """Cancel the requests still running and record them as cancelled for `reason`."""
+        self.cancel_reason = reason
+        tasks = list(self.tasks)
+        for task in tasks:
+            task.cancel()
+        try:
+            if tasks:
+                await asyncio.wait(tasks)
+        finally:
+            for task in tasks:
+                self.finish(task)  # interrupted while waiting: record the rest now
+
+    async def watched(self, body: Coroutine[Any, Any, None], deadline_s: float) -> bool:
+        """Run a point's `body` until it returns or the watchdog fires at `deadline_s` (seconds from the run's
+        start); then cancel and record whatever is still in flight. True when the watchdog fired."""
+        scope = asyncio.timeout(max(deadline_s - self.now(), 0.0))
+        try:
+            async with scope:
+                await body
+        except BaseException as exc:
+            if not (isinstance(exc, TimeoutError) and scope.expired()):
+                await self.cancel_all(INTERRUPTED)
+                raise
+        fired = scope.expired()
+        await self.cancel_all("point reached --max-duration" if fired else WINDOW_CLOSED)
+        return fired
+
+
+@dataclass
+class Progress:
+    """Closed-loop progress: requests ended, and when the window opened and closed."""
+
+    warmup: int
+    measure: int
+    done: int = 0
+    w0: float | None = None
+    w1: float | None = None
+    stop: asyncio.Event = field(default_factory=asyncio.Event)
+
+    def ended(self, now: float) -> None:
+        self.done += 1
+        if self.w0 is None and self.done >= self.warmup:
+            self.w0 = now
+        if self.w0 is not None and self.done >= self.warmup + self.measure and self.w1 is None:
+            self.w1 = now
+            self.stop.set()
 
 
 async def closed_loop(
-    label: str,
-    concurrency: int,
-    send: Send,
-    on_record: Record,
-    t0: float,
-    warmup: int,
-    measure: int,
-    max_duration_s: float,
+    inflight: Inflight, concurrency: int, warmup: int, measure: int, deadline_s: float, probe_index: int = -1
 ) -> PointRun:
     """`concurrency` workers each send the next request when their last one ends.
 
@@ -61,103 +138,83 @@ async def closed_loop(
     output lengths do not march in lockstep waves (all finishing, then all
     prefilling, in the same steps). The window opens when `warmup` requests have
     completed (every initial request replaced: steady state) and closes after
-    `measure` more, or at `max_duration_s`.
+    `measure` more, or when the watchdog fires at `deadline_s`.
     """
-    run = PointRun()
-    state = {"done": 0, "index": 0}
-    w0: list[float] = []
-    stop = asyncio.Event()
-    started = time.perf_counter() - t0
-    pending: dict[asyncio.Task[RequestRecord], RequestRecord] = {}
-
-    probe = RequestRecord(label, -1, time.perf_counter() - t0)
-    await send(probe)
-    run.records.append(probe)
-    on_record(probe)
-    stagger = ((probe.end_s or probe.start_s) - probe.start_s) / concurrency
+    started = inflight.now()
+    progress = Progress(warmup, measure)
 
     async def worker(delay: float) -> None:
         await asyncio.sleep(delay)
-        while not stop.is_set():
-            record = RequestRecord(label, state["index"], time.perf_counter() - t0)
-            state["index"] += 1
-            task = asyncio.ensure_future(send(record))
-            pending[task] = record
-            try:
-                await asyncio.shield(task)
-            except asyncio.CancelledError:
-                return
-            del pending[task]
-            run.records.append(record)
-            on_record(record)
-            state["done"] += 1
-            now = time.perf_counter() - t0
-            if not w0 and state["done"] >= warmup:
-                w0.append(now)
-            if (w0 and state["done"] >= warmup + measure) or now - started > max_duration_s:
-                stop.set()
+        while not progress.stop.is_set():
+            await asyncio.wait([inflight.start()])
+            progress.ended(inflight.now())
 
-    workers = [asyncio.create_task(worker(i * stagger)) for i in range(concurrency)]
-    await stop.wait()
-    end = time.perf_counter() - t0
-    for w in workers:
-        w.cancel()
-    await asyncio.gather(*workers, return_exceptions=True)
-    await cancel_all(set(pending), run.records, pending, on_record, t0)
-    if not w0:
-        w0.append(started)
-        run.note = f"warm-up did not finish within {max_duration_s:g} s: the window includes ramp-up"
-    run.window_s = (w0[0], end)
+    async def body() -> None:
+        probe = inflight.start(probe_index)
+        await asyncio.wait([probe])  # not `await probe`: cancelling the body must leave it to cancel_all
+        record = probe.result()
+        stagger = ((record.end_s or record.start_s) - record.start_s) / concurrency
+        workers = [asyncio.create_task(worker(i * stagger)) for i in range(concurrency)]
+        try:
+            await progress.stop.wait()
+        finally:
+            for w in workers:
+                w.cancel()
+            await asyncio.gather(*workers, return_exceptions=True)
+
+    fired = await inflight.watched(body(), deadline_s)
+    run = inflight.run
+    end = progress.w1 if progress.w1 is not None else min(inflight.now(), deadline_s)
+    if progress.w0 is None:
+        run.note = "warm-up did not finish within --max-duration: the window includes ramp-up"
+    elif fired:
+        run.remarks.append(f"stopped at --max-duration after {progress.done - warmup} of {measure} window requests")
+    run.window_s = (progress.w0 if progress.w0 is not None else started, end)
     return run
 
 
 def arrival_times(rate: float, burstiness: float, n: int, rng: np.random.Generator) -> np.ndarray:
-    """Gamma inter-arrival times with mean 1/rate; burstiness 1 is Poisson, < 1 burstier, > 1 smoother."""
+    """Gamma inter-arrival times with mean 1/rate; burstiness 1 is Poisson, < 1 burstier, > 1 smoother, inf a
+    constant rate."""
+    if math.isinf(burstiness):
+        return np.arange(n) / rate
     gaps = rng.gamma(shape=burstiness, scale=1.0 / (rate * burstiness), size=n)
     return np.cumsum(gaps) - gaps[0]
 
 
 async def open_loop(
-    label: str,
-    rate: float,
-    burstiness: float,
-    n: int,
-    send: Send,
-    on_record: Record,
-    t0: float,
-    rng: np.random.Generator,
-    drain_timeout_s: float,
+    inflight: Inflight, rate: float, burstiness: float, n: int, rng: np.random.Generator, deadline_s: float
 ) -> PointRun:
     """Requests arrive on a gamma process regardless of completions; the window spans the arrivals after the
-    first 10% up to the last arrival (ramp-up and drain excluded)."""
-    run = PointRun()
+    first 10% up to the last arrival (ramp-up and drain excluded).
+
+    When the watchdog fires at `deadline_s`, arrivals stop and the window ends at the
+    first request it cut short, so that every request sent inside the window ended on
+    its own (no survivor bias towards fast requests).
+    """
     times = arrival_times(rate, burstiness, n, rng)
-    base = time.perf_counter() - t0
-    tasks: set[asyncio.Task[RequestRecord]] = set()
-    pending: dict[asyncio.Task[RequestRecord], RequestRecord] = {}
+    base = inflight.now()
+    sent: list[float] = []
 
-    def finished(task: asyncio.Task[RequestRecord]) -> None:
-        record = pending.pop(task)
-        tasks.discard(task)
-        if not task.cancelled():
-            run.records.append(record)
-            on_record(record)
+    async def body() -> None:
+        for offset in times:
+            delay = base + offset - inflight.now()
+            if delay > 0:
+                await asyncio.sleep(delay)
+            inflight.start()
+            sent.append(base + offset)
+        await inflight.wait_all()
 
-    for i, offset in enumerate(times):
-        delay = base + offset - (time.perf_counter() - t0)
-        if delay > 0:
-            await asyncio.sleep(delay)
-        record = RequestRecord(label, i, time.perf_counter() - t0)
-        task = asyncio.ensure_future(send(record))
-        pending[task] = record
-        tasks.add(task)
-        task.add_done_callback(finished)
-    w0, w1 = base + times[int(0.1 * n)], base + times[-1]
-    if tasks:
-        _, still = await asyncio.wait(set(tasks), timeout=drain_timeout_s)
-        if still:
-            run.note = f"{len(still)} requests still running {drain_timeout_s:g} s after the last arrival"
-            left = {t: pending[t] for t in still}
-            await cancel_all(set(still), run.records, left, on_record, t0)
-    run.window_s = (float(w0), float(w1))
+    fired = await inflight.watched(body(), deadline_s)
+    run = inflight.run
+    if not sent:
+        run.note = "the watchdog fired before the first arrival: raise --max-duration"
+        return run
+    w0, w1 = sent[int(0.1 * len(sent))], sent[-1]
+    if fired:
+        w1 = min([w1, *(r.start_s for r in run.records if r.error_type == "cancelled")])
+        run.remarks.append(f"stopped at --max-duration after {len(sent)} of {n} arrivals")
+        if w1 <= w0:
+            run.note = "--max-duration ended the point before a steady-state window formed"
+    run.window_s = (float(w0), float(max(w1, w0)))
     return run

@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
+import asyncio
+import functools
 import json
-import os
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -13,11 +14,14 @@ from typing import Any
 import aiohttp
 import numpy as np
 
-from tokenroof.bench.client import RequestRecord, send
-from tokenroof.bench.load import PointRun, closed_loop, open_loop
+from tokenroof.bench.client import Client, RequestRecord, error_reason, open_client, send
+from tokenroof.bench.config import BenchConfig, Endpoints, api_key, check_config, run_settings
+from tokenroof.bench.load import Inflight, PointRun, closed_loop, open_loop
+from tokenroof.bench.record import Notice, Previous, Recorder, check_settings, read_previous
+from tokenroof.bench.redact import Redactor
 from tokenroof.bench.scrape import BatchScraper
 from tokenroof.bench.selfcheck import LoopMonitor
-from tokenroof.bench.summary import PointSummary, summarise
+from tokenroof.bench.summary import PointSummary, describe_failures, summarise
 from tokenroof.errors import TokenroofError
 from tokenroof.measurements import read_jsonl
 from tokenroof.stepmodel import mean_context_tokens
@@ -61,29 +65,29 @@ WORDS = (
 )
 
 
-@dataclass
-class BenchConfig:
-    url: str
-    concurrencies: list[int] = field(default_factory=list)
-    rates: list[float] = field(default_factory=list)
-    burstiness: float = 1.0
-    endpoint: str = "completions"
-    model: str | None = None
-    input_len: int = 128
-    output_len: int = 128
-    prompts_file: Path | None = None
-    warmup: int | None = None  # requests completed before the window opens (default: the concurrency)
-    requests_per_point: int | None = None  # completed requests in the window (default: 2 × concurrency, ≥ 16)
-    max_duration_s: float = 300.0
-    timeout_s: float = 120.0
-    out_dir: Path = Path("bench-out")
-    resume: bool = False
-    api_key: str | None = None
-    ttft_slo_ms: float | None = None
-    tpot_slo_ms: float | None = None
-    max_failure_fraction: float = 0.05
-    ignore_eos: bool = True
-    seed: int = 0
+async def resolve_model(client: Client, cfg: BenchConfig, endpoints: Endpoints, redactor: Redactor) -> str:
+    if cfg.model:
+        return cfg.model
+    where = redactor.text(endpoints.api("models"))
+    hint = "is the server up? give --model to skip this"
+    try:
+        async with (
+            asyncio.timeout(cfg.timeout_s),
+            client.session.get(endpoints.api("models"), headers=client.headers) as r,
+        ):
+            status, body = r.status, await r.read()
+    except (aiohttp.ClientError, TimeoutError, OSError) as exc:
+        raise TokenroofError(
+            redactor.text(f"cannot list models at {where} ({type(exc).__name__}: {exc}); {hint}")
+        ) from None
+    if status != 200:
+        raise TokenroofError(
+            redactor.text(f"cannot list models at {where}: HTTP {status}: {error_reason(body)}; {hint}")
+        )
+    try:
+        return str(json.loads(body)["data"][0]["id"])
+    except (ValueError, KeyError, IndexError, TypeError):
+        raise TokenroofError(f"cannot list models at {where}: the answer is not an OpenAI model list; {hint}") from None
 
 
 @dataclass
@@ -129,45 +133,13 @@ def read_prompts(path: Path) -> list[dict[str, Any]]:
             item = {"prompt": item}
         if not isinstance(item, dict) or not ("prompt" in item or "messages" in item):
             raise TokenroofError(f"{path}:{number}: expected a string or an object with 'prompt' or 'messages'")
+        tokens = item.get("max_tokens", 1)
+        if isinstance(tokens, bool) or not isinstance(tokens, int) or tokens < 1:
+            raise TokenroofError(f"{path}:{number}: max_tokens must be a whole number ≥ 1, got {tokens!r}")
         items.append(item)
     if not items:
         raise TokenroofError(f"{path}: no prompts")
     return items
-
-
-class Recorder:
-    """Appends every record to requests.jsonl the moment it ends (flushed), so a crash loses nothing."""
-
-    def __init__(self, out_dir: Path) -> None:
-        out_dir.mkdir(parents=True, exist_ok=True)
-        self.path = out_dir / "requests.jsonl"
-        self.file = self.path.open("a")
-
-    def request(self, record: RequestRecord) -> None:
-        self.write({"type": "request", **record.to_json()})
-
-    def write(self, obj: dict[str, Any]) -> None:
-        self.file.write(json.dumps(obj) + "\n")
-        self.file.flush()
-
-    def close(self) -> None:
-        self.file.close()
-
-
-def finished_points(out_dir: Path) -> dict[str, dict[str, Any]]:
-    """Point summaries already in requests.jsonl (for --resume)."""
-    path = out_dir / "requests.jsonl"
-    done: dict[str, dict[str, Any]] = {}
-    if not path.exists():
-        return done
-    for line in path.read_text().splitlines():
-        try:
-            obj = json.loads(line)
-        except json.JSONDecodeError:
-            continue  # a line cut by a crash
-        if isinstance(obj, dict) and obj.get("type") == "point":
-            done[obj["point"]] = obj
-    return done
 
 
 def validity(summary: PointSummary, run: PointRun, monitor: LoopMonitor, max_failure_fraction: float) -> str | None:
@@ -175,7 +147,7 @@ def validity(summary: PointSummary, run: PointRun, monitor: LoopMonitor, max_fai
     total = data["requests_completed"] + data["requests_failed"]
     if total and data["requests_failed"] / total > max_failure_fraction:
         return (
-            f"{data['requests_failed']} of {total} requests failed ({data['failure_reasons']}): "
+            f"{data['requests_failed']} of {total} requests failed ({describe_failures(data['failure_reasons'])}): "
             "not averaged into the curve"
         )
     if data["requests_completed"] < 3:
@@ -186,113 +158,171 @@ def validity(summary: PointSummary, run: PointRun, monitor: LoopMonitor, max_fai
     return run.note or None
 
 
-async def resolve_model(session: aiohttp.ClientSession, cfg: BenchConfig, headers: dict[str, str]) -> str:
-    if cfg.model:
-        return cfg.model
-    try:
-        async with session.get(cfg.url.rstrip("/") + "/v1/models", headers=headers) as response:
-            data = await response.json(content_type=None)
-            return str(data["data"][0]["id"])
-    except (aiohttp.ClientError, KeyError, IndexError, TypeError, ValueError, TimeoutError) as exc:
-        raise TokenroofError(
-            f"cannot list models at {cfg.url}/v1/models ({type(exc).__name__}: {exc}); "
-            "is the server up? give --model to skip this"
-        ) from None
+ProgressHook = Callable[[str, int, int], None]  # (point label, requests just ended, expected requests)
 
 
-def api_headers(cfg: BenchConfig) -> dict[str, str]:
-    key = cfg.api_key or os.environ.get("TOKENROOF_API_KEY") or os.environ.get("OPENAI_API_KEY")
+@dataclass
+class Bench:
+    """One sweep in progress: the client, the prompts, where records go, what an earlier run left."""
+
+    cfg: BenchConfig
+    client: Client
+    endpoints: Endpoints
+    model: str
+    prompts: Prompts
+    recorder: Recorder
+    redactor: Redactor
+    previous: Previous
+    progress: ProgressHook | None = None
+    notice: Notice | None = None
+    rng: np.random.Generator = field(default_factory=lambda: np.random.default_rng(0))
+
+    def say(self, text: str) -> None:
+        if self.notice is not None:
+            self.notice(self.redactor.text(text))
+
+    async def sweep(self) -> list[dict[str, Any]]:
+        """Every point in order; valid points an earlier run finished are kept, the rest measured."""
+        cfg = self.cfg
+        kept = self.previous.valid_points()
+        points = [("concurrency", float(c)) for c in cfg.concurrencies] + [("rate", r) for r in cfg.rates]
+        summaries: list[dict[str, Any]] = []
+        for kind, value in points:
+            label = f"{kind}={value:g}"
+            if label in kept:
+                self.say(f"{label}: kept from {self.recorder.path}")
+                summaries.append(kept[label])
+                continue
+            self.explain_rerun(label)
+            summaries.append(await self.measure(kind, value))
+            write_outputs(cfg, self.model, summaries, self.redactor)
+        write_outputs(cfg, self.model, summaries, self.redactor)
+        return summaries
+
+    def explain_rerun(self, label: str) -> None:
+        last = self.previous.points.get(label)
+        if last is not None:
+            self.say(f"{label}: measuring again, its last attempt was invalid ({last['invalid']})")
+        elif label in self.previous.attempts:
+            self.say(f"{label}: measuring again, its last attempt did not finish")
+
+    async def send_one(self, record: RequestRecord) -> RequestRecord:
+        return await send(self.client, self.prompts.payload(record.index, self.model), record)
+
+    def on_record(self, expected: int, record: RequestRecord) -> None:
+        if record.error:
+            record.error = self.redactor.text(record.error)
+        self.recorder.request(record)
+        if self.progress and record.error_type != "cancelled":
+            self.progress(record.point, 1, expected)
+
+    async def measure(self, kind: str, value: float) -> dict[str, Any]:
+        """One point under its watchdog; its summary is written after its last request."""
+        cfg, label = self.cfg, f"{kind}={value:g}"
+        attempt = self.previous.attempts.get(label, 0) + 1
+        self.recorder.write({"type": "start", "point": label, "attempt": attempt})
+        if kind == "concurrency":
+            measure = cfg.requests_per_point or max(2 * int(value), 16)
+            warmup = cfg.warmup if cfg.warmup is not None else int(value)
+            expected = 1 + warmup + measure  # the probe, the warm-up, the window
+        else:
+            expected = cfg.requests_per_point or max(int(value * 30), 32)
+        on_record = functools.partial(self.on_record, expected)
+        inflight = Inflight(label, self.send_one, on_record, self.client.t0, self.previous.next_index.get(label, 0))
+        deadline_s = inflight.now() + cfg.max_duration_s
+        monitor = LoopMonitor()
+        scraper = BatchScraper(self.client.session, self.endpoints.root, self.client.t0)
+        monitor.start()
+        scraper.start()
+        try:
+            if kind == "concurrency":
+                run = await closed_loop(inflight, int(value), warmup, measure, deadline_s, probe_index=-attempt)
+            else:
+                run = await open_loop(inflight, value, cfg.burstiness, expected, self.rng, deadline_s)
+        finally:
+            await monitor.stop()
+            await scraper.stop()
+        summary = self.point_summary(label, kind, value, run, monitor, scraper)
+        summary["attempt"] = attempt
+        self.recorder.write(summary)
+        return summary
+
+    def point_summary(
+        self, label: str, kind: str, value: float, run: PointRun, monitor: LoopMonitor, scraper: BatchScraper
+    ) -> dict[str, Any]:
+        cfg = self.cfg
+        summary = summarise(label, kind, value, run.records, run.window_s, cfg.ttft_slo_ms, cfg.tpot_slo_ms)
+        data = summary.data
+        server_batch = scraper.mean_in(*run.window_s)
+        data["batch_client"] = data["batch"]
+        data["batch_server"] = server_batch
+        data["batch_source"] = "server /metrics" if server_batch is not None else "client timestamps"
+        if server_batch is not None:
+            data["batch"] = server_batch
+        summary.invalid = validity(summary, run, monitor, cfg.max_failure_fraction)
+        data["remarks"] = run.remarks
+        data["client_loop_lag_p99_ms"] = monitor.lag_p99_ms
+        data["client_note"] = monitor.note(data["tpot_ms"]["p50"])
+        data["client_cpu_fraction"] = monitor.cpu_fraction
+        data["cpu_steal_fraction"], data["other_processes_busy_cores"] = monitor.contention
+        return dict(self.redactor.value(summary.to_json()))
+
+
+def api_headers(key: str | None) -> dict[str, str]:
     return {"Authorization": f"Bearer {key}"} if key else {}
 
 
-ProgressHook = Callable[[str, int, int], None]  # (point label, requests just ended, window target)
+async def run_bench(
+    cfg: BenchConfig, progress: ProgressHook | None = None, notice: Notice | None = None
+) -> list[dict[str, Any]]:
+    """Run every point; returns the point summaries (resumed ones included), in order.
 
-
-async def run_bench(cfg: BenchConfig, progress: ProgressHook | None = None) -> list[dict[str, Any]]:
-    """Run every point; returns the point summaries (resumed ones included), in order."""
-    if not cfg.concurrencies and not cfg.rates:
-        raise TokenroofError("give --concurrency and/or --request-rate")
-    if any(c < 1 for c in cfg.concurrencies) or any(r <= 0 for r in cfg.rates) or cfg.burstiness <= 0:
-        raise TokenroofError("concurrencies must be ≥ 1, request rates and burstiness > 0")
-    if cfg.input_len < 1 or cfg.output_len < 2:
-        raise TokenroofError("--input-len must be ≥ 1 and --output-len ≥ 2 (TPOT needs two tokens)")
-    done = finished_points(cfg.out_dir) if cfg.resume else {}
-    if not cfg.resume and (cfg.out_dir / "requests.jsonl").exists():
-        raise TokenroofError(f"{cfg.out_dir}/requests.jsonl exists: pass --resume to continue it, or another --out")
+    `notice` hears what the user should know as it happens (a repaired file, a point
+    measured again). Interrupted (cancelled, e.g. Ctrl-C), the requests in flight are
+    recorded as cancelled before the cancellation goes on.
+    """
+    check_config(cfg)
+    endpoints = Endpoints.of(cfg.url)
+    key = api_key(cfg)
+    redactor = Redactor.of(cfg.url, key)
+    say = notice or (lambda _text: None)
+    path = cfg.out_dir / "requests.jsonl"
+    if not cfg.resume and path.exists():
+        raise TokenroofError(f"{path} exists: pass --resume to continue it, or another --out")
+    previous = read_previous(path, lambda text: say(redactor.text(text))) if cfg.resume else Previous()
     prompts = Prompts.load(cfg)
-    headers = api_headers(cfg)
-    recorder = Recorder(cfg.out_dir)
-    url = cfg.url.rstrip("/") + ("/v1/chat/completions" if cfg.endpoint == "chat" else "/v1/completions")
-    summaries: list[dict[str, Any]] = []
-    model = cfg.model or ""
-    t0 = time.perf_counter()
-    rng = np.random.default_rng(cfg.seed)
-    connector = aiohttp.TCPConnector(limit=0, force_close=False)
-    timeout = aiohttp.ClientTimeout(total=None, sock_connect=10)
+    recorder: Recorder | None = None
     try:
-        async with aiohttp.ClientSession(connector=connector, timeout=timeout) as session:
-            model = await resolve_model(session, cfg, headers)
-            points = [("concurrency", float(c)) for c in cfg.concurrencies] + [("rate", r) for r in cfg.rates]
-            for kind, value in points:
-                label = f"{kind}={value:g}"
-                if label in done:
-                    summaries.append(done[label])
-                    continue
-
-                async def one(record: RequestRecord) -> RequestRecord:
-                    payload = prompts.payload(record.index, model)
-                    return await send(session, url, payload, record, t0, cfg.timeout_s, headers)
-
-                target = cfg.requests_per_point or max(2 * int(value), 16) if kind == "concurrency" else 0
-
-                def on_record(record: RequestRecord, _label: str = label, _target: int = target) -> None:
-                    recorder.request(record)
-                    if progress:
-                        progress(_label, 1, _target)
-
-                monitor = LoopMonitor()
-                monitor.start()
-                scraper = BatchScraper(session, cfg.url, t0)
-                scraper.start()
-                if kind == "concurrency":
-                    run = await closed_loop(
-                        label, int(value), one, on_record, t0, cfg.warmup or int(value), target, cfg.max_duration_s
-                    )
-                else:
-                    n = cfg.requests_per_point or max(int(value * 30), 32)
-                    run = await open_loop(label, value, cfg.burstiness, n, one, on_record, t0, rng, cfg.timeout_s)
-                await monitor.stop()
-                await scraper.stop()
-                summary = summarise(label, kind, value, run.records, run.window_s, cfg.ttft_slo_ms, cfg.tpot_slo_ms)
-                server_batch = scraper.mean_in(*run.window_s)
-                summary.data["batch_client"] = summary.data["batch"]
-                summary.data["batch_server"] = server_batch
-                summary.data["batch_source"] = "server /metrics" if server_batch is not None else "client timestamps"
-                if server_batch is not None:
-                    summary.data["batch"] = server_batch
-                summary.invalid = validity(summary, run, monitor, cfg.max_failure_fraction)
-                summary.data["client_loop_lag_p99_ms"] = monitor.lag_p99_ms
-                summary.data["client_note"] = monitor.note(summary.data["tpot_ms"]["p50"])
-                summary.data["client_cpu_fraction"] = monitor.cpu_fraction
-                record = summary.to_json()
-                recorder.write(record)
-                summaries.append(record)
-                write_outputs(cfg, model, summaries)
+        async with open_client(
+            endpoints.api("chat/completions" if cfg.endpoint == "chat" else "completions"),
+            cfg.timeout_s,
+            time.perf_counter(),
+            api_headers(key),
+        ) as client:
+            model = await resolve_model(client, cfg, endpoints, redactor)
+            settings = run_settings(cfg, model, redactor.text(endpoints.root))
+            check_settings(previous, settings, path)
+            recorder = Recorder(path, redactor)
+            if previous.header is None:
+                recorder.write({"type": "header", "tool": "tokenroof bench", "settings": settings})
+            rng = np.random.default_rng(cfg.seed)
+            bench = Bench(cfg, client, endpoints, model, prompts, recorder, redactor, previous, progress, notice, rng)
+            return await bench.sweep()
     except aiohttp.ClientError as exc:
-        raise TokenroofError(f"{cfg.url}: {exc}") from None
+        raise TokenroofError(redactor.text(f"{cfg.url}: {exc}")) from None
     finally:
-        recorder.close()
-    write_outputs(cfg, model, summaries)
-    return summaries
+        if recorder is not None:
+            recorder.close()
 
 
-def write_outputs(cfg: BenchConfig, model: str, summaries: list[dict[str, Any]]) -> None:
+def write_outputs(cfg: BenchConfig, model: str, summaries: list[dict[str, Any]], redactor: Redactor) -> None:
     """summary.json (everything) and summary.csv (valid points, DESIGN.md format, read by `predict`)."""
+    url = redactor.text(Endpoints.of(cfg.url).root)
     (cfg.out_dir / "summary.json").write_text(
-        json.dumps({"url": cfg.url, "model": model, "points": summaries}, indent=2)
+        json.dumps(redactor.value({"url": url, "model": model, "points": summaries}), indent=2)
     )
     lines = [
-        f"# tokenroof bench {cfg.url} model={model} endpoint={cfg.endpoint} input_len={cfg.input_len} "
+        f"# tokenroof bench {url} model={model} endpoint={cfg.endpoint} input_len={cfg.input_len} "
         "batch_kind=running tpot_kind=tpot "
         f"output_len={cfg.output_len}",
         "# batch = time-averaged running batch (from the server's /metrics gauge where it has one, else from client "
@@ -301,7 +331,7 @@ def write_outputs(cfg: BenchConfig, model: str, summaries: list[dict[str, Any]])
     rows = ["batch,throughput_tok_s,tpot_ms,context_tokens,ttft_ms"]
     for s in summaries:
         if s.get("invalid"):
-            lines.append(f"# left out {s['point']}: {s['invalid']}")
+            lines.append(redactor.text(f"# left out {s['point']}: {s['invalid']}"))
             continue
         lines.append(
             f"# {s['point']}: {s['requests_completed']} requests in the window, output tokens from "
@@ -314,3 +344,23 @@ def write_outputs(cfg: BenchConfig, model: str, summaries: list[dict[str, Any]])
             f"{s['ttft_ms']['mean']:.6g}"
         )
     (cfg.out_dir / "summary.csv").write_text("\n".join(lines + rows) + "\n")
+
+
+def outcome(summaries: list[dict[str, Any]], out_dir: Path) -> tuple[list[str], str | None]:
+    """Warnings (each point's first distinct failure reasons, one line each) and, where points are invalid, the
+    line that says so (the CLI then exits non-zero)."""
+    warnings = [f"{p['point']}: {example}" for p in summaries for example in p.get("failure_examples", [])]
+    invalid = [p["point"] for p in summaries if p.get("invalid")]
+    if not invalid:
+        return warnings, None
+    return warnings, (
+        f"{len(invalid)} of {len(summaries)} points invalid ({', '.join(invalid)}): left out of "
+        f"{out_dir / 'summary.csv'}, details in {out_dir / 'summary.json'}"
+    )
+
+
+def interrupted_line(out_dir: Path) -> str:
+    return (
+        f"interrupted: every request sent is in {out_dir / 'requests.jsonl'} (those in flight as cancelled), "
+        f"finished points in {out_dir / 'summary.csv'}; --resume continues"
+    )

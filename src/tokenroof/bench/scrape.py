@@ -1,7 +1,8 @@
 """The server's own running batch, scraped from its Prometheus /metrics while a point runs.
 
 vLLM (`vllm:num_requests_running`), SGLang (`sglang:num_running_reqs`), TGI
-(`tgi_batch_current_size`) and the emulator export the running batch as a gauge;
+(`tgi_batch_current_size`), llama.cpp's llama-server (`llamacpp:requests_processing`,
+with --metrics) and the emulator export the running batch as a gauge;
 sampled every 100 ms and averaged over the window it is exact where the client's
 timestamp estimate is ±1–3%. Servers without /metrics (llama.cpp by default) fall
 back to the client-side estimate.
@@ -15,7 +16,12 @@ from dataclasses import dataclass, field
 
 import aiohttp
 
-GAUGES = ("vllm:num_requests_running", "sglang:num_running_reqs", "tgi_batch_current_size")
+GAUGES = (
+    "vllm:num_requests_running",
+    "sglang:num_running_reqs",
+    "tgi_batch_current_size",
+    "llamacpp:requests_processing",  # llama-server --metrics: slots busy
+)
 PERIOD_S = 0.1
 
 

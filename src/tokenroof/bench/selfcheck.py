@@ -1,14 +1,57 @@
-"""Is the client the bottleneck? Event-loop lag and this process's CPU share while a point runs."""
+"""Is the client the bottleneck? Event-loop lag, its CPU share, and CPU that others took while a point runs."""
 
 from __future__ import annotations
 
 import asyncio
+import os
 import time
 from dataclasses import dataclass, field
+from pathlib import Path
 
 import numpy as np
 
 PERIOD_S = 0.005
+STEAL_NOTE = 0.05  # a hypervisor taking more than this share of CPU time gets a note
+
+
+@dataclass(frozen=True)
+class MachineCpu:
+    """Whole-machine CPU seconds since boot (all cores), from the first line of /proc/stat."""
+
+    busy_s: float  # user, nice, system, irq, softirq
+    steal_s: float  # taken by the hypervisor for other guests
+    total_s: float  # busy + idle + iowait + steal
+    cores: int = 1  # the CPUs these times are summed over
+
+    @classmethod
+    def read(cls, path: Path = Path("/proc/stat")) -> MachineCpu | None:
+        """None where there is no /proc/stat (not Linux) or it cannot be read."""
+        try:
+            lines = path.read_text().splitlines()
+            fields = lines[0].split()
+            values = [float(v) for v in fields[1:9]] + [0.0] * (9 - len(fields))
+        except (OSError, ValueError, IndexError):
+            return None
+        if not fields or fields[0] != "cpu":
+            return None
+        user, nice, system, idle, iowait, irq, softirq, steal = values[:8]
+        tick = float(os.sysconf("SC_CLK_TCK")) if hasattr(os, "sysconf") else 100.0
+        busy = user + nice + system + irq + softirq
+        cores = sum(1 for line in lines if line.startswith("cpu") and line[3:4].isdigit())
+        return cls(busy / tick, steal / tick, (busy + idle + iowait + steal) / tick, max(cores, 1))
+
+
+def contention(
+    start: MachineCpu, end: MachineCpu, process_cpu_s: float, wall_s: float
+) -> tuple[float | None, float | None]:
+    """(steal fraction of all CPU time, cores kept busy by other processes) over an interval.
+
+    Other processes' busy time is the machine's busy time less this process's CPU time.
+    """
+    total = end.total_s - start.total_s
+    steal = (end.steal_s - start.steal_s) / total if total > 0 else None
+    others = max(end.busy_s - start.busy_s - process_cpu_s, 0.0) / wall_s if wall_s > 0 else None
+    return steal, others
 
 
 @dataclass
@@ -20,6 +63,8 @@ class LoopMonitor:
     wall_start: float = 0.0
     cpu_end: float = 0.0
     wall_end: float = 0.0
+    machine_start: MachineCpu | None = None
+    machine_end: MachineCpu | None = None
     _task: asyncio.Task[None] | None = None
 
     async def _run(self) -> None:
@@ -31,10 +76,12 @@ class LoopMonitor:
 
     def start(self) -> None:
         self.cpu_start, self.wall_start = time.process_time(), time.perf_counter()
+        self.machine_start = MachineCpu.read()
         self._task = asyncio.create_task(self._run())
 
     async def stop(self) -> None:
         self.cpu_end, self.wall_end = time.process_time(), time.perf_counter()
+        self.machine_end = MachineCpu.read()
         if self._task is not None:
             self._task.cancel()
             await asyncio.gather(self._task, return_exceptions=True)
@@ -47,6 +94,14 @@ class LoopMonitor:
     def cpu_fraction(self) -> float:
         wall = self.wall_end - self.wall_start
         return (self.cpu_end - self.cpu_start) / wall if wall > 0 else 0.0
+
+    @property
+    def contention(self) -> tuple[float | None, float | None]:
+        """(steal fraction, cores busy with other processes) during the point; None where unknown."""
+        if self.machine_start is None or self.machine_end is None:
+            return None, None
+        wall = self.wall_end - self.wall_start
+        return contention(self.machine_start, self.machine_end, self.cpu_end - self.cpu_start, wall)
 
     def verdict(self, tpot_ms: float | None) -> str | None:
         """A reason the point is invalid because of the client, or None.
@@ -67,7 +122,17 @@ class LoopMonitor:
         return None
 
     def note(self, tpot_ms: float | None) -> str | None:
-        """A caveat that does not invalidate the point: ITL percentiles carry the client's lag."""
+        """Caveats that do not invalidate the point: ITL percentiles carry the client's lag; other processes or the
+        hypervisor took CPU the client may have needed (the lag check above judges whether it did)."""
+        notes = []
         if tpot_ms and self.lag_p99_ms > 0.05 * tpot_ms:
-            return f"client loop lag p99 {self.lag_p99_ms:.1f} ms is over 5% of TPOT: ITL percentiles include it"
-        return None
+            notes.append(f"client loop lag p99 {self.lag_p99_ms:.1f} ms is over 5% of TPOT: ITL percentiles include it")
+        steal, others = self.contention
+        if steal is not None and steal > STEAL_NOTE:
+            notes.append(f"the hypervisor stole {steal:.0%} of CPU time during the point")
+        cores = self.machine_start.cores if self.machine_start else 1
+        if others is not None and others > cores - 1:
+            notes.append(
+                f"other processes kept {others:.1f} of {cores} cores busy: the client may have waited for a core"
+            )
+        return "; ".join(notes) or None

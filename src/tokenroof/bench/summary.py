@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -18,6 +19,7 @@ ALIASES = {
     "throughput_tok_s": "vLLM output token throughput, but over the steady-state window only",
     "batch": "time-averaged sequences in the running batch, estimated client-side (vLLM num_requests_running)",
 }
+EXAMPLES = 3  # distinct failure reasons kept per point
 
 
 def percentiles(values: Sequence[float], scale: float = 1e3) -> dict[str, float | None]:
@@ -55,6 +57,27 @@ def running_batch(records: Sequence[RequestRecord], w0: float, w1: float) -> flo
         start, end = r.chunk_times_s[0] - step, r.chunk_times_s[-1]
         total += max(0.0, min(end, w1) - max(start, w0))
     return total / (w1 - w0) if w1 > w0 else 0.0
+
+
+def failure_counts(failed: Sequence[RequestRecord]) -> dict[str, int]:
+    """Failures by error type (client.ERROR_TYPES), most common first."""
+    counts = Counter(r.error_type or "protocol" for r in failed)
+    return dict(counts.most_common())
+
+
+def failure_examples(failed: Sequence[RequestRecord], limit: int = EXAMPLES) -> list[str]:
+    """The first `limit` distinct failure reasons, one line each ('client_error: HTTP 400: …')."""
+    seen: dict[str, None] = {}
+    for r in failed:
+        seen.setdefault(f"{r.error_type or 'protocol'}: {r.error}", None)
+        if len(seen) == limit:
+            break
+    return list(seen)
+
+
+def describe_failures(counts: dict[str, int]) -> str:
+    """'timeout 3, server_error 2'."""
+    return ", ".join(f"{kind} {n}" for kind, n in counts.items())
 
 
 @dataclass
@@ -96,11 +119,7 @@ def summarise(
     else:
         done = [r for r in records if r.end_s is not None and w0 <= r.end_s <= w1]
     ok = [r for r in done if r.ok]
-    failed = [r for r in records if not r.ok and r.error and not r.error.startswith("cancelled")]
-    reasons: dict[str, int] = {}
-    for r in failed:
-        key = r.error.split(":")[0]
-        reasons[key] = reasons.get(key, 0) + 1
+    failed = [r for r in records if not r.ok and r.error_type != "cancelled"]
     tokens = sum(tokens_in_window(r, w0, w1) for r in records)
     good = [
         r
@@ -114,7 +133,9 @@ def summarise(
     data = {
         "requests_completed": len(ok),
         "requests_failed": len(failed),
-        "failure_reasons": reasons,
+        "requests_cancelled": sum(1 for r in records if r.error_type == "cancelled"),
+        "failure_reasons": failure_counts(failed),
+        "failure_examples": failure_examples(failed),
         "batch": running_batch(records, w0, w1),
         "throughput_tok_s": tokens / span,
         "request_throughput_req_s": len(ok) / span,

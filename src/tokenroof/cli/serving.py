@@ -11,6 +11,7 @@ from tokenroof import render
 from tokenroof.cli import (
     ComputeOpt,
     DtypeOpt,
+    EngineOpt,
     FitOpt,
     JsonOpt,
     KvDtypeOpt,
@@ -25,7 +26,7 @@ from tokenroof.cli import (
     parse_numbers,
     progress_bar,
 )
-from tokenroof.deployment import Physics
+from tokenroof.deployment import Deployment, Physics
 from tokenroof.errors import TokenroofError
 
 
@@ -40,6 +41,7 @@ def emulate(
     kv_dtype: KvDtypeOpt = None,
     compute_dtype: ComputeOpt = None,
     tp: TpOpt = 1,
+    engine: EngineOpt = None,
     max_num_seqs: Annotated[int, typer.Option(help="Running-batch cap; requests beyond it queue.")] = 256,
     max_model_len: Annotated[int, typer.Option(help="Longest prompt + output accepted.")] = 32768,
     served_model_name: Annotated[str, typer.Option(help="Model id the server reports.")] = "tokenroof-emulator",
@@ -53,22 +55,30 @@ def emulate(
     max_num_batched_tokens: Annotated[int | None, typer.Option(help="Token budget per step (chunked prefill).")] = None,
     host: Annotated[str, typer.Option(help="Address to listen on.")] = "127.0.0.1",
     port: Annotated[int, typer.Option(help="Port to listen on.")] = 8000,
+    read_timeout: Annotated[
+        float,
+        typer.Option(
+            help="Seconds a client may take to send a request's headers, and again its body (408); also how long "
+            "an idle keep-alive connection stays open."
+        ),
+    ] = 30.0,
 ) -> None:
     """An OpenAI-compatible server whose decode steps take the step model's time (continuous batching)."""
+    from tokenroof.emulate.checks import check_port
+
+    check_port(port)
     require_http()
     from tokenroof.emulate.server import Emulator, serve
 
-    physics = Physics(model, hardware, dtype, kv_dtype, compute_dtype, tp)
-    travelling, _ = load_step_model(physics, fit, step_model)
-    sm = travelling.step_model
-    if kv_cache_tokens is None:
-        kv_cache_tokens = physics.kv_pool_tokens()
+    physics = Physics(model, hardware, dtype, kv_dtype, compute_dtype, tp, engine)
+    dep = Deployment(physics, fit, step_model, None, None, max_num_seqs, kv_cache_tokens, max_num_batched_tokens)
+    travelling, _ = dep.step_models()
+    sm, kv = travelling.step_model, dep.kv_budget_tokens()
     for note in travelling.notes(None):
         err.print(f"note: {note}", highlight=False)
+    max_model_len = min(max_model_len, kv or max_model_len)  # a request must fit in the cache on its own
+    emulator = Emulator(sm, max_num_seqs, served_model_name, max_model_len, kv, max_num_batched_tokens, read_timeout)
     err.print(f"emulating {sm} with max_num_seqs={max_num_seqs} on http://{host}:{port}", highlight=False)
-    if kv_cache_tokens is not None and kv_cache_tokens < max_model_len:
-        max_model_len = kv_cache_tokens  # a request must fit in the cache on its own
-    emulator = Emulator(sm, max_num_seqs, served_model_name, max_model_len, kv_cache_tokens, max_num_batched_tokens)
     serve(emulator, host, port)
 
 
@@ -79,44 +89,10 @@ def require_http() -> None:
         raise TokenroofError("bench and emulate need aiohttp: pip install 'tokenroof[http]'") from None
 
 
-def load_step_model(
-    physics: Physics, fit: Path | None, step_model: Path | None, n_samples: int = 0
-) -> tuple[Any, list[Any]]:
-    """The step model (a travel.Travelling) from one source — the specs, a fit (with the model and hardware as its
-    prior), or a JSON file — and, for a fit, `n_samples` interval samples."""
-    from tokenroof.travel import Travelling, from_table, read_step_model
-
-    if (fit is not None) + (step_model is not None) > 1 or (step_model is not None and physics.model is not None):
-        raise TokenroofError(
-            "give one step-model source: --model/--hardware, --fit FILE (with --model/--hardware as its prior), "
-            "or --step-model JSON"
-        )
-    if step_model is not None:
-        return read_step_model(step_model), []
-    if fit is not None:
-        from tokenroof.predict import Workload
-
-        def prior_of(table: Any) -> Any:
-            if not physics.known:
-                return None
-            if table.context_tokens is None and table.semantics.mean_context is None:
-                raise TokenroofError(
-                    f"{fit}: fitting with --model/--hardware needs the workload the table was measured at: add a "
-                    "'# input_len=… output_len=…' line or a context_tokens column (--input-len/--output-len here "
-                    "describe the workload to run, not the one measured)"
-                )
-            return physics.prior(Workload.from_table(table))
-
-        return from_table(fit, prior_of, n_samples)
-    if not physics.known:
-        raise TokenroofError("give one step-model source: --model/--hardware, --fit FILE or --step-model JSON")
-    return Travelling(physics.step_model()), []
-
-
 @app.command()
 @handle_errors
 def bench(
-    url: Annotated[str, typer.Argument(help="Server base URL, e.g. http://127.0.0.1:8000")],
+    url: Annotated[str, typer.Argument(help="Server base URL, e.g. http://127.0.0.1:8000 (with or without /v1).")],
     concurrency: Annotated[str, typer.Option(help="Closed-loop concurrencies: '1,8,32,128'.")] = "",
     request_rate: Annotated[str, typer.Option(help="Open-loop request rates (req/s): '2,4,8'.")] = "",
     burstiness: Annotated[float, typer.Option(help="Gamma shape of arrivals: 1 = Poisson.")] = 1.0,
@@ -127,12 +103,12 @@ def bench(
     prompts: Annotated[Path | None, typer.Option(help="JSONL of prompts instead of synthetic ones.")] = None,
     warmup: Annotated[int | None, typer.Option(help="Requests completed before the window opens.")] = None,
     requests_per_point: Annotated[int | None, typer.Option(help="Requests measured per point.")] = None,
-    max_duration: Annotated[float, typer.Option(help="Longest a point may run (s).")] = 300.0,
+    max_duration: Annotated[float, typer.Option(help="Longest a point may run (s), in every mode.")] = 300.0,
     timeout: Annotated[float, typer.Option(help="Per-request timeout (s).")] = 120.0,
     out: Annotated[Path, typer.Option(help="Folder for requests.jsonl, summary.csv, summary.json.")] = Path(
         "bench-out"
     ),
-    resume: Annotated[bool, typer.Option(help="Skip points already finished in --out.")] = False,
+    resume: Annotated[bool, typer.Option(help="Continue --out: keep its valid points, measure the rest.")] = False,
     api_key: Annotated[
         str | None, typer.Option(help="API key (else $TOKENROOF_API_KEY or $OPENAI_API_KEY); never written to results.")
     ] = None,
@@ -146,15 +122,16 @@ def bench(
     """Measure a server's decode curve: TPOT and throughput against the running batch, written for predict."""
     import asyncio
 
+    from rich.markup import escape
+
     require_http()
 
-    from tokenroof.bench.run import BenchConfig, run_bench
+    from tokenroof.bench.config import whole_numbers
+    from tokenroof.bench.run import BenchConfig, interrupted_line, outcome, run_bench
 
-    if endpoint not in ("completions", "chat"):
-        raise TokenroofError(f"--endpoint must be completions or chat, got {endpoint!r}")
     cfg = BenchConfig(
         url=url,
-        concurrencies=[int(c) for c in parse_numbers(concurrency, "--concurrency")],
+        concurrencies=whole_numbers(parse_numbers(concurrency, "--concurrency"), "--concurrency"),
         rates=parse_numbers(request_rate, "--request-rate"),
         burstiness=burstiness,
         endpoint=endpoint,
@@ -183,5 +160,18 @@ def bench(
                 tasks[label] = bar.add_task(label, total=target or None)
             bar.advance(tasks[label], step)
 
-        summaries = asyncio.run(run_bench(cfg, progress))
-    finish({"points": summaries, "out": str(out), "warnings": []}, render.bench, json_output)
+        def notice(text: str) -> None:
+            err.print(f"note: {escape(text)}", highlight=False, soft_wrap=True)
+
+        try:
+            summaries = asyncio.run(run_bench(cfg, progress, notice))
+        except KeyboardInterrupt:
+            summaries = None
+    if summaries is None:
+        err.print(escape(interrupted_line(out)), highlight=False, soft_wrap=True)
+        raise typer.Exit(130)
+    warnings, invalid = outcome(summaries, out)
+    finish({"points": summaries, "out": str(out), "warnings": warnings}, render.bench, json_output)
+    if invalid:
+        err.print(escape(invalid), highlight=False, soft_wrap=True)
+        raise typer.Exit(1)

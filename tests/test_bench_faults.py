@@ -1,0 +1,538 @@
+"""`tokenroof bench` against deliberately misbehaving servers: it never hangs and never loses a record.
+
+Each fault has its own small aiohttp server here; every run is guarded by a deadline so
+that a regression fails the test instead of hanging it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import contextlib
+import json
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Awaitable, Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from aiohttp import web
+
+from tests.conftest import run_cli
+from tokenroof.bench.redact import Redactor
+from tokenroof.bench.run import BenchConfig, run_bench
+from tokenroof.errors import TokenroofError
+from tokenroof.measurements import read_jsonl
+
+Answer = Callable[[int, web.Request], Awaitable[web.StreamResponse]]
+GUARD_S = 30.0  # no run here takes more than a few seconds; past this, bench hung
+
+
+def event(obj: Any) -> bytes:
+    return b"data: " + json.dumps(obj).encode() + b"\n\n"
+
+
+def text_event(text: str = " tok") -> bytes:
+    return event({"choices": [{"index": 0, "text": text, "finish_reason": None}]})
+
+
+async def stream(request: web.Request, parts: list[bytes], pause_s: float = 0.0) -> web.StreamResponse:
+    response = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
+    await response.prepare(request)
+    for part in parts:
+        await response.write(part)
+        if pause_s:
+            await asyncio.sleep(pause_s)
+    return response
+
+
+def good_parts(n: int = 3) -> list[bytes]:
+    usage = event({"choices": [], "usage": {"prompt_tokens": 4, "completion_tokens": n}})
+    return [text_event() for _ in range(n)] + [usage, b"data: [DONE]\n\n"]
+
+
+async def good(k: int, request: web.Request) -> web.StreamResponse:
+    """Three tokens 20 ms apart: a TPOT the client's self-check can time (it marks ~0 ms TPOT client-bound)."""
+    return await stream(request, good_parts(), pause_s=0.02)
+
+
+async def instant(k: int, request: web.Request) -> web.StreamResponse:
+    """Three tokens at once: many requests end together, as the window closes too."""
+    return await stream(request, good_parts())
+
+
+async def probe_then_stall(k: int, request: web.Request) -> web.StreamResponse:
+    """The first request (the closed loop's probe) answered, the rest stalled."""
+    return await (good if k == 0 else stall)(k, request)
+
+
+async def stall(k: int, request: web.Request) -> web.StreamResponse:
+    """One chunk, then nothing until the client gives up (the handler is cancelled when it disconnects)."""
+    response = await stream(request, [text_event()])
+    await asyncio.sleep(3600)
+    return response
+
+
+class FakeServer:
+    """An OpenAI-style server whose k-th completion request is answered by `answer(k, request)`."""
+
+    def __init__(self, answer: Answer, models: web.Response | None = None) -> None:
+        self.answer = answer
+        self.models = models
+        self.requests = 0
+        self.peers: list[Any] = []
+        self.seen: list[str] = []  # Authorization header and query of each request
+
+    def app(self) -> web.Application:
+        async def models(request: web.Request) -> web.Response:
+            return self.models or web.json_response({"object": "list", "data": [{"id": "fake"}]})
+
+        async def completions(request: web.Request) -> web.StreamResponse:
+            k = self.requests
+            self.requests += 1
+            self.peers.append(request.transport.get_extra_info("peername") if request.transport else None)
+            self.seen.append(f"{request.headers.get('Authorization', '')} {request.query_string}")
+            await request.read()
+            return await self.answer(k, request)
+
+        app = web.Application()
+        app.router.add_get("/v1/models", models)
+        app.router.add_post("/v1/completions", completions)
+        app.router.add_post("/v1/chat/completions", completions)
+        return app
+
+
+async def serve(server: FakeServer) -> tuple[web.AppRunner, str]:
+    runner = web.AppRunner(server.app(), access_log=None, handler_cancellation=True, shutdown_timeout=0.5)
+    await runner.setup()
+    site = web.TCPSite(runner, "127.0.0.1", 0)
+    await site.start()
+    port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
+    return runner, f"http://127.0.0.1:{port}"
+
+
+def config(url: str, out: Path, **overrides: Any) -> BenchConfig:
+    settings: dict[str, Any] = {
+        "url": url,
+        "concurrencies": [2],
+        "input_len": 2,
+        "output_len": 3,
+        "warmup": 1,
+        "requests_per_point": 4,
+        "timeout_s": 5.0,
+        "max_duration_s": 20.0,
+        "out_dir": out,
+    }
+    return BenchConfig(**{**settings, **overrides})
+
+
+def bench(server: FakeServer, out: Path, url_suffix: str = "", **overrides: Any) -> list[dict[str, Any]]:
+    """run_bench against `server` (in this event loop), guarded against hanging."""
+
+    async def main() -> list[dict[str, Any]]:
+        runner, url = await serve(server)
+        try:
+            async with asyncio.timeout(GUARD_S):
+                return await run_bench(config(url + url_suffix, out, **overrides))
+        finally:
+            await runner.cleanup()
+
+    return asyncio.run(main())
+
+
+@contextlib.contextmanager
+def threaded(server: FakeServer) -> Iterator[str]:
+    """The server on its own thread and event loop, for runs through the CLI (which starts its own loop)."""
+    loop = asyncio.new_event_loop()
+    started: dict[str, Any] = {}
+    ready = threading.Event()
+
+    def main() -> None:
+        started["runner"], started["url"] = loop.run_until_complete(serve(server))
+        ready.set()
+        loop.run_forever()
+        loop.run_until_complete(started["runner"].cleanup())
+        loop.close()
+
+    thread = threading.Thread(target=main, daemon=True)
+    thread.start()
+    assert ready.wait(10)
+    try:
+        yield started["url"]
+    finally:
+        loop.call_soon_threadsafe(loop.stop)
+        thread.join(10)
+
+
+def lines(out: Path, kind: str = "request") -> list[dict[str, Any]]:
+    """The objects of one type in requests.jsonl (the file must parse line by line)."""
+    return [obj for _, obj in read_jsonl(out / "requests.jsonl") if obj.get("type") == kind]
+
+
+def single(value: Any) -> Answer:
+    """An answer streaming one event `value` after a good first chunk, then [DONE]."""
+
+    async def answer(k: int, request: web.Request) -> web.StreamResponse:
+        return await stream(request, [text_event(), event(value), b"data: [DONE]\n\n"])
+
+    return answer
+
+
+async def latin1_error(k: int, request: web.Request) -> web.Response:
+    return web.Response(status=400, body="prompt trop long: « é »".encode("latin-1"))
+
+
+async def long_line(k: int, request: web.Request) -> web.StreamResponse:
+    return await stream(request, [b"data: " + b'{"x": "' + b"a" * 600_000 + b'"}\n\n'])
+
+
+MALFORMED = {
+    "choices is a number": (single({"choices": 5}), "malformed_body", "'choices' is int"),
+    "choices is an object": (single({"choices": {"0": {"text": "a"}}}), "malformed_body", "'choices' is dict"),
+    "usage count is text": (
+        single({"choices": [], "usage": {"completion_tokens": "many"}}),
+        "malformed_body",
+        "usage.completion_tokens",
+    ),
+    "prompt count is text": (
+        single({"choices": [], "usage": {"completion_tokens": 2, "prompt_tokens": [1]}}),
+        "malformed_body",
+        "usage.prompt_tokens",
+    ),
+    "error body not UTF-8": (latin1_error, "client_error", "HTTP 400: prompt trop long"),
+    "error event mid-stream": (single({"error": {"message": "CUDA out of memory"}}), "server_error", "out of memory"),
+    "SSE line over 512 KiB": (long_line, "malformed_body", "SSE line too long"),
+}
+
+
+@pytest.mark.parametrize("case", list(MALFORMED))
+@pytest.mark.parametrize("mode", ["closed", "open"])
+def test_malformed_answers_are_classified_and_recorded(
+    case: str, mode: str, tmp_path: Path, capfd: pytest.CaptureFixture[str]
+) -> None:
+    answer, error_type, reason = MALFORMED[case]
+    server = FakeServer(answer)
+    load: dict[str, Any] = {"concurrencies": [2]} if mode == "closed" else {"concurrencies": [], "rates": [50.0]}
+    (point,) = bench(server, tmp_path, **load)
+    records = lines(tmp_path)
+    assert len(records) == server.requests > 0  # the probe (closed loop) included: nothing lost
+    failed = [r for r in records if r["error_type"] != "cancelled"]  # not cancelled as the window closed
+    assert len(failed) >= 4
+    for r in failed:
+        assert not r["ok"] and r["error_type"] == error_type and reason in r["error"], r
+        assert "\n" not in r["error"] and len(r["error"]) <= 200
+    assert point["invalid"] and f"({error_type} {len(failed)})" in point["invalid"]
+    assert point["failure_reasons"] == {error_type: len(failed)}
+    assert "Traceback" not in capfd.readouterr().err
+
+
+def test_every_request_sent_is_recorded_once_with_contiguous_indices(tmp_path: Path) -> None:
+    """Requests ending as the window closes used to vanish (17 of 1,792 against the emulator)."""
+    server = FakeServer(instant)
+    (point,) = bench(server, tmp_path, concurrencies=[16], warmup=16, requests_per_point=300)
+    records = lines(tmp_path)
+    indices = sorted(r["index"] for r in records if r["index"] >= 0)
+    assert indices == list(range(len(indices)))
+    assert [r["index"] for r in records if r["index"] < 0] == [-1]  # the probe
+    assert len(records) >= server.requests  # requests cancelled at the window's close may never have arrived
+    cancelled = [r for r in records if r["error_type"] == "cancelled"]
+    assert all(not r["ok"] and r["error"].startswith("cancelled: ") for r in cancelled)
+    assert len(records) == point["requests_cancelled"] + sum(1 for r in records if r["ok"])
+    assert not point["invalid"] or "client-bound" in point["invalid"]
+
+
+@pytest.mark.parametrize("load", [{"concurrencies": [2]}, {"concurrencies": [], "rates": [20.0]}])
+def test_the_watchdog_ends_a_point_at_max_duration(load: dict[str, Any], tmp_path: Path) -> None:
+    server = FakeServer(stall)
+    max_duration, timeout = 0.5, 8.0
+    started = time.perf_counter()
+    (point,) = bench(server, tmp_path, max_duration_s=max_duration, timeout_s=timeout, requests_per_point=400, **load)
+    assert time.perf_counter() - started < max_duration + timeout  # generous: the watchdog, not the timeout
+    records = lines(tmp_path)
+    assert len(records) >= server.requests > 0
+    assert all(r["error_type"] == "cancelled" and "--max-duration" in r["error"] for r in records)
+    assert point["invalid"]
+
+
+def test_an_interrupted_run_records_requests_in_flight_and_resumes_with_fresh_indices(tmp_path: Path) -> None:
+    mode = {"answer": probe_then_stall}
+
+    async def answer(k: int, request: web.Request) -> web.StreamResponse:
+        return await mode["answer"](k, request)
+
+    server = FakeServer(answer)
+
+    async def interrupted(url: str) -> None:
+        task = asyncio.create_task(run_bench(config(url, tmp_path, concurrencies=[3])))
+        async with asyncio.timeout(GUARD_S):
+            while server.requests < 4:  # the probe and three workers, all stalled
+                await asyncio.sleep(0.01)
+        task.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await task
+
+    async def main() -> list[dict[str, Any]]:
+        runner, url = await serve(server)
+        try:
+            await interrupted(url)
+            first = lines(tmp_path)
+            assert len(first) == server.requests  # every request sent, recorded
+            assert first[0]["ok"]  # the probe
+            assert all(r["error_type"] == "cancelled" and "interrupted" in r["error"] for r in first[1:])
+            mode["answer"] = good
+            async with asyncio.timeout(GUARD_S):
+                return await run_bench(config(url, tmp_path, concurrencies=[3], resume=True))
+        finally:
+            await runner.cleanup()
+
+    (point,) = asyncio.run(main())
+    assert not point["invalid"] or "client-bound" in point["invalid"]
+    assert point["attempt"] == 2
+    records = lines(tmp_path)
+    indices = [r["index"] for r in records]
+    assert len(indices) == len(set(indices))  # the rerun does not reuse the aborted attempt's indices
+    assert sorted(i for i in indices if i < 0) == [-2, -1]  # each attempt's probe
+    assert [s["attempt"] for s in lines(tmp_path, "start")] == [1, 2]
+
+
+def test_resume_drops_a_cut_last_line_and_refuses_changed_settings(tmp_path: Path) -> None:
+    server = FakeServer(good)
+    bench(server, tmp_path, concurrencies=[1])
+    path = tmp_path / "requests.jsonl"
+    with path.open("a") as f:
+        f.write('{"type": "request", "point": "concurrency=1", "ind')  # a crash mid-write
+    notes: list[str] = []
+
+    async def main(**overrides: Any) -> list[dict[str, Any]]:
+        runner, url = await serve(server)
+        try:
+            async with asyncio.timeout(GUARD_S):
+                return await run_bench(config(url, tmp_path, resume=True, **overrides), notice=notes.append)
+        finally:
+            await runner.cleanup()
+
+    with pytest.raises(TokenroofError, match=r"--resume: --input-len was 2 in .*, now 5; a resumed run keeps"):
+        asyncio.run(main(concurrencies=[1, 2], input_len=5))
+    assert any("dropped a cut last line" in note for note in notes)
+    first_valid = not lines(tmp_path, "point")[0]["invalid"]
+    points = asyncio.run(main(concurrencies=[1, 2]))
+    assert [p["point"] for p in points] == ["concurrency=1", "concurrency=2"]
+    assert ("concurrency=1: kept" in " | ".join(notes)) == first_valid  # invalid (client-bound here): measured again
+    assert lines(tmp_path)  # every line parses: the next record was not glued onto the cut one
+
+
+def test_resume_measures_an_invalid_point_again(tmp_path: Path) -> None:
+    mode = {"fail": True}
+
+    async def answer(k: int, request: web.Request) -> web.StreamResponse:
+        if mode["fail"]:
+            return web.json_response({"error": {"message": "overloaded"}}, status=503)
+        return await good(k, request)
+
+    server = FakeServer(answer)
+    (first,) = bench(server, tmp_path)
+    assert first["invalid"] and first["failure_reasons"] == {"server_error": first["requests_failed"]}
+    assert first["failure_examples"] == ["server_error: HTTP 503: overloaded"]
+    mode["fail"] = False
+    notes: list[str] = []
+
+    async def main() -> list[dict[str, Any]]:
+        runner, url = await serve(server)
+        try:
+            return await run_bench(config(url, tmp_path, resume=True), notice=notes.append)
+        finally:
+            await runner.cleanup()
+
+    (again,) = asyncio.run(main())
+    assert any("concurrency=2: measuring again, its last attempt was invalid" in note for note in notes)
+    assert again["requests_failed"] == 0 and again["attempt"] == 2
+    summary = json.loads((tmp_path / "summary.json").read_text())
+    assert summary["points"][0]["attempt"] == 2
+
+
+def test_a_stale_keepalive_connection_is_retried_once_on_a_fresh_one(tmp_path: Path) -> None:
+    async def answer(k: int, request: web.Request) -> web.StreamResponse:
+        if k in (2, 5, 6):  # 2: a dead pooled connection; 5 then its retry 6: the retry fails too
+            assert request.transport is not None
+            request.transport.close()
+            return web.Response()
+        return await good(k, request)
+
+    server = FakeServer(answer)
+    bench(server, tmp_path, concurrencies=[1], warmup=1, requests_per_point=4)
+    records = sorted(lines(tmp_path), key=lambda r: r["index"])
+    retried = [r for r in records if r["retries"]]
+    assert len(retried) == 2 and retried[0]["ok"]  # the first retry succeeded
+    assert retried[1]["error_type"] == "connection" and "before any response" in retried[1]["error"]
+    assert server.peers[3] not in server.peers[:3]  # the retry went out on a new connection
+    assert len(records) + 2 == server.requests
+
+
+def test_v1_base_url_and_failures_summarised_by_type(tmp_path: Path) -> None:
+    async def answer(k: int, request: web.Request) -> web.StreamResponse:
+        response = await stream(request, [text_event() for _ in range(k % 3 + 1)])
+        assert request.transport is not None
+        request.transport.close()  # cut mid-stream after 1, 2 or 3 chunks
+        return response
+
+    server = FakeServer(answer)
+    (point,) = bench(server, tmp_path, url_suffix="/v1/", requests_per_point=6)
+    assert point["failure_reasons"] == {"protocol": point["requests_failed"]}
+    assert len(point["failure_examples"]) == 3  # the first few distinct reasons, one line each
+    assert all(e.startswith("protocol: stream broken after") for e in point["failure_examples"])
+
+
+@pytest.mark.parametrize(
+    ("models", "message"),
+    [
+        (web.json_response({"error": {"message": "no such route"}}, status=404), "HTTP 404: no such route"),
+        (web.json_response({"models": ["m"]}), "the answer is not an OpenAI model list"),
+    ],
+)
+def test_a_server_without_a_model_list_is_named(models: web.Response, message: str, tmp_path: Path) -> None:
+    with pytest.raises(TokenroofError, match=r"cannot list models at http://127\.0\.0\.1:\d+/v1/models: ") as raised:
+        bench(FakeServer(good, models), tmp_path, url_suffix="/v1", model=None)
+    assert message in str(raised.value) and "give --model to skip this" in str(raised.value)
+
+
+def test_cli_exit_status_and_server_reasons_when_every_request_fails(tmp_path: Path) -> None:
+    async def answer(k: int, request: web.Request) -> web.Response:
+        return web.json_response({"error": {"message": "This model's maximum context length is 8"}}, status=400)
+
+    with threaded(FakeServer(answer)) as url:
+        result = run_cli(
+            [
+                "bench",
+                url + "/v1",
+                "--concurrency",
+                "1",
+                "--warmup",
+                "1",
+                "--requests-per-point",
+                "2",
+                "--out",
+                str(tmp_path),
+            ]
+        )
+    assert result.exit_code == 1
+    assert "concurrency=1: client_error: HTTP 400: This model's maximum context length is 8" in result.stderr
+    assert "1 of 1 points invalid" in result.stderr
+    assert "left out concurrency=1" in (tmp_path / "summary.csv").read_text()
+    assert lines(tmp_path) and json.loads((tmp_path / "summary.json").read_text())["points"]
+
+
+@pytest.mark.parametrize(
+    ("overrides", "message"),
+    [
+        ({"concurrencies": [0]}, "--concurrency: every value must be a whole number ≥ 1"),
+        ({"concurrencies": [1.5]}, "--concurrency: every value must be a whole number ≥ 1"),
+        ({"rates": [float("nan")]}, "--request-rate: every value must be finite and > 0"),
+        ({"rates": [float("inf")]}, "--request-rate: every value must be finite and > 0"),
+        ({"timeout_s": 0.0}, "--timeout must be finite and > 0, got 0"),
+        ({"max_duration_s": float("nan")}, "--max-duration must be finite and > 0, got nan"),
+        ({"max_failure_fraction": float("nan")}, "--max-failure-fraction must be between 0 and 1, got nan"),
+        ({"max_failure_fraction": 1.5}, "--max-failure-fraction must be between 0 and 1, got 1.5"),
+        ({"burstiness": float("nan")}, "--burstiness must be > 0 (inf: a constant rate), got nan"),
+        ({"tpot_slo_ms": float("inf")}, "--tpot-slo-ms must be finite and > 0, got inf"),
+        ({"requests_per_point": 0}, "--requests-per-point must be ≥ 1, got 0"),
+        ({"warmup": -1}, "--warmup must be ≥ 0, got -1"),
+        ({"concurrencies": [1, 1]}, "a value is listed twice"),
+        ({"seed": -3}, "--seed must be ≥ 0, got -3"),
+        ({"url": "localhost:8000"}, "localhost:8000: give the server as http://HOST:PORT"),
+    ],
+)
+def test_nonsense_settings_are_refused_before_anything_is_sent(
+    overrides: dict[str, Any], message: str, tmp_path: Path
+) -> None:
+    cfg = config(overrides.pop("url", "http://127.0.0.1:9"), tmp_path, **overrides)
+    with pytest.raises(TokenroofError) as raised:
+        asyncio.run(run_bench(cfg))
+    assert str(raised.value) == message or str(raised.value).endswith(message)
+    assert not (tmp_path / "requests.jsonl").exists()
+
+
+@pytest.mark.parametrize(
+    ("flags", "message"),
+    [
+        (["--concurrency", "1.5"], "--concurrency: 1.5 is not a whole number"),
+        (["--concurrency", "nan"], "--concurrency: nan is not a whole number"),
+        (["--request-rate", "nan"], "--request-rate"),
+        (["--concurrency", "1", "--timeout", "0"], "--timeout"),
+        (["--concurrency", "1", "--max-failure-fraction", "nan"], "--max-failure-fraction"),
+        (["--concurrency", "1", "--max-duration", "-1"], "--max-duration"),
+    ],
+)
+def test_cli_rejects_nonsense_flags(flags: list[str], message: str, tmp_path: Path) -> None:
+    result = run_cli(["bench", "http://127.0.0.1:9", *flags, "--out", str(tmp_path)])
+    assert result.exit_code == 2 and message in result.stderr and "Traceback" not in result.output
+    assert not (tmp_path / "requests.jsonl").exists()
+
+
+def test_cli_rejects_a_url_without_a_scheme(tmp_path: Path) -> None:
+    result = run_cli(["bench", "localhost:8000", "--concurrency", "1", "--out", str(tmp_path)])
+    assert result.exit_code == 2 and "give the server as http://HOST:PORT" in result.stderr
+
+
+@pytest.mark.parametrize("where", ["key", "userinfo"])
+def test_secrets_are_never_written_or_printed(where: str, tmp_path: Path) -> None:
+    server = FakeServer(good)
+
+    async def answer(k: int, request: web.Request) -> web.Response:
+        echo = f"bad credentials {server.seen[-1]} at {request.url}"  # a server that echoes them
+        return web.json_response({"error": {"message": echo}}, status=401)
+
+    server.answer = answer
+    with threaded(server) as url:
+        host = url.removeprefix("http://")
+        if where == "key":
+            args = [f"http://{host}/v1?api_key=query-secret-9&model_hint=x", "--api-key", "sk-secret-123"]
+        else:
+            args = [f"http://bob:hunter2-secret@{host}"]
+        flags = ["--concurrency", "1", "--warmup", "1", "--requests-per-point", "2", "--out", str(tmp_path)]
+        result = run_cli(["bench", *args, *flags])
+    assert result.exit_code == 1
+    basic = base64.b64encode(b"bob:hunter2-secret").decode()
+    secrets = ["sk-secret-123", "query-secret-9"] if where == "key" else ["hunter2-secret", basic]
+    assert secrets[-1] in " ".join(server.seen)  # the server got the secret (and echoed it)
+    texts = [result.stdout, result.stderr] + [p.read_text() for p in tmp_path.iterdir()]
+    for text in texts:
+        for secret in secrets:
+            assert secret not in text
+    assert "***" in (tmp_path / "requests.jsonl").read_text()
+
+
+def test_redactor_masks_keys_userinfo_and_key_like_query_values() -> None:
+    redact = Redactor.of("http://bob:pw-123@h:1/v1?access_token=tok-9&model=m", "sk-1")
+    assert redact.text("GET http://bob:pw-123@h:1/v1?access_token=tok-9&model=m: key sk-1 echoed, pw-123") == (
+        "GET http://***@h:1/v1?access_token=***&model=m: key *** echoed, ***"
+    )
+    assert redact.value({"sk-1": ["sk-1", 7], "n": 1}) == {"sk-1": ["***", 7], "n": 1}  # keys and numbers kept
+
+
+def test_ctrl_c_records_requests_in_flight_and_says_where_results_are(tmp_path: Path) -> None:
+    server = FakeServer(probe_then_stall)
+    with threaded(server) as url:
+        cmd = [sys.executable, "-m", "tokenroof", "bench", url, "--concurrency", "2", "--out", str(tmp_path)]
+        env = {**os.environ, "COLUMNS": "200"}
+        proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+        try:
+            deadline = time.monotonic() + GUARD_S
+            while server.requests < 3 and time.monotonic() < deadline and proc.poll() is None:
+                time.sleep(0.02)
+            proc.send_signal(signal.SIGINT)
+            _, stderr = proc.communicate(timeout=GUARD_S)
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+                proc.communicate()
+    assert proc.returncode == 130, stderr
+    assert f"every request sent is in {tmp_path / 'requests.jsonl'}" in " ".join(stderr.split())
+    assert "Traceback" not in stderr
+    records = lines(tmp_path)
+    assert len(records) == server.requests == 3
+    assert records[0]["ok"] and all(r["error_type"] == "cancelled" for r in records[1:])
