@@ -207,3 +207,25 @@ def test_overlap_from_the_hardware_file_reaches_the_step_model_and_is_checked(tm
         read_hardware_toml(path)
     with pytest.raises(TokenroofError, match="overlap must be in"):
         rl.Efficiencies(overlap=-0.1)
+
+
+# -- families: MLA, dense-first MoE layouts, sliding windows ------------------------------------------------------
+def test_kv_read_without_windows_is_batch_times_context(llama7b) -> None:
+    b, ctx = np.array([1.0, 8.0]), np.array([[100.0], [5000.0]])
+    np.testing.assert_array_equal(rl.kv_read_bytes(llama7b, BF16, b, ctx), b * ctx * 524_288)
+
+
+def test_deepseek_v3_streams_every_weight_but_the_embedding_when_all_experts_are_hit() -> None:
+    v3 = load_model("deepseek-v3")
+    # one routed expert per MoE layer: 58 layers (the first 3 are dense) · 3·7168·2048 · 2 bytes
+    assert rl.expert_weight_bytes(v3, BF16) == 58 * 3 * 7168 * 2048 * 2
+    everything = rl.dense_weight_bytes(v3, BF16) + 256 * rl.expert_weight_bytes(v3, BF16)
+    assert everything / 2 == v3.total_params - v3.vocab_size * v3.hidden_size
+
+
+def test_mla_step_model_attention_term(h100) -> None:
+    v3 = load_model("deepseek-v3")
+    sm = rl.step_model_from_specs(v3, h100, BF16, tp=8, eff=PEAK)
+    # absorbed MLA: 61 layers · 128 heads · (2·576 + 2·512) FLOPs per cached token, heads split 8 ways
+    assert sm.t_attn_token_s == pytest.approx(61 * 128 * 2176 / 8 / 989.4e12)
+    assert sm.t_kv_token_s == pytest.approx(61 * 576 * 2 / 3.35e12)  # the latent is whole on each GPU

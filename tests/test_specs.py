@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 import pytest
 
+from tests.conftest import run_json
 from tokenroof.errors import TokenroofError
-from tokenroof.specs import Precision, list_hardware, list_models, load_hardware, load_model
+from tokenroof.specs import DATA, Precision, list_hardware, list_models, load_hardware, load_model
 
 REQUIRED_MODELS = {
     "llama-2-7b",
@@ -150,3 +152,106 @@ def test_precision_bytes() -> None:
     assert Precision.create("bfloat16").weight_dtype == "bf16"
     with pytest.raises(TokenroofError, match="unknown weight dtype 'fp7'"):
         Precision.create("fp7")
+
+
+# -- a checkpoint's quantization_config sets the weight dtype unless --dtype is given ----------------------------
+AWQ = {"quant_method": "awq", "bits": 4, "group_size": 128, "zero_point": True, "version": "gemm"}
+W4A16 = {
+    "quant_method": "compressed-tensors",
+    "format": "pack-quantized",
+    "config_groups": {
+        "group_0": {
+            "targets": ["Linear"],
+            "weights": {"num_bits": 4, "type": "int", "symmetric": True, "strategy": "group", "group_size": 128},
+        }
+    },
+}
+FP8_CHANNEL = {
+    "quant_method": "compressed-tensors",
+    "format": "float-quantized",
+    "config_groups": {"group_0": {"weights": {"num_bits": 8, "type": "float", "strategy": "channel"}}},
+}
+NF4 = {"quant_method": "bitsandbytes", "load_in_4bit": True, "bnb_4bit_quant_type": "nf4"}
+
+
+def quantized(tmp_path: Path, quantization: dict) -> Path:
+    """Llama-3.1-8B's config.json with this quantization_config."""
+    base = json.loads(Path(str(DATA / "models" / "llama-3.1-8b.json")).read_text())
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps({**base, "quantization_config": quantization}))
+    return path
+
+
+@pytest.mark.parametrize(
+    ("quantization", "dtype", "bytes_per_weight"),
+    [
+        (AWQ, "int4", 0.5 + (2 + 0.5) / 128),  # fp16 scale + 4-bit zero point per 128 weights
+        ({"quant_method": "gptq", "bits": 4, "group_size": 128, "sym": True}, "int4", 0.5 + 2.5 / 128),
+        ({"quant_method": "gptq", "bits": 8, "group_size": -1}, "int8", 1.0),  # per-channel: negligible
+        ({"quant_method": "fp8", "fmt": "e4m3", "weight_block_size": [128, 128]}, "fp8", 1 + 4 / 16384),
+        (W4A16, "int4", 0.5 + 2 / 128),
+        (FP8_CHANNEL, "fp8", 1.0),
+        (NF4, "int4", 0.5 + 4 / 64),  # one fp32 absmax per 64
+        ({**NF4, "bnb_4bit_use_double_quant": True}, "int4", 0.5 + (1 + 4 / 256) / 64),
+        ({"quant_method": "bitsandbytes", "load_in_8bit": True}, "int8", 1.0),
+    ],
+)
+def test_checkpoint_quantization_sets_the_weight_dtype(
+    tmp_path: Path, quantization: dict, dtype: str, bytes_per_weight: float
+) -> None:
+    model = load_model(str(quantized(tmp_path, quantization)))
+    precision = Precision.create(checkpoint=model.quantization)
+    assert (precision.weight_dtype, precision.source) == (dtype, "checkpoint")
+    assert precision.weight_bytes_per_param == pytest.approx(bytes_per_weight, rel=1e-12)
+    assert precision.to_dict()["quantization"].startswith(quantization["quant_method"])
+    given = Precision.create("bf16", checkpoint=model.quantization)  # an explicit --dtype wins
+    assert (given.weight_dtype, given.source, given.weight_bytes_per_param) == ("bf16", "given", 2.0)
+
+
+def test_no_quantization_config_is_bf16_by_default() -> None:
+    default = Precision.create(checkpoint=load_model("llama-3.1-8b").quantization)
+    assert (default.weight_dtype, default.source, default.quantization) == ("bf16", "default", None)
+    assert Precision.create("int4").weight_bytes_per_param == pytest.approx(0.5 + 2 / 128)  # by name: as before
+
+
+def test_deepseek_v3_ships_fp8_with_block_scales() -> None:
+    v3 = load_model("deepseek-v3")
+    precision = Precision.create(checkpoint=v3.quantization)
+    assert (precision.weight_dtype, precision.compute_dtype, precision.kv_dtype) == ("fp8", "fp8", "bf16")
+    assert precision.to_dict()["quantization"] == "fp8: fp8, 4 scale bytes per 16384 weights"
+
+
+def test_physics_takes_the_checkpoint_dtype_unless_given(tmp_path: Path) -> None:
+    from tokenroof.deployment import Physics
+
+    path = str(quantized(tmp_path, AWQ))
+    assert Physics(path, "h100-sxm").precision.weight_dtype == "int4"
+    assert Physics(path, "h100-sxm", dtype="fp8").precision.weight_dtype == "fp8"
+    assert Physics("llama-3.1-8b", "h100-sxm").precision.source == "default"
+
+
+def test_unread_method_loads_and_needs_dtype(tmp_path: Path) -> None:
+    model = load_model(str(quantized(tmp_path, {"quant_method": "hqq", "nbits": 4.5})))
+    with pytest.raises(TokenroofError, match=r"quantization_config method 'hqq' is not one tokenroof reads .*--dtype"):
+        Precision.create(checkpoint=model.quantization)
+    assert Precision.create("int4", checkpoint=model.quantization).weight_dtype == "int4"
+
+
+@pytest.mark.parametrize(
+    ("quantization", "message"),
+    [
+        ({"quant_method": "gptq", "bits": 3}, "gptq with 3-bit weights is not modelled"),
+        ({"quant_method": "awq", "bits": "4"}, 'quantization_config.bits = "4"; must be a positive integer'),
+        ({"quant_method": "bitsandbytes"}, "sets neither load_in_4bit nor load_in_8bit"),
+        ({"quant_method": "compressed-tensors", "config_groups": {}}, "no config_groups.*.weights scheme"),
+    ],
+)
+def test_bad_quantization_config_is_named(tmp_path: Path, quantization: dict, message: str) -> None:
+    with pytest.raises(TokenroofError, match=re.escape(message)):
+        load_model(str(quantized(tmp_path, quantization)))
+
+
+def test_dtype_flag_left_out_says_so() -> None:
+    args = ["roofline", "-m", "llama-3.1-8b", "-H", "h100-sxm", "--batch", "1"]
+    assert run_json(args)["precision"]["weight_dtype_source"] == "default"
+    assert run_json([*args, "--dtype", "bf16"])["precision"]["weight_dtype_source"] == "given"

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import numpy as np
@@ -11,6 +11,7 @@ import numpy as np
 from tokenroof import roofline as rl
 from tokenroof.errors import TokenroofError
 from tokenroof.specs import HardwareSpec, ModelSpec, Precision
+from tokenroof.specs.engines import EngineProfile, load_engine
 from tokenroof.stepmodel import StepModel
 from tokenroof.units import MS_PER_S
 
@@ -32,16 +33,23 @@ class RooflineResult:
     batches: np.ndarray
     prompt_tokens: float | None = None
     warnings: list[str] = field(default_factory=list)
+    engine: EngineProfile = field(default_factory=load_engine)  # whose efficiencies, and whose error spread
+
+    @property
+    def kv_context_tokens(self) -> float:
+        """The context the step model's linear KV and attention terms see: sliding-window layers hold only their
+        window (ModelSpec.effective_context); the context itself for a model without windows."""
+        return float(self.model.effective_context(self.context_tokens))
 
     @property
     def critical_batch(self) -> float | None:
-        return self.step_model.critical_batch(self.context_tokens)
+        return self.step_model.critical_batch(self.kv_context_tokens)
 
     @property
     def critical_batch_reason(self) -> str | None:
         if self.critical_batch is not None:
             return None
-        return self.step_model.no_critical_batch_reason(self.context_tokens)
+        return self.step_model.no_critical_batch_reason(self.kv_context_tokens)
 
     @property
     def max_batch_by_memory(self) -> int:
@@ -50,19 +58,24 @@ class RooflineResult:
         )
 
     def points(self) -> list[dict[str, Any]]:
-        sm, b, ctx = self.step_model, self.batches, self.context_tokens
+        sm, b, ctx = self.step_model, self.batches, self.kv_context_tokens
         step = sm.step_time_s(b, ctx)
         parts = sm.components_s(b, ctx)
-        costs = rl.decode_costs(self.model, self.precision, b, ctx, self.tp)
+        costs = rl.decode_costs(self.model, self.precision, b, self.context_tokens, self.tp)  # applies windows
         bound = sm.bound(b, ctx)
         limit = self.max_batch_by_memory
+        low, high = self.engine.accuracy.factors()
         rows = []
         for i, batch in enumerate(b):
             rows.append(
                 {
                     "batch": float(batch),
                     "tpot_ms": float(step[i] * MS_PER_S),
+                    "tpot_ms_low": float(step[i] * low * MS_PER_S),
+                    "tpot_ms_high": float(step[i] * high * MS_PER_S),
                     "throughput_tok_s": float(batch / step[i]),
+                    "throughput_tok_s_low": float(batch / (step[i] * high)),
+                    "throughput_tok_s_high": float(batch / (step[i] * low)),
                     "bound": str(bound[i]),
                     "fits_in_memory": bool(batch <= limit),
                     "time_overhead_ms": float(parts["overhead"][i] * MS_PER_S),
@@ -82,7 +95,7 @@ class RooflineResult:
         return rows
 
     def to_dict(self) -> dict[str, Any]:
-        sm, ctx = self.step_model, self.context_tokens
+        sm, ctx = self.step_model, self.kv_context_tokens
         ttft = None
         if self.prompt_tokens:
             ttft = (
@@ -98,7 +111,9 @@ class RooflineResult:
             "hardware": self.hardware.to_dict(),
             "precision": self.precision.to_dict(),
             "tp": self.tp,
-            "context_tokens": ctx,
+            "context_tokens": self.context_tokens,
+            "kv_context_tokens": ctx,
+            "engine": self.engine.to_dict(),
             "efficiencies": self.efficiencies.to_dict(),
             "memory_utilization": self.memory_utilization,
             "critical_batch": sm.critical_batch(ctx),
@@ -114,6 +129,7 @@ class RooflineResult:
             "ttft_ms": ttft,
             "step_model": sm.to_dict(),
             "warnings": list(self.warnings),
+            "interval_level": self.engine.accuracy.interval_level,
             "points": self.points(),
         }
 
@@ -139,9 +155,14 @@ def analyze_roofline(
     eff: rl.Efficiencies | None = None,
     memory_utilization: float = 0.9,
     prompt_tokens: float | None = None,
+    engine: EngineProfile | None = None,
 ) -> RooflineResult:
-    """Build the step model from specs and evaluate it over `batches` at `context_tokens`."""
-    eff = eff or rl.default_efficiencies(hardware, precision)
+    """Build the step model from specs and evaluate it over `batches` at `context_tokens`.
+
+    `engine` (None: the default profile) gives the efficiencies unless `eff` does, and always the intervals: its
+    spread of first-principles TPOT against published curves (EngineProfile.accuracy)."""
+    engine = engine or load_engine()
+    eff = eff or rl.default_efficiencies(hardware, precision, engine)
     arr = validate_batches(batches)
     if context_tokens < 0:
         raise TokenroofError(f"context must be non-negative, got {context_tokens:g}")
@@ -153,15 +174,23 @@ def analyze_roofline(
     result = RooflineResult(
         model, hardware, precision, tp, float(context_tokens), eff, memory_utilization, sm, arr, prompt_tokens, warnings
     )
+    result = replace(result, engine=engine)
+    warnings += memory_warnings(result, float(arr.max()))
+    return result
+
+
+def memory_warnings(result: RooflineResult, largest_batch: float) -> list[str]:
+    """What does not fit: the weights alone, or the batches above the memory's limit at this context."""
     limit_b = result.max_batch_by_memory
     if limit_b == 0:
-        warnings.append(
-            f"the weights alone ({rl.resident_weight_bytes(model, precision, tp) / 1e9:.1f} GB per GPU) "
-            f"do not fit in {memory_utilization:.0%} of {hardware.name}'s memory"
-        )
-    elif arr.max() > limit_b:
-        warnings.append(
-            f"batches above {limit_b} do not fit in memory at context {context_tokens:g} "
+        weights_gb = rl.resident_weight_bytes(result.model, result.precision, result.tp) / 1e9
+        return [
+            f"the weights alone ({weights_gb:.1f} GB per GPU) "
+            f"do not fit in {result.memory_utilization:.0%} of {result.hardware.name}'s memory"
+        ]
+    if largest_batch > limit_b:
+        return [
+            f"batches above {limit_b} do not fit in memory at context {result.context_tokens:g} "
             "(weights + KV cache); they are computed anyway and marked fits_in_memory=false"
-        )
-    return result
+        ]
+    return []

@@ -1,7 +1,7 @@
 """What is deployed: model × hardware × precision × tensor parallelism, and the server built from it.
 
 `Deployment` (below) is the whole of it: the step model's source, the lengths, the KV budget, the batch cap and
-the token budget. `Physics` is what `--model/--hardware/--dtype/--kv-dtype/--compute-dtype/--tp` name,
+the token budget. `Physics` is what `--model/--hardware/--dtype/--kv-dtype/--compute-dtype/--tp/--engine` name,
 and the one place that turns them into a first-principles step model, a physics prior
 for a fit, or the KV-cache pool a server would have. Commands take one `Physics`
 instead of six loose flags; without a model and hardware it is `known == False` (data
@@ -23,24 +23,34 @@ if TYPE_CHECKING:
     from tokenroof.predict import Workload
     from tokenroof.simulate import Lengths
     from tokenroof.specs import Precision
+    from tokenroof.specs.engines import EngineProfile
     from tokenroof.stepmodel import StepModel
     from tokenroof.travel import Travelling
 
 
 @dataclass(frozen=True)
 class Physics:
-    """Model, hardware, precision and tensor parallelism as given (names or file paths)."""
+    """Model, hardware, precision, tensor parallelism and serving engine as given (names or file paths).
+
+    `engine` names an engine profile (specs/data/engines/); None is the default profile (`generic`, the
+    profile-free defaults). It shapes every first-principles answer: the step model, the physics prior of a fit.
+    """
 
     model: str | None = None
     hardware: str | None = None
-    dtype: str = "bf16"
+    dtype: str | None = None  # None: the checkpoint's quantization_config, else bf16
     kv_dtype: str | None = None
     compute_dtype: str | None = None
     tp: int = 1
+    engine: str | None = None
 
     def __post_init__(self) -> None:
         if (self.model is None) != (self.hardware is None):
             raise TokenroofError("give both --model and --hardware (or neither, for the data alone)")
+        if self.engine is not None:
+            if self.model is None:
+                raise TokenroofError("--engine shapes first principles: give --model and --hardware with it")
+            self.engine_profile()  # an unknown name or a bad file fails here, in one line
 
     @property
     def known(self) -> bool:
@@ -48,9 +58,11 @@ class Physics:
 
     @property
     def precision(self) -> Precision:
-        from tokenroof.specs import Precision
+        """The dtypes as given; without `dtype`, the model checkpoint's quantization (else bf16)."""
+        from tokenroof.specs import Precision, load_model
 
-        return Precision.create(self.dtype, self.kv_dtype, self.compute_dtype)
+        checkpoint = load_model(self.model).quantization if self.dtype is None and self.model is not None else None
+        return Precision.create(self.dtype, self.kv_dtype, self.compute_dtype, checkpoint=checkpoint)
 
     def _specs(self) -> tuple:
         from tokenroof.specs import load_hardware, load_model
@@ -59,19 +71,28 @@ class Physics:
             raise TokenroofError("give --model and --hardware")
         return load_model(self.model), load_hardware(self.hardware)
 
+    def engine_profile(self) -> EngineProfile:
+        """The engine profile named (the default one when none is)."""
+        from tokenroof.specs.engines import load_engine
+
+        return load_engine(self.engine)
+
     def step_model(self) -> StepModel:
-        """The first-principles step model (the hardware file's efficiencies, else the defaults)."""
-        from tokenroof.roofline import step_model_from_specs
+        """The first-principles step model of a server: the engine profile's efficiencies, under the hardware file's
+        measured ones (roofline.default_efficiencies gives the precedence)."""
+        from tokenroof.roofline import default_efficiencies, step_model_from_specs
 
         model, hardware = self._specs()
-        return step_model_from_specs(model, hardware, self.precision, self.tp)
+        eff = default_efficiencies(hardware, self.precision, self.engine_profile())
+        return step_model_from_specs(model, hardware, self.precision, self.tp, eff)
 
     def prior(self, workload: Workload) -> Prior:
-        """The physics prior for a fit of measurements taken under `workload`."""
+        """The physics prior for a fit of measurements taken under `workload` (centred on the engine profile)."""
         from tokenroof.predict import prior_from_specs
 
         model, hardware = self._specs()
-        return prior_from_specs(model, hardware, self.precision, workload, self.tp)
+        profile = self.engine_profile() if self.engine is not None else None
+        return prior_from_specs(model, hardware, self.precision, workload, self.tp, engine=profile)
 
     def kv_pool_tokens(self) -> int | None:
         """The KV-cache pool a server would have (vLLM's, roughly: 90% of memory less the weights); None without
@@ -90,7 +111,8 @@ class Physics:
         return max_batch_by_memory(model, hardware, self.precision, context_tokens, self.tp)
 
     def label(self) -> str:
-        return f"{self.model} on {self.hardware} ×{self.tp}"
+        engine = f", engine {self.engine_profile().key}" if self.engine is not None else ""
+        return f"{self.model} on {self.hardware} ×{self.tp}{engine}"
 
 
 @dataclass(frozen=True)

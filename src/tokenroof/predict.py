@@ -23,6 +23,7 @@ from tokenroof.units import MS_PER_S
 
 if TYPE_CHECKING:
     from tokenroof.deployment import Physics
+    from tokenroof.specs.engines import EngineProfile
 
 # Spread (log) of the per-sequence slope that measured efficiencies imply: the calibrated first-principles
 # step model missed this CPU's measured TPOT by 5-35% (median over the batches of a config) in
@@ -98,9 +99,13 @@ def prior_from_specs(
     tp: int = 1,
     eff: rl.Efficiencies | None = None,
     memory_utilization: float = 0.9,
+    engine: EngineProfile | None = None,
 ) -> Prior:
-    """Floors at 100% of the peaks and prior centres at the efficiencies (the hardware file's, else the defaults)."""
-    eff = eff or rl.default_efficiencies(hardware, precision)
+    """Floors at 100% of the peaks and prior centres at the efficiencies: `eff`, else the engine profile's (the
+    default engine when None) under the hardware file's measured ones (roofline.default_efficiencies). The profile's
+    HTTP-serving cost per sequence counts when the workload was online (not a static batch, not pure decode)."""
+    serving = not (workload.static or workload.decode_only)
+    eff = eff or rl.default_efficiencies(hardware, precision, engine, serving)
     peak = rl.step_model_from_specs(
         model,
         hardware,
@@ -108,7 +113,7 @@ def prior_from_specs(
         tp,
         rl.Efficiencies(1.0, 1.0, 0.0, 1.0, eff.allreduce_latency_s),
     )
-    ctx = workload.mean_context
+    ctx = float(model.effective_context(workload.mean_context))  # sliding-window layers hold their window
 
     def prefill_per_token_s(sm: StepModel) -> float:
         """Compute per prompt token (matmuls, and attention over half the prompt on average)."""
@@ -137,7 +142,8 @@ def prior_from_specs(
         compute_center=eff.compute,
         flops_per_token=float(rl.matmul_flops(model, 1.0, tp)),
         peak_flops_per_s=hardware.peak_for(precision.compute_dtype),
-        label=f"{model.name} on {hardware.key or hardware.name} ×{tp} ({precision.compute_dtype})",
+        label=f"{model.name} on {hardware.key or hardware.name} ×{tp} ({precision.compute_dtype})"
+        + (f", engine {engine.key}" if engine is not None else ""),
         max_batch=cap if cap > 0 else None,
         overlap=eff.overlap,
         slope_center_s=float(slope_center),

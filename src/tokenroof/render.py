@@ -28,6 +28,22 @@ def bound_cell(bound: str) -> str:
     return f"[{BOUND_STYLE.get(bound, 'white')}]{bound}[/]"
 
 
+def engine_line(engine: dict[str, Any], level: float) -> str:
+    """Which engine profile the numbers assume, and how far that profile missed published curves."""
+    acc = engine["accuracy"]
+    text = f"engine: {engine['name']} ({engine['key']}), {engine['prefill']} prefill"
+    if engine["fitted"] and acc["tpot_error_median"] is not None:
+        text += (
+            f"; fitted to {acc['curves']} published curves, held-out TPOT error {acc['tpot_error_median']:.0%} median, "
+            f"{acc['tpot_error_p90']:.0%} p90"
+        )
+    elif engine["key"] == "generic":
+        text += "; no engine profile (give --engine: vllm-v1, sglang, tensorrt-llm, ...)"
+    else:
+        text += "; not fitted (physically motivated defaults)"
+    return text + f"; {level:.0%} interval from its spread across curves"
+
+
 def roofline(console: Console, data: dict[str, Any]) -> None:
     m, hw, p, eff = data["model"], data["hardware"], data["precision"], data["efficiencies"]
     console.print(
@@ -38,10 +54,18 @@ def roofline(console: Console, data: dict[str, Any]) -> None:
     )
     console.print(
         f"assumed: {eff['bandwidth']:.0%} of peak bandwidth, {eff['compute']:.0%} of dense peak FLOP/s, "
-        f"{eff['overhead_s'] * 1e3:g} ms fixed overhead per step",
+        f"{eff['overhead_s'] * 1e3:g} ms fixed overhead per step"
+        + (f", {eff['overhead_s_per_seq'] * 1e6:.3g} µs per sequence" if eff.get("overhead_s_per_seq") else ""),
         style="dim",
         highlight=False,
     )
+    console.print(engine_line(data["engine"], data["interval_level"]), style="dim", highlight=False)
+    roofline_summary(console, data)
+    roofline_points(console, data)
+
+
+def roofline_summary(console: Console, data: dict[str, Any]) -> None:
+    """The characteristic batches and memory figures of a roofline, and why there is no critical batch if none."""
     crit = data["critical_batch"]
     lines = [
         ("knee batch (matmuls turn compute-bound)", fmt(data["knee_batch"])),
@@ -60,13 +84,19 @@ def roofline(console: Console, data: dict[str, Any]) -> None:
     console.print(summary)
     if crit is None and data.get("critical_batch_reason"):
         console.print(f"no critical batch: {data['critical_batch_reason']}", style="yellow", highlight=False)
+
+
+def roofline_points(console: Console, data: dict[str, Any]) -> None:
+    """The decode step at each batch: TPOT with the engine profile's interval, throughput, the binding term."""
     table = Table(title="decode step by batch", title_justify="left")
-    for col in ("batch", "TPOT ms", "tok/s", "bound", "weights ms", "compute ms", "KV ms", "FLOP/byte", "fits"):
+    level = f"TPOT {data['interval_level']:.0%}"
+    for col in ("batch", "TPOT ms", level, "tok/s", "bound", "weights ms", "compute ms", "KV ms", "FLOP/byte", "fits"):
         table.add_column(col, justify="right")
     for pt in data["points"]:
         table.add_row(
             fmt(pt["batch"]),
             fmt(pt["tpot_ms"]),
+            f"{fmt(pt['tpot_ms_low'])}–{fmt(pt['tpot_ms_high'])}",
             fmt(pt["throughput_tok_s"]),
             bound_cell(pt["bound"]),
             fmt(pt["time_weights_ms"]),

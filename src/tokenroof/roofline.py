@@ -8,6 +8,7 @@ tensor parallelism `tp` (weights, KV heads and FLOPs split `tp` ways).
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass, fields
+from typing import TYPE_CHECKING
 
 import numpy as np
 from numpy.typing import ArrayLike, NDArray
@@ -16,20 +17,24 @@ from tokenroof.errors import TokenroofError
 from tokenroof.specs import HardwareSpec, ModelSpec, Precision
 from tokenroof.stepmodel import StepModel, expected_experts
 
+if TYPE_CHECKING:
+    from tokenroof.specs.engines import EngineProfile
+
 Array = NDArray[np.float64]
 
 
 @dataclass(frozen=True)
 class Efficiencies:
-    """Achieved fractions of the datasheet peaks, and the fixed per-step overhead.
+    """Achieved fractions of the datasheet peaks, and the overheads per step and per sequence.
 
-    Defaults: decode GEMV/GEMM kernels in vLLM, SGLang and TensorRT-LLM reach roughly
-    70–85% of HBM bandwidth and 60–85% of dense tensor peak; the published
-    Llama-3-8B batch-1 TPOT on an H100 (7.0–7.9 ms, shared/data/curves/argonne_*)
-    against 4.5 ms at peak bandwidth says 75% plus ~1 ms of per-step overhead.
-    Equal bandwidth and compute fractions keep the knee at the peak ridge point
-    (≈ 295 for a bf16 7B model on an H100). NCCL ring all-reduce reaches ~70% of
-    link bandwidth with ~8 µs latency per call at decode message sizes.
+    The defaults are the `generic` engine profile's (specs/data/engines/generic.toml): decode
+    GEMV/GEMM kernels reach roughly 70–85% of HBM bandwidth and 60–85% of dense tensor peak;
+    the published Llama-3-8B batch-1 TPOT on an H100 (7.0–7.9 ms, shared/data/curves/argonne_*)
+    against 4.5 ms at peak bandwidth says 75% plus ~1 ms of per-step overhead. Equal bandwidth
+    and compute fractions keep the knee at the peak ridge point (≈ 295 for a bf16 7B model on an
+    H100). NCCL ring all-reduce reaches ~70% of link bandwidth with ~8 µs latency per call at
+    decode message sizes. An engine profile (`default_efficiencies`) replaces them with what that
+    engine achieves, fitted to published curves where there are some.
     """
 
     bandwidth: float = 0.75
@@ -40,6 +45,7 @@ class Efficiencies:
     overhead_s_per_layer: float = 0.0  # eager frameworks launch kernels per layer; 0 for CUDA-graph servers
     kv_bandwidth: float | None = None  # fraction of peak bandwidth reading the KV cache (None: `bandwidth`)
     overlap: float = 1.0  # fraction of the smaller of weight streaming and compute hidden under the larger
+    overhead_s_per_seq: float = 0.0  # per sequence per step: scheduling, sampling, detokenisation (engine profiles)
 
     def __post_init__(self) -> None:
         for name in ("bandwidth", "compute", "interconnect", "kv_bandwidth"):
@@ -52,7 +58,7 @@ class Efficiencies:
                 )
         if not 0 <= self.overlap <= 1:
             raise TokenroofError(f"overlap must be in [0, 1], got {self.overlap}")
-        if min(self.overhead_s, self.allreduce_latency_s, self.overhead_s_per_layer) < 0:
+        if min(self.overhead_s, self.allreduce_latency_s, self.overhead_s_per_layer, self.overhead_s_per_seq) < 0:
             raise TokenroofError("overheads and all-reduce latency must be non-negative")
 
     def step_overhead_s(self, num_layers: int) -> float:
@@ -63,14 +69,26 @@ class Efficiencies:
         return asdict(self)
 
 
-def default_efficiencies(hardware: HardwareSpec, precision: Precision) -> Efficiencies:
-    """The hardware file's measured efficiencies (global, then per weight dtype) over the serving defaults.
+def default_efficiencies(
+    hardware: HardwareSpec, precision: Precision, engine: EngineProfile | None = None, serving: bool = True
+) -> Efficiencies:
+    """The efficiencies a first-principles step model uses. Precedence, lowest first:
 
-    Datasheet presets carry none; a `tokenroof calibrate` file carries what this
-    machine's kernels achieved, so its first-principles numbers need no tuning.
+    1. the `Efficiencies` defaults (the generic profile's numbers);
+    2. the engine profile (`engine`, else the default engine, `generic`): what that serving stack achieves, with
+       the HTTP server's cost per sequence added when `serving` (online serving, not offline decode);
+    3. the hardware file's measured efficiencies, global then per weight dtype. Datasheet presets carry none; a
+       `tokenroof calibrate` file carries what this machine's kernels achieved, and where it measures the same
+       quantity as the profile (bandwidth, compute, overheads, overlap) it wins. The profile's per-sequence
+       overhead, which calibrate does not measure, stays.
+
+    Explicit flags (`roofline --bandwidth-efficiency` and friends) replace the result where given.
     """
+    from tokenroof.specs.engines import load_engine
+
     known = {f.name for f in fields(Efficiencies)}
-    values: dict[str, float] = {}
+    profile = engine if engine is not None else load_engine()
+    values: dict[str, float] = {k: float(v) for k, v in profile.efficiency_values(serving).items() if k in known}
     for scope in (hardware.efficiencies, hardware.efficiencies.get(precision.weight_dtype, {})):
         values.update({k: float(v) for k, v in scope.items() if k in known})
     return Efficiencies(**values)
@@ -83,9 +101,24 @@ def kv_heads_per_gpu(model: ModelSpec, tp: int) -> int:
 
 
 def kv_bytes_per_token(model: ModelSpec, precision: Precision, tp: int = 1) -> float:
-    """Bytes of K and V for one token of one sequence, all layers, per GPU: 2·L·kv_heads·head_dim·bytes."""
-    heads = kv_heads_per_gpu(model, tp)
-    return 2.0 * model.num_layers * heads * model.head_dim * precision.kv_bytes_per_element
+    """Bytes of KV cache for one token of one sequence, all layers, per GPU (below any sliding window).
+
+    Multi-head: K and V of the GPU's KV heads, 2·L·kv_heads·head_dim·bytes. MLA (DeepSeek-V2/V3): the latent
+    and the rope key every head shares, L·(kv_lora_rank + qk_rope_head_dim)·bytes (576 values per layer),
+    whole on every GPU: tensor parallelism splits the heads, not the latent (vLLM and SGLang replicate it).
+    """
+    if model.mla is not None:
+        values = model.mla.cached_values_per_token
+    else:
+        values = 2 * kv_heads_per_gpu(model, tp) * model.head_dim
+    return float(model.num_layers * values * precision.kv_bytes_per_element)
+
+
+def kv_read_bytes(model: ModelSpec, precision: Precision, batch: ArrayLike, context: ArrayLike, tp: int = 1) -> Array:
+    """KV-cache bytes one decode step reads, per GPU: b · Σ_layers min(ctx, window_l) · bytes per token per layer
+    (`ModelSpec.effective_context`; every layer reads all `ctx` tokens without sliding windows)."""
+    b = np.asarray(batch, dtype=float)
+    return b * model.effective_context(context) * kv_bytes_per_token(model, precision, tp)
 
 
 def dense_weight_bytes(model: ModelSpec, precision: Precision, tp: int = 1) -> float:
@@ -94,10 +127,10 @@ def dense_weight_bytes(model: ModelSpec, precision: Precision, tp: int = 1) -> f
 
 
 def expert_weight_bytes(model: ModelSpec, precision: Precision, tp: int = 1) -> float:
-    """Bytes of one expert in every layer, per GPU (0 for dense models)."""
+    """Bytes of one routed expert in every MoE layer, per GPU (0 for dense models)."""
     if not model.is_moe:
         return 0.0
-    return model.num_layers * model.expert_params * precision.weight_bytes_per_param / tp
+    return model.expert_params_all_layers * precision.weight_bytes_per_param / tp
 
 
 def expected_experts_touched(num_experts: int, experts_per_token: int, tokens: ArrayLike) -> Array:
@@ -149,9 +182,11 @@ def matmul_flops(model: ModelSpec, batch: ArrayLike, tp: int = 1) -> Array:
 
 
 def attention_flops(model: ModelSpec, batch: ArrayLike, context: ArrayLike, tp: int = 1) -> Array:
-    """QKᵀ and AV for one new token over `context` cached tokens: 4·L·q_dim·ctx per sequence, per GPU."""
-    b, ctx = np.asarray(batch, dtype=float), np.asarray(context, dtype=float)
-    return 4.0 * model.num_layers * model.q_dim * ctx * b / tp
+    """QKᵀ and AV for one new token over `context` cached tokens, per GPU: 4·L·q_dim·ctx per sequence for
+    multi-head attention (`ModelSpec.attention_flops_per_context_token`; absorbed MLA's own), each layer over
+    min(ctx, its window) tokens (`ModelSpec.effective_context`)."""
+    b, ctx = np.asarray(batch, dtype=float), model.effective_context(context)
+    return float(model.attention_flops_per_context_token) * ctx * b / tp
 
 
 @dataclass(frozen=True)
@@ -189,7 +224,7 @@ def decode_costs(
         flops_matmul=matmul_flops(model, b, tp),
         flops_attention=attention_flops(model, b, ctx, tp),
         bytes_weights=weight_bytes_streamed(model, precision, b, tp),
-        bytes_kv_read=b * ctx * kv_token,
+        bytes_kv_read=kv_read_bytes(model, precision, b, ctx, tp),
         bytes_kv_write=b * kv_token,
         bytes_activations=activation_bytes(model, precision, b, tp),
         bytes_allreduce=allreduce_bytes(model, precision, b, tp),
@@ -213,7 +248,11 @@ def step_model_from_specs(
     tp: int = 1,
     eff: Efficiencies | None = None,
 ) -> StepModel:
-    """The four (plus per-sequence) terms of DESIGN.md's step model from model × hardware × precision."""
+    """The four (plus per-sequence) terms of DESIGN.md's step model from model × hardware × precision.
+
+    `eff` defaults to `default_efficiencies` (the default engine profile under the hardware file's measured
+    efficiencies). The per-sequence term carries the KV-cache write, the all-reduce bytes and the engine's
+    overhead per sequence (scheduling, sampling, detokenisation)."""
     eff = eff or default_efficiencies(hardware, precision)
     check_parallelism(model, hardware, tp)
     bandwidth = hardware.memory_bandwidth_bytes_per_s * eff.bandwidth
@@ -231,7 +270,7 @@ def step_model_from_specs(
         t_weights_s=dense_weight_bytes(model, precision, tp) / bandwidth,
         t_compute_s=float(matmul_flops(model, 1.0, tp)) / flops,
         t_kv_token_s=kv_token / kv_bandwidth,
-        t_seq_s=kv_token / kv_bandwidth + t_allreduce_seq,
+        t_seq_s=kv_token / kv_bandwidth + t_allreduce_seq + eff.overhead_s_per_seq,
         t_attn_token_s=float(attention_flops(model, 1.0, 1.0, tp)) / flops,
         t_expert_s=expert_weight_bytes(model, precision, tp) / bandwidth,
         num_experts=model.num_experts,
@@ -248,19 +287,24 @@ def max_batch_by_memory(
     tp: int = 1,
     memory_utilization: float = 0.9,
 ) -> int:
-    """Largest batch whose weights plus KV cache (`context` tokens each) fit in `memory_utilization` of memory."""
+    """Largest batch whose weights plus KV cache (`context` tokens each, a sliding-window layer holding only its
+    window: `ModelSpec.effective_context`) fit in `memory_utilization` of memory."""
     if not 0 < memory_utilization <= 1:
         raise TokenroofError(f"memory utilisation must be in (0, 1], got {memory_utilization}")
     free = hardware.memory_bytes * memory_utilization - resident_weight_bytes(model, precision, tp)
     if free <= 0:
         return 0
-    return int(free // (kv_bytes_per_token(model, precision, tp) * max(context, 1.0)))
+    held = float(model.effective_context(max(context, 1.0)))
+    return int(free // (kv_bytes_per_token(model, precision, tp) * held))
 
 
 def kv_cache_tokens(
     model: ModelSpec, hardware: HardwareSpec, precision: Precision, tp: int = 1, memory_utilization: float = 0.9
 ) -> int:
-    """Tokens of KV cache that fit beside the weights in `memory_utilization` of memory (vLLM's pool, roughly)."""
+    """Tokens of KV cache that fit beside the weights in `memory_utilization` of memory (vLLM's pool, roughly).
+
+    Counted at every layer's cost per token: with sliding windows a sequence past its window holds fewer bytes
+    per context token, so for such models the pool holds more context than this (a conservative count)."""
     free = hardware.memory_bytes * memory_utilization - resident_weight_bytes(model, precision, tp)
     return max(int(free // kv_bytes_per_token(model, precision, tp)), 0)
 

@@ -190,7 +190,24 @@ ModelOpt = Annotated[str, typer.Option("--model", "-m", help="Preset name or pat
 HardwareOpt = Annotated[str, typer.Option("--hardware", "-H", help="Preset name or path to a hardware TOML.")]
 JsonOpt = Annotated[bool, typer.Option("--json", help="Print one JSON object instead of tables.")]
 PlotOpt = Annotated[Path | None, typer.Option("--plot", help="Write a PNG figure to this path.")]
-DtypeOpt = Annotated[str, typer.Option("--dtype", help="Weight dtype: bf16, fp16, fp8, int8, int4, fp4, fp32.")]
+
+
+def checkpoint_unless_given(ctx: typer.Context, param: typer.CallbackParam, value: str | None) -> str | None:
+    """`--dtype` left out is None whatever default a command declares: the checkpoint's quantization_config
+    (AWQ, GPTQ, FP8, ...), else bf16 (`Precision.create`)."""
+    source = ctx.get_parameter_source(param.name) if param.name else None
+    return None if source is None or source.name == "DEFAULT" else value
+
+
+DtypeOpt = Annotated[
+    str | None,
+    typer.Option(
+        "--dtype",
+        callback=checkpoint_unless_given,
+        show_default="the checkpoint's quantization_config, else bf16",
+        help="Weight dtype: bf16, fp16, fp8, int8, int4, fp4, fp32.",
+    ),
+]
 KvDtypeOpt = Annotated[
     str | None,
     typer.Option("--kv-dtype", help="KV-cache dtype (default: weight dtype, or bf16 for quantised weights)."),
@@ -200,6 +217,16 @@ ComputeOpt = Annotated[
     typer.Option("--compute-dtype", help="Which tensor peak applies (default: weight dtype; bf16 for int4/int8)."),
 ]
 TpOpt = Annotated[int, typer.Option("--tp", help="Tensor-parallel degree.")]
+EngineOpt = Annotated[
+    str | None,
+    typer.Option(
+        "--engine",
+        show_default="generic: the profile-free defaults",
+        help="Serving engine profile for first principles: vllm-v0, vllm-v1, sglang, tensorrt-llm, tgi, lmdeploy, "
+        "llama-cpp, fastertransformer, pytorch-eager (or an engine .toml path). Sets the efficiencies, the "
+        "per-step and per-sequence overheads, and the spread of the intervals.",
+    ),
+]
 FitOpt = Annotated[Path | None, typer.Option(help="Step model fitted to this measurement file (as predict does).")]
 StepModelFileOpt = Annotated[Path | None, typer.Option(help="Step model terms from a JSON file (StepModel fields).")]
 SloStatisticOpt = Annotated[

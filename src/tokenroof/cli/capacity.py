@@ -11,6 +11,7 @@ from tokenroof import render
 from tokenroof.cli import (
     ComputeOpt,
     DtypeOpt,
+    EngineOpt,
     FitOpt,
     JsonOpt,
     KvDtypeOpt,
@@ -48,6 +49,7 @@ def simulate(
     kv_dtype: KvDtypeOpt = None,
     compute_dtype: ComputeOpt = None,
     tp: TpOpt = 1,
+    engine: EngineOpt = None,
     rate: Annotated[str, typer.Option(help="Request rate(s) (req/s): '10', or a sweep '5,10,20,40'.")] = "10",
     burstiness: Annotated[float, typer.Option(help="Gamma shape of arrivals: 1 = Poisson; inf = constant.")] = 1.0,
     input_len: Annotated[int, typer.Option(help="Mean prompt tokens.")] = 1000,
@@ -77,7 +79,7 @@ def simulate(
     from tokenroof.simulate import Lengths
 
     dep = Deployment(
-        Physics(model, hardware, dtype, kv_dtype, compute_dtype, tp),
+        Physics(model, hardware, dtype, kv_dtype, compute_dtype, tp, engine),
         fit,
         step_model,
         Lengths(input_len, input_dist, spread),
@@ -104,6 +106,7 @@ def plan(
     kv_dtype: KvDtypeOpt = None,
     compute_dtype: ComputeOpt = None,
     tp: TpOpt = 1,
+    engine: EngineOpt = None,
     rate: Annotated[float, typer.Option(help="Target request rate (req/s).")] = 10.0,
     input_len: Annotated[int, typer.Option(help="Mean prompt tokens.")] = 1000,
     output_len: Annotated[int, typer.Option(help="Mean output tokens.")] = 300,
@@ -134,7 +137,9 @@ def plan(
 
     chips = tuple(h.strip() for h in hardware.split(",") if h.strip()) if hardware else ()
     lengths = Lengths(input_len, length_dist, spread), Lengths(output_len, length_dist, spread)
-    dep = Deployment(Physics(model, chips[0] if chips else None, dtype, kv_dtype, compute_dtype, tp), fit, step_model)
+    dep = Deployment(
+        Physics(model, chips[0] if chips else None, dtype, kv_dtype, compute_dtype, tp, engine), fit, step_model
+    )
     choices = Choices(
         chips,
         whole_numbers(tp_choices, "--tp-choices") if tp_choices else (tp,),

@@ -13,6 +13,7 @@ from tokenroof.cli import (
     ContextOpt,
     DecodeOnlyOpt,
     DtypeOpt,
+    EngineOpt,
     InputLenOpt,
     JsonOpt,
     KvDtypeOpt,
@@ -45,6 +46,7 @@ def predict(
     kv_dtype: KvDtypeOpt = None,
     compute_dtype: ComputeOpt = None,
     tp: TpOpt = 1,
+    engine: EngineOpt = None,
     context: ContextOpt = None,
     input_len: InputLenOpt = None,
     output_len: OutputLenOpt = None,
@@ -63,7 +65,7 @@ def predict(
     """Fit measured points and predict TPOT and throughput at other batches, with 90% intervals."""
     from tokenroof.predict import Workload, predict_table, read_with_prior
 
-    physics = Physics(model, hardware, dtype, kv_dtype, compute_dtype, tp)
+    physics = Physics(model, hardware, dtype, kv_dtype, compute_dtype, tp, engine)
     table, prior = read_with_prior(files, physics, Workload(context, input_len, output_len, decode_only))
     result = predict_table(
         table, parse_numbers(batch, "--batch"), prior, critical_batch, roof_tok_s, max(samples, 10), seed
@@ -107,6 +109,7 @@ def advise(
     kv_dtype: KvDtypeOpt = None,
     compute_dtype: ComputeOpt = None,
     tp: TpOpt = 1,
+    engine: EngineOpt = None,
     context: ContextOpt = None,
     input_len: InputLenOpt = None,
     output_len: OutputLenOpt = None,
@@ -122,7 +125,7 @@ def advise(
     from tokenroof.advise import Targets, advise_answer
     from tokenroof.predict import Workload
 
-    physics = Physics(model, hardware, dtype, kv_dtype, compute_dtype, tp)
+    physics = Physics(model, hardware, dtype, kv_dtype, compute_dtype, tp, engine)
     flags = Workload(context, input_len, output_len, decode_only)
     targets = Targets(tpot_slo_ms, ttft_slo_ms, slo_statistic)
     data = advise_answer(files or [], physics, flags, targets, max_num_batched_tokens, samples)

@@ -10,6 +10,7 @@ from tokenroof import render
 from tokenroof.cli import (
     ComputeOpt,
     DtypeOpt,
+    EngineOpt,
     HardwareOpt,
     JsonOpt,
     KvDtypeOpt,
@@ -35,14 +36,20 @@ def roofline(
     kv_dtype: KvDtypeOpt = None,
     compute_dtype: ComputeOpt = None,
     tp: TpOpt = 1,
+    engine: EngineOpt = None,
     bandwidth_efficiency: Annotated[
-        float | None, typer.Option(help="Achieved fraction of peak memory bandwidth [0.75, or the hardware file's].")
+        float | None,
+        typer.Option(help="Achieved fraction of peak memory bandwidth [the engine profile's, or the hardware file's]."),
     ] = None,
     compute_efficiency: Annotated[
-        float | None, typer.Option(help="Achieved fraction of dense peak FLOP/s [0.75, or the hardware file's].")
+        float | None,
+        typer.Option(help="Achieved fraction of dense peak FLOP/s [the engine profile's, or the hardware file's]."),
     ] = None,
     overhead_ms: Annotated[
-        float | None, typer.Option(help="Fixed per-step overhead (scheduler, launches) [1.0, or the hardware file's].")
+        float | None,
+        typer.Option(
+            help="Fixed per-step overhead (scheduler, launches) [the engine profile's, or the hardware file's]."
+        ),
     ] = None,
     memory_utilization: Annotated[
         float, typer.Option(help="Fraction of memory for weights + KV (vLLM --gpu-memory-utilization).")
@@ -51,20 +58,23 @@ def roofline(
     json_output: JsonOpt = False,
     plot: PlotOpt = None,
 ) -> None:
-    """First-principles decode roofline: TPOT, throughput and the binding resource at each batch."""
+    """First-principles decode roofline: TPOT, throughput and the binding resource at each batch, with the engine
+    profile's spread against published curves as an interval."""
     from dataclasses import replace
 
     from tokenroof.analysis import analyze_roofline
     from tokenroof.roofline import default_efficiencies
     from tokenroof.specs import Precision, load_hardware, load_model
+    from tokenroof.specs.engines import load_engine
 
-    hw, precision = load_hardware(hardware), Precision.create(dtype, kv_dtype, compute_dtype)
-    eff = default_efficiencies(hw, precision)
+    spec, hw, profile = load_model(model), load_hardware(hardware), load_engine(engine)
+    precision = Precision.create(dtype, kv_dtype, compute_dtype, checkpoint=spec.quantization)
+    eff = default_efficiencies(hw, precision, profile)
     given = {"bandwidth": bandwidth_efficiency, "compute": compute_efficiency}
     given["overhead_s"] = None if overhead_ms is None else overhead_ms / 1e3
     eff = replace(eff, **{k: v for k, v in given.items() if v is not None})
     result = analyze_roofline(
-        load_model(model),
+        spec,
         hw,
         precision,
         parse_numbers(batch, "--batch"),
@@ -73,6 +83,7 @@ def roofline(
         eff,
         memory_utilization,
         prompt_tokens,
+        profile,
     )
     from tokenroof.plots import plot_roofline
 

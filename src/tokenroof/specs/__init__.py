@@ -1,7 +1,8 @@
 """Specs as data: models (Hugging Face config.json), hardware (TOML), precision.
 
 `load_model` and `load_hardware` take a preset name (exact, case-insensitive)
-or a path to the user's own file; an unknown name lists the known ones.
+or a path to the user's own file; an unknown name lists the known ones. `load_model`
+also takes a Hugging Face id (`org/name`) whose config.json is in the local cache.
 """
 
 from __future__ import annotations
@@ -10,16 +11,21 @@ from importlib import resources
 from pathlib import Path
 
 from tokenroof.errors import TokenroofError
+from tokenroof.specs.engines import EngineProfile, list_engines, load_engine
 from tokenroof.specs.hardware import HardwareSpec, read_hardware_toml
+from tokenroof.specs.hub import cached_config, looks_like_repo_id
 from tokenroof.specs.model import ModelSpec, read_model_config
 from tokenroof.specs.precision import Precision
 
 __all__ = [
+    "EngineProfile",
     "HardwareSpec",
     "ModelSpec",
     "Precision",
+    "list_engines",
     "list_hardware",
     "list_models",
+    "load_engine",
     "load_hardware",
     "load_model",
 ]
@@ -47,17 +53,22 @@ def _looks_like_path(name: str, suffix: str) -> bool:
 
 
 def load_model(name_or_path: str) -> ModelSpec:
-    """A model preset by name, or a config.json path (or a folder with one)."""
+    """A model preset by name, a config.json path (or a folder with one), or a Hugging Face id in the cache."""
     presets = _presets("models", ".json")
     key = name_or_path.strip().lower()
     if key in presets:
         return read_model_config(presets[key], key)
+    path = Path(name_or_path).expanduser()
+    if not path.exists() and looks_like_repo_id(name_or_path.strip()):
+        return read_model_config(cached_config(name_or_path.strip()), name_or_path.strip())
     if _looks_like_path(name_or_path, ".json"):
-        path = Path(name_or_path).expanduser()
         if not path.exists():
             raise TokenroofError(f"model file not found: {path}")
         return read_model_config(path)
-    raise TokenroofError(f"unknown model '{name_or_path}'; known presets: {', '.join(presets)} (or a config.json path)")
+    raise TokenroofError(
+        f"unknown model '{name_or_path}'; known presets: {', '.join(presets)} "
+        "(or a config.json path, or a Hugging Face id in the local cache)"
+    )
 
 
 def load_hardware(name_or_path: str) -> HardwareSpec:

@@ -1,53 +1,37 @@
-"""ModelSpec: a decoder-only transformer read from a Hugging Face config.json.
+"""Reading a Hugging Face config.json into a ModelSpec (specs/modelspec.py).
 
-Families differ in a few structural traits (gated MLP, biases, norm kind,
-learned positions, q/k norms); those come from `FAMILIES` by `model_type`, and
-everything else from the config's own fields, so any local config.json of a
-known family works the same as a preset.
+Families differ in structural traits the config does not spell out; those come from
+`specs.families.FAMILIES` by `model_type`, and everything else from the config's own fields, so any
+local config.json of a known family works the same as a preset. Multimodal configs hold the language
+model under `text_config`; their vision tower is counted as weights held in memory, never as decode cost.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import replace
 from pathlib import Path
 from typing import Annotated, Any, Self
 
 from pydantic import AliasChoices, ConfigDict, Field, PlainValidator, model_validator
 
 from tokenroof.errors import TokenroofError
+from tokenroof.specs.families import (
+    FAMILIES,
+    FULL,
+    SLIDING,
+    TEXT_DEFAULTS,
+    Family,
+    is_moe_layer,
+    layer_windows,
+    projector_params,
+    vit_params,
+)
+from tokenroof.specs.modelspec import Mla, ModelSpec
+from tokenroof.specs.quantization import QuantizationFields
 from tokenroof.specs.validate import Section, flag, load_json, positive, table_error, text, validated, whole
 
-
-@dataclass(frozen=True)
-class Family:
-    """Structural traits that config.json does not spell out."""
-
-    gated_mlp: bool = True  # SwiGLU: gate, up and down projections
-    qkv_bias: bool = False
-    out_bias: bool = False
-    mlp_bias: bool = False
-    layer_norm: bool = False  # LayerNorm (weight + bias) instead of RMSNorm (weight)
-    learned_positions_offset: int | None = None  # learned absolute positions: max_pos + offset rows
-    qk_norm: bool = False
-
-
-LLAMA = Family()
-FAMILIES: dict[str, Family] = {
-    "llama": LLAMA,
-    "mistral": LLAMA,
-    "mixtral": LLAMA,
-    "qwen2": Family(qkv_bias=True),
-    "qwen3": Family(qk_norm=True),
-    "qwen3_moe": Family(qk_norm=True),
-    "opt": Family(
-        gated_mlp=False, qkv_bias=True, out_bias=True, mlp_bias=True, layer_norm=True, learned_positions_offset=2
-    ),
-    "gpt2": Family(
-        gated_mlp=False, qkv_bias=True, out_bias=True, mlp_bias=True, layer_norm=True, learned_positions_offset=0
-    ),
-    "gpt_neox": Family(gated_mlp=False, qkv_bias=True, out_bias=True, mlp_bias=True, layer_norm=True),
-}
+__all__ = ["FAMILIES", "Family", "Mla", "ModelSpec", "model_from_config", "read_model_config"]
 
 # Each field: the accepted config keys, in order of preference.
 KEYS: dict[str, tuple[str, ...]] = {
@@ -64,148 +48,7 @@ KEYS: dict[str, tuple[str, ...]] = {
 }
 REQUIRED = ("hidden_size", "num_layers", "num_attention_heads", "vocab_size")
 NORM_EPS_KEYS = ("rms_norm_eps", "layer_norm_eps", "layer_norm_epsilon")
-
-
-@dataclass(frozen=True)
-class ModelSpec:
-    """Shape of a decoder-only transformer; parameter counts are derived properties."""
-
-    name: str
-    model_type: str
-    hidden_size: int
-    num_layers: int
-    num_attention_heads: int
-    num_kv_heads: int
-    head_dim: int
-    intermediate_size: int
-    vocab_size: int
-    max_position_embeddings: int | None
-    tie_word_embeddings: bool
-    family: Family
-    num_experts: int = 0
-    experts_per_token: int = 0
-    published_parameter_count: int | None = None
-    source: str = ""
-    # numerics that do not change costs, read for the PyTorch decode engine
-    rope_theta: float = 10000.0
-    norm_eps: float = 1e-5
-    rope_scaling: Mapping[str, Any] | None = field(default=None, compare=False)
-
-    # -- shapes -------------------------------------------------------------------
-    @property
-    def q_dim(self) -> int:
-        return self.num_attention_heads * self.head_dim
-
-    @property
-    def kv_dim(self) -> int:
-        return self.num_kv_heads * self.head_dim
-
-    @property
-    def is_moe(self) -> bool:
-        return self.num_experts > 0
-
-    @property
-    def attention_kind(self) -> str:
-        if self.num_kv_heads == self.num_attention_heads:
-            return "MHA"
-        return "MQA" if self.num_kv_heads == 1 else "GQA"
-
-    # -- parameters per layer -------------------------------------------------------
-    @property
-    def attention_params_per_layer(self) -> int:
-        """Q, K, V and output projections (with biases where the family has them)."""
-        h, f = self.hidden_size, self.family
-        weights = h * self.q_dim + 2 * h * self.kv_dim + self.q_dim * h
-        biases = (self.q_dim + 2 * self.kv_dim if f.qkv_bias else 0) + (h if f.out_bias else 0)
-        return weights + biases
-
-    @property
-    def expert_params(self) -> int:
-        """One MLP (one expert for MoE): gate+up+down for gated MLPs, up+down otherwise."""
-        h, i, f = self.hidden_size, self.intermediate_size, self.family
-        matrices = 3 if f.gated_mlp else 2
-        biases = (i + h) if f.mlp_bias else 0
-        return matrices * h * i + biases
-
-    @property
-    def norm_params_per_layer(self) -> int:
-        per_norm = 2 * self.hidden_size if self.family.layer_norm else self.hidden_size
-        qk = 2 * self.head_dim if self.family.qk_norm else 0
-        return 2 * per_norm + qk
-
-    @property
-    def router_params_per_layer(self) -> int:
-        return self.hidden_size * self.num_experts if self.is_moe else 0
-
-    @property
-    def dense_params_per_layer(self) -> int:
-        """Parameters every token uses in a layer: attention, norms, router (and the MLP if dense)."""
-        base = self.attention_params_per_layer + self.norm_params_per_layer + self.router_params_per_layer
-        return base if self.is_moe else base + self.expert_params
-
-    # -- whole model ------------------------------------------------------------------
-    @property
-    def embedding_params(self) -> int:
-        """Token embedding table plus learned position embeddings, if any."""
-        positions = 0
-        offset = self.family.learned_positions_offset
-        if offset is not None and self.max_position_embeddings:
-            positions = (self.max_position_embeddings + offset) * self.hidden_size
-        return self.vocab_size * self.hidden_size + positions
-
-    @property
-    def lm_head_params(self) -> int:
-        """Output projection; shares the embedding table when tied (still read every step)."""
-        return self.vocab_size * self.hidden_size
-
-    @property
-    def final_norm_params(self) -> int:
-        return 2 * self.hidden_size if self.family.layer_norm else self.hidden_size
-
-    @property
-    def total_params(self) -> int:
-        """Stored parameters (tied lm_head counted once)."""
-        experts = self.num_layers * self.num_experts * self.expert_params if self.is_moe else 0
-        head = 0 if self.tie_word_embeddings else self.lm_head_params
-        return (
-            self.embedding_params
-            + self.num_layers * self.dense_params_per_layer
-            + experts
-            + self.final_norm_params
-            + head
-        )
-
-    @property
-    def matmul_params_per_token(self) -> int:
-        """Parameters multiplied per token (2 FLOPs each): layers' projections, active experts, lm_head."""
-        active_experts = self.experts_per_token * self.expert_params if self.is_moe else 0
-        return self.num_layers * (self.dense_params_per_layer + active_experts) + self.lm_head_params
-
-    @property
-    def streamed_dense_params(self) -> int:
-        """Parameters read from memory every decode step regardless of batch (experts excluded).
-
-        The input embedding table is not streamed (a decode step reads one row per
-        sequence); the lm_head is, tied or not.
-        """
-        return self.num_layers * self.dense_params_per_layer + self.final_norm_params + self.lm_head_params
-
-    def to_dict(self) -> dict[str, Any]:
-        return {
-            "name": self.name,
-            "model_type": self.model_type,
-            "attention": self.attention_kind,
-            "num_layers": self.num_layers,
-            "hidden_size": self.hidden_size,
-            "num_attention_heads": self.num_attention_heads,
-            "num_kv_heads": self.num_kv_heads,
-            "head_dim": self.head_dim,
-            "intermediate_size": self.intermediate_size,
-            "num_experts": self.num_experts,
-            "experts_per_token": self.experts_per_token,
-            "total_params": self.total_params,
-            "matmul_params_per_token": self.matmul_params_per_token,
-        }
+CARRIED = ("_source", "_published_parameter_count", "quantization_config")  # a multimodal config's, kept
 
 
 def _lookup(config: Mapping[str, Any], field: str) -> Any:
@@ -218,7 +61,11 @@ def _lookup(config: Mapping[str, Any], field: str) -> Any:
 def _family(value: Any) -> str:
     name = text(value).lower()
     if name not in FAMILIES:
-        raise ValueError(f"not a known family (known: {', '.join(sorted(FAMILIES))})")
+        reads = ", ".join(KEYS[f][0] for f in (*REQUIRED, "intermediate_size"))
+        raise ValueError(
+            f"not a known family (known: {', '.join(FAMILIES)}); another family needs its structure "
+            f"added to tokenroof.specs.families, beside the fields every family gives ({reads})"
+        )
     return name
 
 
@@ -228,11 +75,20 @@ def _table(value: Any) -> dict[str, Any]:
     return dict(value)
 
 
+def _layer_type(value: Any) -> str:
+    kind = text(value)
+    if kind not in (SLIDING, FULL):
+        raise ValueError(f"must be {SLIDING!r} or {FULL!r} (other attention kinds are not modelled)")
+    return kind
+
+
 Size = Annotated[int, PlainValidator(whole(1))]
+Count = Annotated[int, PlainValidator(whole(0))]
 Positive = Annotated[float, PlainValidator(positive)]
 Flag = Annotated[bool, PlainValidator(flag)]
 Table = Annotated[dict[str, Any], PlainValidator(_table)]
 Text = Annotated[str, PlainValidator(text)]
+LayerType = Annotated[str, PlainValidator(_layer_type)]
 
 
 class RopeParameters(Section):
@@ -242,6 +98,19 @@ class RopeParameters(Section):
 
     rope_theta: Positive | None = None
     rope_type: Text = "default"
+
+
+class VisionFields(Section):
+    """A multimodal config's `vision_config`: the ViT shape whose parameters are held in memory."""
+
+    model_config = ConfigDict(extra="ignore", frozen=True)
+
+    hidden_size: Size
+    intermediate_size: Size
+    num_hidden_layers: Size
+    patch_size: Size
+    image_size: Size
+    num_channels: Size = 3
 
 
 def _keys(field: str) -> Any:
@@ -272,6 +141,26 @@ class ConfigFields(Section):
     rope_parameters: RopeParameters | None = None
     rope_scaling: Table | None = None
     norm_eps: Positive | None = Field(None, validation_alias=AliasChoices(*NORM_EPS_KEYS))
+    # sliding-window attention
+    sliding_window: Size | None = None
+    use_sliding_window: Flag | None = None
+    max_window_layers: Count = 0
+    sliding_window_pattern: Size | None = None
+    layer_types: list[LayerType] | None = None
+    # DeepSeek MLA
+    kv_lora_rank: Size | None = None
+    q_lora_rank: Size | None = None
+    qk_rope_head_dim: Size | None = None
+    qk_nope_head_dim: Size | None = None
+    v_head_dim: Size | None = None
+    # MoE layout: shared experts, dense layers
+    n_shared_experts: Count | None = None
+    shared_expert_intermediate_size: Count | None = None
+    first_k_dense_replace: Count = 0
+    moe_layer_freq: Size = 1
+    decoder_sparse_step: Size = 1
+    mlp_only_layers: list[Count] = Field(default_factory=list)
+    quantization_config: QuantizationFields | None = None
     published_parameter_count: Annotated[int, PlainValidator(whole(1, 2**53))] | None = Field(
         None, alias="_published_parameter_count"
     )
@@ -292,6 +181,10 @@ class ConfigFields(Section):
                 f"{KEYS['experts_per_token'][0]} = {self.experts_per_token} exceeds "
                 f"{KEYS['num_experts'][0]} = {self.num_experts}: each token is routed to at most every expert"
             )
+        if self.layer_types is not None and len(self.layer_types) != self.num_layers:
+            raise table_error(
+                f"layer_types names {len(self.layer_types)} layers, num_hidden_layers = {self.num_layers}"
+            )
         return self
 
     @property
@@ -299,47 +192,65 @@ class ConfigFields(Section):
         heads = self.num_attention_heads or 1
         return self.num_kv_heads or (1 if self.multi_query else heads)
 
+    @property
+    def family(self) -> Family:
+        return FAMILIES[self.model_type]
+
 
 def _missing(config: Mapping[str, Any]) -> list[str]:
-    return [
+    """The required fields the config lacks: every family's, then its family's own (MLA's ranks)."""
+    missing = [
         f"'{KEYS[f][0]}'" + (f" (or {', '.join(KEYS[f][1:])})" if len(KEYS[f]) > 1 else "")
         for f in REQUIRED
         if _lookup(config, f) is None
     ]
+    kind = config.get("model_type")
+    family = FAMILIES.get(kind.lower()) if isinstance(kind, str) else None
+    return missing + [f"'{key}'" for key in (family.needs if family else ()) if config.get(key) is None]
 
 
 def _text_config(config: Mapping[str, Any], origin: str) -> Mapping[str, Any]:
-    """Multimodal configs keep the language model's shape under `text_config`."""
+    """Multimodal configs keep the language model's shape under `text_config`, writing only what differs from
+    the family's defaults; the outer config's source, published count and quantization carry over."""
     if "text_config" not in config or _lookup(config, "hidden_size") is not None:
         return config
     inner = config["text_config"]
     if not isinstance(inner, Mapping):
         raise TokenroofError(f"{origin}: text_config must be a JSON object holding the language model's shape")
-    return {**inner, "_source": config.get("_source", "")}
+    kind = inner.get("model_type")
+    defaults = TEXT_DEFAULTS.get(kind, {}) if isinstance(kind, str) else {}
+    carried = {key: config[key] for key in CARRIED if config.get(key) is not None and key not in inner}
+    return {**defaults, **inner, "_source": config.get("_source", ""), **carried}
 
 
 def model_from_config(config: Mapping[str, Any], origin: str, name: str = "") -> ModelSpec:
     """Build a ModelSpec from a parsed config.json; errors name the file and the field."""
-    config = _text_config(config, origin)
-    missing = _missing(config)
+    language = _text_config(config, origin)
+    missing = _missing(language)
     if missing:
         raise TokenroofError(f"{origin}: config.json is missing required field(s): {', '.join(missing)}")
-    given = {k: v for k, v in config.items() if v is not None}
-    return _spec(validated(ConfigFields, given, origin, "a JSON object"), origin, name)
+    given = {k: v for k, v in language.items() if v is not None}
+    spec = _spec(validated(ConfigFields, given, origin, "a JSON object"), origin, name)
+    if language is not config and config.get("vision_config") is not None:
+        spec = replace(spec, vision_params=_vision_params(config, spec.hidden_size, origin))
+    return spec
+
+
+def _vision_params(config: Mapping[str, Any], text_hidden: int, origin: str) -> int:
+    """The image encoder and projector of a multimodal config (memory only: a decode step never reads them)."""
+    vision = validated(VisionFields, config["vision_config"], origin, "a JSON object", "vision_config")
+    kind = config.get("model_type")
+    projector = projector_params(kind, vision.hidden_size, text_hidden) if isinstance(kind, str) else 0
+    return vit_params(vision.model_dump()) + projector
 
 
 def _spec(c: ConfigFields, origin: str, name: str) -> ModelSpec:
     """The ModelSpec of checked config fields, with the family's defaults for what the config leaves out."""
     assert c.hidden_size is not None and c.num_attention_heads is not None
-    num_experts = c.num_experts or 0
-    intermediate = c.moe_intermediate_size if num_experts and c.moe_intermediate_size else c.intermediate_size
-    if intermediate is None:
-        if c.model_type != "gpt2":
-            raise TokenroofError(f"{origin}: config.json is missing required field 'intermediate_size'")
-        intermediate = 4 * c.hidden_size
+    mla = _mla(c)
     rope = c.rope_parameters or RopeParameters()
     rope_scaling = c.rope_scaling or (rope.model_dump(exclude_unset=True) if rope.rope_type != "default" else None)
-    tie = c.tie_word_embeddings if c.tie_word_embeddings is not None else c.model_type in ("gpt2", "opt")
+    tie = c.tie_word_embeddings if c.tie_word_embeddings is not None else c.family.tied_by_default
     return ModelSpec(
         name=name or c.name_or_path or origin,
         model_type=c.model_type,
@@ -347,19 +258,75 @@ def _spec(c: ConfigFields, origin: str, name: str) -> ModelSpec:
         num_layers=c.num_layers or 0,
         num_attention_heads=c.num_attention_heads,
         num_kv_heads=c.kv_heads,
-        head_dim=c.head_dim or c.hidden_size // c.num_attention_heads,
-        intermediate_size=intermediate,
+        head_dim=mla.qk_head_dim if mla else c.head_dim or c.hidden_size // c.num_attention_heads,
+        intermediate_size=_intermediate(c, origin),
         vocab_size=c.vocab_size or 0,
         max_position_embeddings=c.max_position_embeddings,
         tie_word_embeddings=tie,
-        family=FAMILIES[c.model_type],
-        num_experts=num_experts,
-        experts_per_token=(c.experts_per_token or min(2, num_experts)) if num_experts else 0,
+        family=c.family,
         published_parameter_count=c.published_parameter_count,
         source=c.source if c.source is not None else origin,
         rope_theta=c.rope_theta or rope.rope_theta or 10000.0,
         norm_eps=c.norm_eps if c.norm_eps is not None else 1e-5,
         rope_scaling=rope_scaling,
+        mla=mla,
+        layer_windows=_windows(c),
+        quantization=c.quantization_config.quantization() if c.quantization_config else None,
+        **_moe(c, origin),
+    )
+
+
+def _intermediate(c: ConfigFields, origin: str) -> int:
+    """The MLP width: one routed expert's for MoE (`moe_intermediate_size` where given), else the dense one."""
+    if c.num_experts and c.moe_intermediate_size:
+        return c.moe_intermediate_size
+    if c.intermediate_size is not None:
+        return c.intermediate_size
+    if c.model_type != "gpt2":
+        raise TokenroofError(f"{origin}: config.json is missing required field 'intermediate_size'")
+    assert c.hidden_size is not None
+    return 4 * c.hidden_size
+
+
+def _moe(c: ConfigFields, origin: str) -> dict[str, int]:
+    """Experts, top-k, the dense-MLP layers among them (DeepSeek's first layers) and the shared expert."""
+    experts = c.num_experts or 0
+    if not experts:
+        return {}
+    layers = c.num_layers or 0
+    skip = frozenset(c.mlp_only_layers)
+    routed = sum(
+        is_moe_layer(i, c.first_k_dense_replace, c.moe_layer_freq, c.decoder_sparse_step, skip) for i in range(layers)
+    )
+    if routed < layers and c.intermediate_size is None:
+        raise TokenroofError(f"{origin}: config.json has {layers - routed} dense MLP layers but no 'intermediate_size'")
+    shared = c.shared_expert_intermediate_size or (c.n_shared_experts or 0) * _intermediate(c, origin)
+    return {
+        "num_experts": experts,
+        "experts_per_token": c.experts_per_token or min(2, experts),
+        "dense_mlp_layers": layers - routed,
+        "dense_intermediate_size": (c.intermediate_size or 0) if routed < layers else 0,
+        "shared_intermediate_size": shared,
+    }
+
+
+def _mla(c: ConfigFields) -> Mla | None:
+    """DeepSeek's latent attention (the family's required fields were checked before validation)."""
+    if not c.family.mla:
+        return None
+    assert c.kv_lora_rank and c.qk_rope_head_dim and c.qk_nope_head_dim and c.v_head_dim
+    return Mla(c.kv_lora_rank, c.qk_rope_head_dim, c.qk_nope_head_dim, c.v_head_dim, c.q_lora_rank or 0)
+
+
+def _windows(c: ConfigFields) -> tuple[int | None, ...]:
+    return layer_windows(
+        c.family,
+        c.num_layers or 0,
+        c.sliding_window,
+        c.layer_types,
+        c.sliding_window_pattern,
+        c.use_sliding_window,
+        c.max_window_layers if c.use_sliding_window else 0,
     )
 
 

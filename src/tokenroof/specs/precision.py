@@ -2,6 +2,8 @@
 
 Bytes per element are exact for the storage formats; group-quantised formats
 (int4, fp4) add the scale overhead of one 16-bit scale per `group_size` weights.
+The weight dtype is the one given (`--dtype`), else the checkpoint's `quantization_config`
+with the scale bytes its format stores (specs/quantization.py), else bf16; `source` says which.
 """
 
 from __future__ import annotations
@@ -9,6 +11,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from tokenroof.errors import TokenroofError
+from tokenroof.specs.quantization import METHODS as READ_METHODS
+from tokenroof.specs.quantization import Quantization
 
 DTYPE_BYTES: dict[str, float] = {
     "fp32": 4.0,
@@ -62,23 +66,40 @@ def default_compute_dtype(weight_dtype: str) -> str:
 
 @dataclass(frozen=True)
 class Precision:
-    """Weight dtype, KV-cache dtype and compute dtype (which hardware peak applies)."""
+    """Weight dtype, KV-cache dtype and compute dtype (which hardware peak applies).
+
+    `scale_bytes_per_group` None is the rule for a dtype given by name: one 16-bit scale per group for
+    int4/fp4, none otherwise; a checkpoint's quantization sets it. `source` is where the weight dtype came
+    from: "given", "checkpoint" (its quantization_config, described by `quantization`) or "default".
+    """
 
     weight_dtype: str = "bf16"
     kv_dtype: str = "bf16"
     compute_dtype: str = "bf16"
     group_size: int = 128
+    scale_bytes_per_group: float | None = None
+    source: str = "given"
+    quantization: str | None = None
 
     @classmethod
     def create(
         cls,
-        dtype: str = "bf16",
+        dtype: str | None = None,
         kv_dtype: str | None = None,
         compute_dtype: str | None = None,
         group_size: int = 128,
+        checkpoint: Quantization | None = None,
     ) -> Precision:
-        """Build from user names; the KV cache defaults to the weight dtype when 16-bit, else bf16."""
-        weight = canonical_dtype(dtype, "weight dtype")
+        """Build from user names; `dtype` None takes the checkpoint's quantization, else bf16. The KV cache
+        defaults to the weight dtype when 16-bit, else bf16."""
+        if group_size <= 0:
+            raise TokenroofError(f"group size must be positive, got {group_size}")
+        weight, source, scale, described = "bf16", "default", None, None
+        if dtype is not None:
+            weight, source = canonical_dtype(dtype, "weight dtype"), "given"
+        elif checkpoint is not None:
+            weight, source, described = _checkpoint_dtype(checkpoint), "checkpoint", checkpoint.describe()
+            group_size, scale = checkpoint.group_size, checkpoint.scale_bytes_per_group
         if kv_dtype is None:
             kv = weight if weight in ("fp32", "bf16", "fp16") else "bf16"
         else:
@@ -86,17 +107,15 @@ class Precision:
         compute = (
             default_compute_dtype(weight) if compute_dtype is None else canonical_dtype(compute_dtype, "compute dtype")
         )
-        if group_size <= 0:
-            raise TokenroofError(f"group size must be positive, got {group_size}")
-        return cls(weight, kv, compute, group_size)
+        return cls(weight, kv, compute, group_size, scale, source, described)
 
     @property
     def weight_bytes_per_param(self) -> float:
-        """Bytes per weight, including per-group scales for int4/fp4."""
-        base = DTYPE_BYTES[self.weight_dtype]
-        if self.weight_dtype in GROUP_QUANTISED:
-            return base + SCALE_BYTES / self.group_size
-        return base
+        """Bytes per weight, including per-group scales (int4/fp4 by name, or as the checkpoint stores them)."""
+        scale = self.scale_bytes_per_group
+        if scale is None:
+            scale = SCALE_BYTES if self.weight_dtype in GROUP_QUANTISED else 0.0
+        return DTYPE_BYTES[self.weight_dtype] + scale / self.group_size
 
     @property
     def kv_bytes_per_element(self) -> float:
@@ -111,7 +130,19 @@ class Precision:
     def to_dict(self) -> dict[str, object]:
         return {
             "weight_dtype": self.weight_dtype,
+            "weight_dtype_source": self.source,
+            "quantization": self.quantization,
             "kv_dtype": self.kv_dtype,
             "compute_dtype": self.compute_dtype,
             "weight_bytes_per_param": self.weight_bytes_per_param,
         }
+
+
+def _checkpoint_dtype(checkpoint: Quantization) -> str:
+    if checkpoint.weight_dtype is None:
+        known = ", ".join(sorted(READ_METHODS))
+        raise TokenroofError(
+            f"the checkpoint's quantization_config method '{checkpoint.method}' is not one tokenroof reads "
+            f"({known}); give --dtype"
+        )
+    return checkpoint.weight_dtype

@@ -1,0 +1,255 @@
+"""EngineProfile: what one serving stack achieves on top of the roofline, loaded from a TOML file (data/engines/).
+
+The datasheet gives peaks; an engine decides how much of them a decode step gets and what it
+adds per step and per sequence. A profile carries, for one engine and version family:
+
+- `[efficiencies]`: the roofline's `Efficiencies` fields — weight-streaming bandwidth, KV-cache
+  read bandwidth and compute as fractions of the peaks, the fixed overhead per step (and per
+  layer, for eager frameworks), the all-reduce latency, and `overhead_s_per_seq`, the engine's
+  cost per sequence per step (scheduling, sampling: the StepModel's `t_seq_s`);
+- `[serving]`: what serving over HTTP adds per sequence per step (detokenisation, output
+  processing, streaming), counted for online serving and not for offline decode;
+- how prefill is scheduled: `chunked` (prompt tokens share the decode steps, up to a token
+  budget per step when `max_num_batched_tokens` is given) or `separate` (prompts in steps of
+  their own, decoding paused);
+- `[accuracy]`: how far its first-principles TPOT missed published curves, leave-one-curve-out
+  (benchmarks/first_principles.py), and the quantiles of log(measured / predicted) that set
+  the intervals of first-principles answers.
+
+Fitted profiles are written by `benchmarks/first_principles.py --write`; an engine with fewer than
+two published curves keeps physically motivated defaults, and its `[source]` says so.
+"""
+
+from __future__ import annotations
+
+import functools
+import math
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from importlib import resources
+from pathlib import Path
+from types import MappingProxyType
+from typing import Annotated, Any, Literal, Self
+
+from pydantic import Field, PlainValidator, model_validator
+
+from tokenroof.errors import TokenroofError
+from tokenroof.specs.hardware import EfficiencyTerms, Overhead
+from tokenroof.specs.validate import (
+    Section,
+    flag,
+    load_toml,
+    non_negative,
+    number,
+    table_error,
+    text,
+    validated,
+    whole,
+)
+
+DEFAULT_ENGINE = "generic"  # today's defaults, named: one bandwidth and compute efficiency, 1 ms per step
+PREFILL = ("chunked", "separate")
+DEFAULT_LEVEL = 0.9
+
+
+@dataclass(frozen=True)
+class Accuracy:
+    """First-principles TPOT against published curves, leave-one-curve-out, and the interval it implies.
+
+    `log_error` is the median of log(measured / predicted) TPOT over the held-out points (the profile's bias),
+    `log_error_low`/`_high` its quantiles at (1 ∓ level)/2: a first-principles TPOT t has the interval
+    [t·e^low, t·e^high] at `interval_level`.
+    """
+
+    log_error: float
+    log_error_low: float
+    log_error_high: float
+    interval_level: float = DEFAULT_LEVEL
+    curves: int = 0
+    points: int = 0
+    tpot_error_median: float | None = None  # |TPOT error| as a fraction, held out
+    tpot_error_p90: float | None = None
+
+    def factors(self) -> tuple[float, float]:
+        """Multipliers of a first-principles TPOT giving the interval's low and high ends; the interval always holds
+        the estimate itself (a profile whose TPOT is mostly too fast has its estimate at the low end)."""
+        return math.exp(min(self.log_error_low, 0.0)), math.exp(max(self.log_error_high, 0.0))
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "curves": self.curves,
+            "points": self.points,
+            "tpot_error_median": self.tpot_error_median,
+            "tpot_error_p90": self.tpot_error_p90,
+            "log_error": self.log_error,
+            "log_error_low": self.log_error_low,
+            "log_error_high": self.log_error_high,
+            "interval_level": self.interval_level,
+        }
+
+
+@dataclass(frozen=True)
+class EngineProfile:
+    """One engine and version family: efficiencies, overheads, prefill scheduling, accuracy, sources."""
+
+    key: str
+    name: str
+    versions: str
+    prefill: str
+    accuracy: Accuracy
+    fitted: bool = False  # constants fitted to published curves (else set by hand, physically motivated)
+    max_num_batched_tokens: int | None = None
+    efficiencies: Mapping[str, float] = field(default_factory=dict)
+    serving: Mapping[str, float] = field(default_factory=dict)
+    source: Mapping[str, str] = field(default_factory=dict)
+
+    def efficiency_values(self, serving: bool = True) -> dict[str, float]:
+        """The `Efficiencies` fields this profile sets; `serving` adds the HTTP server's cost per sequence."""
+        values = dict(self.efficiencies)
+        extra = self.serving.get("overhead_s_per_seq", 0.0) if serving else 0.0
+        if extra:
+            values["overhead_s_per_seq"] = values.get("overhead_s_per_seq", 0.0) + extra
+        return values
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "key": self.key,
+            "name": self.name,
+            "versions": self.versions,
+            "prefill": self.prefill,
+            "max_num_batched_tokens": self.max_num_batched_tokens,
+            "efficiencies": dict(self.efficiencies),
+            "serving": dict(self.serving),
+            "fitted": self.fitted,
+            "accuracy": self.accuracy.to_dict(),
+            "source": dict(self.source),
+        }
+
+
+# -- the file ------------------------------------------------------------------------
+def _name(value: Any) -> str:
+    if not text(value).strip():
+        raise ValueError("must name the engine")
+    return str(value)
+
+
+def _level(value: Any) -> float:
+    result = number(value)
+    if not 0 < result < 1:
+        raise ValueError("must be in (0, 1), the interval's coverage (0.9 for 90%)")
+    return result
+
+
+def _sources(value: Any) -> dict[str, str]:
+    if not isinstance(value, Mapping) or not value:
+        raise ValueError("must be a table saying where every number comes from")
+    return {str(k): text(v) for k, v in value.items()}
+
+
+Fraction0 = Annotated[float, PlainValidator(non_negative)]
+Count = Annotated[int, PlainValidator(whole(0))]
+
+
+class EngineEfficiencies(EfficiencyTerms):
+    """The hardware file's efficiency terms, plus the engine's cost per sequence per step."""
+
+    overhead_s_per_seq: Overhead | None = None
+
+
+class ServingTerms(Section):
+    """What serving over HTTP adds per sequence per step."""
+
+    overhead_s_per_seq: Overhead | None = None
+
+
+class AccuracyTable(Section):
+    """`[accuracy]`: leave-one-curve-out figures and the interval quantiles."""
+
+    log_error: Annotated[float, PlainValidator(number)]
+    log_error_low: Annotated[float, PlainValidator(number)]
+    log_error_high: Annotated[float, PlainValidator(number)]
+    interval_level: Annotated[float, PlainValidator(_level)] = DEFAULT_LEVEL
+    curves: Count = 0
+    points: Count = 0
+    tpot_error_median: Fraction0 | None = None
+    tpot_error_p90: Fraction0 | None = None
+
+    @model_validator(mode="after")
+    def _ordered(self) -> Self:
+        if not self.log_error_low <= self.log_error <= self.log_error_high:
+            raise table_error(
+                f"expected log_error_low ≤ log_error ≤ log_error_high, got {self.log_error_low:g}, {self.log_error:g}, "
+                f"{self.log_error_high:g}"
+            )
+        return self
+
+
+class EngineFile(Section):
+    """An engine TOML as written: every key known, every number in its unit and range, a source table."""
+
+    name: Annotated[str, PlainValidator(_name)]
+    versions: Annotated[str, PlainValidator(text)]
+    prefill: Literal["chunked", "separate"]
+    fitted: Annotated[bool, PlainValidator(flag)] = False
+    max_num_batched_tokens: Annotated[int, PlainValidator(whole(1))] | None = None
+    efficiencies: EngineEfficiencies = EngineEfficiencies()
+    serving: ServingTerms = ServingTerms()
+    accuracy: AccuracyTable
+    source: Annotated[dict[str, str], PlainValidator(_sources)] = Field(default_factory=dict)
+
+    @model_validator(mode="after")
+    def _sourced(self) -> Self:
+        if not self.source:
+            raise table_error("missing [source]: say where every number comes from")
+        return self
+
+
+def engine_from_dict(data: Mapping[str, Any], origin: str, key: str = "") -> EngineProfile:
+    """Validate a parsed engine TOML; every problem is one line naming the file and the key."""
+    spec = validated(EngineFile, data, origin)
+    acc = spec.accuracy
+    return EngineProfile(
+        key=key,
+        name=spec.name,
+        versions=spec.versions,
+        prefill=spec.prefill,
+        accuracy=Accuracy(**acc.model_dump()),
+        fitted=spec.fitted,
+        max_num_batched_tokens=spec.max_num_batched_tokens,
+        efficiencies=MappingProxyType(spec.efficiencies.model_dump(exclude_none=True)),
+        serving=MappingProxyType(spec.serving.model_dump(exclude_none=True)),
+        source=MappingProxyType(dict(spec.source)),
+    )
+
+
+# -- presets -------------------------------------------------------------------------
+def engine_presets() -> dict[str, Path]:
+    root = Path(str(resources.files("tokenroof.specs") / "data" / "engines"))
+    return {p.stem: p for p in sorted(root.glob("*.toml"))}
+
+
+@functools.cache
+def _preset(path: Path) -> EngineProfile:
+    """A shipped profile, read once per process (every first-principles step model asks for one)."""
+    return engine_from_dict(load_toml(path), str(path), path.stem)
+
+
+def list_engines() -> list[str]:
+    """Names of the shipped engine profiles."""
+    return list(engine_presets())
+
+
+def load_engine(name_or_path: str | None = None) -> EngineProfile:
+    """An engine profile by name (exact, case-insensitive; None: the default), or a path to an engine TOML."""
+    presets = engine_presets()
+    key = (name_or_path or DEFAULT_ENGINE).strip().lower()
+    if key in presets:
+        return _preset(presets[key])
+    if name_or_path is not None and (name_or_path.endswith(".toml") or "/" in name_or_path):
+        path = Path(name_or_path).expanduser()
+        if not path.exists():
+            raise TokenroofError(f"engine file not found: {path}")
+        return engine_from_dict(load_toml(path), str(path), path.stem)
+    raise TokenroofError(
+        f"unknown engine '{name_or_path}'; known profiles: {', '.join(presets)} (or an engine .toml path)"
+    )

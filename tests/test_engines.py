@@ -1,0 +1,250 @@
+"""Engine profiles (specs/engines.py, specs/data/engines/*.toml): loading, precedence, step times by hand, the CLI."""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import run_cli, run_json
+from tokenroof import roofline as rl
+from tokenroof.deployment import Physics
+from tokenroof.errors import TokenroofError
+from tokenroof.predict import Workload, prior_from_specs
+from tokenroof.specs import Precision, load_hardware, load_model
+from tokenroof.specs.engines import DEFAULT_ENGINE, list_engines, load_engine
+
+BF16 = Precision.create("bf16")
+ISSUE_ENGINES = {
+    "vllm-v0",
+    "vllm-v1",
+    "sglang",
+    "tensorrt-llm",
+    "tgi",
+    "lmdeploy",
+    "llama-cpp",
+    "fastertransformer",
+    "pytorch-eager",
+}
+
+# One decode step of llama-2-7b on an H100 SXM (bf16, TP 1), batch 8, context 1000, served online, per profile.
+# Re-fitting a profile (benchmarks/first_principles.py --write) moves its number: update it here on purpose.
+PINNED_MS = {
+    "fastertransformer": 11.5536,
+    "generic": 7.9306,
+    "llama-cpp": 9.5218,
+    "lmdeploy": 7.7219,
+    "pytorch-eager": 38.8085,
+    "sglang": 7.1819,
+    "tensorrt-llm": 8.8905,
+    "tgi": 8.9213,
+    "vllm-v0": 9.3299,
+    "vllm-v1": 7.3013,
+}
+
+
+def by_hand_s(name: str, batch: float, context: float) -> float:
+    """T = overhead + per-layer·32 + max(weights, compute) + b·((ctx + 1)·KV read + per-seq), from the file."""
+    v = load_engine(name).efficiency_values(serving=True)
+    bandwidth, compute = v.get("bandwidth", 0.75), v.get("compute", 0.75)
+    kv_bandwidth = v.get("kv_bandwidth", bandwidth)
+    fixed = v.get("overhead_s", 1e-3) + 32 * v.get("overhead_s_per_layer", 0.0)
+    weights = 6_607_343_616 * 2 / (3.35e12 * bandwidth)  # streamed params × 2 bytes at the achieved bandwidth
+    flops = 2 * 6_607_339_520 + 4 * 32 * 4096 * context  # matmuls + attention over the context, per sequence
+    matmul = max(weights, batch * flops / (989.4e12 * compute))
+    kv_token = 2 * 32 * 32 * 128 * 2  # K and V, 32 layers × 32 heads × 128 dims × 2 bytes
+    per_seq = (context + 1) * kv_token / (3.35e12 * kv_bandwidth) + v.get("overhead_s_per_seq", 0.0)
+    return fixed + matmul + batch * per_seq
+
+
+def test_every_engine_the_issue_names_ships_and_the_default_is_generic() -> None:
+    assert ISSUE_ENGINES | {DEFAULT_ENGINE} == set(list_engines())
+    assert load_engine().key == "generic" and load_engine(None).key == "generic"
+    defaults = rl.Efficiencies()
+    generic = rl.Efficiencies(**load_engine("generic").efficiency_values())
+    assert generic == defaults  # the profile-free defaults, named: nothing changes without --engine
+
+
+@pytest.mark.parametrize("name", sorted(PINNED_MS))
+def test_one_step_time_per_profile_by_hand(name: str) -> None:
+    model, h100 = load_model("llama-2-7b"), load_hardware("h100-sxm")
+    eff = rl.default_efficiencies(h100, BF16, load_engine(name))
+    step = float(rl.step_model_from_specs(model, h100, BF16, 1, eff).step_time_s(8, 1000))
+    assert step == pytest.approx(by_hand_s(name, 8, 1000), rel=1e-12)
+    assert step * 1e3 == pytest.approx(PINNED_MS[name], rel=1e-4)
+
+
+@pytest.mark.parametrize("name", sorted(PINNED_MS))
+def test_every_profile_says_where_its_numbers_come_from(name: str) -> None:
+    profile = load_engine(name)
+    assert profile.source and profile.prefill in ("chunked", "separate")
+    acc = profile.accuracy
+    assert acc.log_error_low <= acc.log_error <= acc.log_error_high and acc.interval_level == 0.9
+    if profile.fitted:  # fitted on two or more published curves, with the held-out figures
+        assert acc.curves >= 2 and acc.tpot_error_median is not None and acc.tpot_error_p90 is not None
+    low, high = acc.factors()
+    assert low <= 1.0 <= high
+
+
+def test_serving_adds_the_http_servers_cost_per_sequence() -> None:
+    profile = load_engine("vllm-v0")
+    online, offline = profile.efficiency_values(serving=True), profile.efficiency_values(serving=False)
+    extra = profile.serving["overhead_s_per_seq"]
+    assert online["overhead_s_per_seq"] == pytest.approx(offline["overhead_s_per_seq"] + extra)
+    h100 = load_hardware("h100-sxm")
+    assert rl.default_efficiencies(h100, BF16, profile, serving=False).overhead_s_per_seq == pytest.approx(
+        offline["overhead_s_per_seq"]
+    )
+
+
+CALIBRATED = """
+name = "a calibrated H100"
+peaks = "dense"
+memory_bytes = 80e9
+memory_bandwidth_bytes_per_s = 3.35e12
+[peak_flops_per_s]
+bf16 = 989.4e12
+[efficiencies]
+bandwidth = 0.5
+[efficiencies.bf16]
+overhead_s = 0.004
+"""
+
+
+def test_a_calibrated_hardware_file_wins_where_it_measures_the_same_thing(tmp_path: Path) -> None:
+    from tokenroof.specs.hardware import read_hardware_toml
+
+    path = tmp_path / "cal.toml"
+    path.write_text(CALIBRATED)
+    profile = load_engine("vllm-v0")
+    eff = rl.default_efficiencies(read_hardware_toml(path), BF16, profile)
+    assert eff.bandwidth == 0.5 and eff.overhead_s == 0.004  # measured on this machine: the file's
+    assert eff.kv_bandwidth == profile.efficiencies["kv_bandwidth"]  # not measured there: the profile's
+    assert eff.overhead_s_per_seq == pytest.approx(profile.efficiency_values()["overhead_s_per_seq"])
+
+
+def test_physics_carries_the_engine_to_the_step_model_and_the_prior() -> None:
+    plain = Physics("llama-2-7b", "h100-sxm", "bf16")
+    vllm = Physics("llama-2-7b", "h100-sxm", "bf16", engine="vllm-v0")
+    assert vllm.step_model().step_time_s(8, 1000) == pytest.approx(PINNED_MS["vllm-v0"] / 1e3, rel=1e-4)
+    assert plain.step_model().step_time_s(8, 1000) == pytest.approx(PINNED_MS["generic"] / 1e3, rel=1e-4)
+    assert vllm.label().endswith("engine vllm-v0") and "engine" not in plain.label()
+    online = Workload(input_len=1000, output_len=300)
+    prior, base = vllm.prior(online), plain.prior(online)
+    assert prior.bandwidth_center == load_engine("vllm-v0").efficiencies["bandwidth"]
+    assert prior.slope_center_s > base.slope_center_s  # per-sequence overheads on top of the KV reads
+    assert prior.label.endswith("engine vllm-v0")
+    vllm_v0 = load_engine("vllm-v0")
+    static, online_prior = (
+        prior_from_specs(load_model("llama-2-7b"), load_hardware("h100-sxm"), BF16, w, engine=vllm_v0)
+        for w in (Workload(1000, static=True), Workload(1000))
+    )
+    assert static.slope_center_s < online_prior.slope_center_s  # offline decode pays no HTTP server
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "message"),
+    [
+        ({"engine": "vllm"}, "unknown engine 'vllm'; known profiles: fastertransformer, generic,"),
+        ({"engine": "/nope/engine.toml"}, "engine file not found: /nope/engine.toml"),
+    ],
+)
+def test_a_bad_engine_name_is_one_line(kwargs: dict[str, str], message: str) -> None:
+    with pytest.raises(TokenroofError) as info:
+        Physics("llama-2-7b", "h100-sxm", **kwargs)
+    assert str(info.value).startswith(message) and "\n" not in str(info.value)
+
+
+def test_an_engine_without_model_and_hardware_is_refused() -> None:
+    with pytest.raises(TokenroofError, match="--engine shapes first principles: give --model and --hardware"):
+        Physics(engine="vllm-v0")
+
+
+GOOD = """
+name = "my engine"
+versions = "1.x"
+prefill = "separate"
+[efficiencies]
+bandwidth = 0.8
+[accuracy]
+log_error = 0.0
+log_error_low = -0.1
+log_error_high = 0.2
+[source]
+numbers = "measured by me"
+"""
+
+
+BAD_FILES = [
+    (
+        "bandwidth = 0.8",
+        "bandwidth = 85",
+        "efficiencies.bandwidth = 85; must be in (0, 1], a fraction of the peak; a percentage? give 0.85",
+    ),
+    ("bandwidth = 0.8", "speed = 0.8", "efficiencies: unknown key 'speed'"),
+    ('prefill = "separate"', 'prefill = "eager"', "prefill = \"eager\"; input should be 'chunked' or 'separate'"),
+    ("log_error_low = -0.1", "log_error_low = 0.5", "accuracy: expected log_error_low ≤ log_error ≤ log_error_high"),
+    ('numbers = "measured by me"', "", "source = {}; must be a table saying where every number comes from"),
+    ("[efficiencies]", "max_num_batched_tokens = 0\n[efficiencies]", "max_num_batched_tokens = 0; must be a positive"),
+]
+
+
+@pytest.mark.parametrize(("old", "new", "message"), BAD_FILES)
+def test_a_bad_engine_file_is_one_line_naming_the_key(tmp_path: Path, old: str, new: str, message: str) -> None:
+    path = tmp_path / "mine.toml"
+    path.write_text(GOOD.replace(old, new))
+    with pytest.raises(TokenroofError) as info:
+        load_engine(str(path))
+    assert str(info.value) == f"{path}: {message}" or str(info.value).startswith(f"{path}: {message}")
+    path.write_text(GOOD)
+    assert load_engine(str(path)).efficiencies["bandwidth"] == 0.8
+
+
+# -- the CLI -------------------------------------------------------------------------------------------------
+SPECS = ["-m", "llama-2-7b", "-H", "h100-sxm", "--dtype", "bf16"]
+
+
+def test_roofline_names_its_engine_and_brackets_tpot_at_the_profiles_spread() -> None:
+    data = run_json(["roofline", *SPECS, "--batch", "8", "--context", "1000", "--engine", "vllm-v0"])
+    assert data["engine"]["key"] == "vllm-v0" and data["engine"]["fitted"] and data["interval_level"] == 0.9
+    pt = data["points"][0]
+    assert pt["tpot_ms"] == pytest.approx(PINNED_MS["vllm-v0"], rel=1e-4)
+    acc = load_engine("vllm-v0").accuracy
+    assert pt["tpot_ms_low"] == pytest.approx(pt["tpot_ms"] * math.exp(min(acc.log_error_low, 0)))
+    assert pt["tpot_ms_high"] == pytest.approx(pt["tpot_ms"] * math.exp(max(acc.log_error_high, 0)))
+    assert pt["throughput_tok_s_low"] == pytest.approx(8e3 / pt["tpot_ms_high"])
+    assert pt["throughput_tok_s_high"] == pytest.approx(8e3 / pt["tpot_ms_low"])
+    default = run_json(["roofline", *SPECS, "--batch", "8", "--context", "1000"])
+    assert default["engine"]["key"] == "generic"
+    assert default["points"][0]["tpot_ms"] == pytest.approx(PINNED_MS["generic"], rel=1e-4)
+
+
+def test_roofline_text_says_which_profile() -> None:
+    result = run_cli(["roofline", *SPECS, "--batch", "8", "--engine", "tensorrt-llm"])
+    assert result.exit_code == 0, result.output
+    assert "engine: TensorRT-LLM (tensorrt-llm)" in result.stdout and "fitted to 4 published curves" in result.stdout
+    plain = run_cli(["roofline", *SPECS, "--batch", "8"])
+    assert "no engine profile (give --engine" in plain.stdout
+
+
+@pytest.mark.parametrize(
+    "args",
+    [
+        ["roofline", *SPECS, "--engine", "vllm"],
+        ["advise", *SPECS, "--context", "1000", "--engine", "vllm"],
+        ["simulate", *SPECS, "--engine", "vllm"],
+        ["plan", *SPECS, "--engine", "vllm"],
+    ],
+)
+def test_every_first_principles_command_takes_engine_and_names_a_bad_one(args: list[str]) -> None:
+    result = run_cli(args)
+    assert result.exit_code == 2
+    assert "unknown engine 'vllm'; known profiles:" in result.stderr
+
+
+def test_advise_from_first_principles_uses_the_engine() -> None:
+    args = ["advise", *SPECS, "--context", "1000", "--tpot-slo-ms", "40"]
+    generic, vllm = run_json(args), run_json([*args, "--engine", "vllm-v0"])
+    assert vllm["max_num_seqs"] < generic["max_num_seqs"]  # vLLM V0's per-sequence costs fill the budget sooner
+    assert "engine vllm-v0" in vllm["source"]
