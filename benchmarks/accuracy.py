@@ -1,6 +1,6 @@
 """How far `predict` can be trusted, on published curves: in-range fidelity, extrapolation, interval coverage.
 
-For every curve in ../shared/data/curves (or the folders given), data-only and with the
+For every curve in benchmarks/curves (or the folders given), data-only and with the
 physics prior where the curve's header names the model and hardware:
 
 - **in range**: fit all points, predict them; a curve passes when every point is within
@@ -39,7 +39,7 @@ from tokenroof.predict import predict_table, prior_from_specs, step_interval_sam
 from tokenroof.specs import Precision, load_hardware, load_model
 
 ROOT = Path(__file__).resolve().parents[1]
-DEFAULT_DIR = ROOT.parent / "shared" / "data" / "curves"
+DEFAULT_DIR = ROOT / "benchmarks" / "curves"  # the published curves, each with its source (a copy of ../shared)
 SAMPLES = 40  # interval samples per fit
 KNEE_TABLE = ROOT / "tests" / "data" / "issue11_knee.csv"
 MODES = ("data", "prior")
@@ -198,7 +198,7 @@ def main(argv: list[str]) -> None:
     dirs = [Path(a) for a in argv if not a.startswith("--")] or [DEFAULT_DIR]
     curves = [c for c in load(dirs) if len(c.table) > 3]
     if not curves:
-        raise SystemExit(f"no curves found in {', '.join(map(str, dirs))} (the published curves live in ../shared)")
+        raise SystemExit(f"no curves found in {', '.join(map(str, dirs))} (see benchmarks/curves)")
     if "--external" in argv:
         print(f"{len(curves)} curves from {', '.join(map(str, dirs))}\n")
         external(curves, verbose)

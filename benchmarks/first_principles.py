@@ -1,6 +1,6 @@
 """First principles against published curves: engine profiles learned leave-one-curve-out.
 
-For every curve in ../shared/data/curves whose header states the model, hardware, TP, dtype and
+For every curve in benchmarks/curves whose header states the model, hardware, TP, dtype and
 lengths (curve_headers.read_setup) and the engine (ENGINES below), predict its TPOT from first
 principles — the step model from specs with an engine profile's efficiencies, run the way the
 curve was measured — and score |TPOT error| at every point. What the curve's TPOT counts decides
@@ -57,7 +57,7 @@ from tokenroof.specs.engines import engine_presets, load_engine
 from tokenroof.stepmodel import StepModel, mean_context_tokens
 
 ROOT = Path(__file__).resolve().parents[1]
-DEFAULT_DIR = ROOT.parent / "shared" / "data" / "curves"
+DEFAULT_DIR = ROOT / "benchmarks" / "curves"  # the published curves, each with its source (a copy of ../shared)
 LEVEL = 0.9
 SPANS = (0.9, 0.95, 0.98, 0.99, 1.0)  # quantile spans tried for LEVEL coverage on held-out curves
 
@@ -477,7 +477,7 @@ def main(argv: list[str]) -> None:
     as_labelled = "--as-labelled" in argv
     curves, skipped = load(dirs, as_labelled)
     if not curves:
-        raise SystemExit(f"no curves found in {', '.join(map(str, dirs))} (the published curves live in ../shared)")
+        raise SystemExit(f"no curves found in {', '.join(map(str, dirs))} (see benchmarks/curves)")
     print(f"{len(curves)} curves from {', '.join(map(str, dirs))}; TPOT error = predicted / measured − 1")
     for line in skipped:
         print(f"  skipped {line}")
