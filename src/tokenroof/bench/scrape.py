@@ -26,16 +26,22 @@ PERIOD_S = 0.1
 
 
 def running_from_metrics(text: str) -> float | None:
-    """Sum of the first running-batch gauge found (summed over label sets, e.g. several engines)."""
-    for gauge in GAUGES:
-        values = [
-            float(line.rsplit(" ", 1)[1])
-            for line in text.splitlines()
-            if line.startswith(gauge) and (line[len(gauge)] in "{ ")
-        ]
-        if values:
-            return sum(values)
-    return None
+    """Sum of the first running-batch gauge found (summed over label sets, e.g. several engines).
+
+    prometheus_client's parser reads the exposition format (labels with spaces or escaped quotes, an optional
+    sample timestamp after the value); text it cannot parse counts as no gauge.
+    """
+    from prometheus_client.parser import text_string_to_metric_families
+
+    found: dict[str, float] = {}
+    try:
+        for family in text_string_to_metric_families(text):
+            for sample in family.samples:
+                if sample.name in GAUGES:
+                    found[sample.name] = found.get(sample.name, 0.0) + float(sample.value)
+    except (ValueError, TypeError, IndexError):
+        return None
+    return next((found[g] for g in GAUGES if g in found), None)
 
 
 @dataclass

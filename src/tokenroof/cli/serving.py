@@ -85,6 +85,7 @@ def emulate(
 def require_http() -> None:
     try:
         import aiohttp  # noqa: F401
+        import prometheus_client  # noqa: F401
     except ImportError:
         raise TokenroofError("bench and emulate need aiohttp: pip install 'tokenroof[http]'") from None
 
