@@ -46,6 +46,7 @@ test-integration: $(STAMP)
 demo: $(STAMP)
 	@echo "== 1. The founding question from first principles: a 7B model in bf16 on an H100, ~300-token context =="
 	$(BIN)/tokenroof roofline --model llama-2-7b --hardware h100-sxm --context 300 --batch 1 8 32 128 256 512
+	@$(BIN)/tokenroof roofline --model llama-2-7b --hardware h100-sxm --context 300 --batch 1 8 32 128 256 512 --json > demo-roofline.json
 	@echo
 	@echo "== 2. From the measured table, taking the user's word that the compute roof is at batch 128 =="
 	$(BIN)/tokenroof predict $(SEED) --batch 256 512 --critical-batch 128
@@ -55,16 +56,27 @@ demo: $(STAMP)
 	@echo
 	@echo "== 4. The same table with the physics prior (model and hardware known) =="
 	$(BIN)/tokenroof predict $(SEED) --batch 256 512 --model llama-2-7b --hardware h100-sxm --context 300
+	@$(BIN)/tokenroof predict $(SEED) --batch 1 2 4 8 16 32 64 128 256 384 512 --model llama-2-7b --hardware h100-sxm --context 300 --json > demo-predict.json
 	@echo
 	@echo "== 5. What batch cap meets a 30 ms TPOT target on that server? =="
 	$(BIN)/tokenroof advise $(SEED) --tpot-slo-ms 30 --model llama-2-7b --hardware h100-sxm --context 300
+	@$(BIN)/tokenroof advise $(SEED) --tpot-slo-ms 30 --model llama-2-7b --hardware h100-sxm --context 300 --json > demo-advise.json
 	@echo
 	@echo "== 6. Capacity plan: 40 req/s of 1,000-in/300-out traffic, p99 TTFT <= 1 s and p99 TPOT <= 50 ms =="
 	$(BIN)/tokenroof plan --model llama-3.1-8b --hardware h100-sxm --rate 40 --input-len 1000 --output-len 300 --ttft-slo-ms 1000 --tpot-slo-ms 50
+	@$(BIN)/tokenroof plan --model llama-3.1-8b --hardware h100-sxm --rate 40 --input-len 1000 --output-len 300 --ttft-slo-ms 1000 --tpot-slo-ms 50 --json > demo-plan.json
 	@echo
-	@echo "== 7. This machine's own roof: calibrate it, then time a 123M-parameter Llama (random weights) in fp32 =="
+	@echo "== 7. One replica of that deployment under rising load: latency and goodput against the request rate =="
+	$(BIN)/tokenroof simulate --model llama-3.1-8b --hardware h100-sxm --rate 10,20,30,40 --num-requests 2000 --ttft-slo-ms 1000 --tpot-slo-ms 50
+	@$(BIN)/tokenroof simulate --model llama-3.1-8b --hardware h100-sxm --rate 10,20,30,40 --num-requests 2000 --ttft-slo-ms 1000 --tpot-slo-ms 50 --json > demo-simulate.json
+	@echo
+	@echo "== 8. This machine's own roof: calibrate it, then time a 123M-parameter Llama (random weights) in fp32 =="
 	$(BIN)/tokenroof calibrate --model examples/llama-123m.json --dtype fp32 --out calibrated.toml
 	$(BIN)/tokenroof bench-local --model examples/llama-123m.json --dtype fp32 --batch 1,4,16,64,256 --context 128 --steps 5 --hardware calibrated.toml --out bench-local-llama-123m.csv
+	@echo
+	@echo "== 9. Steps 1-7 on one page: decode curve, advice, plan and load sweep (open it in a browser) =="
+	$(BIN)/tokenroof report demo-roofline.json demo-predict.json demo-advise.json demo-plan.json demo-simulate.json $(SEED) --out report.html --title "tokenroof demo: 7-8B models on an H100"
+	@echo "the report is $(CURDIR)/report.html"
 
 bench: $(STAMP)
 	$(BIN)/python benchmarks/sweep_speed.py
@@ -75,4 +87,4 @@ bench: $(STAMP)
 
 clean:
 	rm -rf $(VENV) .llama .pytest_cache .mypy_cache .ruff_cache build src/*.egg-info benchmarks/out-local
-	rm -f calibrated.toml bench-local-*.csv
+	rm -f calibrated.toml bench-local-*.csv report.html demo-roofline.json demo-predict.json demo-advise.json demo-plan.json demo-simulate.json

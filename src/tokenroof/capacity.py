@@ -48,19 +48,19 @@ def simulate_rates(
         if trace is not None or out is not None:
             raise TokenroofError("--trace and --out take a single --rate")
         rows = [{"rate_req_s": rate, **run_one(dep, sm, workload(dep, rate, traffic), traffic)[0]} for rate in rates]
-        from tokenroof.plots import plot_rate_sweep
+        from tokenroof.plots import deployment_label, plot_rate_sweep
 
         slo = goodput_slo(traffic.ttft_slo_ms, traffic.tpot_slo_ms) if rows[0]["slo"] else None
         data = {"points": rows, "slo": slo, "step_model": sm.to_dict(), "warnings": notes}
-        return data, lambda path: plot_rate_sweep(rows, path), True
+        return data, lambda path: plot_rate_sweep(rows, path, deployment_label(dep)), True
     offered = Trace.read(trace) if trace is not None else workload(dep, rates[0], traffic)
     summary, result = run_one(dep, sm, offered, traffic)
     summary.update({"step_model": sm.to_dict(), "warnings": notes})
     if out is not None:
         result.write(out, summary)
-    from tokenroof.plots import plot_simulation
+    from tokenroof.plots import deployment_label, plot_simulation
 
-    return summary, lambda path: plot_simulation(result, path), False
+    return summary, lambda path: plot_simulation(result, path, dep.max_num_seqs, deployment_label(dep)), False
 
 
 def workload(dep: Deployment, rate: float, traffic: Traffic) -> Workload:

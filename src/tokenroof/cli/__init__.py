@@ -262,5 +262,6 @@ from tokenroof.cli import measured  # noqa: E402
 from tokenroof.cli import serving  # noqa: E402
 from tokenroof.cli import capacity  # noqa: E402
 from tokenroof.cli import local  # noqa: E402
+from tokenroof.cli import report_cmds  # noqa: E402, F401
 
 __all__ = ["app", "capacity", "local", "main", "measured", "normalize_argv", "serving", "specs_cmds"]

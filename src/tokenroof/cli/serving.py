@@ -17,6 +17,7 @@ from tokenroof.cli import (
     KvDtypeOpt,
     OptHardware,
     OptModel,
+    PlotOpt,
     StepModelFileOpt,
     TpOpt,
     app,
@@ -119,6 +120,7 @@ def bench(
     ignore_eos: Annotated[bool, typer.Option(help="Send ignore_eos and min_tokens (vLLM, SGLang, llama.cpp).")] = True,
     seed: Annotated[int, typer.Option(help="Seed for prompts and arrivals.")] = 0,
     json_output: JsonOpt = False,
+    plot: PlotOpt = None,
 ) -> None:
     """Measure a server's decode curve: TPOT and throughput against the running batch, written for predict."""
     import asyncio
@@ -172,7 +174,10 @@ def bench(
         err.print(escape(interrupted_line(out)), highlight=False, soft_wrap=True)
         raise typer.Exit(130)
     warnings, invalid = outcome(summaries, out)
-    finish({"points": summaries, "out": str(out), "warnings": warnings}, render.bench, json_output)
+    from tokenroof.plots import plot_bench
+
+    data = {"points": summaries, "out": str(out), "warnings": warnings}
+    finish(data, render.bench, json_output, plot, lambda path: plot_bench(summaries, path, str(out)))
     if invalid:
         err.print(escape(invalid), highlight=False, soft_wrap=True)
         raise typer.Exit(1)

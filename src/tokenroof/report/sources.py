@@ -1,0 +1,136 @@
+"""What each report input is, told by its shape: a bench folder, a command's --json, or a measurement table.
+
+The shapes are the JSON contract's (schemas/*.schema.json): predict has `predictions`, advise `at_cap` and
+`engine_flags`, plan `feasible` and `chosen`, roofline `ridge_flops_per_byte`, a simulate sweep `points` of
+simulations with `rate_req_s`, one simulation `requests_in_window`; bench's summary.json has `url`, `model` and
+`points`. Anything else goes to `tokenroof.measurements.read_table` (CSV, tokenroof points, vLLM, GuideLLM).
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from tokenroof.errors import TokenroofError
+from tokenroof.measurements import MeasurementTable, read_table, read_text
+
+# kind → the keys that tell it (all must be present); checked in this order
+SHAPES: tuple[tuple[str, frozenset[str]], ...] = (
+    ("predict", frozenset({"predictions", "step_model", "critical_batch"})),
+    ("advise", frozenset({"max_num_seqs", "at_cap", "engine_flags"})),
+    ("plan", frozenset({"feasible", "chosen", "points", "slo"})),
+    ("roofline", frozenset({"ridge_flops_per_byte", "max_batch_by_memory", "points"})),
+    ("simulate", frozenset({"requests_in_window", "ttft_ms", "tpot_ms", "slo"})),
+    ("bench", frozenset({"url", "model", "points"})),
+)
+KNOWN = "a bench folder, predict/advise/simulate/plan/roofline --json, or a measurement CSV/JSON"
+
+
+@dataclass
+class Source:
+    """One input: where it came from, what it is, its JSON (as read) and, for tables and bench, its points."""
+
+    path: Path
+    kind: str  # predict, advise, plan, roofline, simulate, simulate-sweep, bench, table
+    data: dict[str, Any] = field(default_factory=dict)
+    table: MeasurementTable | None = None
+    notes: list[str] = field(default_factory=list)  # what the report could not use, said once
+
+    @property
+    def name(self) -> str:
+        return self.path.name or str(self.path)
+
+
+def kind_of(data: Any) -> str | None:
+    """The command whose --json `data` is (None: not one the report knows)."""
+    if not isinstance(data, dict):
+        return None
+    points = data.get("points")
+    sweep = isinstance(points, list) and all(isinstance(p, dict) and "rate_req_s" in p for p in points)
+    if sweep and {"points", "slo", "step_model"} <= data.keys() and "feasible" not in data:
+        return "simulate-sweep"
+    for kind, keys in SHAPES:
+        if keys <= data.keys():
+            return kind
+    return None
+
+
+def load_json(path: Path) -> Any:
+    try:
+        return json.loads(read_text(path))
+    except json.JSONDecodeError as exc:
+        raise TokenroofError(f"{path}: not valid JSON (line {exc.lineno}: {exc.msg})") from None
+    except RecursionError:
+        raise TokenroofError(f"{path}: JSON nested too deeply") from None
+
+
+def bench_header(folder: Path) -> dict[str, Any]:
+    """The settings in the first line of a bench folder's requests.jsonl (empty when it has none)."""
+    try:
+        with (folder / "requests.jsonl").open(encoding="utf-8") as f:
+            first = json.loads(f.readline() or "{}")
+    except (OSError, ValueError):
+        return {}
+    return first.get("settings", {}) if isinstance(first, dict) and first.get("type") == "header" else {}
+
+
+def from_bench_folder(folder: Path, data: dict[str, Any]) -> Source:
+    source = Source(folder, "bench", data)
+    source.data["settings"] = bench_header(folder)
+    csv_path = folder / "summary.csv"
+    valid = sum(1 for p in data.get("points") or [] if isinstance(p, dict) and not p.get("invalid"))
+    if valid < 2:
+        source.notes.append(f"{valid} valid level(s) in {folder}: too few for a decode curve (2 or more)")
+    elif csv_path.exists():
+        try:
+            source.table = read_table([csv_path])
+        except TokenroofError as exc:
+            source.notes.append(f"no decode curve from {csv_path}: {exc}")
+    return source
+
+
+def from_folder(folder: Path) -> Source:
+    summary = folder / "summary.json"
+    if not summary.exists():
+        raise TokenroofError(f"{folder}: a folder without summary.json (expected a bench or simulate --out folder)")
+    data = load_json(summary)
+    kind = kind_of(data)
+    if kind == "bench":
+        return from_bench_folder(folder, data)
+    if kind == "simulate":
+        return Source(folder, kind, data)
+    raise TokenroofError(f"{summary}: not a bench or simulate summary")
+
+
+def from_file(path: Path) -> Source:
+    text = read_text(path)
+    if text.lstrip().startswith(("{", "[")):
+        data = load_json(path)
+        kind = kind_of(data)
+        if kind == "bench":
+            return from_bench_folder(path.parent, data)
+        if kind is not None:
+            return Source(path, kind, data)
+    try:
+        table = read_table([path])
+    except TokenroofError as exc:
+        raise TokenroofError(f"{path}: not {KNOWN} ({exc})") from None
+    return Source(path, "table", {}, table)
+
+
+def recognise(path: Path) -> Source:
+    """One input, told by its shape."""
+    if path.is_dir():
+        return from_folder(path)
+    if not path.exists():
+        raise TokenroofError(f"{path}: no such file or folder")
+    return from_file(path)
+
+
+def load_sources(paths: Sequence[Path]) -> list[Source]:
+    if not paths:
+        raise TokenroofError(f"give at least one input: {KNOWN}")
+    return [recognise(Path(p)) for p in paths]
