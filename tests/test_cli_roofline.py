@@ -106,3 +106,17 @@ def test_plot_written(tmp_path: Path) -> None:
 def test_list_commands() -> None:
     assert "llama-3.1-8b" in run_cli(["models"]).stdout
     assert "h100-sxm" in run_cli(["hardware"]).stdout
+
+
+def test_several_contexts_in_one_call() -> None:
+    """'TPOT at 8k versus 32k context?': each context's roofline, by hand the KV term scales with the context."""
+    data = run_json(["roofline", "-m", "llama-3.1-8b", "-H", "h100-sxm", "--batch", "16", "--context", "8192,32768"])
+    short, long = data["contexts"]
+    assert (short["context_tokens"], long["context_tokens"]) == (8192, 32768)
+    # KV read per step: 16 sequences × context × 131,072 B; the time adds one written token per sequence
+    assert short["points"][0]["bytes_kv_read"] == 16 * 8192 * 131_072
+    assert long["points"][0]["bytes_kv_read"] == 4 * short["points"][0]["bytes_kv_read"]
+    assert long["points"][0]["time_kv_ms"] == pytest.approx(4 * short["points"][0]["time_kv_ms"], rel=1e-3)
+    assert long["max_batch_by_memory"] < short["max_batch_by_memory"]
+    single = run_json(["roofline", "-m", "llama-3.1-8b", "-H", "h100-sxm", "--batch", "16", "--context", "8192"])
+    assert single["points"] == short["points"]

@@ -227,6 +227,7 @@ def load_seconds(chromium: Any, url: str) -> tuple[float, float, list[str]]:
     """Seconds from navigation until every chart is drawn; of those, the seconds after plotly.js was evaluated (the
     page's own part: its data parsed and its charts drawn); the console's errors."""
     page = chromium.new_page(viewport={"width": 1300, "height": 900})
+    page.set_default_timeout(120_000)  # a loaded 2-core machine: never a flaky timeout
     errors = console_errors(page)
     started = time.perf_counter()
     page.goto(url, wait_until="load")
@@ -244,6 +245,7 @@ def test_the_report_renders_in_a_browser(report_html: Path, large_report: Path, 
     the best of three loads."""
     with browser() as chromium:
         page = chromium.new_page(viewport={"width": 1300, "height": 900})
+        page.set_default_timeout(120_000)  # a loaded 2-core machine: never a flaky timeout
         errors = console_errors(page)
         page.goto(report_html.as_uri())
         page.wait_for_function(CHARTS_DRAWN, timeout=60_000)

@@ -143,6 +143,7 @@ def test_the_page_in_a_browser(tmp_path: Path) -> None:
     """The chart draws; a longer context moves the curve and lowers the memory cap; an uploaded CSV is fitted."""
     with served() as url, browser() as chromium:
         page = chromium.new_page(viewport={"width": 1400, "height": 1000})
+        page.set_default_timeout(120_000)  # a loaded 2-core machine: never a flaky timeout
         errors = console_errors(page)
         page.goto(url)
         page.wait_for_function("window.tokenroof && window.tokenroof.answers.roofline", timeout=60_000)

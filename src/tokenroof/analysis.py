@@ -164,8 +164,8 @@ def analyze_roofline(
     engine = engine or load_engine()
     eff = eff or rl.default_efficiencies(hardware, precision, engine)
     arr = validate_batches(batches)
-    if context_tokens < 0:
-        raise TokenroofError(f"context must be non-negative, got {context_tokens:g}")
+    if not 0 <= context_tokens < float("inf"):
+        raise TokenroofError(f"--context must be a finite non-negative number of tokens, got {context_tokens:g}")
     warnings = []
     limit = model.max_position_embeddings
     if limit and context_tokens > limit:
@@ -177,6 +177,15 @@ def analyze_roofline(
     result = replace(result, engine=engine)
     warnings += memory_warnings(result, float(arr.max()))
     return result
+
+
+def by_context(results: Sequence[RooflineResult]) -> dict[str, Any]:
+    """Several contexts for one deployment (`roofline --context 8192,32768`): each context's whole roofline under
+    `contexts`, the deployment once, the warnings together."""
+    each = [r.to_dict() for r in results]
+    shared = {k: each[0][k] for k in ("model", "hardware", "precision", "tp", "engine", "efficiencies")}
+    warnings = [w for d in each for w in d["warnings"]]
+    return {**shared, "contexts": each, "warnings": list(dict.fromkeys(warnings))}
 
 
 def memory_warnings(result: RooflineResult, largest_batch: float) -> list[str]:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -54,31 +55,40 @@ def save(fig: Any, path: Path) -> None:
         raise TokenroofError(f"cannot write plot {path}: {exc.strerror}") from None
 
 
-def plot_roofline(result: RooflineResult, path: Path) -> None:
-    """Throughput and TPOT against batch, the bound regions shaded, knee and memory limit marked."""
+def plot_roofline(results: Sequence[RooflineResult], path: Path) -> None:
+    """Throughput and TPOT against batch, one curve per context; the bound regions shaded (one context), the knee
+    and each context's memory limit marked."""
     plt = _pyplot()
-    sm, ctx = result.step_model, result.context_tokens
-    lo, hi = float(result.batches.min()), float(result.batches.max())
+    first = results[0]
+    lo, hi = float(first.batches.min()), float(first.batches.max())
     dense = np.geomspace(lo, hi, 200)
     fig, (ax_thr, ax_tpot) = plt.subplots(1, 2, figsize=(12, 4.5))
     for ax in (ax_thr, ax_tpot):
-        shade_bounds(ax, dense, sm.bound(dense, ctx))
+        if len(results) == 1:
+            shade_bounds(ax, dense, first.step_model.bound(dense, first.kv_context_tokens))
         ax.set_xscale("log", base=2)
         ax.set_xlabel("batch (sequences decoded together)")
-        knee = sm.knee_batch(ctx)
-        if knee and lo <= knee <= hi:
-            ax.axvline(knee, color="black", ls="--", lw=1, label=f"knee {knee:.0f}")
-        limit = result.max_batch_by_memory
-        if lo <= limit <= hi:
-            ax.axvline(limit, color="red", ls=":", lw=1.2, label=f"memory limit {limit}")
-    ax_thr.plot(dense, sm.throughput_tok_s(dense, ctx), color="black")
-    ax_thr.axhline(sm.throughput_asymptote_tok_s(ctx), color="grey", ls="-.", lw=1, label="asymptote")
+    for i, result in enumerate(results):
+        color = "black" if len(results) == 1 else f"C{i}"
+        sm, ctx = result.step_model, result.kv_context_tokens
+        label = f"context {result.context_tokens:g}"
+        ax_thr.plot(dense, sm.throughput_tok_s(dense, ctx), color=color, label=label)
+        ax_tpot.plot(dense, sm.step_time_s(dense, ctx) * MS_PER_S, color=color, label=label)
+        knee, limit = sm.knee_batch(ctx), result.max_batch_by_memory
+        for ax in (ax_thr, ax_tpot):
+            if knee and lo <= knee <= hi:
+                ax.axvline(knee, color=color, ls="--", lw=1, label=f"knee {knee:.0f}")
+            if lo <= limit <= hi:
+                ax.axvline(limit, color="red" if len(results) == 1 else color, ls=":", lw=1.2,
+                           label=f"memory limit {limit}")  # fmt: skip
+        if len(results) == 1:
+            ax_thr.axhline(sm.throughput_asymptote_tok_s(ctx), color="grey", ls="-.", lw=1, label="asymptote")
     ax_thr.set_ylabel("throughput (output tok/s)")
-    ax_tpot.plot(dense, sm.step_time_s(dense, ctx) * MS_PER_S, color="black")
     ax_tpot.set_ylabel("TPOT (ms/token)")
     ax_thr.legend(fontsize=8, loc="upper left")
+    contexts = ", ".join(f"{r.context_tokens:g}" for r in results)
     fig.suptitle(
-        f"{result.model.name} on {result.hardware.name} ×{result.tp}, {result.precision.weight_dtype}, context {ctx:g}"
+        f"{first.model.name} on {first.hardware.name} ×{first.tp}, {first.precision.weight_dtype}, context {contexts}"
     )
     save(fig, path)
     plt.close(fig)

@@ -64,6 +64,41 @@ def roofline(console: Console, data: dict[str, Any]) -> None:
     roofline_points(console, data)
 
 
+def roofline_contexts(console: Console, data: dict[str, Any]) -> None:
+    """One deployment at several contexts: TPOT and throughput by batch × context, the memory cap and knee each."""
+    first = data["contexts"][0]
+    m, hw, p = data["model"], data["hardware"], data["precision"]
+    console.print(
+        f"[bold]{m['name']}[/] on [bold]{hw['name']}[/] ×{data['tp']}  weights {p['weight_dtype']}, "
+        f"KV {p['kv_dtype']}  at {len(data['contexts'])} contexts",
+        highlight=False,
+    )
+    console.print(engine_line(data["engine"], first["interval_level"]), style="dim", highlight=False)
+    summary = Table(title="by context", title_justify="left")
+    for col in ("context", "knee batch", "fits in memory", "asymptote tok/s"):
+        summary.add_column(col, justify="right")
+    for c in data["contexts"]:
+        summary.add_row(
+            fmt(c["context_tokens"]),
+            fmt(c["knee_batch"]),
+            fmt(c["max_batch_by_memory"]),
+            fmt(c["throughput_asymptote_tok_s"]),
+        )
+    console.print(summary)
+    table = Table(title="TPOT ms (tok/s) by batch × context; red: does not fit in memory", title_justify="left")
+    table.add_column("batch", justify="right")
+    for c in data["contexts"]:
+        table.add_column(f"ctx {fmt(c['context_tokens'])}", justify="right")
+    for i, pt in enumerate(first["points"]):
+        cells = []
+        for c in data["contexts"]:
+            q = c["points"][i]
+            cell = f"{fmt(q['tpot_ms'])} ({fmt(q['throughput_tok_s'])})"
+            cells.append(cell if q["fits_in_memory"] else f"[red]{cell}[/]")
+        table.add_row(fmt(pt["batch"]), *cells)
+    console.print(table)
+
+
 def roofline_summary(console: Console, data: dict[str, Any]) -> None:
     """The characteristic batches and memory figures of a roofline, and why there is no critical batch if none."""
     crit = data["critical_batch"]

@@ -23,6 +23,7 @@ from tokenroof.cli import (
     out,
     parse_numbers,
 )
+from tokenroof.errors import TokenroofError
 
 
 @app.command()
@@ -31,7 +32,9 @@ def roofline(
     model: ModelOpt,
     hardware: HardwareOpt,
     batch: Annotated[str, typer.Option(help="Batch sizes: '1,8,32' or '1 8 32'.")] = "1,2,4,8,16,32,64,128,256,512",
-    context: Annotated[float, typer.Option(help="Tokens in each sequence's KV cache.")] = 1024,
+    context: Annotated[
+        str, typer.Option(help="Tokens in each sequence's KV cache: '8192', or several to compare: '8192,32768'.")
+    ] = "1024",
     dtype: DtypeOpt = "bf16",
     kv_dtype: KvDtypeOpt = None,
     compute_dtype: ComputeOpt = None,
@@ -73,21 +76,19 @@ def roofline(
     given = {"bandwidth": bandwidth_efficiency, "compute": compute_efficiency}
     given["overhead_s"] = None if overhead_ms is None else overhead_ms / 1e3
     eff = replace(eff, **{k: v for k, v in given.items() if v is not None})
-    result = analyze_roofline(
-        spec,
-        hw,
-        precision,
-        parse_numbers(batch, "--batch"),
-        context,
-        tp,
-        eff,
-        memory_utilization,
-        prompt_tokens,
-        profile,
-    )
+    batches, contexts = parse_numbers(batch, "--batch"), parse_numbers(context, "--context")
+    results = [
+        analyze_roofline(spec, hw, precision, batches, ctx, tp, eff, memory_utilization, prompt_tokens, profile)
+        for ctx in contexts
+    ]
+    if not results:
+        raise TokenroofError("--context needs at least one number")
+    from tokenroof.analysis import by_context
     from tokenroof.plots import plot_roofline
 
-    finish(result.to_dict(), render.roofline, json_output, plot, lambda path: plot_roofline(result, path))
+    data = results[0].to_dict() if len(results) == 1 else by_context(results)
+    table = render.roofline if len(results) == 1 else render.roofline_contexts
+    finish(data, table, json_output, plot, lambda path: plot_roofline(results, path))
 
 
 @app.command("models")
