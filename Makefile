@@ -5,7 +5,7 @@ BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed-dev
 SEED   := examples/h100_7b_seed.csv
 
-.PHONY: install test test-slow test-ray test-integration lint demo bench clean
+.PHONY: install test test-slow fuzz test-ray test-integration lint demo bench clean
 
 # PyTorch for bench-local/calibrate and their tests, pinned: on this project's machines pip takes a CPU
 # build from local disk. Elsewhere pass TORCH_INDEX=https://download.pytorch.org/whl/cpu for the CPU
@@ -32,6 +32,10 @@ test: lint
 
 test-slow: $(STAMP)
 	$(BIN)/pytest -q -m slow
+
+# the property tests with 2,000 generated inputs each (the default run draws 50)
+fuzz: $(STAMP)
+	TOKENROOF_FUZZ_EXAMPLES=2000 $(BIN)/pytest -q tests/test_properties.py tests/test_emulate*.py -p no:cacheprovider
 
 # plan's --ray search on a local Ray cluster (Ray is an optional extra, ~80 MB)
 test-ray: $(STAMP)

@@ -242,3 +242,61 @@ def test_a_prior_the_data_contradict_is_named_and_the_data_win() -> None:
     assert any("slope per sequence" in c for c in result.to_dict()["prior_conflicts"])
     for row, b in zip(result.predictions(), (64, 128), strict=True):
         assert row["tpot_ms"] == pytest.approx(20 + 2.2 * b, rel=0.1)
+
+
+# -- tables at scale: repeated batches pooled, many distinct batches binned ----------------------------------------
+KNEED = StepModel(t_fixed_s=1e-3, t_weights_s=8e-3, t_compute_s=80e-6, t_kv_token_s=0.0, t_seq_s=10e-6)
+BATCHES = np.array([1, 2, 4, 8, 16, 32, 64, 128, 256, 512.0])
+
+
+def table_text(rows: list[tuple[float, float]]) -> str:
+    return "batch,tpot_ms\n" + "".join(f"{b!r},{t!r}\n" for b, t in rows)
+
+
+def test_repeated_rows_predict_as_their_pooled_points() -> None:
+    """1,000 rows at each batch, scattered ±2–5% symmetrically in log (their geometric mean is the point), in
+    shuffled order: the same curve as the table of the ten points, and σ counts the rows' scatter as well."""
+    points = KNEED.step_time_s(BATCHES) * 1e3 * np.exp(0.01 * np.random.default_rng(3).normal(size=BATCHES.size))
+    scatter = np.array([-0.05, -0.02, 0.02, 0.05])
+    rows = [
+        (float(b), float(t * np.exp(d)))
+        for b, t in zip(BATCHES, points, strict=True)
+        for d in scatter
+        for _ in range(250)
+    ]
+    shuffled = [rows[i] for i in np.random.default_rng(0).permutation(len(rows))]
+    big = parse_csv(table_text(shuffled), "big.csv")
+    small = parse_csv(table_text(list(zip(BATCHES.tolist(), points.tolist(), strict=True))), "small.csv")
+    assert len(big) == 10 and big.count is not None and list(big.count) == [1000] * 10
+    assert big.tpot_ms == pytest.approx(small.tpot_ms, rel=1e-12)
+    asked = np.array([3.0, 300.0, 1024.0])
+    fit_big, fit_small = fit_table(big, n_samples=20), fit_table(small, n_samples=20)
+    assert fit_big.evaluate(asked)[0] == pytest.approx(fit_small.evaluate(asked)[0], rel=1e-7)
+    assert fit_big.method == fit_small.method == "roofline"
+    rms_scatter = float(np.sqrt(np.mean(scatter**2)))
+    assert fit_small.sigma_rel > 0.01  # above the floor: the points' own misfit
+    assert fit_big.sigma_rel == pytest.approx(np.hypot(rms_scatter, fit_small.sigma_rel), rel=1e-6)
+
+
+def test_many_distinct_fractional_batches_fit_in_bins_as_they_would_point_by_point(monkeypatch) -> None:
+    """5,000 measured running batches, all distinct: binned into fit.MAX_POINTS points, the fit matches the fit on
+    every point, and the dense top of the range is not taken for a stalled (preempted) batch (single points at 3%
+    noise can be: binning averages it away)."""
+    import tokenroof.fit as fit_module
+
+    rng = np.random.default_rng(5)
+    b = rng.uniform(1, 512, 5000)
+    t = KNEED.step_time_s(b) * 1e3 * np.exp(0.03 * rng.normal(size=b.size))
+    table = parse_csv(table_text(list(zip(b.tolist(), t.tolist(), strict=True))), "dense.csv")
+    assert len(table) == 5000
+    inside = np.array([4.0, 64.0, 256.0, 450.0])
+    binned, limit = fit_table(table, n_samples=10), fit_module.MAX_POINTS
+    monkeypatch.setattr(fit_module, "MAX_POINTS", 10**6)
+    every = fit_table(table, n_samples=10)
+    assert len(binned.best.log_resid) <= limit < len(every.best.log_resid)  # the bins that hold points
+    assert binned.excluded is None
+    assert binned.evaluate(inside)[0] == pytest.approx(every.evaluate(inside)[0], rel=0.005)
+    assert binned.sigma_rel == pytest.approx(every.sigma_rel, rel=0.01)
+    assert binned.batch_range == (float(b.min()), float(b.max()))
+    asked = np.array([64.0, 256.0, 1024.0])
+    assert binned.evaluate(asked)[0] == pytest.approx(KNEED.step_time_s(asked), rel=0.03)

@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from tokenroof.errors import TokenroofError
-from tokenroof.measurements import parse_csv, read_table
+from tokenroof.measurements import MeasurementTable, parse_csv, read_table
 
 GOOD = """# measured on a test box
 # second provenance line
@@ -43,6 +43,9 @@ def test_csv_sorted_derived_and_provenance_kept() -> None:
         ("batch,tpot_ms\n1,10\n2,abc\n", "t.csv:3: tpot_ms 'abc' is not a number"),
         ("batch,throughput_tok_s,tpot_ms\n1,,\n2,100,20\n", "t.csv:2: needs throughput_tok_s or tpot_ms"),
         ("batch,tpot_ms\n1,10\n1,20\n", "t.csv:3: batch 1 appears twice with conflicting values"),
+        ("batch,tpot_ms\n2,11\n1,10\n1,10.5\n1,20\n", "t.csv:5: batch 1 appears 3 times with conflicting"),
+        ("batch,tpot_ms\n1,10\n,11\n", "t.csv:3: batch is empty"),
+        ('batch,tpot_ms\n1,10\n2,"1' + "1" * 200_000 + '"\n', "t.csv:3: cannot read this line as CSV"),
         ("batch,tpot,ttft\n1,10,5\n2,11,5\n", "t.csv:1: unknown column(s) 'tpot', 'ttft'"),
         ("batch,ttft_ms\n1,10\n2,11\n", "header needs 'batch' and at least one of"),
         ("batch,tpot_ms\n1,10,3\n2,11\n", "t.csv:2: 3 values for 2 columns"),
@@ -58,7 +61,63 @@ def test_bad_tables_name_the_row(body: str, message: str) -> None:
 def test_identical_duplicate_is_a_warning() -> None:
     table = parse_csv("batch,tpot_ms\n1,10\n1,10\n2,11\n", "t.csv")
     assert len(table) == 2
-    assert any("t.csv:3: duplicate of batch 1" in w for w in table.warnings)
+    assert any("t.csv:3: duplicate of batch 1 at t.csv:2" in w for w in table.warnings)
+    assert table.count is not None and list(table.count) == [2, 1]  # a repeated run weighs as one
+
+
+def test_repeated_batches_pool_into_one_point_each() -> None:
+    """Rows at one batch are repeated runs: one point at their geometric mean, their count and scatter kept."""
+    body = "batch,throughput_tok_s,tpot_ms,context_tokens\n4,,11,100\n1,,10,50\n4,,12.1,300\n1,,10.5,70\n2,,10.2,60\n"
+    table = parse_csv(body, "t.csv")
+    assert list(table.batch) == [1, 2, 4]
+    assert list(table.count) == [2, 1, 2]
+    assert table.tpot_ms == pytest.approx([np.sqrt(10 * 10.5), 10.2, np.sqrt(11 * 12.1)], rel=1e-12)
+    assert table.throughput_tok_s == pytest.approx(table.batch * 1000 / table.tpot_ms, rel=1e-12)
+    assert table.context_tokens == pytest.approx([60, 60, 200])
+    assert table.tpot_log_ss == pytest.approx([np.log(10.5 / 10) ** 2 / 2, 0, np.log(12.1 / 11) ** 2 / 2])
+    assert table.derived == ("throughput_tok_s",) * 3
+    assert table.warnings == ()
+    points = table.to_dict()["points"]
+    assert points[0] == {
+        "batch": 1.0,
+        "throughput_tok_s": pytest.approx(1000 / np.sqrt(105)),
+        "tpot_ms": pytest.approx(np.sqrt(105)),
+        "context_tokens": 60.0,
+        "count": 2,
+    }
+    assert table.head(2).count is not None and list(table.head(2).count) == [2, 1]
+
+
+def test_the_fast_reader_and_the_row_by_row_reader_agree() -> None:
+    """Cells numpy reads in bulk, and the same table through the row-by-row reader (a quoted cell sends it there)."""
+    body = "batch,throughput_tok_s,tpot_ms,ttft_ms\n8,600,13.3,40\n1,,12.5,30\n32, ,14.5,31\n,, ,\n"
+    with pytest.raises(TokenroofError, match=r"t\.csv:5: batch is empty"):
+        parse_csv(body, "t.csv")
+    fast = parse_csv(body.replace(",, ,\n", ""), "t.csv")
+    slow = parse_csv(body.replace(",, ,\n", "").replace("8,600", '"8",600'), "t.csv")
+    for name in ("batch", "throughput_tok_s", "tpot_ms", "ttft_ms"):
+        assert np.array_equal(getattr(fast, name), getattr(slow, name))
+    assert fast.derived == slow.derived == ("throughput_tok_s", "", "throughput_tok_s")
+
+
+def test_row_warnings_are_counted_past_ten() -> None:
+    body = "batch,throughput_tok_s,tpot_ms\n" + "".join(f"{b},{b * 50},10\n" for b in range(1, 16))
+    warnings = parse_csv(body, "t.csv").warnings
+    assert len(warnings) == 11 and warnings[-1] == "... and 5 more rows disagree likewise"
+
+
+def test_pooled_bins_many_distinct_batches() -> None:
+    from tokenroof.measurements import pooled
+
+    body = "batch,tpot_ms\n" + "".join(f"{x!r},{10 + 0.05 * x!r}\n" for x in np.geomspace(1, 512, 5000).tolist())
+    table = parse_csv(body, "t.csv")
+    assert pooled(table, 5000)[0] is table
+    points, ends = pooled(table, 100)
+    assert len(points) == 100 and ends[-1] == 5000 and int(points.count.sum()) == 5000
+    assert points.batch[0] > 1 and points.batch[-1] < 512 and np.all(np.diff(points.batch) > 0)
+    assert points.tpot_ms == pytest.approx(10 + 0.05 * points.batch, rel=1e-4)  # the curve, at each bin's batch
+    built = MeasurementTable(table.batch, table.tpot_ms, table.throughput_tok_s)  # no labels, no counts
+    assert len(pooled(built, 100)[0]) == 100
 
 
 def test_disagreeing_throughput_and_tpot_warn_with_row() -> None:
@@ -155,6 +214,8 @@ def test_unreadable_and_malformed_files(tmp_path: Path) -> None:
         (b'{"provenance":5,"points":[{"batch":1,"tpot_ms":10},{"batch":8,"tpot_ms":12}]}', "p.json", "list of strings"),
         (b'{"points":' + b"[" * 5000 + b"]" * 5000 + b"}", "deep.json", "nested too deeply"),
         (b'{"benchmarks":[1,2]}', "g.json", "benchmark 0: expected an object"),
+        (b'{"points":[{"batch":1' + b"0" * 5000 + b',"tpot_ms":10}]}', "big.json", "big.json: not valid JSON"),
+        (b'{"max_concurrency":"","output_throughput":10,"mean_tpot_ms":10}', "v.json", "max_concurrency is empty"),
         (b'{"points":[{"batch":1,"tpot_ms":10},{"batch":8,"tpot_ms":12}],"input_len":"abc"}', "s.json", "input_len"),
     ],
 )

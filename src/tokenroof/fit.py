@@ -1,7 +1,10 @@
 """Fit the step-time model to measured points: one likelihood over all of them, structures weighed by evidence.
 
 The likelihood: every measured TPOT is the model's times a log-normal error of one
-relative size σ (estimated from the fit, at least 1%). Every structure of
+relative size σ (estimated from the fit, at least 1%). Rows repeated at one batch come as
+one point (their geometric mean) weighing as many rows, their scatter about it counted in σ
+(`Evidence`); tables of more than MAX_POINTS distinct batches are fitted on bins of
+neighbouring batches (measurements.pooled), so a fit costs the same at 10^6 rows. Every structure of
 structures.py predicts every point, its residual is counted over all points, and the
 structures are weighed by AICc (Akaike weights; plain AIC when no structure has
 points enough for the correction): predictions are the weighted
@@ -36,7 +39,7 @@ import numpy as np
 from numpy.typing import ArrayLike
 
 from tokenroof.errors import TokenroofError
-from tokenroof.measurements import MeasurementTable
+from tokenroof.measurements import MeasurementTable, pooled
 from tokenroof.stepmodel import StepModel
 from tokenroof.structures import (
     Prior,
@@ -55,6 +58,7 @@ __all__ = ["Curve", "Excluded", "Fit", "FittedCurve", "Prior", "fit_points", "fi
 
 NOISE_FLOOR = 0.01  # relative TPOT noise assumed at least this (benchmarks repeat to ~1–3%)
 MIN_ROOFLINE_POINTS = 6
+MAX_POINTS = 1024  # more distinct batches than this are fitted in bins (measurements.pooled)
 
 
 @dataclass(frozen=True)
@@ -126,19 +130,22 @@ def evaluate_s(
     return tpot, curve.throughput_tok_s(b, tpot)
 
 
-def fit_small_batch(batch: np.ndarray, tpot_s: np.ndarray, support: slice) -> tuple[SmallBatch | None, int]:
+def fit_small_batch(
+    batch: np.ndarray, tpot_s: np.ndarray, support: slice, weight: np.ndarray | None = None
+) -> tuple[SmallBatch | None, int]:
     """The line of the points below the support (and its parameter count): two or more distinct batches get a
     line, one batch a level; at the support's first batch the model takes over."""
     below = np.arange(batch.size) < (support.start or 0)
     if not below.any():
         return None, 0
     b, t = batch[below], tpot_s[below]
+    w = np.ones_like(b) if weight is None else weight[below]
     if np.unique(b).size >= 2:
-        a, s = fit_line(b, t)
+        a, s = fit_line(b, t, w)
         params = 2
     else:
         s = 0.0
-        a = float(np.exp(np.mean(np.log(t))))
+        a = float(np.exp(np.sum(w * np.log(t)) / np.sum(w)))
         params = 1
     return SmallBatch(float(b.max()), float(batch[support][0]), a, s), params
 
@@ -225,13 +232,40 @@ class FittedCurve:
         return self.fit.evaluate(np.atleast_1d(b))[1].reshape(b.shape)
 
 
-def aicc(log_resid: np.ndarray, k: int, small_sample: bool = True) -> float:
+@dataclass(frozen=True)
+class Evidence:
+    """The measured rows behind each point: how many, and how far their TPOTs scatter around the point's
+    (geometric mean). The likelihood is over rows: a point counts as often as its rows, and their scatter
+    about it is misfit that no structure removes."""
+
+    count: np.ndarray  # rows per point
+    log_ss: np.ndarray  # per point: the sum over its rows of log(row TPOT / point TPOT)²
+
+    @classmethod
+    def single(cls, n: int) -> Evidence:
+        return cls(np.ones(n), np.zeros(n))
+
+    @property
+    def rows(self) -> float:
+        return float(self.count.sum())
+
+    def cut(self, part: slice) -> Evidence:
+        return Evidence(self.count[part], self.log_ss[part])
+
+    def rss(self, log_resid: np.ndarray) -> float:
+        """The sum over rows of log(model / row TPOT)²: each point's residual once per row, plus the scatter."""
+        root = np.sqrt(self.count) * log_resid
+        return float(root @ root) + float(self.log_ss.sum())
+
+
+def aicc(log_resid: np.ndarray, k: int, small_sample: bool = True, evidence: Evidence | None = None) -> float:
     """AICc of a log-normal likelihood with the noise estimated (floored at NOISE_FLOOR): k + 1 parameters;
     infinite where the points cannot support them (a structure then weighs nothing, or all weigh alike)."""
-    n = log_resid.size
+    evidence = evidence or Evidence.single(log_resid.size)
+    n, rss = evidence.rows, evidence.rss(log_resid)
     k_all = k + 1
-    sigma2 = max(float(log_resid @ log_resid) / n, NOISE_FLOOR**2)
-    neg2ll = float(log_resid @ log_resid) / sigma2 + n * math.log(sigma2)
+    sigma2 = max(rss / n, NOISE_FLOOR**2)
+    neg2ll = rss / sigma2 + n * math.log(sigma2)
     if not small_sample:
         return neg2ll + 2 * k_all
     if n - k_all - 1 <= 0:
@@ -249,10 +283,15 @@ def akaike_weights(scores: Sequence[float]) -> np.ndarray:
 
 
 def candidate(
-    structure: Structure, batch: np.ndarray, tpot_s: np.ndarray, curve: Curve, rng: np.random.Generator | None = None
+    structure: Structure,
+    batch: np.ndarray,
+    tpot_s: np.ndarray,
+    curve: Curve,
+    rng: np.random.Generator | None = None,
+    weight: np.ndarray | None = None,
 ) -> Candidate:
     sm, support = structure.fit(tpot_s, rng)
-    small, k_small = fit_small_batch(batch, tpot_s, support)
+    small, k_small = fit_small_batch(batch, tpot_s, support, weight)
     pred, _ = evaluate_s(sm, small, curve, batch)
     return Candidate(structure.name, sm, small, structure.n_params + k_small, np.log(pred / tpot_s))
 
@@ -275,87 +314,110 @@ def fit_points(
     roof_tok_s: float | None = None,
     n_samples: int = 200,
     seed: int = 0,
+    evidence: Evidence | None = None,
 ) -> Fit:
-    """Fit (batch, TPOT in s) points, sorted by batch: every structure, AICc weights, interval samples."""
+    """Fit (batch, TPOT in s) points, sorted by batch: every structure, AICc weights, interval samples.
+    `evidence`: the rows behind each point (default: one each)."""
     check_pins(critical_batch, roof_tok_s)
     curve = curve or Curve()
+    evidence = evidence or Evidence.single(batch.size)
     rng = np.random.default_rng(seed)
     states = [PriorFit(), PriorFit()]  # what each prior structure's central fit found in conflict
-    structures: list[Structure]
-    if critical_batch is not None or roof_tok_s is not None:
-        structures = [pinned_structure(batch, prior, critical_batch, roof_tok_s)]
-    else:
-        # with the physics known the compute term exists (efficiencies ≤ 1): no bare line
-        structures = [line_structure(batch)]
-        if prior is not None:
-            noise = local_noise(batch, tpot_s)
-            structures = [prior_structure(batch, prior, noise, states[0])]
-            if prior.overlap > 0:
-                additive = replace(prior, overlap=0.0)
-                structures.append(prior_structure(batch, additive, noise, states[1], "prior-additive"))
-        if batch.size >= MIN_ROOFLINE_POINTS:
-            structures.append(roofline_structure(batch))
-    fitted = [candidate(s, batch, tpot_s, curve) for s in structures]
-    scores = [aicc(c.log_resid, c.n_params) for c in fitted]
+    structures = _structures(batch, tpot_s, prior, critical_batch, roof_tok_s, evidence, states)
+    fitted = [candidate(s, batch, tpot_s, curve, weight=evidence.count) for s in structures]
+    scores = [aicc(c.log_resid, c.n_params, evidence=evidence) for c in fitted]
     if not any(math.isfinite(x) for x in scores):  # too few points for the correction anywhere: plain AIC
-        scores = [aicc(c.log_resid, c.n_params, small_sample=False) for c in fitted]
+        scores = [aicc(c.log_resid, c.n_params, small_sample=False, evidence=evidence) for c in fitted]
     weights = akaike_weights(scores)
     order = int(np.argmax(weights))
     best = fitted[order]
     log_fit = sum(w * c.log_resid for c, w in zip(fitted, weights, strict=True)) + np.log(tpot_s)
-    sigma = max(float(np.sqrt(np.mean((log_fit - np.log(tpot_s)) ** 2))), NOISE_FLOOR)
-    fitted_s = np.exp(log_fit)
+    sigma, noise = _noise(log_fit - np.log(tpot_s), evidence)
     counts = rng.multinomial(n_samples, weights) if n_samples > 0 else np.zeros(len(structures), dtype=int)
-    samples = []
+    samples, fitted_s = [], np.exp(log_fit)
     for structure, count in zip(structures, counts, strict=True):
         for _ in range(int(count)):
-            noisy = fitted_s * np.exp(sigma * rng.normal(size=batch.size))
-            samples.append(candidate(structure, batch, noisy, curve, rng))
+            noisy = fitted_s * np.exp(noise * rng.normal(size=batch.size))
+            samples.append(candidate(structure, batch, noisy, curve, rng, evidence.count))
     shares = {c.structure: float(w) for c, w in zip(fitted, weights, strict=True)}
     reason = structures[order].why
     if len(fitted) > 1:
         reason += "; Akaike weights " + ", ".join(f"{name} {w:.0%}" for name, w in shares.items())
     if best.small is not None:
         reason += f"; batches ≤ {best.small.upto_batch:g} on their own line (small-batch kernels)"
-    return Fit(
-        best,
-        fitted,
-        shares,
-        reason,
-        prior,
-        curve,
-        samples,
-        sigma,
-        int(batch.size),
-        (float(batch[0]), float(batch[-1])),
-        list(dict.fromkeys(states[0].conflicts + states[1].conflicts)),
-    )
+    conflicts = list(dict.fromkeys(states[0].conflicts + states[1].conflicts))
+    span = (float(batch[0]), float(batch[-1]))
+    return Fit(best, fitted, shares, reason, prior, curve, samples, sigma, int(batch.size), span, conflicts)
 
 
-def local_noise(batch: np.ndarray, tpot_s: np.ndarray) -> float:
-    """Relative noise to weigh the data against the prior: the misfit of a line on the upper half (or on all
-    points when the upper half is two), at least 2% (published curves repeat to ~1–3%)."""
+def _structures(
+    batch: np.ndarray,
+    tpot_s: np.ndarray,
+    prior: Prior | None,
+    critical_batch: float | None,
+    roof_tok_s: float | None,
+    evidence: Evidence,
+    states: list[PriorFit],
+) -> list[Structure]:
+    """The structures to weigh: the asserted one, or the line (none with the physics known: the compute term
+    exists), the prior ones, and the roofline where the distinct batches are enough for a knee."""
+    weight = evidence.count
+    if critical_batch is not None or roof_tok_s is not None:
+        return [pinned_structure(batch, prior, critical_batch, roof_tok_s, weight)]
+    structures = [line_structure(batch, weight)]
+    if prior is not None:
+        noise = local_noise(batch, tpot_s, evidence)
+        structures = [prior_structure(batch, prior, noise, states[0], weight=weight)]
+        if prior.overlap > 0:
+            additive = replace(prior, overlap=0.0)
+            structures.append(prior_structure(batch, additive, noise, states[1], "prior-additive", weight))
+    if batch.size >= MIN_ROOFLINE_POINTS:
+        structures.append(roofline_structure(batch, weight))
+    return structures
+
+
+def _noise(log_resid: np.ndarray, evidence: Evidence) -> tuple[float, np.ndarray]:
+    """The relative noise σ of one measured row (its misfit over all rows, at least NOISE_FLOOR), and the noise
+    of each point for the interval samples: σ/√rows, but never below the points' own misfit (the structure's
+    misfit does not average away over repeated rows)."""
+    between = float(np.sum(evidence.count * log_resid**2))
+    sigma = max(float(np.sqrt((between + float(evidence.log_ss.sum())) / evidence.rows)), NOISE_FLOOR)
+    return sigma, np.maximum(float(np.sqrt(between / evidence.rows)), sigma / np.sqrt(evidence.count))
+
+
+def local_noise(batch: np.ndarray, tpot_s: np.ndarray, evidence: Evidence | None = None) -> float:
+    """Relative noise of one row, to weigh the data against the prior: the misfit of a line on the upper half
+    (or on all points when the upper half is two), at least 2% (published curves repeat to ~1–3%)."""
+    evidence = evidence or Evidence.single(batch.size)
     part = upper_half(batch.size)
-    b, t = (batch[part], tpot_s[part]) if batch[part].size > 2 else (batch, tpot_s)
-    a, s = fit_line(b, t)
+    part = part if batch[part].size > 2 else slice(0, batch.size)
+    b, t, here = batch[part], tpot_s[part], evidence.cut(part)
+    a, s = fit_line(b, t, here.count)
     resid = np.log((a + s * b) / t)
-    dof = max(b.size - 2, 1)
-    return max(float(np.sqrt(resid @ resid / dof)), 2 * NOISE_FLOOR)
+    dof = max(here.rows - 2, 1)
+    return max(float(np.sqrt(here.rss(resid) / dof)), 2 * NOISE_FLOOR)
 
 
-def queued(table: MeasurementTable, i: int) -> bool:
-    """Whether point i, past a throughput plateau at client concurrency, waits in a queue (see `past_cap`)."""
+def _queued(table: MeasurementTable) -> np.ndarray:
+    """Whether each point (from the second), past a throughput plateau at client concurrency, waits in a queue
+    (see `past_cap`)."""
     if table.semantics.queues:
         ttft = table.ttft_ms
-        return ttft is None or bool(ttft[i] > 2 * ttft[i - 1])
-    return bool(table.tpot_ms[i] < 1.05 * table.tpot_ms[i - 1])
+        return np.ones(len(table) - 1, dtype=bool) if ttft is None else ttft[1:] > 2 * ttft[:-1]
+    return table.tpot_ms[1:] < 1.05 * table.tpot_ms[:-1]
+
+
+def _from_here(values: np.ndarray) -> np.ndarray:
+    """The largest of values[i:] for every i."""
+    return np.maximum.accumulate(values[::-1])[::-1]
 
 
 def past_cap(table: MeasurementTable) -> Excluded | None:
     """Points past a cap the data show, by what the columns count (MeasurementTable.semantics).
 
-    - running batch: the batch stops growing (every later point within 3%) while TPOT still moves (> 3%): the KV
-      cache is full or a cap holds the batch; the later points measure preemption, not decode steps: left out.
+    - running batch: the batch stops growing (every later point within 3%) while TPOT still moves (> 3% beyond
+      what that growth allows: a step's time grows at most in proportion to the batch): the KV cache is full
+      or a cap holds the batch; the later points measure preemption, not decode steps: left out.
     - client concurrency: throughput stops growing for good (every later point < 5% above, for ≥ 1.2× the
       concurrency) and TPOT (or ITL, which exclude queueing) stays flat: the server holds its running batch near
       throughput × TPOT. The points past it measure steps at that running batch and are fitted there. Flat
@@ -364,30 +426,37 @@ def past_cap(table: MeasurementTable) -> Excluded | None:
       are taken as queued.
     A static batch whose throughput flattens is a compute or bandwidth roof, which the step model describes.
     """
-    sem, b, thr = table.semantics, table.batch.astype(float), table.throughput_tok_s
-    for i in range(1, len(table)):
-        stalled = bool(np.all(b[i:] < 1.03 * b[i - 1]))
-        moved = table.tpot_ms[-1] > 1.03 * table.tpot_ms[i - 1]
-        if sem.batch_kind == "running" and stalled and moved:
-            return Excluded(
-                tuple(float(x) for x in b[i:]),
-                f"the running batch stops growing at ≈{b[i - 1]:.4g} while TPOT moves "
-                f"({table.tpot_ms[i - 1]:.3g} → {table.tpot_ms[-1]:.3g} ms): the KV cache is full or a cap holds "
-                "the batch (preemption), so these points are not decode steps at their batch",
-                float(b[i - 1]),
-            )
-        flat = b[i] >= 1.2 * b[i - 1] and bool(np.all(thr[i:] < 1.05 * thr[i - 1]))
-        if sem.batch_kind == "concurrency" and flat and queued(table, i):
-            running = float(thr[i - 1] * table.tpot_ms[i - 1] / 1e3) if not sem.queues else float(b[i - 1])
-            what = "requests queue (their wait is in the end-to-end TPOT)" if sem.queues else "TPOT stays flat"
-            return Excluded(
-                tuple(float(x) for x in b[i:]),
-                f"throughput stops growing past concurrency {b[i - 1]:g}: the server holds its running batch near "
-                f"{running:.4g} and {what}; these points are fitted as steps at that batch",
-                min(running, float(b[i - 1])),
-                left_out=False,
-            )
-    return None
+    sem, b, thr, tpot = table.semantics, table.batch.astype(float), table.throughput_tok_s, table.tpot_ms
+    if len(table) < 2 or sem.batch_kind == "static":
+        return None
+    if sem.batch_kind == "running":
+        stalled = _from_here(b)[1:] < 1.03 * b[:-1]
+        moved = tpot[-1] > 1.03 * tpot[:-1] * np.maximum(b[-1] / b[:-1], 1.0)
+        hits = stalled & moved
+    else:
+        flat = (b[1:] >= 1.2 * b[:-1]) & (_from_here(thr)[1:] < 1.05 * thr[:-1])
+        hits = flat & _queued(table)
+    if not hits.any():
+        return None
+    i = int(np.argmax(hits)) + 1
+    later = tuple(float(x) for x in b[i:])
+    if sem.batch_kind == "running":
+        return Excluded(
+            later,
+            f"the running batch stops growing at ≈{b[i - 1]:.4g} while TPOT moves "
+            f"({tpot[i - 1]:.3g} → {tpot[-1]:.3g} ms): the KV cache is full or a cap holds "
+            "the batch (preemption), so these points are not decode steps at their batch",
+            float(b[i - 1]),
+        )
+    running = float(thr[i - 1] * tpot[i - 1] / 1e3) if not sem.queues else float(b[i - 1])
+    what = "requests queue (their wait is in the end-to-end TPOT)" if sem.queues else "TPOT stays flat"
+    return Excluded(
+        later,
+        f"throughput stops growing past concurrency {b[i - 1]:g}: the server holds its running batch near "
+        f"{running:.4g} and {what}; these points are fitted as steps at that batch",
+        min(running, float(b[i - 1])),
+        left_out=False,
+    )
 
 
 def fit_table(
@@ -400,15 +469,16 @@ def fit_table(
 ) -> Fit:
     """Fit a measurement table: preempted points past a cap are left out (and named), points past a server cap are
     fitted as the steps at that cap, and the cap (the data's, else the memory's) turns the step model into TPOT as
-    the table's TPOT counts it."""
-    seen = past_cap(table)
-    keep = len(table) - (len(seen.batches) if seen is not None and seen.left_out else 0)
+    the table's TPOT counts it. Tables of more than MAX_POINTS distinct batches are fitted on bins (`pooled`)."""
+    points, ends = pooled(table, MAX_POINTS)
+    seen = past_cap(points)
+    keep = len(points) - (len(seen.batches) if seen is not None and seen.left_out else 0)
     if keep < 2:
-        keep = len(table)
-    batch, tpot_s = table.batch[:keep].astype(float), ms_to_s(table.tpot_ms[:keep])
-    queues, notes = table.semantics.queues, []
+        keep = len(points)
+    batch, tpot_s = points.batch[:keep].astype(float), ms_to_s(points.tpot_ms[:keep])
+    queues, notes, capped = points.semantics.queues, [], False
     cap = seen.cap if seen is not None else (prior.max_batch if prior is not None else None)
-    if cap is not None and table.semantics.batch_kind != "concurrency" and cap < batch.max():
+    if cap is not None and points.semantics.batch_kind != "concurrency" and cap < batch.max():
         if seen is None:
             notes.append(
                 f"the physics puts the memory cap at {cap:g} sequences, below the measured batch {batch.max():g}: "
@@ -418,8 +488,12 @@ def fit_table(
     elif cap is not None and cap < batch.max():  # the server ran `cap` sequences per step: fit the steps there
         running = np.minimum(batch, cap)
         tpot_s = tpot_s * running / batch if queues else tpot_s
-        batch = running
-    fit = fit_points(batch, tpot_s, prior, Curve(cap, queues), critical_batch, roof_tok_s, n_samples, seed)
+        batch, capped = running, True
+    evidence = Evidence(points.counts[:keep], points.log_ss[:keep])
+    fit = fit_points(batch, tpot_s, prior, Curve(cap, queues), critical_batch, roof_tok_s, n_samples, seed, evidence)
+    if len(points) < len(table):  # binned: the rows span the range, not the bins' means
+        top = float(table.batch[ends[keep - 1] - 1])
+        fit.batch_range = (float(table.batch[0]), float(batch.max()) if capped else top)
     fit.excluded = seen
     fit.notes = notes
     return fit

@@ -14,8 +14,9 @@ import io
 import json
 import math
 import re
-from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
+from collections import Counter
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -26,6 +27,13 @@ from tokenroof.stepmodel import mean_context_tokens
 
 COLUMNS = ("batch", "throughput_tok_s", "tpot_ms", "context_tokens", "ttft_ms")
 DISAGREE = 0.10  # throughput and TPOT inconsistent by more than this → warning
+# rows at one batch are repeated runs of it, pooled, unless their TPOTs scatter more than this (rms of log TPOT):
+# that is two servers or workloads in one table
+CONFLICT_SCATTER = 0.2
+MAX_ROW_WARNINGS = 10  # warnings of one kind named row by row; the rest are counted
+# every number a table holds lies in here (batch × 1000 / throughput and the like stay normal floats)
+PLAUSIBLE = (1e-9, 1e12)
+SENTINEL = -7.25  # stands in for an empty cell while numpy parses (no valid cell is negative)
 # What the batch column counts: the server's measured running batch; client concurrency (requests in flight,
 # queued ones included, against a server that may cap its running batch); a static batch decoded together.
 BATCH_KINDS = ("running", "concurrency", "static")
@@ -93,7 +101,9 @@ class Row:
 
 @dataclass(frozen=True)
 class MeasurementTable:
-    """Measured points sorted by batch; TPOT and throughput always both present (one may be derived)."""
+    """Measured points sorted by batch, one per distinct batch; TPOT and throughput always both present (one may
+    be derived). Rows repeated at one batch are pooled into its point: TPOT and throughput their geometric means
+    (the fit is in log space), context and TTFT their means, `count` the rows and `tpot_log_ss` their scatter."""
 
     batch: np.ndarray
     tpot_ms: np.ndarray
@@ -103,11 +113,23 @@ class MeasurementTable:
     provenance: tuple[str, ...] = ()
     source: str = ""
     warnings: tuple[str, ...] = ()
-    derived: tuple[str, ...] = field(default_factory=tuple)  # per row: "", "tpot_ms" or "throughput_tok_s"
+    derived: tuple[str, ...] = field(default_factory=tuple)  # per point: "", "tpot_ms" or "throughput_tok_s"
     semantics: Semantics = field(default_factory=Semantics)
+    count: np.ndarray | None = None  # rows pooled into each point (None: one each)
+    tpot_log_ss: np.ndarray | None = None  # per point: the sum over its rows of log(row TPOT / point TPOT)²
 
     def __len__(self) -> int:
         return int(self.batch.size)
+
+    @property
+    def counts(self) -> np.ndarray:
+        """Rows behind each point (float, for weights)."""
+        return np.ones(len(self)) if self.count is None else self.count.astype(float)
+
+    @property
+    def log_ss(self) -> np.ndarray:
+        """Within-point scatter of log TPOT, per point (zeros when no batch repeats)."""
+        return np.zeros(len(self)) if self.tpot_log_ss is None else self.tpot_log_ss
 
     def head(self, n: int) -> MeasurementTable:
         """The first `n` points (by batch)."""
@@ -115,20 +137,20 @@ class MeasurementTable:
         def cut(a: np.ndarray | None) -> np.ndarray | None:
             return None if a is None else a[:n]
 
-        return MeasurementTable(
-            self.batch[:n],
-            self.tpot_ms[:n],
-            self.throughput_tok_s[:n],
-            cut(self.context_tokens),
-            cut(self.ttft_ms),
-            self.provenance,
-            self.source,
-            self.warnings,
-            self.derived[:n],
-            self.semantics,
+        return replace(
+            self,
+            batch=self.batch[:n],
+            tpot_ms=self.tpot_ms[:n],
+            throughput_tok_s=self.throughput_tok_s[:n],
+            context_tokens=cut(self.context_tokens),
+            ttft_ms=cut(self.ttft_ms),
+            derived=self.derived[:n],
+            count=cut(self.count),
+            tpot_log_ss=cut(self.tpot_log_ss),
         )
 
     def to_csv(self) -> str:
+        """The points as the DESIGN.md CSV: one row per point (rows pooled at a batch are written once)."""
         out = io.StringIO()
         for line in self.provenance:
             out.write(f"# {line}\n")
@@ -149,16 +171,13 @@ class MeasurementTable:
         return out.getvalue()
 
     def to_dict(self) -> dict[str, Any]:
-        points = []
-        for i in range(len(self)):
-            point = {
-                "batch": float(self.batch[i]),
-                "throughput_tok_s": float(self.throughput_tok_s[i]),
-                "tpot_ms": float(self.tpot_ms[i]),
-            }
-            if self.context_tokens is not None:
-                point["context_tokens"] = float(self.context_tokens[i])
-            points.append(point)
+        batch, thr, tpot = (a.astype(float).tolist() for a in (self.batch, self.throughput_tok_s, self.tpot_ms))
+        points = [{"batch": b, "throughput_tok_s": r, "tpot_ms": t} for b, r, t in zip(batch, thr, tpot, strict=True)]
+        extra = {"context_tokens": self.context_tokens, "count": self.count}
+        for name, values in extra.items():
+            if values is not None:
+                for point, value in zip(points, values.tolist(), strict=True):
+                    point[name] = value
         return {
             "source": self.source,
             "provenance": list(self.provenance),
@@ -172,133 +191,357 @@ class MeasurementTable:
 
 
 # -- building and checking -------------------------------------------------------------
+def _shown(value: Any) -> str:
+    """A JSON value as a message shows it: short, and never an exception of its own."""
+    try:
+        return json.dumps(value)[:40]
+    except (ValueError, TypeError, RecursionError):
+        return type(value).__name__
+
+
+def _clip(text: Any) -> str:
+    """A cell or value as a message quotes it: 40 characters at most, on one line."""
+    return repr(str(text)[:40])[1:-1]
+
+
 def _number(text: Any, where: str, column: str) -> float | None:
     """A positive finite number from a CSV cell or a JSON value (None when empty); JSON true/false is no number."""
-    if text is None or str(text).strip() == "":
+    if text is None or (isinstance(text, str) and text.strip() == ""):
         return None
     if isinstance(text, bool) or not isinstance(text, str | int | float):
-        raise TokenroofError(f"{where}: {column} must be a number, got {json.dumps(text)[:40]}")
+        raise TokenroofError(f"{where}: {column} must be a number, got {_shown(text)}")
     try:
         value = float(text)
     except (TypeError, ValueError, OverflowError):
-        raise TokenroofError(f"{where}: {column} '{str(text)[:40]}' is not a number") from None
+        raise TokenroofError(f"{where}: {column} '{_clip(text)}' is not a number") from None
     if math.isnan(value) or math.isinf(value) or value <= 0:
-        raise TokenroofError(f"{where}: {column} must be a positive number, got {text}")
+        raise TokenroofError(f"{where}: {column} must be a positive number, got {_clip(text)}")
+    if not PLAUSIBLE[0] <= value <= PLAUSIBLE[1]:
+        raise TokenroofError(
+            f"{where}: {column} {_clip(text)} is outside any plausible measurement "
+            f"({PLAUSIBLE[0]:g} to {PLAUSIBLE[1]:g}; TPOT and TTFT in ms, throughput in tok/s): a unit slip or a typo"
+        )
     return value
 
 
-def _check_duplicates(rows: Sequence[Row], warnings: list[str]) -> list[Row]:
-    """Identical duplicates are merged with a warning; conflicting ones are an error naming both rows."""
-    kept: dict[float, Row] = {}
-    for row in rows:
-        first = kept.get(row.batch)
-        if first is None:
-            kept[row.batch] = row
-            continue
-        a = first.tpot_ms or first.batch * 1000 / (first.throughput_tok_s or 1)
-        b = row.tpot_ms or row.batch * 1000 / (row.throughput_tok_s or 1)
-        if abs(a / b - 1) > 0.02:
-            raise TokenroofError(
-                f"{row.where}: batch {row.batch:g} appears twice with conflicting values "
-                f"(also at {first.where}: TPOT {a:.4g} ms vs {b:.4g} ms); keep one"
-            )
-        warnings.append(f"{row.where}: duplicate of batch {row.batch:g} at {first.where}; kept the first")
-    return list(kept.values())
+def _batch(value: Any, where: str, column: str) -> float:
+    """The batch of a JSON result: a positive number, never empty."""
+    batch = _number(value, where, column)
+    if batch is None:
+        raise TokenroofError(f"{where}: {column} is empty")
+    return batch
+
+
+@dataclass(frozen=True)
+class Columns:
+    """Rows as read, in file order: one array per column of COLUMNS (NaN where the cell is empty), and how to
+    name row i in a message."""
+
+    values: dict[str, np.ndarray]
+    where: Callable[[int], str]
+
+    @classmethod
+    def from_rows(cls, rows: Sequence[Row]) -> Columns:
+        def column(name: str) -> np.ndarray:
+            cells = [getattr(row, name) for row in rows]
+            return np.array([math.nan if v is None else v for v in cells], dtype=float)
+
+        return cls({name: column(name) for name in COLUMNS}, lambda i: rows[i].where)
 
 
 def build_table(
     rows: Sequence[Row], provenance: Iterable[str] = (), source: str = "", semantics: Semantics | None = None
 ) -> MeasurementTable:
-    """Validate rows, derive the missing metric, warn on inconsistency, sort by batch."""
-    warnings: list[str] = []
-    rows = _check_duplicates(rows, warnings)
-    if len(rows) < 2:
-        raise TokenroofError(f"{source or 'table'}: need at least 2 measured points, got {len(rows)}")
-    rows = sorted(rows, key=lambda r: r.batch)
-    tpot, thr, derived = [], [], []
-    for row in rows:
-        if row.tpot_ms is None and row.throughput_tok_s is None:
-            raise TokenroofError(f"{row.where}: needs throughput_tok_s or tpot_ms (both are empty)")
-        implied_tpot = row.batch * 1000 / row.throughput_tok_s if row.throughput_tok_s else None
-        if row.tpot_ms is not None and implied_tpot is not None:
-            gap = row.tpot_ms / implied_tpot - 1
-            if abs(gap) > DISAGREE:
-                warnings.append(
-                    f"{row.where}: throughput {row.throughput_tok_s:g} tok/s and TPOT {row.tpot_ms:g} ms disagree "
-                    f"by {gap:+.0%} (batch × 1000 / TPOT = {row.batch * 1000 / row.tpot_ms:.4g} tok/s); online runs "
-                    "average TPOT per request and count first tokens in throughput, and a batch that is not the "
-                    "running batch (queued or preempted requests) widens the gap; the fit uses TPOT"
-                )
-        tpot.append(row.tpot_ms if row.tpot_ms is not None else implied_tpot)
-        thr.append(row.throughput_tok_s if row.throughput_tok_s is not None else row.batch * 1000 / (row.tpot_ms or 1))
-        derived.append("tpot_ms" if row.tpot_ms is None else "throughput_tok_s" if row.throughput_tok_s is None else "")
-    ctx = [r.context_tokens for r in rows]
-    if any(c is not None for c in ctx) and any(c is None for c in ctx):
-        missing = next(r.where for r in rows if r.context_tokens is None)
-        raise TokenroofError(f"{missing}: context_tokens is empty here but given elsewhere; give it on every row")
-    ttft = [r.ttft_ms for r in rows]
+    """Validate rows, derive the missing metric, warn on inconsistency, pool repeated batches, sort by batch."""
+    return table_from_columns(Columns.from_rows(rows), provenance, source, semantics)
+
+
+def table_from_columns(
+    columns: Columns, provenance: Iterable[str] = (), source: str = "", semantics: Semantics | None = None
+) -> MeasurementTable:
+    """`build_table` on whole columns: every check and derivation vectorised, rows named only in messages."""
+    batch = columns.values["batch"]
+    if batch.size < 2:
+        raise TokenroofError(f"{source or 'table'}: need at least 2 measured points, got {batch.size}")
+    order = None if (batch[1:] >= batch[:-1]).all() else np.argsort(batch, kind="stable")
+    col = columns.values if order is None else {name: values[order] for name, values in columns.values.items()}
+
+    def where(i: int) -> str:  # i: a position in batch order
+        return columns.where(i if order is None else int(order[i]))
+
+    b, thr, tpot = col["batch"], col["throughput_tok_s"], col["tpot_ms"]
+    empty = np.isnan(thr) & np.isnan(tpot)
+    if empty.any():
+        raise TokenroofError(f"{where(int(np.argmax(empty)))}: needs throughput_tok_s or tpot_ms (both are empty)")
+    warnings = _disagreements(b, thr, tpot, where)
+    tpot_all = np.where(np.isnan(tpot), b * 1000 / thr, tpot)
+    thr_all = np.where(np.isnan(thr), b * 1000 / tpot_all, thr)
+    groups = Groups.of(b)
+    starts = groups.starts
+    warnings = _repeats(groups, b, tpot_all, where) + warnings
+    if starts.size < 2:
+        raise TokenroofError(f"{source or 'table'}: need at least 2 measured points, got {starts.size}")
+    ctx = col["context_tokens"]
+    if np.isnan(ctx).any() and not np.isnan(ctx).all():
+        raise TokenroofError(
+            f"{where(int(np.argmax(np.isnan(ctx))))}: context_tokens is empty here but given elsewhere; "
+            "give it on every row"
+        )
+    repeated = groups.count.max() > 1
     return MeasurementTable(
-        batch=np.array([r.batch for r in rows]),
-        tpot_ms=np.array(tpot, dtype=float),
-        throughput_tok_s=np.array(thr, dtype=float),
-        context_tokens=None if ctx[0] is None else np.array(ctx, dtype=float),
-        ttft_ms=None if any(t is None for t in ttft) else np.array(ttft, dtype=float),
+        batch=b[starts],
+        tpot_ms=groups.geometric_mean(tpot_all),
+        throughput_tok_s=groups.geometric_mean(thr_all),
+        context_tokens=None if np.isnan(ctx).all() else groups.mean(ctx),
+        ttft_ms=None if np.isnan(col["ttft_ms"]).any() else groups.mean(col["ttft_ms"]),
         provenance=tuple(provenance),
         source=source,
         warnings=tuple(warnings),
-        derived=tuple(derived),
+        derived=_derived(thr, tpot, starts),
         semantics=semantics or Semantics(),
+        count=groups.count if repeated else None,
+        tpot_log_ss=groups.log_scatter(tpot_all) if repeated else None,
     )
+
+
+def _derived(thr: np.ndarray, tpot: np.ndarray, starts: np.ndarray) -> tuple[str, ...]:
+    """Per point: the column derived on every one of its rows ("" where some row measured both)."""
+    codes = np.where(np.isnan(tpot), 1, np.where(np.isnan(thr), 2, 0))
+    same = np.minimum.reduceat(codes, starts) == np.maximum.reduceat(codes, starts)
+    point_codes = np.where(same, codes[starts], 0)
+    labels = ("", "tpot_ms", "throughput_tok_s")
+    if (point_codes == point_codes[0]).all():
+        return (labels[int(point_codes[0])],) * point_codes.size
+    return tuple(map(labels.__getitem__, point_codes.tolist()))
+
+
+@dataclass(frozen=True)
+class Groups:
+    """Runs of equal batch in batch order: where each starts, and how many rows it holds."""
+
+    starts: np.ndarray
+    count: np.ndarray
+
+    @classmethod
+    def of(cls, batch: np.ndarray) -> Groups:
+        starts = np.flatnonzero(np.concatenate(([True], batch[1:] != batch[:-1])))
+        return cls(starts, np.diff(np.append(starts, batch.size)))
+
+    def mean(self, values: np.ndarray) -> np.ndarray:
+        return np.add.reduceat(values, self.starts) / self.count
+
+    def geometric_mean(self, values: np.ndarray) -> np.ndarray:
+        """Each group's geometric mean; a single row's value exactly as read."""
+        if self.count.max() == 1:
+            return values
+        single = self.count == 1
+        return np.where(single, values[self.starts], np.exp(self.mean(np.log(values))))
+
+    def log_scatter(self, values: np.ndarray) -> np.ndarray:
+        """Each group's sum of squared log deviations from its geometric mean."""
+        logs = np.log(values)
+        centre = np.repeat(self.mean(logs), self.count)
+        return np.add.reduceat((logs - centre) ** 2, self.starts)
+
+
+def pooled(table: MeasurementTable, max_points: int) -> tuple[MeasurementTable, np.ndarray]:
+    """At most `max_points` points, for fitting, and where each point's points in `table` end. Past that many
+    distinct batches, neighbours are pooled into bins of equal width in log batch (1024 bins over batches 1–512
+    are 0.6% wide, and TPOT moves less than the batch across one), each bin a point as repeated rows are: TPOT and
+    throughput their rows' geometric means, batch, context and TTFT their means, their scatter kept."""
+    n = len(table)
+    if n <= max_points:
+        return table, np.arange(1, n + 1)
+    b, count = table.batch.astype(float), table.counts
+    edges = np.geomspace(b[0], b[-1], max_points + 1)
+    bins = np.minimum(np.searchsorted(edges, b, side="right") - 1, max_points - 1)
+    starts = np.flatnonzero(np.concatenate(([True], bins[1:] != bins[:-1])))
+    ends = np.append(starts[1:], n)
+    rows = np.add.reduceat(count, starts)
+
+    def mean(values: np.ndarray) -> np.ndarray:
+        return np.add.reduceat(count * values, starts) / rows
+
+    centre = mean(np.log(table.tpot_ms))
+    scatter = table.log_ss + count * (np.log(table.tpot_ms) - np.repeat(centre, ends - starts)) ** 2
+    derived = table.derived if len(table.derived) == n else ("",) * n
+    labels = tuple(derived[i] if len(set(derived[i:j])) == 1 else "" for i, j in zip(starts, ends, strict=True))
+    points = replace(
+        table,
+        batch=mean(b),
+        tpot_ms=np.exp(centre),
+        throughput_tok_s=np.exp(mean(np.log(table.throughput_tok_s))),
+        context_tokens=None if table.context_tokens is None else mean(table.context_tokens),
+        ttft_ms=None if table.ttft_ms is None else mean(table.ttft_ms),
+        derived=labels if len(table.derived) == n else (),
+        count=np.rint(rows).astype(np.int64),
+        tpot_log_ss=np.add.reduceat(scatter, starts),
+    )
+    return points, ends
+
+
+def _repeats(groups: Groups, b: np.ndarray, tpot: np.ndarray, where: Callable[[int], str]) -> list[str]:
+    """Rows at one batch are repeated runs, pooled; rows that scatter beyond any run-to-run noise are an error
+    naming the two furthest apart, and runs identical to the last digit a warning (a row copied twice?)."""
+    count = groups.count
+    if count.max() == 1:
+        return []
+    rms = np.sqrt(groups.log_scatter(tpot) / count)
+    if (rms > CONFLICT_SCATTER).any():
+        g = int(np.argmax(rms > CONFLICT_SCATTER))
+        rows = np.arange(groups.starts[g], groups.starts[g] + count[g])
+        low, high = rows[np.argmin(tpot[rows])], rows[np.argmax(tpot[rows])]
+        first, later = min(low, high), max(low, high)  # batch order keeps file order within a batch
+        times = "twice" if count[g] == 2 else f"{count[g]} times"
+        raise TokenroofError(
+            f"{where(int(later))}: batch {b[later]:g} appears {times} with conflicting values (also at "
+            f"{where(int(first))}: TPOT {tpot[first]:.4g} ms vs {tpot[later]:.4g} ms; repeated runs of one server "
+            f"scatter less than ±{CONFLICT_SCATTER:.0%}); keep one"
+        )
+    copied = np.flatnonzero((count > 1) & (rms == 0))
+    warnings = [
+        f"{where(int(groups.starts[g]) + 1)}: duplicate of batch {b[groups.starts[g]]:g} at "
+        f"{where(int(groups.starts[g]))} (identical TPOT); counted as a repeated run"
+        for g in copied[:MAX_ROW_WARNINGS]
+    ]
+    return warnings + _more(copied.size, "batches repeat a row identically")
+
+
+def _more(n: int, what: str) -> list[str]:
+    return [f"... and {n - MAX_ROW_WARNINGS} more {what}"] if n > MAX_ROW_WARNINGS else []
+
+
+def _disagreements(b: np.ndarray, thr: np.ndarray, tpot: np.ndarray, where: Callable[[int], str]) -> list[str]:
+    """Rows whose throughput and TPOT disagree by more than DISAGREE, named (the first MAX_ROW_WARNINGS)."""
+    with np.errstate(invalid="ignore"):
+        gap = tpot / (b * 1000 / thr) - 1
+        rows = np.flatnonzero(np.abs(gap) > DISAGREE)
+    warnings = [
+        f"{where(int(i))}: throughput {thr[i]:g} tok/s and TPOT {tpot[i]:g} ms disagree by {gap[i]:+.0%} "
+        f"(batch × 1000 / TPOT = {b[i] * 1000 / tpot[i]:.4g} tok/s); online runs average TPOT per request and "
+        "count first tokens in throughput, and a batch that is not the running batch (queued or preempted "
+        "requests) widens the gap; the fit uses TPOT"
+        for i in rows[:MAX_ROW_WARNINGS]
+    ]
+    return warnings + _more(rows.size, "rows disagree likewise")
 
 
 # -- readers -------------------------------------------------------------------------
 def parse_csv(text: str, source: str = "<csv>") -> MeasurementTable:
     """Parse the DESIGN.md CSV; errors name the file, line and column."""
-    provenance, body = [], []
-    for number, line in enumerate(text.splitlines(), start=1):
-        stripped = line.strip()
-        if stripped.startswith("#"):
-            provenance.append(stripped.lstrip("#").strip())
-        elif stripped:
-            body.append((number, line))
-    if not body:
+    lines = text.splitlines()
+    kinds = _line_kinds(lines)
+    provenance = [lines[i].strip().lstrip("#").strip() for i in np.flatnonzero(kinds == 1)]
+    body = np.flatnonzero(kinds == 0)
+    if not body.size:
         raise TokenroofError(f"{source}: no header line (expected {','.join(COLUMNS[:3])})")
-    header_no, header_line = body[0]
-    header = [h.strip() for h in next(csv.reader([header_line]))]
-    repeated = sorted({h for h in header if header.count(h) > 1})
+    header = _header(lines[body[0]], f"{source}:{body[0] + 1}")
+    data = body[1:]
+    contiguous = data.size and data[-1] - data[0] == data.size - 1
+    rows = lines[data[0] : data[-1] + 1] if contiguous else [lines[i] for i in data]
+
+    def where(i: int) -> str:
+        return f"{source}:{data[i] + 1}"
+
+    values = _fast_cells(rows, header) if rows else None
+    if values is None:
+        values = _cells(rows, header, where)
+    absent = np.full(len(rows), np.nan)
+    columns = {name: values[:, header.index(name)] if name in header else absent for name in COLUMNS}
+    return table_from_columns(Columns(columns, where), provenance, source, parse_settings(provenance, source))
+
+
+def _line_kinds(lines: list[str]) -> np.ndarray:
+    """Per line: 0 data (the header among them), 1 provenance ('#'), 2 blank. A line whose first byte is a visible
+    ASCII character other than '#' is data, decided in bulk; the others (whitespace first, '#', non-ASCII) one
+    by one."""
+    kinds = np.zeros(len(lines), dtype=np.int8)
+    if not lines:
+        return kinds
+    data = np.frombuffer(("\n".join(lines) + "\n").encode("utf-8", "surrogatepass"), dtype=np.uint8)
+    starts = np.concatenate(([0], np.flatnonzero(data == ord("\n"))[:-1] + 1))
+    first = data[starts]
+    plain = (first > ord(" ")) & (first < 127) & (first != ord("#"))
+    for i in np.flatnonzero(~plain):
+        head = lines[i].lstrip()[:1]
+        kinds[i] = 2 if not head else 1 if head == "#" else 0
+    return kinds
+
+
+def _header(line: str, where: str) -> list[str]:
+    """The header's column names: each known, none twice, batch and a TPOT or throughput among them."""
+    header = [h.strip() for h in _split(line, where)]
+    repeated = sorted(name for name, n in Counter(header).items() if n > 1)
     if repeated:
-        raise TokenroofError(f"{source}:{header_no}: column(s) {', '.join(repeated)} appear more than once")
+        raise TokenroofError(f"{where}: column(s) {', '.join(repeated)} appear more than once")
     unknown = [h for h in header if h not in COLUMNS]
     if unknown:
         raise TokenroofError(
-            f"{source}:{header_no}: unknown column(s) {', '.join(repr(u) for u in unknown)}; "
-            f"known: {', '.join(COLUMNS)}"
+            f"{where}: unknown column(s) {', '.join(repr(u) for u in unknown)}; known: {', '.join(COLUMNS)}"
         )
     if "batch" not in header or not {"throughput_tok_s", "tpot_ms"} & set(header):
-        raise TokenroofError(
-            f"{source}:{header_no}: header needs 'batch' and at least one of 'throughput_tok_s', 'tpot_ms'"
-        )
-    rows = []
-    for number, line in body[1:]:
-        cells = next(csv.reader([line]))
-        where = f"{source}:{number}"
+        raise TokenroofError(f"{where}: header needs 'batch' and at least one of 'throughput_tok_s', 'tpot_ms'")
+    return header
+
+
+def _split(line: str, where: str) -> list[str]:
+    """One CSV line's cells (quoting as Excel writes it); a line the csv module cannot read is named."""
+    try:
+        return next(csv.reader([line]), [])
+    except csv.Error as exc:
+        raise TokenroofError(f"{where}: cannot read this line as CSV ({exc})") from None
+
+
+def _cells(rows: Sequence[str], header: list[str], where: Callable[[int], str]) -> np.ndarray:
+    """Every cell as a number (NaN: empty), row by row, raising at the first bad cell as its row and column."""
+    values = np.full((len(rows), len(header)), np.nan)
+    checked = [(col, header.index(col)) for col in COLUMNS if col in header]
+    for i, line in enumerate(rows):
+        cells = _split(line, where(i))
         if len(cells) != len(header):
-            raise TokenroofError(f"{where}: {len(cells)} values for {len(header)} columns")
-        record = dict(zip(header, cells, strict=True))
-        values = {col: _number(record.get(col), where, col) for col in COLUMNS}
-        if values["batch"] is None:
-            raise TokenroofError(f"{where}: batch is empty")
-        rows.append(
-            Row(
-                values["batch"],
-                values["throughput_tok_s"],
-                values["tpot_ms"],
-                values["context_tokens"],
-                values["ttft_ms"],
-                where,
-            )
-        )
-    return build_table(rows, provenance, source, parse_settings(provenance, source))
+            raise TokenroofError(f"{where(i)}: {len(cells)} values for {len(header)} columns")
+        for col, j in checked:
+            value = _number(cells[j], where(i), col)
+            if value is not None:
+                values[i, j] = value
+        if math.isnan(values[i, header.index("batch")]):
+            raise TokenroofError(f"{where(i)}: batch is empty")
+    return values
+
+
+def _loadtxt(rows: list[str]) -> np.ndarray:
+    return np.loadtxt(rows, delimiter=",", dtype=float, comments=None, ndmin=2)
+
+
+def _fast_cells(rows: list[str], header: list[str]) -> np.ndarray | None:
+    """`_cells` at C speed when every cell is a valid number or empty; None leaves the rest (quoting, a bad cell,
+    a short row, a blank cell) to `_cells`, which names the problem. Empty cells are parsed as SENTINEL, a value
+    no valid cell has, counted, and turned into NaN."""
+    text, empty_cells = _fill_empty(rows)
+    try:
+        values = _loadtxt(text.split("\n") if empty_cells else rows)
+    except ValueError:
+        return None
+    if values.shape != (len(rows), len(header)):
+        return None
+    empty = values == SENTINEL
+    plausible = (values >= PLAUSIBLE[0]) & (values <= PLAUSIBLE[1])  # False for NaN
+    if np.count_nonzero(empty) != empty_cells or not (empty | plausible).all():
+        return None
+    values[empty] = np.nan
+    return None if np.isnan(values[:, header.index("batch")]).any() else values
+
+
+def _fill_empty(rows: list[str]) -> tuple[str, int]:
+    """The rows as one text with SENTINEL in every empty cell (between two commas, or a comma and a line's end),
+    and how many ("", 0 when none)."""
+    text, filled = "\n" + "\n".join(rows) + "\n", 0
+    for empty in (",,", ",,", "\n,", ",\n"):  # twice: ",,," holds two, and replace does not overlap
+        found = text.count(empty)
+        if found:
+            filled += found
+            text = text.replace(empty, empty[0] + repr(SENTINEL) + empty[1])
+    return (text[1:-1], filled) if filled else ("", 0)
 
 
 def _dig(data: Mapping[str, Any], *path: str) -> Any:
@@ -318,17 +561,18 @@ def _vllm_row(data: Mapping[str, Any], where: str, warnings: list[str]) -> Row:
             f"{where}: vLLM result has no max_concurrency (a request-rate run has no fixed batch); "
             "rerun with --max-concurrency, or give the measured running batch in a CSV"
         )
-    warnings.append(
-        f"{where}: batch = max_concurrency {concurrency}; the running batch can be lower (ramp-up, drain, server caps)"
-    )
-    return Row(
-        _number(concurrency, where, "max_concurrency") or 0.0,
+    row = Row(
+        _batch(concurrency, where, "max_concurrency"),
         _number(data.get("output_throughput"), where, "output_throughput"),
         _number(data.get("mean_tpot_ms"), where, "mean_tpot_ms"),
         None,
         _number(data.get("mean_ttft_ms"), where, "mean_ttft_ms"),
         where,
     )
+    warnings.append(
+        f"{where}: batch = max_concurrency {row.batch:g}; the running batch can be lower (ramp-up, drain, server caps)"
+    )
+    return row
 
 
 def _vllm_settings(data: Mapping[str, Any], where: str) -> dict[str, Any]:
@@ -393,7 +637,7 @@ def _guidellm_rows(data: Mapping[str, Any], where: str) -> list[Row]:
             raise TokenroofError(f"{here}: no request_concurrency metric and no concurrent strategy")
         rows.append(
             Row(
-                _number(concurrency, here, "request_concurrency") or 0.0,
+                _batch(concurrency, here, "request_concurrency"),
                 _number(
                     _dig(metrics, "output_tokens_per_second", "successful", "mean"), here, "output_tokens_per_second"
                 ),
@@ -423,7 +667,8 @@ def _json_rows(data: Any, where: str, warnings: list[str]) -> tuple[list[Row], l
             raise TokenroofError(f"{here}: expected an object")
         unknown = [k for k in point if k not in COLUMNS]
         if unknown:
-            raise TokenroofError(f"{here}: unknown key(s) {', '.join(unknown)}; known: {', '.join(COLUMNS)}")
+            shown = ", ".join(repr(key[:40]) for key in unknown[:5])
+            raise TokenroofError(f"{here}: unknown key(s) {shown}; known: {', '.join(COLUMNS)}")
         values = {col: _number(point.get(col), here, col) for col in COLUMNS}
         if values["batch"] is None:
             raise TokenroofError(f"{here}: batch is missing")
@@ -449,10 +694,10 @@ def _json_rows(data: Any, where: str, warnings: list[str]) -> tuple[list[Row], l
             allowed = SETTINGS[key]
             if allowed is None:
                 if isinstance(value, bool) or not isinstance(value, int | float):
-                    raise TokenroofError(f"{where}: {key} must be a number of tokens, got {value!r}")
+                    raise TokenroofError(f"{where}: {key} must be a number of tokens, got {_shown(value)}")
                 settings[key] = _number(str(value), where, key)
             elif value not in allowed:
-                raise TokenroofError(f"{where}: {key}={value} is not known; known: {', '.join(allowed)}")
+                raise TokenroofError(f"{where}: {key}={_shown(value)} is not known; known: {', '.join(allowed)}")
     return rows, provenance, settings
 
 
@@ -482,6 +727,8 @@ def read_jsonl(path: Path) -> list[tuple[int, Any]]:
             rows.append((number, json.loads(line)))
         except json.JSONDecodeError as exc:
             raise TokenroofError(f"{path}:{number}: not valid JSON ({exc.msg})") from None
+        except ValueError as exc:  # an integer too long to convert
+            raise TokenroofError(f"{path}:{number}: not valid JSON ({exc})") from None
         except RecursionError:
             raise TokenroofError(f"{path}:{number}: JSON nested too deeply") from None
     return rows
@@ -506,6 +753,8 @@ def read_table(paths: Sequence[Path | str]) -> MeasurementTable:
             raise TokenroofError(
                 f"{path}: not valid JSON (line {exc.lineno}: {exc.msg}); CSV files are read one at a time"
             ) from None
+        except ValueError as exc:  # an integer too long to convert
+            raise TokenroofError(f"{path}: not valid JSON ({str(exc)[:80]})") from None
         except RecursionError:
             raise TokenroofError(f"{path}: JSON nested too deeply") from None
         new_rows, new_prov, settings = _json_rows(data, str(path), warnings)
@@ -513,15 +762,4 @@ def read_table(paths: Sequence[Path | str]) -> MeasurementTable:
         provenance += new_prov
         parts.append((str(path), settings))
     table = build_table(rows, provenance, ", ".join(str(p) for p in files), merge_settings(parts, provenance))
-    return MeasurementTable(
-        table.batch,
-        table.tpot_ms,
-        table.throughput_tok_s,
-        table.context_tokens,
-        table.ttft_ms,
-        table.provenance,
-        table.source,
-        tuple(warnings) + table.warnings,
-        table.derived,
-        table.semantics,
-    )
+    return replace(table, warnings=tuple(warnings) + table.warnings)

@@ -18,7 +18,8 @@
 - **pinned** — `--critical-batch N` asserts the knee (`c = W / N`), `--roof-tok-s X`
   the throughput asymptote (`c + s = 1/X`).
 
-Relative least squares throughout: a 2% miss counts the same at 5 and 50 ms. Times are seconds.
+Relative least squares throughout: a 2% miss counts the same at 5 and 50 ms; a point counts as often as
+the measured rows behind it (`weight`). Times are seconds.
 """
 
 from __future__ import annotations
@@ -38,6 +39,7 @@ OVERHEAD_SHARE = 0.15  # without hardware: share of the intercept that is fixed 
 OVERHEAD_SHARE_RANGE = (0.05, 0.35)
 CONFLICT_Z = 2.576  # two-sided 99% band of a log-normal prior
 CONFLICT_WIDEN = 10.0
+KNEE_TOLERANCE = 1e-9  # knees whose normal-equation misfit is this near the least (× the total weight) are refit
 FLOOR_TOLERANCE = 0.8  # a measured slope this far below the KV floor contradicts the stated context
 
 
@@ -97,10 +99,16 @@ class Terms:
 
 
 # -- relative least squares ------------------------------------------------------------
-def fit_line(batch: np.ndarray, tpot_s: np.ndarray) -> tuple[float, float]:
+# Each point weighs the rows behind it (`weight`, None: one each): its relative residual is scaled by √weight.
+def _root(batch: np.ndarray, weight: np.ndarray | None) -> np.ndarray:
+    return np.ones_like(batch) if weight is None else np.sqrt(weight)
+
+
+def fit_line(batch: np.ndarray, tpot_s: np.ndarray, weight: np.ndarray | None = None) -> tuple[float, float]:
     """Intercept a and slope s ≥ 0 of T = a + s·b, relative least squares."""
-    design = np.column_stack([np.ones_like(batch), batch]) / tpot_s[:, None]
-    (a, s), _ = nnls(design, np.ones_like(batch))
+    root = _root(batch, weight)
+    design = np.column_stack([np.ones_like(batch), batch]) / tpot_s[:, None] * root[:, None]
+    (a, s), _ = nnls(design, root)
     return float(a), float(s)
 
 
@@ -109,16 +117,81 @@ def upper_half(n: int) -> slice:
     return slice(min(n // 2, n - 2), n)
 
 
-def fit_kinked(batch: np.ndarray, tpot_s: np.ndarray, grid: np.ndarray = KNEE_GRID) -> Terms:
-    """T = f + W·max(1, b/knee) + s·b: for a fixed knee linear in (f, W, s) ≥ 0; profile over the knee."""
+def fit_kinked(
+    batch: np.ndarray, tpot_s: np.ndarray, grid: np.ndarray = KNEE_GRID, weight: np.ndarray | None = None
+) -> Terms:
+    """T = f + W·max(1, b/knee) + s·b: for a fixed knee linear in (f, W, s) ≥ 0; profile over the knee.
+
+    Every knee's misfit comes at once from the normal equations (`_knee_misfits`); the knees within rounding of
+    the least are then solved exactly (non-negative least squares on the points), the first least one kept.
+    """
+    root = _root(batch, weight)
+    approx = _knee_misfits(batch, tpot_s, root, grid)
+    near = np.flatnonzero(approx <= approx.min() + KNEE_TOLERANCE * float(root @ root))
+    beyond = batch.max() <= grid[near]  # past every point: one design, whatever the knee
+    near = np.concatenate([near[~beyond], near[beyond][:1]])
     best: tuple[float, Terms] | None = None
-    for b0 in grid:
+    for b0 in grid[np.sort(near)]:
         design = np.column_stack([np.ones_like(batch), np.maximum(1.0, batch / b0), batch]) / tpot_s[:, None]
-        (f, w, s), rnorm = nnls(design, np.ones_like(batch))
+        (f, w, s), rnorm = nnls(design * root[:, None], root)
         if best is None or rnorm < best[0] - 1e-15:
             best = (rnorm, Terms(f, w, w / b0, s))
     assert best is not None
     return best[1]
+
+
+def _knee_misfits(batch: np.ndarray, tpot_s: np.ndarray, root: np.ndarray, grid: np.ndarray) -> np.ndarray:
+    """The least squared relative misfit of T = f + W·max(1, b/knee) + s·b, (f, W, s) ≥ 0, at every knee.
+
+    Columns u = x (x = √weight / T), v = x·max(1, b/knee), z = x·b against the target √weight: below the knee
+    v = u, above it v = z / knee, so each knee's normal equations are prefix sums over the points by batch.
+    """
+    order = np.argsort(batch, kind="stable")
+    b, x, y = batch[order], (root / tpot_s)[order], root[order]
+    terms = np.column_stack([x * x, x * x * b, x * x * b * b, x * y, x * y * b])  # uu, uz, zz, hu, hz per point
+    prefix = np.vstack([np.zeros(5), np.cumsum(terms, axis=0)])
+    below = prefix[np.searchsorted(b, grid, side="right")]  # points with b ≤ knee
+    above = prefix[-1] - below
+    c = 1.0 / grid
+    uu, uz, zz = below[:, 0] + above[:, 0], below[:, 1] + above[:, 1], below[:, 2] + above[:, 2]
+    uv = below[:, 0] + c * above[:, 1]
+    vv = below[:, 0] + c * c * above[:, 2]
+    vz = below[:, 1] + c * above[:, 2]
+    hv = below[:, 3] + c * above[:, 4]
+    gram = np.stack([np.stack([uu, uv, uz], -1), np.stack([uv, vv, vz], -1), np.stack([uz, vz, zz], -1)], -2)
+    h = np.stack([below[:, 3] + above[:, 3], hv, below[:, 4] + above[:, 4]], -1)
+    return _nnls_misfit(gram, h, float(y @ y))
+
+
+def _nnls_misfit(gram: np.ndarray, h: np.ndarray, yy: float) -> np.ndarray:
+    """min ‖y − Aθ‖² over θ ≥ 0 for a stack of 3-column problems given AᵀA and Aᵀy: the least misfit over the
+    supports whose unconstrained solution is non-negative (the optimum is one of them). Near-singular supports
+    are skipped: a smaller support spans the same columns."""
+    best = np.full(h.shape[0], yy)
+    for support in ([0], [1], [2], [0, 1], [0, 2], [1, 2], [0, 1, 2]):
+        g, hs = gram[:, support][:, :, support], h[:, support]
+        theta, ok = _solve(g, hs)
+        misfit = yy - 2 * np.einsum("ki,ki->k", theta, hs) + np.einsum("ki,kij,kj->k", theta, g, theta)
+        best = np.where(ok & (theta >= 0).all(axis=1), np.minimum(best, misfit), best)
+    return best
+
+
+def _solve(g: np.ndarray, h: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """θ = g⁻¹h for a stack of 1×1, 2×2 or 3×3 normal equations, and which are well-posed (the columns' Gram
+    determinant, normalised to unit columns, above 1e-10)."""
+    diag = np.einsum("kii->ki", g)
+    if h.shape[1] == 1:
+        return h / diag, np.ones(h.shape[0], dtype=bool)
+    if h.shape[1] == 2:
+        off = g[:, 0, 1]
+        det = diag[:, 0] * diag[:, 1] - off * off
+        ok = det > 1e-10 * diag[:, 0] * diag[:, 1]
+        safe = np.where(ok, det, 1.0)[:, None]
+        return np.stack([diag[:, 1] * h[:, 0] - off * h[:, 1], diag[:, 0] * h[:, 1] - off * h[:, 0]], -1) / safe, ok
+    scale = np.sqrt(diag)
+    ok = np.linalg.det(g / scale[:, :, None] / scale[:, None, :]) > 1e-10
+    g_ok = np.where(ok[:, None, None], g, np.eye(h.shape[1]))
+    return np.linalg.solve(g_ok, h[..., None])[..., 0], ok
 
 
 # -- structures ---------------------------------------------------------------------------
@@ -135,11 +208,15 @@ class Structure:
     why: str
 
 
-def line_structure(batch: np.ndarray) -> Structure:
+def _cut(weight: np.ndarray | None, part: slice) -> np.ndarray | None:
+    return None if weight is None else weight[part]
+
+
+def line_structure(batch: np.ndarray, weight: np.ndarray | None = None) -> Structure:
     part = upper_half(batch.size)
 
     def fit(t: np.ndarray, rng: np.random.Generator | None) -> tuple[StepModel, slice]:
-        a, s = fit_line(batch[part], t[part])
+        a, s = fit_line(batch[part], t[part], _cut(weight, part))
         return Terms(0.0, a, 0.0, s).step_model(None), part
 
     return Structure(
@@ -147,16 +224,23 @@ def line_structure(batch: np.ndarray) -> Structure:
     )
 
 
-def roofline_structure(batch: np.ndarray) -> Structure:
+def roofline_structure(batch: np.ndarray, weight: np.ndarray | None = None) -> Structure:
     every = slice(0, batch.size)
 
     def fit(t: np.ndarray, rng: np.random.Generator | None) -> tuple[StepModel, slice]:
-        return fit_kinked(batch, t, KNEE_GRID if rng is None else SAMPLE_KNEE_GRID).step_model(None), every
+        grid = KNEE_GRID if rng is None else SAMPLE_KNEE_GRID
+        return fit_kinked(batch, t, grid, weight).step_model(None), every
 
     return Structure("roofline", 4, fit, "roofline with a knee T = f + max(W, b·c) + s·b through all points")
 
 
-def pinned_structure(batch: np.ndarray, prior: Prior | None, knee: float | None, roof_tok_s: float | None) -> Structure:
+def pinned_structure(
+    batch: np.ndarray,
+    prior: Prior | None,
+    knee: float | None,
+    roof_tok_s: float | None,
+    weight: np.ndarray | None = None,
+) -> Structure:
     part = upper_half(batch.size)
     asserted = (
         f"knee asserted at batch {knee:g} (--critical-batch)"
@@ -165,7 +249,7 @@ def pinned_structure(batch: np.ndarray, prior: Prior | None, knee: float | None,
     )
 
     def fit(t: np.ndarray, rng: np.random.Generator | None) -> tuple[StepModel, slice]:
-        a, s = fit_line(batch[part], t[part])
+        a, s = fit_line(batch[part], t[part], _cut(weight, part))
         if prior is not None:
             e_w = (
                 prior.bandwidth_center if rng is None else _draw(rng, prior.bandwidth_center, prior.sigma_log_bandwidth)
@@ -199,14 +283,22 @@ class PriorFit:
     conflicts: list[str] = field(default_factory=list)
 
 
-def prior_structure(batch: np.ndarray, prior: Prior, noise: float, state: PriorFit, name: str = "prior") -> Structure:
+def prior_structure(
+    batch: np.ndarray,
+    prior: Prior,
+    noise: float,
+    state: PriorFit,
+    name: str = "prior",
+    weight: np.ndarray | None = None,
+) -> Structure:
     """The roofline on the upper half with log-normal priors on the efficiencies (MAP, bounded least squares).
 
     Prior–data conflict: the fit is first made with every prior widened tenfold (the data speak); a term whose
     value there lies outside its prior's 99% band is named, and its prior stays widened in the final fit.
     """
     part = upper_half(batch.size)
-    b = batch[part]
+    b, w = batch[part], _cut(weight, part)
+    root = _root(b, w)
     w_peak = prior.weights_floor.t_weights_s
     c_peak = prior.step_compute_floor_s
     centers = {"bandwidth": prior.bandwidth_center, "compute": prior.compute_center, "slope": prior.slope_center_s}
@@ -230,9 +322,9 @@ def prior_structure(batch: np.ndarray, prior: Prior, noise: float, state: PriorF
             pred = model(theta).step_model(prior).step_time_s(b)
             values = logs(theta)
             pulls = [(values[k] - math.log(center[k])) / (sigmas[k] * scale[k]) for k in sigmas]
-            return np.concatenate([np.log(pred / t[part]) / noise, pulls])
+            return np.concatenate([np.log(pred / t[part]) * root / noise, pulls])
 
-        a, s = fit_line(b, t[part])
+        a, s = fit_line(b, t[part], w)
         floor_s = floor["per_seq"]
         ew0 = min(center["bandwidth"], 1.0, w_peak / a if a > 0 else 1.0)
         x0 = np.array(
@@ -271,7 +363,7 @@ def prior_structure(batch: np.ndarray, prior: Prior, noise: float, state: PriorF
     def fit(t: np.ndarray, rng: np.random.Generator | None) -> tuple[StepModel, slice]:
         if rng is None:
             floor["per_seq"] = prior.per_seq_floor_s
-            slope = fit_line(b, t[part])[1]
+            slope = fit_line(b, t[part], w)[1]
             if slope < FLOOR_TOLERANCE * prior.per_seq_floor_s:
                 floor["per_seq"] = 0.0
             led = solve_full(t, centers, dict.fromkeys(sigmas, CONFLICT_WIDEN))

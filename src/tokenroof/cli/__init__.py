@@ -54,15 +54,15 @@ def normalize_argv(argv: Sequence[str]) -> list[str]:
 
 
 def parse_numbers(text: str, what: str) -> list[float]:
-    """`"1,8, 32"` → [1.0, 8.0, 32.0]; a bad item names itself."""
+    """`"1,8, 32"` → [1.0, 8.0, 32.0] (commas or any whitespace between); a bad item names itself, on one line."""
     values = []
-    for item in text.replace(" ", ",").split(","):
+    for item in re.split(r"[\s,]+", text):
         if not item:
             continue
         try:
             values.append(float(item))
         except ValueError:
-            raise TokenroofError(f"{what}: '{item}' is not a number") from None
+            raise TokenroofError(f"{what}: '{repr(item[:40])[1:-1]}' is not a number") from None
     return values
 
 

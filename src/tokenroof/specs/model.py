@@ -8,6 +8,7 @@ model under `text_config`; their vision tower is counted as weights held in memo
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping
 from dataclasses import replace
 from pathlib import Path
@@ -70,8 +71,12 @@ def _family(value: Any) -> str:
 
 
 def _table(value: Any) -> dict[str, Any]:
+    """A JSON object carried as it is (rope_scaling): its numbers must still be finite."""
     if not isinstance(value, Mapping):
         raise ValueError("must be a JSON object")
+    for key, item in value.items():
+        if isinstance(item, float) and not math.isfinite(item):
+            raise ValueError(f"{key} = {item}: must be a finite number")
     return dict(value)
 
 
@@ -250,6 +255,11 @@ def _spec(c: ConfigFields, origin: str, name: str) -> ModelSpec:
     mla = _mla(c)
     rope = c.rope_parameters or RopeParameters()
     rope_scaling = c.rope_scaling or (rope.model_dump(exclude_unset=True) if rope.rope_type != "default" else None)
+    if rope_scaling is not None and c.rope_scaling is None:
+        try:
+            _table(rope_scaling)
+        except ValueError as exc:
+            raise TokenroofError(f"{origin}: rope_parameters.{exc}") from None
     tie = c.tie_word_embeddings if c.tie_word_embeddings is not None else c.family.tied_by_default
     return ModelSpec(
         name=name or c.name_or_path or origin,
