@@ -85,6 +85,8 @@ demo: $(STAMP)
 bench: $(STAMP)
 	$(BIN)/python benchmarks/sweep_speed.py
 	$(BIN)/python benchmarks/accuracy.py
+	$(BIN)/python benchmarks/first_principles.py
+	$(BIN)/python benchmarks/fit_scale.py
 	$(BIN)/python benchmarks/client_overhead.py
 	$(BIN)/python benchmarks/simulate_speed.py
 	$(BIN)/python benchmarks/local_roofline.py
