@@ -17,7 +17,7 @@ SPECS = ["-m", "llama-3.1-8b", "-H", "h100-sxm"]
     [
         (["predict", SEED, "--batch", "256", "--critical-batch", "nan"], "--critical-batch must be a finite number"),
         (["predict", SEED, "--batch", "256", "--roof-tok-s", "-5"], "--roof-tok-s must be above 0"),
-        (["roofline", *SPECS, "--context", "nan"], "--context must be a finite number"),
+        (["roofline", *SPECS, "--context", "nan"], "--context must be a finite"),
         (["roofline", *SPECS, "--prompt-tokens", "-1"], "--prompt-tokens must be at least 1"),
         (["roofline", *SPECS, "--memory-utilization", "2"], "--memory-utilization must be above 0 and at most 1"),
         (["roofline", *SPECS, "--overhead-ms", "-1"], "--overhead-ms must be at least 0"),

@@ -252,3 +252,10 @@ def test_tpot_is_the_least_disturbed_pass_and_the_spread_pools_every_step() -> N
     assert point.tpot_ms_min == pytest.approx(10.0) and point.steps == 9
     assert point.tpot_ms_p90 == pytest.approx(np.percentile(slow_pass + quiet_pass + spiky_pass, 90) * 1e3)
     assert point.ttft_ms == pytest.approx(200.0) and point.context_tokens == 103.0
+
+
+def test_measuring_leaves_denormals_alone(calibration: Calibration) -> None:
+    """calibrate and bench-local flush denormals while they time, and only then (the setting is process-wide)."""
+    import numpy as np
+
+    assert np.float64(5e-324) * 1.0 > 0

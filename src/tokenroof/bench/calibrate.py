@@ -32,7 +32,14 @@ from dataclasses import asdict, dataclass, field, replace
 from datetime import UTC, datetime
 from typing import Any
 
-from tokenroof.bench.device import machine_name, require_torch, resolve_device, torch_dtype, total_memory_bytes
+from tokenroof.bench.device import (
+    flushing_denormals,
+    machine_name,
+    require_torch,
+    resolve_device,
+    torch_dtype,
+    total_memory_bytes,
+)
 from tokenroof.bench.microbench import (
     DECODE_ROWS,
     DRIFT_WARN_RATIO,
@@ -206,6 +213,7 @@ def _quote(text: str) -> str:
     return '"' + text.replace("\\", "\\\\").replace('"', '\\"') + '"'
 
 
+@flushing_denormals
 def calibrate(
     device_name: str = "auto",
     dtypes: tuple[str, ...] = ("fp32", "bf16"),
@@ -224,7 +232,6 @@ def calibrate(
         if threads < 1:
             raise TokenroofError(f"--threads must be at least 1, got {threads}")
         torch.set_num_threads(threads)
-    torch.set_flush_denormal(True)
     for dtype in dtypes:
         torch_dtype(dtype, device)  # an unknown or unsupported dtype fails before anything runs
     sizes = sizes or (GPU_SIZES if device.type == "cuda" else CPU_SIZES)

@@ -5,11 +5,12 @@ Torch is an optional extra: `require_torch()` is the only way in, and it says ho
 
 from __future__ import annotations
 
+import functools
 import os
 import platform
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 from tokenroof import roofline as rl
 from tokenroof.errors import TokenroofError
@@ -164,3 +165,23 @@ def check_fits(
         f"but {fraction:.0%} of the {available / GIB:.1f} GiB available is {budget / GIB:.1f} GiB; "
         f"batches that do not fit: {', '.join(map(str, too_big))}; {advice}"
     )
+
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+
+def flushing_denormals(func: F) -> F:
+    """Run `func` with denormal floats flushed to zero (no slow denormal arithmetic distorting CPU timings), and
+    put the process back as it was: the setting is process-wide and would change every later float operation
+    (5e-324 would read as 0 in the same process)."""
+
+    @functools.wraps(func)
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        torch = require_torch()
+        torch.set_flush_denormal(True)
+        try:
+            return func(*args, **kwargs)
+        finally:
+            torch.set_flush_denormal(False)
+
+    return wrapper  # type: ignore[return-value]

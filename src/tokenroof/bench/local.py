@@ -33,6 +33,7 @@ from tokenroof import roofline as rl
 from tokenroof.bench.device import (
     available_memory_bytes,
     check_fits,
+    flushing_denormals,
     machine_name,
     require_torch,
     resolve_device,
@@ -253,6 +254,7 @@ def write_csv(result: LocalResult, path: Path) -> None:
     temporary.replace(path)
 
 
+@flushing_denormals
 def run_bench_local(
     config: LocalConfig,
     spec: ModelSpec,
@@ -271,7 +273,6 @@ def run_bench_local(
     precision = Precision.create(config.dtype)
     if config.threads is not None:
         torch.set_num_threads(config.threads)
-    torch.set_flush_denormal(True)
     max_len = config.context + config.warmup + config.steps
     limit = spec.max_position_embeddings
     warnings = []
