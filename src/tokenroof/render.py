@@ -31,14 +31,15 @@ def bound_cell(bound: str) -> str:
 def engine_line(engine: dict[str, Any], level: float) -> str:
     """Which engine profile the numbers assume, and how far that profile missed published curves."""
     acc = engine["accuracy"]
-    text = f"engine: {engine['name']} ({engine['key']}), {engine['prefill']} prefill"
+    name = engine["name"] if engine["key"] in engine["name"] else f"{engine['name']} ({engine['key']})"
+    text = f"engine: {name}, {engine['prefill']} prefill"
     if engine["fitted"] and acc["tpot_error_median"] is not None:
         text += (
             f"; fitted to {acc['curves']} published curves, held-out TPOT error {acc['tpot_error_median']:.0%} median, "
             f"{acc['tpot_error_p90']:.0%} p90"
         )
     elif engine["key"] == "generic":
-        text += "; no engine profile (give --engine: vllm-v1, sglang, tensorrt-llm, ...)"
+        text += "; give --engine (vllm-v0, vllm-v1, sglang, tensorrt-llm, ...) for a serving engine's costs"
     else:
         text += "; not fitted (physically motivated defaults)"
     return text + f"; {level:.0%} interval from its spread across curves"
