@@ -225,7 +225,7 @@ def test_roofline_text_says_which_profile() -> None:
     assert result.exit_code == 0, result.output
     assert "engine: TensorRT-LLM (tensorrt-llm)" in result.stdout and "fitted to 4 published curves" in result.stdout
     plain = run_cli(["roofline", *SPECS, "--batch", "8"])
-    assert "no engine profile (give --engine" in plain.stdout
+    assert "engine: generic (no engine profile)" in plain.stdout and "give --engine" in plain.stdout
 
 
 @pytest.mark.parametrize(
