@@ -514,6 +514,10 @@ def test_redactor_masks_keys_userinfo_and_key_like_query_values() -> None:
     assert redact.value({"sk-1": ["sk-1", 7], "n": 1}) == {"sk-1": ["***", 7], "n": 1}  # keys and numbers kept
 
 
+# A real SIGINT to a subprocess: it passed every run alone and in the working tree's full suite, but hung in two
+# full-suite runs from a fresh clone (cause not found yet), so it runs with `make test-slow`; the in-process
+# interruption test above keeps recording-on-interrupt in the default suite.
+@pytest.mark.slow
 def test_ctrl_c_records_requests_in_flight_and_says_where_results_are(tmp_path: Path) -> None:
     server = FakeServer(probe_then_stall)
     with threaded(server) as url:

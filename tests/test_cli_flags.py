@@ -32,6 +32,8 @@ SPECS = ["-m", "llama-3.1-8b", "-H", "h100-sxm"]
         (["plan", *SPECS, "--gpu-cost-per-hour", "nan"], "GPU prices must be positive"),
         (["plan", *SPECS, "--slo-statistic", "p95"], "unknown --slo-statistic 'p95'"),
         (["advise", *SPECS, "--context", "inf", "--tpot-slo-ms", "40"], "--context must be a finite number"),
+        (["advise", SEED, "--tpot-slo-ms", "30", "--slo-statistic", "p75"], "unknown --slo-statistic 'p75'"),
+        (["simulate", *SPECS, "--rate", "0"], "--rate must be positive finite requests per second, got 0"),
         (["advise", *SPECS, "--context", "1000", "--tpot-slo-ms", "inf"], "--tpot-slo-ms must be a finite number"),
     ],
 )

@@ -305,3 +305,14 @@ def test_the_plots_name_their_inputs_and_draw_the_lines(
     assert {"target 1000 ms", "target 50 ms"} <= labels(rate_sweep)
     assert plan.axes[1].get_yscale() == "linear" and "target 50 ms" in labels(plan)
     assert bench._suptitle.get_text() == "tokenroof bench: http://x" and len(bench.axes) == 4
+
+
+def test_a_multi_context_roofline_is_drawn_at_its_first_context(tmp_path: Path) -> None:
+    from tests.conftest import run_json
+
+    data = run_json(["roofline", "-m", "llama-3.1-8b", "-H", "h100-sxm", "--batch", "1,64", "--context", "2048,8192"])
+    path = tmp_path / "rooflines.json"
+    path.write_text(json.dumps(data))
+    (source,) = load_sources([path])
+    assert source.kind == "roofline" and source.data["context_tokens"] == 2048
+    assert "2 contexts" in source.notes[0]

@@ -198,3 +198,15 @@ def test_steady_state_figures_do_not_depend_on_the_run_length() -> None:
     over = simulate(SM, Workload(2000, *lengths, num_requests=4000), max_num_seqs=8).summary()
     assert over["request_throughput_req_s"] == pytest.approx(over["throughput_tok_s"] / 100, rel=0.1)
     assert over["request_throughput_req_s"] < 0.5 * 2000
+
+
+def test_a_window_that_has_not_settled_says_so() -> None:
+    """500 requests at 20 req/s on an 8B model: the batch is still filling (92 → 105) when arrivals stop; the figures
+    would read low with no word. 2,000 requests at 10 req/s settle."""
+    from tokenroof.deployment import Physics
+
+    sm = Physics("llama-3.1-8b", "h100-sxm").step_model()
+    short = simulate(sm, Workload(20, Lengths(1000), Lengths(300), num_requests=500), max_num_seqs=256).summary()
+    assert any("no steady state" in w for w in short["warnings"])
+    settled = simulate(sm, Workload(10, Lengths(1000), Lengths(300), num_requests=2000), max_num_seqs=256).summary()
+    assert settled["warnings"] == []

@@ -196,7 +196,11 @@ class Targets:
 
     tpot_slo_ms: float
     ttft_slo_ms: float | None = None
-    statistic: str = "p99"
+    statistic: str | None = None  # None: p99 on the scheduler, the mean step time on the decode curve
+
+    def __post_init__(self) -> None:
+        if self.statistic not in (None, "mean", "p50", "p90", "p99"):
+            raise TokenroofError(f"unknown --slo-statistic '{self.statistic}'; known: mean, p50, p90, p99")
 
 
 def advise_answer(
@@ -217,6 +221,12 @@ def advise_answer(
         if targets.ttft_slo_ms is not None:
             raise TokenroofError("--ttft-slo-ms needs --input-len and --output-len (the prompts decide TTFT)")
         data = advise_decode_only(files, physics, flags, targets.tpot_slo_ms, samples)
+        if targets.statistic not in (None, "mean"):
+            data["warnings"].append(
+                f"--slo-statistic {targets.statistic} needs the scheduler's distribution (give --input-len and "
+                "--output-len); the decode-only answer bounds the mean step time, which every token of a full batch "
+                "takes"
+            )
     return data
 
 
@@ -247,7 +257,7 @@ def advise_with_prefill(
         Lengths(round(flags.output_len)),
         targets.tpot_slo_ms,
         targets.ttft_slo_ms,
-        targets.statistic,
+        targets.statistic or "p99",
         physics.kv_pool_tokens(),
         max_num_batched_tokens,
         source=source,

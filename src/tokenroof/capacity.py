@@ -44,6 +44,9 @@ def simulate_rates(
     notes = travelling.notes(dep.mean_context_tokens if trace is None else None)
     if not rates:
         raise TokenroofError("--rate needs at least one number")
+    if any(not 0 < r < math.inf for r in rates):
+        given = ", ".join(f"{r:g}" for r in rates)
+        raise TokenroofError(f"--rate must be positive finite requests per second, got {given}")
     if len(rates) > 1:
         if trace is not None or out is not None:
             raise TokenroofError("--trace and --out take a single --rate")
@@ -51,11 +54,12 @@ def simulate_rates(
         from tokenroof.plots import deployment_label, plot_rate_sweep
 
         slo = goodput_slo(traffic.ttft_slo_ms, traffic.tpot_slo_ms) if rows[0]["slo"] else None
-        data = {"points": rows, "slo": slo, "step_model": sm.to_dict(), "warnings": notes}
+        unsteady = [f"at {row['rate_req_s']:g} req/s: {w}" for row in rows for w in row["warnings"]]
+        data = {"points": rows, "slo": slo, "step_model": sm.to_dict(), "warnings": [*notes, *unsteady]}
         return data, lambda path: plot_rate_sweep(rows, path, deployment_label(dep)), True
     offered = Trace.read(trace) if trace is not None else workload(dep, rates[0], traffic)
     summary, result = run_one(dep, sm, offered, traffic)
-    summary.update({"step_model": sm.to_dict(), "warnings": notes})
+    summary.update({"step_model": sm.to_dict(), "warnings": [*notes, *summary["warnings"]]})
     if out is not None:
         result.write(out, summary)
     from tokenroof.plots import deployment_label, plot_simulation

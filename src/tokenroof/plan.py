@@ -64,6 +64,7 @@ class Outcome:
     tpot_ms: list[dict[str, float | None]] = field(default_factory=list)
     throughput_tok_s: list[float] = field(default_factory=list)
     preemptions: list[int] = field(default_factory=list)
+    unsteady: list[str] = field(default_factory=list)  # a run's window had not settled (simulate's warning)
 
     def worst(self, metric: str, statistic: str) -> float:
         """The largest `statistic` of `metric` over the runs (a run with no value counts as never meeting it)."""
@@ -136,6 +137,7 @@ def run_candidate(args: tuple[Candidate, Sequence[StepModel], Workload, Sequence
             outcome.tpot_ms.append(s["tpot_ms"])
             outcome.throughput_tok_s.append(s["throughput_tok_s"])
             outcome.preemptions.append(s["preemptions"])
+            outcome.unsteady.extend(s["warnings"])
     return outcome
 
 
@@ -169,8 +171,17 @@ class Plan:
             "interval": "_low/_high: the smallest and largest over every seed × model sample",
             "points": [o.to_dict(self.slo) for o in self.tried],
             "engine_flags": None if self.chosen is None else engine_flags(self.chosen.candidate.max_num_seqs),
-            "warnings": [],
+            "warnings": self.warnings(),
         }
+
+    def warnings(self) -> list[str]:
+        if self.chosen is None or not self.chosen.unsteady:
+            return []
+        c = self.chosen.candidate
+        return [
+            f"{c.replicas} × max_num_seqs {c.max_num_seqs}: {len(self.chosen.unsteady)} of its runs had not settled "
+            f"(e.g. {self.chosen.unsteady[0]}); its latencies may be optimistic: raise --num-requests"
+        ]
 
 
 class RayPool:
@@ -240,7 +251,9 @@ def make_plan(
                         f"one replica kept full gives at most {per_replica:,.0f} (at max_num_seqs {best_cap}, "
                         "prefill included)"
                     )
-                reason = f"{replicas} replicas is the fewest that meets both SLOs ({why})"
+                count = "1 replica is" if replicas == 1 else f"{replicas} replicas is"
+                reason = f"{count} the fewest that meets both SLOs"
+                reason += f" ({why})" if replicas > 1 else ""
                 return Plan(slo, best, tried, reason, (best_cap, per_replica))
             if all(o.worst("tpot_ms", slo.statistic) > slo.tpot_ms for o in outcomes) and replicas > start + 1:
                 break  # more replicas do not lower TPOT once queueing is gone: the step itself is too slow

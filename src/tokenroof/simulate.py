@@ -153,13 +153,18 @@ class SimResult:
 
     def window_s(self) -> tuple[float, float]:
         """The steady-state window, as `bench`'s open loop defines it: from the arrival of the request 10% into the
-        run to the last arrival (ramp-up and drain left out). Arrivals that come as a burst — over less time than
-        a typical request takes — have no steady state: the window is then the whole run."""
+        run to the last arrival (ramp-up and drain left out), and never before one typical request's lifetime
+        (median end-to-end) has passed since the first arrival: until then the running batch is still filling, and a
+        short run would read low TPOT and throughput. Arrivals that come as a burst — over less time than a typical
+        request takes — have no steady state: the window is then the whole run."""
         arrivals = np.array([s.arrival_s for s in self.sequences])
         finished = np.array([s.finished_s or 0.0 for s in self.sequences])
         ordered = np.sort(arrivals)
-        w0, w1 = float(ordered[int(0.1 * ordered.size)]), float(ordered[-1])
-        if w1 - w0 < float(np.median(finished - arrivals)):
+        late = arrivals >= np.median(arrivals)  # a lifetime once the batch has grown: early requests run faster
+        lifetime_s = float(np.median((finished - arrivals)[late]))
+        w0 = max(float(ordered[int(0.1 * ordered.size)]), float(ordered[0]) + lifetime_s)
+        w1 = float(ordered[-1])
+        if w1 - w0 < lifetime_s:
             return float(arrivals.min()), max(float(finished.max()), float(arrivals.min()) + 1e-9)
         return w0, w1
 
@@ -217,7 +222,28 @@ class SimResult:
             "kv_cache_tokens": self.kv_capacity_tokens,
             "kv_use_mean_fraction": kv_fraction,
             "slo": None if ttft_slo_ms is None and tpot_slo_ms is None else goodput_slo(ttft_slo_ms, tpot_slo_ms),
+            "warnings": self.steadiness_warnings(w0, w1),
         }
+
+    def steadiness_warnings(self, w0: float, w1: float) -> list[str]:
+        """A window whose running batch still grows (a short run, or a load near saturation, where the queue relaxes
+        slowly) has no steady state to report: say so rather than print figures that move with --num-requests."""
+        mid = (w0 + w1) / 2
+        ends = self.step_starts_s + self.step_durations_s
+
+        def mean_batch(a: float, b: float) -> float:
+            overlap = np.clip(np.minimum(ends, b) - np.maximum(self.step_starts_s, a), 0.0, None)
+            return float((self.step_batches * overlap).sum() / max(b - a, 1e-12))
+
+        first, second = mean_batch(w0, mid), mean_batch(mid, w1)
+        if first > 0 and second > 1.05 * first:
+            return [
+                f"no steady state: the running batch grew from {first / self.replicas:.3g} to "
+                f"{second / self.replicas:.3g} across the window ({w0:.3g}–{w1:.3g} s), so TPOT and throughput here "
+                "are lower than the load will settle at: simulate more requests (--num-requests), or the rate is "
+                "near what the server can carry"
+            ]
+        return []
 
     def _itl_ms(self, in_window: np.ndarray) -> list[float]:
         steps = self.step_durations_s[in_window] if in_window.any() else self.step_durations_s

@@ -119,7 +119,7 @@ def plan(
     num_requests: Annotated[int, typer.Option(help="Requests per simulation.")] = 4000,
     max_replicas: Annotated[int, typer.Option(help="Give up beyond this many replicas.")] = 64,
     gpu_cost_per_hour: Annotated[
-        str | None, typer.Option(help="Price of one GPU-hour; with several --hardware, one price each: '2.5,1.2'.")
+        str | None, typer.Option(help="Price of one GPU-hour: one for every --hardware choice, or one each: '2.5,1.2'.")
     ] = None,
     tp_choices: Annotated[str | None, typer.Option(help="Tensor-parallel degrees to compare: '1,2,4'.")] = None,
     workers: Annotated[int | None, typer.Option(help="Parallel processes (default: one per core).")] = None,

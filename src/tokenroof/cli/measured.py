@@ -101,8 +101,12 @@ def advise(
         float | None, typer.Option(help="TTFT target in ms (with --input-len/--output-len: the scheduler's answer).")
     ] = None,
     slo_statistic: Annotated[
-        str, typer.Option(help="Which statistic the targets bound: mean, p50, p90 or p99 (with the lengths).")
-    ] = "p99",
+        str | None,
+        typer.Option(
+            help="Which statistic the targets bound: mean, p50, p90 or p99 (default p99 with --input-len/--output-len;"
+            " the decode-only answer is the mean step time)."
+        ),
+    ] = None,
     model: OptModel = None,
     hardware: OptHardware = None,
     dtype: DtypeOpt = "bf16",

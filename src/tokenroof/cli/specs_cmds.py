@@ -42,17 +42,19 @@ def roofline(
     engine: EngineOpt = None,
     bandwidth_efficiency: Annotated[
         float | None,
-        typer.Option(help="Achieved fraction of peak memory bandwidth [the engine profile's, or the hardware file's]."),
+        typer.Option(
+            help="Achieved fraction of peak memory bandwidth (default: the engine profile's, or the hardware file's)."
+        ),
     ] = None,
     compute_efficiency: Annotated[
         float | None,
-        typer.Option(help="Achieved fraction of dense peak FLOP/s [the engine profile's, or the hardware file's]."),
+        typer.Option(
+            help="Achieved fraction of dense peak FLOP/s (default: the engine profile's, or the hardware file's)."
+        ),
     ] = None,
     overhead_ms: Annotated[
         float | None,
-        typer.Option(
-            help="Fixed per-step overhead (scheduler, launches) [the engine profile's, or the hardware file's]."
-        ),
+        typer.Option(help="Fixed per-step overhead in ms (default: the engine profile's, or the hardware file's)."),
     ] = None,
     memory_utilization: Annotated[
         float, typer.Option(help="Fraction of memory for weights + KV (vLLM --gpu-memory-utilization).")

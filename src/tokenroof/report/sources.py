@@ -109,6 +109,12 @@ def from_file(path: Path) -> Source:
     text = read_text(path)
     if text.lstrip().startswith(("{", "[")):
         data = load_json(path)
+        contexts = data.get("contexts") if isinstance(data, dict) else None
+        if isinstance(contexts, list) and contexts and kind_of(contexts[0]) == "roofline":  # roofline --context A,B
+            first = contexts[0]
+            note = f"{path.name}: roofline at {len(contexts)} contexts; the report draws the first"
+            note += f", {first['context_tokens']:g}"
+            return Source(path, "roofline", first, notes=[note])
         kind = kind_of(data)
         if kind == "bench":
             return from_bench_folder(path.parent, data)

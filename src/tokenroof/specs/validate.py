@@ -118,7 +118,12 @@ def error_line(exc: ValidationError, origin: str, table: str = "a table", where:
     first = f"missing required field(s): {', '.join(missing)}" if missing else describe(others.pop(0), table, prefix)
     rest = [dotted((*prefix, *e["loc"])) or "(top level)" for e in others]
     more = f" (and {len(rest)} more: {', '.join(rest)})" if rest else ""
-    return f"{origin}: {first}{more}"
+    return one_line(f"{origin}: {first}{more}")
+
+
+def one_line(text: str) -> str:
+    """Keys and values from the file may hold line breaks: shown escaped, so an error stays one line."""
+    return text.replace("\r", "\\r").replace("\n", "\\n")
 
 
 def describe(error: ErrorDetails, table: str, prefix: tuple[str | int, ...] = ()) -> str:
