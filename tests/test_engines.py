@@ -146,7 +146,8 @@ def test_physics_carries_the_engine_to_the_step_model_and_the_prior() -> None:
 @pytest.mark.parametrize(
     ("kwargs", "message"),
     [
-        ({"engine": "vllm"}, "unknown engine 'vllm'; known profiles: fastertransformer, generic,"),
+        ({"engine": "vllm"}, "unknown engine 'vllm' (did you mean vllm-v0 or vllm-v1?"),
+        ({"engine": "nope"}, "unknown engine 'nope'; known profiles: fastertransformer, generic,"),
         ({"engine": "/nope/engine.toml"}, "engine file not found: /nope/engine.toml"),
     ],
 )
@@ -240,7 +241,10 @@ def test_roofline_text_says_which_profile() -> None:
 def test_every_first_principles_command_takes_engine_and_names_a_bad_one(args: list[str]) -> None:
     result = run_cli(args)
     assert result.exit_code == 2
-    assert "unknown engine 'vllm'; known profiles:" in result.stderr
+    assert (
+        "unknown engine 'vllm' (did you mean vllm-v0 or vllm-v1?" in result.stderr
+        and "known profiles:" in result.stderr
+    )
 
 
 def test_advise_from_first_principles_uses_the_engine() -> None:

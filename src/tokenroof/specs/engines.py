@@ -250,6 +250,8 @@ def load_engine(name_or_path: str | None = None) -> EngineProfile:
         if not path.exists():
             raise TokenroofError(f"engine file not found: {path}")
         return engine_from_dict(load_toml(path), str(path), path.stem)
+    close = [p for p in presets if name_or_path and p.startswith(str(name_or_path).lower())]
+    hint = f" (did you mean {' or '.join(close)}? versions differ in their costs)" if close else ""
     raise TokenroofError(
-        f"unknown engine '{name_or_path}'; known profiles: {', '.join(presets)} (or an engine .toml path)"
+        f"unknown engine '{name_or_path}'{hint}; known profiles: {', '.join(presets)} (or an engine .toml path)"
     )
