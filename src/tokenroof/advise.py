@@ -127,7 +127,7 @@ def advice_dict(
         "interval_level": None if cap[1] is None else 0.9,
         "binding": binding,
         "at_cap": at_cap,
-        "knee_batch": knee_batch,
+        "latency_knee_batch": knee_batch,  # Kneedle on throughput vs TPOT (roofline's knee_batch is the matmul knee)
         "reference": reference,
         "throughput_given_up_fraction": max(given_up, 0.0),
         "engine_flags": engine_flags(cap[0]),

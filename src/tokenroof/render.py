@@ -214,7 +214,7 @@ def advice(console: Console, data: dict[str, Any]) -> None:
     )
     reference = data["reference"]
     console.print(
-        f"throughput–latency knee at batch ≈ {fmt(data['knee_batch'])}; the cap gives up "
+        f"throughput–latency knee at batch ≈ {fmt(data['latency_knee_batch'])}; the cap gives up "
         f"{data['throughput_given_up_fraction']:.0%} of the {fmt(reference['throughput_tok_s'])} tok/s "
         f"available at batch {fmt(reference['max_num_seqs'])}",
         highlight=False,

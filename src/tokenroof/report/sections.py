@@ -93,7 +93,7 @@ def advice_card(source: Source) -> str:
             ("TPOT at the cap (ms)", tpot),
             ("throughput at the cap (tok/s)", at["throughput_tok_s"]),
             ("throughput given up", f"{d['throughput_given_up_fraction']:.0%} of {fmt(reference)} tok/s"),
-            ("knee batch", d["knee_batch"]),
+            ("throughput–latency knee", d["latency_knee_batch"]),
             ("engine flags", ("html", flags_html(d["engine_flags"]))),
             ("source", d["source"]),
         ]
