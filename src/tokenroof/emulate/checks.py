@@ -5,6 +5,7 @@ from __future__ import annotations
 import math
 import os
 from dataclasses import fields
+from typing import Any
 
 from tokenroof.errors import TokenroofError
 from tokenroof.stepmodel import StepModel
@@ -54,3 +55,21 @@ def bind_failure(host: str, port: int, exc: OSError | OverflowError) -> Tokenroo
         reason = str(getattr(exc, "strerror", None) or exc)
     address = f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
     return TokenroofError(f"cannot listen on {address}: {reason}")
+
+
+async def start_site(app: Any, host: str, port: int) -> tuple[Any, int]:
+    """Start an aiohttp `app` on host:port in the running loop (port 0: any free one): its runner and the port it
+    bound, or one line for a failed bind (the emulator and the ui page start the same way)."""
+    from aiohttp import web
+
+    runner = web.AppRunner(app, access_log=None)
+    await runner.setup()
+    site = web.TCPSite(runner, host, port)
+    try:
+        await site.start()
+    except (OSError, OverflowError) as exc:
+        await runner.cleanup()
+        raise bind_failure(host, port, exc) from None
+    server = site._server
+    assert server is not None
+    return runner, int(server.sockets[0].getsockname()[1])  # type: ignore[attr-defined]

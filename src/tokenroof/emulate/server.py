@@ -21,7 +21,7 @@ from aiohttp import web
 from aiohttp.http_exceptions import HttpProcessingError
 
 from tokenroof.emulate import protocol as proto
-from tokenroof.emulate.checks import bind_failure, check_step_model
+from tokenroof.emulate.checks import bind_failure, check_step_model, start_site
 from tokenroof.engine.core import BatchScheduler, Sequence
 from tokenroof.engine.realtime import RealtimeEngine
 from tokenroof.errors import TokenroofError
@@ -284,18 +284,7 @@ def http_error(request: web.Request, exc: web.HTTPException) -> proto.ApiError:
 
 async def start(emulator: Emulator, host: str = "127.0.0.1", port: int = 0) -> tuple[web.AppRunner, str]:
     """Start in the running event loop (tests, benchmarks); returns the runner and the base URL."""
-    runner = web.AppRunner(emulator.app(), access_log=None)
-    await runner.setup()
-    site = web.TCPSite(runner, host, port)
-    try:
-        await site.start()
-    except (OSError, OverflowError) as exc:
-        await runner.cleanup()
-        raise bind_failure(host, port, exc) from None
-    server = site._server
-    assert server is not None
-    sock = server.sockets[0]  # type: ignore[attr-defined]
-    bound = sock.getsockname()[1]
+    runner, bound = await start_site(emulator.app(), host, port)
     return runner, f"http://{host}:{bound}"
 
 

@@ -100,18 +100,9 @@ def make_app(host: str = "127.0.0.1") -> Any:
 
 async def start(host: str = "127.0.0.1", port: int = 0) -> tuple[Any, str]:
     """Start in the running event loop (tests); returns the runner and the page's URL."""
-    from tokenroof.emulate.checks import bind_failure
+    from tokenroof.emulate.checks import start_site
 
-    web = modules()
-    runner = web.AppRunner(make_app(host), access_log=None)
-    await runner.setup()
-    site = web.TCPSite(runner, host, port)
-    try:
-        await site.start()
-    except (OSError, OverflowError) as exc:
-        await runner.cleanup()
-        raise bind_failure(host, port, exc) from None
-    bound = site._server.sockets[0].getsockname()[1]
+    runner, bound = await start_site(make_app(host), host, port)
     return runner, f"http://{host}:{bound}/"
 
 
