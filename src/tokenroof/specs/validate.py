@@ -19,7 +19,7 @@ import tomllib
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any, TypeVar, cast
 
 from pydantic import BaseModel, ConfigDict, ValidationError, model_validator
 from pydantic_core import ErrorDetails, PydanticCustomError
@@ -54,30 +54,32 @@ def read_text(path: Path) -> str:
 
 def load_json(path: Path) -> Any:
     """Parse a JSON file; every way it can fail is one line naming the file."""
-    text = read_text(path)
-    try:
-        data = json.loads(text)
-    except json.JSONDecodeError as exc:
-        raise TokenroofError(f"{path}: not valid JSON (line {exc.lineno}: {exc.msg})") from None
-    except RecursionError:
-        raise TokenroofError(too_deep(str(path))) from None
-    except ValueError as exc:  # an integer of more digits than Python converts
-        raise TokenroofError(f"{path}: not valid JSON ({str(exc).split(':')[0]})") from None
-    check_depth(data, str(path))
-    return data
+
+    def where(exc: Exception) -> str:
+        return f"line {exc.lineno}: {exc.msg}" if isinstance(exc, json.JSONDecodeError) else str(exc)
+
+    return parse(path, json.loads, "JSON", json.JSONDecodeError, where)
 
 
 def load_toml(path: Path) -> dict[str, Any]:
     """Parse a TOML file; every way it can fail is one line naming the file."""
+    return cast(dict[str, Any], parse(path, tomllib.loads, "TOML", tomllib.TOMLDecodeError, str))
+
+
+def parse(
+    path: Path, loads: Callable[[str], Any], kind: str, syntax: type[Exception], where: Callable[[Exception], str]
+) -> Any:
+    """`loads` the file's text: a syntax error, nesting too deep or an integer of more digits than Python converts
+    (a ValueError) is one line naming the file; then the nesting is checked."""
     text = read_text(path)
     try:
-        data = tomllib.loads(text)
-    except tomllib.TOMLDecodeError as exc:
-        raise TokenroofError(f"{path}: not valid TOML ({exc})") from None
+        data = loads(text)
+    except syntax as exc:
+        raise TokenroofError(f"{path}: not valid {kind} ({where(exc)})") from None
     except RecursionError:
         raise TokenroofError(too_deep(str(path))) from None
-    except ValueError as exc:  # an integer of more digits than Python converts
-        raise TokenroofError(f"{path}: not valid TOML ({str(exc).split(':')[0]})") from None
+    except ValueError as exc:
+        raise TokenroofError(f"{path}: not valid {kind} ({str(exc).split(':')[0]})") from None
     check_depth(data, str(path))
     return data
 
