@@ -30,6 +30,7 @@ def test_infeasible_tpot_says_what_is_closest_and_why() -> None:
     data = plan.to_dict()
     assert not data["feasible"] and data["chosen"] is None
     assert "closest" in data["reason"] and "TPOT p99 (batch size)" in data["reason"]
+    assert "the step itself is too slow" in data["reason"] and "even at max_num_seqs 8" in data["reason"]
     with pytest.raises(TokenroofError, match="SLOs must be positive"):
         make_plan([SM], WORKLOAD, Slo(0, 5))
 

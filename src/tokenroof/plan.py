@@ -258,12 +258,24 @@ def make_plan(
             if all(o.worst("tpot_ms", slo.statistic) > slo.tpot_ms for o in outcomes) and replicas > start + 1:
                 break  # more replicas do not lower TPOT once queueing is gone: the step itself is too slow
     closest = max(tried, key=lambda o: o.headroom(slo))
-    return Plan(
-        slo,
-        None,
-        tried,
-        f"no configuration up to {tried[-1].candidate.replicas} replicas meets the SLOs; "
-        f"closest: {closest.candidate.replicas} × max_num_seqs "
-        f"{closest.candidate.max_num_seqs}, bound by {closest.binding(slo)}",
-        (best_cap, per_replica),
+    return Plan(slo, None, tried, infeasible_reason(tried, closest, slo, max_replicas), (best_cap, per_replica))
+
+
+def infeasible_reason(tried: Sequence[Outcome], closest: Outcome, slo: Slo, max_replicas: int) -> str:
+    """Why nothing meets the targets: the step itself too slow at the smallest cap (no replica count helps), or
+    the search's replica limit reached; then the closest candidate and what binds it."""
+    smallest = min(tried, key=lambda o: o.candidate.max_num_seqs)
+    floor_ms = smallest.worst("tpot_ms", slo.statistic)
+    last = tried[-1].candidate.replicas
+    if floor_ms > slo.tpot_ms:
+        why = (
+            f"even at max_num_seqs {smallest.candidate.max_num_seqs} the {slo.statistic} TPOT is {floor_ms:.3g} ms "
+            f"> {slo.tpot_ms:g} ms: the step itself is too slow, and more replicas do not shorten it (searched "
+            f"{tried[0].candidate.replicas}–{last})"
+        )
+    else:
+        why = f"searched up to {last} replicas (--max-replicas {max_replicas})"
+    return (
+        f"no configuration meets the SLOs: {why}; closest: {closest.candidate.replicas} × max_num_seqs "
+        f"{closest.candidate.max_num_seqs}, bound by {closest.binding(slo)}"
     )
