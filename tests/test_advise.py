@@ -43,12 +43,15 @@ def test_knee_of_throughput_latency_curve_is_inside_the_range() -> None:
 
 
 def test_engine_flags_spelling() -> None:
-    assert engine_flags(64) == {
-        "vllm": "--max-num-seqs 64",
+    assert engine_flags(64) == {  # from the engines table, servers in name order
+        "llama-cpp": "--parallel 64",
+        "lmdeploy": "--max-batch-size 64",
         "sglang": "--max-running-requests 64",
-        "tgi": "--max-batch-size 64",
         "tensorrt-llm": "--max_batch_size 64",
+        "tgi": "--max-batch-size 64",
+        "vllm": "--max-num-seqs 64",
     }
+    assert list(engine_flags(64)) == sorted(engine_flags(64))
 
 
 def test_cli_advise_from_measurements_and_from_specs() -> None:

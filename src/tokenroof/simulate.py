@@ -7,7 +7,6 @@ arrival), so simulated and emulated runs of a workload agree by construction.
 
 from __future__ import annotations
 
-import csv
 import heapq
 import json
 import math
@@ -17,12 +16,14 @@ from typing import Any
 
 import numpy as np
 
+from tokenroof.csvio import write_rows
 from tokenroof.engine.core import BatchScheduler, Sequence, StepPlan
 from tokenroof.errors import TokenroofError
 from tokenroof.measurements import read_jsonl
 from tokenroof.stepmodel import StepModel, mean_context_tokens
 
 DISTRIBUTIONS = ("fixed", "uniform", "lognormal")
+TIMESERIES_COLUMNS = ("start_s", "duration_s", "running_batch", "kv_tokens")  # timeseries.csv, one row per step
 
 
 @dataclass(frozen=True)
@@ -142,13 +143,14 @@ class SimResult:
                     )
                     + "\n"
                 )
-        with (out_dir / "timeseries.csv").open("w", newline="") as f:
-            writer = csv.writer(f)
-            writer.writerow(["start_s", "duration_s", "running_batch", "kv_tokens"])
-            for row in zip(
-                self.step_starts_s, self.step_durations_s, self.step_batches, self.step_kv_tokens, strict=True
-            ):
-                writer.writerow([f"{row[0]:.6f}", f"{row[1]:.6f}", int(row[2]), int(row[3])])
+        steps = zip(self.step_starts_s, self.step_durations_s, self.step_batches, self.step_kv_tokens, strict=True)
+        write_rows(
+            out_dir / "timeseries.csv",
+            [],
+            TIMESERIES_COLUMNS,
+            ((start, duration, int(batch), int(kv)) for start, duration, batch, kv in steps),
+            formats={"start_s": ".6f", "duration_s": ".6f"},  # to the µs: .6g keeps 10 ms past 1000 s
+        )
         (out_dir / "summary.json").write_text(json.dumps(summary, indent=2))
 
     def window_s(self) -> tuple[float, float]:

@@ -40,9 +40,12 @@ from tokenroof.bench.device import (
     torch_dtype,
 )
 from tokenroof.bench.microbench import DRIFT_WARN_RATIO, pass_spread, quietest_median_s
+from tokenroof.csvio import write_rows
 from tokenroof.errors import TokenroofError
 from tokenroof.specs import HardwareSpec, ModelSpec, Precision
 from tokenroof.stepmodel import StepModel
+
+CSV_COLUMNS = ("batch", "throughput_tok_s", "tpot_ms", "context_tokens", "ttft_ms")  # DESIGN.md, read by predict
 
 
 # -- the sweep -------------------------------------------------------------------------
@@ -156,17 +159,6 @@ class LocalResult:
         }
 
 
-def csv_header(result: LocalResult) -> str:
-    return (
-        "".join(f"# {line}\n" for line in result.provenance())
-        + "batch,throughput_tok_s,tpot_ms,context_tokens,ttft_ms\n"
-    )
-
-
-def csv_row(p: LocalPoint) -> str:
-    return f"{p.batch},{p.throughput_tok_s:.6g},{p.tpot_ms:.6g},{p.context_tokens:g},{p.ttft_ms:.6g}\n"
-
-
 def compare_to_roof(
     point: LocalPoint, spec: ModelSpec, precision: Precision, hardware: HardwareSpec | None, sm: StepModel | None
 ) -> None:
@@ -248,10 +240,11 @@ def make_point(
 
 
 def write_csv(result: LocalResult, path: Path) -> None:
-    """Rewrite the CSV with every point so far (via a temporary file, so an interruption never truncates it)."""
-    temporary = path.with_name(path.name + ".tmp")
-    temporary.write_text(csv_header(result) + "".join(csv_row(p) for p in sorted(result.points, key=lambda p: p.batch)))
-    temporary.replace(path)
+    """Rewrite the CSV with every point so far, in batch order (replaced in one step: an interruption never
+    truncates it)."""
+    points = sorted(result.points, key=lambda p: p.batch)
+    rows = [(p.batch, p.throughput_tok_s, p.tpot_ms, p.context_tokens, p.ttft_ms) for p in points]
+    write_rows(path, result.provenance(), CSV_COLUMNS, rows)
 
 
 @flushing_denormals

@@ -1,11 +1,11 @@
 """The server's own running batch, scraped from its Prometheus /metrics while a point runs.
 
-vLLM (`vllm:num_requests_running`), SGLang (`sglang:num_running_reqs`), TGI
-(`tgi_batch_current_size`), llama.cpp's llama-server (`llamacpp:requests_processing`,
-with --metrics) and the emulator export the running batch as a gauge;
-sampled every 100 ms and averaged over the window it is exact where the client's
-timestamp estimate is ±1–3%. Servers without /metrics (llama.cpp by default) fall
-back to the client-side estimate.
+Every server in the engines table (specs/data/engines, `[server.metrics] running`) names its
+running-batch gauge there — vLLM's `vllm:num_requests_running` (the emulator exports it too),
+SGLang's `sglang:num_running_reqs`, TGI's `tgi_batch_current_size`, llama-server's
+`llamacpp:requests_processing` with --metrics, and so on; sampled every 100 ms and averaged
+over the window it is exact where the client's timestamp estimate is ±1–3%. Servers without
+/metrics (llama.cpp by default) fall back to the client-side estimate.
 """
 
 from __future__ import annotations
@@ -16,12 +16,9 @@ from dataclasses import dataclass, field
 
 import aiohttp
 
-GAUGES = (
-    "vllm:num_requests_running",
-    "sglang:num_running_reqs",
-    "tgi_batch_current_size",
-    "llamacpp:requests_processing",  # llama-server --metrics: slots busy
-)
+from tokenroof.specs.engines import server_metrics
+
+GAUGES = tuple(server_metrics("running").values())  # each server's running-batch gauge, in server-name order
 PERIOD_S = 0.1
 
 

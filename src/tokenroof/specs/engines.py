@@ -14,7 +14,13 @@ adds per step and per sequence. A profile carries, for one engine and version fa
   their own, decoding paused);
 - `[accuracy]`: how far its first-principles TPOT missed published curves, leave-one-curve-out
   (benchmarks/first_principles.py), and the quantiles of log(measured / predicted) that set
-  the intervals of first-principles answers.
+  the intervals of first-principles answers;
+- `[server]`: how its server is driven and watched, the one table of engine flags and metric names:
+  `name` (one per server: vLLM V0 and V1 are one `vllm`), `[server.flags]` (the command-line flag for each
+  of tokenroof's settings: the batch cap `max_num_seqs`, the step's token budget `max_num_batched_tokens`,
+  the `memory_fraction` the server may fill), `[server.metrics]` (its Prometheus gauges: `running`, the
+  sequences in the running batch, and `waiting`) and `[server.defaults]`; `server_flags` and
+  `server_metrics` read them for every shipped profile (advise's engine flags, bench's gauge scraper).
 
 Fitted profiles are written by `benchmarks/first_principles.py --write`; an engine with fewer than
 two published curves keeps physically motivated defaults, and its `[source]` says so.
@@ -24,7 +30,8 @@ from __future__ import annotations
 
 import functools
 import math
-from collections.abc import Mapping
+import re
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from importlib import resources
 from pathlib import Path
@@ -50,6 +57,11 @@ from tokenroof.specs.validate import (
 DEFAULT_ENGINE = "generic"  # today's defaults, named: one bandwidth and compute efficiency, 1 ms per step
 PREFILL = ("chunked", "separate")
 DEFAULT_LEVEL = 0.9
+Setting = Literal["max_num_seqs", "max_num_batched_tokens", "memory_fraction"]  # the [server.flags] keys
+Metric = Literal["running", "waiting"]  # the [server.metrics] keys
+SERVER_NAME = re.compile(r"[a-z0-9][a-z0-9-]*")
+CLI_FLAG = re.compile(r"--?[A-Za-z][A-Za-z0-9_-]*")
+METRIC_NAME = re.compile(r"[a-zA-Z_:][a-zA-Z0-9_:]*")  # Prometheus exposition format: a metric name
 
 
 @dataclass(frozen=True)
@@ -89,6 +101,25 @@ class Accuracy:
 
 
 @dataclass(frozen=True)
+class Server:
+    """How an engine's server is driven and watched: its flag for each of tokenroof's settings (`Setting`), its
+    Prometheus gauges (`Metric`), and the defaults it starts with (absent where they depend on the hardware)."""
+
+    name: str
+    flags: Mapping[str, str] = field(default_factory=dict)
+    metrics: Mapping[str, str] = field(default_factory=dict)
+    defaults: Mapping[str, float] = field(default_factory=dict)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "name": self.name,
+            "flags": dict(self.flags),
+            "metrics": dict(self.metrics),
+            "defaults": dict(self.defaults),
+        }
+
+
+@dataclass(frozen=True)
 class EngineProfile:
     """One engine and version family: efficiencies, overheads, prefill scheduling, accuracy, sources."""
 
@@ -102,6 +133,7 @@ class EngineProfile:
     efficiencies: Mapping[str, float] = field(default_factory=dict)
     serving: Mapping[str, float] = field(default_factory=dict)
     source: Mapping[str, str] = field(default_factory=dict)
+    server: Server | None = None  # None: no server of its own (a framework, or tokenroof's defaults)
 
     def efficiency_values(self, serving: bool = True) -> dict[str, float]:
         """The `Efficiencies` fields this profile sets; `serving` adds the HTTP server's cost per sequence."""
@@ -123,6 +155,7 @@ class EngineProfile:
             "fitted": self.fitted,
             "accuracy": self.accuracy.to_dict(),
             "source": dict(self.source),
+            "server": None if self.server is None else self.server.to_dict(),
         }
 
 
@@ -140,10 +173,26 @@ def _level(value: Any) -> float:
     return result
 
 
+def _memory_fraction(value: Any) -> float:
+    result = number(value)
+    if not 0 < result <= 1:
+        raise ValueError("must be in (0, 1], a fraction of the GPU's memory (0.9 for 90%)")
+    return result
+
+
 def _sources(value: Any) -> dict[str, str]:
     if not isinstance(value, Mapping) or not value:
         raise ValueError("must be a table saying where every number comes from")
     return {str(k): text(v) for k, v in value.items()}
+
+
+def _matching(pattern: re.Pattern[str], what: str) -> Callable[[Any], str]:
+    def check(value: Any) -> str:
+        if not pattern.fullmatch(text(value)):
+            raise ValueError(f"must be {what}")
+        return str(value)
+
+    return check
 
 
 Fraction0 = Annotated[float, PlainValidator(non_negative)]
@@ -184,6 +233,53 @@ class AccuracyTable(Section):
         return self
 
 
+CliFlag = Annotated[str, PlainValidator(_matching(CLI_FLAG, "a command-line flag, as --name or -n"))]
+MetricName = Annotated[
+    str, PlainValidator(_matching(METRIC_NAME, "a Prometheus metric name ([a-zA-Z_:][a-zA-Z0-9_:]*)"))
+]
+
+
+class ServerFlags(Section):
+    """`[server.flags]`: the server's flag for each of tokenroof's settings it has one for."""
+
+    max_num_seqs: CliFlag | None = None
+    max_num_batched_tokens: CliFlag | None = None
+    memory_fraction: CliFlag | None = None
+
+
+class ServerMetrics(Section):
+    """`[server.metrics]`: the server's Prometheus gauges, by what they count."""
+
+    running: MetricName | None = None
+    waiting: MetricName | None = None
+
+
+class ServerDefaults(Section):
+    """`[server.defaults]`: what the server starts with where no flag is given (the step's token budget is the
+    profile's own `max_num_batched_tokens`)."""
+
+    max_num_seqs: Annotated[int, PlainValidator(whole(1))] | None = None
+    memory_fraction: Annotated[float, PlainValidator(_memory_fraction)] | None = None
+
+
+class ServerTable(Section):
+    """`[server]`: the server's name (shared by the profiles of its versions), flags, metrics and defaults."""
+
+    name: Annotated[str, PlainValidator(_matching(SERVER_NAME, "a lower-case name such as vllm or llama-cpp"))]
+    flags: ServerFlags = ServerFlags()
+    metrics: ServerMetrics = ServerMetrics()
+    defaults: ServerDefaults = ServerDefaults()
+
+    @model_validator(mode="after")
+    def _flagged(self) -> Self:
+        unflagged = [
+            k for k, v in self.defaults.model_dump(exclude_none=True).items() if getattr(self.flags, k) is None
+        ]
+        if unflagged:
+            raise table_error(f"a default for {', '.join(unflagged)} without its flag in [server.flags]")
+        return self
+
+
 class EngineFile(Section):
     """An engine TOML as written: every key known, every number in its unit and range, a source table."""
 
@@ -195,6 +291,7 @@ class EngineFile(Section):
     efficiencies: EngineEfficiencies = EngineEfficiencies()
     serving: ServingTerms = ServingTerms()
     accuracy: AccuracyTable
+    server: ServerTable | None = None
     source: Annotated[dict[str, str], PlainValidator(_sources)] = Field(default_factory=dict)
 
     @model_validator(mode="after")
@@ -219,6 +316,16 @@ def engine_from_dict(data: Mapping[str, Any], origin: str, key: str = "") -> Eng
         efficiencies=MappingProxyType(spec.efficiencies.model_dump(exclude_none=True)),
         serving=MappingProxyType(spec.serving.model_dump(exclude_none=True)),
         source=MappingProxyType(dict(spec.source)),
+        server=None if spec.server is None else _server(spec.server),
+    )
+
+
+def _server(table: ServerTable) -> Server:
+    return Server(
+        name=table.name,
+        flags=MappingProxyType(table.flags.model_dump(exclude_none=True)),
+        metrics=MappingProxyType(table.metrics.model_dump(exclude_none=True)),
+        defaults=MappingProxyType(table.defaults.model_dump(exclude_none=True)),
     )
 
 
@@ -255,3 +362,35 @@ def load_engine(name_or_path: str | None = None) -> EngineProfile:
     raise TokenroofError(
         f"unknown engine '{name_or_path}'{hint}; known profiles: {', '.join(presets)} (or an engine .toml path)"
     )
+
+
+# -- the servers, across profiles ----------------------------------------------------
+def server_flags(setting: Setting, profiles: Iterable[EngineProfile] | None = None) -> dict[str, str]:
+    """Each server's command-line flag for `setting`, by server name in name order (every shipped profile unless
+    `profiles` is given; servers without such a flag are left out)."""
+    return _by_server(profiles, "flags", setting)
+
+
+def server_metrics(metric: Metric, profiles: Iterable[EngineProfile] | None = None) -> dict[str, str]:
+    """Each server's Prometheus name for `metric` (`running`: the running-batch gauge), by server name in name order."""
+    return _by_server(profiles, "metrics", metric)
+
+
+def _by_server(
+    profiles: Iterable[EngineProfile] | None, table: Literal["flags", "metrics"], key: str
+) -> dict[str, str]:
+    """One value per server: the profiles of one server's versions (vLLM V0 and V1) must spell it alike."""
+    found: dict[str, tuple[str, str]] = {}
+    for profile in profiles if profiles is not None else map(load_engine, list_engines()):
+        server = profile.server
+        values = {} if server is None else server.flags if table == "flags" else server.metrics
+        if server is None or key not in values:
+            continue
+        value = values[key]
+        first = found.setdefault(server.name, (value, profile.key))
+        if first[0] != value:
+            raise TokenroofError(
+                f"engine profiles {first[1]} and {profile.key} are both server '{server.name}' but give its "
+                f"[server.{table}] {key} as '{first[0]}' and '{value}'; one server has one spelling"
+            )
+    return {name: found[name][0] for name in sorted(found)}
