@@ -176,7 +176,10 @@ def same_outcome(text: str) -> MeasurementTable | None:
 
 
 def check_table(table: MeasurementTable) -> None:
-    assert len(table) >= 2 and np.all(np.diff(table.batch) > 0)
+    """At least two points, in batch order, one per (batch, context level), every value positive and finite."""
+    levels = table.levels
+    step, level_step = np.diff(table.batch), np.diff(levels)
+    assert len(table) >= 2 and np.all((step > 0) | ((step == 0) & (level_step > 0)))
     for values in (table.batch, table.tpot_ms, table.throughput_tok_s):
         assert np.all(np.isfinite(values)) and np.all(values > 0)
 

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
@@ -11,6 +11,7 @@ import numpy as np
 from numpy.typing import ArrayLike, NDArray
 
 from tokenroof.errors import TokenroofError
+from tokenroof.specs.engines import server_flags
 from tokenroof.units import MS_PER_S
 
 if TYPE_CHECKING:
@@ -29,13 +30,9 @@ class StepTime(Protocol):
 
 
 def engine_flags(cap: int) -> dict[str, str]:
-    """The same cap in each engine's own words."""
-    return {
-        "vllm": f"--max-num-seqs {cap}",
-        "sglang": f"--max-running-requests {cap}",
-        "tgi": f"--max-batch-size {cap}",
-        "tensorrt-llm": f"--max_batch_size {cap}",
-    }
+    """The same cap in each server's own words: its batch-cap flag from the engines table (specs/data/engines),
+    by server name."""
+    return {server: f"{flag} {cap}" for server, flag in server_flags("max_num_seqs").items()}
 
 
 def largest_batch_within(sm: StepTime, tpot_slo_s: float, context: float = 0.0, limit: int | None = None) -> int:
@@ -210,17 +207,30 @@ def advise_answer(
     targets: Targets,
     max_num_batched_tokens: int | None = None,
     samples: int = 200,
+    contexts: Sequence[float] | None = None,
 ) -> dict[str, Any]:
     """advise's JSON: from the scheduler simulate uses when the lengths are known (prefill included), else from
-    the decode step time alone — fitted to `files`, or from first principles."""
+    the decode step time alone — fitted to `files`, or from first principles — at `contexts` (the decode-only
+    answer: one answer each, `{"contexts": [...], "warnings": [...]}` for more than one; None: the workload's)."""
     if not files and not physics.known:
         raise TokenroofError("give a measurement file, or --model and --hardware for the first-principles curve")
-    if flags.input_len is not None and flags.output_len is not None and not flags.decode_only:
+    lengths = flags.input_len is not None and flags.output_len is not None and not flags.decode_only
+    if contexts and len(contexts) > 1:
+        if lengths:
+            raise TokenroofError(
+                "--context takes one value with --input-len/--output-len (the lengths set the context); list "
+                "several contexts for the decode-only answer"
+            )
+        each = [advise_answer(files, physics, flags, targets, max_num_batched_tokens, samples, [c]) for c in contexts]
+        warnings = [w for answer in each for w in answer["warnings"]]
+        return {"contexts": each, "warnings": list(dict.fromkeys(warnings))}
+    context = contexts[0] if contexts else None
+    if lengths:
         data = advise_with_prefill(files, physics, flags, targets, max_num_batched_tokens)
     else:
         if targets.ttft_slo_ms is not None:
             raise TokenroofError("--ttft-slo-ms needs --input-len and --output-len (the prompts decide TTFT)")
-        data = advise_decode_only(files, physics, flags, targets.tpot_slo_ms, samples)
+        data = advise_decode_only(files, physics, flags, targets.tpot_slo_ms, samples, context)
         if targets.statistic not in (None, "mean"):
             data["warnings"].append(
                 f"--slo-statistic {targets.statistic} needs the scheduler's distribution (give --input-len and "
@@ -267,26 +277,45 @@ def advise_with_prefill(
 
 
 def advise_decode_only(
-    files: Sequence[Path], physics: Physics, flags: Workload, tpot_slo_ms: float, samples: int
+    files: Sequence[Path],
+    physics: Physics,
+    flags: Workload,
+    tpot_slo_ms: float,
+    samples: int,
+    context: float | None = None,
 ) -> dict[str, Any]:
-    """advise from the decode step time alone (no prompts in the steps): the fitted curve or first principles."""
+    """advise from the decode step time alone (no prompts in the steps): the fitted curve or first principles; at
+    `context` (None: the measured workload's, or --context's)."""
     if files:
         from tokenroof.fit import fit_table
-        from tokenroof.predict import read_with_prior
+        from tokenroof.measurements import read_table
+        from tokenroof.predict import prior_for, split_contexts
 
-        table, prior = read_with_prior(list(files), physics, flags)
+        table = read_table(list(files))
+        measured_at, targets = split_contexts(table, [context] if context is not None else None)
+        prior = prior_for(table, physics, replace(flags, context_tokens=measured_at))
         fit = fit_table(table, prior, n_samples=max(samples, 10))
+        at = targets[0] if targets else None
+        if at is None and table.several_contexts:
+            held = ", ".join(f"{c:g}" for c in table.level_contexts())
+            raise TokenroofError(
+                f"{table.source} holds curves at several contexts ({held}): give --context, one or several, to say "
+                "where to advise"
+            )
+        cap = fit.cap_at(at)
+        where = f" at context {at:g}" if at is not None else ""
         result = advise(
-            fit.as_step_time(),
+            fit.as_step_time(at),
             tpot_slo_ms,
             0.0,
-            int(fit.curve.cap) if fit.curve.cap is not None else None,
-            fit.sample_models(),
-            f"fitted to {table.source} ({fit.method}); the decode step time (no prompts in the steps)",
+            int(cap) if cap is not None else None,
+            fit.sample_models_at(at),
+            f"fitted to {table.source} ({fit.method}){where}; the decode step time (no prompts in the steps)",
         )
         result.warnings = list(table.warnings) + result.warnings
-        return {**result.to_dict(), "step_model": fit.step_model.to_dict()}
-    ctx = flags.mean_context or 1024.0
+        answer = {**result.to_dict(), "step_model": fit.step_model_at(at).to_dict()}
+        return answer if at is None else {**answer, "context_tokens": at}
+    ctx = context if context is not None else (flags.mean_context or 1024.0)
     sm = physics.step_model()
     result = advise(
         sm,
@@ -297,4 +326,4 @@ def advise_decode_only(
         f"first principles: {physics.label()}, context {ctx:g}, the decode step time (no prompts in the steps; give "
         "--input-len and --output-len for the scheduler's answer)",
     )
-    return {**result.to_dict(), "step_model": sm.to_dict()}
+    return {**result.to_dict(), "step_model": sm.to_dict(), "context_tokens": ctx}

@@ -42,11 +42,14 @@ from tokenroof.errors import TokenroofError
 from tokenroof.measurements import MeasurementTable, pooled
 from tokenroof.stepmodel import StepModel
 from tokenroof.structures import (
+    ContextLaw,
     Prior,
     PriorFit,
     Structure,
     fit_line,
+    fit_line_contexts,
     line_structure,
+    physics_law,
     pinned_structure,
     prior_structure,
     roofline_structure,
@@ -54,10 +57,22 @@ from tokenroof.structures import (
 )
 from tokenroof.units import ms_to_s
 
-__all__ = ["Curve", "Excluded", "Fit", "FittedCurve", "Prior", "fit_points", "fit_table", "past_cap"]
+__all__ = [
+    "ContextLaw",
+    "Contexts",
+    "Curve",
+    "Excluded",
+    "Fit",
+    "FittedCurve",
+    "Prior",
+    "fit_points",
+    "fit_table",
+    "past_cap",
+]
 
 NOISE_FLOOR = 0.01  # relative TPOT noise assumed at least this (benchmarks repeat to ~1–3%)
 MIN_ROOFLINE_POINTS = 6
+MIN_STEP_S = 1e-9  # no step is faster (a floor for degenerate fits moved far from their contexts)
 MAX_POINTS = 1024  # more distinct batches than this are fitted in bins (measurements.pooled)
 
 
@@ -70,10 +85,18 @@ class SmallBatch:
     intercept_s: float
     slope_s: float
 
-    def apply(self, batch: np.ndarray, model_s: np.ndarray, model_at_support_s: float) -> np.ndarray:
-        """TPOT (s): this regime's line up to `upto_batch`, then straight to the model at `support_batch`."""
-        below = self.intercept_s + self.slope_s * batch
-        top = self.intercept_s + self.slope_s * self.upto_batch
+    def apply(
+        self,
+        batch: np.ndarray,
+        model_s: np.ndarray,
+        model_at_support_s: float | np.ndarray,
+        kv_s_per_seq: float | np.ndarray = 0.0,
+    ) -> np.ndarray:
+        """TPOT (s): this regime's line up to `upto_batch`, then straight to the model at `support_batch`.
+        `kv_s_per_seq`: the KV reads per sequence a point's context adds to (or takes from) the reference's."""
+        slope = np.maximum(self.slope_s + kv_s_per_seq, 0.0)  # a shorter context takes at most the whole slope
+        below = self.intercept_s + slope * batch
+        top = self.intercept_s + slope * self.upto_batch
         span = max(self.support_batch - self.upto_batch, 1e-12)
         bridge = top + (model_at_support_s - top) * (batch - self.upto_batch) / span
         return np.where(batch <= self.upto_batch, below, np.where(batch < self.support_batch, bridge, model_s))
@@ -95,6 +118,7 @@ class Candidate:
     small: SmallBatch | None
     n_params: int
     log_resid: np.ndarray  # log(model / measured) at every fitted point
+    law: ContextLaw | None = None  # how `model` (folded at the reference context) moves with context (None: unknown)
 
 
 @dataclass(frozen=True)
@@ -103,31 +127,58 @@ class Curve:
 
     cap: float | None = None  # the running batch cannot exceed this (memory, or a server cap seen in the data)
     queues: bool = False  # TPOT includes the wait of queued requests (end-to-end per token), not only decode steps
+    # the memory's cap holds at this (effective) context and shrinks in proportion at longer ones (None: a server's
+    # cap, the same at every context)
+    cap_context_tokens: float | None = None
 
-    def running(self, batch: np.ndarray) -> np.ndarray:
-        return batch if self.cap is None else np.minimum(batch, self.cap)
+    def running(self, batch: np.ndarray, context: ArrayLike | None = None) -> np.ndarray:
+        if self.cap is None:
+            return batch
+        if context is None or self.cap_context_tokens is None:
+            return np.minimum(batch, self.cap)
+        ctx = np.maximum(np.asarray(context, dtype=float), 1.0)
+        return np.minimum(batch, self.cap * self.cap_context_tokens / ctx)
 
-    def tpot_s(self, sm: StepModel, batch: np.ndarray) -> np.ndarray:
-        running = self.running(batch)
-        step = sm.step_time_s(running)
+    def tpot_s(self, sm: StepModel, batch: np.ndarray, context: ArrayLike | None = None) -> np.ndarray:
+        """Step time at the running batch: `sm` as it is (folded) without `context`, at `context` with it."""
+        running = self.running(batch, context)
+        step = sm.step_time_s(running) if context is None else sm.step_time_s(running, context)
         return step * batch / running if self.queues else step
 
-    def throughput_tok_s(self, batch: np.ndarray, tpot_s: np.ndarray) -> np.ndarray:
+    def throughput_tok_s(self, batch: np.ndarray, tpot_s: np.ndarray, context: ArrayLike | None = None) -> np.ndarray:
         """Output tokens per second: the running batch each step (an end-to-end TPOT counts the queue too)."""
-        running = self.running(batch)
+        running = self.running(batch, context)
         return running / (tpot_s * running / batch if self.queues else tpot_s)
 
 
 def evaluate_s(
-    sm: StepModel, small: SmallBatch | None, curve: Curve, batch: np.ndarray
+    sm: StepModel,
+    small: SmallBatch | None,
+    curve: Curve,
+    batch: np.ndarray,
+    context: ArrayLike | None = None,
+    law: ContextLaw | None = None,
 ) -> tuple[np.ndarray, np.ndarray]:
-    """TPOT (s) and throughput (tok/s) at `batch`: the step model, the small-batch line below it, the cap."""
+    """TPOT (s) and throughput (tok/s) at `batch`: the step model, the small-batch line below it, the cap. Without
+    `context` (or a `law` to move with it) the model as folded at its reference context; with both, at `context`
+    (effective tokens, one or one per batch)."""
     b = np.asarray(batch, dtype=float)
-    tpot = curve.tpot_s(sm, b)
+    if context is None or law is None:
+        tpot = curve.tpot_s(sm, b)
+        if small is not None:
+            at_one = float(curve.tpot_s(sm, np.array([small.support_batch]))[0])
+            tpot = small.apply(b, tpot, at_one)
+        return tpot, curve.throughput_tok_s(b, tpot)
+    ctx = np.broadcast_to(np.asarray(context, dtype=float), b.shape)
+    whole = law.whole(sm)
+    tpot = curve.tpot_s(whole, b, ctx)
     if small is not None:
-        at_support = float(curve.tpot_s(sm, np.array([small.support_batch]))[0])
-        tpot = small.apply(b, tpot, at_support)
-    return tpot, curve.throughput_tok_s(b, tpot)
+        at_support = curve.tpot_s(whole, np.full_like(b, small.support_batch), ctx)
+        tpot = small.apply(b, tpot, at_support, law.kv_token_s * (ctx - law.reference_tokens))
+    # moved far below the reference, a split fitted there can take more than a sequence costs: no step is faster
+    # than its fixed part (the overhead and the weight stream)
+    tpot = np.maximum(tpot, max(whole.t_fixed_s + float(whole.weights_time_s(0.0)), MIN_STEP_S))
+    return tpot, curve.throughput_tok_s(b, tpot, ctx)
 
 
 def fit_small_batch(
@@ -151,6 +202,33 @@ def fit_small_batch(
 
 
 @dataclass(frozen=True)
+class Contexts:
+    """The contexts behind the points: each point's effective context when the table holds several (None: one
+    context, folded into the terms), the reference context the fitted terms are folded at, and the prior, whose
+    physics moves a one-context fit to other contexts."""
+
+    values: np.ndarray | None = None
+    reference: float = 0.0
+    prior: Prior | None = None
+
+    def law(self, sm: StepModel) -> ContextLaw | None:
+        """How a structure's model moves with context: fitted (several contexts), from the physics (one context and
+        a prior), or unknown (one context, data only)."""
+        if self.values is not None:
+            return ContextLaw.of(sm, self.reference)
+        if self.prior is not None:
+            return physics_law(sm, self.prior)
+        return None
+
+    def reduced(self, batch: np.ndarray, tpot_s: np.ndarray, law: ContextLaw | None) -> np.ndarray:
+        """The points' TPOTs moved to the reference context (for the small-batch line), never below a tenth."""
+        if self.values is None or law is None:
+            return tpot_s
+        moved = tpot_s - law.kv_token_s * batch * (self.values - law.reference_tokens)
+        return np.maximum(moved, 0.1 * tpot_s)
+
+
+@dataclass(frozen=True)
 class Excluded:
     """Points past a cap the data show: left out of the decode fit (preemption), or fitted as steps at the cap."""
 
@@ -158,6 +236,18 @@ class Excluded:
     reason: str
     cap: float | None = None  # the running batch they show the server holding
     left_out: bool = True  # False: they measure steps at the cap and are fitted there
+    contexts: tuple[float, ...] = ()  # in a table of several contexts, the context of each batch's curve
+
+    def indices(self, points: MeasurementTable) -> np.ndarray:
+        """Where these points lie in `points`: the last ones of a one-context table, else matched by (batch,
+        context)."""
+        if not self.contexts:
+            return np.arange(len(points) - len(self.batches), len(points))
+        level_context = np.asarray(points.level_contexts())[points.levels]
+        hit = np.zeros(len(points), dtype=bool)
+        for batch, context in zip(self.batches, self.contexts, strict=True):
+            hit |= (points.batch == batch) & (level_context == context)
+        return np.flatnonzero(hit)
 
 
 # -- the fit --------------------------------------------------------------------------------
@@ -178,10 +268,59 @@ class Fit:
     conflicts: list[str] = field(default_factory=list)
     excluded: Excluded | None = None  # points past a cap (left out, or fitted at the cap)
     notes: list[str] = field(default_factory=list)  # what the fit found worth a warning
+    contexts: Contexts = field(default_factory=Contexts)
+    context_range: tuple[float, float] | None = None  # the smallest and largest measured context (None: not stated)
 
     @property
     def method(self) -> str:
         return self.best.structure
+
+    @property
+    def context_tokens(self) -> float:
+        """The (effective) context the fitted terms are folded at: the step model, the critical batch."""
+        return self.contexts.reference
+
+    @property
+    def context_source(self) -> str | None:
+        """What moves the fit to other contexts: "data" (several measured), "physics" (the prior), None (neither)."""
+        return self.best.law.source if self.best.law is not None else None
+
+    def effective(self, context: ArrayLike) -> np.ndarray:
+        """Raw contexts as the fit's terms count them (sliding-window layers hold their window; with the prior)."""
+        prior = self.contexts.prior
+        ctx = np.asarray(context, dtype=float)
+        return ctx if prior is None else prior.effective_context(ctx)
+
+    def require_context_law(self, context: float) -> None:
+        """Raise when asked about another context than the one measured with nothing to move the fit there."""
+        if self.context_source is None and abs(context / max(self.context_tokens, 1.0) - 1) > 1e-9:
+            at = f"at a context of {self.context_tokens:g} tokens" if self.context_tokens else "at one context"
+            raise TokenroofError(
+                f"the table was measured {at}: moving it to {context:g} needs the KV cost per context token, from "
+                "two or more measured contexts (a context_tokens column) or from the physics (--model/--hardware)"
+            )
+
+    def cap_at(self, context: float | None = None) -> float | None:
+        """The running-batch cap at `context` (raw tokens; None: the reference): the memory's shrinks with context."""
+        if self.curve.cap is None:
+            return None
+        if context is None or self.context_source is None:
+            return self.curve.cap
+        return float(self.curve.running(np.array([np.inf]), self.effective(context))[0])
+
+    def step_model_at(self, context: float | None = None) -> StepModel:
+        """The chosen structure's model folded at `context` (raw tokens; None: the reference)."""
+        return self._moved(self.best, context)
+
+    def sample_models_at(self, context: float | None = None) -> list[StepModel]:
+        if context is None:
+            return self.sample_models()
+        return [self._moved(c, context) for c in self.samples]
+
+    def _moved(self, c: Candidate, context: float | None) -> StepModel:
+        if context is None or c.law is None:
+            return c.model
+        return c.law.at(c.model, float(self.effective(context)))
 
     @property
     def step_model(self) -> StepModel:
@@ -195,41 +334,50 @@ class Fit:
         """The interval samples as step models (built once: predictions, the critical batch and plots share them)."""
         return self._sample_models
 
-    def evaluate(self, batch: np.ndarray, candidate: Candidate | None = None) -> tuple[np.ndarray, np.ndarray]:
-        """TPOT (s) and throughput at `batch`: one candidate's, or the Akaike-weighted (geometric) average."""
-        if candidate is not None:
-            return evaluate_s(candidate.model, candidate.small, self.curve, batch)
+    def evaluate(
+        self, batch: np.ndarray, candidate: Candidate | None = None, context: ArrayLike | None = None
+    ) -> tuple[np.ndarray, np.ndarray]:
+        """TPOT (s) and throughput at `batch`: one candidate's, or the Akaike-weighted (geometric) average; at the
+        reference context, or at `context` (raw tokens, one or one per batch)."""
         b = np.asarray(batch, dtype=float)
+        ctx = None if context is None else self.effective(context)
+        if candidate is not None:
+            return evaluate_s(candidate.model, candidate.small, self.curve, b, ctx, candidate.law)
         log_tpot = np.zeros_like(b)
         for c in self.candidates:
-            log_tpot += self.weights[c.structure] * np.log(self.evaluate(b, c)[0])
+            log_tpot += self.weights[c.structure] * np.log(evaluate_s(c.model, c.small, self.curve, b, ctx, c.law)[0])
         tpot = np.exp(log_tpot)
-        return tpot, self.curve.throughput_tok_s(b, tpot)
+        moves = ctx is not None and self.context_source is not None
+        return tpot, self.curve.throughput_tok_s(b, tpot, ctx if moves else None)
 
-    def as_step_time(self) -> FittedCurve:
-        """The fitted curve where a step model is expected (advise): the weighted structures, small batches, cap."""
-        return FittedCurve(self)
+    def as_step_time(self, context: float | None = None) -> FittedCurve:
+        """The fitted curve where a step model is expected (advise): the weighted structures, small batches, cap;
+        at the reference context, or at `context` (raw tokens)."""
+        if context is not None:
+            self.require_context_law(float(self.effective(context)))
+        return FittedCurve(self, context)
 
-    def sample_curves(self, batch: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    def sample_curves(self, batch: np.ndarray, context: ArrayLike | None = None) -> tuple[np.ndarray, np.ndarray]:
         """TPOT (s) and throughput of every sample at `batch`: arrays (samples × batches)."""
-        draws = [self.evaluate(batch, c) for c in self.samples] or [self.evaluate(batch)]
+        draws = [self.evaluate(batch, c, context) for c in self.samples] or [self.evaluate(batch, context=context)]
         return np.array([d[0] for d in draws]), np.array([d[1] for d in draws])
 
 
 @dataclass(frozen=True)
 class FittedCurve:
-    """TPOT and throughput of a fit as functions of batch, with the step model's signature (context is folded
-    into the fitted terms, so it is ignored)."""
+    """TPOT and throughput of a fit as functions of batch at one context, with the step model's signature (the
+    context it holds at is fixed when it is made, so the argument is ignored)."""
 
     fit: Fit
+    context: float | None = None  # raw tokens; None: the reference the terms are folded at
 
     def step_time_s(self, batch: ArrayLike, context: ArrayLike = 0.0) -> np.ndarray:
         b = np.asarray(batch, dtype=float)
-        return self.fit.evaluate(np.atleast_1d(b))[0].reshape(b.shape)
+        return self.fit.evaluate(np.atleast_1d(b), context=self.context)[0].reshape(b.shape)
 
     def throughput_tok_s(self, batch: ArrayLike, context: ArrayLike = 0.0) -> np.ndarray:
         b = np.asarray(batch, dtype=float)
-        return self.fit.evaluate(np.atleast_1d(b))[1].reshape(b.shape)
+        return self.fit.evaluate(np.atleast_1d(b), context=self.context)[1].reshape(b.shape)
 
 
 @dataclass(frozen=True)
@@ -289,11 +437,17 @@ def candidate(
     curve: Curve,
     rng: np.random.Generator | None = None,
     weight: np.ndarray | None = None,
+    contexts: Contexts | None = None,
 ) -> Candidate:
+    """A structure fitted: its model folded at the reference context with the law that moves it, the small-batch
+    line (fitted on the points moved to the reference), and its residual at every point's own context."""
+    contexts = contexts or Contexts()
     sm, support = structure.fit(tpot_s, rng)
-    small, k_small = fit_small_batch(batch, tpot_s, support, weight)
-    pred, _ = evaluate_s(sm, small, curve, batch)
-    return Candidate(structure.name, sm, small, structure.n_params + k_small, np.log(pred / tpot_s))
+    law = contexts.law(sm)
+    folded = law.fold(sm) if law is not None else sm
+    small, k_small = fit_small_batch(batch, contexts.reduced(batch, tpot_s, law), support, weight)
+    pred, _ = evaluate_s(folded, small, curve, batch, contexts.values, law)
+    return Candidate(structure.name, folded, small, structure.n_params + k_small, np.log(pred / tpot_s), law)
 
 
 def check_pins(critical_batch: float | None, roof_tok_s: float | None) -> None:
@@ -315,16 +469,19 @@ def fit_points(
     n_samples: int = 200,
     seed: int = 0,
     evidence: Evidence | None = None,
+    contexts: Contexts | None = None,
 ) -> Fit:
     """Fit (batch, TPOT in s) points, sorted by batch: every structure, AICc weights, interval samples.
-    `evidence`: the rows behind each point (default: one each)."""
+    `evidence`: the rows behind each point (default: one each); `contexts`: their contexts (default: one,
+    folded into the terms, moved to others by the prior's physics when there is one)."""
     check_pins(critical_batch, roof_tok_s)
     curve = curve or Curve()
     evidence = evidence or Evidence.single(batch.size)
+    contexts = contexts or Contexts(prior=prior, reference=prior.context_tokens if prior is not None else 0.0)
     rng = np.random.default_rng(seed)
     states = [PriorFit(), PriorFit()]  # what each prior structure's central fit found in conflict
-    structures = _structures(batch, tpot_s, prior, critical_batch, roof_tok_s, evidence, states)
-    fitted = [candidate(s, batch, tpot_s, curve, weight=evidence.count) for s in structures]
+    structures = _structures(batch, tpot_s, prior, critical_batch, roof_tok_s, evidence, states, contexts)
+    fitted = [candidate(s, batch, tpot_s, curve, weight=evidence.count, contexts=contexts) for s in structures]
     scores = [aicc(c.log_resid, c.n_params, evidence=evidence) for c in fitted]
     if not any(math.isfinite(x) for x in scores):  # too few points for the correction anywhere: plain AIC
         scores = [aicc(c.log_resid, c.n_params, small_sample=False, evidence=evidence) for c in fitted]
@@ -338,7 +495,7 @@ def fit_points(
     for structure, count in zip(structures, counts, strict=True):
         for _ in range(int(count)):
             noisy = fitted_s * np.exp(noise * rng.normal(size=batch.size))
-            samples.append(candidate(structure, batch, noisy, curve, rng, evidence.count))
+            samples.append(candidate(structure, batch, noisy, curve, rng, evidence.count, contexts))
     shares = {c.structure: float(w) for c, w in zip(fitted, weights, strict=True)}
     reason = structures[order].why
     if len(fitted) > 1:
@@ -346,8 +503,10 @@ def fit_points(
     if best.small is not None:
         reason += f"; batches ≤ {best.small.upto_batch:g} on their own line (small-batch kernels)"
     conflicts = list(dict.fromkeys(states[0].conflicts + states[1].conflicts))
-    span = (float(batch[0]), float(batch[-1]))
-    return Fit(best, fitted, shares, reason, prior, curve, samples, sigma, int(batch.size), span, conflicts)
+    span = (float(batch.min()), float(batch.max()))
+    return Fit(
+        best, fitted, shares, reason, prior, curve, samples, sigma, int(batch.size), span, conflicts, contexts=contexts
+    )
 
 
 def _structures(
@@ -358,21 +517,22 @@ def _structures(
     roof_tok_s: float | None,
     evidence: Evidence,
     states: list[PriorFit],
+    contexts: Contexts,
 ) -> list[Structure]:
     """The structures to weigh: the asserted one, or the line (none with the physics known: the compute term
     exists), the prior ones, and the roofline where the distinct batches are enough for a knee."""
-    weight = evidence.count
+    weight, ctx = evidence.count, contexts.values
     if critical_batch is not None or roof_tok_s is not None:
-        return [pinned_structure(batch, prior, critical_batch, roof_tok_s, weight)]
-    structures = [line_structure(batch, weight)]
+        return [pinned_structure(batch, prior, critical_batch, roof_tok_s, weight, ctx, contexts.reference)]
+    structures = [line_structure(batch, weight, ctx)]
     if prior is not None:
-        noise = local_noise(batch, tpot_s, evidence)
-        structures = [prior_structure(batch, prior, noise, states[0], weight=weight)]
+        noise = local_noise(batch, tpot_s, evidence, ctx)
+        structures = [prior_structure(batch, prior, noise, states[0], weight=weight, context=ctx)]
         if prior.overlap > 0:
             additive = replace(prior, overlap=0.0)
-            structures.append(prior_structure(batch, additive, noise, states[1], "prior-additive", weight))
-    if batch.size >= MIN_ROOFLINE_POINTS:
-        structures.append(roofline_structure(batch, weight))
+            structures.append(prior_structure(batch, additive, noise, states[1], "prior-additive", weight, ctx))
+    if np.unique(batch).size >= MIN_ROOFLINE_POINTS:
+        structures.append(roofline_structure(batch, weight, ctx))
     return structures
 
 
@@ -385,16 +545,23 @@ def _noise(log_resid: np.ndarray, evidence: Evidence) -> tuple[float, np.ndarray
     return sigma, np.maximum(float(np.sqrt(between / evidence.rows)), sigma / np.sqrt(evidence.count))
 
 
-def local_noise(batch: np.ndarray, tpot_s: np.ndarray, evidence: Evidence | None = None) -> float:
+def local_noise(
+    batch: np.ndarray, tpot_s: np.ndarray, evidence: Evidence | None = None, context: np.ndarray | None = None
+) -> float:
     """Relative noise of one row, to weigh the data against the prior: the misfit of a line on the upper half
-    (or on all points when the upper half is two), at least 2% (published curves repeat to ~1–3%)."""
+    (or on all points when the upper half is two), at least 2% (published curves repeat to ~1–3%); with several
+    contexts, the line's slope grows with context."""
     evidence = evidence or Evidence.single(batch.size)
     part = upper_half(batch.size)
     part = part if batch[part].size > 2 else slice(0, batch.size)
     b, t, here = batch[part], tpot_s[part], evidence.cut(part)
-    a, s = fit_line(b, t, here.count)
-    resid = np.log((a + s * b) / t)
-    dof = max(here.rows - 2, 1)
+    if context is None:
+        a, s = fit_line(b, t, here.count)
+        resid, params = np.log((a + s * b) / t), 2
+    else:
+        a, s0, k = fit_line_contexts(b, t, context[part], here.count)
+        resid, params = np.log((a + (s0 + k * context[part]) * b) / t), 3
+    dof = max(here.rows - params, 1)
     return max(float(np.sqrt(here.rss(resid) / dof)), 2 * NOISE_FLOOR)
 
 
@@ -469,31 +636,76 @@ def fit_table(
 ) -> Fit:
     """Fit a measurement table: preempted points past a cap are left out (and named), points past a server cap are
     fitted as the steps at that cap, and the cap (the data's, else the memory's) turns the step model into TPOT as
-    the table's TPOT counts it. Tables of more than MAX_POINTS distinct batches are fitted on bins (`pooled`)."""
-    points, ends = pooled(table, MAX_POINTS)
-    seen = past_cap(points)
-    keep = len(points) - (len(seen.batches) if seen is not None and seen.left_out else 0)
-    if keep < 2:
-        keep = len(points)
-    batch, tpot_s = points.batch[:keep].astype(float), ms_to_s(points.tpot_ms[:keep])
+    the table's TPOT counts it. Tables of more than MAX_POINTS distinct batches are fitted on bins (`pooled`).
+    A table of several contexts is fitted as one model whose cost per sequence grows with context (`Contexts`);
+    each context's curve is checked for a cap on its own."""
+    points, tops = pooled(table, MAX_POINTS)
+    several = points.several_contexts
+    seen = _past_caps(points) if several else past_cap(points)
+    keep = np.ones(len(points), dtype=bool)
+    if seen is not None and seen.left_out:
+        keep = ~np.isin(np.arange(len(points)), seen.indices(points))
+    if keep.sum() < 2:
+        keep[:] = True
+    batch, tpot_s = points.batch[keep].astype(float), ms_to_s(points.tpot_ms[keep])
+    contexts = _contexts(points, keep, prior)
     queues, notes, capped = points.semantics.queues, [], False
     cap = seen.cap if seen is not None else (prior.max_batch if prior is not None else None)
-    if cap is not None and points.semantics.batch_kind != "concurrency" and cap < batch.max():
-        if seen is None:
-            notes.append(
-                f"the physics puts the memory cap at {cap:g} sequences, below the measured batch {batch.max():g}: "
-                "the memory held it, so the cap is taken there; check --context, --dtype and --kv-dtype"
-            )
-        cap = float(batch.max())
-    elif cap is not None and cap < batch.max():  # the server ran `cap` sequences per step: fit the steps there
+    scales = seen is None and cap is not None and several  # the memory's cap, at the prior's context
+    if cap is not None and points.semantics.batch_kind != "concurrency":
+        held = batch * contexts.values / contexts.reference if scales and contexts.values is not None else batch
+        if cap < held.max():
+            if seen is None:
+                notes.append(
+                    f"the physics puts the memory cap at {cap:g} sequences, below the measured batch {batch.max():g}: "
+                    "the memory held it, so the cap is taken there; check --context, --dtype and --kv-dtype"
+                )
+            cap = float(held.max())
+    elif cap is not None and cap < batch.max() and not several:  # the server ran `cap` sequences per step
         running = np.minimum(batch, cap)
         tpot_s = tpot_s * running / batch if queues else tpot_s
         batch, capped = running, True
-    evidence = Evidence(points.counts[:keep], points.log_ss[:keep])
-    fit = fit_points(batch, tpot_s, prior, Curve(cap, queues), critical_batch, roof_tok_s, n_samples, seed, evidence)
+    curve = Curve(cap, queues, contexts.reference if cap is not None and seen is None else None)
+    evidence = Evidence(points.counts[keep], points.log_ss[keep])
+    fit = fit_points(
+        batch, tpot_s, prior, curve, critical_batch, roof_tok_s, n_samples, seed, evidence, contexts=contexts
+    )
     if len(points) < len(table):  # binned: the rows span the range, not the bins' means
-        top = float(table.batch[ends[keep - 1] - 1])
-        fit.batch_range = (float(table.batch[0]), float(batch.max()) if capped else top)
+        top = float(tops[keep].max())
+        fit.batch_range = (float(table.batch.min()), float(batch.max()) if capped else top)
+    if points.context_tokens is not None:
+        fit.context_range = (float(points.context_tokens[keep].min()), float(points.context_tokens[keep].max()))
     fit.excluded = seen
     fit.notes = notes
     return fit
+
+
+def _contexts(points: MeasurementTable, keep: np.ndarray, prior: Prior | None) -> Contexts:
+    """The points' contexts for the fit: each point's (effective, with the prior) when the table holds several,
+    the reference the terms fold at (the prior's context, else the points' mean, else the stated workload's)."""
+    ctx = points.context_tokens
+    if not points.several_contexts or ctx is None:
+        if prior is not None:
+            return Contexts(None, prior.context_tokens, prior)
+        stated = float(ctx[keep].mean()) if ctx is not None else points.semantics.mean_context
+        return Contexts(None, stated or 0.0, None)
+    values = ctx[keep] if prior is None else prior.effective_context(ctx[keep])
+    reference = prior.context_tokens if prior is not None else float(np.average(values, weights=points.counts[keep]))
+    return Contexts(np.asarray(values, dtype=float), reference, prior)
+
+
+def _past_caps(points: MeasurementTable) -> Excluded | None:
+    """`past_cap` on each context's curve of a table of several: the points past a cap are left out (a server's
+    running cap seen in one context's curve is not carried to the others)."""
+    levels, contexts = points.levels, points.level_contexts()
+    found = []
+    for level, context in enumerate(contexts):
+        seen = past_cap(points.subset(levels == level))
+        if seen is not None:
+            found.append((context, seen))
+    if not found:
+        return None
+    batches = tuple(b for _, seen in found for b in seen.batches)
+    reason = "; ".join(f"at context {context:g}: {seen.reason}" for context, seen in found)
+    at = tuple(context for context, seen in found for _ in seen.batches)
+    return Excluded(batches, reason + " (left out: a table of several contexts fits no server cap)", None, True, at)

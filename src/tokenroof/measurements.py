@@ -30,6 +30,9 @@ DISAGREE = 0.10  # throughput and TPOT inconsistent by more than this → warnin
 # rows at one batch are repeated runs of it, pooled, unless their TPOTs scatter more than this (rms of log TPOT):
 # that is two servers or workloads in one table
 CONFLICT_SCATTER = 0.2
+# contexts apart by less than this ratio are one level (a measured mean context moves a little from run to run);
+# a table whose contexts fall into several levels is several curves, one per level, its points keyed (batch, level)
+CONTEXT_LEVEL_RATIO = 1.1
 MAX_ROW_WARNINGS = 10  # warnings of one kind named row by row; the rest are counted
 # every number a table holds lies in here (batch × 1000 / throughput and the like stay normal floats)
 PLAUSIBLE = (1e-9, 1e12)
@@ -122,6 +125,45 @@ class MeasurementTable:
         return int(self.batch.size)
 
     @property
+    def levels(self) -> np.ndarray:
+        """Each point's context level (`context_levels`): all 0 without a context column or with one context."""
+        return (
+            np.zeros(len(self), dtype=np.int64) if self.context_tokens is None else context_levels(self.context_tokens)
+        )
+
+    @property
+    def several_contexts(self) -> bool:
+        """Whether the table holds curves at more than one context (levels apart by more than CONTEXT_LEVEL_RATIO)."""
+        return bool(self.levels.max(initial=0) > 0)
+
+    def level_contexts(self) -> list[float]:
+        """The mean context of each level, in level order (empty without a context column)."""
+        if self.context_tokens is None:
+            return []
+        levels = self.levels
+        return [float(self.context_tokens[levels == k].mean()) for k in range(int(levels.max()) + 1)]
+
+    def subset(self, keep: np.ndarray) -> MeasurementTable:
+        """The points `keep` selects: a boolean mask (in point order), or indices (in their order)."""
+        index = np.flatnonzero(keep) if keep.dtype == bool else keep
+
+        def cut(a: np.ndarray | None) -> np.ndarray | None:
+            return None if a is None else a[index]
+
+        derived = tuple(self.derived[i] for i in index.tolist()) if len(self.derived) == len(self) else ()
+        return replace(
+            self,
+            batch=self.batch[index],
+            tpot_ms=self.tpot_ms[index],
+            throughput_tok_s=self.throughput_tok_s[index],
+            context_tokens=cut(self.context_tokens),
+            ttft_ms=cut(self.ttft_ms),
+            derived=derived,
+            count=cut(self.count),
+            tpot_log_ss=cut(self.tpot_log_ss),
+        )
+
+    @property
     def counts(self) -> np.ndarray:
         """Rows behind each point (float, for weights)."""
         return np.ones(len(self)) if self.count is None else self.count.astype(float)
@@ -133,21 +175,7 @@ class MeasurementTable:
 
     def head(self, n: int) -> MeasurementTable:
         """The first `n` points (by batch)."""
-
-        def cut(a: np.ndarray | None) -> np.ndarray | None:
-            return None if a is None else a[:n]
-
-        return replace(
-            self,
-            batch=self.batch[:n],
-            tpot_ms=self.tpot_ms[:n],
-            throughput_tok_s=self.throughput_tok_s[:n],
-            context_tokens=cut(self.context_tokens),
-            ttft_ms=cut(self.ttft_ms),
-            derived=self.derived[:n],
-            count=cut(self.count),
-            tpot_log_ss=cut(self.tpot_log_ss),
-        )
+        return self.subset(np.arange(len(self)) < n)
 
     def to_csv(self) -> str:
         """The points as the DESIGN.md CSV: one row per point (rows pooled at a batch are written once)."""
@@ -263,8 +291,19 @@ def table_from_columns(
     batch = columns.values["batch"]
     if batch.size < 2:
         raise TokenroofError(f"{source or 'table'}: need at least 2 measured points, got {batch.size}")
-    order = None if (batch[1:] >= batch[:-1]).all() else np.argsort(batch, kind="stable")
+    ctx_in = columns.values["context_tokens"]
+    if np.isnan(ctx_in).any() and not np.isnan(ctx_in).all():
+        raise TokenroofError(
+            f"{columns.where(int(np.argmax(np.isnan(ctx_in))))}: context_tokens is empty here but given elsewhere; "
+            "give it on every row"
+        )
+    level_in = np.zeros(batch.size, dtype=np.int64) if np.isnan(ctx_in).all() else context_levels(ctx_in)
+    if level_in.max() > 0:  # several contexts: points keyed (batch, context level), in batch order
+        order: np.ndarray | None = np.lexsort((level_in, batch))
+    else:
+        order = None if (batch[1:] >= batch[:-1]).all() else np.argsort(batch, kind="stable")
     col = columns.values if order is None else {name: values[order] for name, values in columns.values.items()}
+    level = level_in if order is None else level_in[order]
 
     def where(i: int) -> str:  # i: a position in batch order
         return columns.where(i if order is None else int(order[i]))
@@ -276,17 +315,12 @@ def table_from_columns(
     warnings = _disagreements(b, thr, tpot, where)
     tpot_all = np.where(np.isnan(tpot), b * 1000 / thr, tpot)
     thr_all = np.where(np.isnan(thr), b * 1000 / tpot_all, thr)
-    groups = Groups.of(b)
+    groups = Groups.of(b, level)
     starts = groups.starts
-    warnings = _repeats(groups, b, tpot_all, where) + warnings
+    ctx = col["context_tokens"]
+    warnings = _repeats(groups, b, tpot_all, where, None if np.isnan(ctx).all() else ctx) + warnings
     if starts.size < 2:
         raise TokenroofError(f"{source or 'table'}: need at least 2 measured points, got {starts.size}")
-    ctx = col["context_tokens"]
-    if np.isnan(ctx).any() and not np.isnan(ctx).all():
-        raise TokenroofError(
-            f"{where(int(np.argmax(np.isnan(ctx))))}: context_tokens is empty here but given elsewhere; "
-            "give it on every row"
-        )
     repeated = groups.count.max() > 1
     return MeasurementTable(
         batch=b[starts],
@@ -323,8 +357,12 @@ class Groups:
     count: np.ndarray
 
     @classmethod
-    def of(cls, batch: np.ndarray) -> Groups:
-        starts = np.flatnonzero(np.concatenate(([True], batch[1:] != batch[:-1])))
+    def of(cls, batch: np.ndarray, level: np.ndarray | None = None) -> Groups:
+        """Runs of equal batch (and equal context level, where given) in that order."""
+        change = batch[1:] != batch[:-1]
+        if level is not None:
+            change |= level[1:] != level[:-1]
+        starts = np.flatnonzero(np.concatenate(([True], change)))
         return cls(starts, np.diff(np.append(starts, batch.size)))
 
     def mean(self, values: np.ndarray) -> np.ndarray:
@@ -345,13 +383,21 @@ class Groups:
 
 
 def pooled(table: MeasurementTable, max_points: int) -> tuple[MeasurementTable, np.ndarray]:
-    """At most `max_points` points, for fitting, and where each point's points in `table` end. Past that many
+    """At most `max_points` points, for fitting, and the largest batch of `table` each holds. Past that many
     distinct batches, neighbours are pooled into bins of equal width in log batch (1024 bins over batches 1–512
     are 0.6% wide, and TPOT moves less than the batch across one), each bin a point as repeated rows are: TPOT and
-    throughput their rows' geometric means, batch, context and TTFT their means, their scatter kept."""
+    throughput their rows' geometric means, batch, context and TTFT their means, their scatter kept. A table of
+    several contexts is pooled level by level (bins never mix contexts), its points back in batch order."""
     n = len(table)
     if n <= max_points:
-        return table, np.arange(1, n + 1)
+        return table, table.batch.astype(float)
+    if table.several_contexts:
+        levels = table.levels
+        n_levels = int(levels.max()) + 1
+        parts = [pooled(table.subset(levels == k), max(max_points // n_levels, 2)) for k in range(n_levels)]
+        merged = _concat([p for p, _ in parts])
+        order = np.lexsort((merged.levels, merged.batch))
+        return merged.subset(order), np.concatenate([t for _, t in parts])[order]
     b, count = table.batch.astype(float), table.counts
     edges = np.geomspace(b[0], b[-1], max_points + 1)
     bins = np.minimum(np.searchsorted(edges, b, side="right") - 1, max_points - 1)
@@ -377,10 +423,42 @@ def pooled(table: MeasurementTable, max_points: int) -> tuple[MeasurementTable, 
         count=np.rint(rows).astype(np.int64),
         tpot_log_ss=np.add.reduceat(scatter, starts),
     )
-    return points, ends
+    return points, b[ends - 1]
 
 
-def _repeats(groups: Groups, b: np.ndarray, tpot: np.ndarray, where: Callable[[int], str]) -> list[str]:
+def _concat(parts: Sequence[MeasurementTable]) -> MeasurementTable:
+    """Points of several tables (of one source, with the same columns) as one, in the given order."""
+
+    def join(name: str) -> np.ndarray | None:
+        arrays = [getattr(p, name) for p in parts]
+        return None if any(a is None for a in arrays) else np.concatenate(arrays)
+
+    counts = [p.counts for p in parts]
+    derived = sum((p.derived for p in parts), ())
+    return replace(
+        parts[0],
+        batch=np.concatenate([p.batch for p in parts]),
+        tpot_ms=np.concatenate([p.tpot_ms for p in parts]),
+        throughput_tok_s=np.concatenate([p.throughput_tok_s for p in parts]),
+        context_tokens=join("context_tokens"),
+        ttft_ms=join("ttft_ms"),
+        derived=derived if len(derived) == sum(len(p) for p in parts) else (),
+        count=np.rint(np.concatenate(counts)).astype(np.int64),
+        tpot_log_ss=np.concatenate([p.log_ss for p in parts]),
+    )
+
+
+def context_levels(context: np.ndarray) -> np.ndarray:
+    """Each context's level: the distinct contexts in increasing order, a new level wherever one exceeds the one
+    below it by more than CONTEXT_LEVEL_RATIO (all 0: one context, or contexts spread without a gap)."""
+    values = np.unique(context)
+    level_of = np.concatenate(([0], np.cumsum(values[1:] > CONTEXT_LEVEL_RATIO * values[:-1])))
+    return level_of[np.searchsorted(values, context)].astype(np.int64)
+
+
+def _repeats(
+    groups: Groups, b: np.ndarray, tpot: np.ndarray, where: Callable[[int], str], ctx: np.ndarray | None = None
+) -> list[str]:
     """Rows at one batch are repeated runs, pooled; rows that scatter beyond any run-to-run noise are an error
     naming the two furthest apart, and runs identical to the last digit a warning (a row copied twice?)."""
     count = groups.count
@@ -393,8 +471,9 @@ def _repeats(groups: Groups, b: np.ndarray, tpot: np.ndarray, where: Callable[[i
         low, high = rows[np.argmin(tpot[rows])], rows[np.argmax(tpot[rows])]
         first, later = min(low, high), max(low, high)  # batch order keeps file order within a batch
         times = "twice" if count[g] == 2 else f"{count[g]} times"
+        at = f" at context {ctx[later]:g}" if ctx is not None else ""
         raise TokenroofError(
-            f"{where(int(later))}: batch {b[later]:g} appears {times} with conflicting values (also at "
+            f"{where(int(later))}: batch {b[later]:g}{at} appears {times} with conflicting values (also at "
             f"{where(int(first))}: TPOT {tpot[first]:.4g} ms vs {tpot[later]:.4g} ms; repeated runs of one server "
             f"scatter less than ±{CONFLICT_SCATTER:.0%}); keep one"
         )

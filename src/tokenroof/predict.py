@@ -150,14 +150,26 @@ def prior_from_specs(
         sigma_log_slope=SIGMA_LOG_MEASURED_SLOPE if hardware.efficiencies else None,
         context_tokens=ctx,
         prefill_ratio=0.0 if workload.static else workload.prefill_ratio,
+        layer_windows=tuple(model.layer_windows),
+        kv_bandwidth_ratio=(eff.kv_bandwidth or eff.bandwidth) / eff.bandwidth,
     )
 
 
-def step_interval_samples(fit: Fit, batch: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """Point TPOT (s) and the log-sd of the samples' TPOT at `batch`."""
-    tpot, _ = fit.evaluate(batch)
-    samples, _ = fit.sample_curves(batch)
+def step_interval_samples(fit: Fit, batch: np.ndarray, context: float | None = None) -> tuple[np.ndarray, np.ndarray]:
+    """Point TPOT (s) and the log-sd of the samples' TPOT at `batch` (at `context`, raw tokens; None: as fitted)."""
+    tpot, _ = fit.evaluate(batch, context=context)
+    samples, _ = fit.sample_curves(batch, context)
     return tpot, np.std(np.log(samples), axis=0) if len(fit.samples) > 1 else np.zeros_like(tpot)
+
+
+def context_doublings(fit: Fit, context: float | None) -> float:
+    """How far `context` lies outside the measured contexts, in doublings (0 inside, or as fitted)."""
+    if context is None:
+        return 0.0
+    low, high = fit.context_range or (fit.context_tokens, fit.context_tokens)
+    if low <= 0:
+        return 0.0
+    return float(intervals.distance_doublings(np.array([context]), low, high)[0])
 
 
 @dataclass
@@ -169,6 +181,7 @@ class PredictResult:
     critical_batch_asserted: float | None = None
     excluded: Excluded | None = None
     warnings: list[str] = field(default_factory=list)
+    contexts: list[float] | None = None  # contexts to predict at (raw tokens; None: the one the table was measured at)
 
     @property
     def calibration(self) -> Calibration:
@@ -200,34 +213,58 @@ class PredictResult:
         return value, interval, None
 
     def predictions(self) -> list[dict[str, Any]]:
-        b = self.batches
-        tpot, sd = step_interval_samples(self.fit, b)
-        running = self.fit.curve.running(b)
-        thr = self.fit.curve.throughput_tok_s(b, tpot)
+        """One row per batch, for each context asked (in the order asked), or at the measured one."""
+        asked: list[float | None] = list(self.contexts) if self.contexts else [None]
+        return [row for context in asked for row in self.predictions_at(context)]
+
+    def predictions_at(self, context: float | None) -> list[dict[str, Any]]:
+        """Rows at `context` (raw tokens; None: as fitted): intervals widen past the measured batches and contexts."""
+        b, fit = self.batches, self.fit
+        tpot, sd = step_interval_samples(fit, b, context)
+        moves = context is not None and fit.context_source is not None
+        ctx = fit.effective(context) if moves and context is not None else None
+        running = fit.curve.running(b, ctx)
+        thr = fit.curve.throughput_tok_s(b, tpot, ctx)
         cal = self.calibration
-        distance = intervals.distance_doublings(b, float(self.fit.batch_range[0]), float(self.fit.batch_range[1]))
-        t_lo, t_hi = cal.bounds(tpot, cal.scale(sd, self.fit.sigma_rel, distance))
+        distance = intervals.distance_doublings(b, float(fit.batch_range[0]), float(fit.batch_range[1]))
+        distance = distance + context_doublings(fit, context)
+        t_lo, t_hi = cal.bounds(tpot, cal.scale(sd, fit.sigma_rel, distance))
         t_lo, t_hi = np.minimum(t_lo, tpot), np.maximum(t_hi, tpot)
         # throughput = running / step: its bounds are the TPOT bounds' reciprocals
         r_lo, r_hi = thr * tpot / t_hi, thr * tpot / t_lo
-        cap = self.fit.curve.cap
-        bounds = self.fit.step_model.bound(running)
+        bounds = fit.step_model_at(context).bound(running)
         rows = []
         for i, batch in enumerate(b):
+            capped = running[i] < batch * (1 - 1e-12)
             rows.append(
                 {
                     "batch": float(batch),
                     "throughput_tok_s": float(thr[i]),
                     "tpot_ms": float(tpot[i] * MS_PER_S),
-                    "bound": "capacity" if cap is not None and batch > cap else str(bounds[i]),
+                    "bound": "capacity" if capped else str(bounds[i]),
                     "throughput_tok_s_low": float(r_lo[i]),
                     "throughput_tok_s_high": float(r_hi[i]),
                     "tpot_ms_low": float(t_lo[i] * MS_PER_S),
                     "tpot_ms_high": float(t_hi[i] * MS_PER_S),
                     "extrapolated": bool(distance[i] > 0),
+                    **({} if context is None else {"context_tokens": float(context)}),
                 }
             )
         return rows
+
+    def context_law(self) -> dict[str, Any] | None:
+        """How the fitted terms move with context: fitted across the measured contexts ("data"), or the prior's KV
+        reads and attention at the fitted efficiencies ("physics"); None: they cannot."""
+        law = self.fit.best.law
+        if law is None:
+            return None
+        return {
+            "source": law.source,
+            "reference_tokens": law.reference_tokens,
+            "kv_token_s": law.kv_token_s,
+            "attn_token_s": law.attn_token_s,
+            "measured_contexts": self.table.level_contexts() if self.table.several_contexts else None,
+        }
 
     def to_dict(self) -> dict[str, Any]:
         sm = self.fit.step_model
@@ -244,7 +281,8 @@ class PredictResult:
                 "points_fitted": self.fit.n_fit,
                 "running_batch_cap": self.fit.curve.cap,
                 "tpot_counts_queueing": self.fit.curve.queues,
-                "context_tokens": self.prior.context_tokens if self.prior is not None else None,
+                "context_tokens": self.fit.context_tokens or None,
+                "context_law": self.context_law(),
                 # these terms are never split: a scheduler reading them back must not add the prompts again
                 "prompts_folded": online(self.table),
             }
@@ -296,13 +334,36 @@ def read_with_prior(
     from tokenroof.measurements import read_table
 
     table = read_table(files)
+    return table, prior_for(table, physics, flags, flags_are_target)
+
+
+def prior_for(
+    table: MeasurementTable, physics: Physics, flags: Workload, flags_are_target: bool = False
+) -> Prior | None:
+    """`read_with_prior` for a table already read."""
     if not physics.known:
-        return table, None
+        return None
     input_len, output_len = flags.input_len, flags.output_len
     if flags_are_target and (table.semantics.mean_context is not None or table.context_tokens is not None):
         input_len = output_len = None
     workload = Workload.from_table(table, flags.context_tokens, input_len, output_len, flags.decode_only)
-    return table, physics.prior(workload)
+    return physics.prior(workload)
+
+
+def split_contexts(table: MeasurementTable, contexts: list[float] | None) -> tuple[float | None, list[float] | None]:
+    """--context as the context the table was measured at (a table that does not state one: one value) or as the
+    contexts to predict at (a table that states its own)."""
+    if not contexts:
+        return None, None
+    if table.context_tokens is not None or table.semantics.mean_context is not None:
+        return None, contexts
+    if len(contexts) > 1:
+        raise TokenroofError(
+            f"{table.source}: the table does not say the context it was measured at, so --context gives that one "
+            "context; to predict at several, state the table's own (a context_tokens column, or '# input_len=… "
+            "output_len=…') and list the contexts to predict at"
+        )
+    return contexts[0], None
 
 
 # -- warnings -----------------------------------------------------------------------------
@@ -313,12 +374,16 @@ def data_patterns(table: MeasurementTable, excluded: Excluded | None) -> list[st
         which = ", ".join(f"{b:g}" for b in excluded.batches)
         verb = "left out of the fit" if excluded.left_out else "past the server's cap"
         notes.append(f"{verb}, batches {which}: {excluded.reason}")
-    b, thr = table.batch, table.throughput_tok_s
-    for i in range(1, len(table)):
-        if b[i] / b[i - 1] >= 1.2 and thr[i] / thr[i - 1] < 0.97:
+    levels, contexts = table.levels, table.level_contexts()
+    for level in range(int(levels.max(initial=0)) + 1):
+        curve = table.subset(levels == level)
+        at = f" at context {contexts[level]:g}" if table.several_contexts else ""
+        b, thr = curve.batch, curve.throughput_tok_s
+        falls = np.flatnonzero((b[1:] / b[:-1] >= 1.2) & (thr[1:] / thr[:-1] < 0.97)) + 1
+        for i in falls.tolist():
             notes.append(
                 f"throughput falls from {thr[i - 1]:.4g} tok/s at batch {b[i - 1]:g} to {thr[i]:.4g} at "
-                f"batch {b[i]:g}: the step model cannot explain falling throughput (KV-cache preemption "
+                f"batch {b[i]:g}{at}: the step model cannot explain falling throughput (KV-cache preemption "
                 "and recompute, or swapping, is the usual cause)"
             )
     return notes
@@ -403,13 +468,21 @@ def predict_table(
     roof_tok_s: float | None = None,
     n_samples: int = 200,
     seed: int = 0,
+    contexts: Sequence[float] | None = None,
 ) -> PredictResult:
-    """Fit `table` and predict at `batches` (each echoed as asked)."""
+    """Fit `table` and predict at `batches` (each echoed as asked), at each of `contexts` (raw tokens; None: at the
+    context the table was measured at)."""
     from tokenroof.analysis import validate_batches
 
     arr = validate_batches(batches)
+    for context in contexts or []:
+        if not (math.isfinite(context) and context >= 1):
+            raise TokenroofError(f"--context must be a finite number of tokens ≥ 1, got {context:g}")
     fit = fit_table(table, prior, critical_batch, roof_tok_s, n_samples, seed)
-    result = PredictResult(table, fit, arr, prior, critical_batch, fit.excluded)
+    for context in contexts or []:
+        fit.require_context_law(float(fit.effective(context)))
+    asked = list(contexts) if contexts else (table.level_contexts() if table.several_contexts else None)
+    result = PredictResult(table, fit, arr, prior, critical_batch, fit.excluded, contexts=asked)
     result.warnings = (
         list(table.warnings) + data_patterns(table, fit.excluded) + fit.notes + fit_notes(result, float(arr.max()))
     )

@@ -158,7 +158,13 @@ def prediction(console: Console, data: dict[str, Any]) -> None:
     if not {"batch_kind", "tpot_kind"} <= set(measured.get("stated", [])):
         table_line += " (assumed where the file does not say: '# batch_kind=… tpot_kind=…')"
     if m.get("context_tokens") is not None:
-        table_line += f"; prior at a mean context of {fmt(m['context_tokens'])} tokens"
+        table_line += f"; terms folded at a mean context of {fmt(m['context_tokens'])} tokens"
+    law = m.get("context_law")
+    if law is not None and law.get("measured_contexts"):
+        shown = ", ".join(fmt(c) for c in law["measured_contexts"])
+        table_line += f"; KV cost {law['kv_token_s'] * 1e9:.3g} ns per context token, fitted across contexts {shown}"
+    elif law is not None:
+        table_line += f"; other contexts by the physics ({law['kv_token_s'] * 1e9:.3g} ns of KV per context token)"
     console.print(table_line, style="dim", highlight=False)
     crit = data["critical_batch"]
     lo, hi = data["critical_batch_low"], data["critical_batch_high"]
@@ -175,10 +181,12 @@ def prediction(console: Console, data: dict[str, Any]) -> None:
     if crit is None and data.get("critical_batch_reason"):
         console.print(f"no critical batch: {data['critical_batch_reason']}", style="yellow", highlight=False)
     table = Table(title="predictions (90% intervals)", title_justify="left")
-    for col in ("batch", "tok/s", "tok/s 90%", "TPOT ms", "TPOT 90%", "bound", ""):
+    contexts = any("context_tokens" in p for p in data["predictions"])
+    for col in (*(("context",) if contexts else ()), "batch", "tok/s", "tok/s 90%", "TPOT ms", "TPOT 90%", "bound", ""):
         table.add_column(col, justify="right")
     for p in data["predictions"]:
         table.add_row(
+            *((fmt(p["context_tokens"]),) if contexts else ()),
             fmt(p["batch"]),
             fmt(p["throughput_tok_s"]),
             f"{fmt(p['throughput_tok_s_low'])}–{fmt(p['throughput_tok_s_high'])}",
@@ -195,7 +203,8 @@ def at_statistic(value: float | dict[str, float | None] | None, statistic: str) 
     return value.get(statistic) if isinstance(value, dict) else value
 
 
-def advice(console: Console, data: dict[str, Any]) -> None:
+def advice(console: Console, data: dict[str, Any], flags: bool = True) -> None:
+    """advise's answer: the cap, what binds, the knee, and (with `flags`) each engine's flag for it."""
     lo, hi = data["max_num_seqs_low"], data["max_num_seqs_high"]
     interval = f" (90%: {lo}–{hi})" if lo is not None else ""
     console.print(f"[dim]{data['source']}[/]", highlight=False)
@@ -219,12 +228,42 @@ def advice(console: Console, data: dict[str, Any]) -> None:
         f"available at batch {fmt(reference['max_num_seqs'])}",
         highlight=False,
     )
+    if not flags:
+        return
     table = Table(title="set it", title_justify="left")
     table.add_column("engine")
     table.add_column("flag")
     for engine, flag in data["engine_flags"].items():
         table.add_row(engine, flag)
     console.print(table)
+
+
+def advice_contexts(console: Console, data: dict[str, Any]) -> None:
+    """advise at several contexts: the cap at each, then each answer in full."""
+    summary = Table(title="max_num_seqs by context", title_justify="left")
+    for col in ("context", "max_num_seqs", "90%", "binds", "TPOT ms at cap", "tok/s at cap"):
+        summary.add_column(col, justify="right")
+    for answer in data["contexts"]:
+        lo, hi, at_cap = answer["max_num_seqs_low"], answer["max_num_seqs_high"], answer["at_cap"]
+        summary.add_row(
+            fmt(answer.get("context_tokens")),
+            f"[bold]{answer['max_num_seqs']}[/]",
+            f"{lo}–{hi}" if lo is not None else "",
+            answer["binding"],
+            fmt(at_statistic(at_cap["tpot_ms"], answer["slo"]["statistic"])),
+            fmt(at_cap["throughput_tok_s"]),
+        )
+    console.print(summary)
+    for answer in data["contexts"]:
+        console.rule(f"context {fmt(answer.get('context_tokens'))}", style="dim")
+        advice(console, answer, flags=False)
+    first = data["contexts"][0]["engine_flags"]
+    console.print(
+        "set it with each engine's batch-cap flag ("
+        + ", ".join(f"{engine} {flag.rsplit(' ', 1)[0]}" for engine, flag in first.items())
+        + ") at the cap of the longest context the server must hold",
+        highlight=False,
+    )
 
 
 def bench(console: Console, data: dict[str, Any]) -> None:

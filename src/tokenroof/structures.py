@@ -18,6 +18,13 @@
 - **pinned** — `--critical-batch N` asserts the knee (`c = W / N`), `--roof-tok-s X`
   the throughput asymptote (`c + s = 1/X`).
 
+With several measured contexts (a table keyed (batch, context)) every structure also fits
+the per-sequence cost's growth with context: `s·b` becomes `(s₀ + k·ctx)·b`, k ≥ 0 the KV
+reads per context token (a column b·ctx beside the others; with the physics, the attention
+FLOPs per context token ride on the compute term at the fitted compute efficiency). Structures
+return such models whole (`t_kv_token_s`, `t_attn_token_s`); `ContextLaw` folds them at a
+reference context and moves them to others.
+
 Relative least squares throughout: a 2% miss counts the same at 5 and 50 ms; a point counts as often as
 the measured rows behind it (`weight`). Times are seconds.
 """
@@ -26,7 +33,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import numpy as np
 from scipy.optimize import OptimizeResult, least_squares, nnls
@@ -65,31 +72,106 @@ class Prior:
     sigma_log_slope: float | None = None  # spread of that slope when the efficiencies were measured; None: floor only
     context_tokens: float = 0.0  # mean context the per-sequence terms were folded at
     prefill_ratio: float = 0.0  # prompt tokens sharing each step's GEMMs per running sequence (online: in/out)
+    kv_bandwidth_ratio: float = 1.0  # the KV reads' bandwidth efficiency over the weights' (engine profiles)
+    layer_windows: tuple[int | None, ...] = ()  # the model's attention window per layer (None: global; () all global)
 
     @property
     def step_compute_floor_s(self) -> float:
         """GEMM time per running sequence at peak: its decode token plus the prompt share it carries."""
         return self.compute_floor_s + self.prefill_floor_s
 
+    def effective_context(self, context: np.ndarray | float) -> np.ndarray:
+        """Mean KV tokens a layer reads at `context` (sliding-window layers hold their window;
+        ModelSpec.effective_context)."""
+        ctx = np.asarray(context, dtype=float)
+        if not self.layer_windows:
+            return ctx
+        held = [ctx if w is None else np.minimum(ctx, w) for w in self.layer_windows]
+        return np.asarray(sum(held) / len(self.layer_windows))
+
+
+@dataclass(frozen=True)
+class ContextLaw:
+    """How a model folded at `reference_tokens` moves with context: per sequence, `kv_token_s` of KV reads and
+    `attn_token_s` of attention compute per (effective) context token. `source`: "data" (fitted across the
+    measured contexts) or "physics" (one measured context: the prior's KV and attention at the fitted
+    efficiencies)."""
+
+    reference_tokens: float
+    kv_token_s: float = 0.0
+    attn_token_s: float = 0.0
+    source: str = "data"
+
+    @classmethod
+    def of(cls, sm: StepModel, reference_tokens: float) -> ContextLaw:
+        """The law a whole model (t_kv_token_s, t_attn_token_s set) carries."""
+        return cls(reference_tokens, sm.t_kv_token_s, sm.t_attn_token_s)
+
+    def fold(self, sm: StepModel) -> StepModel:
+        """A whole model with its context terms folded in at the reference (unchanged when it has none)."""
+        ref = self.reference_tokens
+        return replace(
+            sm,
+            t_seq_s=sm.t_seq_s + sm.t_kv_token_s * ref,
+            t_compute_s=sm.t_compute_s + sm.t_attn_token_s * ref,
+            t_kv_token_s=0.0,
+            t_attn_token_s=0.0,
+        )
+
+    def whole(self, folded: StepModel) -> StepModel:
+        """The folded model with the law's context terms split out: at the reference it is the folded one."""
+        ref = self.reference_tokens
+        return replace(
+            folded,
+            t_seq_s=folded.t_seq_s - self.kv_token_s * ref,
+            t_compute_s=folded.t_compute_s - self.attn_token_s * ref,
+            t_kv_token_s=self.kv_token_s,
+            t_attn_token_s=self.attn_token_s,
+        )
+
+    def at(self, folded: StepModel, context: float) -> StepModel:
+        """The folded model folded instead at `context` (effective tokens)."""
+        return ContextLaw(context).fold(self.whole(folded))
+
+
+def physics_law(folded: StepModel, prior: Prior) -> ContextLaw | None:
+    """One measured context: KV reads per context token at the fitted bandwidth efficiency (what the weights stream
+    at, times the engine's KV-to-weights ratio), attention per context token at the fitted compute efficiency; the
+    KV reads never more than the whole per-sequence cost the fitted model shows at the measured context (a data-only
+    structure may carry it as compute past a low knee), the attention never more than the compute."""
+    ref = prior.context_tokens
+    if ref <= 0:
+        return None
+    peak = prior.weights_floor
+    e_bandwidth = min(peak.t_weights_s / folded.t_weights_s, 1.0) if folded.t_weights_s > 0 else prior.bandwidth_center
+    kv_read = peak.t_kv_token_s / (e_bandwidth * prior.kv_bandwidth_ratio)
+    kv = min(kv_read, max(folded.t_seq_s + folded.t_compute_s, 0.0) / ref)
+    attn = 0.0
+    if folded.t_compute_s > 0 and prior.step_compute_floor_s > 0:
+        attn = min(peak.t_attn_token_s * folded.t_compute_s / prior.step_compute_floor_s, folded.t_compute_s / ref)
+    return ContextLaw(ref, kv, attn, "physics")
+
 
 @dataclass(frozen=True)
 class Terms:
-    """Fitted terms, the per-sequence time folded at the measured context."""
+    """Fitted terms, the per-sequence time folded at the measured context (or, with `kv_token_s`, split: the
+    per-sequence time at context 0 and the KV reads per context token)."""
 
     fixed_s: float
     weights_scale: float  # W(b) = scale · weights shape (shape = 1 s for data-only fits)
     compute_s: float
     per_seq_s: float
+    kv_token_s: float = 0.0
 
     def step_model(self, prior: Prior | None) -> StepModel:
         if prior is None:
-            return StepModel(self.fixed_s, self.weights_scale, self.compute_s, 0.0, self.per_seq_s)
+            return StepModel(self.fixed_s, self.weights_scale, self.compute_s, self.kv_token_s, self.per_seq_s)
         wf = prior.weights_floor
         return StepModel(
             self.fixed_s,
             wf.t_weights_s * self.weights_scale,
             self.compute_s,
-            0.0,
+            self.kv_token_s,
             self.per_seq_s,
             t_expert_s=wf.t_expert_s * self.weights_scale,
             num_experts=wf.num_experts,
@@ -112,19 +194,36 @@ def fit_line(batch: np.ndarray, tpot_s: np.ndarray, weight: np.ndarray | None = 
     return float(a), float(s)
 
 
+def fit_line_contexts(
+    batch: np.ndarray, tpot_s: np.ndarray, context: np.ndarray, weight: np.ndarray | None = None
+) -> tuple[float, float, float]:
+    """Intercept a, slope s₀ and KV cost per context token k, all ≥ 0, of T = a + (s₀ + k·ctx)·b."""
+    root = _root(batch, weight)
+    design = np.column_stack([np.ones_like(batch), batch, batch * context]) / tpot_s[:, None] * root[:, None]
+    (a, s, k), _ = nnls(design, root)
+    return float(a), float(s), float(k)
+
+
 def upper_half(n: int) -> slice:
     """The support of the local structures: the upper half of the points by batch, at least two."""
     return slice(min(n // 2, n - 2), n)
 
 
 def fit_kinked(
-    batch: np.ndarray, tpot_s: np.ndarray, grid: np.ndarray = KNEE_GRID, weight: np.ndarray | None = None
+    batch: np.ndarray,
+    tpot_s: np.ndarray,
+    grid: np.ndarray = KNEE_GRID,
+    weight: np.ndarray | None = None,
+    context: np.ndarray | None = None,
 ) -> Terms:
     """T = f + W·max(1, b/knee) + s·b: for a fixed knee linear in (f, W, s) ≥ 0; profile over the knee.
 
     Every knee's misfit comes at once from the normal equations (`_knee_misfits`); the knees within rounding of
     the least are then solved exactly (non-negative least squares on the points), the first least one kept.
+    With `context` (several measured contexts), s·b is (s₀ + k·ctx)·b.
     """
+    if context is not None:
+        return _fit_kinked_contexts(batch, tpot_s, grid, weight, context)
     root = _root(batch, weight)
     approx = _knee_misfits(batch, tpot_s, root, grid)
     near = np.flatnonzero(approx <= approx.min() + KNEE_TOLERANCE * float(root @ root))
@@ -136,6 +235,24 @@ def fit_kinked(
         (f, w, s), rnorm = nnls(design * root[:, None], root)
         if best is None or rnorm < best[0] - 1e-15:
             best = (rnorm, Terms(f, w, w / b0, s))
+    assert best is not None
+    return best[1]
+
+
+def _fit_kinked_contexts(
+    batch: np.ndarray, tpot_s: np.ndarray, grid: np.ndarray, weight: np.ndarray | None, context: np.ndarray
+) -> Terms:
+    """`fit_kinked` with the column b·ctx: non-negative least squares at every knee past the smallest batch (a
+    table of several contexts is small: no prefix-sum shortcut)."""
+    root = _root(batch, weight)
+    knees = np.concatenate([grid[grid < batch.max()], grid[grid >= batch.max()][:1]])
+    best: tuple[float, Terms] | None = None
+    for b0 in knees:
+        columns = [np.ones_like(batch), np.maximum(1.0, batch / b0), batch, batch * context]
+        design = np.column_stack(columns) / tpot_s[:, None] * root[:, None]
+        (f, w, s, k), rnorm = nnls(design, root)
+        if best is None or rnorm < best[0] - 1e-15:
+            best = (rnorm, Terms(f, w, w / b0, s, k))
     assert best is not None
     return best[1]
 
@@ -212,25 +329,36 @@ def _cut(weight: np.ndarray | None, part: slice) -> np.ndarray | None:
     return None if weight is None else weight[part]
 
 
-def line_structure(batch: np.ndarray, weight: np.ndarray | None = None) -> Structure:
+def line_structure(batch: np.ndarray, weight: np.ndarray | None = None, context: np.ndarray | None = None) -> Structure:
     part = upper_half(batch.size)
 
     def fit(t: np.ndarray, rng: np.random.Generator | None) -> tuple[StepModel, slice]:
+        if context is not None:
+            a, s, k = fit_line_contexts(batch[part], t[part], context[part], _cut(weight, part))
+            return Terms(0.0, a, 0.0, s, k).step_model(None), part
         a, s = fit_line(batch[part], t[part], _cut(weight, part))
         return Terms(0.0, a, 0.0, s).step_model(None), part
 
+    if context is not None:
+        why = "memory-bound line T = a + (s₀ + k·ctx)·b through the upper half of the points, across their contexts"
+        return Structure("line", 3, fit, why)
     return Structure(
         "line", 2, fit, "memory-bound line T = a + s·b through the upper half of the points (the local slope)"
     )
 
 
-def roofline_structure(batch: np.ndarray, weight: np.ndarray | None = None) -> Structure:
+def roofline_structure(
+    batch: np.ndarray, weight: np.ndarray | None = None, context: np.ndarray | None = None
+) -> Structure:
     every = slice(0, batch.size)
 
     def fit(t: np.ndarray, rng: np.random.Generator | None) -> tuple[StepModel, slice]:
         grid = KNEE_GRID if rng is None else SAMPLE_KNEE_GRID
-        return fit_kinked(batch, t, grid, weight).step_model(None), every
+        return fit_kinked(batch, t, grid, weight, context).step_model(None), every
 
+    if context is not None:
+        why = "roofline with a knee T = f + max(W, b·c) + (s₀ + k·ctx)·b through all points, across their contexts"
+        return Structure("roofline", 5, fit, why)
     return Structure("roofline", 4, fit, "roofline with a knee T = f + max(W, b·c) + s·b through all points")
 
 
@@ -240,7 +368,11 @@ def pinned_structure(
     knee: float | None,
     roof_tok_s: float | None,
     weight: np.ndarray | None = None,
+    context: np.ndarray | None = None,
+    reference: float = 0.0,
 ) -> Structure:
+    """The asserted knee or asymptote, with the slope measured (with `context`: at the `reference` context, its
+    growth with context fitted across the points' contexts)."""
     part = upper_half(batch.size)
     asserted = (
         f"knee asserted at batch {knee:g} (--critical-batch)"
@@ -249,7 +381,12 @@ def pinned_structure(
     )
 
     def fit(t: np.ndarray, rng: np.random.Generator | None) -> tuple[StepModel, slice]:
-        a, s = fit_line(batch[part], t[part], _cut(weight, part))
+        kv = 0.0
+        if context is not None:
+            a, s, kv = fit_line_contexts(batch[part], t[part], context[part], _cut(weight, part))
+            s += kv * reference
+        else:
+            a, s = fit_line(batch[part], t[part], _cut(weight, part))
         if prior is not None:
             e_w = (
                 prior.bandwidth_center if rng is None else _draw(rng, prior.bandwidth_center, prior.sigma_log_bandwidth)
@@ -264,7 +401,8 @@ def pinned_structure(
         compute = w / knee if knee is not None else max(1.0 / (roof_tok_s or math.inf) - s, 0.0)
         overlap = prior.overlap if prior is not None else 1.0
         per_seq = max(s - (1.0 - overlap) * compute, prior.per_seq_floor_s if prior is not None else 0.0)
-        return Terms(fixed, scale, compute, per_seq).step_model(prior), part
+        folded = Terms(fixed, scale, compute, per_seq).step_model(prior)
+        return (folded if context is None else ContextLaw(reference, kv).whole(folded)), part
 
     how = (
         "weights from the physics" if prior is not None else f"overhead taken as {OVERHEAD_SHARE:.0%} of the intercept"
@@ -290,14 +428,21 @@ def prior_structure(
     state: PriorFit,
     name: str = "prior",
     weight: np.ndarray | None = None,
+    context: np.ndarray | None = None,
 ) -> Structure:
     """The roofline on the upper half with log-normal priors on the efficiencies (MAP, bounded least squares).
 
     Prior–data conflict: the fit is first made with every prior widened tenfold (the data speak); a term whose
     value there lies outside its prior's 99% band is named, and its prior stays widened in the final fit.
+    With `context` (each point's effective context, several measured): the cost per sequence at the prior's
+    context plus k per context token, k fitted (at least the KV reads at peak bandwidth), the attention per
+    context token at the fitted compute efficiency.
     """
     part = upper_half(batch.size)
     b, w = batch[part], _cut(weight, part)
+    ctx = None if context is None else context[part]
+    peak = prior.weights_floor
+    kv_floor = {"kv": peak.t_kv_token_s}
     root = _root(b, w)
     w_peak = prior.weights_floor.t_weights_s
     c_peak = prior.step_compute_floor_s
@@ -308,24 +453,39 @@ def prior_structure(
     widen = dict.fromkeys(sigmas, 1.0)
     floor = {"per_seq": prior.per_seq_floor_s}  # dropped when the data's slope lies below it (see `fit`)
 
+    def per_seq_ref(theta: np.ndarray) -> float:
+        """The cost per sequence at the prior's context: θ₁ itself, or with several contexts θ₁ (the cost at context
+        0, never negative) plus k per context token."""
+        return float(theta[1]) if ctx is None else float(theta[1] + theta[4] * prior.context_tokens)
+
     def model(theta: np.ndarray) -> Terms:
-        fixed, per_seq, log_ew, log_ec = theta
-        return Terms(fixed, math.exp(-log_ew), c_peak / math.exp(log_ec), per_seq)
+        fixed, _, log_ew, log_ec = theta[:4]
+        return Terms(fixed, math.exp(-log_ew), c_peak / math.exp(log_ec), per_seq_ref(theta))
+
+    def whole(theta: np.ndarray) -> StepModel:
+        """The step model of `theta`: folded at the prior's context, or with several contexts split by its law."""
+        folded = model(theta).step_model(prior)
+        if ctx is None:
+            return folded
+        attn = peak.t_attn_token_s / math.exp(theta[3])
+        return ContextLaw(prior.context_tokens, float(theta[4]), attn).whole(folded)
 
     def logs(theta: np.ndarray) -> dict[str, float]:
         """Each prior's variable, in logs: the efficiencies, and the slope per sequence below the knee."""
-        slope = theta[1] + (1 - prior.overlap) * model(theta).compute_s
+        slope = per_seq_ref(theta) + (1 - prior.overlap) * model(theta).compute_s
         return {"bandwidth": theta[2], "compute": theta[3], "slope": math.log(max(slope, 1e-15))}
 
     def solve_full(t: np.ndarray, center: dict[str, float], scale: dict[str, float]) -> OptimizeResult:
         def residuals(theta: np.ndarray) -> np.ndarray:
-            pred = model(theta).step_model(prior).step_time_s(b)
+            pred = whole(theta).step_time_s(b) if ctx is None else whole(theta).step_time_s(b, ctx)
             values = logs(theta)
             pulls = [(values[k] - math.log(center[k])) / (sigmas[k] * scale[k]) for k in sigmas]
             return np.concatenate([np.log(pred / t[part]) * root / noise, pulls])
 
-        a, s = fit_line(b, t[part], w)
+        a, s, k = _line(t)
         floor_s = floor["per_seq"]
+        if ctx is not None:  # θ₁ is the cost at context 0: its floor the KV write and all-reduce at the peaks
+            s, floor_s = max(s - k * prior.context_tokens, 0.0), peak.t_seq_s if floor_s > 0 else 0.0
         ew0 = min(center["bandwidth"], 1.0, w_peak / a if a > 0 else 1.0)
         x0 = np.array(
             [
@@ -334,11 +494,20 @@ def prior_structure(
                 math.log(max(ew0, 1e-6)),
                 math.log(min(center["compute"], 1.0)),
             ]
+            + ([] if ctx is None else [max(k, kv_floor["kv"])])
         )
-        lower = np.array([0.0, floor_s, -np.inf, -np.inf])
-        upper = np.array([np.inf, np.inf, 0.0, 0.0])
+        lower = np.array([0.0, floor_s, -np.inf, -np.inf] + ([] if ctx is None else [kv_floor["kv"]]))
+        upper = np.array([np.inf, np.inf, 0.0, 0.0] + ([] if ctx is None else [np.inf]))
         x0 = np.clip(x0, lower + 1e-15, upper - 1e-12)
         return least_squares(residuals, x0, bounds=(lower, upper), x_scale="jac")
+
+    def _line(t: np.ndarray) -> tuple[float, float, float]:
+        """The memory-bound line of the support: intercept, slope at the prior's context, KV cost per token."""
+        if ctx is None:
+            a, s = fit_line(b, t[part], w)
+            return a, s, 0.0
+        a, s0, k = fit_line_contexts(b, t[part], ctx, w)
+        return a, s0 + k * prior.context_tokens, k
 
     def solve(t: np.ndarray, center: dict[str, float], scale: dict[str, float]) -> np.ndarray:
         return np.asarray(solve_full(t, center, scale).x)
@@ -363,9 +532,10 @@ def prior_structure(
     def fit(t: np.ndarray, rng: np.random.Generator | None) -> tuple[StepModel, slice]:
         if rng is None:
             floor["per_seq"] = prior.per_seq_floor_s
-            slope = fit_line(b, t[part], w)[1]
+            _, slope, kv = _line(t)
             if slope < FLOOR_TOLERANCE * prior.per_seq_floor_s:
                 floor["per_seq"] = 0.0
+            kv_floor["kv"] = peak.t_kv_token_s if kv >= FLOOR_TOLERANCE * peak.t_kv_token_s else 0.0
             led = solve_full(t, centers, dict.fromkeys(sigmas, CONFLICT_WIDEN))
             free, se = logs(led.x), spread(led)
             state.conflicts = []
@@ -390,11 +560,19 @@ def prior_structure(
                     "the context is smaller than stated, or the KV cache is quantised (--kv-dtype); the data win (that "
                     "floor is dropped)"
                 )
+            if ctx is not None and kv_floor["kv"] == 0.0 and peak.t_kv_token_s > 0:
+                state.conflicts.append(
+                    f"the cost per context token the data show ({kv * 1e9:.3g} ns per sequence) is below the KV "
+                    f"reads at peak bandwidth ({peak.t_kv_token_s * 1e9:.3g} ns): the contexts are smaller than "
+                    "stated, or the KV cache is quantised (--kv-dtype); the data win (that floor is dropped)"
+                )
             theta = solve(t, centers, widen)
         else:
             drawn = {k: _draw(rng, centers[k], sigmas[k] * widen[k]) for k in sigmas}
             theta = solve(t, {**centers, **drawn}, widen)
-        return model(theta).step_model(prior), part
+        return whole(theta), part
 
     why = f"roofline through the upper half of the points with the physics of {prior.label} as a prior"
-    return Structure(name, 2, fit, why)
+    if ctx is not None:
+        why += ", the cost per context token fitted across the points' contexts"
+    return Structure(name, 2 if ctx is None else 3, fit, why)

@@ -22,7 +22,7 @@ from typing import Annotated, Any, Self
 from pydantic import ConfigDict, PlainValidator, model_validator
 
 from tokenroof.errors import TokenroofError
-from tokenroof.fit import Fit, Prior
+from tokenroof.fit import ContextLaw, Fit, Prior
 from tokenroof.measurements import MeasurementTable
 from tokenroof.specs.validate import (
     Section,
@@ -61,6 +61,12 @@ class Travelling:
                 "as measured there, whatever the context here (state the lengths in the table, '# input_len=… "
                 "output_len=…', and fit with --model/--hardware to carry them)"
             ]
+        if self.split and self.prior is None:
+            return [
+                f"step model fitted to {self.source} across its measured contexts (mean {self.context_tokens:g} "
+                "tokens): its KV reads per context token were fitted there, so it runs at each sequence's own "
+                "context; the prompts' GEMM share stays as measured (fit with --model/--hardware to split it)"
+            ]
         if self.split:
             return [
                 f"step model fitted to {self.source} at a mean context of {self.context_tokens:g} tokens; its KV "
@@ -96,10 +102,10 @@ class Travelling:
 def portable(fit: Fit, table: MeasurementTable) -> Travelling:
     """The fit's step model, with the KV reads and the prompts' GEMM share split out where a prior is known; without
     one, folded at the workload the table states (if it states one)."""
-    sm, prior = fit.step_model, fit.prior
+    sm, prior, law = fit.step_model, fit.prior, fit.best.law
     if prior is not None:
         return Travelling(
-            split_terms(sm, prior), prior.context_tokens, prior.prefill_ratio, True, table.source, prior.label
+            split_terms(sm, prior, law), prior.context_tokens, prior.prefill_ratio, True, table.source, prior.label
         )
     from tokenroof.predict import Workload
 
@@ -107,6 +113,9 @@ def portable(fit: Fit, table: MeasurementTable) -> Travelling:
     context = None if table.context_tokens is None else float(table.context_tokens.mean())
     workload = Workload(context, sem.input_len, sem.output_len, static=sem.batch_kind == "static")
     stated = context is not None or sem.mean_context is not None
+    if law is not None:  # several measured contexts: the KV reads per context token were fitted
+        whole = replace(law.whole(sm), prompts_folded=online(table))
+        return Travelling(whole, law.reference_tokens, workload.prefill_ratio, True, table.source)
     folded = replace(sm, prompts_folded=online(table))
     return Travelling(folded, workload.mean_context if stated else None, workload.prefill_ratio, False, table.source)
 
@@ -126,20 +135,25 @@ def from_table(path: Path, prior_of: Any = None, n_samples: int = 0) -> tuple[Tr
     prior = prior_of(table) if prior_of is not None else None
     fit = fit_table(table, prior, n_samples=n_samples)
     if prior is not None:
-        samples = [split_terms(m, prior) for m in fit.sample_models()]
+        samples = [split_terms(c.model, prior, c.law) for c in fit.samples]
     else:
-        samples = [replace(m, prompts_folded=online(table)) for m in fit.sample_models()]
+        samples = [
+            replace(c.model if c.law is None else c.law.whole(c.model), prompts_folded=online(table))
+            for c in fit.samples
+        ]
     return portable(fit, table), samples
 
 
-def split_terms(sm: StepModel, prior: Prior) -> StepModel:
-    """KV reads per context token at the fitted bandwidth efficiency (what the weights stream at), compute per token
-    at the fitted compute efficiency; the per-sequence rest is what the data show beyond the KV reads."""
+def split_terms(sm: StepModel, prior: Prior, law: ContextLaw | None = None) -> StepModel:
+    """KV reads per context token at the fitted bandwidth efficiency (what the weights stream at) — or as fitted
+    across several measured contexts (a "data" `law`) — compute per token at the fitted compute efficiency; the
+    per-sequence rest is what the data show beyond the KV reads."""
     peak = prior.weights_floor
     e_bandwidth = min(peak.t_weights_s / sm.t_weights_s, 1.0) if sm.t_weights_s > 0 else prior.bandwidth_center
     # KV reads at the fitted bandwidth efficiency, but never more than the fitted cost per sequence holds: the
     # model stays exactly what was fitted at the fitted context
-    t_kv = peak.t_kv_token_s / e_bandwidth
+    kv_read = peak.t_kv_token_s / (e_bandwidth * prior.kv_bandwidth_ratio)
+    t_kv = law.kv_token_s if law is not None and law.source == "data" else kv_read
     if prior.context_tokens > 0:
         t_kv = min(t_kv, sm.t_seq_s / prior.context_tokens)
     per_seq = max(sm.t_seq_s - prior.context_tokens * t_kv, 0.0)

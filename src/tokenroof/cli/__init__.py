@@ -103,24 +103,32 @@ FLAG_RANGES: dict[str, tuple[float, bool, float]] = {
     "passes": (1, True, math.inf),
 }
 ALLOW_INF = {"burstiness"}  # inf = a constant request rate
+LIST_FLAGS = {"context"}  # flags that take a list ('8192,32768'), each item in the flag's range
 
 
 def check_flags(values: dict[str, Any]) -> None:
-    """One line for the first numeric flag out of its range (NaN, an infinity, a negative count, ...)."""
-    for name, value in values.items():
-        if isinstance(value, bool) or not isinstance(value, int | float):
-            continue
+    """One line for the first numeric flag out of its range (NaN, an infinity, a negative count, ...); a flag that
+    takes a list ('8192,32768') is checked item by item."""
+    for name, given in values.items():
         flag = "--" + name.replace("_", "-")
-        if isinstance(value, float) and (math.isnan(value) or (math.isinf(value) and name not in ALLOW_INF)):
-            raise TokenroofError(f"{flag} must be a finite number, got {value}")
-        if name not in FLAG_RANGES:
-            continue
-        low, inclusive, high = FLAG_RANGES[name]
-        if value < low or (value == low and not inclusive) or value > high:
-            bound = f"{'at least' if inclusive else 'above'} {low:g}" + (
-                f" and at most {high:g}" if high < math.inf else ""
-            )
-            raise TokenroofError(f"{flag} must be {bound}, got {value:g}")
+        items = parse_numbers(given, flag) if isinstance(given, str) and name in LIST_FLAGS else [given]
+        for value in items:
+            _check_flag(name, flag, value)
+
+
+def _check_flag(name: str, flag: str, value: Any) -> None:
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        return
+    if isinstance(value, float) and (math.isnan(value) or (math.isinf(value) and name not in ALLOW_INF)):
+        raise TokenroofError(f"{flag} must be a finite number, got {value}")
+    if name not in FLAG_RANGES:
+        return
+    low, inclusive, high = FLAG_RANGES[name]
+    if value < low or (value == low and not inclusive) or value > high:
+        bound = f"{'at least' if inclusive else 'above'} {low:g}" + (
+            f" and at most {high:g}" if high < math.inf else ""
+        )
+        raise TokenroofError(f"{flag} must be {bound}, got {value:g}")
 
 
 def handle_errors(func: F) -> F:

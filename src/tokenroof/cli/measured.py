@@ -10,7 +10,6 @@ import typer
 from tokenroof import render
 from tokenroof.cli import (
     ComputeOpt,
-    ContextOpt,
     DecodeOnlyOpt,
     DtypeOpt,
     EngineOpt,
@@ -47,7 +46,14 @@ def predict(
     compute_dtype: ComputeOpt = None,
     tp: TpOpt = 1,
     engine: EngineOpt = None,
-    context: ContextOpt = None,
+    context: Annotated[
+        str | None,
+        typer.Option(
+            help="Contexts to predict at, '8192,32768' (tokens in each sequence's KV cache): a table that states its "
+            "context (a context_tokens column, '# input_len=… output_len=…') moves to each; a table that does not "
+            "takes one value, the context it was measured at."
+        ),
+    ] = None,
     input_len: InputLenOpt = None,
     output_len: OutputLenOpt = None,
     decode_only: DecodeOnlyOpt = False,
@@ -63,12 +69,15 @@ def predict(
     plot: PlotOpt = None,
 ) -> None:
     """Fit measured points and predict TPOT and throughput at other batches, with 90% intervals."""
-    from tokenroof.predict import Workload, predict_table, read_with_prior
+    from tokenroof.measurements import read_table
+    from tokenroof.predict import Workload, predict_table, prior_for, split_contexts
 
     physics = Physics(model, hardware, dtype, kv_dtype, compute_dtype, tp, engine)
-    table, prior = read_with_prior(files, physics, Workload(context, input_len, output_len, decode_only))
+    table = read_table(files)
+    measured_at, contexts = split_contexts(table, parse_numbers(context, "--context") if context else None)
+    prior = prior_for(table, physics, Workload(measured_at, input_len, output_len, decode_only))
     result = predict_table(
-        table, parse_numbers(batch, "--batch"), prior, critical_batch, roof_tok_s, max(samples, 10), seed
+        table, parse_numbers(batch, "--batch"), prior, critical_batch, roof_tok_s, max(samples, 10), seed, contexts
     )
     if save_model is not None:
         save_fitted(result, save_model)
@@ -114,7 +123,14 @@ def advise(
     compute_dtype: ComputeOpt = None,
     tp: TpOpt = 1,
     engine: EngineOpt = None,
-    context: ContextOpt = None,
+    context: Annotated[
+        str | None,
+        typer.Option(
+            help="Contexts to advise at, '8192,32768' (the decode-only answer, one per context): a table that states "
+            "its context moves to each; a table that does not takes one value, the context it was measured at. "
+            "With --input-len/--output-len one value, the measured table's context when it does not state one."
+        ),
+    ] = None,
     input_len: InputLenOpt = None,
     output_len: OutputLenOpt = None,
     decode_only: DecodeOnlyOpt = False,
@@ -130,7 +146,8 @@ def advise(
     from tokenroof.predict import Workload
 
     physics = Physics(model, hardware, dtype, kv_dtype, compute_dtype, tp, engine)
-    flags = Workload(context, input_len, output_len, decode_only)
+    contexts = parse_numbers(context, "--context") if context else None
+    flags = Workload(contexts[0] if contexts and len(contexts) == 1 else None, input_len, output_len, decode_only)
     targets = Targets(tpot_slo_ms, ttft_slo_ms, slo_statistic)
-    data = advise_answer(files or [], physics, flags, targets, max_num_batched_tokens, samples)
-    finish(data, render.advice, json_output)
+    data = advise_answer(files or [], physics, flags, targets, max_num_batched_tokens, samples, contexts)
+    finish(data, render.advice_contexts if "contexts" in data else render.advice, json_output)
