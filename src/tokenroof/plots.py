@@ -125,11 +125,13 @@ def prediction_title(result: PredictResult) -> str:
     return title
 
 
-def prediction_band(result: PredictResult, dense: np.ndarray) -> dict[str, np.ndarray]:
-    """The fit and its 90% band over `dense`, as predict's rows give them, one array per column."""
+def prediction_band(result: PredictResult, dense: np.ndarray, context: float | None = None) -> dict[str, np.ndarray]:
+    """The fit and its 90% band over `dense` (at `context`; None: as fitted), as predict's rows give them, one array
+    per column."""
     from tokenroof.predict import PredictResult
 
-    rows = PredictResult(result.table, result.fit, dense, result.prior).predictions()
+    asked = None if context is None else [context]
+    rows = PredictResult(result.table, result.fit, dense, result.prior, contexts=asked).predictions()
     keys = ("throughput_tok_s", "throughput_tok_s_low", "throughput_tok_s_high", "tpot_ms", "tpot_ms_low")
     return {key: np.array([r[key] for r in rows]) for key in (*keys, "tpot_ms_high")}
 
@@ -145,25 +147,56 @@ def plot_prediction(result: PredictResult, path: Path) -> None:
     hi = max([hi] + [b for b, *_ in marks if b is not None and b <= 2 * hi])
     dense = np.geomspace(lo, hi * 1.05, 200)
     plt = _pyplot()
-    band = prediction_band(result, dense)
     fig, (ax_thr, ax_tpot) = plt.subplots(1, 2, figsize=(12, 4.5))
-    bounds = fit.step_model.bound(dense if cap is None else np.minimum(dense, cap))
     weights = ", ".join(f"{k} {w:.0%}" for k, w in fit.weights.items() if w >= 0.005)
-    for ax, key in ((ax_thr, "throughput_tok_s"), (ax_tpot, "tpot_ms")):
-        shade_bounds(ax, dense, bounds)
-        ax.fill_between(dense, band[f"{key}_low"], band[f"{key}_high"], color="grey", alpha=0.3, label="90% interval")
-        ax.plot(dense, band[key], color="black", label=f"fit ({weights})")
+    if result.contexts:
+        plot_contexts(result, dense, (ax_thr, ax_tpot), weights)
+    else:
+        band = prediction_band(result, dense)
+        bounds = fit.step_model.bound(dense if cap is None else np.minimum(dense, cap))
+        for ax, key in ((ax_thr, "throughput_tok_s"), (ax_tpot, "tpot_ms")):
+            shade_bounds(ax, dense, bounds)
+            ax.fill_between(
+                dense, band[f"{key}_low"], band[f"{key}_high"], color="grey", alpha=0.3, label="90% interval"
+            )
+            ax.plot(dense, band[key], color="black", label=f"fit ({weights})")
+        ax_thr.scatter(table.batch, table.throughput_tok_s, color="tab:blue", zorder=5, label="measured")
+        ax_tpot.scatter(table.batch, table.tpot_ms, color="tab:blue", zorder=5, label="measured")
+    for ax in (ax_thr, ax_tpot):
         ax.set_xscale("log", base=2)
         ax.set_xlabel("batch")
         mark_batches(ax, marks, lo, hi * 1.05)
-    ax_thr.scatter(table.batch, table.throughput_tok_s, color="tab:blue", zorder=5, label="measured")
-    ax_tpot.scatter(table.batch, table.tpot_ms, color="tab:blue", zorder=5, label="measured")
     ax_thr.set_ylabel("throughput (output tok/s)")
     ax_tpot.set_ylabel("TPOT (ms/token)")
     ax_thr.legend(fontsize=8, loc="upper left")
+    if result.contexts:
+        ax_tpot.legend(fontsize=8, loc="upper left")
     fig.suptitle(prediction_title(result), fontsize=11)
     save(fig, path)
     plt.close(fig)
+
+
+def plot_contexts(result: PredictResult, dense: np.ndarray, axes: tuple[Any, Any], weights: str) -> None:
+    """One fitted curve and band per context asked, in its own colour, with the points measured at that context;
+    points measured at contexts not asked in grey."""
+    table = result.table
+    levels = table.levels
+    measured_at: list[float | None] = [*table.level_contexts()] or [None]
+    asked = list(result.contexts or [])
+    colours = _pyplot().get_cmap("viridis")(np.linspace(0.0, 0.85, len(asked)))
+    for i, (context, colour) in enumerate(zip(asked, colours, strict=True)):
+        band = prediction_band(result, dense, context)
+        label = f"context {context:g}" + (f" (fit: {weights})" if i == 0 else "")
+        for ax, key in zip(axes, ("throughput_tok_s", "tpot_ms"), strict=True):
+            ax.fill_between(dense, band[f"{key}_low"], band[f"{key}_high"], color=colour, alpha=0.15)
+            ax.plot(dense, band[key], color=colour, label=label)
+    for k, at in enumerate(measured_at):
+        here = levels == k
+        near = [c for c in range(len(asked)) if at is not None and abs(at / asked[c] - 1) < 0.1]
+        colour = colours[near[0]] if near else "lightgrey"
+        label = "measured" if near else f"measured at context {at:g}" if at is not None else "measured"
+        axes[0].scatter(table.batch[here], table.throughput_tok_s[here], color=colour, edgecolor="black", zorder=5)
+        axes[1].scatter(table.batch[here], table.tpot_ms[here], color=colour, edgecolor="black", zorder=5, label=label)
 
 
 def plot_simulation(result: SimResult, path: Path, max_num_seqs: int | None = None, setting: str | None = None) -> None:
