@@ -179,23 +179,15 @@ class MeasurementTable:
 
     def to_csv(self) -> str:
         """The points as the DESIGN.md CSV: one row per point (rows pooled at a batch are written once)."""
-        out = io.StringIO()
-        for line in self.provenance:
-            out.write(f"# {line}\n")
-        cols = ["batch", "throughput_tok_s", "tpot_ms"]
+        from tokenroof.csvio import write_rows
+
+        columns = {"batch": self.batch, "throughput_tok_s": self.throughput_tok_s, "tpot_ms": self.tpot_ms}
         if self.context_tokens is not None:
-            cols.append("context_tokens")
+            columns["context_tokens"] = self.context_tokens
         if self.ttft_ms is not None:
-            cols.append("ttft_ms")
-        writer = csv.writer(out, lineterminator="\n")
-        writer.writerow(cols)
-        for i in range(len(self)):
-            row = [self.batch[i], self.throughput_tok_s[i], self.tpot_ms[i]]
-            if self.context_tokens is not None:
-                row.append(self.context_tokens[i])
-            if self.ttft_ms is not None:
-                row.append(self.ttft_ms[i])
-            writer.writerow([f"{v:.6g}" for v in row])
+            columns["ttft_ms"] = self.ttft_ms
+        out = io.StringIO()
+        write_rows(out, self.provenance, list(columns), zip(*columns.values(), strict=True))
         return out.getvalue()
 
     def to_dict(self) -> dict[str, Any]:

@@ -22,6 +22,7 @@ from tokenroof.bench.redact import Redactor
 from tokenroof.bench.scrape import BatchScraper
 from tokenroof.bench.selfcheck import LoopMonitor
 from tokenroof.bench.summary import PointSummary, describe_failures, summarise
+from tokenroof.csvio import write_rows
 from tokenroof.errors import TokenroofError
 from tokenroof.measurements import read_jsonl
 from tokenroof.stepmodel import mean_context_tokens
@@ -322,28 +323,26 @@ def write_outputs(cfg: BenchConfig, model: str, summaries: list[dict[str, Any]],
         json.dumps(redactor.value({"url": url, "model": model, "points": summaries}), indent=2)
     )
     lines = [
-        f"# tokenroof bench {url} model={model} endpoint={cfg.endpoint} input_len={cfg.input_len} "
+        f"tokenroof bench {url} model={model} endpoint={cfg.endpoint} input_len={cfg.input_len} "
         "batch_kind=running tpot_kind=tpot "
         f"output_len={cfg.output_len}",
-        "# batch = time-averaged running batch (from the server's /metrics gauge where it has one, else from client "
+        "batch = time-averaged running batch (from the server's /metrics gauge where it has one, else from client "
         "timestamps); throughput = output tokens/s in the steady-state window; tpot_ms = mean TPOT excl. the 1st token",
     ]
-    rows = ["batch,throughput_tok_s,tpot_ms,context_tokens,ttft_ms"]
+    rows = []
     for s in summaries:
         if s.get("invalid"):
-            lines.append(redactor.text(f"# left out {s['point']}: {s['invalid']}"))
+            lines.append(redactor.text(f"left out {s['point']}: {s['invalid']}"))
             continue
         lines.append(
-            f"# {s['point']}: {s['requests_completed']} requests in the window, output tokens from "
+            f"{s['point']}: {s['requests_completed']} requests in the window, output tokens from "
             f"{s['output_tokens_source']}"
         )
         prompt = s["prompt_tokens_mean"] if s["prompt_tokens_mean"] is not None else cfg.input_len
         context = mean_context_tokens(prompt, s["output_tokens_mean"])
-        rows.append(
-            f"{s['batch']:.4g},{s['throughput_tok_s']:.6g},{s['tpot_ms']['mean']:.6g},{context:.5g},"
-            f"{s['ttft_ms']['mean']:.6g}"
-        )
-    (cfg.out_dir / "summary.csv").write_text("\n".join(lines + rows) + "\n")
+        rows.append([s["batch"], s["throughput_tok_s"], s["tpot_ms"]["mean"], context, s["ttft_ms"]["mean"]])
+    columns = ("batch", "throughput_tok_s", "tpot_ms", "context_tokens", "ttft_ms")
+    write_rows(cfg.out_dir / "summary.csv", lines, columns, rows, {"batch": ".4g", "context_tokens": ".5g"})
 
 
 def outcome(summaries: list[dict[str, Any]], out_dir: Path) -> tuple[list[str], str | None]:
