@@ -3,6 +3,8 @@ contexts a user asks about in predict, advise and roofline."""
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import numpy as np
 import pytest
 
@@ -19,6 +21,7 @@ from tokenroof.stepmodel import StepModel
 TRUTH = StepModel(1e-3, 6e-3, 2e-5, 6e-8, 5e-6)
 BATCHES = [1, 2, 4, 8, 16, 32, 64, 128]
 STEP = Semantics(batch_kind="static", tpot_kind="step")
+EXAMPLE = Path(__file__).resolve().parents[1] / "examples" / "llama-3.1-8b_h100_two_contexts.csv"
 
 
 def measured(contexts: list[float], noise: float = 0.02, seed: int = 3, sm: StepModel = TRUTH) -> MeasurementTable:
@@ -196,3 +199,33 @@ def test_advise_from_first_principles_at_several_contexts_is_bound_by_memory_at_
     physics = Physics("llama-3.1-8b", "h100-sxm", "bf16")
     assert long["max_num_seqs"] <= physics.max_batch(32768) < physics.max_batch(8192)
     assert short["max_num_seqs"] <= physics.max_batch(8192) and short["context_tokens"] == 8192
+
+
+def test_a_fit_of_several_contexts_travels_with_its_kv_law_and_says_prefill_is_missing(tmp_path) -> None:
+    """The portable model runs each sequence at its own context with the fitted k; a line has no compute term,
+    so prefill costs nothing in it, and the notes say so."""
+    from tokenroof.travel import from_table
+
+    path = tmp_path / "two.csv"
+    path.write_text(measured([8192, 32768]).to_csv())
+    travelling, samples = from_table(path, n_samples=10)
+    sm = travelling.step_model
+    assert travelling.split and travelling.prior is None and len(samples) == 10
+    assert sm.t_kv_token_s == pytest.approx(TRUTH.t_kv_token_s, rel=0.15)
+    assert sm.step_time_s(64, 16384) == pytest.approx(TRUTH.step_time_s(64, 16384), rel=0.05)
+    notes = travelling.notes(16384)
+    assert sm.t_compute_s > 0 and not any("prefill costs nothing" in n for n in notes)  # a knee: compute fitted
+    assert any("fitted there, so it runs at each sequence's own context" in n for n in notes)
+    line, _ = from_table(EXAMPLE)  # its points show no knee: a memory-bound line, no compute term
+    assert line.step_model.t_compute_s == 0 and any("prefill costs nothing" in n for n in line.notes(16384))
+
+
+def test_prediction_band_at_a_context_is_predict_at_that_context() -> None:
+    from tokenroof.plots import prediction_band
+
+    result = predict_table(measured([8192, 32768]), [64], n_samples=20, contexts=[16384])
+    dense = np.array([8.0, 64.0, 200.0])
+    band = prediction_band(result, dense, 16384)
+    rows = result.predictions_at(16384)
+    assert band["tpot_ms"][1] == pytest.approx(rows[0]["tpot_ms"], rel=1e-9)
+    assert band["tpot_ms"][2] > band["tpot_ms"][1] > band["tpot_ms"][0]

@@ -55,6 +55,20 @@ class Travelling:
         """What a user of the model should know when running it at `context_tokens` (None: unknown)."""
         if self.source == "specs":
             return []
+        return self._prefill_note() + self._context_notes(context_tokens)
+
+    def _prefill_note(self) -> list[str]:
+        """A fit without a compute term (a memory-bound line) prices a prompt's prefill at nothing."""
+        sm = self.step_model
+        if sm.prompts_folded or sm.t_compute_s > 0 or sm.t_attn_token_s > 0:
+            return []
+        return [
+            f"step model from {self.source} has no compute term (its points show no knee): prefill costs nothing in "
+            "it, so TTFT and the prompts' share of each step are left out (fit with --model/--hardware for the "
+            "compute, or measure past the knee)"
+        ]
+
+    def _context_notes(self, context_tokens: float | None) -> list[str]:
         if self.context_tokens is None:
             return [
                 f"step model from {self.source}, at a workload it does not state: its KV reads and prompt share stay "
