@@ -229,3 +229,21 @@ def test_prediction_band_at_a_context_is_predict_at_that_context() -> None:
     rows = result.predictions_at(16384)
     assert band["tpot_ms"][1] == pytest.approx(rows[0]["tpot_ms"], rel=1e-9)
     assert band["tpot_ms"][2] > band["tpot_ms"][1] > band["tpot_ms"][0]
+
+
+def test_the_report_draws_one_fit_per_context_and_reads_advise_at_several(tmp_path) -> None:
+    from tokenroof.report.decode import DecodeView, add_predict
+    from tokenroof.report.sources import from_file
+
+    predicted = run_json(["predict", str(EXAMPLE), "--batch", "8,64", "--context", "8192,32768", "--samples", "20"])
+    view = DecodeView()
+    add_predict(view, predicted, "two")
+    assert [c.label for c in view.curves] == ["fit: two at context 8192", "fit: two at context 32768"]
+    assert view.curves[1].tpot_ms[1] == pytest.approx(predicted["predictions"][3]["tpot_ms"])
+    advised = tmp_path / "advise.json"
+    advised.write_text(
+        run_cli(["advise", str(EXAMPLE), "--tpot-slo-ms", "60", "--context", "8192,32768", "--json"]).stdout
+    )
+    source = from_file(advised)
+    assert source.kind == "advise" and source.data["context_tokens"] == 8192
+    assert source.notes == ["advise.json: advise at 2 contexts; the report draws the first, 8192"]

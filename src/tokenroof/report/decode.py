@@ -82,23 +82,27 @@ def step_model_of(data: dict[str, Any]) -> StepModel:
 
 
 def add_predict(view: DecodeView, data: dict[str, Any], label: str) -> None:
-    """predict --json: the predictions with their 90% band, the measured points, knee, critical batch, memory cap."""
-    rows = sorted(data["predictions"], key=lambda r: r["batch"])
+    """predict --json: the predictions with their 90% band (one curve per context asked), the measured points, knee,
+    critical batch, memory cap."""
+    contexts = list(dict.fromkeys(r.get("context_tokens") for r in data["predictions"]))
+    for context in contexts:
+        rows = sorted((r for r in data["predictions"] if r.get("context_tokens") == context), key=lambda r: r["batch"])
 
-    def column(key: str) -> list[float]:
-        return [float(r[key]) for r in rows]
+        def column(key: str, rows: list[dict[str, Any]] = rows) -> list[float]:
+            return [float(r[key]) for r in rows]
 
-    band = {k: column(k) for k in ("tpot_ms_low", "tpot_ms_high", "throughput_tok_s_low", "throughput_tok_s_high")}
-    fit = Curve(
-        f"fit: {label}",
-        "fit",
-        column("batch"),
-        column("tpot_ms"),
-        column("throughput_tok_s"),
-        [str(r["bound"]) for r in rows],
-        band,
-    )
-    view.curves.append(fit)
+        keys = ("tpot_ms_low", "tpot_ms_high", "throughput_tok_s_low", "throughput_tok_s_high")
+        at = "" if context is None else f" at context {context:g}"
+        fit = Curve(
+            f"fit: {label}{at}",
+            "fit",
+            column("batch"),
+            column("tpot_ms"),
+            column("throughput_tok_s"),
+            [str(r["bound"]) for r in rows],
+            {k: column(k) for k in keys},
+        )
+        view.curves.append(fit)
     measured = data.get("measured") or {}
     points = measured.get("points") or []
     if points:

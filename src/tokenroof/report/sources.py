@@ -110,11 +110,13 @@ def from_file(path: Path) -> Source:
     if text.lstrip().startswith(("{", "[")):
         data = load_json(path)
         contexts = data.get("contexts") if isinstance(data, dict) else None
-        if isinstance(contexts, list) and contexts and kind_of(contexts[0]) == "roofline":  # roofline --context A,B
+        each = kind_of(contexts[0]) if isinstance(contexts, list) and contexts else None
+        if each in ("roofline", "advise"):  # roofline or advise --context A,B: one answer per context
+            assert isinstance(contexts, list)
             first = contexts[0]
-            note = f"{path.name}: roofline at {len(contexts)} contexts; the report draws the first"
-            note += f", {first['context_tokens']:g}"
-            return Source(path, "roofline", first, notes=[note])
+            note = f"{path.name}: {each} at {len(contexts)} contexts; the report draws the first"
+            note += f", {first['context_tokens']:g}" if first.get("context_tokens") is not None else ""
+            return Source(path, each, first, notes=[note])
         kind = kind_of(data)
         if kind == "bench":
             return from_bench_folder(path.parent, data)
