@@ -30,6 +30,7 @@ lint: $(STAMP)
 test: lint
 	$(BIN)/pytest -q
 
+# the timing tests at full length, the browser checks, every documented example in its own process
 test-slow: $(STAMP)
 	$(BIN)/pytest -q -m slow
 

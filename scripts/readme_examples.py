@@ -24,6 +24,7 @@ still matches is kept; one that does not is rewritten in full, to be trimmed aga
 from __future__ import annotations
 
 import argparse
+import contextlib
 import difflib
 import os
 import re
@@ -31,6 +32,7 @@ import shlex
 import subprocess
 import sys
 import tempfile
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -114,12 +116,19 @@ def clean_env() -> dict[str, str]:
     return env
 
 
-def run_example(example: Example) -> list[str]:
-    """The command's merged output, normalised; a non-zero exit status or escape codes raise RuntimeError."""
+@contextlib.contextmanager
+def scratch_folder() -> Iterator[Path]:
+    """A fresh temporary folder linking the repository's top-level folders (what an example runs in)."""
     with tempfile.TemporaryDirectory(prefix="readme-example-") as folder:
         for entry in ROOT.iterdir():
             if entry.is_dir() and not entry.name.startswith("."):
                 (Path(folder) / entry.name).symlink_to(entry, target_is_directory=True)
+        yield Path(folder)
+
+
+def run_example(example: Example) -> list[str]:
+    """The command's merged output, normalised; a non-zero exit status or escape codes raise RuntimeError."""
+    with scratch_folder() as folder:
         result = subprocess.run(
             [sys.executable, "-m", "tokenroof", *example.args],
             cwd=folder,

@@ -1,6 +1,7 @@
 from __future__ import annotations
 
 import json
+import os
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -8,6 +9,10 @@ import pytest
 from typer.testing import CliRunner, Result
 
 from tokenroof.cli import app, normalize_argv
+
+# PyTorch runs the tests' tiny models on one thread (set before anything imports torch; an explicit setting wins): on a
+# busy 2-core machine its OpenMP threads wait on each other and the calibrate/bench-local tests take 4x as long
+os.environ.setdefault("OMP_NUM_THREADS", "1")
 
 ROOT = Path(__file__).resolve().parents[1]
 SEED_TABLE = ROOT / "examples" / "h100_7b_seed.csv"  # the founding question's table (a copy of shared/data/seed)

@@ -1,7 +1,9 @@
 """`tokenroof report`: each input told by its shape, every section on one self-contained page, and usable at scale.
 
-The browser checks (headless Chromium driven by Playwright) run where Debian's `chromium` and the `playwright`
-package are installed, and are skipped with the reason otherwise; `browser()` is shared with tests/test_ui.py.
+The browser checks (headless Chromium driven by Playwright) are slow (`make test-slow`) and run where Debian's
+`chromium` and the `playwright` package are installed, skipped with the reason otherwise; `browser()` is shared with
+tests/test_ui.py. The default run checks the same page without a browser: every figure's drawing call parses and
+draws a <div> on the page with data.
 """
 
 from __future__ import annotations
@@ -97,6 +99,7 @@ def write_json(path: Path, args: list[str]) -> Path:
 
 
 PHYSICS = ["--model", "llama-2-7b", "--hardware", "h100-sxm", "--context", "300"]
+FEW_SAMPLES = ["--samples", "20"]  # the intervals' width is not what the report is tested on
 LLAMA_8B = ["--model", "llama-3.1-8b", "--hardware", "h100-sxm"]
 SWEEP = ["--rate", "5,20", "--num-requests", "300", "--ttft-slo-ms", "1000", "--tpot-slo-ms", "50"]
 PLAN = ["--rate", "10", "--input-len", "500", "--output-len", "100", "--num-requests", "400", "--seeds", "1"]
@@ -110,8 +113,10 @@ def inputs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     table = str(SEED_TABLE)
     return {
         "bench": folder / "bench",
-        "predict": write_json(folder / "predict.json", ["predict", table, "--batch", "1 8 32 128 256 512", *PHYSICS]),
-        "advise": write_json(folder / "advise.json", ["advise", table, "--tpot-slo-ms", "30", *PHYSICS]),
+        "predict": write_json(
+            folder / "predict.json", ["predict", table, "--batch", "1 8 32 128 256 512", *PHYSICS, *FEW_SAMPLES]
+        ),
+        "advise": write_json(folder / "advise.json", ["advise", table, "--tpot-slo-ms", "30", *PHYSICS, *FEW_SAMPLES]),
         "roofline": write_json(folder / "roofline.json", ["roofline", *PHYSICS, "--batch", "1 8 64 512"]),
         "simulate-sweep": write_json(folder / "sweep.json", ["simulate", *LLAMA_8B, *SWEEP]),
         "plan": write_json(folder / "plan.json", ["plan", *LLAMA_8B, *PLAN, "--workers", "1"]),
@@ -223,6 +228,39 @@ def test_a_large_report_is_written(large_report: Path) -> None:
     assert len(PLOTLY_BANNER.findall(html)) == 1
 
 
+def plotly_calls(html: str) -> dict[str, list[Any]]:
+    """Each `Plotly.newPlot(div, data, layout, config)` on the page: its div's id → its trace list, parsed as JSON
+    (what the browser's script would be handed)."""
+    decoder, between = json.JSONDecoder(), re.compile(r"\s*[,)]\s*")
+    calls = {}
+    for match in re.finditer(r"Plotly\.newPlot\(\s*", html):
+        args, at = [], match.end()
+        for _ in range(4):
+            value, at = decoder.raw_decode(html, at)
+            args.append(value)
+            gap = between.match(html, at)
+            assert gap is not None, html[at : at + 80]
+            at = gap.end()
+        calls[args[0]] = args[1]
+    return calls
+
+
+def has_points(trace: dict[str, Any]) -> bool:
+    return any(isinstance(y, (int, float)) and np.isfinite(y) for y in trace.get("y") or [])
+
+
+def test_every_figure_draws_a_div_on_the_page_with_data(report_html: Path, large_report: Path) -> None:
+    """What the browser check waits for, without a browser: each figure's drawing call parses, its <div> is on the
+    page, and it has a trace with points (legend-only entries have none)."""
+    for path, figures in ((report_html, 5), (large_report, 3)):
+        html = path.read_text()
+        calls = plotly_calls(html)
+        assert len(calls) == figures, path.name
+        assert sorted(re.findall(r'<div id="([^"]+)" class="plotly-graph-div"', html)) == sorted(calls)
+        for div, traces in calls.items():
+            assert any(has_points(trace) for trace in traces), (path.name, div)
+
+
 def load_seconds(chromium: Any, url: str) -> tuple[float, float, list[str]]:
     """Seconds from navigation until every chart is drawn; of those, the seconds after plotly.js was evaluated (the
     page's own part: its data parsed and its charts drawn); the console's errors."""
@@ -238,6 +276,7 @@ def load_seconds(chromium: Any, url: str) -> tuple[float, float, list[str]]:
     return total, own_ms / 1e3, errors
 
 
+@pytest.mark.slow
 @needs_browser
 def test_the_report_renders_in_a_browser(report_html: Path, large_report: Path, tmp_path: Path) -> None:
     """Every chart drawn (SVG with traces), no console errors, screen and print screenshots; the large report's own
@@ -290,7 +329,7 @@ def test_the_plots_name_their_inputs_and_draw_the_lines(
     table = load_sources([SEED_TABLE])[0].table
     assert table is not None
     prior = Physics("llama-2-7b", "h100-sxm").prior(Workload(300.0))
-    plots.plot_prediction(predict_table(table, [256, 512], prior), Path("p.png"))
+    plots.plot_prediction(predict_table(table, [256, 512], prior, n_samples=20), Path("p.png"))
     sweep = json.loads(inputs["simulate-sweep"].read_text())
     dep = Deployment(Physics("llama-3.1-8b", "h100-sxm"), None, None, Lengths(1000), Lengths(300))
     plots.plot_rate_sweep(sweep["points"], Path("s.png"), plots.deployment_label(dep))

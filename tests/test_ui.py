@@ -1,16 +1,21 @@
-"""`tokenroof ui`: the API answers what the CLI's --json answers (schema-valid), and the page works in a browser."""
+"""`tokenroof ui`: the API answers what the CLI's --json answers (schema-valid), and the page works in a browser.
+
+The browser check is slow (`make test-slow`); the default run sends the page's own requests without a browser.
+"""
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
 import json
+import re
 import threading
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import numpy as np
+import pytest
 from aiohttp.test_utils import TestClient, TestServer
 
 from tests.conftest import SEED_TABLE, run_json
@@ -39,7 +44,28 @@ def call(requests: list[tuple[str, str, Any]], headers: dict[str, str] | None = 
     return asyncio.run(main())
 
 
-def test_the_api_answers_as_the_cli_does() -> None:
+def set_default(monkeypatch: pytest.MonkeyPatch, function: Any, name: str, value: Any) -> None:
+    """Give a function's parameter another default for this test (as a CLI flag would give it another value)."""
+    names = function.__code__.co_varnames[: function.__code__.co_argcount]
+    defaults = list(function.__defaults__)
+    defaults[names.index(name) - (len(names) - len(defaults))] = value
+    monkeypatch.setattr(function, "__defaults__", tuple(defaults))
+
+
+def api_samples(monkeypatch: pytest.MonkeyPatch, samples: int) -> list[str]:
+    """The API's interval samples (predict's and advise's default, 200) set to `samples`; the CLI's same flag."""
+    from tokenroof.advise import advise_answer
+    from tokenroof.predict import predict_table
+
+    set_default(monkeypatch, predict_table, "n_samples", samples)
+    set_default(monkeypatch, advise_answer, "samples", samples)
+    return ["--samples", str(samples)]
+
+
+# the default run fits with 20 interval samples on both sides; the slow run with both sides' defaults
+@pytest.mark.parametrize("samples", [20, pytest.param(None, marks=pytest.mark.slow, id="default-samples")])
+def test_the_api_answers_as_the_cli_does(samples: int | None, monkeypatch: pytest.MonkeyPatch) -> None:
+    flags = api_samples(monkeypatch, samples) if samples else []
     (status, roofline), (_, predict), (_, advise), (_, presets) = call(
         [
             ("POST", "/api/roofline", {**FORM, "batch_min": 1, "batch_max": 512}),
@@ -55,10 +81,10 @@ def test_the_api_answers_as_the_cli_does() -> None:
     batches = ",".join(repr(float(b)) for b in np.geomspace(1, 512, api.CURVE_BATCHES))
     physics = ["--model", "llama-2-7b", "--hardware", "h100-sxm", "--dtype", "bf16", "--context", "300"]
     assert roofline == run_json(["roofline", *physics, "--batch", batches])
-    cli_predict = run_json(["predict", str(SEED_TABLE), "--batch", batches, *physics])
+    cli_predict = run_json(["predict", str(SEED_TABLE), "--batch", batches, *physics, *flags])
     assert predict["predictions"] == cli_predict["predictions"]
     assert predict["measured"]["source"] == "seed.csv"  # the upload's own name, not the server's scratch folder
-    cli_advise = run_json(["advise", str(SEED_TABLE), "--tpot-slo-ms", "30", *physics])
+    cli_advise = run_json(["advise", str(SEED_TABLE), "--tpot-slo-ms", "30", *physics, *flags])
     assert advise["max_num_seqs"] == cli_advise["max_num_seqs"] == 297
     assert "llama-2-7b" in presets["models"] and "h100-sxm" in presets["hardware"]
 
@@ -138,6 +164,76 @@ def first_principles_tpot(page: Any) -> list[float]:
     )
 
 
+PAGE_FORM = {  # what the page's form() sends, as it first loads
+    "model": "llama-3.1-8b",
+    "model_config": None,
+    "hardware": "h100-sxm",
+    "dtype": None,
+    "kv_dtype": None,
+    "tp": 1,
+    "context": 1024,
+    "batch_min": 1,
+    "batch_max": 512,
+    "table": None,
+    "prior": False,
+    "tpot_slo_ms": 50,
+}
+PAGE_GETS = {"/plotly.min.js", "/api/presets"}
+PAGE_POSTS = {"/api/roofline", "/api/predict", "/api/advise", "/api/figure"}
+
+
+async def page_update(client: TestClient, body: dict[str, Any]) -> tuple[dict[str, Any], Any]:
+    """The page's update(): roofline, predict when a file is loaded, advise, then the figure of those answers."""
+
+    async def post(path: str, data: Any) -> Any:
+        response = await client.post(path, json=data)
+        assert response.status == 200, await response.text()
+        return await response.json()
+
+    answers = {"roofline": await post("/api/roofline", body)}
+    if body["table"]:
+        answers["predict"] = await post("/api/predict", body)
+    answers["advise"] = await post("/api/advise", body)
+    table_name = body["table"] and body["table"]["name"]
+    return answers, await post("/api/figure", {**answers, "table_name": table_name})
+
+
+def trace_y(figure: dict[str, Any], prefix: str) -> list[float]:
+    return next(t["y"] for t in figure["data"] if t.get("name", "").startswith(prefix))
+
+
+def test_the_page_without_a_browser(monkeypatch: pytest.MonkeyPatch) -> None:
+    """What the browser check does, by the page's own requests: every element its script names is on the page and
+    every path it fetches is served; a longer context moves the curve and lowers the memory cap; an uploaded CSV is
+    fitted and drawn with its interval."""
+    api_samples(monkeypatch, 20)
+
+    async def main() -> None:
+        async with TestClient(TestServer(make_app())) as client:
+            page = await (await client.get("/")).text()
+            script = page[page.rindex("<script>") :]
+            ids = set(re.findall(r'\bid="([^"]+)"', page))
+            assert set(re.findall(r'\$\("([^"]+)"\)', script)) <= ids
+            assert set(re.findall(r'"(/[a-z./]+)"', page)) == PAGE_GETS | PAGE_POSTS
+            for method, paths in (("GET", PAGE_GETS), ("POST", PAGE_POSTS)):
+                for path in paths:
+                    assert (await client.request(method, path)).status != 404, path
+            assert len(await (await client.get("/plotly.min.js")).read()) > 1_000_000
+            first, drawn = await page_update(client, PAGE_FORM)
+            longer, drawn_longer = await page_update(client, {**PAGE_FORM, "context": 8192})
+            assert longer["roofline"]["max_batch_by_memory"] < first["roofline"]["max_batch_by_memory"]
+            assert trace_y(drawn_longer, "first principles")[-1] > trace_y(drawn, "first principles")[-1]
+            table = {"name": SEED_TABLE.name, "text": SEED_TABLE.read_text()}
+            fitted, drawn_fit = await page_update(client, {**PAGE_FORM, "table": table})
+            names = [trace.get("name") for trace in drawn_fit["data"]]
+            assert "fit: h100_7b_seed.csv" in names and "90% interval (fit: h100_7b_seed.csv)" in names
+            assert np.isfinite(fitted["predict"]["model"]["residual_rms_relative"])  # the fit line's "rms …%"
+            assert "--max-num-seqs" in json.dumps(fitted["advise"]["engine_flags"])
+
+    asyncio.run(main())
+
+
+@pytest.mark.slow
 @needs_browser
 def test_the_page_in_a_browser(tmp_path: Path) -> None:
     """The chart draws; a longer context moves the curve and lowers the memory cap; an uploaded CSV is fitted."""
