@@ -292,7 +292,8 @@ def advise_decode_only(
         from tokenroof.predict import prior_for, split_contexts
 
         table = read_table(list(files))
-        measured_at, targets = split_contexts(table, [context] if context is not None else None)
+        given = context if context is not None else flags.context_tokens
+        measured_at, targets = split_contexts(table, [given] if given is not None else None)
         prior = prior_for(table, physics, replace(flags, context_tokens=measured_at))
         fit = fit_table(table, prior, n_samples=max(samples, 10))
         at = targets[0] if targets else None
