@@ -38,7 +38,7 @@ from dataclasses import dataclass, field, replace
 import numpy as np
 from scipy.optimize import OptimizeResult, least_squares, nnls
 
-from tokenroof.stepmodel import StepModel
+from tokenroof.stepmodel import StepModel, matmul_time_s
 
 KNEE_GRID = np.geomspace(0.25, 1e5, 240)
 SAMPLE_KNEE_GRID = np.geomspace(0.25, 1e5, 60)  # refits of interval samples: coarser, 4× faster
@@ -47,6 +47,7 @@ OVERHEAD_SHARE_RANGE = (0.05, 0.35)
 CONFLICT_Z = 2.576  # two-sided 99% band of a log-normal prior
 CONFLICT_WIDEN = 10.0
 KNEE_TOLERANCE = 1e-9  # knees whose normal-equation misfit is this near the least (× the total weight) are refit
+MIN_EFFICIENCY = 1e-9  # the efficiencies' floor in the MAP fit: keeps the optimiser's trial steps finite
 FLOOR_TOLERANCE = 0.8  # a measured slope this far below the KV floor contradicts the stated context
 
 
@@ -470,17 +471,62 @@ def prior_structure(
         attn = peak.t_attn_token_s / math.exp(theta[3])
         return ContextLaw(prior.context_tokens, float(theta[4]), attn).whole(folded)
 
+    def slope_of(theta: np.ndarray) -> float:
+        """The slope per sequence below the knee: the cost per sequence and the compute the GEMMs do not hide."""
+        return per_seq_ref(theta) + (1 - prior.overlap) * c_peak * math.exp(-theta[3])
+
     def logs(theta: np.ndarray) -> dict[str, float]:
         """Each prior's variable, in logs: the efficiencies, and the slope per sequence below the knee."""
-        slope = per_seq_ref(theta) + (1 - prior.overlap) * model(theta).compute_s
-        return {"bandwidth": theta[2], "compute": theta[3], "slope": math.log(max(slope, 1e-15))}
+        return {"bandwidth": theta[2], "compute": theta[3], "slope": math.log(max(slope_of(theta), 1e-15))}
+
+    # the step time of θ at the support's points in closed form (what `whole(θ).step_time_s(b, ctx)` gives, without
+    # building a StepModel: the optimiser calls it thousands of times per fit)
+    weights_peak_b = peak.weights_time_s(b)  # W(b) at 100% bandwidth; θ₂ scales it
+    compute_peak_b = b * (c_peak if ctx is None else c_peak + peak.t_attn_token_s * (ctx - prior.context_tokens))
+
+    def step_s(theta: np.ndarray) -> np.ndarray:
+        weights = weights_peak_b * math.exp(-theta[2])
+        compute = compute_peak_b * math.exp(-theta[3])
+        per_seq = per_seq_ref(theta) if ctx is None else theta[1] + theta[4] * ctx
+        return theta[0] + matmul_time_s(weights, compute, prior.overlap) + b * per_seq
+
+    def jacobian(theta: np.ndarray, center: dict[str, float], scale: dict[str, float]) -> np.ndarray:
+        """∂(residuals)/∂θ in closed form: the points' log step times, then each prior's pull."""
+        weights = weights_peak_b * math.exp(-theta[2])
+        compute = compute_peak_b * math.exp(-theta[3])
+        o = prior.overlap
+        side = np.sign(weights - compute) * o / 2  # matmul_time_s = (W + C)(1 − o/2) + |W − C|·o/2
+        d_step = np.column_stack(
+            [
+                np.ones_like(b),
+                b,
+                -weights * (1 - o / 2 + side),
+                -compute * (1 - o / 2 - side),
+                *([] if ctx is None else [b * ctx]),
+            ]
+        )
+        rows = [d_step * (root / noise / step_s(theta))[:, None]]
+        slope = slope_of(theta)
+        d_slope = np.zeros(theta.size)
+        if slope > 1e-15:
+            d_slope[1] = 1.0 / slope
+            d_slope[3] = -(1 - o) * c_peak * math.exp(-theta[3]) / slope
+            if ctx is not None:
+                d_slope[4] = prior.context_tokens / slope
+        for key in sigmas:
+            pull = np.zeros(theta.size)
+            if key == "slope":
+                pull = d_slope
+            else:
+                pull[2 if key == "bandwidth" else 3] = 1.0
+            rows.append((pull / (sigmas[key] * scale[key]))[None, :])
+        return np.vstack(rows)
 
     def solve_full(t: np.ndarray, center: dict[str, float], scale: dict[str, float]) -> OptimizeResult:
         def residuals(theta: np.ndarray) -> np.ndarray:
-            pred = whole(theta).step_time_s(b) if ctx is None else whole(theta).step_time_s(b, ctx)
             values = logs(theta)
             pulls = [(values[k] - math.log(center[k])) / (sigmas[k] * scale[k]) for k in sigmas]
-            return np.concatenate([np.log(pred / t[part]) * root / noise, pulls])
+            return np.concatenate([np.log(step_s(theta) / t[part]) * root / noise, pulls])
 
         a, s, k = _line(t)
         floor_s = floor["per_seq"]
@@ -496,10 +542,13 @@ def prior_structure(
             ]
             + ([] if ctx is None else [max(k, kv_floor["kv"])])
         )
-        lower = np.array([0.0, floor_s, -np.inf, -np.inf] + ([] if ctx is None else [kv_floor["kv"]]))
+        least = math.log(MIN_EFFICIENCY)
+        lower = np.array([0.0, floor_s, least, least] + ([] if ctx is None else [kv_floor["kv"]]))
         upper = np.array([np.inf, np.inf, 0.0, 0.0] + ([] if ctx is None else [np.inf]))
         x0 = np.clip(x0, lower + 1e-15, upper - 1e-12)
-        return least_squares(residuals, x0, bounds=(lower, upper), x_scale="jac")
+        return least_squares(
+            residuals, x0, jac=lambda theta: jacobian(theta, center, scale), bounds=(lower, upper), x_scale="jac"
+        )
 
     def _line(t: np.ndarray) -> tuple[float, float, float]:
         """The memory-bound line of the support: intercept, slope at the prior's context, KV cost per token."""
