@@ -5,7 +5,7 @@ BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed-dev
 SEED   := examples/h100_7b_seed.csv
 
-.PHONY: install test test-slow fuzz test-ray test-integration lint demo bench clean
+.PHONY: install test test-slow fuzz mutation test-ray test-integration lint demo bench clean
 
 # PyTorch for bench-local/calibrate and their tests, pinned: on this project's machines pip takes a CPU
 # build from local disk. Elsewhere pass TORCH_INDEX=https://download.pytorch.org/whl/cpu for the CPU
@@ -37,6 +37,14 @@ test-slow: $(STAMP)
 # the property tests with 2,000 generated inputs each (the default run draws 50)
 fuzz: $(STAMP)
 	TOKENROOF_FUZZ_EXAMPLES=2000 $(BIN)/pytest -q tests/test_properties.py tests/test_emulate*.py -p no:cacheprovider
+
+# mutation testing (mutmut, [tool.mutmut] in pyproject.toml) over the model, fit, predict, advise and scheduler
+# modules: prints killed / total per module and overall. Not part of `make test`: the first full run takes hours
+# on 2 cores; later runs re-check only what changed. MUTATION_ARGS="--sample 40" gives a seeded estimate.
+MUTATION_CHILDREN ?= 2
+MUTATION_ARGS ?=
+mutation: $(STAMP)
+	$(BIN)/python scripts/mutation_score.py --max-children $(MUTATION_CHILDREN) $(MUTATION_ARGS)
 
 # plan's --ray search on a local Ray cluster (Ray is an optional extra, ~80 MB)
 test-ray: $(STAMP)
@@ -94,5 +102,5 @@ bench: $(STAMP)
 	$(BIN)/python benchmarks/local_roofline.py
 
 clean:
-	rm -rf $(VENV) .llama .pytest_cache .mypy_cache .ruff_cache build src/*.egg-info benchmarks/out-local
+	rm -rf $(VENV) mutants .llama .pytest_cache .mypy_cache .ruff_cache build src/*.egg-info benchmarks/out-local
 	rm -f calibrated.toml bench-local-*.csv report.html demo-roofline.json demo-predict.json demo-advise.json demo-plan.json demo-simulate.json
