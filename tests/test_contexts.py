@@ -247,3 +247,70 @@ def test_the_report_draws_one_fit_per_context_and_reads_advise_at_several(tmp_pa
     source = from_file(advised)
     assert source.kind == "advise" and source.data["context_tokens"] == 8192
     assert source.notes == ["advise.json: advise at 2 contexts; the report draws the first, 8192"]
+
+
+def test_what_a_review_found_stays_fixed(tmp_path) -> None:
+    """Each a user's report: a context inside the measured level is not 'another context'; a batch alone at several
+    contexts is no curve; a cap at long contexts never makes TPOT fall with batch; advise refuses what predict does."""
+    near = parse_csv("batch,tpot_ms,context_tokens\n1,10,8000\n8,11,8400\n32,14,8000\n64,18,8400\n")
+    assert not near.several_contexts
+    assert predict_table(near, [16], n_samples=10, contexts=[8192]).predictions()[0]["context_tokens"] == 8192
+    with pytest.raises(TokenroofError, match=r"every row is at batch 8 .* at least 2 distinct batches"):
+        parse_csv("batch,tpot_ms,context_tokens\n8,7.5,4096\n8,15,16384\n8,22,32768\n")
+    physics = Physics("llama-3.1-8b", "h100-sxm", "bf16")
+    one = measured([8192], sm=physics.step_model())
+    prior = physics.prior(Workload.from_table(one, decode_only=True))
+    rows = predict_table(one, [1, 2, 4, 6, 8, 12, 16, 32], prior, n_samples=10, contexts=[262144]).predictions()
+    tpot = [r["tpot_ms"] for r in rows]
+    assert tpot == sorted(tpot) and rows[-1]["bound"] == "capacity"  # 262k tokens: a handful of sequences fit
+    path = tmp_path / "plain.csv"
+    path.write_text("batch,tpot_ms\n1,10\n8,11\n32,14\n")
+    refused = run_cli(["advise", str(path), "--context", "8192,32768"])
+    assert refused.exit_code == 2 and "does not say the context it was measured at" in refused.stderr
+    stated = tmp_path / "stated.csv"
+    stated.write_text(measured([8192]).to_csv())
+    both = run_cli(["advise", str(stated), "--input-len", "8000", "--output-len", "300", "--context", "100000"])
+    assert both.exit_code == 2 and "drop --context" in both.stderr
+    named = run_cli(["advise", str(EXAMPLE), "--tpot-slo-ms", "20", "--context", "4096,1000000"])
+    assert named.exit_code == 2 and named.stderr.startswith("error: at context 1e+06: no batch cap meets")
+
+
+def test_a_server_cap_at_every_context_is_fitted_at_the_cap() -> None:
+    """Client concurrency past the server's max_num_seqs (96): throughput flat, end-to-end TPOT grows with the queue,
+    at both contexts; predicted at 512 the running batch stays 96 and TPOT is the queue's."""
+    rows = []
+    for context in (1024, 2048):
+        for c in (8, 16, 32, 64, 96, 128, 192, 256):
+            running = min(c, 96)
+            step_ms = float(TRUTH.step_time_s(running, context)) * 1e3
+            rows.append(Row(c, running * 1000 / step_ms, step_ms * c / running, context, 50.0 * max(1, c / 96) ** 4))
+    table = build_table(rows, semantics=Semantics(batch_kind="concurrency", tpot_kind="e2e"))
+    fit = fit_table(table, n_samples=0)
+    assert fit.excluded is not None and not fit.excluded.left_out and fit.curve.cap == pytest.approx(96, rel=0.05)
+    predicted = fit.evaluate(np.array([512.0]), context=1024)[0][0] * 1e3
+    truth = float(TRUTH.step_time_s(96, 1024)) * 1e3 * 512 / 96
+    assert predicted == pytest.approx(truth, rel=0.1)
+
+
+def test_vllm_results_at_two_lengths_are_two_contexts(tmp_path) -> None:
+    import json
+
+    for c, tpot, inp in ((1, 10, 1000), (8, 12, 1000), (32, 16, 1000), (1, 12, 8000), (8, 16, 8000), (32, 30, 8000)):
+        result = {"max_concurrency": c, "mean_tpot_ms": tpot, "output_throughput": c * 1000 / tpot, "completed": 10}
+        result |= {"total_input_tokens": inp * 10, "total_output_tokens": 2000, "mean_ttft_ms": 50}
+        (tmp_path / f"c{c}_i{inp}.json").write_text(json.dumps(result))
+    from tokenroof.measurements import read_table
+
+    table = read_table(sorted(tmp_path.glob("*.json")))
+    assert table.level_contexts() == pytest.approx([1100, 8100])  # input + output/2 from the token totals
+
+
+def test_a_sliding_window_model_at_its_measured_context_is_not_extrapolated(tmp_path) -> None:
+    """Mistral-7B-v0.1 holds 4096 tokens per layer: a table measured at 8k, asked at 8k and 16k, is not past its
+    data in context (the layers hold the same window)."""
+    physics = Physics("mistral-7b", "h100-sxm", "bf16")
+    table = measured([8192], sm=physics.step_model())
+    prior = physics.prior(Workload.from_table(table, decode_only=True))
+    rows = predict_table(table, [32], prior, n_samples=10, contexts=[8192, 16384]).predictions()
+    assert [r["extrapolated"] for r in rows] == [False, False]
+    assert rows[1]["tpot_ms"] == pytest.approx(rows[0]["tpot_ms"], rel=1e-9)

@@ -16,6 +16,8 @@ from tokenroof.units import MS_PER_S
 
 if TYPE_CHECKING:
     from tokenroof.deployment import Physics
+    from tokenroof.fit import Fit
+    from tokenroof.measurements import MeasurementTable
     from tokenroof.predict import Workload
 
 SEARCH_LIMIT = 1_000_000
@@ -215,29 +217,27 @@ def advise_answer(
     if not files and not physics.known:
         raise TokenroofError("give a measurement file, or --model and --hardware for the first-principles curve")
     lengths = flags.input_len is not None and flags.output_len is not None and not flags.decode_only
-    if contexts and len(contexts) > 1:
-        if lengths:
-            raise TokenroofError(
-                "--context takes one value with --input-len/--output-len (the lengths set the context); list "
-                "several contexts for the decode-only answer"
-            )
-        each = [advise_answer(files, physics, flags, targets, max_num_batched_tokens, samples, [c]) for c in contexts]
-        warnings = [w for answer in each for w in answer["warnings"]]
-        return {"contexts": each, "warnings": list(dict.fromkeys(warnings))}
-    context = contexts[0] if contexts else None
+    if contexts and len(contexts) > 1 and lengths:
+        raise TokenroofError(
+            "--context takes one value with --input-len/--output-len (the lengths set the context); list several "
+            "contexts for the decode-only answer"
+        )
     if lengths:
-        data = advise_with_prefill(files, physics, flags, targets, max_num_batched_tokens)
-    else:
-        if targets.ttft_slo_ms is not None:
-            raise TokenroofError("--ttft-slo-ms needs --input-len and --output-len (the prompts decide TTFT)")
-        data = advise_decode_only(files, physics, flags, targets.tpot_slo_ms, samples, context)
-        if targets.statistic not in (None, "mean"):
-            data["warnings"].append(
-                f"--slo-statistic {targets.statistic} needs the scheduler's distribution (give --input-len and "
-                "--output-len); the decode-only answer bounds the mean step time, which every token of a full batch "
-                "takes"
-            )
-    return data
+        return advise_with_prefill(files, physics, flags, targets, max_num_batched_tokens)
+    if targets.ttft_slo_ms is not None:
+        raise TokenroofError("--ttft-slo-ms needs --input-len and --output-len (the prompts decide TTFT)")
+    asked: list[float | None] = list(contexts) if contexts else [None]
+    each = advise_decode_only(files, physics, flags, targets.tpot_slo_ms, samples, asked)
+    if targets.statistic not in (None, "mean"):
+        each[0]["warnings"].append(
+            f"--slo-statistic {targets.statistic} needs the scheduler's distribution (give --input-len and "
+            "--output-len); the decode-only answer bounds the mean step time, which every token of a full batch "
+            "takes"
+        )
+    if len(each) == 1:
+        return each[0]
+    warnings = [w for answer in each for w in answer["warnings"]]
+    return {"contexts": each, "warnings": list(dict.fromkeys(warnings))}
 
 
 def advise_with_prefill(
@@ -255,6 +255,12 @@ def advise_with_prefill(
         from tokenroof.travel import portable
 
         table, prior = read_with_prior(list(files), physics, flags, flags_are_target=True)
+        stated = table.context_tokens is not None or table.semantics.mean_context is not None
+        if flags.context_tokens is not None and stated:
+            raise TokenroofError(
+                f"{table.source} states the context it was measured at; with --input-len/--output-len the lengths "
+                "set the context to advise at (input + output/2): drop --context"
+            )
         travelling = portable(fit_table(table, prior, n_samples=0), table)
         sm, notes = travelling.step_model, [*table.warnings, *travelling.notes(flags.mean_context)]
         source = f"fitted to {table.source}, run on simulate's scheduler"
@@ -282,40 +288,58 @@ def advise_decode_only(
     flags: Workload,
     tpot_slo_ms: float,
     samples: int,
-    context: float | None = None,
-) -> dict[str, Any]:
-    """advise from the decode step time alone (no prompts in the steps): the fitted curve or first principles; at
-    `context` (None: the measured workload's, or --context's)."""
-    if files:
-        from tokenroof.fit import fit_table
-        from tokenroof.measurements import read_table
-        from tokenroof.predict import prior_for, split_contexts
+    contexts: Sequence[float | None] = (None,),
+) -> list[dict[str, Any]]:
+    """advise from the decode step time alone (no prompts in the steps): the fitted curve (fitted once) or first
+    principles; one answer per context (None: the measured workload's, or the workload's --context)."""
+    if not files:
+        return [at_context(first_principles_advice, context, physics, flags, tpot_slo_ms) for context in contexts]
+    from tokenroof.fit import fit_table
+    from tokenroof.measurements import read_table
+    from tokenroof.predict import prior_for, split_contexts
 
-        table = read_table(list(files))
-        given = context if context is not None else flags.context_tokens
-        measured_at, targets = split_contexts(table, [given] if given is not None else None)
-        prior = prior_for(table, physics, replace(flags, context_tokens=measured_at))
-        fit = fit_table(table, prior, n_samples=max(samples, 10))
-        at = targets[0] if targets else None
-        if at is None and table.several_contexts:
-            held = ", ".join(f"{c:g}" for c in table.level_contexts())
-            raise TokenroofError(
-                f"{table.source} holds curves at several contexts ({held}): give --context, one or several, to say "
-                "where to advise"
-            )
-        cap = fit.cap_at(at)
-        where = f" at context {at:g}" if at is not None else ""
-        result = advise(
-            fit.as_step_time(at),
-            tpot_slo_ms,
-            0.0,
-            int(cap) if cap is not None else None,
-            fit.sample_models_at(at),
-            f"fitted to {table.source} ({fit.method}){where}; the decode step time (no prompts in the steps)",
+    table = read_table(list(files))
+    asked = [c for c in contexts if c is not None] or ([flags.context_tokens] if flags.context_tokens else [])
+    measured_at, targets = split_contexts(table, asked or None)
+    prior = prior_for(table, physics, replace(flags, context_tokens=measured_at))
+    fit = fit_table(table, prior, n_samples=max(samples, 10))
+    if targets is None and table.several_contexts:
+        held = ", ".join(f"{c:g}" for c in table.level_contexts())
+        raise TokenroofError(
+            f"{table.source} holds curves at several contexts ({held}): give --context, one or several, to say "
+            "where to advise"
         )
-        result.warnings = list(table.warnings) + result.warnings
-        answer = {**result.to_dict(), "step_model": fit.step_model_at(at).to_dict()}
-        return answer if at is None else {**answer, "context_tokens": at}
+    where: list[float | None] = list(targets) if targets else [None]
+    return [at_context(fitted_advice, context, fit, table, tpot_slo_ms) for context in where]
+
+
+def at_context(answer: Any, context: float | None, *args: Any) -> dict[str, Any]:
+    """One context's answer; an error names the context it came from."""
+    try:
+        return dict(answer(context, *args))
+    except TokenroofError as exc:
+        raise TokenroofError(f"at context {context:g}: {exc}" if context is not None else str(exc)) from None
+
+
+def fitted_advice(at: float | None, fit: Fit, table: MeasurementTable, tpot_slo_ms: float) -> dict[str, Any]:
+    cap = fit.cap_at(at)
+    where = f" at context {at:g}" if at is not None else ""
+    result = advise(
+        fit.as_step_time(at),
+        tpot_slo_ms,
+        0.0,
+        int(cap) if cap is not None else None,
+        fit.sample_models_at(at),
+        f"fitted to {table.source} ({fit.method}){where}; the decode step time (no prompts in the steps)",
+    )
+    result.warnings = list(table.warnings) + result.warnings
+    answer = {**result.to_dict(), "step_model": fit.step_model_at(at).to_dict()}
+    return answer if at is None else {**answer, "context_tokens": at}
+
+
+def first_principles_advice(
+    context: float | None, physics: Physics, flags: Workload, tpot_slo_ms: float
+) -> dict[str, Any]:
     ctx = context if context is not None else (flags.mean_context or 1024.0)
     sm = physics.step_model()
     result = advise(

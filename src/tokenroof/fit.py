@@ -39,7 +39,7 @@ import numpy as np
 from numpy.typing import ArrayLike
 
 from tokenroof.errors import TokenroofError
-from tokenroof.measurements import MeasurementTable, pooled
+from tokenroof.measurements import CONTEXT_LEVEL_RATIO, MeasurementTable, pooled
 from tokenroof.stepmodel import StepModel
 from tokenroof.structures import (
     ContextLaw,
@@ -164,20 +164,23 @@ def evaluate_s(
     (effective tokens, one or one per batch)."""
     b = np.asarray(batch, dtype=float)
     if context is None or law is None:
-        tpot = curve.tpot_s(sm, b)
-        if small is not None:
-            at_one = float(curve.tpot_s(sm, np.array([small.support_batch]))[0])
-            tpot = small.apply(b, tpot, at_one)
+        running = curve.running(b)
+        step = sm.step_time_s(running)
+        if small is not None:  # the smallest running batches' own line (a cap below it holds the batch there)
+            step = small.apply(running, step, float(sm.step_time_s(small.support_batch)))
+        tpot = step * b / running if curve.queues else step
         return tpot, curve.throughput_tok_s(b, tpot)
     ctx = np.broadcast_to(np.asarray(context, dtype=float), b.shape)
     whole = law.whole(sm)
-    tpot = curve.tpot_s(whole, b, ctx)
+    running = curve.running(b, ctx)
+    step = whole.step_time_s(running, ctx)
     if small is not None:
-        at_support = curve.tpot_s(whole, np.full_like(b, small.support_batch), ctx)
-        tpot = small.apply(b, tpot, at_support, law.kv_token_s * (ctx - law.reference_tokens))
+        at_support = whole.step_time_s(small.support_batch, ctx)
+        step = small.apply(running, step, at_support, law.kv_token_s * (ctx - law.reference_tokens))
     # moved far below the reference, a split fitted there can take more than a sequence costs: no step is faster
     # than its fixed part (the overhead and the weight stream)
-    tpot = np.maximum(tpot, max(whole.t_fixed_s + float(whole.weights_time_s(0.0)), MIN_STEP_S))
+    step = np.maximum(step, max(whole.t_fixed_s + float(whole.weights_time_s(0.0)), MIN_STEP_S))
+    tpot = step * b / running if curve.queues else step
     return tpot, curve.throughput_tok_s(b, tpot, ctx)
 
 
@@ -292,8 +295,10 @@ class Fit:
         return ctx if prior is None else prior.effective_context(ctx)
 
     def require_context_law(self, context: float) -> None:
-        """Raise when asked about another context than the one measured with nothing to move the fit there."""
-        if self.context_source is None and abs(context / max(self.context_tokens, 1.0) - 1) > 1e-9:
+        """Raise when asked about another context (raw tokens) than the one measured — further than one context level
+        (CONTEXT_LEVEL_RATIO) from it — with nothing to move the fit there."""
+        ratio = float(self.effective(context)) / max(self.context_tokens, 1.0)
+        if self.context_source is None and not 1 / CONTEXT_LEVEL_RATIO <= ratio <= CONTEXT_LEVEL_RATIO:
             at = f"at a context of {self.context_tokens:g} tokens" if self.context_tokens else "at one context"
             raise TokenroofError(
                 f"the table was measured {at}: moving it to {context:g} needs the KV cost per context token, from "
@@ -354,7 +359,7 @@ class Fit:
         """The fitted curve where a step model is expected (advise): the weighted structures, small batches, cap;
         at the reference context, or at `context` (raw tokens)."""
         if context is not None:
-            self.require_context_law(float(self.effective(context)))
+            self.require_context_law(context)
         return FittedCurve(self, context)
 
     def sample_curves(self, batch: np.ndarray, context: ArrayLike | None = None) -> tuple[np.ndarray, np.ndarray]:
@@ -645,27 +650,36 @@ def fit_table(
     keep = np.ones(len(points), dtype=bool)
     if seen is not None and seen.left_out:
         keep = ~np.isin(np.arange(len(points)), seen.indices(points))
+        if several:  # preemption in some context's curve: its cap is not carried to the others
+            seen = replace(seen, cap=None)
     if keep.sum() < 2:
         keep[:] = True
     batch, tpot_s = points.batch[keep].astype(float), ms_to_s(points.tpot_ms[keep])
     contexts = _contexts(points, keep, prior)
     queues, notes, capped = points.semantics.queues, [], False
-    cap = seen.cap if seen is not None else (prior.max_batch if prior is not None else None)
-    scales = seen is None and cap is not None and several  # the memory's cap, at the prior's context
+    memory = seen is None or seen.cap is None  # the cap, if any, is the memory's (the prior's), not the data's
+    cap = (prior.max_batch if prior is not None else None) if memory else seen.cap  # type: ignore[union-attr]
+    scales = memory and cap is not None and several  # the memory's cap holds at the prior's context, shrinks past it
     if cap is not None and points.semantics.batch_kind != "concurrency":
         held = batch * contexts.values / contexts.reference if scales and contexts.values is not None else batch
         if cap < held.max():
-            if seen is None:
+            if memory:
+                what = (
+                    f" at a context of {contexts.reference:g}, below what the measured batches need there "
+                    f"({held.max():.4g}): the memory held them"
+                    if scales
+                    else f", below the measured batch {batch.max():g}: the memory held it"
+                )
                 notes.append(
-                    f"the physics puts the memory cap at {cap:g} sequences, below the measured batch {batch.max():g}: "
-                    "the memory held it, so the cap is taken there; check --context, --dtype and --kv-dtype"
+                    f"the physics puts the memory cap at {cap:g} sequences{what}, so the cap is taken there; check "
+                    "--context, --dtype and --kv-dtype"
                 )
             cap = float(held.max())
-    elif cap is not None and cap < batch.max() and not several:  # the server ran `cap` sequences per step
+    elif cap is not None and cap < batch.max():  # the server ran `cap` sequences per step
         running = np.minimum(batch, cap)
         tpot_s = tpot_s * running / batch if queues else tpot_s
         batch, capped = running, True
-    curve = Curve(cap, queues, contexts.reference if cap is not None and seen is None else None)
+    curve = Curve(cap, queues, contexts.reference if cap is not None and memory else None)
     evidence = Evidence(points.counts[keep], points.log_ss[keep])
     fit = fit_points(
         batch, tpot_s, prior, curve, critical_batch, roof_tok_s, n_samples, seed, evidence, contexts=contexts
@@ -695,8 +709,9 @@ def _contexts(points: MeasurementTable, keep: np.ndarray, prior: Prior | None) -
 
 
 def _past_caps(points: MeasurementTable) -> Excluded | None:
-    """`past_cap` on each context's curve of a table of several: the points past a cap are left out (a server's
-    running cap seen in one context's curve is not carried to the others)."""
+    """`past_cap` on each context's curve of a table of several. Preempted points (a running batch that stalls) are
+    left out; a server's cap behind client concurrency is one server's max_num_seqs, the same at every context: the
+    points past it are fitted as steps at the smallest cap the curves show."""
     levels, contexts = points.levels, points.level_contexts()
     found = []
     for level, context in enumerate(contexts):
@@ -708,4 +723,7 @@ def _past_caps(points: MeasurementTable) -> Excluded | None:
     batches = tuple(b for _, seen in found for b in seen.batches)
     reason = "; ".join(f"at context {context:g}: {seen.reason}" for context, seen in found)
     at = tuple(context for context, seen in found for _ in seen.batches)
-    return Excluded(batches, reason + " (left out: a table of several contexts fits no server cap)", None, True, at)
+    if all(not seen.left_out for _, seen in found):
+        cap = min(seen.cap for _, seen in found if seen.cap is not None)
+        return Excluded(batches, reason, cap, False, at)
+    return Excluded(batches, reason, None, True, at)

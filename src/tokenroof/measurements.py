@@ -313,6 +313,11 @@ def table_from_columns(
     warnings = _repeats(groups, b, tpot_all, where, None if np.isnan(ctx).all() else ctx) + warnings
     if starts.size < 2:
         raise TokenroofError(f"{source or 'table'}: need at least 2 measured points, got {starts.size}")
+    if b[-1] == b[0]:
+        raise TokenroofError(
+            f"{source or 'table'}: every row is at batch {b[0]:g} (at {starts.size} contexts): a curve needs at least "
+            "2 distinct batches"
+        )
     repeated = groups.count.max() > 1
     return MeasurementTable(
         batch=b[starts],
@@ -632,11 +637,15 @@ def _vllm_row(data: Mapping[str, Any], where: str, warnings: list[str]) -> Row:
             f"{where}: vLLM result has no max_concurrency (a request-rate run has no fixed batch); "
             "rerun with --max-concurrency, or give the measured running batch in a CSV"
         )
+    lengths = _vllm_settings(data, where)
+    context = None  # the run's mean context from its token totals: runs at other lengths are other contexts
+    if lengths.get("input_len") is not None and lengths.get("output_len") is not None:
+        context = mean_context_tokens(lengths["input_len"], lengths["output_len"])
     row = Row(
         _batch(concurrency, where, "max_concurrency"),
         _number(data.get("output_throughput"), where, "output_throughput"),
         _number(data.get("mean_tpot_ms"), where, "mean_tpot_ms"),
-        None,
+        context,
         _number(data.get("mean_ttft_ms"), where, "mean_ttft_ms"),
         where,
     )
@@ -817,6 +826,7 @@ def read_table(paths: Sequence[Path | str]) -> MeasurementTable:
     provenance: list[str] = []
     warnings: list[str] = []
     parts: list[tuple[str, dict[str, Any]]] = []
+    derived_context = 0  # rows whose context comes from a vLLM result's token totals
     for path, text in zip(files, texts, strict=True):
         try:
             data = json.loads(text)
@@ -829,8 +839,13 @@ def read_table(paths: Sequence[Path | str]) -> MeasurementTable:
         except RecursionError:
             raise TokenroofError(f"{path}: JSON nested too deeply") from None
         new_rows, new_prov, settings = _json_rows(data, str(path), warnings)
+        if isinstance(data, Mapping) and "output_throughput" in data:
+            derived_context += len(new_rows)
         rows += new_rows
         provenance += new_prov
         parts.append((str(path), settings))
+    if derived_context and len({row.context_tokens is None for row in rows}) > 1:
+        # a vLLM result without token totals has no context: then none of them speaks for its context
+        rows = [replace(row, context_tokens=None) for row in rows] if derived_context == len(rows) else rows
     table = build_table(rows, provenance, ", ".join(str(p) for p in files), merge_settings(parts, provenance))
     return replace(table, warnings=tuple(warnings) + table.warnings)

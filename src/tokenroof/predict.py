@@ -163,13 +163,17 @@ def step_interval_samples(fit: Fit, batch: np.ndarray, context: float | None = N
 
 
 def context_doublings(fit: Fit, context: float | None) -> float:
-    """How far `context` lies outside the measured contexts, in doublings (0 inside, or as fitted)."""
+    """How far `context` (raw tokens) lies outside the measured contexts, in doublings of the context the layers
+    hold (sliding-window layers hold their window: past it nothing moves); 0 inside, or as fitted."""
     if context is None:
         return 0.0
-    low, high = fit.context_range or (fit.context_tokens, fit.context_tokens)
+    if fit.context_range is not None:
+        low, high = (float(fit.effective(c)) for c in fit.context_range)
+    else:
+        low = high = fit.context_tokens
     if low <= 0:
         return 0.0
-    return float(intervals.distance_doublings(np.array([context]), low, high)[0])
+    return float(intervals.distance_doublings(np.array([float(fit.effective(context))]), low, high)[0])
 
 
 @dataclass
@@ -310,6 +314,7 @@ class PredictResult:
                     "reason": self.excluded.reason,
                     "running_batch_cap": self.excluded.cap,
                     "left_out": self.excluded.left_out,
+                    "contexts": list(self.excluded.contexts) or None,
                 }
                 if self.excluded
                 else None
@@ -371,7 +376,11 @@ def data_patterns(table: MeasurementTable, excluded: Excluded | None) -> list[st
     """Shapes worth a word, by what the columns count: falling throughput, points past a cap, flat throughput."""
     notes = []
     if excluded is not None:
-        which = ", ".join(f"{b:g}" for b in excluded.batches)
+        if excluded.contexts:
+            pairs = zip(excluded.batches, excluded.contexts, strict=True)
+            which = ", ".join(f"{b:g} (context {c:g})" for b, c in pairs)
+        else:
+            which = ", ".join(f"{b:g}" for b in excluded.batches)
         verb = "left out of the fit" if excluded.left_out else "past the server's cap"
         notes.append(f"{verb}, batches {which}: {excluded.reason}")
     levels, contexts = table.levels, table.level_contexts()
@@ -480,7 +489,7 @@ def predict_table(
             raise TokenroofError(f"--context must be a finite number of tokens ≥ 1, got {context:g}")
     fit = fit_table(table, prior, critical_batch, roof_tok_s, n_samples, seed)
     for context in contexts or []:
-        fit.require_context_law(float(fit.effective(context)))
+        fit.require_context_law(context)
     asked = list(contexts) if contexts else (table.level_contexts() if table.several_contexts else None)
     result = PredictResult(table, fit, arr, prior, critical_batch, fit.excluded, contexts=asked)
     result.warnings = (
