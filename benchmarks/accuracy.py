@@ -15,7 +15,7 @@ physics prior where the curve's header names the model and hardware:
 
     python benchmarks/accuracy.py [CURVE_DIR ...] [--verbose] [--write] [--external]
 
-`--write` stores the interval constants learned on all curves in src/tokenroof/data/intervals.json.
+`--write` stores the interval constants learned on all curves in src/tokenroof/fit/data/intervals.json.
 `--external` scores curves nobody tuned to as a user meets them: with the shipped constants, nothing learned
 from them (the same in-range, extrapolation and coverage figures).
 """
@@ -31,11 +31,11 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from curve_headers import read_setup
-from tokenroof import intervals
 from tokenroof.errors import TokenroofError
-from tokenroof.fit import Prior
-from tokenroof.measurements import MeasurementTable, read_table
-from tokenroof.predict import predict_table, prior_from_specs, step_interval_samples
+from tokenroof.fit import intervals
+from tokenroof.fit.core import Prior
+from tokenroof.fit.predict import predict_table, prior_from_specs, step_interval_samples
+from tokenroof.io.measurements import MeasurementTable, read_table
 from tokenroof.specs import Precision, load_hardware, load_model
 
 ROOT = Path(__file__).resolve().parents[1]

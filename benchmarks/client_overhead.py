@@ -21,8 +21,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from tests.emulator_process import emulator_health, emulator_process
 
-from tokenroof.bench.run import BenchConfig, run_bench
-from tokenroof.stepmodel import StepModel
+from tokenroof.measure.http.run import BenchConfig, run_bench
+from tokenroof.model.stepmodel import StepModel
 
 TERMS = {"t_fixed_s": 0.5e-3, "t_weights_s": 0.0, "t_compute_s": 0.0, "t_kv_token_s": 0.0, "t_seq_s": 5e-6}
 CONCURRENCY = [1, 4, 16, 32, 64, 128, 256]

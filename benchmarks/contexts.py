@@ -24,11 +24,11 @@ from __future__ import annotations
 
 import numpy as np
 
-from tokenroof import roofline as rl
-from tokenroof.deployment import Physics
-from tokenroof.measurements import Row, Semantics, build_table
-from tokenroof.predict import Workload, predict_table
-from tokenroof.stepmodel import StepModel
+from tokenroof.fit.predict import Workload, predict_table
+from tokenroof.io.measurements import Row, Semantics, build_table
+from tokenroof.model import roofline as rl
+from tokenroof.model.stepmodel import StepModel
+from tokenroof.serving.deployment import Physics
 
 SETUPS = (("llama-3.1-8b", "h100-sxm"), ("mistral-7b", "h100-sxm"), ("deepseek-v2-lite", "h100-sxm"))
 TRUE_EFFICIENCIES = rl.Efficiencies(bandwidth=0.65, compute=0.5, overhead_s=2e-3, kv_bandwidth=0.55)

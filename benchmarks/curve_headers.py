@@ -13,8 +13,8 @@ import re
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
-from tokenroof.measurements import Semantics
-from tokenroof.predict import Workload
+from tokenroof.fit.predict import Workload
+from tokenroof.io.measurements import Semantics
 from tokenroof.specs import DATA, list_models
 
 # GPU names in headers → presets. Plain "A100" is taken as the 40 GB SXM4 part (Argonne's Polaris nodes);

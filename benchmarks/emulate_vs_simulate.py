@@ -19,9 +19,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from tests.emulator_process import emulator_process
 
-from tokenroof.bench.run import BenchConfig, run_bench
-from tokenroof.roofline import step_model_from_specs
-from tokenroof.simulate import Lengths, Workload, simulate
+from tokenroof.measure.http.run import BenchConfig, run_bench
+from tokenroof.model.roofline import step_model_from_specs
+from tokenroof.serving.simulate import Lengths, Workload, simulate
 from tokenroof.specs import Precision, load_hardware, load_model
 
 RATES = {1.0: 150, 3.0: 800, 6.0: 900}  # req/s → requests sent by bench (saturation is near 12 req/s)

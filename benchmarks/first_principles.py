@@ -48,13 +48,13 @@ from scipy.optimize import least_squares
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from curve_headers import CurveSetup, read_setup
-from tokenroof import roofline as rl
 from tokenroof.errors import TokenroofError
-from tokenroof.fit import past_cap
-from tokenroof.measurements import MeasurementTable, read_table
+from tokenroof.fit.core import past_cap
+from tokenroof.io.measurements import MeasurementTable, read_table
+from tokenroof.model import roofline as rl
+from tokenroof.model.stepmodel import StepModel, mean_context_tokens
 from tokenroof.specs import HardwareSpec, ModelSpec, Precision, load_hardware, load_model
 from tokenroof.specs.engines import engine_presets, load_engine
-from tokenroof.stepmodel import StepModel, mean_context_tokens
 
 ROOT = Path(__file__).resolve().parents[1]
 DEFAULT_DIR = ROOT / "benchmarks" / "curves"  # the published curves, each with its source (a copy of ../shared)

@@ -22,8 +22,8 @@ from pathlib import Path
 
 import numpy as np
 
-from tokenroof.measurements import read_table
-from tokenroof.predict import predict_table
+from tokenroof.fit.predict import predict_table
+from tokenroof.io.measurements import read_table
 
 KINDS = ("repeated", "fractional")
 NOISE = 0.03

@@ -37,11 +37,11 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from accuracy import errors, linear_baseline, split
-from tokenroof import roofline as rl
-from tokenroof.bench.calibrate import Calibration, calibrate, quietest
-from tokenroof.bench.local import LocalConfig, run_bench_local
-from tokenroof.measurements import read_table
-from tokenroof.predict import Workload, predict_table, prior_from_specs
+from tokenroof.fit.predict import Workload, predict_table, prior_from_specs
+from tokenroof.io.measurements import read_table
+from tokenroof.measure.local.calibrate import Calibration, calibrate, quietest
+from tokenroof.measure.local.local import LocalConfig, run_bench_local
+from tokenroof.model import roofline as rl
 from tokenroof.specs import Precision, load_model
 from tokenroof.specs.hardware import read_hardware_toml
 
@@ -49,7 +49,7 @@ ROOT = Path(__file__).resolve().parents[1]
 MODEL = str(ROOT / "examples" / "llama-123m.json")  # the 123M-parameter Llama (GPT-2-small sized)
 CONFIGS = (("fp32", 128), ("bf16", 128), ("fp32", 512), ("bf16", 512))
 BATCHES = [1, 2, 4, 8, 16, 32, 64, 128, 256]
-PASSES = 5  # calibration passes and bench-local rounds: each figure from the quietest (see bench/local.py)
+PASSES = 5  # calibration passes and bench-local rounds: each figure from the quietest (see measure/local/local.py)
 
 
 def first_principles(result, hw) -> tuple[np.ndarray, np.ndarray]:

@@ -8,8 +8,8 @@ from __future__ import annotations
 import sys
 import time
 
-from tokenroof.roofline import step_model_from_specs
-from tokenroof.simulate import Lengths, Workload, simulate
+from tokenroof.model.roofline import step_model_from_specs
+from tokenroof.serving.simulate import Lengths, Workload, simulate
 from tokenroof.specs import Precision, load_hardware, load_model
 
 

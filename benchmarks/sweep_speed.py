@@ -10,7 +10,7 @@ import time
 
 import numpy as np
 
-from tokenroof import roofline as rl
+from tokenroof.model import roofline as rl
 from tokenroof.specs import Precision, load_hardware, load_model
 
 

@@ -29,7 +29,7 @@ COLUMNS = ("killed", "timeout", "survived", "no tests", "suspicious", "other")
 
 
 def module_of(name: str) -> str:
-    """tokenroof.fit.xǁFitǁevaluate__mutmut_3 → tokenroof.fit"""
+    """tokenroof.fit.core.xǁFitǁevaluate__mutmut_3 → tokenroof.fit.core"""
     found = re.match(r"^(.*?)\.x[_ǁ]", name)
     return found.group(1) if found else name
 

@@ -5,9 +5,9 @@ from __future__ import annotations
 import pytest
 
 from tests.conftest import SEED_TABLE, run_cli, run_json
-from tokenroof.advise import advise, engine_flags, largest_batch_within, throughput_latency_knee
 from tokenroof.errors import TokenroofError
-from tokenroof.stepmodel import StepModel
+from tokenroof.model.stepmodel import StepModel
+from tokenroof.serving.advise import advise, engine_flags, largest_batch_within, throughput_latency_knee
 
 SM = StepModel(t_fixed_s=1e-3, t_weights_s=10e-3, t_compute_s=50e-6, t_kv_token_s=0.0, t_seq_s=10e-6)
 SEED = str(SEED_TABLE)

@@ -12,11 +12,11 @@ from typing import Any
 import pytest
 from aiohttp import web
 
-from tokenroof.bench.run import BenchConfig, run_bench
-from tokenroof.emulate.server import Emulator, start
 from tokenroof.errors import TokenroofError
-from tokenroof.measurements import read_table
-from tokenroof.stepmodel import StepModel
+from tokenroof.io.measurements import read_table
+from tokenroof.measure.http.run import BenchConfig, run_bench
+from tokenroof.model.stepmodel import StepModel
+from tokenroof.serving.emulate.server import Emulator, start
 
 FAST = StepModel(t_fixed_s=2e-3, t_weights_s=3e-3, t_compute_s=0.0, t_kv_token_s=0.0, t_seq_s=50e-6)
 
@@ -230,7 +230,7 @@ def test_open_loop_rate_and_chat_endpoint(tmp_path: Path) -> None:
 def test_arrival_process_mean_rate() -> None:
     import numpy as np
 
-    from tokenroof.bench.load import arrival_times
+    from tokenroof.measure.http.load import arrival_times
 
     times = arrival_times(rate=10.0, burstiness=0.3, n=20_000, rng=np.random.default_rng(1))
     assert times[0] == 0.0
@@ -240,7 +240,7 @@ def test_arrival_process_mean_rate() -> None:
 
 
 def test_running_batch_gauges_of_each_engine() -> None:
-    from tokenroof.bench.scrape import running_from_metrics
+    from tokenroof.measure.http.scrape import running_from_metrics
 
     vllm = (
         '# TYPE vllm:num_requests_running gauge\nvllm:num_requests_running{model_name="m",engine="0"} 12.0\n'
@@ -259,14 +259,14 @@ def test_running_batch_gauges_of_each_engine() -> None:
 def test_constant_rate_arrivals_with_infinite_burstiness() -> None:
     import numpy as np
 
-    from tokenroof.bench.load import arrival_times
+    from tokenroof.measure.http.load import arrival_times
 
     times = arrival_times(rate=4.0, burstiness=float("inf"), n=5, rng=np.random.default_rng(1))
     assert times.tolist() == [0.0, 0.25, 0.5, 0.75, 1.0]
 
 
 def test_cpu_taken_by_others_and_the_hypervisor(tmp_path: Path) -> None:
-    from tokenroof.bench.selfcheck import LoopMonitor, MachineCpu, contention
+    from tokenroof.measure.http.selfcheck import LoopMonitor, MachineCpu, contention
 
     stat = tmp_path / "stat"
     ticks = os.sysconf("SC_CLK_TCK")

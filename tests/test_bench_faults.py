@@ -24,10 +24,10 @@ import pytest
 from aiohttp import web
 
 from tests.conftest import run_cli
-from tokenroof.bench.redact import Redactor
-from tokenroof.bench.run import BenchConfig, run_bench
 from tokenroof.errors import TokenroofError
-from tokenroof.measurements import read_jsonl
+from tokenroof.io.measurements import read_jsonl
+from tokenroof.measure.http.redact import Redactor
+from tokenroof.measure.http.run import BenchConfig, run_bench
 
 Answer = Callable[[int, web.Request], Awaitable[web.StreamResponse]]
 GUARD_S = 30.0  # no run here takes more than a few seconds; past this, bench hung

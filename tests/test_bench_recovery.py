@@ -19,10 +19,10 @@ import numpy as np
 import pytest
 
 from tests.emulator_process import emulator_health, emulator_process
-from tokenroof.bench.run import BenchConfig, run_bench
-from tokenroof.fit import fit_table
-from tokenroof.measurements import read_table
-from tokenroof.stepmodel import StepModel
+from tokenroof.fit.core import fit_table
+from tokenroof.io.measurements import read_table
+from tokenroof.measure.http.run import BenchConfig, run_bench
+from tokenroof.model.stepmodel import StepModel
 
 TERMS = {"t_fixed_s": 2e-3, "t_weights_s": 18e-3, "t_compute_s": 140e-6, "t_kv_token_s": 0.0, "t_seq_s": 50e-6}
 TRUTH = StepModel(**TERMS)

@@ -10,12 +10,12 @@ import pytest
 
 from tests.conftest import SEED_TABLE, run_cli, run_json
 from tests.schemas import validate
-from tokenroof.deployment import Physics
 from tokenroof.errors import TokenroofError
-from tokenroof.fit import ContextLaw, Curve, fit_table
-from tokenroof.measurements import MeasurementTable, Row, Semantics, build_table, parse_csv, pooled
-from tokenroof.predict import Workload, predict_table
-from tokenroof.stepmodel import StepModel
+from tokenroof.fit.core import ContextLaw, Curve, fit_table
+from tokenroof.fit.predict import Workload, predict_table
+from tokenroof.io.measurements import MeasurementTable, Row, Semantics, build_table, parse_csv, pooled
+from tokenroof.model.stepmodel import StepModel
+from tokenroof.serving.deployment import Physics
 
 # an 8B-like decode step: 6 ms of weights, a knee near 300, 60 ns of KV reads per context token per sequence
 TRUTH = StepModel(1e-3, 6e-3, 2e-5, 6e-8, 5e-6)
@@ -204,7 +204,7 @@ def test_advise_from_first_principles_at_several_contexts_is_bound_by_memory_at_
 def test_a_fit_of_several_contexts_travels_with_its_kv_law_and_says_prefill_is_missing(tmp_path) -> None:
     """The portable model runs each sequence at its own context with the fitted k; a line has no compute term,
     so prefill costs nothing in it, and the notes say so."""
-    from tokenroof.travel import from_table
+    from tokenroof.fit.travel import from_table
 
     path = tmp_path / "two.csv"
     path.write_text(measured([8192, 32768]).to_csv())
@@ -221,7 +221,7 @@ def test_a_fit_of_several_contexts_travels_with_its_kv_law_and_says_prefill_is_m
 
 
 def test_prediction_band_at_a_context_is_predict_at_that_context() -> None:
-    from tokenroof.plots import prediction_band
+    from tokenroof.report.plots import prediction_band
 
     result = predict_table(measured([8192, 32768]), [64], n_samples=20, contexts=[16384])
     dense = np.array([8.0, 64.0, 200.0])
@@ -299,7 +299,7 @@ def test_vllm_results_at_two_lengths_are_two_contexts(tmp_path) -> None:
         result = {"max_concurrency": c, "mean_tpot_ms": tpot, "output_throughput": c * 1000 / tpot, "completed": 10}
         result |= {"total_input_tokens": inp * 10, "total_output_tokens": 2000, "mean_ttft_ms": 50}
         (tmp_path / f"c{c}_i{inp}.json").write_text(json.dumps(result))
-    from tokenroof.measurements import read_table
+    from tokenroof.io.measurements import read_table
 
     table = read_table(sorted(tmp_path.glob("*.json")))
     assert table.level_contexts() == pytest.approx([1100, 8100])  # input + output/2 from the token totals

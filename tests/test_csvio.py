@@ -10,8 +10,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from tokenroof.csvio import format_cell, write_rows
-from tokenroof.measurements import read_table
+from tokenroof.io.csvio import format_cell, write_rows
+from tokenroof.io.measurements import read_table
 
 
 def test_provenance_then_header_then_rows_with_numbers_as_they_read_back() -> None:
@@ -69,7 +69,7 @@ def test_a_write_that_fails_midway_leaves_the_old_file(tmp_path: Path) -> None:
 
 # -- the tables written through it ---------------------------------------------------------------------------
 def test_bench_local_writes_its_points_in_batch_order(tmp_path: Path) -> None:
-    from tokenroof.bench.local import LocalConfig, LocalPoint, LocalResult, write_csv
+    from tokenroof.measure.local.local import LocalConfig, LocalPoint, LocalResult, write_csv
     from tokenroof.specs import Precision, load_model
 
     def point(batch: int, tpot_ms: float) -> LocalPoint:
@@ -90,7 +90,7 @@ def test_bench_local_writes_its_points_in_batch_order(tmp_path: Path) -> None:
 
 
 def test_simulate_timeseries_keeps_microseconds_and_whole_counts(tmp_path: Path) -> None:
-    from tokenroof.simulate import SimResult
+    from tokenroof.serving.simulate import SimResult
 
     sim = SimResult(
         sequences=[],

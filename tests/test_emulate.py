@@ -9,8 +9,8 @@ from typing import Any
 
 import aiohttp
 
-from tokenroof.emulate.server import Emulator, start
-from tokenroof.stepmodel import StepModel
+from tokenroof.model.stepmodel import StepModel
+from tokenroof.serving.emulate.server import Emulator, start
 
 FAST = StepModel(t_fixed_s=1e-3, t_weights_s=1e-3, t_compute_s=0.0, t_kv_token_s=0.0, t_seq_s=0.0)
 

@@ -20,8 +20,8 @@ import pytest
 from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 
-from tokenroof.emulate.server import Emulator, start
-from tokenroof.stepmodel import StepModel
+from tokenroof.model.stepmodel import StepModel
+from tokenroof.serving.emulate.server import Emulator, start
 
 FUZZ_EXAMPLES = int(os.environ.get("TOKENROOF_FUZZ_EXAMPLES", "60"))
 QUICK = StepModel(t_fixed_s=1e-4, t_weights_s=0.0, t_compute_s=0.0, t_kv_token_s=0.0)

@@ -15,10 +15,10 @@ import pytest
 
 from tests.conftest import run_cli
 from tests.test_emulate import sse_events, with_emulator
-from tokenroof.emulate.server import Emulator
-from tokenroof.engine.core import StepPlan
 from tokenroof.errors import TokenroofError
-from tokenroof.stepmodel import StepModel
+from tokenroof.model.stepmodel import StepModel
+from tokenroof.serving.emulate.server import Emulator
+from tokenroof.serving.engine.core import StepPlan
 
 TERMS = {"t_fixed_s": 1e-3, "t_weights_s": 1e-3, "t_compute_s": 0.0, "t_kv_token_s": 0.0}
 
@@ -80,9 +80,9 @@ def test_a_dead_engine_fails_requests_with_500(
         async with session.get(url + "/health") as response:
             assert response.status == 503
 
-    with caplog.at_level(logging.ERROR, logger="tokenroof.emulate.server"):
+    with caplog.at_level(logging.ERROR, logger="tokenroof.serving.emulate.server"):
         with_emulator(check)
-    lines = [r.getMessage() for r in caplog.records if r.name == "tokenroof.emulate.server"]
+    lines = [r.getMessage() for r in caplog.records if r.name == "tokenroof.serving.emulate.server"]
     assert len(lines) == 1 and "boom" in lines[0] and "\n" not in lines[0]
 
 

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from tokenroof.engine.core import BatchScheduler, Sequence, step_time_s
 from tokenroof.errors import TokenroofError
-from tokenroof.stepmodel import StepModel
+from tokenroof.model.stepmodel import StepModel
+from tokenroof.serving.engine.core import BatchScheduler, Sequence, step_time_s
 
 SM = StepModel(t_fixed_s=1e-3, t_weights_s=10e-3, t_compute_s=100e-6, t_kv_token_s=1e-6, t_seq_s=10e-6)
 

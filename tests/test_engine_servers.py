@@ -10,9 +10,9 @@ from typing import Any, get_args
 import pytest
 
 from tests.schemas import load
-from tokenroof.advise import engine_flags
-from tokenroof.bench.scrape import GAUGES, running_from_metrics
 from tokenroof.errors import TokenroofError
+from tokenroof.measure.http.scrape import GAUGES, running_from_metrics
+from tokenroof.serving.advise import engine_flags
 from tokenroof.specs.engines import (
     Metric,
     ServerFlags,

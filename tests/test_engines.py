@@ -8,10 +8,10 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import run_cli, run_json
-from tokenroof import roofline as rl
-from tokenroof.deployment import Physics
 from tokenroof.errors import TokenroofError
-from tokenroof.predict import Workload, prior_from_specs
+from tokenroof.fit.predict import Workload, prior_from_specs
+from tokenroof.model import roofline as rl
+from tokenroof.serving.deployment import Physics
 from tokenroof.specs import Precision, load_hardware, load_model
 from tokenroof.specs.engines import DEFAULT_ENGINE, list_engines, load_engine
 

@@ -6,13 +6,13 @@ import numpy as np
 import pytest
 
 from tests.conftest import SEED_TABLE
-from tokenroof import roofline as rl
 from tokenroof.errors import TokenroofError
-from tokenroof.fit import Prior, fit_table
-from tokenroof.measurements import MeasurementTable, parse_csv, read_table
-from tokenroof.predict import Workload, predict_table, prior_from_specs
+from tokenroof.fit.core import Prior, fit_table
+from tokenroof.fit.predict import Workload, predict_table, prior_from_specs
+from tokenroof.io.measurements import MeasurementTable, parse_csv, read_table
+from tokenroof.model import roofline as rl
+from tokenroof.model.stepmodel import StepModel
 from tokenroof.specs import Precision, load_hardware, load_model
-from tokenroof.stepmodel import StepModel
 
 SEED = SEED_TABLE
 
@@ -187,8 +187,8 @@ def test_memory_capacity_caps_the_running_batch() -> None:
 
 def test_a_noisy_three_point_table_gives_finite_intervals() -> None:
     """Bootstrap noise is drawn log-normally: a sample can never refit to a zero TPOT (it once divided by zero)."""
-    from tokenroof.measurements import parse_csv
-    from tokenroof.predict import predict_table
+    from tokenroof.fit.predict import predict_table
+    from tokenroof.io.measurements import parse_csv
 
     table = parse_csv("batch,tpot_ms\n1,2.0\n2,1.0\n4,1.5\n")
     rows = predict_table(table, [8.0, 64.0]).predictions()
@@ -282,7 +282,7 @@ def test_many_distinct_fractional_batches_fit_in_bins_as_they_would_point_by_poi
     """5,000 measured running batches, all distinct: binned into fit.MAX_POINTS points, the fit matches the fit on
     every point, and the dense top of the range is not taken for a stalled (preempted) batch (single points at 3%
     noise can be: binning averages it away)."""
-    import tokenroof.fit as fit_module
+    import tokenroof.fit.core as fit_module
 
     rng = np.random.default_rng(5)
     b = rng.uniform(1, 512, 5000)

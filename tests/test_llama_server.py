@@ -18,9 +18,9 @@ from pathlib import Path
 import pytest
 
 from tests.emulator_process import free_port
-from tokenroof.bench.run import BenchConfig, run_bench
-from tokenroof.measurements import read_table
-from tokenroof.predict import predict_table
+from tokenroof.fit.predict import predict_table
+from tokenroof.io.measurements import read_table
+from tokenroof.measure.http.run import BenchConfig, run_bench
 
 pytestmark = pytest.mark.integration
 ROOT = Path(__file__).resolve().parents[1] / ".llama"

@@ -11,17 +11,17 @@ import pytest
 
 from tests.conftest import ROOT, run_cli, run_json
 from tokenroof.errors import TokenroofError
-from tokenroof.measurements import read_table
+from tokenroof.io.measurements import read_table
 from tokenroof.specs import Precision, load_hardware, load_model
 from tokenroof.specs.hardware import read_hardware_toml
 
 torch = pytest.importorskip("torch")
 
 from tests.schemas import validate  # noqa: E402
-from tokenroof.bench.calibrate import Calibration, calibrate, quietest  # noqa: E402
-from tokenroof.bench.device import check_fits, memory_needed_bytes, torch_dtype  # noqa: E402
-from tokenroof.bench.local import LocalConfig, make_point, run_bench_local  # noqa: E402
-from tokenroof.bench.microbench import Kernel, overheads  # noqa: E402
+from tokenroof.measure.local.calibrate import Calibration, calibrate, quietest  # noqa: E402
+from tokenroof.measure.local.device import check_fits, memory_needed_bytes, torch_dtype  # noqa: E402
+from tokenroof.measure.local.local import LocalConfig, make_point, run_bench_local  # noqa: E402
+from tokenroof.measure.local.microbench import Kernel, overheads  # noqa: E402
 
 TINY_SIZES = {"stream_bytes": 2**20, "gemv_bytes": 2**20, "kv_bytes": 2**20, "gemm_n": 64, "gemv_k": 64}
 
@@ -181,8 +181,8 @@ def test_without_torch_the_message_says_how_to_install(tiny_config: Path) -> Non
 
 
 def test_drift_between_passes_is_reported() -> None:
-    from tokenroof.bench.calibrate import drift_warnings
-    from tokenroof.bench.local import drift_warning
+    from tokenroof.measure.local.calibrate import drift_warnings
+    from tokenroof.measure.local.local import drift_warning
 
     steady, drifted = [[0.010, 0.011], [0.0105, 0.0102]], [[0.010, 0.010], [0.016, 0.015]]  # medians 10 / 15.5 ms
     assert drift_warning({1: steady, 4: steady}) == []
@@ -212,7 +212,7 @@ def test_quietest_merges_calibrations_taken_at_different_times() -> None:
 
 
 def test_calibrate_cli_writes_toml_and_json(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    import tokenroof.bench.calibrate as cal
+    import tokenroof.measure.local.calibrate as cal
 
     monkeypatch.setattr(cal, "CPU_SIZES", TINY_SIZES)
     out = tmp_path / "mine.toml"

@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from tokenroof.errors import TokenroofError
-from tokenroof.measurements import MeasurementTable, parse_csv, read_table
+from tokenroof.io.measurements import MeasurementTable, parse_csv, read_table
 
 GOOD = """# measured on a test box
 # second provenance line
@@ -109,7 +109,7 @@ def test_row_warnings_are_counted_past_ten() -> None:
 
 
 def test_pooled_bins_many_distinct_batches() -> None:
-    from tokenroof.measurements import pooled
+    from tokenroof.io.measurements import pooled
 
     body = "batch,tpot_ms\n" + "".join(f"{x!r},{10 + 0.05 * x!r}\n" for x in np.geomspace(1, 512, 5000).tolist())
     table = parse_csv(body, "t.csv")

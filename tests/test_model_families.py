@@ -11,8 +11,8 @@ import numpy as np
 import pytest
 
 from tests.conftest import run_cli, run_json
-from tokenroof import roofline as rl
 from tokenroof.errors import TokenroofError
+from tokenroof.model import roofline as rl
 from tokenroof.specs import Precision, load_hardware, load_model
 from tokenroof.specs.model import model_from_config
 

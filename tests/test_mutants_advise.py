@@ -8,7 +8,10 @@ import numpy as np
 import pytest
 
 from tests.conftest import SEED_TABLE
-from tokenroof.advise import (
+from tokenroof.errors import TokenroofError
+from tokenroof.fit.predict import Workload
+from tokenroof.model.stepmodel import StepModel
+from tokenroof.serving.advise import (
     SEARCH_LIMIT,
     Advice,
     Targets,
@@ -18,12 +21,9 @@ from tokenroof.advise import (
     largest_batch_within,
     throughput_latency_knee,
 )
-from tokenroof.deployment import Physics
-from tokenroof.errors import TokenroofError
-from tokenroof.predict import Workload
-from tokenroof.saturation import advise_cap
-from tokenroof.simulate import Lengths
-from tokenroof.stepmodel import StepModel
+from tokenroof.serving.deployment import Physics
+from tokenroof.serving.saturation import advise_cap
+from tokenroof.serving.simulate import Lengths
 
 # T(b) = 1 + 0.125·b seconds (exact in binary): T ≤ 2 up to b = 8
 LINE = StepModel(t_fixed_s=1.0, t_weights_s=0.0, t_compute_s=0.0, t_kv_token_s=0.0, t_seq_s=0.125)

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from tokenroof.engine.core import BatchScheduler, Sequence, StepPlan, step_time_s
 from tokenroof.errors import TokenroofError
-from tokenroof.stepmodel import StepModel
+from tokenroof.model.stepmodel import StepModel
+from tokenroof.serving.engine.core import BatchScheduler, Sequence, StepPlan, step_time_s
 
 # T = 1 + max(0, (b + p)·0) + Σctx·0.01 + b·0.1: every step time says the batch and the context it saw
 FLAT = StepModel(t_fixed_s=1.0, t_weights_s=0.0, t_compute_s=0.0, t_kv_token_s=0.01, t_seq_s=0.1)

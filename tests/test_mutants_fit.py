@@ -7,11 +7,11 @@ import math
 import numpy as np
 import pytest
 
-from tokenroof import fit as ft
 from tokenroof.errors import TokenroofError
-from tokenroof.measurements import Row, Semantics, build_table, parse_csv
-from tokenroof.stepmodel import StepModel
-from tokenroof.structures import ContextLaw, Prior
+from tokenroof.fit import core as ft
+from tokenroof.fit.structures import ContextLaw, Prior
+from tokenroof.io.measurements import Row, Semantics, build_table, parse_csv
+from tokenroof.model.stepmodel import StepModel
 
 LINE = StepModel(0.0, 2.0, 0.0, 0.0, t_seq_s=0.5)  # T = 2 + 0.5·b
 

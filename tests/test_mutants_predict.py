@@ -4,11 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from tokenroof import roofline as rl
 from tokenroof.errors import TokenroofError
-from tokenroof.fit import Excluded, Prior
-from tokenroof.measurements import parse_csv
-from tokenroof.predict import (
+from tokenroof.fit.core import Excluded, Prior
+from tokenroof.fit.predict import (
     Workload,
     context_doublings,
     data_patterns,
@@ -17,9 +15,11 @@ from tokenroof.predict import (
     prior_from_specs,
     split_contexts,
 )
+from tokenroof.io.measurements import parse_csv
+from tokenroof.model import roofline as rl
+from tokenroof.model.stepmodel import StepModel
 from tokenroof.specs import HardwareSpec, Precision
 from tokenroof.specs.model import model_from_config
-from tokenroof.stepmodel import StepModel
 
 TINY = model_from_config(
     {

@@ -5,8 +5,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from tokenroof import roofline as rl
 from tokenroof.errors import TokenroofError
+from tokenroof.model import roofline as rl
 from tokenroof.specs import HardwareSpec, Precision
 from tokenroof.specs.engines import load_engine
 from tokenroof.specs.model import ModelSpec, model_from_config

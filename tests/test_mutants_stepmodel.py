@@ -7,7 +7,7 @@ import json
 import numpy as np
 import pytest
 
-from tokenroof.stepmodel import StepModel, expected_experts, matmul_time_s, mean_context_tokens
+from tokenroof.model.stepmodel import StepModel, expected_experts, matmul_time_s, mean_context_tokens
 
 # every term non-zero and distinct, in exactly representable seconds
 FULL = StepModel(

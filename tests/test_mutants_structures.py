@@ -6,8 +6,8 @@ import numpy as np
 import pytest
 from scipy.optimize import nnls
 
-from tokenroof import structures as st
-from tokenroof.stepmodel import StepModel
+from tokenroof.fit import structures as st
+from tokenroof.model.stepmodel import StepModel
 
 B = np.array([1.0, 2.0, 4.0, 8.0, 16.0, 32.0, 64.0])
 

@@ -6,9 +6,9 @@ import pytest
 
 from tests.conftest import run_cli, run_json
 from tokenroof.errors import TokenroofError
-from tokenroof.plan import Slo, make_plan
-from tokenroof.simulate import Lengths, Workload
-from tokenroof.stepmodel import StepModel
+from tokenroof.model.stepmodel import StepModel
+from tokenroof.serving.plan import Slo, make_plan
+from tokenroof.serving.simulate import Lengths, Workload
 
 SM = StepModel(t_fixed_s=2e-3, t_weights_s=8e-3, t_compute_s=50e-6, t_kv_token_s=0.0, t_seq_s=30e-6)
 WORKLOAD = Workload(30, Lengths(200, "lognormal", 0.5), Lengths(100, "lognormal", 0.5), num_requests=1500)

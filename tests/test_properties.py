@@ -28,16 +28,16 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from tokenroof import measurements
 from tokenroof.cli import parse_numbers
 from tokenroof.errors import TokenroofError
-from tokenroof.measurements import COLUMNS, MeasurementTable, parse_csv, read_table
-from tokenroof.predict import predict_table
+from tokenroof.fit.predict import predict_table
+from tokenroof.fit.travel import Travelling, read_step_model
+from tokenroof.io import measurements
+from tokenroof.io.measurements import COLUMNS, MeasurementTable, parse_csv, read_table
+from tokenroof.model.stepmodel import StepModel
 from tokenroof.specs import list_hardware, list_models
 from tokenroof.specs.hardware import HardwareSpec, read_hardware_toml
 from tokenroof.specs.model import read_model_config
-from tokenroof.stepmodel import StepModel
-from tokenroof.travel import Travelling, read_step_model
 
 FUZZ = settings(max_examples=int(os.environ.get("TOKENROOF_FUZZ_EXAMPLES", 50)), deadline=None)
 SPECS = Path(__file__).resolve().parents[1] / "src" / "tokenroof" / "specs" / "data"

@@ -76,9 +76,9 @@ CHARTS_DRAWN = """() => {
 # -- inputs ----------------------------------------------------------------------------------
 def emulated_bench(out: Path) -> None:
     """A tiny real bench run against the emulator, in-process: the folder bench writes (requests.jsonl, summary.*)."""
-    from tokenroof.bench.run import BenchConfig, run_bench
-    from tokenroof.emulate.server import Emulator, start
-    from tokenroof.stepmodel import StepModel
+    from tokenroof.measure.http.run import BenchConfig, run_bench
+    from tokenroof.model.stepmodel import StepModel
+    from tokenroof.serving.emulate.server import Emulator, start
 
     slow = StepModel(t_fixed_s=10e-3, t_weights_s=5e-3, t_compute_s=0.0, t_kv_token_s=0.0, t_seq_s=1e-3)
 
@@ -305,11 +305,11 @@ def test_the_report_renders_in_a_browser(report_html: Path, large_report: Path, 
 # -- the matplotlib plots (plots.py) -----------------------------------------------------------------
 def drawn_figures(monkeypatch: pytest.MonkeyPatch) -> list[Any]:
     """Every figure plots.py saves, kept for inspection instead of written."""
-    import tokenroof.plots
+    import tokenroof.report.plots
 
     figures: list[Any] = []
-    monkeypatch.setattr(tokenroof.plots, "save", lambda fig, path: figures.append(fig))
-    monkeypatch.setattr(tokenroof.plots._pyplot(), "close", lambda fig: None)
+    monkeypatch.setattr(tokenroof.report.plots, "save", lambda fig, path: figures.append(fig))
+    monkeypatch.setattr(tokenroof.report.plots._pyplot(), "close", lambda fig: None)
     return figures
 
 
@@ -320,10 +320,10 @@ def labels(fig: Any) -> set[str]:
 def test_the_plots_name_their_inputs_and_draw_the_lines(
     inputs: dict[str, Path], monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from tokenroof import plots
-    from tokenroof.deployment import Deployment, Physics
-    from tokenroof.predict import Workload, predict_table
-    from tokenroof.simulate import Lengths
+    from tokenroof.fit.predict import Workload, predict_table
+    from tokenroof.report import plots
+    from tokenroof.serving.deployment import Deployment, Physics
+    from tokenroof.serving.simulate import Lengths
 
     figures = drawn_figures(monkeypatch)
     table = load_sources([SEED_TABLE])[0].table

@@ -8,8 +8,8 @@ import numpy as np
 import pytest
 
 from tests.conftest import run_json
-from tokenroof import roofline as rl
 from tokenroof.errors import TokenroofError
+from tokenroof.model import roofline as rl
 from tokenroof.specs import Precision, load_hardware, load_model
 
 BF16 = Precision.create("bf16")

@@ -8,8 +8,8 @@ import numpy as np
 import pytest
 
 from tokenroof.errors import TokenroofError
-from tokenroof.simulate import Lengths, Workload, simulate
-from tokenroof.stepmodel import StepModel
+from tokenroof.model.stepmodel import StepModel
+from tokenroof.serving.simulate import Lengths, Workload, simulate
 
 SM = StepModel(t_fixed_s=2e-3, t_weights_s=8e-3, t_compute_s=50e-6, t_kv_token_s=0.0, t_seq_s=20e-6)
 
@@ -110,7 +110,7 @@ def test_trace_replay_and_outputs(tmp_path) -> None:  # type: ignore[no-untyped-
     import json
 
     from tests.conftest import run_cli
-    from tokenroof.simulate import Trace
+    from tokenroof.serving.simulate import Trace
 
     trace = tmp_path / "requests.jsonl"
     rows = [
@@ -203,7 +203,7 @@ def test_steady_state_figures_do_not_depend_on_the_run_length() -> None:
 def test_a_window_that_has_not_settled_says_so() -> None:
     """500 requests at 20 req/s on an 8B model: the batch is still filling (92 → 105) when arrivals stop; the figures
     would read low with no word. 2,000 requests at 10 req/s settle."""
-    from tokenroof.deployment import Physics
+    from tokenroof.serving.deployment import Physics
 
     sm = Physics("llama-3.1-8b", "h100-sxm").step_model()
     short = simulate(sm, Workload(20, Lengths(1000), Lengths(300), num_requests=500), max_num_seqs=256).summary()

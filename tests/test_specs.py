@@ -222,7 +222,7 @@ def test_deepseek_v3_ships_fp8_with_block_scales() -> None:
 
 
 def test_physics_takes_the_checkpoint_dtype_unless_given(tmp_path: Path) -> None:
-    from tokenroof.deployment import Physics
+    from tokenroof.serving.deployment import Physics
 
     path = str(quantized(tmp_path, AWQ))
     assert Physics(path, "h100-sxm").precision.weight_dtype == "int4"

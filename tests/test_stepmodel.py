@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from tokenroof.stepmodel import StepModel
+from tokenroof.model.stepmodel import StepModel
 
 SM = StepModel(t_fixed_s=1e-3, t_weights_s=10e-3, t_compute_s=50e-6, t_kv_token_s=10e-9)
 

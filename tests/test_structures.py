@@ -6,10 +6,10 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-import tokenroof.structures as st
+import tokenroof.fit.structures as st
 from tests.test_contexts import measured
-from tokenroof.deployment import Physics
-from tokenroof.predict import Workload, predict_table
+from tokenroof.fit.predict import Workload, predict_table
+from tokenroof.serving.deployment import Physics
 
 # θ: fixed s, per-sequence s, log bandwidth efficiency, log compute efficiency[, KV s per context token]; each
 # step is small against what θ moves (a step time of ~10 ms; b·ctx ~ 10^6 tokens multiplies the last)

@@ -9,7 +9,8 @@ import pytest
 torch = pytest.importorskip("torch")
 transformers = pytest.importorskip("transformers")
 
-from tokenroof.bench.torch_engine import (  # noqa: E402
+from tokenroof.errors import TokenroofError  # noqa: E402
+from tokenroof.measure.local.torch_engine import (  # noqa: E402
     PREPACK_MIN_ROWS,
     DecoderLM,
     can_prepack,
@@ -17,7 +18,6 @@ from tokenroof.bench.torch_engine import (  # noqa: E402
     load_checkpoint,
     rope_inv_freq,
 )
-from tokenroof.errors import TokenroofError  # noqa: E402
 from tokenroof.specs import load_model  # noqa: E402
 from tokenroof.specs.model import model_from_config  # noqa: E402
 

@@ -10,10 +10,10 @@ import pytest
 
 from tests.conftest import SEED_TABLE, run_cli, run_json
 from tokenroof.errors import TokenroofError
-from tokenroof.measurements import parse_csv, read_table
-from tokenroof.predict import Workload, predict_table, prior_from_specs
+from tokenroof.fit.predict import Workload, predict_table, prior_from_specs
+from tokenroof.fit.travel import portable, read_step_model, split_terms
+from tokenroof.io.measurements import parse_csv, read_table
 from tokenroof.specs import Precision, load_hardware, load_model
-from tokenroof.travel import portable, read_step_model, split_terms
 
 DECODE = "# batch_kind=static tpot_kind=step input_len=1000 output_len=300\nbatch,tpot_ms\n"
 POINTS = "1,13.0\n8,14.1\n32,17.2\n64,21.9\n128,31.5\n"

@@ -9,11 +9,11 @@ import numpy as np
 import pytest
 
 from tests.conftest import DATA, SEED_TABLE, run_cli, run_json
-from tokenroof import intervals
 from tokenroof.errors import TokenroofError
-from tokenroof.measurements import parse_csv, read_table
-from tokenroof.predict import Workload, predict_table
-from tokenroof.stepmodel import StepModel
+from tokenroof.fit import intervals
+from tokenroof.fit.predict import Workload, predict_table
+from tokenroof.io.measurements import parse_csv, read_table
+from tokenroof.model.stepmodel import StepModel
 
 KNEE = DATA / "issue11_knee.csv"
 
@@ -136,7 +136,7 @@ def test_table_settings_in_provenance_lines_are_checked() -> None:
 def test_points_already_compute_bound_do_not_get_the_compute_term_twice() -> None:
     """CPU llama.cpp curves: the upper half was compute-bound, the prior's compute was added on top of its slope
     (333 ms per added sequence predicted, 165 measured). The prior is a prior now, not an added term."""
-    from tokenroof.fit import Prior
+    from tokenroof.fit.core import Prior
 
     prior = Prior(
         StepModel(0.0, 0.010, 0.0, 0.0), compute_floor_s=0.100, per_seq_floor_s=0.001, fixed_floor_s=0.0, label="cpu"
@@ -179,7 +179,7 @@ def test_a_static_batch_measured_above_the_memory_estimate_sets_the_cap_and_says
     body = "# batch_kind=static tpot_kind=step\nbatch,tpot_ms\n1,12.5\n8,13.3\n32,14.5\n128,20\n"
     table = parse_csv(body)
     workload = Workload.from_table(table, context=1500)
-    from tokenroof.predict import prior_from_specs
+    from tokenroof.fit.predict import prior_from_specs
     from tokenroof.specs import Precision, load_hardware, load_model
 
     prior = prior_from_specs(load_model("llama-2-7b"), load_hardware("h100-sxm"), Precision.create("bf16"), workload)
@@ -203,7 +203,7 @@ def test_nonsense_workloads_are_refused(args: list[str], says: str) -> None:
 
 
 def test_physics_checks_name_a_misdescribed_workload() -> None:
-    from tokenroof.predict import prior_from_specs
+    from tokenroof.fit.predict import prior_from_specs
     from tokenroof.specs import Precision, load_hardware, load_model
 
     def prior(context: float) -> object:
@@ -227,7 +227,7 @@ def test_physics_checks_name_a_misdescribed_workload() -> None:
 def test_generated_tables_never_raise_and_every_estimate_lies_inside_its_interval(tables: int) -> None:
     """30 generated tables (trends, flat, falling, random; every batch and TPOT kind), data only and with a prior,
     plain and pinned: nothing but the project's own error, and intervals around their estimates."""
-    from tokenroof.predict import prior_from_specs
+    from tokenroof.fit.predict import prior_from_specs
     from tokenroof.specs import Precision, load_hardware, load_model
 
     rng = np.random.default_rng(11)

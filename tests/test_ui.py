@@ -54,8 +54,8 @@ def set_default(monkeypatch: pytest.MonkeyPatch, function: Any, name: str, value
 
 def api_samples(monkeypatch: pytest.MonkeyPatch, samples: int) -> list[str]:
     """The API's interval samples (predict's and advise's default, 200) set to `samples`; the CLI's same flag."""
-    from tokenroof.advise import advise_answer
-    from tokenroof.predict import predict_table
+    from tokenroof.fit.predict import predict_table
+    from tokenroof.serving.advise import advise_answer
 
     set_default(monkeypatch, predict_table, "n_samples", samples)
     set_default(monkeypatch, advise_answer, "samples", samples)

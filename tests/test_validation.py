@@ -18,11 +18,11 @@ from hypothesis import strategies as st
 
 from tests.conftest import run_cli
 from tokenroof.errors import TokenroofError
+from tokenroof.fit.travel import StepModelFields, read_step_model
+from tokenroof.model.stepmodel import StepModel
 from tokenroof.specs import list_hardware, list_models, load_hardware, load_model
 from tokenroof.specs.hardware import hardware_from_dict
 from tokenroof.specs.model import model_from_config
-from tokenroof.stepmodel import StepModel
-from tokenroof.travel import StepModelFields, read_step_model
 
 PRESETS = Path(__file__).resolve().parents[1] / "src" / "tokenroof" / "specs" / "data"
 LLAMA = json.loads((PRESETS / "models" / "llama-2-7b.json").read_text())

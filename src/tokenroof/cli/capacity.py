@@ -7,7 +7,6 @@ from typing import Annotated
 
 import typer
 
-from tokenroof import render
 from tokenroof.cli import (
     ComputeOpt,
     DtypeOpt,
@@ -26,9 +25,10 @@ from tokenroof.cli import (
     handle_errors,
     parse_numbers,
     progress_bar,
+    render,
 )
-from tokenroof.deployment import Deployment, Physics
 from tokenroof.errors import TokenroofError
+from tokenroof.serving.deployment import Deployment, Physics
 
 
 def whole_numbers(text: str, what: str) -> tuple[int, ...]:
@@ -75,8 +75,8 @@ def simulate(
     json_output: JsonOpt = False,
 ) -> None:
     """Simulate a workload on the emulator's scheduler with a virtual clock (thousands of times real time)."""
-    from tokenroof.capacity import Traffic, simulate_rates
-    from tokenroof.simulate import Lengths
+    from tokenroof.cli.sweeps import Traffic, simulate_rates
+    from tokenroof.serving.simulate import Lengths
 
     dep = Deployment(
         Physics(model, hardware, dtype, kv_dtype, compute_dtype, tp, engine),
@@ -131,9 +131,9 @@ def plan(
 ) -> None:
     """The cheapest replicas × batch cap meeting TTFT and TPOT targets (p99 unless told) at a request rate, with an
     interval."""
-    from tokenroof.capacity import Choices, Search, plan_choices
-    from tokenroof.plan import Slo
-    from tokenroof.simulate import Lengths, Workload
+    from tokenroof.cli.sweeps import Choices, Search, plan_choices
+    from tokenroof.serving.plan import Slo
+    from tokenroof.serving.simulate import Lengths, Workload
 
     chips = tuple(h.strip() for h in hardware.split(",") if h.strip()) if hardware else ()
     lengths = Lengths(input_len, length_dist, spread), Lengths(output_len, length_dist, spread)
@@ -159,6 +159,6 @@ def plan(
             Search(seeds, max_replicas, workers, ray),
             progress,
         )
-    from tokenroof.plots import plot_plan
+    from tokenroof.report.plots import plot_plan
 
     finish(data, render.plan_result, json_output, plot, lambda path: plot_plan(data, path))

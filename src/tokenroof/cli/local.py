@@ -7,8 +7,18 @@ from typing import Annotated, Any
 
 import typer
 
-from tokenroof import render
-from tokenroof.cli import JsonOpt, ModelOpt, PlotOpt, app, err, finish, handle_errors, parse_numbers, progress_bar
+from tokenroof.cli import (
+    JsonOpt,
+    ModelOpt,
+    PlotOpt,
+    app,
+    err,
+    finish,
+    handle_errors,
+    parse_numbers,
+    progress_bar,
+    render,
+)
 from tokenroof.errors import TokenroofError
 
 DeviceOpt = Annotated[str, typer.Option(help="auto (CUDA if present, else CPU), cpu, cuda or cuda:N.")]
@@ -55,8 +65,8 @@ def bench_local(
     plot: PlotOpt = None,
 ) -> None:
     """Time decode steps of a Llama-family model on this machine (random weights unless --weights)."""
-    from tokenroof.bench.device import require_torch, resolve_device
-    from tokenroof.bench.local import LocalConfig
+    from tokenroof.measure.local.device import require_torch, resolve_device
+    from tokenroof.measure.local.local import LocalConfig
     from tokenroof.specs import load_hardware, load_model
 
     require_torch()
@@ -83,7 +93,7 @@ def bench_local(
         memory_fraction=memory_fraction,
     )
     result = measure_with_progress(config, spec, hw, json_output)
-    from tokenroof.plots import plot_bench_local
+    from tokenroof.report.plots import plot_bench_local
 
     data = result.to_dict()
     finish(data, render.bench_local, json_output, plot, lambda path: plot_bench_local(data, path))
@@ -93,7 +103,7 @@ def bench_local(
 
 def measure_with_progress(config: Any, spec: Any, hw: Any, hidden: bool) -> Any:
     """run_bench_local with a progress bar and a line per point; Ctrl-C says where the points so far are."""
-    from tokenroof.bench.local import run_bench_local
+    from tokenroof.measure.local.local import run_bench_local
 
     with progress_bar(hidden, transient=True) as bar:
         task = bar.add_task("bench-local", total=len(config.batches) * config.rounds)
@@ -134,7 +144,7 @@ def calibrate(
     json_output: JsonOpt = False,
 ) -> None:
     """Measure this machine's bandwidth, matmul FLOP/s and framework overhead; write a hardware TOML."""
-    from tokenroof.bench.calibrate import calibrate as run_calibration
+    from tokenroof.measure.local.calibrate import calibrate as run_calibration
     from tokenroof.specs import load_model
     from tokenroof.specs.hardware import read_hardware_toml
 

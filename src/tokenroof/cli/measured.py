@@ -7,7 +7,6 @@ from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
-from tokenroof import render
 from tokenroof.cli import (
     ComputeOpt,
     DecodeOnlyOpt,
@@ -26,9 +25,10 @@ from tokenroof.cli import (
     finish,
     handle_errors,
     parse_numbers,
+    render,
 )
-from tokenroof.deployment import Physics
 from tokenroof.errors import TokenroofError
+from tokenroof.serving.deployment import Physics
 
 if TYPE_CHECKING:
     pass
@@ -69,8 +69,8 @@ def predict(
     plot: PlotOpt = None,
 ) -> None:
     """Fit measured points and predict TPOT and throughput at other batches, with 90% intervals."""
-    from tokenroof.measurements import read_table
-    from tokenroof.predict import Workload, predict_table, prior_for, split_contexts
+    from tokenroof.fit.predict import Workload, predict_table, prior_for, split_contexts
+    from tokenroof.io.measurements import read_table
 
     physics = Physics(model, hardware, dtype, kv_dtype, compute_dtype, tp, engine)
     table = read_table(files)
@@ -81,14 +81,14 @@ def predict(
     )
     if save_model is not None:
         save_fitted(result, save_model)
-    from tokenroof.plots import plot_prediction
+    from tokenroof.report.plots import plot_prediction
 
     finish(result.to_dict(), render.prediction, json_output, plot, lambda path: plot_prediction(result, path))
 
 
 def save_fitted(result: Any, path: Path) -> None:
     """predict --save-model: the fitted step model, its KV reads and prompt share split out where a prior is known."""
-    from tokenroof.travel import portable
+    from tokenroof.fit.travel import portable
 
     travelling = portable(result.fit, result.table)
     try:
@@ -142,8 +142,8 @@ def advise(
 
     With --input-len and --output-len the answer comes from the scheduler simulate uses (a replica kept full at each
     cap, prefill included); without, from the decode step time alone."""
-    from tokenroof.advise import Targets, advise_answer
-    from tokenroof.predict import Workload
+    from tokenroof.fit.predict import Workload
+    from tokenroof.serving.advise import Targets, advise_answer
 
     physics = Physics(model, hardware, dtype, kv_dtype, compute_dtype, tp, engine)
     contexts = parse_numbers(context, "--context") if context else None

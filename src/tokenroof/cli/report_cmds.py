@@ -41,7 +41,7 @@ def ui(
     port: Annotated[int, typer.Option(help="Port to listen on.")] = 8765,
 ) -> None:
     """A local page to explore first principles and fit a measurement file, served by this process."""
-    from tokenroof.emulate.checks import check_port
+    from tokenroof.serving.emulate.checks import check_port
     from tokenroof.ui import serve
 
     check_port(port)

@@ -7,7 +7,6 @@ from typing import Annotated, Any
 
 import typer
 
-from tokenroof import render
 from tokenroof.cli import (
     ComputeOpt,
     DtypeOpt,
@@ -26,9 +25,10 @@ from tokenroof.cli import (
     handle_errors,
     parse_numbers,
     progress_bar,
+    render,
 )
-from tokenroof.deployment import Deployment, Physics
 from tokenroof.errors import TokenroofError
+from tokenroof.serving.deployment import Deployment, Physics
 
 
 @app.command()
@@ -65,11 +65,11 @@ def emulate(
     ] = 30.0,
 ) -> None:
     """An OpenAI-compatible server whose decode steps take the step model's time (continuous batching)."""
-    from tokenroof.emulate.checks import check_port
+    from tokenroof.serving.emulate.checks import check_port
 
     check_port(port)
     require_http()
-    from tokenroof.emulate.server import Emulator, serve
+    from tokenroof.serving.emulate.server import Emulator, serve
 
     physics = Physics(model, hardware, dtype, kv_dtype, compute_dtype, tp, engine)
     dep = Deployment(physics, fit, step_model, None, None, max_num_seqs, kv_cache_tokens, max_num_batched_tokens)
@@ -129,8 +129,8 @@ def bench(
 
     require_http()
 
-    from tokenroof.bench.config import whole_numbers
-    from tokenroof.bench.run import BenchConfig, interrupted_line, outcome, run_bench
+    from tokenroof.measure.http.config import whole_numbers
+    from tokenroof.measure.http.run import BenchConfig, interrupted_line, outcome, run_bench
 
     cfg = BenchConfig(
         url=url,
@@ -174,7 +174,7 @@ def bench(
         err.print(escape(interrupted_line(out)), highlight=False, soft_wrap=True)
         raise typer.Exit(130)
     warnings, invalid = outcome(summaries, out)
-    from tokenroof.plots import plot_bench
+    from tokenroof.report.plots import plot_bench
 
     data = {"points": summaries, "out": str(out), "warnings": warnings}
     finish(data, render.bench, json_output, plot, lambda path: plot_bench(summaries, path, str(out)))

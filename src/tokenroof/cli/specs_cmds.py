@@ -6,7 +6,6 @@ from typing import Annotated
 
 import typer
 
-from tokenroof import render
 from tokenroof.cli import (
     ComputeOpt,
     DtypeOpt,
@@ -22,6 +21,7 @@ from tokenroof.cli import (
     handle_errors,
     out,
     parse_numbers,
+    render,
 )
 from tokenroof.errors import TokenroofError
 
@@ -67,8 +67,8 @@ def roofline(
     profile's spread against published curves as an interval."""
     from dataclasses import replace
 
-    from tokenroof.analysis import analyze_roofline
-    from tokenroof.roofline import default_efficiencies
+    from tokenroof.model.analysis import analyze_roofline
+    from tokenroof.model.roofline import default_efficiencies
     from tokenroof.specs import Precision, load_hardware, load_model
     from tokenroof.specs.engines import load_engine
 
@@ -85,8 +85,8 @@ def roofline(
     ]
     if not results:
         raise TokenroofError("--context needs at least one number")
-    from tokenroof.analysis import by_context
-    from tokenroof.plots import plot_roofline
+    from tokenroof.model.analysis import by_context
+    from tokenroof.report.plots import plot_roofline
 
     data = results[0].to_dict() if len(results) == 1 else by_context(results)
     table = render.roofline if len(results) == 1 else render.roofline_contexts

@@ -13,8 +13,8 @@ from typing import Any
 import numpy as np
 
 from tokenroof.errors import TokenroofError
-from tokenroof.measurements import MeasurementTable
-from tokenroof.stepmodel import StepModel
+from tokenroof.io.measurements import MeasurementTable
+from tokenroof.model.stepmodel import StepModel
 from tokenroof.units import MS_PER_S
 
 CURVE_POINTS = 96  # batches on a dense curve (log-spaced)
@@ -153,7 +153,7 @@ def add_targets(view: DecodeView, slo: dict[str, Any] | None, where: str) -> Non
 def fit_table(table: MeasurementTable) -> dict[str, Any]:
     """predict --json for a measurement table, data only, over a dense grid from its smallest batch to twice its
     largest (as `tokenroof predict TABLE --batch ...` would answer)."""
-    from tokenroof.predict import predict_table
+    from tokenroof.fit.predict import predict_table
 
     low, high = float(table.batch.min()), float(table.batch.max())
     grid = np.geomspace(min(1.0, low), max(2 * high, low * 2), CURVE_POINTS)

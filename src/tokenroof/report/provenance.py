@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from tokenroof.render import fmt
 from tokenroof.report.sources import Source
+from tokenroof.report.style import fmt
 
 
 def roofline_says(d: dict[str, Any]) -> tuple[str, str, str]:

@@ -6,10 +6,10 @@ import html
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from tokenroof.render import fmt
 from tokenroof.report import figures
 from tokenroof.report.decode import DecodeView, regions
 from tokenroof.report.sources import Source
+from tokenroof.report.style import fmt
 
 Figure = Callable[[Any], str]  # a plotly figure → its <div> (the page numbers them)
 

@@ -3,7 +3,7 @@
 The shapes are the JSON contract's (schemas/*.schema.json): predict has `predictions`, advise `at_cap` and
 `engine_flags`, plan `feasible` and `chosen`, roofline `ridge_flops_per_byte`, a simulate sweep `points` of
 simulations with `rate_req_s`, one simulation `requests_in_window`; bench's summary.json has `url`, `model` and
-`points`. Anything else goes to `tokenroof.measurements.read_table` (CSV, tokenroof points, vLLM, GuideLLM).
+`points`. Anything else goes to `tokenroof.io.measurements.read_table` (CSV, tokenroof points, vLLM, GuideLLM).
 """
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from tokenroof.errors import TokenroofError
-from tokenroof.measurements import MeasurementTable, read_table, read_text
+from tokenroof.io.measurements import MeasurementTable, read_table, read_text
 
 # kind → the keys that tell it (all must be present); checked in this order
 SHAPES: tuple[tuple[str, frozenset[str]], ...] = (

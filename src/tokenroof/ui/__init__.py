@@ -100,7 +100,7 @@ def make_app(host: str = "127.0.0.1") -> Any:
 
 async def start(host: str = "127.0.0.1", port: int = 0) -> tuple[Any, str]:
     """Start in the running event loop (tests); returns the runner and the page's URL."""
-    from tokenroof.emulate.checks import start_site
+    from tokenroof.serving.emulate.checks import start_site
 
     runner, bound = await start_site(make_app(host), host, port)
     return runner, f"http://{host}:{bound}/"
@@ -108,7 +108,7 @@ async def start(host: str = "127.0.0.1", port: int = 0) -> tuple[Any, str]:
 
 def serve(host: str, port: int) -> None:
     """Run until interrupted (the CLI)."""
-    from tokenroof.emulate.checks import bind_failure
+    from tokenroof.serving.emulate.checks import bind_failure
 
     web = modules()
     try:

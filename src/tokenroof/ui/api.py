@@ -91,7 +91,7 @@ class Request:
         return name
 
     def physics(self, known: bool = True) -> Any:
-        from tokenroof.deployment import Physics
+        from tokenroof.serving.deployment import Physics
 
         tp = int(number(self.body, "tp", 1) or 1)
         check({"tp": tp})
@@ -139,7 +139,7 @@ def request_of(body: Any) -> Iterator[Request]:
 
 def roofline(body: Any) -> dict[str, Any]:
     """As `tokenroof roofline --model M --hardware H --dtype D --kv-dtype K --tp N --context C --batch ... --json`."""
-    from tokenroof.analysis import analyze_roofline
+    from tokenroof.model.analysis import analyze_roofline
     from tokenroof.specs import load_hardware, load_model
 
     with request_of(body) as req:
@@ -157,7 +157,7 @@ def roofline(body: Any) -> dict[str, Any]:
 
 def predict(body: Any) -> dict[str, Any]:
     """As `tokenroof predict FILE --batch ... --json` (with --model/--hardware/--context when `prior` is set)."""
-    from tokenroof.predict import Workload, predict_table, read_with_prior
+    from tokenroof.fit.predict import Workload, predict_table, read_with_prior
 
     with request_of(body) as req:
         files = req.table_files()
@@ -171,8 +171,8 @@ def predict(body: Any) -> dict[str, Any]:
 
 def advise(body: Any) -> dict[str, Any]:
     """As `tokenroof advise [FILE] --tpot-slo-ms T [--model M --hardware H --context C] --json`."""
-    from tokenroof.advise import Targets, advise_answer
-    from tokenroof.predict import Workload
+    from tokenroof.fit.predict import Workload
+    from tokenroof.serving.advise import Targets, advise_answer
 
     with request_of(body) as req:
         files = req.table_files()

@@ -1,0 +1,498 @@
+"""Readable rich tables for each command's result dict (the same dict `--json` prints)."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from rich.console import Console
+from rich.table import Table
+
+from tokenroof.report.style import BOUND_STYLE, fmt
+from tokenroof.specs import HardwareSpec, ModelSpec
+
+
+def bound_cell(bound: str) -> str:
+    return f"[{BOUND_STYLE.get(bound, 'white')}]{bound}[/]"
+
+
+def engine_line(engine: dict[str, Any], level: float) -> str:
+    """Which engine profile the numbers assume, and how far that profile missed published curves."""
+    acc = engine["accuracy"]
+    name = engine["name"] if engine["key"] in engine["name"] else f"{engine['name']} ({engine['key']})"
+    text = f"engine: {name}, {engine['prefill']} prefill"
+    if engine["fitted"] and acc["tpot_error_median"] is not None:
+        text += (
+            f"; fitted to {acc['curves']} published curves, held-out TPOT error {acc['tpot_error_median']:.0%} median, "
+            f"{acc['tpot_error_p90']:.0%} p90"
+        )
+    elif engine["key"] == "generic":
+        text += "; give --engine (vllm-v0, vllm-v1, sglang, tensorrt-llm, ...) for a serving engine's costs"
+    else:
+        text += "; not fitted (physically motivated defaults)"
+    return text + f"; {level:.0%} interval from its spread across curves"
+
+
+def roofline(console: Console, data: dict[str, Any]) -> None:
+    m, hw, p, eff = data["model"], data["hardware"], data["precision"], data["efficiencies"]
+    console.print(
+        f"[bold]{m['name']}[/] ({m['total_params'] / 1e9:.2f}B params, {m['attention']}) on "
+        f"[bold]{hw['name']}[/] ×{data['tp']}  weights {p['weight_dtype']}, KV {p['kv_dtype']}, "
+        f"compute {p['compute_dtype']}  context {fmt(data['context_tokens'])} tokens",
+        highlight=False,
+    )
+    console.print(
+        f"assumed: {eff['bandwidth']:.0%} of peak bandwidth, {eff['compute']:.0%} of dense peak FLOP/s, "
+        f"{eff['overhead_s'] * 1e3:g} ms fixed overhead per step"
+        + (f", {eff['overhead_s_per_seq'] * 1e6:.3g} µs per sequence" if eff.get("overhead_s_per_seq") else ""),
+        style="dim",
+        highlight=False,
+    )
+    console.print(engine_line(data["engine"], data["interval_level"]), style="dim", highlight=False)
+    roofline_summary(console, data)
+    roofline_points(console, data)
+
+
+def roofline_contexts(console: Console, data: dict[str, Any]) -> None:
+    """One deployment at several contexts: TPOT and throughput by batch × context, the memory cap and knee each."""
+    first = data["contexts"][0]
+    m, hw, p = data["model"], data["hardware"], data["precision"]
+    console.print(
+        f"[bold]{m['name']}[/] on [bold]{hw['name']}[/] ×{data['tp']}  weights {p['weight_dtype']}, "
+        f"KV {p['kv_dtype']}  at {len(data['contexts'])} contexts",
+        highlight=False,
+    )
+    console.print(engine_line(data["engine"], first["interval_level"]), style="dim", highlight=False)
+    summary = Table(title="by context", title_justify="left")
+    for col in ("context", "knee batch", "fits in memory", "asymptote tok/s"):
+        summary.add_column(col, justify="right")
+    for c in data["contexts"]:
+        summary.add_row(
+            fmt(c["context_tokens"]),
+            fmt(c["knee_batch"]),
+            fmt(c["max_batch_by_memory"]),
+            fmt(c["throughput_asymptote_tok_s"]),
+        )
+    console.print(summary)
+    table = Table(title="TPOT ms (tok/s) by batch × context; red: does not fit in memory", title_justify="left")
+    table.add_column("batch", justify="right")
+    for c in data["contexts"]:
+        table.add_column(f"ctx {fmt(c['context_tokens'])}", justify="right")
+    for i, pt in enumerate(first["points"]):
+        cells = []
+        for c in data["contexts"]:
+            q = c["points"][i]
+            cell = f"{fmt(q['tpot_ms'])} ({fmt(q['throughput_tok_s'])})"
+            cells.append(cell if q["fits_in_memory"] else f"[red]{cell}[/]")
+        table.add_row(fmt(pt["batch"]), *cells)
+    console.print(table)
+
+
+def roofline_summary(console: Console, data: dict[str, Any]) -> None:
+    """The characteristic batches and memory figures of a roofline, and why there is no critical batch if none."""
+    crit = data["critical_batch"]
+    lines = [
+        ("knee batch (matmuls turn compute-bound)", fmt(data["knee_batch"])),
+        ("critical batch (whole step compute-bound)", fmt(crit) if crit is not None else "none"),
+        ("weights-only critical batch (context 0)", fmt(data["critical_batch_weights_only"])),
+        ("ridge point", f"{fmt(data['ridge_flops_per_byte'])} FLOP/byte"),
+        ("largest batch that fits in memory", fmt(data["max_batch_by_memory"])),
+        ("throughput asymptote", f"{fmt(data['throughput_asymptote_tok_s'])} tok/s"),
+        ("KV cache per token", f"{data['kv_bytes_per_token'] / 1024:,.0f} KiB"),
+    ]
+    if data.get("ttft_ms") is not None:
+        lines.append((f"TTFT for a {fmt(data['prompt_tokens'])}-token prompt", f"{fmt(data['ttft_ms'])} ms"))
+    summary = Table.grid(padding=(0, 2))
+    for label, value in lines:
+        summary.add_row(label, f"[bold]{value}[/]")
+    console.print(summary)
+    if crit is None and data.get("critical_batch_reason"):
+        console.print(f"no critical batch: {data['critical_batch_reason']}", style="yellow", highlight=False)
+
+
+def roofline_points(console: Console, data: dict[str, Any]) -> None:
+    """The decode step at each batch: TPOT with the engine profile's interval, throughput, the binding term."""
+    table = Table(title="decode step by batch", title_justify="left")
+    level = f"TPOT {data['interval_level']:.0%}"
+    for col in ("batch", "TPOT ms", level, "tok/s", "bound", "weights ms", "compute ms", "KV ms", "FLOP/byte", "fits"):
+        table.add_column(col, justify="right")
+    for pt in data["points"]:
+        table.add_row(
+            fmt(pt["batch"]),
+            fmt(pt["tpot_ms"]),
+            f"{fmt(pt['tpot_ms_low'])}–{fmt(pt['tpot_ms_high'])}",
+            fmt(pt["throughput_tok_s"]),
+            bound_cell(pt["bound"]),
+            fmt(pt["time_weights_ms"]),
+            fmt(pt["time_compute_ms"]),
+            fmt(pt["time_kv_ms"]),
+            fmt(pt["arithmetic_intensity_flops_per_byte"]),
+            "yes" if pt["fits_in_memory"] else "[red]no[/]",
+        )
+    console.print(table)
+
+
+def prediction(console: Console, data: dict[str, Any]) -> None:
+    m, measured = data["model"], data["measured"]
+    console.print(f"fit: [bold]{m['method']}[/] on {m['points_fitted']} points — {m['why']}", highlight=False)
+    console.print(
+        f"terms: overhead {m['t_fixed_s'] * 1e3:.3g} ms, weights {m['t_weights_s'] * 1e3:.3g} ms, "
+        f"compute {m['t_compute_s'] * 1e6:.3g} µs/seq, KV+other {m['t_seq_s'] * 1e6:.3g} µs/seq; "
+        f"residual {m['residual_rms_relative']:.1%} rms over all fitted points",
+        style="dim",
+        highlight=False,
+    )
+    table_line = f"table: batch = {measured['batch_kind']} batch, TPOT = {measured['tpot_kind']}"
+    if not {"batch_kind", "tpot_kind"} <= set(measured.get("stated", [])):
+        table_line += " (assumed where the file does not say: '# batch_kind=… tpot_kind=…')"
+    if m.get("context_tokens") is not None:
+        table_line += f"; terms folded at a mean context of {fmt(m['context_tokens'])} tokens"
+    law = m.get("context_law")
+    if law is not None and law.get("measured_contexts"):
+        shown = ", ".join(fmt(c) for c in law["measured_contexts"])
+        table_line += f"; KV cost {law['kv_token_s'] * 1e9:.3g} ns per context token, fitted across contexts {shown}"
+    elif law is not None:
+        table_line += f"; other contexts by the physics ({law['kv_token_s'] * 1e9:.3g} ns of KV per context token)"
+    console.print(table_line, style="dim", highlight=False)
+    crit = data["critical_batch"]
+    lo, hi = data["critical_batch_low"], data["critical_batch_high"]
+    crit_text = "none" if crit is None else fmt(crit)
+    if crit is not None and lo is not None:
+        crit_text += f" (90%: {fmt(lo)}–{fmt(hi) if hi is not None else 'none'})"
+    summary = Table.grid(padding=(0, 2))
+    summary.add_row("critical batch", f"[bold]{crit_text}[/]")
+    summary.add_row("knee batch", f"[bold]{fmt(data['knee_batch'])}[/]")
+    summary.add_row("throughput asymptote", f"[bold]{fmt(data['throughput_asymptote_tok_s'])} tok/s[/]")
+    if data.get("max_batch_by_memory") is not None:
+        summary.add_row("largest batch that fits in memory", f"[bold]{fmt(data['max_batch_by_memory'])}[/]")
+    console.print(summary)
+    if crit is None and data.get("critical_batch_reason"):
+        console.print(f"no critical batch: {data['critical_batch_reason']}", style="yellow", highlight=False)
+    table = Table(title="predictions (90% intervals)", title_justify="left")
+    contexts = any("context_tokens" in p for p in data["predictions"])
+    for col in (*(("context",) if contexts else ()), "batch", "tok/s", "tok/s 90%", "TPOT ms", "TPOT 90%", "bound", ""):
+        table.add_column(col, justify="right")
+    for p in data["predictions"]:
+        table.add_row(
+            *((fmt(p["context_tokens"]),) if contexts else ()),
+            fmt(p["batch"]),
+            fmt(p["throughput_tok_s"]),
+            f"{fmt(p['throughput_tok_s_low'])}–{fmt(p['throughput_tok_s_high'])}",
+            fmt(p["tpot_ms"]),
+            f"{fmt(p['tpot_ms_low'])}–{fmt(p['tpot_ms_high'])}",
+            bound_cell(p["bound"]),
+            "extrapolated" if p["extrapolated"] else "",
+        )
+    console.print(table)
+
+
+def at_statistic(value: float | dict[str, float | None] | None, statistic: str) -> float | None:
+    """A model value (a number) as it is, a distribution's `statistic`."""
+    return value.get(statistic) if isinstance(value, dict) else value
+
+
+def advice(console: Console, data: dict[str, Any], flags: bool = True) -> None:
+    """advise's answer: the cap, what binds, the knee, and (with `flags`) each engine's flag for it."""
+    lo, hi = data["max_num_seqs_low"], data["max_num_seqs_high"]
+    interval = f" (90%: {lo}–{hi})" if lo is not None else ""
+    console.print(f"[dim]{data['source']}[/]", highlight=False)
+    slo, at_cap = data["slo"], data["at_cap"]
+    stat = slo["statistic"]
+    target = f"{stat} TPOT ≤ {fmt(slo['tpot_ms'])} ms"
+    if slo.get("ttft_ms") is not None:
+        target += f", {stat} TTFT ≤ {fmt(slo['ttft_ms'])} ms"
+    reached = f"TPOT {fmt(at_statistic(at_cap['tpot_ms'], stat))} ms"
+    if at_cap.get("ttft_ms") is not None:
+        reached += f", TTFT {fmt(at_statistic(at_cap['ttft_ms'], stat))} ms"
+    console.print(
+        f"{target} → batch cap [bold]{data['max_num_seqs']}[/]{interval}, bound by {data['binding']}: "
+        f"{reached}, {fmt(at_cap['throughput_tok_s'])} tok/s",
+        highlight=False,
+    )
+    reference = data["reference"]
+    console.print(
+        f"throughput–latency knee at batch ≈ {fmt(data['latency_knee_batch'])}; the cap gives up "
+        f"{data['throughput_given_up_fraction']:.0%} of the {fmt(reference['throughput_tok_s'])} tok/s "
+        f"available at batch {fmt(reference['max_num_seqs'])}",
+        highlight=False,
+    )
+    if not flags:
+        return
+    table = Table(title="set it", title_justify="left")
+    table.add_column("engine")
+    table.add_column("flag")
+    for engine, flag in data["engine_flags"].items():
+        table.add_row(engine, flag)
+    console.print(table)
+
+
+def advice_contexts(console: Console, data: dict[str, Any]) -> None:
+    """advise at several contexts: the cap at each, then each answer in full."""
+    summary = Table(title="max_num_seqs by context", title_justify="left")
+    for col in ("context", "max_num_seqs", "90%", "binds", "TPOT ms at cap", "tok/s at cap"):
+        summary.add_column(col, justify="right")
+    for answer in data["contexts"]:
+        lo, hi, at_cap = answer["max_num_seqs_low"], answer["max_num_seqs_high"], answer["at_cap"]
+        summary.add_row(
+            fmt(answer.get("context_tokens")),
+            f"[bold]{answer['max_num_seqs']}[/]",
+            f"{lo}–{hi}" if lo is not None else "",
+            answer["binding"],
+            fmt(at_statistic(at_cap["tpot_ms"], answer["slo"]["statistic"])),
+            fmt(at_cap["throughput_tok_s"]),
+        )
+    console.print(summary)
+    for answer in data["contexts"]:
+        console.rule(f"context {fmt(answer.get('context_tokens'))}", style="dim")
+        advice(console, answer, flags=False)
+    first = data["contexts"][0]["engine_flags"]
+    console.print(
+        "set it with each engine's batch-cap flag ("
+        + ", ".join(f"{engine} {flag.rsplit(' ', 1)[0]}" for engine, flag in first.items())
+        + ") at the cap of the longest context the server must hold",
+        highlight=False,
+    )
+
+
+def bench(console: Console, data: dict[str, Any]) -> None:
+    table = Table(title=f"bench: steady-state windows (records in {data['out']})", title_justify="left")
+    for col in ("point", "batch", "tok/s", "TPOT ms p50/p90", "TTFT ms p50/p90", "req/s", "ok/failed", "status"):
+        table.add_column(col, justify="right")
+    for p in data["points"]:
+        tpot, ttft = p["tpot_ms"], p["ttft_ms"]
+        table.add_row(
+            p["point"],
+            fmt(p["batch"]),
+            fmt(p["throughput_tok_s"]),
+            f"{fmt(tpot['p50'])}/{fmt(tpot['p90'])}",
+            f"{fmt(ttft['p50'])}/{fmt(ttft['p90'])}",
+            fmt(p["request_throughput_req_s"]),
+            f"{p['requests_completed']}/{p['requests_failed']}",
+            "[green]ok[/]" if not p.get("invalid") else f"[red]{p['invalid']}[/]",
+        )
+    console.print(table)
+    console.print(f"for predict: {data['out']}/summary.csv", style="dim", highlight=False)
+
+
+def simulation(console: Console, data: dict[str, Any]) -> None:
+    console.print(
+        f"{data['requests']:,} requests over {fmt(data['simulated_s'])} s simulated ({data['steps']:,} steps): "
+        f"{fmt(data['throughput_tok_s'])} tok/s, {fmt(data['request_throughput_req_s'])} req/s, goodput "
+        f"{fmt(data['goodput_req_s'])} req/s, mean running batch {fmt(data['running_batch'])}",
+        highlight=False,
+    )
+    if data.get("kv_cache_tokens"):
+        console.print(
+            f"KV cache {data['kv_cache_tokens']:,} tokens, {data['kv_use_mean_fraction']:.0%} used on "
+            f"average, {data['preemptions']:,} preemptions",
+            highlight=False,
+        )
+    table = Table(title="latency (ms)", title_justify="left")
+    for col in ("metric", "mean", "p50", "p90", "p99"):
+        table.add_column(col, justify="right")
+    for key in ("ttft_ms", "tpot_ms", "itl_ms", "e2e_ms", "queue_wait_ms"):
+        row = data[key]
+        table.add_row(key.removesuffix("_ms"), fmt(row["mean"]), fmt(row["p50"]), fmt(row["p90"]), fmt(row["p99"]))
+    console.print(table)
+
+
+def plan_result(console: Console, data: dict[str, Any]) -> None:
+    slo = data["slo"]
+    if data.get("choices"):
+        choices = Table(title="hardware and tensor-parallel choices", title_justify="left")
+        for col in ("hardware", "tp", "meets", "GPUs", "cost/hour", "why"):
+            choices.add_column(col)
+        for c in data["choices"]:
+            cost = fmt(c["cost_per_hour"]) if c.get("cost_per_hour") is not None else "—"
+            choices.add_row(
+                str(c["hardware"]),
+                str(c["tp"]),
+                "yes" if c["feasible"] else "no",
+                str(c.get("gpus") or "—"),
+                cost,
+                c["reason"],
+            )
+        console.print(choices)
+        console.print(f"cheapest: [bold]{data.get('hardware')} ×tp{data.get('tp')}[/]", highlight=False)
+    stat = slo["statistic"]
+    console.print(
+        f"targets: {stat} TTFT ≤ {fmt(slo['ttft_ms'])} ms, {stat} TPOT ≤ {fmt(slo['tpot_ms'])} ms", highlight=False
+    )
+    chosen = data["chosen"]
+    if chosen is None:
+        console.print(f"[red]infeasible:[/] {data['reason']}", highlight=False)
+    else:
+        gpus = chosen["replicas"] * data.get("gpus_per_replica", 1)
+        cost = f", {data['cost_per_hour']:.2f} per hour" if data.get("cost_per_hour") is not None else ""
+        console.print(
+            f"[bold]{chosen['replicas']} replicas × max_num_seqs {chosen['max_num_seqs']}[/] ({gpus} GPUs{cost}): "
+            f"{stat} TTFT {fmt(chosen['ttft_ms_low'][stat])}–{fmt(chosen['ttft_ms_high'][stat])} ms, {stat} TPOT "
+            f"{fmt(chosen['tpot_ms_low'][stat])}–{fmt(chosen['tpot_ms_high'][stat])} ms over seeds and model samples; "
+            f"binding: {chosen['binding']}",
+            highlight=False,
+        )
+        console.print(data["reason"], style="dim", highlight=False)
+    table = Table(title="candidates tried", title_justify="left")
+    for col in (
+        "replicas",
+        "max_num_seqs",
+        f"{stat} TTFT ms",
+        f"{stat} TPOT ms",
+        "tok/s",
+        "preempt",
+        "meets",
+        "binding",
+    ):
+        table.add_column(col, justify="right")
+    for t in data["points"]:
+        table.add_row(
+            str(t["replicas"]),
+            str(t["max_num_seqs"]),
+            f"{fmt(t['ttft_ms_high'][stat])}",
+            f"{fmt(t['tpot_ms_high'][stat])}",
+            fmt(t["throughput_tok_s_low"]),
+            str(t["preemptions"]),
+            "[green]yes[/]" if t["feasible"] else "no",
+            t["binding"],
+        )
+    console.print(table)
+
+
+def rate_sweep(console: Console, data: dict[str, Any]) -> None:
+    table = Table(title="simulated load sweep (latencies in ms)", title_justify="left")
+    for col in (
+        "req/s in",
+        "req/s out",
+        "goodput",
+        "tok/s",
+        "batch",
+        "TTFT p50",
+        "TTFT p99",
+        "TPOT p50",
+        "TPOT p99",
+        "preempt",
+    ):
+        table.add_column(col, justify="right")
+    for row in data["points"]:
+        table.add_row(
+            fmt(row["rate_req_s"]),
+            fmt(row["request_throughput_req_s"]),
+            fmt(row["goodput_req_s"]),
+            fmt(row["throughput_tok_s"]),
+            fmt(row["running_batch"]),
+            fmt(row["ttft_ms"]["p50"]),
+            fmt(row["ttft_ms"]["p99"]),
+            fmt(row["tpot_ms"]["p50"]),
+            fmt(row["tpot_ms"]["p99"]),
+            str(row["preemptions"]),
+        )
+    console.print(table)
+
+
+def model_list(console: Console, models: Sequence[ModelSpec]) -> None:
+    table = Table(title="model presets (--model NAME, or a path to any config.json)", title_justify="left")
+    for col in ("name", "type", "params", "layers", "hidden", "heads/kv", "experts", "max ctx"):
+        table.add_column(col)
+    for m in models:
+        experts = f"{m.experts_per_token}/{m.num_experts}" if m.is_moe else "—"
+        table.add_row(
+            m.name,
+            m.model_type,
+            f"{m.total_params / 1e9:.2f}B",
+            str(m.num_layers),
+            str(m.hidden_size),
+            f"{m.num_attention_heads}/{m.num_kv_heads}",
+            experts,
+            fmt(m.max_position_embeddings),
+        )
+    console.print(table)
+
+
+def hardware_list(console: Console, chips: Sequence[HardwareSpec]) -> None:
+    table = Table(title="hardware presets (--hardware NAME, or a path to a TOML); dense peaks", title_justify="left")
+    for col in ("name", "chip", "memory GB", "bandwidth TB/s", "bf16 TFLOP/s", "fp8 TFLOP/s", "link GB/s"):
+        table.add_column(col)
+    for hw in chips:
+        peaks = hw.peak_flops_per_s
+        link = hw.interconnect_bandwidth_bytes_per_s
+        table.add_row(
+            hw.key,
+            hw.name,
+            fmt(hw.memory_bytes / 1e9),
+            fmt(hw.memory_bandwidth_bytes_per_s / 1e12),
+            fmt(peaks.get("bf16", 0) / 1e12) if "bf16" in peaks else "—",
+            fmt(peaks["fp8"] / 1e12) if "fp8" in peaks else "—",
+            fmt(link / 1e9) if link else "—",
+        )
+    console.print(table)
+
+
+def bench_local(console: Console, data: dict[str, Any]) -> None:
+    m, p = data["model"], data["precision"]
+    console.print(
+        f"[bold]{m['name']}[/] ({m['total_params'] / 1e6:,.1f}M params, {m['attention']}) in {p['weight_dtype']} on "
+        f"[bold]{data['device_name']}[/] ({data['device']}, {data['threads']} threads, torch {data['torch_version']})",
+        highlight=False,
+    )
+    console.print(
+        f"context {data['context']} tokens; TPOT = median of {data['timed_steps']} steps after "
+        f"{data['warmup_steps']} warm-up; spread p10–p90; TTFT = prefill of one prompt",
+        style="dim",
+        highlight=False,
+    )
+    hw = data.get("hardware")
+    table = Table()
+    for col in ("batch", "TPOT ms", "p10–p90 ms", "tok/s", "TTFT ms", "GB/s", "GFLOP/s"):
+        table.add_column(col, justify="right")
+    if hw:
+        for col in ("% of BW", "% of peak", "predicted ms", "error", "bound"):
+            table.add_column(col, justify="right")
+    for pt in data["points"]:
+        row = [
+            fmt(pt["batch"]),
+            fmt(pt["tpot_ms"]),
+            f"{fmt(pt['tpot_ms_low'])}–{fmt(pt['tpot_ms_high'])}",
+            fmt(pt["throughput_tok_s"]),
+            fmt(pt["ttft_ms"]),
+            fmt(pt["achieved_bytes_per_s"] / 1e9),
+            fmt(pt["achieved_flops_per_s"] / 1e9),
+        ]
+        if hw:
+            error = pt["predicted_tpot_ms"] / pt["tpot_ms"] - 1
+            row += [
+                f"{pt['bandwidth_fraction']:.0%}",
+                f"{pt['flops_fraction']:.0%}",
+                fmt(pt["predicted_tpot_ms"]),
+                f"{error:+.0%}",
+                bound_cell(pt["predicted_bound"]),
+            ]
+        table.add_row(*row)
+    console.print(table)
+    if hw:
+        console.print(f"predicted: first principles on {hw['name']}", style="dim", highlight=False)
+
+
+def calibration(console: Console, data: dict[str, Any]) -> None:
+    console.print(
+        f"[bold]{data['name']}[/] ({data['device']}, {data['threads']} threads, torch {data['torch_version']}); "
+        f"kernel shapes: {data['shapes']}",
+        highlight=False,
+    )
+    summary = Table.grid(padding=(0, 2))
+    summary.add_row("STREAM-like copy (read + write)", f"[bold]{data['copy_bandwidth_bytes_per_s'] / 1e9:.1f}[/] GB/s")
+    summary.add_row("STREAM-like read", f"[bold]{data['read_bandwidth_bytes_per_s'] / 1e9:.1f}[/] GB/s")
+    summary.add_row("peak bandwidth written", f"[bold]{data['memory_bandwidth_bytes_per_s'] / 1e9:.1f}[/] GB/s")
+    console.print(summary)
+    table = Table()
+    for col in ("dtype", "matvec GB/s", "attention GB/s", "GEMM GFLOP/s", "decode GEMM GFLOP/s", "overhead ms/layer"):
+        table.add_column(col, justify="right")
+    for dtype, gemv in data["gemv_bandwidth_bytes_per_s"].items():
+        table.add_row(
+            dtype,
+            fmt(gemv / 1e9),
+            fmt(data["attention_bandwidth_bytes_per_s"][dtype] / 1e9),
+            fmt(data["gemm_flops_per_s"][dtype] / 1e9),
+            fmt(data["decode_gemm_flops_per_s"][dtype] / 1e9),
+            fmt(data["efficiencies"][dtype]["overhead_s_per_layer"] * 1e3),
+        )
+    console.print(table)

@@ -1,0 +1,166 @@
+"""simulate and plan as the commands ask them: a `Deployment` in, the JSON contract's object out.
+
+The CLI only parses flags into a `Deployment` and prints what comes back; everything that decides an answer
+(which step model, which KV budget, which workload, which hardware wins) is here, so the library gives the same
+answers as the command line.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import Any
+
+from tokenroof.errors import TokenroofError
+from tokenroof.serving.deployment import Deployment
+from tokenroof.serving.plan import Slo
+from tokenroof.serving.simulate import Trace, Workload, goodput_slo, simulate
+
+Draw = Callable[[Path], None]
+
+
+@dataclass(frozen=True)
+class Traffic:
+    """How a simulation offers load: requests per run, burstiness (gamma shape), replicas and router, seed."""
+
+    num_requests: int = 10_000
+    burstiness: float = 1.0
+    replicas: int = 1
+    router: str = "round-robin"
+    seed: int = 0
+    ttft_slo_ms: float | None = None  # goodput: each request's own TTFT and TPOT
+    tpot_slo_ms: float | None = None
+
+
+def simulate_rates(
+    dep: Deployment, rates: Sequence[float], traffic: Traffic, trace: Path | None = None, out: Path | None = None
+) -> tuple[dict[str, Any], Draw, bool]:
+    """One simulation (a rate or a trace) or a sweep over rates: the summary (or `points`), how to plot it, and
+    whether it is a sweep."""
+    travelling, _ = dep.step_models()
+    sm = travelling.step_model
+    notes = travelling.notes(dep.mean_context_tokens if trace is None else None)
+    if not rates:
+        raise TokenroofError("--rate needs at least one number")
+    if any(not 0 < r < math.inf for r in rates):
+        given = ", ".join(f"{r:g}" for r in rates)
+        raise TokenroofError(f"--rate must be positive finite requests per second, got {given}")
+    if len(rates) > 1:
+        if trace is not None or out is not None:
+            raise TokenroofError("--trace and --out take a single --rate")
+        rows = [{"rate_req_s": rate, **run_one(dep, sm, workload(dep, rate, traffic), traffic)[0]} for rate in rates]
+        from tokenroof.report.plots import deployment_label, plot_rate_sweep
+
+        slo = goodput_slo(traffic.ttft_slo_ms, traffic.tpot_slo_ms) if rows[0]["slo"] else None
+        unsteady = [f"at {row['rate_req_s']:g} req/s: {w}" for row in rows for w in row["warnings"]]
+        data = {"points": rows, "slo": slo, "step_model": sm.to_dict(), "warnings": [*notes, *unsteady]}
+        return data, lambda path: plot_rate_sweep(rows, path, deployment_label(dep)), True
+    offered = Trace.read(trace) if trace is not None else workload(dep, rates[0], traffic)
+    summary, result = run_one(dep, sm, offered, traffic)
+    summary.update({"step_model": sm.to_dict(), "warnings": [*notes, *summary["warnings"]]})
+    if out is not None:
+        result.write(out, summary)
+    from tokenroof.report.plots import deployment_label, plot_simulation
+
+    return summary, lambda path: plot_simulation(result, path, dep.max_num_seqs, deployment_label(dep)), False
+
+
+def workload(dep: Deployment, rate: float, traffic: Traffic) -> Workload:
+    if dep.input_len is None or dep.output_len is None:
+        raise TokenroofError("simulate needs the prompt and output lengths")
+    return Workload(rate, dep.input_len, dep.output_len, traffic.num_requests, traffic.burstiness)
+
+
+def run_one(dep: Deployment, sm: Any, offered: Workload | Trace, traffic: Traffic) -> tuple[dict[str, Any], Any]:
+    result = simulate(
+        sm,
+        offered,
+        dep.max_num_seqs,
+        traffic.seed,
+        dep.kv_budget_tokens(),
+        replicas=traffic.replicas,
+        router=traffic.router,
+        max_num_batched_tokens=dep.max_num_batched_tokens,
+    )
+    return result.summary(traffic.ttft_slo_ms, traffic.tpot_slo_ms), result
+
+
+@dataclass(frozen=True)
+class Search:
+    """How plan searches: simulation seeds per candidate, the replica limit, processes or a Ray cluster."""
+
+    seeds: int = 3
+    max_replicas: int = 64
+    workers: int | None = None
+    ray_address: str | None = None
+
+
+@dataclass(frozen=True)
+class Choices:
+    """What plan compares: hardware names (empty: the deployment's own), tensor-parallel degrees, GPU-hour prices."""
+
+    hardware: tuple[str, ...] = ()
+    tp: tuple[int, ...] = (1,)
+    prices: tuple[float, ...] = ()
+
+    def __post_init__(self) -> None:
+        if self.prices and len(self.prices) not in (1, max(len(self.hardware), 1)):
+            raise TokenroofError("give one --gpu-cost-per-hour, or one per --hardware choice")
+        if any(not 0 < p < math.inf for p in self.prices) or any(t < 1 for t in self.tp):
+            raise TokenroofError("GPU prices must be positive and tensor-parallel degrees at least 1")
+
+    def price(self, chip: str | None) -> float | None:
+        if not self.prices:
+            return None
+        return self.prices[0] if len(self.prices) == 1 or chip is None else self.prices[self.hardware.index(chip)]
+
+
+def plan_choices(
+    dep: Deployment,
+    offered: Workload,
+    slo: Slo,
+    choices: Choices,
+    search: Search,
+    progress: Callable[[int, int], None] | None = None,
+) -> dict[str, Any]:
+    """plan for each hardware × tp choice; the cheapest feasible one (GPUs, or cost with prices) is the answer."""
+    from tokenroof.serving.plan import make_plan
+
+    results, notes = [], []
+    for chip in choices.hardware or (dep.physics.hardware,):
+        for degree in choices.tp:
+            option = dep.with_physics(replace(dep.physics, hardware=chip, tp=degree))
+            travelling, samples = option.step_models(n_samples=4)
+            notes += [n for n in travelling.notes(offered.mean_context_tokens) if n not in notes]
+            seeds = tuple(range(search.seeds))
+            result = make_plan(
+                [travelling.step_model, *samples],
+                offered,
+                slo,
+                seeds,
+                option.kv_budget_tokens(),
+                search.max_replicas,
+                search.workers,
+                ray_address=search.ray_address,
+                progress=progress,
+            )
+            entry = {**result.to_dict(), "hardware": chip, "tp": degree, "gpus_per_replica": degree}
+            entry["step_model"] = travelling.step_model.to_dict()
+            if result.chosen is not None:
+                entry["gpus"] = result.chosen.candidate.replicas * degree
+                price = choices.price(chip)
+                entry["cost_per_hour"] = None if price is None else entry["gpus"] * price
+            results.append(entry)
+    return cheapest(results, notes, bool(choices.prices))
+
+
+def cheapest(results: list[dict[str, Any]], notes: list[str], priced: bool) -> dict[str, Any]:
+    feasible = [r for r in results if r["feasible"]]
+    data = min(feasible, key=lambda r: r["cost_per_hour" if priced else "gpus"]) if feasible else results[0]
+    data = {**data, "warnings": [*data.get("warnings", []), *notes]}
+    if len(results) > 1:
+        keys = ("hardware", "tp", "feasible", "gpus", "cost_per_hour", "reason")
+        data["choices"] = [{k: r.get(k) for k in keys} for r in results]
+    return data

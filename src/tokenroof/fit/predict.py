@@ -1,0 +1,498 @@
+"""`predict`: fit a measured table and answer at any batch, with intervals, bounds and honest warnings."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from tokenroof.errors import TokenroofError
+from tokenroof.fit import intervals
+from tokenroof.fit.core import Excluded, Fit, Prior, fit_table
+from tokenroof.fit.intervals import LEVEL, Calibration
+from tokenroof.fit.travel import online
+from tokenroof.io.measurements import MeasurementTable
+from tokenroof.model import roofline as rl
+from tokenroof.model.stepmodel import StepModel, mean_context_tokens
+from tokenroof.specs import HardwareSpec, ModelSpec, Precision
+from tokenroof.units import MS_PER_S
+
+if TYPE_CHECKING:
+    from tokenroof.serving.deployment import Physics
+    from tokenroof.specs.engines import EngineProfile
+
+# Spread (log) of the per-sequence slope that measured efficiencies imply: the calibrated first-principles
+# step model missed this CPU's measured TPOT by 5-35% (median over the batches of a config) in
+# benchmarks/local_roofline.py, so a factor of e^0.3 ≈ 1.35 is one standard deviation.
+SIGMA_LOG_MEASURED_SLOPE = 0.3
+
+
+@dataclass(frozen=True)
+class Workload:
+    """What the measured server was doing: context per sequence and whether TPOT carries prefill."""
+
+    context_tokens: float | None = None
+    input_len: float | None = None
+    output_len: float | None = None
+    decode_only: bool = False
+    static: bool = False  # a static batch: prompts prefilled together before decoding, not during it
+
+    @classmethod
+    def from_table(
+        cls,
+        table: MeasurementTable,
+        context: float | None = None,
+        input_len: float | None = None,
+        output_len: float | None = None,
+        decode_only: bool = False,
+    ) -> Workload:
+        """The workload behind a table: the flags, else the table's context column or its stated lengths.
+
+        Raises when nothing gives the context: the physics prior's KV reads and memory cap depend on it, and a
+        silent 0 would put the cap at hundreds of thousands of sequences.
+        """
+        sem = table.semantics
+        input_len = input_len if input_len is not None else sem.input_len
+        output_len = output_len if output_len is not None else sem.output_len
+        if context is None and table.context_tokens is not None:
+            context = float(table.context_tokens.mean())
+        if context is None and (input_len is None or output_len is None):
+            raise TokenroofError(
+                f"{table.source or 'the table'}: the physics prior needs the mean context: give --context N "
+                "(the mean KV length per sequence), or --input-len and --output-len, or measurements that carry "
+                "them (a context_tokens column, '# input_len=… output_len=…', vLLM/GuideLLM result files)"
+            )
+        for name, value in (("context", context), ("input length", input_len), ("output length", output_len)):
+            if value is not None and not (math.isfinite(value) and value >= 1):
+                raise TokenroofError(f"the {name} must be a finite number of tokens ≥ 1, got {value:g}")
+        static = sem.batch_kind == "static"
+        # a static batch's TPOT or ITL starts after the batch's prefill: only an end-to-end TPOT carries it
+        excludes_prompts = sem.tpot_kind == "step" or (static and sem.tpot_kind in ("tpot", "itl"))
+        return cls(context, input_len, output_len, decode_only or excludes_prompts, static=static)
+
+    @property
+    def mean_context(self) -> float:
+        """Average KV-cache length per sequence during decode."""
+        if self.context_tokens is not None:
+            return self.context_tokens
+        if self.input_len is not None and self.output_len is not None:
+            return mean_context_tokens(self.input_len, self.output_len)
+        return 0.0
+
+    @property
+    def prefill_ratio(self) -> float:
+        """Prompt tokens prefilled per decode step per running sequence (DESIGN.md: b · in/out)."""
+        if self.decode_only or not self.input_len or not self.output_len:
+            return 0.0
+        return self.input_len / self.output_len
+
+
+def prior_from_specs(
+    model: ModelSpec,
+    hardware: HardwareSpec,
+    precision: Precision,
+    workload: Workload,
+    tp: int = 1,
+    eff: rl.Efficiencies | None = None,
+    memory_utilization: float = 0.9,
+    engine: EngineProfile | None = None,
+) -> Prior:
+    """Floors at 100% of the peaks and prior centres at the efficiencies: `eff`, else the engine profile's (the
+    default engine when None) under the hardware file's measured ones (roofline.default_efficiencies). The profile's
+    HTTP-serving cost per sequence counts when the workload was online (not a static batch, not pure decode)."""
+    serving = not (workload.static or workload.decode_only)
+    eff = eff or rl.default_efficiencies(hardware, precision, engine, serving)
+    peak = rl.step_model_from_specs(
+        model,
+        hardware,
+        precision,
+        tp,
+        rl.Efficiencies(1.0, 1.0, 0.0, 1.0, eff.allreduce_latency_s),
+    )
+    ctx = float(model.effective_context(workload.mean_context))  # sliding-window layers hold their window
+
+    def prefill_per_token_s(sm: StepModel) -> float:
+        """Compute per prompt token (matmuls, and attention over half the prompt on average)."""
+        prompt = workload.input_len or 0.0
+        return sm.prompt_compute_s(prompt) / prompt if prompt > 0 else sm.t_compute_s
+
+    # below the knee each added sequence costs its KV traffic, the compute the GEMMs do not hide, its prompt
+    central = rl.step_model_from_specs(model, hardware, precision, tp, eff)
+    slope_center = (
+        central.memory_time_per_seq_s(ctx)
+        + (1 - eff.overlap) * central.compute_time_per_seq_s(ctx)
+        + workload.prefill_ratio * prefill_per_token_s(central)
+    )
+    # continuous batching: arriving prompts share each step's GEMMs (they move the knee); a static batch is
+    # prefilled once before decoding, which an end-to-end TPOT spreads over the steps as cost per sequence
+    prefill_peak = workload.prefill_ratio * prefill_per_token_s(peak)
+    # paged KV caches (vLLM, SGLang, TGI) hold each sequence's current length, on average the mean context
+    cap = rl.max_batch_by_memory(model, hardware, precision, workload.mean_context, tp, memory_utilization)
+    return Prior(
+        weights_floor=peak,
+        compute_floor_s=float(peak.compute_time_per_seq_s(ctx)),
+        per_seq_floor_s=float(peak.memory_time_per_seq_s(ctx)) + (prefill_peak if workload.static else 0.0),
+        prefill_floor_s=0.0 if workload.static else prefill_peak,
+        fixed_floor_s=peak.t_fixed_s,
+        bandwidth_center=eff.bandwidth,
+        compute_center=eff.compute,
+        flops_per_token=float(rl.matmul_flops(model, 1.0, tp)),
+        peak_flops_per_s=hardware.peak_for(precision.compute_dtype),
+        label=f"{model.name} on {hardware.key or hardware.name} ×{tp} ({precision.compute_dtype})"
+        + (f", engine {engine.key}" if engine is not None else ""),
+        max_batch=cap if cap > 0 else None,
+        overlap=eff.overlap,
+        slope_center_s=float(slope_center),
+        sigma_log_slope=SIGMA_LOG_MEASURED_SLOPE if hardware.efficiencies else None,
+        context_tokens=ctx,
+        prefill_ratio=0.0 if workload.static else workload.prefill_ratio,
+        layer_windows=tuple(model.layer_windows),
+        kv_bandwidth_ratio=(eff.kv_bandwidth or eff.bandwidth) / eff.bandwidth,
+    )
+
+
+def step_interval_samples(fit: Fit, batch: np.ndarray, context: float | None = None) -> tuple[np.ndarray, np.ndarray]:
+    """Point TPOT (s) and the log-sd of the samples' TPOT at `batch` (at `context`, raw tokens; None: as fitted)."""
+    tpot, _ = fit.evaluate(batch, context=context)
+    samples, _ = fit.sample_curves(batch, context)
+    return tpot, np.std(np.log(samples), axis=0) if len(fit.samples) > 1 else np.zeros_like(tpot)
+
+
+def context_doublings(fit: Fit, context: float | None) -> float:
+    """How far `context` (raw tokens) lies outside the measured contexts, in doublings of the context the layers
+    hold (sliding-window layers hold their window: past it nothing moves); 0 inside, or as fitted."""
+    if context is None:
+        return 0.0
+    if fit.context_range is not None:
+        low, high = (float(fit.effective(c)) for c in fit.context_range)
+    else:
+        low = high = fit.context_tokens
+    if low <= 0:
+        return 0.0
+    return float(intervals.distance_doublings(np.array([float(fit.effective(context))]), low, high)[0])
+
+
+@dataclass
+class PredictResult:
+    table: MeasurementTable
+    fit: Fit
+    batches: np.ndarray
+    prior: Prior | None
+    critical_batch_asserted: float | None = None
+    excluded: Excluded | None = None
+    warnings: list[str] = field(default_factory=list)
+    contexts: list[float] | None = None  # contexts to predict at (raw tokens; None: the one the table was measured at)
+
+    @property
+    def calibration(self) -> Calibration:
+        return intervals.stored("prior" if self.prior is not None else "data")
+
+    def critical_batch(self) -> tuple[float | None, list[float | None], str | None]:
+        if self.critical_batch_asserted is not None:
+            return self.critical_batch_asserted, [None, None], None
+        sm = self.fit.step_model
+        value = sm.critical_batch(0.0)
+        samples = [m.critical_batch(0.0) for m in self.fit.sample_models()]
+        finite = [s for s in samples if s is not None]
+        lo, hi = np.percentile(finite, [50 * (1 - LEVEL), 50 * (1 + LEVEL)]) if finite else (None, None)
+        if len(finite) < LEVEL * len(samples):
+            hi = None  # in more than 10% of samples the step never turns compute-bound
+        if value is not None and lo is not None:
+            lo = min(float(lo), value)
+            hi = None if hi is None else max(float(hi), value)
+        interval = [None if lo is None else float(lo), None if hi is None else float(hi)]
+        if value is None:
+            interval = [None, None]
+            reason = (
+                "no knee in the fitted data: the memory-bound line has no compute term"
+                if self.fit.method == "line"
+                else "the per-sequence memory time (KV reads and the rest) exceeds the per-sequence compute time: "
+                "decode never turns compute-bound; throughput approaches a bandwidth plateau"
+            )
+            return None, interval, reason
+        return value, interval, None
+
+    def predictions(self) -> list[dict[str, Any]]:
+        """One row per batch, for each context asked (in the order asked), or at the measured one."""
+        asked: list[float | None] = list(self.contexts) if self.contexts else [None]
+        return [row for context in asked for row in self.predictions_at(context)]
+
+    def predictions_at(self, context: float | None) -> list[dict[str, Any]]:
+        """Rows at `context` (raw tokens; None: as fitted): intervals widen past the measured batches and contexts."""
+        b, fit = self.batches, self.fit
+        tpot, sd = step_interval_samples(fit, b, context)
+        moves = context is not None and fit.context_source is not None
+        ctx = fit.effective(context) if moves and context is not None else None
+        running = fit.curve.running(b, ctx)
+        thr = fit.curve.throughput_tok_s(b, tpot, ctx)
+        cal = self.calibration
+        distance = intervals.distance_doublings(b, float(fit.batch_range[0]), float(fit.batch_range[1]))
+        distance = distance + context_doublings(fit, context)
+        t_lo, t_hi = cal.bounds(tpot, cal.scale(sd, fit.sigma_rel, distance))
+        t_lo, t_hi = np.minimum(t_lo, tpot), np.maximum(t_hi, tpot)
+        # throughput = running / step: its bounds are the TPOT bounds' reciprocals
+        r_lo, r_hi = thr * tpot / t_hi, thr * tpot / t_lo
+        bounds = fit.step_model_at(context).bound(running)
+        rows = []
+        for i, batch in enumerate(b):
+            capped = running[i] < batch * (1 - 1e-12)
+            rows.append(
+                {
+                    "batch": float(batch),
+                    "throughput_tok_s": float(thr[i]),
+                    "tpot_ms": float(tpot[i] * MS_PER_S),
+                    "bound": "capacity" if capped else str(bounds[i]),
+                    "throughput_tok_s_low": float(r_lo[i]),
+                    "throughput_tok_s_high": float(r_hi[i]),
+                    "tpot_ms_low": float(t_lo[i] * MS_PER_S),
+                    "tpot_ms_high": float(t_hi[i] * MS_PER_S),
+                    "extrapolated": bool(distance[i] > 0),
+                    **({} if context is None else {"context_tokens": float(context)}),
+                }
+            )
+        return rows
+
+    def context_law(self) -> dict[str, Any] | None:
+        """How the fitted terms move with context: fitted across the measured contexts ("data"), or the prior's KV
+        reads and attention at the fitted efficiencies ("physics"); None: they cannot."""
+        law = self.fit.best.law
+        if law is None:
+            return None
+        return {
+            "source": law.source,
+            "reference_tokens": law.reference_tokens,
+            "kv_token_s": law.kv_token_s,
+            "attn_token_s": law.attn_token_s,
+            "measured_contexts": self.table.level_contexts() if self.table.several_contexts else None,
+        }
+
+    def to_dict(self) -> dict[str, Any]:
+        sm = self.fit.step_model
+        crit, crit_interval, reason = self.critical_batch()
+        terms = sm.to_dict()
+        small = self.fit.best.small
+        terms.update(
+            {
+                "method": self.fit.method,
+                "why": self.fit.reason,
+                "structure_weights": dict(self.fit.weights),
+                "small_batch": small.to_dict() if small is not None else None,
+                "residual_rms_relative": self.fit.sigma_rel,
+                "points_fitted": self.fit.n_fit,
+                "running_batch_cap": self.fit.curve.cap,
+                "tpot_counts_queueing": self.fit.curve.queues,
+                "context_tokens": self.fit.context_tokens or None,
+                "context_law": self.context_law(),
+                # these terms are never split: a scheduler reading them back must not add the prompts again
+                "prompts_folded": online(self.table),
+            }
+        )
+        cal = self.calibration
+        return {
+            "predictions": self.predictions(),
+            "critical_batch": crit,
+            "critical_batch_low": crit_interval[0],
+            "critical_batch_high": crit_interval[1],
+            "critical_batch_reason": reason,
+            "knee_batch": sm.knee_batch(0.0),
+            "throughput_asymptote_tok_s": sm.throughput_asymptote_tok_s(0.0),
+            "max_batch_by_memory": self.prior.max_batch if self.prior else None,
+            "interval_level": LEVEL,
+            "interval_calibration": {
+                "kappa_per_doubling": cal.kappa_per_doubling,
+                "q_low": cal.q_low,
+                "q_high": cal.q_high,
+                "curves": cal.curves,
+            },
+            "excluded_points": (
+                {
+                    "batches": list(self.excluded.batches),
+                    "reason": self.excluded.reason,
+                    "running_batch_cap": self.excluded.cap,
+                    "left_out": self.excluded.left_out,
+                    "contexts": list(self.excluded.contexts) or None,
+                }
+                if self.excluded
+                else None
+            ),
+            "prior_conflicts": list(self.fit.conflicts),
+            "model": terms,
+            "step_model": sm.to_dict(),
+            "measured": self.table.to_dict(),
+            "warnings": list(self.warnings),
+        }
+
+
+def read_with_prior(
+    files: list[Path], physics: Physics, flags: Workload, flags_are_target: bool = False
+) -> tuple[MeasurementTable, Prior | None]:
+    """The measured table, and the physics prior when the model and hardware are known (None: data only).
+
+    The prior's context is --context, else the mean of the table's context_tokens column, else from the lengths
+    (the flags', else the table's): never a silent 0 (Workload.from_table raises). With `flags_are_target` (advise
+    asking about a workload) the lengths the table states win, and the flags only stand in for lengths it lacks.
+    """
+    from tokenroof.io.measurements import read_table
+
+    table = read_table(files)
+    return table, prior_for(table, physics, flags, flags_are_target)
+
+
+def prior_for(
+    table: MeasurementTable, physics: Physics, flags: Workload, flags_are_target: bool = False
+) -> Prior | None:
+    """`read_with_prior` for a table already read."""
+    if not physics.known:
+        return None
+    input_len, output_len = flags.input_len, flags.output_len
+    if flags_are_target and (table.semantics.mean_context is not None or table.context_tokens is not None):
+        input_len = output_len = None
+    workload = Workload.from_table(table, flags.context_tokens, input_len, output_len, flags.decode_only)
+    return physics.prior(workload)
+
+
+def split_contexts(table: MeasurementTable, contexts: list[float] | None) -> tuple[float | None, list[float] | None]:
+    """--context as the context the table was measured at (a table that does not state one: one value) or as the
+    contexts to predict at (a table that states its own)."""
+    if not contexts:
+        return None, None
+    if table.context_tokens is not None or table.semantics.mean_context is not None:
+        return None, contexts
+    if len(contexts) > 1:
+        raise TokenroofError(
+            f"{table.source}: the table does not say the context it was measured at, so --context gives that one "
+            "context; to predict at several, state the table's own (a context_tokens column, or '# input_len=… "
+            "output_len=…') and list the contexts to predict at"
+        )
+    return contexts[0], None
+
+
+# -- warnings -----------------------------------------------------------------------------
+def data_patterns(table: MeasurementTable, excluded: Excluded | None) -> list[str]:
+    """Shapes worth a word, by what the columns count: falling throughput, points past a cap, flat throughput."""
+    notes = []
+    if excluded is not None:
+        if excluded.contexts:
+            pairs = zip(excluded.batches, excluded.contexts, strict=True)
+            which = ", ".join(f"{b:g} (context {c:g})" for b, c in pairs)
+        else:
+            which = ", ".join(f"{b:g}" for b in excluded.batches)
+        verb = "left out of the fit" if excluded.left_out else "past the server's cap"
+        notes.append(f"{verb}, batches {which}: {excluded.reason}")
+    levels, contexts = table.levels, table.level_contexts()
+    for level in range(int(levels.max(initial=0)) + 1):
+        curve = table.subset(levels == level)
+        at = f" at context {contexts[level]:g}" if table.several_contexts else ""
+        b, thr = curve.batch, curve.throughput_tok_s
+        falls = np.flatnonzero((b[1:] / b[:-1] >= 1.2) & (thr[1:] / thr[:-1] < 0.97)) + 1
+        for i in falls.tolist():
+            notes.append(
+                f"throughput falls from {thr[i - 1]:.4g} tok/s at batch {b[i - 1]:g} to {thr[i]:.4g} at "
+                f"batch {b[i]:g}{at}: the step model cannot explain falling throughput (KV-cache preemption "
+                "and recompute, or swapping, is the usual cause)"
+            )
+    return notes
+
+
+def fit_notes(result: PredictResult, max_asked: float) -> list[str]:
+    fit, sm = result.fit, result.fit.step_model
+    notes = []
+    top = fit.batch_range[1]
+    knee = sm.knee_batch(0.0)
+    if fit.method == "line" and max_asked > top:
+        notes.append(
+            f"no knee observed up to batch {top:g}: beyond it the memory-bound line assumes TPOT keeps "
+            "growing at the measured slope; where a compute knee lies past the data TPOT will be higher "
+            "(give --model/--hardware for the physics, or --critical-batch)"
+        )
+    if fit.method == "prior" and knee is not None and knee > top and max_asked > top:
+        notes.append(
+            f"no measured point is past the knee (batch ≈ {knee:.0f}): the compute roof comes from the "
+            f"hardware prior ({result.prior.label if result.prior else ''}), not from the data"
+        )
+    if fit.method == "pinned":
+        notes.append("the compute roof is asserted (--critical-batch / --roof-tok-s), not observed")
+    if result.critical_batch_asserted is not None and result.prior is not None and result.prior.peak_flops_per_s:
+        n = result.critical_batch_asserted
+        thr = float(sm.throughput_tok_s(n))
+        achieved = thr * result.prior.flops_per_token
+        notes.append(
+            f"the asserted roof at batch {n:g} ({thr:,.0f} tok/s) implies the matmuls run at "
+            f"{achieved / 1e12:.0f} TFLOP/s, about {achieved / result.prior.peak_flops_per_s:.0%} of the "
+            f"dense peak of {result.prior.label}: check it"
+        )
+    if max_asked > 4 * top:
+        notes.append(
+            f"predicting up to {max_asked / top:.1f}× the largest measured batch: intervals widen, "
+            "and effects outside the model (preemption, scheduler limits) grow"
+        )
+    if result.prior is not None:
+        notes += physics_checks(result.table, result.prior)
+    if fit.sigma_rel > 0.05:
+        notes.append(
+            f"the fitted model misses the measured TPOTs by {fit.sigma_rel:.0%} rms: the curve has a shape "
+            "the step model does not explain"
+        )
+    cap = fit.curve.cap
+    if cap is not None and max_asked > cap:
+        source = (
+            "the server's cap seen in the data"
+            if result.excluded is not None
+            else "weights + KV cache at the mean context in 90% of memory"
+        )
+        counts = (
+            "TPOT (end-to-end per token) grows with the queue"
+            if fit.curve.queues
+            else "TPOT stays at the cap's (queued requests wait before their first token: TTFT grows)"
+        )
+        notes.append(
+            f"batches above {cap:.4g} do not run together ({source}): there the running batch stays at the cap, "
+            f"throughput is flat and {counts}"
+        )
+    notes += [f"prior and data disagree: {c}" for c in fit.conflicts]
+    return notes
+
+
+def physics_checks(table: MeasurementTable, prior: Prior) -> list[str]:
+    """A measured step faster than the datasheet allows means the model, hardware or workload is misdescribed."""
+    fastest_s = float(table.tpot_ms.min()) / MS_PER_S
+    weights_floor_s = prior.weights_floor.t_weights_s + prior.fixed_floor_s
+    if fastest_s < 0.98 * weights_floor_s:
+        return [
+            f"the fastest measured step ({fastest_s * 1e3:.3g} ms) is faster than streaming the weights at peak "
+            f"bandwidth ({weights_floor_s * 1e3:.3g} ms for {prior.label}): check --model, --hardware, --dtype and --tp"
+        ]
+    return []
+
+
+def predict_table(
+    table: MeasurementTable,
+    batches: Sequence[float],
+    prior: Prior | None = None,
+    critical_batch: float | None = None,
+    roof_tok_s: float | None = None,
+    n_samples: int = 200,
+    seed: int = 0,
+    contexts: Sequence[float] | None = None,
+) -> PredictResult:
+    """Fit `table` and predict at `batches` (each echoed as asked), at each of `contexts` (raw tokens; None: at the
+    context the table was measured at)."""
+    from tokenroof.model.analysis import validate_batches
+
+    arr = validate_batches(batches)
+    for context in contexts or []:
+        if not (math.isfinite(context) and context >= 1):
+            raise TokenroofError(f"--context must be a finite number of tokens ≥ 1, got {context:g}")
+    fit = fit_table(table, prior, critical_batch, roof_tok_s, n_samples, seed)
+    for context in contexts or []:
+        fit.require_context_law(context)
+    asked = list(contexts) if contexts else (table.level_contexts() if table.several_contexts else None)
+    result = PredictResult(table, fit, arr, prior, critical_batch, fit.excluded, contexts=asked)
+    result.warnings = (
+        list(table.warnings) + data_patterns(table, fit.excluded) + fit.notes + fit_notes(result, float(arr.max()))
+    )
+    return result

@@ -1,0 +1,264 @@
+"""Step models that travel between commands: `predict --save-model` writes one, `--step-model` and `--fit` read it.
+
+A fit folds two things into its terms at the workload it was measured under: the KV
+reads at the measured mean context into its cost per sequence, and — for online
+measurements — the arriving prompts' share of each step's GEMMs into its compute per
+sequence. A scheduler (simulate, emulate, plan) runs every sequence at its own context
+and adds the prompts to the steps itself, so a folded model counts both wrongly anywhere
+but where it was fitted. With the physics known (a prior), `portable` splits them out
+again: KV reads per context token at the fitted bandwidth efficiency, compute per token at
+the fitted compute efficiency. The model is then unchanged at the fitted workload and
+right at others. Without a prior it stays folded, and every command that uses it says
+where it holds.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, fields, replace
+from pathlib import Path
+from typing import Annotated, Any, Self
+
+from pydantic import ConfigDict, PlainValidator, model_validator
+
+from tokenroof.errors import TokenroofError
+from tokenroof.fit.core import ContextLaw, Fit, Prior
+from tokenroof.io.measurements import MeasurementTable
+from tokenroof.model.stepmodel import StepModel
+from tokenroof.specs.validate import (
+    Section,
+    flag,
+    load_json,
+    non_negative,
+    table_error,
+    text,
+    unit_interval,
+    validated,
+    whole,
+)
+
+FORMAT = "tokenroof step model"
+
+
+@dataclass(frozen=True)
+class Travelling:
+    """A step model and the workload it holds for."""
+
+    step_model: StepModel
+    context_tokens: float | None = None  # the mean context it was fitted at (None: from specs, any context)
+    prefill_ratio: float = 0.0  # prompt tokens per step per sequence folded into its compute
+    split: bool = True  # KV reads and prompt share are separate terms (from specs, or split by the physics)
+    source: str = "specs"
+    prior: str | None = None
+
+    def notes(self, context_tokens: float | None) -> list[str]:
+        """What a user of the model should know when running it at `context_tokens` (None: unknown)."""
+        if self.source == "specs":
+            return []
+        return self._prefill_note() + self._context_notes(context_tokens)
+
+    def _prefill_note(self) -> list[str]:
+        """A fit without a compute term (a memory-bound line) prices a prompt's prefill at nothing."""
+        sm = self.step_model
+        if sm.prompts_folded or sm.t_compute_s > 0 or sm.t_attn_token_s > 0:
+            return []
+        return [
+            f"step model from {self.source} has no compute term (its points show no knee): prefill costs nothing in "
+            "it, so TTFT and the prompts' share of each step are left out (fit with --model/--hardware for the "
+            "compute, or measure past the knee)"
+        ]
+
+    def _context_notes(self, context_tokens: float | None) -> list[str]:
+        if self.context_tokens is None:
+            return [
+                f"step model from {self.source}, at a workload it does not state: its KV reads and prompt share stay "
+                "as measured there, whatever the context here (state the lengths in the table, '# input_len=… "
+                "output_len=…', and fit with --model/--hardware to carry them)"
+            ]
+        if self.split and self.prior is None:
+            return [
+                f"step model fitted to {self.source} across its measured contexts (mean {self.context_tokens:g} "
+                "tokens): its KV reads per context token were fitted there, so it runs at each sequence's own "
+                "context; the prompts' GEMM share stays as measured (fit with --model/--hardware to split it)"
+            ]
+        if self.split:
+            return [
+                f"step model fitted to {self.source} at a mean context of {self.context_tokens:g} tokens; its KV "
+                f"reads and the prompts' GEMM share were split out with the physics of {self.prior}, so it runs at "
+                "each sequence's own context and the scheduler's own prefill"
+            ]
+        folded = f"step model fitted to {self.source} at a mean context of {self.context_tokens:g} tokens"
+        if self.prefill_ratio > 0:
+            folded += f" and {self.prefill_ratio:.2g} prompt tokens per step per sequence"
+        note = (
+            f"{folded}: without a physics prior (--model/--hardware when fitting) its KV reads and prompt share stay "
+            "as measured there"
+        )
+        if context_tokens is not None and abs(context_tokens / max(self.context_tokens, 1.0) - 1) > 0.1:
+            note += f", so at a mean context of {context_tokens:g} tokens its TPOT is not adjusted"
+        return [note]
+
+    def to_json(self) -> str:
+        data = {
+            "format": FORMAT,
+            "step_model": self.step_model.to_dict(),
+            "fitted_at": {
+                "context_tokens": self.context_tokens,
+                "prefill_ratio": self.prefill_ratio,
+                "source": self.source,
+                "prior": self.prior,
+            },
+            "split": self.split,
+        }
+        return json.dumps(data, indent=2, default=float) + "\n"
+
+
+def portable(fit: Fit, table: MeasurementTable) -> Travelling:
+    """The fit's step model, with the KV reads and the prompts' GEMM share split out where a prior is known; without
+    one, folded at the workload the table states (if it states one)."""
+    sm, prior, law = fit.step_model, fit.prior, fit.best.law
+    if prior is not None:
+        return Travelling(
+            split_terms(sm, prior, law), prior.context_tokens, prior.prefill_ratio, True, table.source, prior.label
+        )
+    from tokenroof.fit.predict import Workload
+
+    sem = table.semantics
+    context = None if table.context_tokens is None else float(table.context_tokens.mean())
+    workload = Workload(context, sem.input_len, sem.output_len, static=sem.batch_kind == "static")
+    stated = context is not None or sem.mean_context is not None
+    if law is not None:  # several measured contexts: the KV reads per context token were fitted
+        whole = replace(law.whole(sm), prompts_folded=online(table))
+        return Travelling(whole, law.reference_tokens, workload.prefill_ratio, True, table.source)
+    folded = replace(sm, prompts_folded=online(table))
+    return Travelling(folded, workload.mean_context if stated else None, workload.prefill_ratio, False, table.source)
+
+
+def online(table: MeasurementTable) -> bool:
+    """Whether the table's steps carried arriving prompts (continuous batching), so a fit folds their cost in."""
+    return table.semantics.batch_kind != "static" and table.semantics.tpot_kind != "step"
+
+
+def from_table(path: Path, prior_of: Any = None, n_samples: int = 0) -> tuple[Travelling, list[StepModel]]:
+    """Fit a measurement file (with the physics prior `prior_of(table)` gives, if any) and make it portable; the
+    interval samples too, split the same way."""
+    from tokenroof.fit.core import fit_table
+    from tokenroof.io.measurements import read_table
+
+    table = read_table([path])
+    prior = prior_of(table) if prior_of is not None else None
+    fit = fit_table(table, prior, n_samples=n_samples)
+    if prior is not None:
+        samples = [split_terms(c.model, prior, c.law) for c in fit.samples]
+    else:
+        samples = [
+            replace(c.model if c.law is None else c.law.whole(c.model), prompts_folded=online(table))
+            for c in fit.samples
+        ]
+    return portable(fit, table), samples
+
+
+def split_terms(sm: StepModel, prior: Prior, law: ContextLaw | None = None) -> StepModel:
+    """KV reads per context token at the fitted bandwidth efficiency (what the weights stream at) — or as fitted
+    across several measured contexts (a "data" `law`) — compute per token at the fitted compute efficiency; the
+    per-sequence rest is what the data show beyond the KV reads."""
+    peak = prior.weights_floor
+    e_bandwidth = min(peak.t_weights_s / sm.t_weights_s, 1.0) if sm.t_weights_s > 0 else prior.bandwidth_center
+    # KV reads at the fitted bandwidth efficiency, but never more than the fitted cost per sequence holds: the
+    # model stays exactly what was fitted at the fitted context
+    kv_read = peak.t_kv_token_s / (e_bandwidth * prior.kv_bandwidth_ratio)
+    t_kv = law.kv_token_s if law is not None and law.source == "data" else kv_read
+    if prior.context_tokens > 0:
+        t_kv = min(t_kv, sm.t_seq_s / prior.context_tokens)
+    per_seq = max(sm.t_seq_s - prior.context_tokens * t_kv, 0.0)
+    if sm.t_compute_s > 0:
+        e_compute = prior.step_compute_floor_s / sm.t_compute_s
+        compute, attn = peak.t_compute_s / e_compute, peak.t_attn_token_s / e_compute
+    else:
+        compute = attn = 0.0
+    return replace(sm, t_compute_s=compute, t_attn_token_s=attn, t_kv_token_s=t_kv, t_seq_s=per_seq)
+
+
+Seconds = Annotated[float, PlainValidator(non_negative)]
+Count = Annotated[int, PlainValidator(whole(0, integral_floats=True))]
+Flag = Annotated[bool, PlainValidator(flag)]
+Text = Annotated[str, PlainValidator(text)]
+
+
+class StepModelFields(Section):
+    """A StepModel as a file holds it: the four main terms required, times in seconds ≥ 0, overlap in [0, 1].
+    Only the StepModel fields: an unknown key is named (a misspelt optional term would fall back to its default)."""
+
+    t_fixed_s: Seconds
+    t_weights_s: Seconds
+    t_compute_s: Seconds
+    t_kv_token_s: Seconds
+    t_seq_s: Seconds = 0.0
+    t_attn_token_s: Seconds = 0.0
+    t_expert_s: Seconds = 0.0
+    num_experts: Count = 0
+    experts_per_token: Count = 0
+    overlap: Annotated[float, PlainValidator(unit_interval)] = 1.0
+    prompts_folded: Flag = False
+
+    @model_validator(mode="after")
+    def _routing(self) -> Self:
+        if self.experts_per_token > self.num_experts:
+            raise table_error(f"experts_per_token exceeds num_experts ({self.experts_per_token} > {self.num_experts})")
+        return self
+
+    def step_model(self) -> StepModel:
+        return StepModel(**{f.name: getattr(self, f.name) for f in fields(StepModel)})
+
+
+class PredictTerms(StepModelFields):
+    """`predict --json`'s "model": the StepModel fields beside derived values, which are not read."""
+
+    model_config = ConfigDict(extra="ignore", frozen=True)
+
+    context_tokens: Annotated[float, PlainValidator(non_negative)] | None = None
+
+
+class FittedAt(Section):
+    context_tokens: Annotated[float, PlainValidator(non_negative)] | None = None
+    prefill_ratio: Annotated[float, PlainValidator(non_negative)] | None = None
+    source: Text | None = None
+    prior: Text | None = None
+
+
+def _format(value: Any) -> str:
+    if value != FORMAT:
+        raise ValueError(f"expected {json.dumps(FORMAT)} (a file `predict --save-model` wrote)")
+    return FORMAT
+
+
+class SavedModel(Section):
+    """What `predict --save-model` writes (`Travelling.to_json`)."""
+
+    format: Annotated[str, PlainValidator(_format)]
+    step_model: StepModelFields
+    fitted_at: FittedAt = FittedAt()
+    split: Flag = False
+
+
+def read_step_model(path: Path) -> Travelling:
+    """A saved model (`predict --save-model`, told by its "format"), `predict --json` output (told by its
+    "predictions"), or a bare StepModel object."""
+    data = load_json(path)
+    if not isinstance(data, dict):
+        raise TokenroofError(f"{path}: expected a JSON object with the StepModel fields")
+    if "format" in data:
+        saved = validated(SavedModel, data, str(path), "a JSON object")
+        at = saved.fitted_at
+        return Travelling(
+            saved.step_model.step_model(),
+            at.context_tokens,
+            at.prefill_ratio or 0.0,
+            saved.split,
+            at.source or str(path),
+            at.prior,
+        )
+    if "predictions" in data:  # predict --json
+        terms = validated(PredictTerms, data.get("model"), str(path), "a JSON object", where="model")
+        return Travelling(terms.step_model(), terms.context_tokens, 0.0, False, f"{path} (predict --json)")
+    return Travelling(validated(StepModelFields, data, str(path), "a JSON object").step_model(), source=str(path))

@@ -1,0 +1,139 @@
+"""bench's settings: the configuration, its checks (finite, in range, integers where integers), the server's URLs."""
+
+from __future__ import annotations
+
+import hashlib
+import math
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from yarl import URL
+
+from tokenroof.errors import TokenroofError
+from tokenroof.measure.http.redact import Redactor
+
+
+@dataclass
+class BenchConfig:
+    url: str
+    concurrencies: list[int] = field(default_factory=list)
+    rates: list[float] = field(default_factory=list)
+    burstiness: float = 1.0
+    endpoint: str = "completions"
+    model: str | None = None
+    input_len: int = 128
+    output_len: int = 128
+    prompts_file: Path | None = None
+    warmup: int | None = None  # requests completed before the window opens (default: the concurrency)
+    requests_per_point: int | None = None  # completed requests in the window (default: 2 × concurrency, ≥ 16)
+    max_duration_s: float = 300.0  # the watchdog ends a point after this long, in every mode
+    timeout_s: float = 120.0
+    out_dir: Path = Path("bench-out")
+    resume: bool = False
+    api_key: str | None = None
+    ttft_slo_ms: float | None = None
+    tpot_slo_ms: float | None = None
+    max_failure_fraction: float = 0.05
+    ignore_eos: bool = True
+    seed: int = 0
+
+
+def whole_numbers(values: list[float], flag: str) -> list[int]:
+    """Values that must be integers (concurrencies): 1.5 or nan is an error, never silently truncated."""
+    for value in values:
+        if not math.isfinite(value) or value != round(value):
+            raise TokenroofError(f"{flag}: {value:g} is not a whole number")
+    return [int(v) for v in values]
+
+
+def require(ok: bool, message: str) -> None:
+    if not ok:
+        raise TokenroofError(message)
+
+
+def check_config(cfg: BenchConfig) -> None:
+    """Every flag finite and in range (nan would silently disable a check), integers where integers."""
+    require(bool(cfg.concurrencies or cfg.rates), "give --concurrency and/or --request-rate")
+    whole = all(math.isfinite(c) and c == round(c) and c >= 1 for c in cfg.concurrencies)
+    require(whole, "--concurrency: every value must be a whole number ≥ 1")
+    require(all(math.isfinite(r) and r > 0 for r in cfg.rates), "--request-rate: every value must be finite and > 0")
+    labels = [f"c{c}" for c in cfg.concurrencies] + [f"r{r:g}" for r in cfg.rates]
+    require(len(set(labels)) == len(labels), "--concurrency/--request-rate: a value is listed twice")
+    require(cfg.burstiness > 0, f"--burstiness must be > 0 (inf: a constant rate), got {cfg.burstiness:g}")
+    timeout = cfg.timeout_s
+    require(math.isfinite(timeout) and timeout > 0, f"--timeout must be finite and > 0, got {timeout:g}")
+    for flag, slo in (("--ttft-slo-ms", cfg.ttft_slo_ms), ("--tpot-slo-ms", cfg.tpot_slo_ms)):
+        require(slo is None or (math.isfinite(slo) and slo > 0), f"{flag} must be finite and > 0, got {slo}")
+    require(
+        math.isfinite(cfg.max_duration_s) and cfg.max_duration_s > 0,
+        f"--max-duration must be finite and > 0, got {cfg.max_duration_s:g}",
+    )
+    fraction = cfg.max_failure_fraction
+    require(0 <= fraction <= 1, f"--max-failure-fraction must be between 0 and 1, got {fraction:g}")
+    require(cfg.input_len >= 1 and cfg.output_len >= 2, "--input-len must be ≥ 1 and --output-len ≥ 2 (TPOT needs two)")
+    require(cfg.warmup is None or cfg.warmup >= 0, f"--warmup must be ≥ 0, got {cfg.warmup}")
+    rpp = cfg.requests_per_point
+    require(rpp is None or rpp >= 1, f"--requests-per-point must be ≥ 1, got {rpp}")
+    require(cfg.seed >= 0, f"--seed must be ≥ 0, got {cfg.seed}")
+    require(cfg.endpoint in ("completions", "chat"), f"--endpoint must be completions or chat, got {cfg.endpoint!r}")
+
+
+@dataclass(frozen=True)
+class Endpoints:
+    """The server's URLs from its base URL, given with or without the OpenAI `/v1` (query parameters kept)."""
+
+    base: URL
+
+    @classmethod
+    def of(cls, url: str) -> Endpoints:
+        try:
+            parsed = URL(url.strip())
+        except (ValueError, TypeError):
+            parsed = URL()
+        if parsed.scheme not in ("http", "https") or not parsed.host:
+            raise TokenroofError(f"{Redactor.of(url, None).text(url)}: give the server as http://HOST:PORT")
+        path = parsed.path.rstrip("/")
+        path = path.removesuffix("/v1")
+        return cls(parsed.with_path(path or "/").with_query(parsed.query))
+
+    def api(self, name: str) -> str:
+        return str(self.base.with_path(self.base.path.rstrip("/") + "/v1/" + name).with_query(self.base.query))
+
+    @property
+    def root(self) -> str:
+        """The base without its query, for /metrics."""
+        return str(self.base.with_query(None)).rstrip("/")
+
+
+def api_key(cfg: BenchConfig) -> str | None:
+    """--api-key, else the environment's (unless the URL carries its own user:password)."""
+    if cfg.api_key:
+        if URL(cfg.url.strip()).user is not None:
+            raise TokenroofError("give the API key or user:password in the URL, not both")
+        return cfg.api_key
+    if URL(cfg.url.strip()).user is not None:
+        return None
+    return os.environ.get("TOKENROOF_API_KEY") or os.environ.get("OPENAI_API_KEY") or None
+
+
+def run_settings(cfg: BenchConfig, model: str, url: str) -> dict[str, Any]:
+    """What a measurement depends on (the header of requests.jsonl; --resume must find the same)."""
+    digest = hashlib.sha256(cfg.prompts_file.read_bytes()).hexdigest() if cfg.prompts_file else None
+    return {
+        "url": url,
+        "endpoint": cfg.endpoint,
+        "model": model,
+        "input_len": cfg.input_len,
+        "output_len": cfg.output_len,
+        "prompts_sha256": digest,
+        "ignore_eos": cfg.ignore_eos,
+        "burstiness": cfg.burstiness,
+        "warmup": cfg.warmup,
+        "requests_per_point": cfg.requests_per_point,
+        "seed": cfg.seed,
+        "ttft_slo_ms": cfg.ttft_slo_ms,
+        "tpot_slo_ms": cfg.tpot_slo_ms,
+        "max_failure_fraction": cfg.max_failure_fraction,
+    }

@@ -1,0 +1,137 @@
+"""requests.jsonl: a settings header, then every request as it ends, point starts and point summaries; resume.
+
+Lines, by `type`:
+- header: the measurement settings (a resumed run must keep them);
+- start: a point begins (its attempt number; an interrupted or invalid point is measured again);
+- request: one request, written the moment it ends (flushed), so a crash loses nothing;
+- point: a point's summary, written when it ends.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from tokenroof.errors import TokenroofError
+from tokenroof.io.measurements import read_jsonl
+from tokenroof.measure.http.client import RequestRecord
+from tokenroof.measure.http.redact import Redactor
+
+Notice = Callable[[str], None]
+# setting → the flag that sets it (named in the error when --resume finds it changed); the URL is not one of them
+# (a server restarted on another port is the same measurement), though the header keeps it
+SETTINGS = {
+    "endpoint": "--endpoint",
+    "model": "--model",
+    "input_len": "--input-len",
+    "output_len": "--output-len",
+    "prompts_sha256": "--prompts (file contents)",
+    "ignore_eos": "--ignore-eos",
+    "burstiness": "--burstiness",
+    "warmup": "--warmup",
+    "requests_per_point": "--requests-per-point",
+    "seed": "--seed",
+    "ttft_slo_ms": "--ttft-slo-ms",
+    "tpot_slo_ms": "--tpot-slo-ms",
+    "max_failure_fraction": "--max-failure-fraction",
+}
+
+
+@dataclass
+class Previous:
+    """What an earlier run left in requests.jsonl."""
+
+    header: dict[str, Any] | None = None
+    points: dict[str, dict[str, Any]] = field(default_factory=dict)  # the last summary of each point
+    attempts: dict[str, int] = field(default_factory=dict)
+    next_index: dict[str, int] = field(default_factory=dict)  # first unused request index of each point
+    lines: int = 0
+
+    def add(self, obj: Any) -> None:
+        if not isinstance(obj, dict):
+            return
+        kind, label = obj.get("type"), str(obj.get("point"))
+        if kind == "header":
+            self.header = obj
+        elif kind == "start":
+            attempt = obj.get("attempt")
+            self.attempts[label] = max(self.attempts.get(label, 0), attempt if isinstance(attempt, int) else 1)
+        elif kind == "request":
+            self.attempts.setdefault(label, 1)
+            index = obj.get("index")
+            if isinstance(index, int):
+                self.next_index[label] = max(self.next_index.get(label, 0), index + 1)
+        elif kind == "point":
+            self.points[label] = obj
+
+    def valid_points(self) -> dict[str, dict[str, Any]]:
+        return {label: p for label, p in self.points.items() if not p.get("invalid")}
+
+
+def repair_cut_line(path: Path, notice: Notice) -> None:
+    """A crash mid-write leaves a last line without its newline: drop it (saying so) so appends start clean."""
+    data = path.read_bytes()
+    if not data or data.endswith(b"\n"):
+        return
+    keep = data.rfind(b"\n") + 1
+    with path.open("r+b") as f:
+        f.truncate(keep)
+    notice(f"{path}: dropped a cut last line ({len(data) - keep} bytes, written when a run stopped mid-write)")
+
+
+def read_previous(path: Path, notice: Notice) -> Previous:
+    """Repair a cut last line, then read every line (a broken line elsewhere is an error: it is not a cut)."""
+    previous = Previous()
+    if not path.exists():
+        return previous
+    repair_cut_line(path, notice)
+    for _, obj in read_jsonl(path):
+        previous.add(obj)
+        previous.lines += 1
+    return previous
+
+
+def check_settings(previous: Previous, settings: dict[str, Any], path: Path) -> None:
+    """--resume continues a run only under the settings it was measured with; names the first that differs."""
+    if previous.header is None:
+        if previous.lines:
+            raise TokenroofError(
+                f"{path} has no settings header (an older tokenroof wrote it), so --resume cannot check it: "
+                "give another --out"
+            )
+        return
+    old = previous.header.get("settings", {})
+    for key, flag in SETTINGS.items():
+        if old.get(key) != settings.get(key):
+            raise TokenroofError(
+                f"--resume: {flag} was {old.get(key)!r} in {path}, now {settings.get(key)!r}; a resumed run keeps "
+                "its measurement settings (give another --out to measure with new ones)"
+            )
+
+
+class Recorder:
+    """Appends to requests.jsonl, one flushed line per object, every string redacted."""
+
+    def __init__(self, path: Path, redactor: Redactor) -> None:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        self.path = path
+        self.redactor = redactor
+        self.file = path.open("a")
+
+    def request(self, record: RequestRecord) -> None:
+        self.write({"type": "request", **record.to_json()})
+
+    def write(self, obj: dict[str, Any]) -> None:
+        if self.file.closed:
+            return
+        line = json.dumps(obj)
+        if self.redactor.needed(line):
+            line = json.dumps(self.redactor.value(obj))
+        self.file.write(line + "\n")
+        self.file.flush()
+
+    def close(self) -> None:
+        self.file.close()

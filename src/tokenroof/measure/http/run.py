@@ -1,0 +1,365 @@
+"""A bench sweep: points in order, every request to JSONL as it ends, summaries to CSV/JSON as points end."""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+import json
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import aiohttp
+import numpy as np
+
+from tokenroof.errors import TokenroofError
+from tokenroof.io.csvio import write_rows
+from tokenroof.io.measurements import read_jsonl
+from tokenroof.measure.http.client import Client, RequestRecord, error_reason, open_client, send
+from tokenroof.measure.http.config import BenchConfig, Endpoints, api_key, check_config, run_settings
+from tokenroof.measure.http.load import Inflight, PointRun, closed_loop, open_loop
+from tokenroof.measure.http.record import Notice, Previous, Recorder, check_settings, read_previous
+from tokenroof.measure.http.redact import Redactor
+from tokenroof.measure.http.scrape import BatchScraper
+from tokenroof.measure.http.selfcheck import LoopMonitor
+from tokenroof.measure.http.summary import PointSummary, describe_failures, summarise
+from tokenroof.model.stepmodel import mean_context_tokens
+
+# synthetic prompts: random common English words (one token each in most tokenizers; exactly one on the emulator)
+WORDS = (
+    "time",
+    "year",
+    "people",
+    "way",
+    "day",
+    "man",
+    "thing",
+    "woman",
+    "life",
+    "child",
+    "world",
+    "school",
+    "state",
+    "family",
+    "student",
+    "group",
+    "country",
+    "problem",
+    "hand",
+    "part",
+    "place",
+    "case",
+    "week",
+    "company",
+    "system",
+    "program",
+    "question",
+    "work",
+    "number",
+    "night",
+    "point",
+    "home",
+    "water",
+    "room",
+)
+
+
+async def resolve_model(client: Client, cfg: BenchConfig, endpoints: Endpoints, redactor: Redactor) -> str:
+    if cfg.model:
+        return cfg.model
+    where = redactor.text(endpoints.api("models"))
+    hint = "is the server up? give --model to skip this"
+    try:
+        async with (
+            asyncio.timeout(cfg.timeout_s),
+            client.session.get(endpoints.api("models"), headers=client.headers) as r,
+        ):
+            status, body = r.status, await r.read()
+    except (aiohttp.ClientError, TimeoutError, OSError) as exc:
+        raise TokenroofError(
+            redactor.text(f"cannot list models at {where} ({type(exc).__name__}: {exc}); {hint}")
+        ) from None
+    if status != 200:
+        raise TokenroofError(
+            redactor.text(f"cannot list models at {where}: HTTP {status}: {error_reason(body)}; {hint}")
+        )
+    try:
+        return str(json.loads(body)["data"][0]["id"])
+    except (ValueError, KeyError, IndexError, TypeError):
+        raise TokenroofError(f"cannot list models at {where}: the answer is not an OpenAI model list; {hint}") from None
+
+
+@dataclass
+class Prompts:
+    """Synthetic prompts of `input_len` words (one token each on the emulator), or prompts from a JSONL file."""
+
+    config: BenchConfig
+    rng: np.random.Generator
+    items: list[dict[str, Any]] = field(default_factory=list)
+
+    @classmethod
+    def load(cls, config: BenchConfig) -> Prompts:
+        prompts = cls(config, np.random.default_rng(config.seed))
+        if config.prompts_file is not None:
+            prompts.items = read_prompts(config.prompts_file)
+        return prompts
+
+    def payload(self, index: int, model: str) -> dict[str, Any]:
+        cfg = self.config
+        item = self.items[index % len(self.items)] if self.items else {}
+        max_tokens = int(item.get("max_tokens", cfg.output_len))
+        text = item.get("prompt") or " ".join(self.rng.choice(WORDS, size=cfg.input_len))
+        body: dict[str, Any] = {
+            "model": model,
+            "max_tokens": max_tokens,
+            "stream": True,
+            "stream_options": {"include_usage": True},
+            "temperature": 0.0,
+        }
+        if cfg.ignore_eos:
+            body.update({"ignore_eos": True, "min_tokens": max_tokens})
+        if cfg.endpoint == "chat":
+            body["messages"] = item.get("messages") or [{"role": "user", "content": text}]
+        else:
+            body["prompt"] = text
+        return body
+
+
+def read_prompts(path: Path) -> list[dict[str, Any]]:
+    items = []
+    for number, item in read_jsonl(path):
+        if isinstance(item, str):
+            item = {"prompt": item}
+        if not isinstance(item, dict) or not ("prompt" in item or "messages" in item):
+            raise TokenroofError(f"{path}:{number}: expected a string or an object with 'prompt' or 'messages'")
+        tokens = item.get("max_tokens", 1)
+        if isinstance(tokens, bool) or not isinstance(tokens, int) or tokens < 1:
+            raise TokenroofError(f"{path}:{number}: max_tokens must be a whole number ≥ 1, got {tokens!r}")
+        items.append(item)
+    if not items:
+        raise TokenroofError(f"{path}: no prompts")
+    return items
+
+
+def validity(summary: PointSummary, run: PointRun, monitor: LoopMonitor, max_failure_fraction: float) -> str | None:
+    data = summary.data
+    total = data["requests_completed"] + data["requests_failed"]
+    if total and data["requests_failed"] / total > max_failure_fraction:
+        return (
+            f"{data['requests_failed']} of {total} requests failed ({describe_failures(data['failure_reasons'])}): "
+            "not averaged into the curve"
+        )
+    if data["requests_completed"] < 3:
+        return f"only {data['requests_completed']} requests completed in the window"
+    client = monitor.verdict(data["tpot_ms"]["p50"])
+    if client:
+        return client
+    return run.note or None
+
+
+ProgressHook = Callable[[str, int, int], None]  # (point label, requests just ended, expected requests)
+
+
+@dataclass
+class Bench:
+    """One sweep in progress: the client, the prompts, where records go, what an earlier run left."""
+
+    cfg: BenchConfig
+    client: Client
+    endpoints: Endpoints
+    model: str
+    prompts: Prompts
+    recorder: Recorder
+    redactor: Redactor
+    previous: Previous
+    progress: ProgressHook | None = None
+    notice: Notice | None = None
+    rng: np.random.Generator = field(default_factory=lambda: np.random.default_rng(0))
+
+    def say(self, text: str) -> None:
+        if self.notice is not None:
+            self.notice(self.redactor.text(text))
+
+    async def sweep(self) -> list[dict[str, Any]]:
+        """Every point in order; valid points an earlier run finished are kept, the rest measured."""
+        cfg = self.cfg
+        kept = self.previous.valid_points()
+        points = [("concurrency", float(c)) for c in cfg.concurrencies] + [("rate", r) for r in cfg.rates]
+        summaries: list[dict[str, Any]] = []
+        for kind, value in points:
+            label = f"{kind}={value:g}"
+            if label in kept:
+                self.say(f"{label}: kept from {self.recorder.path}")
+                summaries.append(kept[label])
+                continue
+            self.explain_rerun(label)
+            summaries.append(await self.measure(kind, value))
+            write_outputs(cfg, self.model, summaries, self.redactor)
+        write_outputs(cfg, self.model, summaries, self.redactor)
+        return summaries
+
+    def explain_rerun(self, label: str) -> None:
+        last = self.previous.points.get(label)
+        if last is not None:
+            self.say(f"{label}: measuring again, its last attempt was invalid ({last['invalid']})")
+        elif label in self.previous.attempts:
+            self.say(f"{label}: measuring again, its last attempt did not finish")
+
+    async def send_one(self, record: RequestRecord) -> RequestRecord:
+        return await send(self.client, self.prompts.payload(record.index, self.model), record)
+
+    def on_record(self, expected: int, record: RequestRecord) -> None:
+        if record.error:
+            record.error = self.redactor.text(record.error)
+        self.recorder.request(record)
+        if self.progress and record.error_type != "cancelled":
+            self.progress(record.point, 1, expected)
+
+    async def measure(self, kind: str, value: float) -> dict[str, Any]:
+        """One point under its watchdog; its summary is written after its last request."""
+        cfg, label = self.cfg, f"{kind}={value:g}"
+        attempt = self.previous.attempts.get(label, 0) + 1
+        self.recorder.write({"type": "start", "point": label, "attempt": attempt})
+        if kind == "concurrency":
+            measure = cfg.requests_per_point or max(2 * int(value), 16)
+            warmup = cfg.warmup if cfg.warmup is not None else int(value)
+            expected = 1 + warmup + measure  # the probe, the warm-up, the window
+        else:
+            expected = cfg.requests_per_point or max(int(value * 30), 32)
+        on_record = functools.partial(self.on_record, expected)
+        inflight = Inflight(label, self.send_one, on_record, self.client.t0, self.previous.next_index.get(label, 0))
+        deadline_s = inflight.now() + cfg.max_duration_s
+        monitor = LoopMonitor()
+        scraper = BatchScraper(self.client.session, self.endpoints.root, self.client.t0)
+        monitor.start()
+        scraper.start()
+        try:
+            if kind == "concurrency":
+                run = await closed_loop(inflight, int(value), warmup, measure, deadline_s, probe_index=-attempt)
+            else:
+                run = await open_loop(inflight, value, cfg.burstiness, expected, self.rng, deadline_s)
+        finally:
+            await monitor.stop()
+            await scraper.stop()
+        summary = self.point_summary(label, kind, value, run, monitor, scraper)
+        summary["attempt"] = attempt
+        self.recorder.write(summary)
+        return summary
+
+    def point_summary(
+        self, label: str, kind: str, value: float, run: PointRun, monitor: LoopMonitor, scraper: BatchScraper
+    ) -> dict[str, Any]:
+        cfg = self.cfg
+        summary = summarise(label, kind, value, run.records, run.window_s, cfg.ttft_slo_ms, cfg.tpot_slo_ms)
+        data = summary.data
+        server_batch = scraper.mean_in(*run.window_s)
+        data["batch_client"] = data["batch"]
+        data["batch_server"] = server_batch
+        data["batch_source"] = "server /metrics" if server_batch is not None else "client timestamps"
+        if server_batch is not None:
+            data["batch"] = server_batch
+        summary.invalid = validity(summary, run, monitor, cfg.max_failure_fraction)
+        data["remarks"] = run.remarks
+        data["client_loop_lag_p99_ms"] = monitor.lag_p99_ms
+        data["client_note"] = monitor.note(data["tpot_ms"]["p50"])
+        data["client_cpu_fraction"] = monitor.cpu_fraction
+        data["cpu_steal_fraction"], data["other_processes_busy_cores"] = monitor.contention
+        return dict(self.redactor.value(summary.to_json()))
+
+
+def api_headers(key: str | None) -> dict[str, str]:
+    return {"Authorization": f"Bearer {key}"} if key else {}
+
+
+async def run_bench(
+    cfg: BenchConfig, progress: ProgressHook | None = None, notice: Notice | None = None
+) -> list[dict[str, Any]]:
+    """Run every point; returns the point summaries (resumed ones included), in order.
+
+    `notice` hears what the user should know as it happens (a repaired file, a point
+    measured again). Interrupted (cancelled, e.g. Ctrl-C), the requests in flight are
+    recorded as cancelled before the cancellation goes on.
+    """
+    check_config(cfg)
+    endpoints = Endpoints.of(cfg.url)
+    key = api_key(cfg)
+    redactor = Redactor.of(cfg.url, key)
+    say = notice or (lambda _text: None)
+    path = cfg.out_dir / "requests.jsonl"
+    if not cfg.resume and path.exists():
+        raise TokenroofError(f"{path} exists: pass --resume to continue it, or another --out")
+    previous = read_previous(path, lambda text: say(redactor.text(text))) if cfg.resume else Previous()
+    prompts = Prompts.load(cfg)
+    recorder: Recorder | None = None
+    try:
+        async with open_client(
+            endpoints.api("chat/completions" if cfg.endpoint == "chat" else "completions"),
+            cfg.timeout_s,
+            time.perf_counter(),
+            api_headers(key),
+        ) as client:
+            model = await resolve_model(client, cfg, endpoints, redactor)
+            settings = run_settings(cfg, model, redactor.text(endpoints.root))
+            check_settings(previous, settings, path)
+            recorder = Recorder(path, redactor)
+            if previous.header is None:
+                recorder.write({"type": "header", "tool": "tokenroof bench", "settings": settings})
+            rng = np.random.default_rng(cfg.seed)
+            bench = Bench(cfg, client, endpoints, model, prompts, recorder, redactor, previous, progress, notice, rng)
+            return await bench.sweep()
+    except aiohttp.ClientError as exc:
+        raise TokenroofError(redactor.text(f"{cfg.url}: {exc}")) from None
+    finally:
+        if recorder is not None:
+            recorder.close()
+
+
+def write_outputs(cfg: BenchConfig, model: str, summaries: list[dict[str, Any]], redactor: Redactor) -> None:
+    """summary.json (everything) and summary.csv (valid points, DESIGN.md format, read by `predict`)."""
+    url = redactor.text(Endpoints.of(cfg.url).root)
+    (cfg.out_dir / "summary.json").write_text(
+        json.dumps(redactor.value({"url": url, "model": model, "points": summaries}), indent=2)
+    )
+    lines = [
+        f"tokenroof bench {url} model={model} endpoint={cfg.endpoint} input_len={cfg.input_len} "
+        "batch_kind=running tpot_kind=tpot "
+        f"output_len={cfg.output_len}",
+        "batch = time-averaged running batch (from the server's /metrics gauge where it has one, else from client "
+        "timestamps); throughput = output tokens/s in the steady-state window; tpot_ms = mean TPOT excl. the 1st token",
+    ]
+    rows = []
+    for s in summaries:
+        if s.get("invalid"):
+            lines.append(redactor.text(f"left out {s['point']}: {s['invalid']}"))
+            continue
+        lines.append(
+            f"{s['point']}: {s['requests_completed']} requests in the window, output tokens from "
+            f"{s['output_tokens_source']}"
+        )
+        prompt = s["prompt_tokens_mean"] if s["prompt_tokens_mean"] is not None else cfg.input_len
+        context = mean_context_tokens(prompt, s["output_tokens_mean"])
+        rows.append([s["batch"], s["throughput_tok_s"], s["tpot_ms"]["mean"], context, s["ttft_ms"]["mean"]])
+    columns = ("batch", "throughput_tok_s", "tpot_ms", "context_tokens", "ttft_ms")
+    write_rows(cfg.out_dir / "summary.csv", lines, columns, rows, {"batch": ".4g", "context_tokens": ".5g"})
+
+
+def outcome(summaries: list[dict[str, Any]], out_dir: Path) -> tuple[list[str], str | None]:
+    """Warnings (each point's first distinct failure reasons, one line each) and, where points are invalid, the
+    line that says so (the CLI then exits non-zero)."""
+    warnings = [f"{p['point']}: {example}" for p in summaries for example in p.get("failure_examples", [])]
+    invalid = [p["point"] for p in summaries if p.get("invalid")]
+    if not invalid:
+        return warnings, None
+    return warnings, (
+        f"{len(invalid)} of {len(summaries)} points invalid ({', '.join(invalid)}): left out of "
+        f"{out_dir / 'summary.csv'}, details in {out_dir / 'summary.json'}"
+    )
+
+
+def interrupted_line(out_dir: Path) -> str:
+    return (
+        f"interrupted: every request sent is in {out_dir / 'requests.jsonl'} (those in flight as cancelled), "
+        f"finished points in {out_dir / 'summary.csv'}; --resume continues"
+    )

@@ -1,0 +1,152 @@
+"""Per sweep point: steady-state window metrics from request records."""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from tokenroof.measure.http.client import RequestRecord
+
+ALIASES = {
+    "ttft_ms": "vLLM TTFT; GuideLLM time_to_first_token_ms; GenAI-Perf/AIPerf time to first token",
+    "tpot_ms": "vLLM TPOT (excl. 1st token); GenAI-Perf/AIPerf 'inter token latency'; GuideLLM inter_token_latency_ms",
+    "itl_ms": "vLLM ITL (gaps between streamed chunks)",
+    "e2e_ms": "vLLM E2EL; GuideLLM request_latency; GenAI-Perf request latency",
+    "throughput_tok_s": "vLLM output token throughput, but over the steady-state window only",
+    "batch": "time-averaged sequences in the running batch, estimated client-side (vLLM num_requests_running)",
+}
+EXAMPLES = 3  # distinct failure reasons kept per point
+
+
+def percentiles(values: Sequence[float], scale: float = 1e3) -> dict[str, float | None]:
+    if not values:
+        return {"mean": None, "p50": None, "p90": None, "p99": None}
+    arr = np.asarray(values) * scale
+    return {
+        "mean": float(arr.mean()),
+        "p50": float(np.percentile(arr, 50)),
+        "p90": float(np.percentile(arr, 90)),
+        "p99": float(np.percentile(arr, 99)),
+    }
+
+
+def tokens_in_window(record: RequestRecord, w0: float, w1: float) -> float:
+    """Output tokens whose chunks arrived inside [w0, w1] (usage-counted tokens spread over the chunks)."""
+    times = record.chunk_times_s
+    if not times:
+        return 0.0
+    per_chunk = record.output_tokens / len(times) if record.ok else 1.0
+    return per_chunk * sum(1 for t in times if w0 <= t <= w1)
+
+
+def running_batch(records: Sequence[RequestRecord], w0: float, w1: float) -> float:
+    """Time-average number of sequences in the server's running batch over [w0, w1].
+
+    A sequence joins the batch one step before its first token (the step that
+    prefills it, ≈ one TPOT) and leaves at its last token.
+    """
+    total = 0.0
+    for r in records:
+        if not r.chunk_times_s:
+            continue
+        step = r.tpot_s or 0.0
+        start, end = r.chunk_times_s[0] - step, r.chunk_times_s[-1]
+        total += max(0.0, min(end, w1) - max(start, w0))
+    return total / (w1 - w0) if w1 > w0 else 0.0
+
+
+def failure_counts(failed: Sequence[RequestRecord]) -> dict[str, int]:
+    """Failures by error type (client.ERROR_TYPES), most common first."""
+    counts = Counter(r.error_type or "protocol" for r in failed)
+    return dict(counts.most_common())
+
+
+def failure_examples(failed: Sequence[RequestRecord], limit: int = EXAMPLES) -> list[str]:
+    """The first `limit` distinct failure reasons, one line each ('client_error: HTTP 400: …')."""
+    seen: dict[str, None] = {}
+    for r in failed:
+        seen.setdefault(f"{r.error_type or 'protocol'}: {r.error}", None)
+        if len(seen) == limit:
+            break
+    return list(seen)
+
+
+def describe_failures(counts: dict[str, int]) -> str:
+    """'timeout 3, server_error 2'."""
+    return ", ".join(f"{kind} {n}" for kind, n in counts.items())
+
+
+@dataclass
+class PointSummary:
+    label: str
+    kind: str  # "concurrency" or "rate"
+    value: float
+    window_s: tuple[float, float]
+    data: dict[str, Any]
+    invalid: str | None = None
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "type": "point",
+            "point": self.label,
+            "kind": self.kind,
+            "value": self.value,
+            "window_s": list(self.window_s),
+            "invalid": self.invalid,
+            **self.data,
+        }
+
+
+def summarise(
+    label: str,
+    kind: str,
+    value: float,
+    records: Sequence[RequestRecord],
+    window: tuple[float, float],
+    ttft_slo_ms: float | None = None,
+    tpot_slo_ms: float | None = None,
+) -> PointSummary:
+    """Window metrics: throughput counts tokens arriving in the window; latencies use the requests that completed
+    in it (closed loop) or were sent in it (open loop: every request sent after ramp-up, however long it ran)."""
+    w0, w1 = window
+    span = max(w1 - w0, 1e-9)
+    if kind == "rate":
+        done = [r for r in records if w0 <= r.start_s <= w1 and r.end_s is not None]
+    else:
+        done = [r for r in records if r.end_s is not None and w0 <= r.end_s <= w1]
+    ok = [r for r in done if r.ok]
+    failed = [r for r in records if not r.ok and r.error_type != "cancelled"]
+    tokens = sum(tokens_in_window(r, w0, w1) for r in records)
+    good = [
+        r
+        for r in ok
+        if (ttft_slo_ms is None or (r.ttft_s or 0) * 1e3 <= ttft_slo_ms)
+        and (tpot_slo_ms is None or (r.tpot_s or 0) * 1e3 <= tpot_slo_ms)
+    ]
+    sources = sorted({r.output_tokens_source for r in ok})
+    prompt = [r.prompt_tokens for r in ok if r.prompt_tokens is not None]
+    mean_out = float(np.mean([r.output_tokens for r in ok])) if ok else 0.0
+    data = {
+        "requests_completed": len(ok),
+        "requests_failed": len(failed),
+        "requests_cancelled": sum(1 for r in records if r.error_type == "cancelled"),
+        "failure_reasons": failure_counts(failed),
+        "failure_examples": failure_examples(failed),
+        "batch": running_batch(records, w0, w1),
+        "throughput_tok_s": tokens / span,
+        "request_throughput_req_s": len(ok) / span,
+        "goodput_req_s": len(good) / span,
+        "ttft_ms": percentiles([r.ttft_s for r in ok if r.ttft_s is not None]),
+        "tpot_ms": percentiles([r.tpot_s for r in ok if r.tpot_s is not None]),
+        "itl_ms": percentiles([g for r in ok for g in r.itl_s]),
+        "e2e_ms": percentiles([(r.end_s or 0) - r.start_s for r in ok]),
+        "output_tokens_mean": mean_out,
+        "output_tokens_source": "+".join(sources) or None,
+        "prompt_tokens_mean": float(np.mean(prompt)) if prompt else None,
+        "aliases": ALIASES,
+    }
+    return PointSummary(label, kind, value, window, data)

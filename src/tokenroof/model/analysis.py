@@ -1,0 +1,205 @@
+"""`roofline`: the first-principles answer for one model × hardware × precision × context."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+import numpy as np
+
+from tokenroof.errors import TokenroofError
+from tokenroof.model import roofline as rl
+from tokenroof.model.stepmodel import StepModel
+from tokenroof.specs import HardwareSpec, ModelSpec, Precision
+from tokenroof.specs.engines import EngineProfile, load_engine
+from tokenroof.units import MS_PER_S
+
+DEFAULT_BATCHES = (1, 2, 4, 8, 16, 32, 64, 128, 256, 512)
+
+
+@dataclass(frozen=True)
+class RooflineResult:
+    """Summary batches and per-point breakdown; `to_dict` is the `roofline --json` contract."""
+
+    model: ModelSpec
+    hardware: HardwareSpec
+    precision: Precision
+    tp: int
+    context_tokens: float
+    efficiencies: rl.Efficiencies
+    memory_utilization: float
+    step_model: StepModel
+    batches: np.ndarray
+    prompt_tokens: float | None = None
+    warnings: list[str] = field(default_factory=list)
+    engine: EngineProfile = field(default_factory=load_engine)  # whose efficiencies, and whose error spread
+
+    @property
+    def kv_context_tokens(self) -> float:
+        """The context the step model's linear KV and attention terms see: sliding-window layers hold only their
+        window (ModelSpec.effective_context); the context itself for a model without windows."""
+        return float(self.model.effective_context(self.context_tokens))
+
+    @property
+    def critical_batch(self) -> float | None:
+        return self.step_model.critical_batch(self.kv_context_tokens)
+
+    @property
+    def critical_batch_reason(self) -> str | None:
+        if self.critical_batch is not None:
+            return None
+        return self.step_model.no_critical_batch_reason(self.kv_context_tokens)
+
+    @property
+    def max_batch_by_memory(self) -> int:
+        return rl.max_batch_by_memory(
+            self.model, self.hardware, self.precision, self.context_tokens, self.tp, self.memory_utilization
+        )
+
+    def points(self) -> list[dict[str, Any]]:
+        sm, b, ctx = self.step_model, self.batches, self.kv_context_tokens
+        step = sm.step_time_s(b, ctx)
+        parts = sm.components_s(b, ctx)
+        costs = rl.decode_costs(self.model, self.precision, b, self.context_tokens, self.tp)  # applies windows
+        bound = sm.bound(b, ctx)
+        limit = self.max_batch_by_memory
+        low, high = self.engine.accuracy.factors()
+        rows = []
+        for i, batch in enumerate(b):
+            rows.append(
+                {
+                    "batch": float(batch),
+                    "tpot_ms": float(step[i] * MS_PER_S),
+                    "tpot_ms_low": float(step[i] * low * MS_PER_S),
+                    "tpot_ms_high": float(step[i] * high * MS_PER_S),
+                    "throughput_tok_s": float(batch / step[i]),
+                    "throughput_tok_s_low": float(batch / (step[i] * high)),
+                    "throughput_tok_s_high": float(batch / (step[i] * low)),
+                    "bound": str(bound[i]),
+                    "fits_in_memory": bool(batch <= limit),
+                    "time_overhead_ms": float(parts["overhead"][i] * MS_PER_S),
+                    "time_weights_ms": float(parts["weights"][i] * MS_PER_S),
+                    "time_compute_ms": float(parts["compute"][i] * MS_PER_S),
+                    "time_kv_ms": float(parts["kv"][i] * MS_PER_S),
+                    "flops_matmul": float(costs.flops_matmul[i]),
+                    "flops_attention": float(costs.flops_attention[i]),
+                    "bytes_weights": float(costs.bytes_weights[i]),
+                    "bytes_kv_read": float(costs.bytes_kv_read[i]),
+                    "bytes_kv_write": float(costs.bytes_kv_write[i]),
+                    "bytes_activations": float(costs.bytes_activations[i]),
+                    "bytes_allreduce": float(costs.bytes_allreduce[i]),
+                    "arithmetic_intensity_flops_per_byte": float(costs.arithmetic_intensity_flops_per_byte[i]),
+                }
+            )
+        return rows
+
+    def to_dict(self) -> dict[str, Any]:
+        sm, ctx = self.step_model, self.kv_context_tokens
+        ttft = None
+        if self.prompt_tokens:
+            ttft = (
+                float(
+                    rl.prefill_time_s(
+                        self.model, self.hardware, self.precision, self.prompt_tokens, self.tp, self.efficiencies
+                    )
+                )
+                * MS_PER_S
+            )
+        return {
+            "model": self.model.to_dict(),
+            "hardware": self.hardware.to_dict(),
+            "precision": self.precision.to_dict(),
+            "tp": self.tp,
+            "context_tokens": self.context_tokens,
+            "kv_context_tokens": ctx,
+            "engine": self.engine.to_dict(),
+            "efficiencies": self.efficiencies.to_dict(),
+            "memory_utilization": self.memory_utilization,
+            "critical_batch": sm.critical_batch(ctx),
+            "critical_batch_reason": self.critical_batch_reason,
+            "critical_batch_weights_only": sm.critical_batch_weights_only(),
+            "knee_batch": sm.knee_batch(ctx),
+            "ridge_flops_per_byte": self.hardware.ridge_flops_per_byte(self.precision.compute_dtype),
+            "max_batch_by_memory": self.max_batch_by_memory,
+            "throughput_asymptote_tok_s": sm.throughput_asymptote_tok_s(ctx),
+            "kv_bytes_per_token": rl.kv_bytes_per_token(self.model, self.precision, self.tp),
+            "weight_bytes_per_gpu": rl.resident_weight_bytes(self.model, self.precision, self.tp),
+            "prompt_tokens": self.prompt_tokens,
+            "ttft_ms": ttft,
+            "step_model": sm.to_dict(),
+            "warnings": list(self.warnings),
+            "interval_level": self.engine.accuracy.interval_level,
+            "points": self.points(),
+        }
+
+
+def validate_batches(batches: Sequence[float]) -> np.ndarray:
+    """Batches must be positive finite numbers (fractional allowed: a measured average running batch)."""
+    arr = np.asarray(list(batches), dtype=float)
+    if arr.size == 0:
+        raise TokenroofError("no batch sizes given")
+    bad = arr[~np.isfinite(arr) | (arr <= 0)]
+    if bad.size:
+        raise TokenroofError(f"batch sizes must be positive numbers, got {bad[0]:g}")
+    return arr
+
+
+def analyze_roofline(
+    model: ModelSpec,
+    hardware: HardwareSpec,
+    precision: Precision,
+    batches: Sequence[float] = DEFAULT_BATCHES,
+    context_tokens: float = 1024,
+    tp: int = 1,
+    eff: rl.Efficiencies | None = None,
+    memory_utilization: float = 0.9,
+    prompt_tokens: float | None = None,
+    engine: EngineProfile | None = None,
+) -> RooflineResult:
+    """Build the step model from specs and evaluate it over `batches` at `context_tokens`.
+
+    `engine` (None: the default profile) gives the efficiencies unless `eff` does, and always the intervals: its
+    spread of first-principles TPOT against published curves (EngineProfile.accuracy)."""
+    engine = engine or load_engine()
+    eff = eff or rl.default_efficiencies(hardware, precision, engine)
+    arr = validate_batches(batches)
+    if not 0 <= context_tokens < float("inf"):
+        raise TokenroofError(f"--context must be a finite non-negative number of tokens, got {context_tokens:g}")
+    warnings = []
+    limit = model.max_position_embeddings
+    if limit and context_tokens > limit:
+        warnings.append(f"context {context_tokens:g} exceeds {model.name}'s maximum of {limit} positions")
+    sm = rl.step_model_from_specs(model, hardware, precision, tp, eff)
+    result = RooflineResult(
+        model, hardware, precision, tp, float(context_tokens), eff, memory_utilization, sm, arr, prompt_tokens, warnings
+    )
+    result = replace(result, engine=engine)
+    warnings += memory_warnings(result, float(arr.max()))
+    return result
+
+
+def by_context(results: Sequence[RooflineResult]) -> dict[str, Any]:
+    """Several contexts for one deployment (`roofline --context 8192,32768`): each context's whole roofline under
+    `contexts`, the deployment once, the warnings together."""
+    each = [r.to_dict() for r in results]
+    shared = {k: each[0][k] for k in ("model", "hardware", "precision", "tp", "engine", "efficiencies")}
+    warnings = [w for d in each for w in d["warnings"]]
+    return {**shared, "contexts": each, "warnings": list(dict.fromkeys(warnings))}
+
+
+def memory_warnings(result: RooflineResult, largest_batch: float) -> list[str]:
+    """What does not fit: the weights alone, or the batches above the memory's limit at this context."""
+    limit_b = result.max_batch_by_memory
+    if limit_b == 0:
+        weights_gb = rl.resident_weight_bytes(result.model, result.precision, result.tp) / 1e9
+        return [
+            f"the weights alone ({weights_gb:.1f} GB per GPU) "
+            f"do not fit in {result.memory_utilization:.0%} of {result.hardware.name}'s memory"
+        ]
+    if largest_batch > limit_b:
+        return [
+            f"batches above {limit_b} do not fit in memory at context {result.context_tokens:g} "
+            "(weights + KV cache); they are computed anyway and marked fits_in_memory=false"
+        ]
+    return []

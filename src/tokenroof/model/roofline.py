@@ -1,0 +1,328 @@
+"""First-principles decode costs: FLOPs and bytes per term, and the StepModel built from specs.
+
+Every function here is pure and broadcasts over numpy arrays of batch and
+context, so a sweep over batch × context is one call. Costs are per GPU under
+tensor parallelism `tp` (weights, KV heads and FLOPs split `tp` ways).
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, fields
+from typing import TYPE_CHECKING
+
+import numpy as np
+from numpy.typing import ArrayLike, NDArray
+
+from tokenroof.errors import TokenroofError
+from tokenroof.model.stepmodel import StepModel, expected_experts
+from tokenroof.specs import HardwareSpec, ModelSpec, Precision
+
+if TYPE_CHECKING:
+    from tokenroof.specs.engines import EngineProfile
+
+Array = NDArray[np.float64]
+
+
+@dataclass(frozen=True)
+class Efficiencies:
+    """Achieved fractions of the datasheet peaks, and the overheads per step and per sequence.
+
+    The defaults are the `generic` engine profile's (specs/data/engines/generic.toml): decode
+    GEMV/GEMM kernels reach roughly 70–85% of HBM bandwidth and 60–85% of dense tensor peak;
+    the published Llama-3-8B batch-1 TPOT on an H100 (7.0–7.9 ms, shared/data/curves/argonne_*)
+    against 4.5 ms at peak bandwidth says 75% plus ~1 ms of per-step overhead. Equal bandwidth
+    and compute fractions keep the knee at the peak ridge point (≈ 295 for a bf16 7B model on an
+    H100). NCCL ring all-reduce reaches ~70% of link bandwidth with ~8 µs latency per call at
+    decode message sizes. An engine profile (`default_efficiencies`) replaces them with what that
+    engine achieves, fitted to published curves where there are some.
+    """
+
+    bandwidth: float = 0.75
+    compute: float = 0.75
+    overhead_s: float = 1.0e-3
+    interconnect: float = 0.7
+    allreduce_latency_s: float = 8e-6
+    overhead_s_per_layer: float = 0.0  # eager frameworks launch kernels per layer; 0 for CUDA-graph servers
+    kv_bandwidth: float | None = None  # fraction of peak bandwidth reading the KV cache (None: `bandwidth`)
+    overlap: float = 1.0  # fraction of the smaller of weight streaming and compute hidden under the larger
+    overhead_s_per_seq: float = 0.0  # per sequence per step: scheduling, sampling, detokenisation (engine profiles)
+
+    def __post_init__(self) -> None:
+        for name in ("bandwidth", "compute", "interconnect", "kv_bandwidth"):
+            value = getattr(self, name)
+            if value is None:
+                continue
+            if not 0 < value <= 1:
+                raise TokenroofError(
+                    f"{name} efficiency must be in (0, 1] (nothing runs faster than the peak), got {value}"
+                )
+        if not 0 <= self.overlap <= 1:
+            raise TokenroofError(f"overlap must be in [0, 1], got {self.overlap}")
+        if min(self.overhead_s, self.allreduce_latency_s, self.overhead_s_per_layer, self.overhead_s_per_seq) < 0:
+            raise TokenroofError("overheads and all-reduce latency must be non-negative")
+
+    def step_overhead_s(self, num_layers: int) -> float:
+        """Fixed time per step: the overhead plus the per-layer dispatch of `num_layers` layers."""
+        return self.overhead_s + self.overhead_s_per_layer * num_layers
+
+    def to_dict(self) -> dict[str, float]:
+        return asdict(self)
+
+
+def default_efficiencies(
+    hardware: HardwareSpec, precision: Precision, engine: EngineProfile | None = None, serving: bool = True
+) -> Efficiencies:
+    """The efficiencies a first-principles step model uses. Precedence, lowest first:
+
+    1. the `Efficiencies` defaults (the generic profile's numbers);
+    2. the engine profile (`engine`, else the default engine, `generic`): what that serving stack achieves, with
+       the HTTP server's cost per sequence added when `serving` (online serving, not offline decode);
+    3. the hardware file's measured efficiencies, global then per weight dtype. Datasheet presets carry none; a
+       `tokenroof calibrate` file carries what this machine's kernels achieved, and where it measures the same
+       quantity as the profile (bandwidth, compute, overheads, overlap) it wins. The profile's per-sequence
+       overhead, which calibrate does not measure, stays.
+
+    Explicit flags (`roofline --bandwidth-efficiency` and friends) replace the result where given.
+    """
+    from tokenroof.specs.engines import load_engine
+
+    known = {f.name for f in fields(Efficiencies)}
+    profile = engine if engine is not None else load_engine()
+    values: dict[str, float] = {k: float(v) for k, v in profile.efficiency_values(serving).items() if k in known}
+    for scope in (hardware.efficiencies, hardware.efficiencies.get(precision.weight_dtype, {})):
+        values.update({k: float(v) for k, v in scope.items() if k in known})
+    return Efficiencies(**values)
+
+
+# -- bytes -------------------------------------------------------------------------
+def kv_heads_per_gpu(model: ModelSpec, tp: int) -> int:
+    """KV heads held by one GPU; heads are replicated when there are fewer than `tp`."""
+    return -(-model.num_kv_heads // tp)
+
+
+def kv_bytes_per_token(model: ModelSpec, precision: Precision, tp: int = 1) -> float:
+    """Bytes of KV cache for one token of one sequence, all layers, per GPU (below any sliding window).
+
+    Multi-head: K and V of the GPU's KV heads, 2·L·kv_heads·head_dim·bytes. MLA (DeepSeek-V2/V3): the latent
+    and the rope key every head shares, L·(kv_lora_rank + qk_rope_head_dim)·bytes (576 values per layer),
+    whole on every GPU: tensor parallelism splits the heads, not the latent (vLLM and SGLang replicate it).
+    """
+    if model.mla is not None:
+        values = model.mla.cached_values_per_token
+    else:
+        values = 2 * kv_heads_per_gpu(model, tp) * model.head_dim
+    return float(model.num_layers * values * precision.kv_bytes_per_element)
+
+
+def kv_read_bytes(model: ModelSpec, precision: Precision, batch: ArrayLike, context: ArrayLike, tp: int = 1) -> Array:
+    """KV-cache bytes one decode step reads, per GPU: b · Σ_layers min(ctx, window_l) · bytes per token per layer
+    (`ModelSpec.effective_context`; every layer reads all `ctx` tokens without sliding windows)."""
+    b = np.asarray(batch, dtype=float)
+    return b * model.effective_context(context) * kv_bytes_per_token(model, precision, tp)
+
+
+def dense_weight_bytes(model: ModelSpec, precision: Precision, tp: int = 1) -> float:
+    """Bytes streamed every step regardless of batch (attention, norms, dense MLPs, lm_head), per GPU."""
+    return model.streamed_dense_params * precision.weight_bytes_per_param / tp
+
+
+def expert_weight_bytes(model: ModelSpec, precision: Precision, tp: int = 1) -> float:
+    """Bytes of one routed expert in every MoE layer, per GPU (0 for dense models)."""
+    if not model.is_moe:
+        return 0.0
+    return model.expert_params_all_layers * precision.weight_bytes_per_param / tp
+
+
+def expected_experts_touched(num_experts: int, experts_per_token: int, tokens: ArrayLike) -> Array:
+    """Expected distinct experts per layer hit by `tokens` tokens each routed to `k` of `E` (uniform routing).
+
+    E · (1 − (1 − k/E)^tokens): k at one token, saturating at E.
+    """
+    return np.asarray(expected_experts(num_experts, experts_per_token, np.asarray(tokens, dtype=float)))
+
+
+def weight_bytes_streamed(model: ModelSpec, precision: Precision, batch: ArrayLike, tp: int = 1) -> Array:
+    """Weight bytes read in one decode step of `batch` sequences, per GPU (MoE: experts touched)."""
+    touched = expected_experts_touched(model.num_experts, model.experts_per_token, batch)
+    return dense_weight_bytes(model, precision, tp) + expert_weight_bytes(model, precision, tp) * touched
+
+
+def resident_weight_bytes(model: ModelSpec, precision: Precision, tp: int = 1) -> float:
+    """Bytes of all stored weights per GPU (the memory footprint, embeddings included)."""
+    return model.total_params * precision.weight_bytes_per_param / tp
+
+
+def activation_bytes(model: ModelSpec, precision: Precision, batch: ArrayLike, tp: int = 1) -> Array:
+    """GEMM input and output traffic per step, per GPU (overlapped by the GEMMs; reported, not timed).
+
+    Per token per layer: QKV (in h, out q+2kv), output projection (in q, out h),
+    MLP up/gate (in h, out 2i or i) and down (in i, out h).
+    """
+    h, q, kv, i = model.hidden_size, model.q_dim / tp, model.kv_dim / tp, model.intermediate_size / tp
+    up = (2 if model.family.gated_mlp else 1) * i
+    per_layer = (h + q + 2 * kv) + (q + h) + (h + up) + (i + h)
+    experts = max(model.experts_per_token, 1)
+    per_layer += (experts - 1) * (h + up + i + h)
+    per_token = model.num_layers * per_layer * precision.activation_bytes_per_element
+    return np.asarray(batch, dtype=float) * per_token
+
+
+def allreduce_bytes(model: ModelSpec, precision: Precision, batch: ArrayLike, tp: int = 1) -> Array:
+    """Bytes each GPU sends per step in ring all-reduces: 2 per layer of b·h activations, 2(tp−1)/tp each."""
+    if tp == 1:
+        return np.zeros_like(np.asarray(batch, dtype=float))
+    message = np.asarray(batch, dtype=float) * model.hidden_size * precision.activation_bytes_per_element
+    return 2 * model.num_layers * 2.0 * (tp - 1) / tp * message
+
+
+# -- FLOPs -------------------------------------------------------------------------
+def matmul_flops(model: ModelSpec, batch: ArrayLike, tp: int = 1) -> Array:
+    """2 FLOPs per multiplied parameter per sequence (active experts only), per GPU."""
+    return 2.0 * model.matmul_params_per_token * np.asarray(batch, dtype=float) / tp
+
+
+def attention_flops(model: ModelSpec, batch: ArrayLike, context: ArrayLike, tp: int = 1) -> Array:
+    """QKᵀ and AV for one new token over `context` cached tokens, per GPU: 4·L·q_dim·ctx per sequence for
+    multi-head attention (`ModelSpec.attention_flops_per_context_token`; absorbed MLA's own), each layer over
+    min(ctx, its window) tokens (`ModelSpec.effective_context`)."""
+    b, ctx = np.asarray(batch, dtype=float), model.effective_context(context)
+    return float(model.attention_flops_per_context_token) * ctx * b / tp
+
+
+@dataclass(frozen=True)
+class DecodeCosts:
+    """FLOPs and bytes of one decode step, per GPU, by term (arrays broadcast over batch × context)."""
+
+    flops_matmul: Array
+    flops_attention: Array
+    bytes_weights: Array
+    bytes_kv_read: Array
+    bytes_kv_write: Array
+    bytes_activations: Array
+    bytes_allreduce: Array
+
+    @property
+    def flops(self) -> Array:
+        return self.flops_matmul + self.flops_attention
+
+    @property
+    def bytes_memory(self) -> Array:
+        return self.bytes_weights + self.bytes_kv_read + self.bytes_kv_write + self.bytes_activations
+
+    @property
+    def arithmetic_intensity_flops_per_byte(self) -> Array:
+        return self.flops / self.bytes_memory
+
+
+def decode_costs(
+    model: ModelSpec, precision: Precision, batch: ArrayLike, context: ArrayLike, tp: int = 1
+) -> DecodeCosts:
+    """All FLOPs and bytes of one decode step of `batch` sequences at `context` cached tokens each."""
+    b, ctx = np.broadcast_arrays(np.asarray(batch, dtype=float), np.asarray(context, dtype=float))
+    kv_token = kv_bytes_per_token(model, precision, tp)
+    return DecodeCosts(
+        flops_matmul=matmul_flops(model, b, tp),
+        flops_attention=attention_flops(model, b, ctx, tp),
+        bytes_weights=weight_bytes_streamed(model, precision, b, tp),
+        bytes_kv_read=kv_read_bytes(model, precision, b, ctx, tp),
+        bytes_kv_write=b * kv_token,
+        bytes_activations=activation_bytes(model, precision, b, tp),
+        bytes_allreduce=allreduce_bytes(model, precision, b, tp),
+    )
+
+
+# -- the step model from specs -------------------------------------------------------
+def check_parallelism(model: ModelSpec, hardware: HardwareSpec, tp: int) -> None:
+    if tp < 1:
+        raise TokenroofError(f"--tp must be at least 1, got {tp}")
+    if model.num_attention_heads % tp:
+        raise TokenroofError(f"--tp {tp} does not divide {model.name}'s {model.num_attention_heads} attention heads")
+    if tp > 1 and hardware.interconnect_bandwidth_bytes_per_s is None:
+        raise TokenroofError(f"{hardware.name} has no interconnect_bandwidth_bytes_per_s; --tp {tp} needs one")
+
+
+def step_model_from_specs(
+    model: ModelSpec,
+    hardware: HardwareSpec,
+    precision: Precision,
+    tp: int = 1,
+    eff: Efficiencies | None = None,
+) -> StepModel:
+    """The four (plus per-sequence) terms of DESIGN.md's step model from model × hardware × precision.
+
+    `eff` defaults to `default_efficiencies` (the default engine profile under the hardware file's measured
+    efficiencies). The per-sequence term carries the KV-cache write, the all-reduce bytes and the engine's
+    overhead per sequence (scheduling, sampling, detokenisation)."""
+    eff = eff or default_efficiencies(hardware, precision)
+    check_parallelism(model, hardware, tp)
+    bandwidth = hardware.memory_bandwidth_bytes_per_s * eff.bandwidth
+    kv_bandwidth = hardware.memory_bandwidth_bytes_per_s * (eff.kv_bandwidth or eff.bandwidth)
+    flops = hardware.peak_for(precision.compute_dtype) * eff.compute
+    kv_token = kv_bytes_per_token(model, precision, tp)
+    t_allreduce_seq = 0.0
+    t_allreduce_fixed = 0.0
+    if tp > 1:
+        link = (hardware.interconnect_bandwidth_bytes_per_s or 0.0) * eff.interconnect
+        t_allreduce_seq = float(allreduce_bytes(model, precision, 1.0, tp)) / link
+        t_allreduce_fixed = 2 * model.num_layers * eff.allreduce_latency_s
+    return StepModel(
+        t_fixed_s=eff.step_overhead_s(model.num_layers) + t_allreduce_fixed,
+        t_weights_s=dense_weight_bytes(model, precision, tp) / bandwidth,
+        t_compute_s=float(matmul_flops(model, 1.0, tp)) / flops,
+        t_kv_token_s=kv_token / kv_bandwidth,
+        t_seq_s=kv_token / kv_bandwidth + t_allreduce_seq + eff.overhead_s_per_seq,
+        t_attn_token_s=float(attention_flops(model, 1.0, 1.0, tp)) / flops,
+        t_expert_s=expert_weight_bytes(model, precision, tp) / bandwidth,
+        num_experts=model.num_experts,
+        experts_per_token=model.experts_per_token,
+        overlap=eff.overlap,
+    )
+
+
+def max_batch_by_memory(
+    model: ModelSpec,
+    hardware: HardwareSpec,
+    precision: Precision,
+    context: float,
+    tp: int = 1,
+    memory_utilization: float = 0.9,
+) -> int:
+    """Largest batch whose weights plus KV cache (`context` tokens each, a sliding-window layer holding only its
+    window: `ModelSpec.effective_context`) fit in `memory_utilization` of memory."""
+    if not 0 < memory_utilization <= 1:
+        raise TokenroofError(f"memory utilisation must be in (0, 1], got {memory_utilization}")
+    free = hardware.memory_bytes * memory_utilization - resident_weight_bytes(model, precision, tp)
+    if free <= 0:
+        return 0
+    held = float(model.effective_context(max(context, 1.0)))
+    return int(free // (kv_bytes_per_token(model, precision, tp) * held))
+
+
+def kv_cache_tokens(
+    model: ModelSpec, hardware: HardwareSpec, precision: Precision, tp: int = 1, memory_utilization: float = 0.9
+) -> int:
+    """Tokens of KV cache that fit beside the weights in `memory_utilization` of memory (vLLM's pool, roughly).
+
+    Counted at every layer's cost per token: with sliding windows a sequence past its window holds fewer bytes
+    per context token, so for such models the pool holds more context than this (a conservative count)."""
+    free = hardware.memory_bytes * memory_utilization - resident_weight_bytes(model, precision, tp)
+    return max(int(free // kv_bytes_per_token(model, precision, tp)), 0)
+
+
+def prefill_time_s(
+    model: ModelSpec,
+    hardware: HardwareSpec,
+    precision: Precision,
+    prompt_tokens: ArrayLike,
+    tp: int = 1,
+    eff: Efficiencies | None = None,
+) -> Array:
+    """TTFT estimate for one prompt alone: the scheduler's own step (`StepModel.step_s`) with no sequence decoding
+    and the prompt as one chunk, so roofline's TTFT and simulate's prefill are one formula.
+
+    That step is t_fixed + matmul_time(weights, P·t_compute + t_attn·P²/2): each prompt token's 2·params FLOPs and
+    causal attention 2·L·q_dim·P² (half of the full P×P) against the weights streamed once.
+    """
+    sm = step_model_from_specs(model, hardware, precision, tp, eff)
+    p = np.asarray(prompt_tokens, dtype=float)
+    return np.vectorize(lambda tokens: sm.step_s(0.0, 0.0, tokens, tokens * tokens), otypes=[float])(p)

@@ -1,0 +1,354 @@
+"""`advise`: the batch cap (max_num_seqs) that meets a TPOT target, and what it costs in throughput."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Protocol
+
+import numpy as np
+from numpy.typing import ArrayLike, NDArray
+
+from tokenroof.errors import TokenroofError
+from tokenroof.specs.engines import server_flags
+from tokenroof.units import MS_PER_S
+
+if TYPE_CHECKING:
+    from tokenroof.fit.core import Fit
+    from tokenroof.fit.predict import Workload
+    from tokenroof.io.measurements import MeasurementTable
+    from tokenroof.serving.deployment import Physics
+
+SEARCH_LIMIT = 1_000_000
+
+
+class StepTime(Protocol):
+    """What advise needs of a model: a StepModel, or a fitted curve (fit.FittedCurve)."""
+
+    def step_time_s(self, batch: ArrayLike, context: ArrayLike = 0.0) -> NDArray[np.float64]: ...
+
+    def throughput_tok_s(self, batch: ArrayLike, context: ArrayLike = 0.0) -> NDArray[np.float64]: ...
+
+
+def engine_flags(cap: int) -> dict[str, str]:
+    """The same cap in each server's own words: its batch-cap flag from the engines table (specs/data/engines),
+    by server name."""
+    return {server: f"{flag} {cap}" for server, flag in server_flags("max_num_seqs").items()}
+
+
+def largest_batch_within(sm: StepTime, tpot_slo_s: float, context: float = 0.0, limit: int | None = None) -> int:
+    """Largest integer batch whose step time is ≤ the target (0 if batch 1 already misses it)."""
+    if float(sm.step_time_s(1.0, context)) > tpot_slo_s * (1 + 1e-9):
+        return 0
+    hi = float(limit or SEARCH_LIMIT)
+    if float(sm.step_time_s(hi, context)) <= tpot_slo_s:
+        return int(hi)
+    lo = 1.0
+    while hi - lo > 0.5:  # T is increasing in b: bisection
+        mid = (lo + hi) / 2
+        if float(sm.step_time_s(mid, context)) <= tpot_slo_s:
+            lo = mid
+        else:
+            hi = mid
+    cap = int(np.floor(lo))
+    if float(sm.step_time_s(cap + 1.0, context)) <= tpot_slo_s * (1 + 1e-9):  # exact hits at a boundary
+        cap += 1
+    return cap
+
+
+def throughput_latency_knee(sm: StepTime, context: float, upper: float) -> float:
+    """Kneedle (Satopää et al. 2011) on throughput against TPOT over batch 1…upper: the point of the curve
+    farthest above the chord, where each extra ms of TPOT starts buying little throughput."""
+    b = np.geomspace(1.0, max(upper, 2.0), 400)
+    tpot = sm.step_time_s(b, context)
+    thr = b / tpot
+    x = (tpot - tpot[0]) / max(tpot[-1] - tpot[0], 1e-12)
+    y = (thr - thr[0]) / max(thr[-1] - thr[0], 1e-12)
+    return float(b[int(np.argmax(y - x))])
+
+
+@dataclass
+class Advice:
+    tpot_slo_ms: float
+    cap: int
+    cap_interval: list[int | None]
+    binding: str
+    tpot_ms_at_cap: float
+    throughput_tok_s_at_cap: float
+    knee_batch: float
+    reference_batch: float
+    reference_throughput_tok_s: float
+    source: str
+    warnings: list[str] = field(default_factory=list)
+
+    def to_dict(self) -> dict[str, Any]:
+        """The contract's advise shape; the TPOT is the step time, so every token of a full batch takes it (mean)."""
+        at_cap = {
+            "max_num_seqs": self.cap,
+            "tpot_ms": self.tpot_ms_at_cap,
+            "ttft_ms": None,
+            "throughput_tok_s": self.throughput_tok_s_at_cap,
+            "running_batch": float(self.cap),
+            "preemptions": None,
+        }
+        reference = {"max_num_seqs": self.reference_batch, "throughput_tok_s": self.reference_throughput_tok_s}
+        low, high = self.cap_interval
+        return advice_dict(
+            {"statistic": "mean", "tpot_ms": self.tpot_slo_ms, "ttft_ms": None},
+            (self.cap, low, high),
+            self.binding,
+            at_cap,
+            self.knee_batch,
+            reference,
+            self.source,
+            self.warnings,
+        )
+
+
+def advice_dict(
+    slo: dict[str, Any],
+    cap: tuple[int, int | None, int | None],
+    binding: str,
+    at_cap: dict[str, Any],
+    knee_batch: float | None,
+    reference: dict[str, Any],
+    source: str,
+    warnings: Sequence[str],
+) -> dict[str, Any]:
+    """advise's one JSON shape, whichever way the cap was found (schemas/advise.schema.json)."""
+    given_up = 1 - at_cap["throughput_tok_s"] / reference["throughput_tok_s"]
+    return {
+        "slo": slo,
+        "max_num_seqs": cap[0],
+        "max_num_seqs_low": cap[1],
+        "max_num_seqs_high": cap[2],
+        "interval_level": None if cap[1] is None else 0.9,
+        "binding": binding,
+        "at_cap": at_cap,
+        "latency_knee_batch": knee_batch,  # Kneedle on throughput vs TPOT (roofline's knee_batch is the matmul knee)
+        "reference": reference,
+        "throughput_given_up_fraction": max(given_up, 0.0),
+        "engine_flags": engine_flags(cap[0]),
+        "source": source,
+        "warnings": list(warnings),
+    }
+
+
+def advise(
+    sm: StepTime,
+    tpot_slo_ms: float,
+    context: float = 0.0,
+    memory_limit: int | None = None,
+    samples: Sequence[StepTime] = (),
+    source: str = "",
+) -> Advice:
+    """Largest cap meeting the TPOT target (bounded by memory), its interval over `samples`, the knee."""
+    if not 0 < tpot_slo_ms < float("inf"):
+        raise TokenroofError(f"--tpot-slo-ms must be a positive finite number, got {tpot_slo_ms:g}")
+    slo_s = tpot_slo_ms / MS_PER_S
+    by_slo = largest_batch_within(sm, slo_s, context)
+    if by_slo == 0:
+        raise TokenroofError(
+            f"no batch cap meets TPOT ≤ {tpot_slo_ms:g} ms: batch 1 already takes "
+            f"{float(sm.step_time_s(1.0, context)) * MS_PER_S:.3g} ms per token"
+        )
+    cap, binding = by_slo, "tpot"
+    warnings = []
+    if memory_limit is not None and memory_limit < by_slo:
+        cap, binding = memory_limit, "memory"
+        warnings.append(
+            f"the TPOT target allows batch {by_slo}, but the running batch cannot exceed {memory_limit} (memory, "
+            "or a server cap the measurements show): that binds (a larger cap only queues or preempts)"
+        )
+    if memory_limit == 0:
+        raise TokenroofError("the weights alone do not fit in memory: no batch cap can run")
+    interval: list[int | None] = [None, None]
+    if samples:
+        caps = np.array([largest_batch_within(m, slo_s, context, memory_limit) for m in samples])
+        interval = [int(np.percentile(caps, 5)), int(np.percentile(caps, 95))]
+    reference = float(memory_limit) if memory_limit else float(max(4 * cap, 512))
+    knee = throughput_latency_knee(sm, context, reference)
+    if cap >= SEARCH_LIMIT:
+        warnings.append(
+            "the TPOT target is met at every batch tried: the cap is set by memory or admission, not by latency"
+        )
+    return Advice(
+        tpot_slo_ms=tpot_slo_ms,
+        cap=cap,
+        cap_interval=interval,
+        binding=binding,
+        tpot_ms_at_cap=float(sm.step_time_s(cap, context)) * MS_PER_S,
+        throughput_tok_s_at_cap=float(sm.throughput_tok_s(cap, context)),
+        knee_batch=knee,
+        reference_batch=reference,
+        reference_throughput_tok_s=float(sm.throughput_tok_s(reference, context)),
+        source=source,
+        warnings=warnings,
+    )
+
+
+# -- advise as the command asks it ---------------------------------------------------------
+@dataclass(frozen=True)
+class Targets:
+    """The targets and the statistic they bound (the scheduler's answer; the decode-only answer is the mean)."""
+
+    tpot_slo_ms: float
+    ttft_slo_ms: float | None = None
+    statistic: str | None = None  # None: p99 on the scheduler, the mean step time on the decode curve
+
+    def __post_init__(self) -> None:
+        if self.statistic not in (None, "mean", "p50", "p90", "p99"):
+            raise TokenroofError(f"unknown --slo-statistic '{self.statistic}'; known: mean, p50, p90, p99")
+
+
+def advise_answer(
+    files: Sequence[Path],
+    physics: Physics,
+    flags: Workload,
+    targets: Targets,
+    max_num_batched_tokens: int | None = None,
+    samples: int = 200,
+    contexts: Sequence[float] | None = None,
+) -> dict[str, Any]:
+    """advise's JSON: from the scheduler simulate uses when the lengths are known (prefill included), else from
+    the decode step time alone — fitted to `files`, or from first principles — at `contexts` (the decode-only
+    answer: one answer each, `{"contexts": [...], "warnings": [...]}` for more than one; None: the workload's)."""
+    if not files and not physics.known:
+        raise TokenroofError("give a measurement file, or --model and --hardware for the first-principles curve")
+    lengths = flags.input_len is not None and flags.output_len is not None and not flags.decode_only
+    if contexts and len(contexts) > 1 and lengths:
+        raise TokenroofError(
+            "--context takes one value with --input-len/--output-len (the lengths set the context); list several "
+            "contexts for the decode-only answer"
+        )
+    if lengths:
+        return advise_with_prefill(files, physics, flags, targets, max_num_batched_tokens)
+    if targets.ttft_slo_ms is not None:
+        raise TokenroofError("--ttft-slo-ms needs --input-len and --output-len (the prompts decide TTFT)")
+    asked: list[float | None] = list(contexts) if contexts else [None]
+    each = advise_decode_only(files, physics, flags, targets.tpot_slo_ms, samples, asked)
+    if targets.statistic not in (None, "mean"):
+        each[0]["warnings"].append(
+            f"--slo-statistic {targets.statistic} needs the scheduler's distribution (give --input-len and "
+            "--output-len); the decode-only answer bounds the mean step time, which every token of a full batch "
+            "takes"
+        )
+    if len(each) == 1:
+        return each[0]
+    warnings = [w for answer in each for w in answer["warnings"]]
+    return {"contexts": each, "warnings": list(dict.fromkeys(warnings))}
+
+
+def advise_with_prefill(
+    files: Sequence[Path], physics: Physics, flags: Workload, targets: Targets, max_num_batched_tokens: int | None
+) -> dict[str, Any]:
+    """advise from the scheduler: the fitted (portable) or first-principles step model, a replica kept full."""
+    from tokenroof.serving.saturation import advise_cap
+    from tokenroof.serving.simulate import Lengths
+
+    assert flags.input_len is not None and flags.output_len is not None
+    notes: list[str] = []
+    if files:
+        from tokenroof.fit.core import fit_table
+        from tokenroof.fit.predict import read_with_prior
+        from tokenroof.fit.travel import portable
+
+        table, prior = read_with_prior(list(files), physics, flags, flags_are_target=True)
+        stated = table.context_tokens is not None or table.semantics.mean_context is not None
+        if flags.context_tokens is not None and stated:
+            raise TokenroofError(
+                f"{table.source} states the context it was measured at; with --input-len/--output-len the lengths "
+                "set the context to advise at (input + output/2): drop --context"
+            )
+        travelling = portable(fit_table(table, prior, n_samples=0), table)
+        sm, notes = travelling.step_model, [*table.warnings, *travelling.notes(flags.mean_context)]
+        source = f"fitted to {table.source}, run on simulate's scheduler"
+    else:
+        sm = physics.step_model()
+        source = f"first principles: {physics.label()}, run on simulate's scheduler"
+    result = advise_cap(
+        sm,
+        Lengths(round(flags.input_len)),
+        Lengths(round(flags.output_len)),
+        targets.tpot_slo_ms,
+        targets.ttft_slo_ms,
+        targets.statistic or "p99",
+        physics.kv_pool_tokens(),
+        max_num_batched_tokens,
+        source=source,
+    )
+    result.warnings = notes + result.warnings
+    return {**result.to_dict(), "step_model": sm.to_dict()}
+
+
+def advise_decode_only(
+    files: Sequence[Path],
+    physics: Physics,
+    flags: Workload,
+    tpot_slo_ms: float,
+    samples: int,
+    contexts: Sequence[float | None] = (None,),
+) -> list[dict[str, Any]]:
+    """advise from the decode step time alone (no prompts in the steps): the fitted curve (fitted once) or first
+    principles; one answer per context (None: the measured workload's, or the workload's --context)."""
+    if not files:
+        return [at_context(first_principles_advice, context, physics, flags, tpot_slo_ms) for context in contexts]
+    from tokenroof.fit.core import fit_table
+    from tokenroof.fit.predict import prior_for, split_contexts
+    from tokenroof.io.measurements import read_table
+
+    table = read_table(list(files))
+    asked = [c for c in contexts if c is not None] or ([flags.context_tokens] if flags.context_tokens else [])
+    measured_at, targets = split_contexts(table, asked or None)
+    prior = prior_for(table, physics, replace(flags, context_tokens=measured_at))
+    fit = fit_table(table, prior, n_samples=max(samples, 10))
+    if targets is None and table.several_contexts:
+        held = ", ".join(f"{c:g}" for c in table.level_contexts())
+        raise TokenroofError(
+            f"{table.source} holds curves at several contexts ({held}): give --context, one or several, to say "
+            "where to advise"
+        )
+    where: list[float | None] = list(targets) if targets else [None]
+    return [at_context(fitted_advice, context, fit, table, tpot_slo_ms) for context in where]
+
+
+def at_context(answer: Any, context: float | None, *args: Any) -> dict[str, Any]:
+    """One context's answer; an error names the context it came from."""
+    try:
+        return dict(answer(context, *args))
+    except TokenroofError as exc:
+        raise TokenroofError(f"at context {context:g}: {exc}" if context is not None else str(exc)) from None
+
+
+def fitted_advice(at: float | None, fit: Fit, table: MeasurementTable, tpot_slo_ms: float) -> dict[str, Any]:
+    cap = fit.cap_at(at)
+    where = f" at context {at:g}" if at is not None else ""
+    result = advise(
+        fit.as_step_time(at),
+        tpot_slo_ms,
+        0.0,
+        int(cap) if cap is not None else None,
+        fit.sample_models_at(at),
+        f"fitted to {table.source} ({fit.method}){where}; the decode step time (no prompts in the steps)",
+    )
+    result.warnings = list(table.warnings) + result.warnings
+    answer = {**result.to_dict(), "step_model": fit.step_model_at(at).to_dict()}
+    return answer if at is None else {**answer, "context_tokens": at}
+
+
+def first_principles_advice(
+    context: float | None, physics: Physics, flags: Workload, tpot_slo_ms: float
+) -> dict[str, Any]:
+    ctx = context if context is not None else (flags.mean_context or 1024.0)
+    sm = physics.step_model()
+    result = advise(
+        sm,
+        tpot_slo_ms,
+        ctx,
+        physics.max_batch(ctx),
+        (),
+        f"first principles: {physics.label()}, context {ctx:g}, the decode step time (no prompts in the steps; give "
+        "--input-len and --output-len for the scheduler's answer)",
+    )
+    return {**result.to_dict(), "step_model": sm.to_dict(), "context_tokens": ctx}

@@ -1,0 +1,190 @@
+"""What is deployed: model × hardware × precision × tensor parallelism, and the server built from it.
+
+`Deployment` (below) is the whole of it: the step model's source, the lengths, the KV budget, the batch cap and
+the token budget. `Physics` is what `--model/--hardware/--dtype/--kv-dtype/--compute-dtype/--tp/--engine` name,
+and the one place that turns them into a first-principles step model, a physics prior
+for a fit, or the KV-cache pool a server would have. Commands take one `Physics`
+instead of six loose flags; without a model and hardware it is `known == False` (data
+only).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from tokenroof.errors import TokenroofError
+from tokenroof.model.stepmodel import mean_context_tokens
+
+if TYPE_CHECKING:
+    from tokenroof.fit.core import Prior
+    from tokenroof.fit.predict import Workload
+    from tokenroof.fit.travel import Travelling
+    from tokenroof.io.measurements import MeasurementTable
+    from tokenroof.model.stepmodel import StepModel
+    from tokenroof.serving.simulate import Lengths
+    from tokenroof.specs import Precision
+    from tokenroof.specs.engines import EngineProfile
+
+
+@dataclass(frozen=True)
+class Physics:
+    """Model, hardware, precision, tensor parallelism and serving engine as given (names or file paths).
+
+    `engine` names an engine profile (specs/data/engines/); None is the default profile (`generic`, the
+    profile-free defaults). It shapes every first-principles answer: the step model, the physics prior of a fit.
+    """
+
+    model: str | None = None
+    hardware: str | None = None
+    dtype: str | None = None  # None: the checkpoint's quantization_config, else bf16
+    kv_dtype: str | None = None
+    compute_dtype: str | None = None
+    tp: int = 1
+    engine: str | None = None
+
+    def __post_init__(self) -> None:
+        if (self.model is None) != (self.hardware is None):
+            raise TokenroofError("give both --model and --hardware (or neither, for the data alone)")
+        if self.engine is not None:
+            if self.model is None:
+                raise TokenroofError("--engine shapes first principles: give --model and --hardware with it")
+            self.engine_profile()  # an unknown name or a bad file fails here, in one line
+
+    @property
+    def known(self) -> bool:
+        return self.model is not None and self.hardware is not None
+
+    @property
+    def precision(self) -> Precision:
+        """The dtypes as given; without `dtype`, the model checkpoint's quantization (else bf16)."""
+        from tokenroof.specs import Precision, load_model
+
+        checkpoint = load_model(self.model).quantization if self.dtype is None and self.model is not None else None
+        return Precision.create(self.dtype, self.kv_dtype, self.compute_dtype, checkpoint=checkpoint)
+
+    def _specs(self) -> tuple:
+        from tokenroof.specs import load_hardware, load_model
+
+        if self.model is None or self.hardware is None:
+            raise TokenroofError("give --model and --hardware")
+        return load_model(self.model), load_hardware(self.hardware)
+
+    def engine_profile(self) -> EngineProfile:
+        """The engine profile named (the default one when none is)."""
+        from tokenroof.specs.engines import load_engine
+
+        return load_engine(self.engine)
+
+    def step_model(self) -> StepModel:
+        """The first-principles step model of a server: the engine profile's efficiencies, under the hardware file's
+        measured ones (roofline.default_efficiencies gives the precedence)."""
+        from tokenroof.model.roofline import default_efficiencies, step_model_from_specs
+
+        model, hardware = self._specs()
+        eff = default_efficiencies(hardware, self.precision, self.engine_profile())
+        return step_model_from_specs(model, hardware, self.precision, self.tp, eff)
+
+    def prior(self, workload: Workload) -> Prior:
+        """The physics prior for a fit of measurements taken under `workload` (centred on the engine profile)."""
+        from tokenroof.fit.predict import prior_from_specs
+
+        model, hardware = self._specs()
+        profile = self.engine_profile() if self.engine is not None else None
+        return prior_from_specs(model, hardware, self.precision, workload, self.tp, engine=profile)
+
+    def kv_pool_tokens(self) -> int | None:
+        """The KV-cache pool a server would have (vLLM's, roughly: 90% of memory less the weights); None without
+        model and hardware. emulate and simulate build the same server from the same flags."""
+        if not self.known:
+            return None
+        from tokenroof.model.roofline import kv_cache_tokens
+
+        model, hardware = self._specs()
+        return kv_cache_tokens(model, hardware, self.precision, self.tp)
+
+    def max_batch(self, context_tokens: float) -> int:
+        from tokenroof.model.roofline import max_batch_by_memory
+
+        model, hardware = self._specs()
+        return max_batch_by_memory(model, hardware, self.precision, context_tokens, self.tp)
+
+    def label(self) -> str:
+        engine = f", engine {self.engine_profile().key}" if self.engine is not None else ""
+        return f"{self.model} on {self.hardware} ×{self.tp}{engine}"
+
+
+@dataclass(frozen=True)
+class Deployment:
+    """One deployment, resolved once from the flags: what serves and how, and the traffic's lengths.
+
+    The step model comes from exactly one source: `physics` (first principles), a measured table to `fit` (with
+    `physics` as its prior when known), or a saved `step_model_file`. `kv_cache_tokens` is the KV budget given,
+    else the pool `physics` implies (`kv_budget_tokens`), else unlimited. Every command that runs the scheduler
+    (advise with lengths, simulate, plan, emulate) builds its server from this object, so the same flags build the
+    same server everywhere.
+    """
+
+    physics: Physics = Physics()
+    fit: Path | None = None
+    step_model_file: Path | None = None
+    input_len: Lengths | None = None
+    output_len: Lengths | None = None
+    max_num_seqs: int = 256
+    kv_cache_tokens: int | None = None
+    max_num_batched_tokens: int | None = None
+
+    def __post_init__(self) -> None:
+        sources = (self.fit is not None) + (self.step_model_file is not None)
+        if sources > 1 or (self.step_model_file is not None and self.physics.model is not None):
+            raise TokenroofError(
+                "give one step-model source: --model/--hardware, --fit FILE (with --model/--hardware as its prior), "
+                "or --step-model JSON"
+            )
+        if sources == 0 and not self.physics.known:
+            raise TokenroofError("give one step-model source: --model/--hardware, --fit FILE or --step-model JSON")
+        for flag, value in (
+            ("--max-num-seqs", self.max_num_seqs),
+            ("--kv-cache-tokens", self.kv_cache_tokens),
+            ("--max-num-batched-tokens", self.max_num_batched_tokens),
+        ):
+            if value is not None and value < 1:
+                raise TokenroofError(f"{flag} must be at least 1, got {value}")
+
+    @property
+    def mean_context_tokens(self) -> float | None:
+        """Mean tokens in the KV cache over a request's decode (input + output/2); None without lengths."""
+        if self.input_len is None or self.output_len is None:
+            return None
+        return mean_context_tokens(self.input_len.mean, self.output_len.mean)
+
+    def kv_budget_tokens(self) -> int | None:
+        """The KV-cache capacity the server has: as given, else from the memory `physics` leaves, else None."""
+        return self.kv_cache_tokens if self.kv_cache_tokens is not None else self.physics.kv_pool_tokens()
+
+    def step_models(self, n_samples: int = 0) -> tuple[Travelling, list[StepModel]]:
+        """The step model (with what it was fitted under) and, for a fit, `n_samples` interval samples."""
+        from tokenroof.fit.travel import Travelling, from_table, read_step_model
+
+        if self.step_model_file is not None:
+            return read_step_model(self.step_model_file), []
+        if self.fit is not None:
+            return from_table(self.fit, self._prior_of, n_samples)
+        return Travelling(self.physics.step_model()), []
+
+    def _prior_of(self, table: MeasurementTable) -> Prior | None:
+        from tokenroof.fit.predict import Workload
+
+        if not self.physics.known:
+            return None
+        if table.context_tokens is None and table.semantics.mean_context is None:
+            raise TokenroofError(
+                f"{self.fit}: fitting with --model/--hardware needs the workload the table was measured at: add a "
+                "'# input_len=… output_len=…' line or a context_tokens column (--input-len/--output-len here "
+                "describe the workload to run, not the one measured)"
+            )
+        return self.physics.prior(Workload.from_table(table))
+
+    def with_physics(self, physics: Physics) -> Deployment:
+        return replace(self, physics=physics)

@@ -1,0 +1,296 @@
+"""The emulator's HTTP side (aiohttp): OpenAI-compatible endpoints over the realtime engine.
+
+Every error is OpenAI error JSON (`protocol.error_body`), including aiohttp's own 404, 405 (with Allow) and 413;
+a client gets `read_timeout_s` to send a request's headers (aiohttp's keep-alive timer, which also closes idle
+keep-alive connections) and as long again for its body (408). If the engine task dies, requests fail with 500
+instead of waiting for tokens that never come, and /health answers 503, as vLLM's does for a dead engine.
+Only malformed HTTP framing (a bad Content-Length or chunk size) gets aiohttp's plain-text 400, answered before
+any application code runs, as uvicorn answers it for vLLM.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import logging
+import math
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+
+from aiohttp import web
+from aiohttp.http_exceptions import HttpProcessingError
+
+from tokenroof.errors import TokenroofError
+from tokenroof.model.stepmodel import StepModel
+from tokenroof.serving.emulate import protocol as proto
+from tokenroof.serving.emulate.checks import bind_failure, check_step_model, start_site
+from tokenroof.serving.engine.core import BatchScheduler, Sequence
+from tokenroof.serving.engine.realtime import RealtimeEngine
+
+LOG = logging.getLogger(__name__)
+DONE = b"data: [DONE]\n\n"
+DEAD = -1  # put on every waiting request's queue when the engine task ends
+ENGINE_TASK = web.AppKey("engine_task", asyncio.Task)
+Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
+
+
+@dataclass
+class Emulator:
+    """A continuous-batching server whose steps take `model`'s step time."""
+
+    model: StepModel
+    max_num_seqs: int = 256
+    model_name: str = "tokenroof-emulator"
+    max_model_len: int = 32768
+    kv_cache_tokens: int | None = None
+    max_num_batched_tokens: int | None = None
+    read_timeout_s: float = 30.0
+    max_body_bytes: int = 64 * 2**20  # larger bodies get 413
+    queues: dict[str, asyncio.Queue[int]] = field(default_factory=dict)
+    ids: itertools.count[int] = field(default_factory=itertools.count)
+    engine: RealtimeEngine | None = None
+    engine_error: str | None = None  # why the engine task ended; requests fail with 500 from then on
+    requests_total: int = 0
+    errors_total: int = 0
+    scheduler: BatchScheduler = field(init=False)
+
+    def __post_init__(self) -> None:
+        """Refuse bad settings here, before the server binds, as one-line TokenroofErrors."""
+        if isinstance(self.max_model_len, bool) or self.max_model_len < 1:
+            raise TokenroofError(f"max_model_len must be at least 1, got {self.max_model_len}")
+        if not math.isfinite(self.read_timeout_s) or self.read_timeout_s <= 0:
+            raise TokenroofError(
+                f"the read timeout (--read-timeout) must be positive seconds, got {self.read_timeout_s}"
+            )
+        check_step_model(self.model, self.max_num_seqs, self.max_model_len)
+        self.scheduler = BatchScheduler(
+            self.model, self.max_num_seqs, self.kv_cache_tokens, max_num_batched_tokens=self.max_num_batched_tokens
+        )
+
+    # -- engine -------------------------------------------------------------------
+    def on_token(self, seq: Sequence, index: int, at: float) -> None:
+        queue = self.queues.get(seq.request_id)
+        if queue is not None:
+            queue.put_nowait(index)
+
+    async def start_engine(self, app: web.Application) -> None:
+        self.engine = RealtimeEngine(self.scheduler, self.on_token)
+        task = asyncio.create_task(self.engine.run())
+        task.add_done_callback(self.engine_stopped)
+        app[ENGINE_TASK] = task
+
+    def engine_stopped(self, task: asyncio.Task[None]) -> None:
+        """The engine runs forever unless it fails: record why, log one line, wake every waiting request."""
+        if task.cancelled():
+            return  # shut down with the server
+        exc = task.exception()
+        reason = f": {type(exc).__name__}: {' '.join(str(exc).split())}" if exc else ""
+        self.engine_error = f"the emulator's engine stopped{reason}"
+        LOG.error("%s; requests now fail with 500", self.engine_error)
+        for queue in self.queues.values():
+            queue.put_nowait(DEAD)
+
+    async def stop_engine(self, app: web.Application) -> None:
+        app[ENGINE_TASK].cancel()
+
+    async def next_token(self, queue: asyncio.Queue[int]) -> int:
+        index = await queue.get()
+        if index == DEAD:
+            raise proto.ApiError(self.engine_error or "the emulator's engine stopped", status=500)
+        return index
+
+    # -- errors --------------------------------------------------------------------
+    @web.middleware
+    async def openai_errors(self, request: web.Request, handler: Handler) -> web.StreamResponse:
+        """Whatever a handler or aiohttp's router raises goes out as OpenAI error JSON."""
+        headers: dict[str, str] = {}
+        close = False
+        try:
+            return await handler(request)
+        except proto.ApiError as exc:
+            error = exc
+        except web.HTTPException as exc:
+            if exc.status < 400:
+                raise
+            error = http_error(request, exc)
+            headers = {"Allow": exc.headers["Allow"]} if "Allow" in exc.headers else {}
+        except (HttpProcessingError, web.RequestPayloadError) as exc:  # a body cut short or badly encoded
+            request.content.feed_eof()  # read no more of it: aiohttp would log the same error again while lingering
+            detail = getattr(exc.__cause__ or exc, "message", None) or str(exc)
+            error, close = proto.ApiError(f"malformed request body: {' '.join(str(detail).split())}"), True
+        except Exception:
+            LOG.exception("error answering %s %s", request.method, request.path)
+            error = proto.ApiError("internal error in the emulator", status=500)
+        return self.error(error, headers, close)
+
+    def error(self, exc: proto.ApiError, headers: dict[str, str] | None = None, close: bool = False) -> web.Response:
+        if exc.status < 500:
+            self.errors_total += 1
+        response = web.json_response(exc.body(), status=exc.status, headers=headers)
+        if close or exc.status in (408, 413):  # the body is unread or unreadable: close rather than wait for it
+            response.force_close()
+        return response
+
+    # -- handlers ------------------------------------------------------------------
+    async def read_body(self, request: web.Request) -> bytes:
+        try:
+            async with asyncio.timeout(self.read_timeout_s):
+                return await request.read()
+        except TimeoutError:
+            message = f"the request body did not arrive within {self.read_timeout_s:g} s"
+            raise proto.ApiError(message, status=408) from None
+
+    async def generate(self, request: web.Request, chat: bool) -> web.StreamResponse:
+        req = proto.parse_request(await self.read_body(request), chat, self.max_model_len, self.model_name)
+        if self.engine_error is not None:
+            raise proto.ApiError(self.engine_error, status=500)
+        assert self.engine is not None
+        rid = f"{'chatcmpl' if chat else 'cmpl'}-{next(self.ids)}"
+        try:
+            self.engine.submit(Sequence(rid, req.prompt_tokens, req.max_tokens, asyncio.get_running_loop().time()))
+        except TokenroofError as exc:  # more than the KV cache holds
+            raise proto.ApiError(str(exc), "max_tokens") from None
+        queue: asyncio.Queue[int] = asyncio.Queue()
+        self.queues[rid] = queue
+        self.requests_total += 1
+        try:
+            if req.stream:
+                return await self.stream(request, req, rid, queue)
+            for _ in range(req.max_tokens):
+                await self.next_token(queue)
+            return web.json_response(proto.full_response(req, rid, req.max_tokens))
+        finally:
+            self.queues.pop(rid, None)
+            self.engine.abort(rid)  # a no-op when it finished; frees the slot when the client left
+
+    async def stream(
+        self, request: web.Request, req: proto.GenerationRequest, rid: str, queue: asyncio.Queue[int]
+    ) -> web.StreamResponse:
+        response = web.StreamResponse(headers={"Content-Type": "text/event-stream", "Cache-Control": "no-cache"})
+        try:
+            await response.prepare(request)
+            await self.stream_tokens(response, req, rid, queue)
+            await response.write(DONE)
+        except ConnectionError:
+            return response  # the client went away; generate's finally aborts the sequence
+        return response
+
+    async def stream_tokens(
+        self, response: web.StreamResponse, req: proto.GenerationRequest, rid: str, queue: asyncio.Queue[int]
+    ) -> None:
+        middle = proto.chunk(req, rid, 2, False)  # every token but the first and the last is the same event
+        try:
+            for _ in range(req.max_tokens):
+                index = await self.next_token(queue)
+                last = index == req.max_tokens
+                await response.write(middle if index > 1 and not last else proto.chunk(req, rid, index, last))
+            if req.include_usage:
+                await response.write(proto.usage_chunk(req, rid, req.max_tokens))
+        except proto.ApiError as exc:  # the engine died mid-stream: the error goes as an event, as vLLM sends it
+            await response.write(proto.sse(exc.body()))
+
+    async def completions(self, request: web.Request) -> web.StreamResponse:
+        return await self.generate(request, chat=False)
+
+    async def chat_completions(self, request: web.Request) -> web.StreamResponse:
+        return await self.generate(request, chat=True)
+
+    async def models(self, request: web.Request) -> web.Response:
+        return web.json_response(
+            {
+                "object": "list",
+                "data": [
+                    {
+                        "id": self.model_name,
+                        "object": "model",
+                        "owned_by": "tokenroof",
+                        "max_model_len": self.max_model_len,
+                    }
+                ],
+            }
+        )
+
+    async def health(self, request: web.Request) -> web.Response:
+        if self.engine_error is not None:
+            raise proto.ApiError(self.engine_error, status=503)
+        return web.Response(text="")
+
+    async def metrics(self, request: web.Request) -> web.Response:
+        """Prometheus text, with vLLM's metric names so scrapers of vLLM work unchanged."""
+        engine = self.engine
+        assert engine is not None
+        sched = engine.scheduler
+        label = f'{{model_name="{self.model_name}"}}'
+        lines = [
+            ("vllm:num_requests_running", "gauge", "Sequences in the running batch", len(sched.running)),
+            ("vllm:num_requests_waiting", "gauge", "Requests queued beyond max_num_seqs", len(sched.waiting)),
+            ("vllm:generation_tokens_total", "counter", "Tokens generated", engine.tokens_generated),
+            ("vllm:prompt_tokens_total", "counter", "Prompt tokens prefilled", engine.prompt_tokens_processed),
+            ("tokenroof:steps_total", "counter", "Engine steps completed", sched.steps),
+            ("vllm:num_preemptions_total", "counter", "Sequences preempted for KV-cache room", sched.preemptions),
+            ("tokenroof:requests_total", "counter", "Requests accepted", self.requests_total),
+            ("tokenroof:request_errors_total", "counter", "Requests refused with 4xx", self.errors_total),
+            (
+                "tokenroof:step_lateness_max_seconds",
+                "gauge",
+                "Worst delay of a step behind its planned end",
+                engine.lateness_s,
+            ),
+            (
+                "tokenroof:step_lateness_seconds_total",
+                "counter",
+                "Σ delay of step ends behind plan",
+                engine.lateness_sum_s,
+            ),
+            (
+                "tokenroof:schedule_restarts_total",
+                "counter",
+                "Times the engine fell > 50 ms behind its schedule",
+                engine.restarts,
+            ),
+        ]
+        text = "".join(f"# HELP {n} {h}\n# TYPE {n} {t}\n{n}{label} {v}\n" for n, t, h, v in lines)
+        return web.Response(text=text, content_type="text/plain")
+
+    def app(self) -> web.Application:
+        handler_args = {
+            "handler_cancellation": True,
+            "keepalive_timeout": self.read_timeout_s,  # also how long a client may take to send its headers
+            "lingering_time": min(self.read_timeout_s, 10.0),  # reading an unread body before closing
+        }
+        app = web.Application(
+            client_max_size=self.max_body_bytes, handler_args=handler_args, middlewares=[self.openai_errors]
+        )
+        app.router.add_post("/v1/completions", self.completions)
+        app.router.add_post("/v1/chat/completions", self.chat_completions)
+        app.router.add_get("/v1/models", self.models)
+        app.router.add_get("/health", self.health)
+        app.router.add_get("/metrics", self.metrics)
+        app.on_startup.append(self.start_engine)
+        app.on_cleanup.append(self.stop_engine)
+        return app
+
+
+def http_error(request: web.Request, exc: web.HTTPException) -> proto.ApiError:
+    """aiohttp's own 4xx (no route, wrong method, body too large) as an ApiError."""
+    if exc.status == 404:
+        message = f"no route {request.method} {request.path}"
+    elif exc.status == 405:
+        message = f"method {request.method} is not allowed on {request.path} (allowed: {exc.headers.get('Allow')})"
+    else:
+        message = exc.text or exc.reason
+    return proto.ApiError(message, status=exc.status)
+
+
+async def start(emulator: Emulator, host: str = "127.0.0.1", port: int = 0) -> tuple[web.AppRunner, str]:
+    """Start in the running event loop (tests, benchmarks); returns the runner and the base URL."""
+    runner, bound = await start_site(emulator.app(), host, port)
+    return runner, f"http://{host}:{bound}"
+
+
+def serve(emulator: Emulator, host: str, port: int) -> None:
+    """Run until interrupted (the CLI); a failed bind is a one-line TokenroofError naming host:port."""
+    try:
+        web.run_app(emulator.app(), host=host, port=port, access_log=None, print=None)
+    except (OSError, OverflowError) as exc:
+        raise bind_failure(host, port, exc) from None

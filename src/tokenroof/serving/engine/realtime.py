@@ -1,0 +1,63 @@
+"""The scheduler on the wall clock: each step really takes its planned time (asyncio)."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from tokenroof.serving.engine.core import BatchScheduler, Sequence, StepPlan
+
+TokenCallback = Callable[[Sequence, int, float], None]  # (sequence, token index, time) after each step
+
+
+@dataclass
+class RealtimeEngine:
+    """Runs steps back to back on absolute deadlines (no drift), waking when requests arrive."""
+
+    scheduler: BatchScheduler
+    on_token: TokenCallback
+    clock: Callable[[], float] = field(default=lambda: asyncio.get_running_loop().time())
+    _wake: asyncio.Event = field(default_factory=asyncio.Event)
+    last_plan: StepPlan | None = None
+    tokens_generated: int = 0
+    prompt_tokens_processed: int = 0
+    lateness_s: float = 0.0  # worst delay of a step's end behind its plan
+    lateness_sum_s: float = 0.0  # Σ delay, for the mean
+    restarts: int = 0  # times the driver fell > 50 ms behind and restarted its schedule
+
+    def submit(self, seq: Sequence) -> None:
+        self.scheduler.submit(seq)
+        self._wake.set()
+
+    def abort(self, request_id: str) -> None:
+        self.scheduler.abort(request_id)
+
+    async def run(self) -> None:
+        """Forever: plan a step, sleep until its end, deliver one token per running sequence."""
+        now = self.clock()
+        while True:
+            plan = self.scheduler.plan_step(now)
+            if plan is None:
+                self._wake.clear()
+                await self._wake.wait()
+                now = self.clock()
+                continue
+            self.last_plan = plan
+            delay = plan.end_s - self.clock()
+            if delay > 0:
+                await asyncio.sleep(delay)
+            emitting = self.scheduler.running_sequences()  # the plan's batch, less any aborted meanwhile
+            self.scheduler.complete_step(plan)
+            self.prompt_tokens_processed += plan.prefill_tokens
+            for seq in emitting:
+                self.tokens_generated += 1
+                self.on_token(seq, self.scheduler.generated(seq), plan.end_s)
+            # the next step starts when this one was due to end, not when delivery finished; a driver more
+            # than 50 ms behind (an overloaded machine) restarts from now rather than bursting to catch up
+            late = self.clock() - plan.end_s
+            self.lateness_s = max(self.lateness_s, late)
+            self.lateness_sum_s += max(late, 0.0)
+            if late > 0.05:
+                self.restarts += 1
+            now = self.clock() if late > 0.05 else plan.end_s

@@ -1,0 +1,281 @@
+"""`plan`: the cheapest replicas × batch cap that meets TTFT and TPOT SLOs at a target rate, with an interval.
+
+Each candidate is simulated (`simulate`) over several seeds and, when the step
+model comes from a fit, over samples of the fit; a candidate is feasible when the
+worst of those runs meets both targets (on the SLO's statistic: p99 unless told). The search walks replica counts up
+from the throughput lower bound and, at each, tries batch caps from large to
+small; the cheapest feasible count wins, and among its caps the one with the most
+headroom. Candidates are evaluated in parallel processes.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+from collections.abc import Callable, Sequence
+from concurrent.futures import ProcessPoolExecutor
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from tokenroof.errors import TokenroofError
+from tokenroof.model.stepmodel import StepModel
+from tokenroof.serving.advise import engine_flags
+from tokenroof.serving.saturation import STATISTICS, at_cap
+from tokenroof.serving.simulate import Workload, simulate
+
+CAPS = (256, 128, 64, 32, 16, 8)
+
+
+@dataclass(frozen=True)
+class Slo:
+    """TTFT and TPOT targets on one statistic of their per-request distributions (mean, p50, p90 or p99)."""
+
+    ttft_ms: float
+    tpot_ms: float
+    statistic: str = "p99"
+
+    def __post_init__(self) -> None:
+        if self.statistic not in STATISTICS:
+            raise TokenroofError(f"unknown --slo-statistic '{self.statistic}'; known: {', '.join(STATISTICS)}")
+        if not (0 < self.ttft_ms < math.inf and 0 < self.tpot_ms < math.inf):
+            raise TokenroofError("SLOs must be positive finite numbers of milliseconds")
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"statistic": self.statistic, "ttft_ms": self.ttft_ms, "tpot_ms": self.tpot_ms}
+
+    def label(self, metric: str) -> str:
+        return f"{metric} {self.statistic}"
+
+
+@dataclass(frozen=True)
+class Candidate:
+    replicas: int
+    max_num_seqs: int
+
+
+@dataclass
+class Outcome:
+    """A candidate's runs, one per (seed, model sample): each run's TTFT and TPOT distributions."""
+
+    candidate: Candidate
+    ttft_ms: list[dict[str, float | None]] = field(default_factory=list)
+    tpot_ms: list[dict[str, float | None]] = field(default_factory=list)
+    throughput_tok_s: list[float] = field(default_factory=list)
+    preemptions: list[int] = field(default_factory=list)
+    unsteady: list[str] = field(default_factory=list)  # a run's window had not settled (simulate's warning)
+
+    def worst(self, metric: str, statistic: str) -> float:
+        """The largest `statistic` of `metric` over the runs (a run with no value counts as never meeting it)."""
+        values = [run[statistic] for run in getattr(self, metric)]
+        return max(math.inf if v is None else v for v in values)
+
+    def feasible(self, slo: Slo) -> bool:
+        return (
+            self.worst("ttft_ms", slo.statistic) <= slo.ttft_ms and self.worst("tpot_ms", slo.statistic) <= slo.tpot_ms
+        )
+
+    def headroom(self, slo: Slo) -> float:
+        return min(
+            slo.ttft_ms / self.worst("ttft_ms", slo.statistic), slo.tpot_ms / self.worst("tpot_ms", slo.statistic)
+        )
+
+    def binding(self, slo: Slo) -> str:
+        """The constraint closest to (or past) its limit, named by its cause."""
+        ttft = self.worst("ttft_ms", slo.statistic) / slo.ttft_ms
+        tpot = self.worst("tpot_ms", slo.statistic) / slo.tpot_ms
+        if max(self.preemptions) > 0 and ttft >= tpot:
+            return "KV-cache capacity (preemptions raise TTFT)"
+        return f"{slo.label('TTFT')} (queueing)" if ttft >= tpot else f"{slo.label('TPOT')} (batch size)"
+
+    def to_dict(self, slo: Slo) -> dict[str, Any]:
+        """The contract's shape: each distribution is the median run, `_low`/`_high` the smallest and largest run."""
+        row: dict[str, Any] = {
+            "replicas": self.candidate.replicas,
+            "max_num_seqs": self.candidate.max_num_seqs,
+            "feasible": self.feasible(slo),
+        }
+        for metric in ("ttft_ms", "tpot_ms"):
+            runs = getattr(self, metric)
+            for suffix, pick in (("", _median), ("_low", min), ("_high", max)):
+                row[metric + suffix] = {s: _over(runs, s, pick) for s in STATISTICS}
+        row["throughput_tok_s"] = _median(self.throughput_tok_s)
+        row["throughput_tok_s_low"] = min(self.throughput_tok_s)
+        row["throughput_tok_s_high"] = max(self.throughput_tok_s)
+        row["preemptions"] = max(self.preemptions)
+        row["binding"] = self.binding(slo)
+        return row
+
+
+def _median(values: Sequence[float]) -> float:
+    return float(np.median(values))
+
+
+def _over(
+    runs: Sequence[dict[str, float | None]], statistic: str, pick: Callable[[list[float]], float]
+) -> float | None:
+    values = [run[statistic] for run in runs]
+    return None if any(v is None for v in values) else float(pick([v for v in values if v is not None]))
+
+
+def run_candidate(args: tuple[Candidate, Sequence[StepModel], Workload, Sequence[int], int | None]) -> Outcome:
+    candidate, models, workload, seeds, kv = args
+    outcome = Outcome(candidate)
+    for model in models:
+        for seed in seeds:
+            s = simulate(
+                model,
+                workload,
+                candidate.max_num_seqs,
+                seed,
+                kv,
+                replicas=candidate.replicas,
+                router="least-outstanding",
+            ).summary()
+            outcome.ttft_ms.append(s["ttft_ms"])
+            outcome.tpot_ms.append(s["tpot_ms"])
+            outcome.throughput_tok_s.append(s["throughput_tok_s"])
+            outcome.preemptions.append(s["preemptions"])
+            outcome.unsteady.extend(s["warnings"])
+    return outcome
+
+
+def replica_throughput_tok_s(model: StepModel, workload: Workload, cap: int, kv_capacity_tokens: int | None) -> float:
+    """What one replica gives kept full at `cap`, its steps also prefilling the prompts (saturation.at_cap: the
+    figure advise reports for the same cap)."""
+    return at_cap(model, workload.input_len, workload.output_len, cap, kv_capacity_tokens).throughput_tok_s
+
+
+def replicas_lower_bound(per_replica_tok_s: float, workload: Workload) -> int:
+    """Replicas needed at the best case: each one at its saturated throughput."""
+    needed = workload.rate_req_s * workload.output_len.mean
+    return max(1, math.ceil(needed / per_replica_tok_s))
+
+
+@dataclass
+class Plan:
+    slo: Slo
+    chosen: Outcome | None
+    tried: list[Outcome]
+    reason: str
+    replica: tuple[int, float] = (0, 0.0)  # the cap at which one replica kept full gives the most, and that tok/s
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "feasible": self.chosen is not None,
+            "reference": {"max_num_seqs": self.replica[0], "throughput_tok_s": self.replica[1]},
+            "chosen": None if self.chosen is None else self.chosen.to_dict(self.slo),
+            "reason": self.reason,
+            "slo": self.slo.to_dict(),
+            "interval": "_low/_high: the smallest and largest over every seed × model sample",
+            "points": [o.to_dict(self.slo) for o in self.tried],
+            "engine_flags": None if self.chosen is None else engine_flags(self.chosen.candidate.max_num_seqs),
+            "warnings": self.warnings(),
+        }
+
+    def warnings(self) -> list[str]:
+        if self.chosen is None or not self.chosen.unsteady:
+            return []
+        c = self.chosen.candidate
+        return [
+            f"{c.replicas} × max_num_seqs {c.max_num_seqs}: {len(self.chosen.unsteady)} of its runs had not settled "
+            f"(e.g. {self.chosen.unsteady[0]}); its latencies may be optimistic: raise --num-requests"
+        ]
+
+
+class RayPool:
+    """`map` over a Ray cluster (`--ray ADDRESS`; "local" starts one on this machine). Optional extra `ray`."""
+
+    def __init__(self, address: str) -> None:
+        try:
+            import ray
+        except ImportError:
+            raise TokenroofError("--ray needs Ray: pip install 'tokenroof[ray]'") from None
+        self.ray = ray
+        if not ray.is_initialized():
+            if address == "local":
+                ray.init(num_cpus=os.cpu_count(), include_dashboard=False, log_to_driver=False)
+            else:
+                ray.init(address=address, log_to_driver=False)
+        self.task = ray.remote(run_candidate)
+
+    def map(self, fn: Any, jobs: Any) -> Any:
+        return self.ray.get([self.task.remote(job) for job in jobs])
+
+    def __enter__(self) -> RayPool:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        return None
+
+
+def make_plan(
+    models: Sequence[StepModel],
+    workload: Workload,
+    slo: Slo,
+    seeds: Sequence[int] = (0, 1, 2),
+    kv_capacity_tokens: int | None = None,
+    max_replicas: int = 64,
+    workers: int | None = None,
+    caps: Sequence[int] = CAPS,
+    ray_address: str | None = None,
+    progress: Callable[[int, int], None] | None = None,
+) -> Plan:
+    """Cheapest replica count (then most headroom) meeting both SLOs in every seed × model sample."""
+    if not models:
+        raise TokenroofError("no step model to plan with")
+    best_cap, per_replica = max(
+        ((cap, replica_throughput_tok_s(models[0], workload, cap, kv_capacity_tokens)) for cap in caps),
+        key=lambda pair: pair[1],
+    )
+    start = replicas_lower_bound(per_replica, workload)
+    tried: list[Outcome] = []
+    pool_cm: Any = RayPool(ray_address) if ray_address else ProcessPoolExecutor(max_workers=workers)
+    with pool_cm as pool:
+        for replicas in range(start, max_replicas + 1):
+            jobs = [(Candidate(replicas, cap), models, workload, seeds, kv_capacity_tokens) for cap in caps]
+            outcomes = list(pool.map(run_candidate, jobs))
+            tried.extend(outcomes)
+            if progress is not None:
+                progress(replicas, len(tried))
+            feasible = [o for o in outcomes if o.feasible(slo)]
+            if feasible:
+                best = max(feasible, key=lambda o: (o.headroom(slo), o.candidate.max_num_seqs))
+                below = [o for o in tried if o.candidate.replicas == replicas - 1]
+                if below:
+                    why = f"{replicas - 1} fail, bound by " + max(below, key=lambda o: o.headroom(slo)).binding(slo)
+                else:
+                    why = (
+                        f"fewer cannot carry {workload.rate_req_s * workload.output_len.mean:,.0f} output tok/s: "
+                        f"one replica kept full gives at most {per_replica:,.0f} (at max_num_seqs {best_cap}, "
+                        "prefill included)"
+                    )
+                count = "1 replica is" if replicas == 1 else f"{replicas} replicas is"
+                reason = f"{count} the fewest that meets both SLOs"
+                reason += f" ({why})" if replicas > 1 else ""
+                return Plan(slo, best, tried, reason, (best_cap, per_replica))
+            if all(o.worst("tpot_ms", slo.statistic) > slo.tpot_ms for o in outcomes) and replicas > start + 1:
+                break  # more replicas do not lower TPOT once queueing is gone: the step itself is too slow
+    closest = max(tried, key=lambda o: o.headroom(slo))
+    return Plan(slo, None, tried, infeasible_reason(tried, closest, slo, max_replicas), (best_cap, per_replica))
+
+
+def infeasible_reason(tried: Sequence[Outcome], closest: Outcome, slo: Slo, max_replicas: int) -> str:
+    """Why nothing meets the targets: the step itself too slow at the smallest cap (no replica count helps), or
+    the search's replica limit reached; then the closest candidate and what binds it."""
+    smallest = min(tried, key=lambda o: o.candidate.max_num_seqs)
+    floor_ms = smallest.worst("tpot_ms", slo.statistic)
+    last = tried[-1].candidate.replicas
+    if floor_ms > slo.tpot_ms:
+        why = (
+            f"even at max_num_seqs {smallest.candidate.max_num_seqs} the {slo.statistic} TPOT is {floor_ms:.3g} ms "
+            f"> {slo.tpot_ms:g} ms: the step itself is too slow, and more replicas do not shorten it (searched "
+            f"{tried[0].candidate.replicas}–{last})"
+        )
+    else:
+        why = f"searched up to {last} replicas (--max-replicas {max_replicas})"
+    return (
+        f"no configuration meets the SLOs: {why}; closest: {closest.candidate.replicas} × max_num_seqs "
+        f"{closest.candidate.max_num_seqs}, bound by {closest.binding(slo)}"
+    )

@@ -1,0 +1,214 @@
+"""One replica kept full at a batch cap, prefill included: what `advise` and `plan` answer, from `simulate`'s scheduler.
+
+A server whose `max_num_seqs` is the question is measured the way `vllm bench serve
+--max-concurrency N` or a closed-loop client at concurrency N does: every finished
+request is replaced at once, so the running batch stays at the cap and each step also
+prefills the prompts of the requests that replace the finished ones. The figures are
+taken between the 20% and 80% completions (ramp-up and drain left out):
+
+- throughput: output tokens per second over that window;
+- TPOT: (last token − first token) ÷ (output − 1) of the requests admitted in it;
+- TTFT: admission to first token of those requests — the wait a client at that
+  concurrency sees (it sends only when a slot is free), not a queue that grows.
+
+Requests arrive evenly at twice the rate the cap can serve, so the batch fills one request
+at a time, as under a staggered closed-loop client, and then stays full.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from tokenroof.errors import TokenroofError
+from tokenroof.model.stepmodel import StepModel, mean_context_tokens
+from tokenroof.serving.simulate import Lengths, Workload, percentiles_ms, simulate
+
+STATISTICS = ("mean", "p50", "p90", "p99")
+WINDOW = (0.2, 0.8)  # completions bracketing the steady state
+
+
+def measured(stats: dict[str, float | None]) -> dict[str, float]:
+    """The statistics of a run that had requests to measure (at_cap keeps a window full of them)."""
+    if any(v is None for v in stats.values()):
+        raise TokenroofError("the simulated window holds no request to measure")
+    return {k: float(v) for k, v in stats.items() if v is not None}
+
+
+@dataclass(frozen=True)
+class AtCap:
+    """One replica held at `max_num_seqs` running sequences."""
+
+    max_num_seqs: int
+    throughput_tok_s: float
+    tpot_ms: dict[str, float]
+    ttft_ms: dict[str, float]
+    running_batch: float
+    preemptions: int
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "max_num_seqs": self.max_num_seqs,
+            "throughput_tok_s": self.throughput_tok_s,
+            "tpot_ms": self.tpot_ms,
+            "ttft_ms": self.ttft_ms,
+            "running_batch": self.running_batch,
+            "preemptions": self.preemptions,
+        }
+
+
+def at_cap(
+    model: StepModel,
+    input_len: Lengths,
+    output_len: Lengths,
+    max_num_seqs: int,
+    kv_capacity_tokens: int | None = None,
+    max_num_batched_tokens: int | None = None,
+    seed: int = 0,
+) -> AtCap:
+    """Steady-state throughput, TPOT and TTFT of one replica kept full at `max_num_seqs` (see the module doc)."""
+    if max_num_seqs < 1:
+        raise TokenroofError(f"max_num_seqs must be at least 1, got {max_num_seqs}")
+    if output_len.mean < 2:
+        raise TokenroofError(f"TPOT needs at least 2 output tokens per request, got --output-len {output_len.mean}")
+    n = max(240, 12 * max_num_seqs)  # twelve turnovers of the batch
+    # arrivals at twice what the cap can serve, evenly spaced: the batch fills one request at a time (no lockstep
+    # waves of whole-batch prefills, as a staggered closed-loop client) and then stays full
+    c, i, o = float(max_num_seqs), float(input_len.mean), float(output_len.mean)
+    step_s = model.step_s(c, c * mean_context_tokens(i, o), c * i / o, c / o * i * i)
+    overload = Workload(2 * c / (o * step_s), input_len, output_len, num_requests=n, burstiness=math.inf)
+    result = simulate(
+        model, overload, max_num_seqs, seed, kv_capacity_tokens, max_num_batched_tokens=max_num_batched_tokens
+    )
+    seqs = result.sequences
+    finished = np.array([s.finished_s for s in seqs], dtype=float)
+    w0, w1 = (float(q) for q in np.quantile(finished, WINDOW))
+    ends = result.step_starts_s + result.step_durations_s
+    in_window = (ends >= w0) & (ends <= w1)
+    overlap_s = np.clip(np.minimum(ends, w1) - np.maximum(result.step_starts_s, w0), 0.0, None)
+    admitted = np.array([s.admitted_s for s in seqs], dtype=float)
+    first = np.array([s.first_token_s for s in seqs], dtype=float)
+    out = np.array([s.max_tokens for s in seqs])
+    inside = (admitted >= w0) & (admitted <= w1)
+    if not inside.any():  # a cap larger than the run can fill: every request admitted at once
+        inside = np.ones_like(inside)
+    tpot = np.where(out > 1, (finished - first) / np.maximum(out - 1, 1), np.nan)
+    span = max(w1 - w0, 1e-12)
+    return AtCap(
+        max_num_seqs,
+        float(result.step_batches[in_window].sum() / span),
+        measured(percentiles_ms(tpot[inside])),
+        measured(percentiles_ms((first - admitted)[inside])),
+        float((result.step_batches * overlap_s).sum() / span),
+        result.preemptions,
+    )
+
+
+@dataclass
+class CapAdvice:
+    """The largest `max_num_seqs` whose steady-state statistic meets the targets, from the scheduler."""
+
+    statistic: str
+    tpot_slo_ms: float
+    ttft_slo_ms: float | None
+    chosen: AtCap
+    binding: str
+    reference: AtCap  # the largest cap tried: what more batch buys
+    knee_batch: float
+    source: str
+    warnings: list[str]
+
+    def to_dict(self) -> dict[str, Any]:
+        from tokenroof.serving.advise import advice_dict
+
+        return advice_dict(
+            {"statistic": self.statistic, "tpot_ms": self.tpot_slo_ms, "ttft_ms": self.ttft_slo_ms},
+            (self.chosen.max_num_seqs, None, None),
+            self.binding,
+            self.chosen.to_dict(),
+            self.knee_batch,
+            {"max_num_seqs": self.reference.max_num_seqs, "throughput_tok_s": self.reference.throughput_tok_s},
+            self.source,
+            self.warnings,
+        )
+
+
+def advise_cap(
+    model: StepModel,
+    input_len: Lengths,
+    output_len: Lengths,
+    tpot_slo_ms: float,
+    ttft_slo_ms: float | None = None,
+    statistic: str = "p99",
+    kv_capacity_tokens: int | None = None,
+    max_num_batched_tokens: int | None = None,
+    limit: int = 4096,
+    source: str = "",
+) -> CapAdvice:
+    """Largest cap whose steady-state TPOT (and TTFT) `statistic` meets the targets: caps on a doubling grid, then
+    bisection between the last that meets them and the first that does not (TPOT grows with the cap)."""
+    if statistic not in STATISTICS:
+        raise TokenroofError(f"unknown statistic '{statistic}'; known: {', '.join(STATISTICS)}")
+    if not 0 < tpot_slo_ms < math.inf or (ttft_slo_ms is not None and not 0 < ttft_slo_ms < math.inf):
+        raise TokenroofError("the TPOT and TTFT targets must be positive finite numbers")
+    if kv_capacity_tokens is not None:  # past what the cache holds at full length a larger cap only preempts
+        limit = min(limit, max(2 * kv_capacity_tokens // (input_len.mean + output_len.mean), 1))
+    memo: dict[int, AtCap] = {}
+
+    def run(cap: int) -> AtCap:
+        if cap not in memo:
+            memo[cap] = at_cap(model, input_len, output_len, cap, kv_capacity_tokens, max_num_batched_tokens)
+        return memo[cap]
+
+    def meets(cap: int) -> bool:
+        r = run(cap)
+        return r.tpot_ms[statistic] <= tpot_slo_ms and (ttft_slo_ms is None or r.ttft_ms[statistic] <= ttft_slo_ms)
+
+    grid = sorted({min(2**k, limit) for k in range(0, int(math.log2(limit)) + 2)})
+    if not meets(1):
+        r = run(1)
+        raise TokenroofError(
+            f"no batch cap meets the targets: at max_num_seqs 1 the {statistic} TPOT is {r.tpot_ms[statistic]:.3g} ms "
+            f"and TTFT {r.ttft_ms[statistic]:.3g} ms"
+        )
+    good, bad = 1, None
+    for cap in grid[1:]:
+        if meets(cap):
+            good = cap
+        else:
+            bad = cap
+            break
+    while bad is not None and bad - good > 1:
+        mid = (good + bad) // 2
+        good, bad = (mid, bad) if meets(mid) else (good, mid)
+    chosen = run(good)
+    binding = "limit"
+    warnings = []
+    if bad is not None:
+        over = run(bad)
+        binding = "tpot" if over.tpot_ms[statistic] > tpot_slo_ms else "ttft"
+    else:
+        warnings.append(f"the targets are met at every cap up to {limit}: the cap is set by memory or admission")
+    if chosen.preemptions:
+        warnings.append(
+            f"at max_num_seqs {good} the KV cache preempts ({chosen.preemptions} in the run): the cap is near what "
+            "the cache holds"
+        )
+    knee = knee_of(list(memo.values()), statistic)
+    reference = max(memo.values(), key=lambda r: r.throughput_tok_s)  # the most a larger cap could give
+    return CapAdvice(statistic, tpot_slo_ms, ttft_slo_ms, chosen, binding, reference, knee, source, warnings)
+
+
+def knee_of(points: list[AtCap], statistic: str) -> float:
+    """Kneedle (Satopää et al. 2011) on throughput against TPOT over the caps simulated."""
+    points = sorted(points, key=lambda p: p.max_num_seqs)
+    if len(points) < 3:
+        return float(points[-1].max_num_seqs)
+    tpot = np.array([p.tpot_ms[statistic] for p in points])
+    thr = np.array([p.throughput_tok_s for p in points])
+    x = (tpot - tpot[0]) / max(tpot[-1] - tpot[0], 1e-12)
+    y = (thr - thr[0]) / max(thr.max() - thr[0], 1e-12)
+    return float(points[int(np.argmax(y - x))].max_num_seqs)

@@ -1,0 +1,357 @@
+"""`simulate`: the emulator's scheduler on a virtual clock (discrete events), for workloads too big to run.
+
+The same `BatchScheduler` that times `emulate`'s steps on the wall clock is driven
+here by jumping from step end to step end (and across idle gaps to the next
+arrival), so simulated and emulated runs of a workload agree by construction.
+"""
+
+from __future__ import annotations
+
+import heapq
+import json
+import math
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from tokenroof.errors import TokenroofError
+from tokenroof.io.csvio import write_rows
+from tokenroof.io.measurements import read_jsonl
+from tokenroof.model.stepmodel import StepModel, mean_context_tokens
+from tokenroof.serving.engine.core import BatchScheduler, Sequence, StepPlan
+
+DISTRIBUTIONS = ("fixed", "uniform", "lognormal")
+TIMESERIES_COLUMNS = ("start_s", "duration_s", "running_batch", "kv_tokens")  # timeseries.csv, one row per step
+
+
+@dataclass(frozen=True)
+class Lengths:
+    """Token counts: fixed at `mean`, uniform over mean·(1 ± spread), or lognormal with mean `mean`, sigma `spread`."""
+
+    mean: int
+    kind: str = "fixed"
+    spread: float = 0.5
+
+    def __post_init__(self) -> None:
+        if self.kind not in DISTRIBUTIONS:
+            raise TokenroofError(f"unknown length distribution '{self.kind}'; known: {', '.join(DISTRIBUTIONS)}")
+        if self.mean < 1 or self.spread < 0:
+            raise TokenroofError(f"lengths need a mean ≥ 1 and a spread ≥ 0, got {self.mean} and {self.spread}")
+
+    def sample(self, rng: np.random.Generator, n: int) -> np.ndarray:
+        if self.kind == "fixed":
+            values = np.full(n, float(self.mean))
+        elif self.kind == "uniform":
+            values = rng.uniform(self.mean * (1 - self.spread), self.mean * (1 + self.spread), n)
+        else:
+            mu = math.log(self.mean) - self.spread**2 / 2
+            values = rng.lognormal(mu, self.spread, n)
+        return np.maximum(np.rint(values), 1).astype(int)
+
+
+@dataclass(frozen=True)
+class Workload:
+    rate_req_s: float
+    input_len: Lengths
+    output_len: Lengths
+    num_requests: int = 1000
+    burstiness: float = 1.0  # gamma shape of inter-arrival times; inf = a constant rate
+
+    @property
+    def mean_context_tokens(self) -> float:
+        return mean_context_tokens(self.input_len.mean, self.output_len.mean)
+
+    def arrivals(self, rng: np.random.Generator) -> list[Sequence]:
+        if not self.rate_req_s > 0 or not self.burstiness > 0 or self.num_requests < 1:
+            raise TokenroofError("the request rate and burstiness must be positive and num_requests ≥ 1")
+        n = self.num_requests
+        if math.isinf(self.burstiness):
+            gaps = np.full(n, 1.0 / self.rate_req_s)
+        else:
+            gaps = rng.gamma(self.burstiness, 1.0 / (self.rate_req_s * self.burstiness), n)
+        times = np.cumsum(gaps) - gaps[0]
+        prompts, outputs = self.input_len.sample(rng, n), self.output_len.sample(rng, n)
+        return [
+            Sequence(str(i), int(p), int(o), float(t))
+            for i, (t, p, o) in enumerate(zip(times, prompts, outputs, strict=True))
+        ]
+
+
+@dataclass(frozen=True)
+class Trace:
+    """Arrivals replayed from `tokenroof bench`'s requests.jsonl: each finished request's send time and lengths."""
+
+    records: tuple[tuple[float, int, int], ...]  # (arrival s, prompt tokens, output tokens)
+    source: str = ""
+
+    @classmethod
+    def read(cls, path: Path) -> Trace:
+        rows = []
+        for _, record in read_jsonl(path):
+            if (
+                not isinstance(record, dict)
+                or record.get("type") != "request"
+                or not record.get("ok")
+                or record.get("index", 0) < 0
+            ):
+                continue
+            prompt = record.get("prompt_tokens") or 1
+            rows.append((float(record["start_s"]), int(prompt), int(record["output_tokens"])))
+        if not rows:
+            raise TokenroofError(f"{path}: no completed requests to replay (an empty trace)")
+        rows.sort()
+        start = rows[0][0]
+        return cls(tuple((t - start, p, o) for t, p, o in rows), str(path))
+
+    def arrivals(self, rng: np.random.Generator) -> list[Sequence]:
+        return [Sequence(str(i), p, max(o, 1), t) for i, (t, p, o) in enumerate(self.records)]
+
+
+@dataclass
+class SimResult:
+    sequences: list[Sequence]
+    step_starts_s: np.ndarray
+    step_durations_s: np.ndarray
+    step_batches: np.ndarray
+    step_kv_tokens: np.ndarray
+    kv_capacity_tokens: int | None = None  # all replicas together
+    preemptions: int = 0
+    replicas: int = 1
+
+    def write(self, out_dir: Path, summary: dict[str, Any]) -> None:
+        """requests.jsonl (one line per request), timeseries.csv (per step), summary.json."""
+        out_dir.mkdir(parents=True, exist_ok=True)
+        with (out_dir / "requests.jsonl").open("w") as f:
+            for s in self.sequences:
+                first, end = s.first_token_s or 0.0, s.finished_s or 0.0
+                f.write(
+                    json.dumps(
+                        {
+                            "request_id": s.request_id,
+                            "arrival_s": s.arrival_s,
+                            "admitted_s": s.admitted_s,
+                            "first_token_s": first,
+                            "finished_s": end,
+                            "prompt_tokens": s.prompt_tokens,
+                            "output_tokens": s.max_tokens,
+                            "preemptions": s.preemptions,
+                            "ttft_ms": (first - s.arrival_s) * 1e3,
+                            "tpot_ms": (end - first) / (s.max_tokens - 1) * 1e3 if s.max_tokens > 1 else None,
+                        }
+                    )
+                    + "\n"
+                )
+        steps = zip(self.step_starts_s, self.step_durations_s, self.step_batches, self.step_kv_tokens, strict=True)
+        write_rows(
+            out_dir / "timeseries.csv",
+            [],
+            TIMESERIES_COLUMNS,
+            ((start, duration, int(batch), int(kv)) for start, duration, batch, kv in steps),
+            formats={"start_s": ".6f", "duration_s": ".6f"},  # to the µs: .6g keeps 10 ms past 1000 s
+        )
+        (out_dir / "summary.json").write_text(json.dumps(summary, indent=2))
+
+    def window_s(self) -> tuple[float, float]:
+        """The steady-state window, as `bench`'s open loop defines it: from the arrival of the request 10% into the
+        run to the last arrival (ramp-up and drain left out), and never before one typical request's lifetime
+        (median end-to-end) has passed since the first arrival: until then the running batch is still filling, and a
+        short run would read low TPOT and throughput. Arrivals that come as a burst — over less time than a typical
+        request takes — have no steady state: the window is then the whole run."""
+        arrivals = np.array([s.arrival_s for s in self.sequences])
+        finished = np.array([s.finished_s or 0.0 for s in self.sequences])
+        ordered = np.sort(arrivals)
+        late = arrivals >= np.median(arrivals)  # a lifetime once the batch has grown: early requests run faster
+        lifetime_s = float(np.median((finished - arrivals)[late]))
+        w0 = max(float(ordered[int(0.1 * ordered.size)]), float(ordered[0]) + lifetime_s)
+        w1 = float(ordered[-1])
+        if w1 - w0 < lifetime_s:
+            return float(arrivals.min()), max(float(finished.max()), float(arrivals.min()) + 1e-9)
+        return w0, w1
+
+    def summary(self, ttft_slo_ms: float | None = None, tpot_slo_ms: float | None = None) -> dict[str, Any]:
+        """Throughput, request rate, goodput and running batch over the steady-state window (`window_s`): tokens
+        emitted and requests completed in it, the batch time-averaged over it (idle time counts); latencies over
+        the requests sent in it (so an overloaded run's growing queue shows)."""
+        seqs = self.sequences
+        arrival = np.array([s.arrival_s for s in seqs])
+        first = np.array([s.first_token_s for s in seqs], dtype=float)
+        finished = np.array([s.finished_s for s in seqs], dtype=float)
+        admitted = np.array([s.admitted_s for s in seqs], dtype=float)
+        out = np.array([s.max_tokens for s in seqs])
+        ttft = first - arrival
+        tpot = np.where(out > 1, (finished - first) / np.maximum(out - 1, 1), np.nan)
+        w0, w1 = self.window_s()
+        span = w1 - w0
+        sent = (arrival >= w0) & (arrival <= w1)
+        done = (finished >= w0) & (finished <= w1)  # rates count completions: an overloaded server's true rate
+        ends = self.step_starts_s + self.step_durations_s
+        in_window = (ends >= w0) & (ends <= w1)
+        # time each step spends inside the window, for the time-averaged running batch
+        overlap_s = np.clip(np.minimum(ends, w1) - np.maximum(self.step_starts_s, w0), 0.0, None)
+        good = done.copy()
+        if ttft_slo_ms is not None:
+            good &= ttft * 1e3 <= ttft_slo_ms
+        if tpot_slo_ms is not None:
+            good &= ~(tpot * 1e3 > tpot_slo_ms)
+
+        def pct(values_s: np.ndarray) -> dict[str, float | None]:
+            return percentiles_ms(values_s[sent])
+
+        kv_fraction = None
+        if self.kv_capacity_tokens:
+            held = float((self.step_kv_tokens * overlap_s).sum()) / span / self.replicas
+            kv_fraction = held / (self.kv_capacity_tokens / self.replicas)
+        return {
+            "requests": len(seqs),
+            "requests_in_window": int(sent.sum()),
+            "window_start_s": w0,
+            "window_end_s": w1,
+            "simulated_s": float(finished.max() - arrival.min()),
+            "ttft_ms": pct(ttft),
+            "tpot_ms": pct(tpot),
+            "e2e_ms": pct(finished - arrival),
+            "queue_wait_ms": pct(admitted - arrival),
+            "itl_ms": {k: v for k, v in zip(("mean", "p50", "p90", "p99"), self._itl_ms(in_window), strict=True)},
+            "throughput_tok_s": float(self.step_batches[in_window].sum() / span),
+            "request_throughput_req_s": float(done.sum() / span),
+            "goodput_req_s": float(good.sum() / span),
+            "replicas": self.replicas,
+            "running_batch": float((self.step_batches * overlap_s).sum() / span / self.replicas),
+            "steps": int(self.step_batches.size),
+            "preemptions": self.preemptions,
+            "kv_cache_tokens": self.kv_capacity_tokens,
+            "kv_use_mean_fraction": kv_fraction,
+            "slo": None if ttft_slo_ms is None and tpot_slo_ms is None else goodput_slo(ttft_slo_ms, tpot_slo_ms),
+            "warnings": self.steadiness_warnings(w0, w1),
+        }
+
+    def steadiness_warnings(self, w0: float, w1: float) -> list[str]:
+        """A window whose running batch still grows (a short run, or a load near saturation, where the queue relaxes
+        slowly) has no steady state to report: say so rather than print figures that move with --num-requests."""
+        mid = (w0 + w1) / 2
+        ends = self.step_starts_s + self.step_durations_s
+
+        def mean_batch(a: float, b: float) -> float:
+            overlap = np.clip(np.minimum(ends, b) - np.maximum(self.step_starts_s, a), 0.0, None)
+            return float((self.step_batches * overlap).sum() / max(b - a, 1e-12))
+
+        first, second = mean_batch(w0, mid), mean_batch(mid, w1)
+        if first > 0 and second > 1.05 * first:
+            return [
+                f"no steady state: the running batch grew from {first / self.replicas:.3g} to "
+                f"{second / self.replicas:.3g} across the window ({w0:.3g}–{w1:.3g} s), so TPOT and throughput here "
+                "are lower than the load will settle at: simulate more requests (--num-requests), or the rate is "
+                "near what the server can carry"
+            ]
+        return []
+
+    def _itl_ms(self, in_window: np.ndarray) -> list[float]:
+        steps = self.step_durations_s[in_window] if in_window.any() else self.step_durations_s
+        return [float(steps.mean() * 1e3), *(float(np.percentile(steps, q) * 1e3) for q in (50, 90, 99))]
+
+
+def goodput_slo(ttft_slo_ms: float | None, tpot_slo_ms: float | None) -> dict[str, Any]:
+    """The targets goodput counts against: each request's own TTFT and TPOT (statistic "request", vLLM's goodput)."""
+    return {"statistic": "request", "ttft_ms": ttft_slo_ms, "tpot_ms": tpot_slo_ms}
+
+
+def percentiles_ms(values_s: np.ndarray) -> dict[str, float | None]:
+    """Mean and p50/p90/p99 in ms of durations in seconds, NaNs left out (None where none remain: the TPOT of
+    one-token outputs)."""
+    ms = values_s[~np.isnan(values_s)] * 1e3
+    if ms.size == 0:
+        return dict.fromkeys(("mean", "p50", "p90", "p99"))
+    return {
+        "mean": float(ms.mean()),
+        "p50": float(np.percentile(ms, 50)),
+        "p90": float(np.percentile(ms, 90)),
+        "p99": float(np.percentile(ms, 99)),
+    }
+
+
+ROUTERS = ("round-robin", "least-outstanding")
+
+
+@dataclass
+class Replica:
+    """One engine: its scheduler and the step in flight (None when idle)."""
+
+    scheduler: BatchScheduler
+    plan: StepPlan | None = None
+
+    @property
+    def outstanding(self) -> int:
+        return len(self.scheduler.waiting) + len(self.scheduler.running)
+
+
+def simulate(
+    model: StepModel,
+    workload: Workload | Trace,
+    max_num_seqs: int = 256,
+    seed: int = 0,
+    kv_capacity_tokens: int | None = None,
+    block_size: int = 16,
+    replicas: int = 1,
+    router: str = "round-robin",
+    max_num_batched_tokens: int | None = None,
+) -> SimResult:
+    """Run the workload through `replicas` continuous-batching schedulers behind a router, on a virtual clock.
+
+    Events in time order: an arrival is routed (round-robin, or to the replica with the fewest outstanding
+    requests) and wakes an idle replica; a step end completes that replica's step and plans its next one.
+    """
+    if replicas < 1:
+        raise TokenroofError(f"replicas must be at least 1, got {replicas}")
+    if router not in ROUTERS:
+        raise TokenroofError(f"unknown router '{router}'; known: {', '.join(ROUTERS)}")
+    rng = np.random.default_rng(seed)
+    arrivals = workload.arrivals(rng)
+    engines = [
+        Replica(BatchScheduler(model, max_num_seqs, kv_capacity_tokens, block_size, max_num_batched_tokens))
+        for _ in range(replicas)
+    ]
+    done: list[Sequence] = []
+    starts: list[float] = []
+    durations: list[float] = []
+    batches: list[int] = []
+    kv: list[float] = []
+    ends: list[tuple[float, int]] = []  # heap of (step end, replica)
+
+    def start_step(index: int, now: float) -> None:
+        engine = engines[index]
+        engine.plan = engine.scheduler.plan_step(now)
+        if engine.plan is not None:
+            starts.append(engine.plan.start_s)
+            durations.append(engine.plan.duration_s)
+            batches.append(engine.plan.batch)
+            kv.append(engine.plan.kv_tokens)
+            heapq.heappush(ends, (engine.plan.end_s, index))
+
+    next_arrival = 0
+    turn = 0
+    while next_arrival < len(arrivals) or ends:
+        arrival_s = arrivals[next_arrival].arrival_s if next_arrival < len(arrivals) else math.inf
+        if ends and ends[0][0] < arrival_s:
+            end_s, index = heapq.heappop(ends)
+            engine = engines[index]
+            assert engine.plan is not None
+            done.extend(engine.scheduler.complete_step(engine.plan))
+            start_step(index, end_s)
+            continue
+        seq = arrivals[next_arrival]
+        next_arrival += 1
+        if router == "round-robin":
+            index, turn = turn, (turn + 1) % replicas
+        else:
+            index = min(range(replicas), key=lambda i: engines[i].outstanding)
+        engines[index].scheduler.submit(seq)
+        if engines[index].plan is None:
+            start_step(index, seq.arrival_s)
+    done.sort(key=lambda s: int(s.request_id))
+    preemptions = sum(e.scheduler.preemptions for e in engines)
+    capacity = None if kv_capacity_tokens is None else kv_capacity_tokens * replicas
+    return SimResult(
+        done, np.array(starts), np.array(durations), np.array(batches), np.array(kv), capacity, preemptions, replicas
+    )
