@@ -11,6 +11,7 @@ SRC = Path(__file__).resolve().parents[1] / "src" / "tokenroof"
 RANKS = {
     "errors": 0,
     "units": 0,
+    "style": 0,  # how numbers and bounds are shown (the tables, the report and the figures share it)
     "specs": 1,
     "model": 2,
     "io": 3,

@@ -8,8 +8,8 @@ from typing import Any
 from rich.console import Console
 from rich.table import Table
 
-from tokenroof.report.style import BOUND_STYLE, fmt
 from tokenroof.specs import HardwareSpec, ModelSpec
+from tokenroof.style import BOUND_STYLE, fmt
 
 
 def bound_cell(bound: str) -> str:

@@ -20,7 +20,7 @@ LINE_STYLE = {  # role → (colour, dash)
     "cap": ("green", "dashdot"),
     "slo": ("darkorange", "dash"),
 }
-# the binding resource's shading: the terminal's colours (report/style.py BOUND_STYLE) in tints that print
+# the binding resource's shading: the terminal's colours (style.py BOUND_STYLE) in tints that print
 BOUND_COLOUR = {
     "overhead": "#e377c2",
     "weights": "#17becf",

@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from tokenroof.errors import TokenroofError
-from tokenroof.report.style import BOUND_STYLE
+from tokenroof.style import BOUND_STYLE
 from tokenroof.units import MS_PER_S
 
 if TYPE_CHECKING:

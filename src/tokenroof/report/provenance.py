@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from tokenroof.report.sources import Source
-from tokenroof.report.style import fmt
+from tokenroof.style import fmt
 
 
 def roofline_says(d: dict[str, Any]) -> tuple[str, str, str]:

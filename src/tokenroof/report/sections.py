@@ -9,7 +9,7 @@ from typing import Any
 from tokenroof.report import figures
 from tokenroof.report.decode import DecodeView, regions
 from tokenroof.report.sources import Source
-from tokenroof.report.style import fmt
+from tokenroof.style import fmt
 
 Figure = Callable[[Any], str]  # a plotly figure → its <div> (the page numbers them)
 

@@ -184,6 +184,19 @@ class Plan:
         ]
 
 
+class InProcess:
+    """`map` in this process (`--workers 1`: no pool of processes to start, nothing to pickle)."""
+
+    def map(self, fn: Any, jobs: Any) -> Any:
+        return map(fn, jobs)
+
+    def __enter__(self) -> InProcess:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        return None
+
+
 class RayPool:
     """`map` over a Ray cluster (`--ray ADDRESS`; "local" starts one on this machine). Optional extra `ray`."""
 
@@ -231,7 +244,13 @@ def make_plan(
     )
     start = replicas_lower_bound(per_replica, workload)
     tried: list[Outcome] = []
-    pool_cm: Any = RayPool(ray_address) if ray_address else ProcessPoolExecutor(max_workers=workers)
+    pool_cm: Any = (
+        RayPool(ray_address)
+        if ray_address
+        else InProcess()
+        if workers == 1
+        else ProcessPoolExecutor(max_workers=workers)
+    )
     with pool_cm as pool:
         for replicas in range(start, max_replicas + 1):
             jobs = [(Candidate(replicas, cap), models, workload, seeds, kv_capacity_tokens) for cap in caps]
