@@ -36,7 +36,7 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from accuracy import errors, linear_baseline, split
+from accuracy import protocol_k, split
 from tokenroof.fit.predict import Workload, predict_table, prior_from_specs
 from tokenroof.io.measurements import read_table
 from tokenroof.measure.local.calibrate import Calibration, calibrate, quietest
@@ -60,14 +60,27 @@ def first_principles(result, hw) -> tuple[np.ndarray, np.ndarray]:
     return measured, predicted
 
 
+def tpot_errors(predicted_ms: np.ndarray, test: Any) -> np.ndarray:
+    """|predicted / measured − 1| in %, per held-out point."""
+    return np.abs(predicted_ms / test.tpot_ms - 1) * 100
+
+
+def linear_baseline(train: Any, batches: np.ndarray) -> np.ndarray:
+    """TPOT = a + c·b through the first points (relative least squares): the naive extrapolation."""
+    w = 1 / train.tpot_ms
+    design = np.column_stack([np.ones_like(train.batch), train.batch]) * w[:, None]
+    coef, *_ = np.linalg.lstsq(design, train.tpot_ms * w, rcond=None)
+    return coef[0] + coef[1] * batches
+
+
 def extrapolation(csv: Path, hw, dtype: str, context: float) -> dict[str, np.ndarray]:
     table = read_table([csv])
-    train, test = split(table)
+    train, test = split(table, protocol_k(len(table)))
     prior = prior_from_specs(load_model(MODEL), hw, Precision.create(dtype), Workload(context, decode_only=True))
-    out = {"linear": errors(linear_baseline(train, test.batch), test)[0]}
+    out = {"linear": tpot_errors(linear_baseline(train, test.batch), test)}
     for label, p in (("data-only", None), ("calibrated prior", prior)):
         rows = predict_table(train, test.batch, p, n_samples=40).predictions()
-        out[label] = errors(np.array([r["tpot_ms"] for r in rows]), test)[0]
+        out[label] = tpot_errors(np.array([r["tpot_ms"] for r in rows]), test)
     return out
 
 
