@@ -314,3 +314,16 @@ def test_a_sliding_window_model_at_its_measured_context_is_not_extrapolated(tmp_
     rows = predict_table(table, [32], prior, n_samples=10, contexts=[8192, 16384]).predictions()
     assert [r["extrapolated"] for r in rows] == [False, False]
     assert rows[1]["tpot_ms"] == pytest.approx(rows[0]["tpot_ms"], rel=1e-9)
+
+
+def test_a_context_past_the_models_positions_is_named() -> None:
+    physics = Physics("llama-3.1-8b", "h100-sxm", "bf16")
+    table = measured([8192], sm=physics.step_model())
+    prior = physics.prior(Workload.from_table(table, decode_only=True))
+    warnings = predict_table(table, [8], prior, n_samples=5, contexts=[8192, 200000]).warnings
+    assert "context 200000 exceeds the model's maximum of 131072 positions: no request holds that many tokens" in (
+        warnings
+    )
+    specs = ["-m", "llama-3.1-8b", "-H", "h100-sxm", "--tpot-slo-ms", "100"]
+    advised = run_json(["advise", *specs, "--context", "200000"])
+    assert "context 200000 exceeds llama-3.1-8b's maximum of 131072 positions" in advised["warnings"]

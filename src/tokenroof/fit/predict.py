@@ -151,6 +151,7 @@ def prior_from_specs(
         context_tokens=ctx,
         prefill_ratio=0.0 if workload.static else workload.prefill_ratio,
         layer_windows=tuple(model.layer_windows),
+        max_positions=model.max_position_embeddings,
         kv_bandwidth_ratio=(eff.kv_bandwidth or eff.bandwidth) / eff.bandwidth,
     )
 
@@ -495,4 +496,10 @@ def predict_table(
     result.warnings = (
         list(table.warnings) + data_patterns(table, fit.excluded) + fit.notes + fit_notes(result, float(arr.max()))
     )
+    limit = prior.max_positions if prior is not None else None
+    result.warnings += [
+        f"context {c:g} exceeds the model's maximum of {limit} positions: no request holds that many tokens"
+        for c in asked or []
+        if limit and c > limit
+    ]
     return result

@@ -73,6 +73,7 @@ class Prior:
     sigma_log_slope: float | None = None  # spread of that slope when the efficiencies were measured; None: floor only
     context_tokens: float = 0.0  # mean context the per-sequence terms were folded at
     prefill_ratio: float = 0.0  # prompt tokens sharing each step's GEMMs per running sequence (online: in/out)
+    max_positions: int | None = None  # the model's longest context (max_position_embeddings; None: not stated)
     kv_bandwidth_ratio: float = 1.0  # the KV reads' bandwidth efficiency over the weights' (engine profiles)
     layer_windows: tuple[int | None, ...] = ()  # the model's attention window per layer (None: global; () all global)
 

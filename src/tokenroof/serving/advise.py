@@ -351,4 +351,8 @@ def first_principles_advice(
         f"first principles: {physics.label()}, context {ctx:g}, the decode step time (no prompts in the steps; give "
         "--input-len and --output-len for the scheduler's answer)",
     )
+    model, _ = physics._specs()
+    limit = model.max_position_embeddings
+    if limit and ctx > limit:
+        result.warnings.append(f"context {ctx:g} exceeds {model.name}'s maximum of {limit} positions")
     return {**result.to_dict(), "step_model": sm.to_dict(), "context_tokens": ctx}
