@@ -327,3 +327,18 @@ def test_a_context_past_the_models_positions_is_named() -> None:
     specs = ["-m", "llama-3.1-8b", "-H", "h100-sxm", "--tpot-slo-ms", "100"]
     advised = run_json(["advise", *specs, "--context", "200000"])
     assert "context 200000 exceeds llama-3.1-8b's maximum of 131072 positions" in advised["warnings"]
+
+
+def test_the_characteristic_batches_at_each_context_asked() -> None:
+    """Longer contexts: attention per sequence grows (the knee comes earlier) and the memory holds fewer sequences
+    (the cap shrinks in proportion)."""
+    specs = ["-m", "llama-3.1-8b", "-H", "h100-sxm"]
+    data = run_json(["predict", str(EXAMPLE), *specs, "--batch", "64", "--context", "8192,32768", "--samples", "20"])
+    validate("predict", data)
+    short, long = data["by_context"]
+    assert (short["context_tokens"], long["context_tokens"]) == (8192, 32768)
+    assert long["knee_batch"] < short["knee_batch"]
+    assert long["running_batch_cap"] == pytest.approx(short["running_batch_cap"] / 4)
+    assert long["throughput_asymptote_tok_s"] < short["throughput_asymptote_tok_s"]
+    plain = run_json(["predict", str(EXAMPLE), "--batch", "64", "--samples", "20"])
+    assert plain["by_context"] is not None and len(plain["by_context"]) == 2  # each measured context

@@ -166,6 +166,19 @@ def prediction(console: Console, data: dict[str, Any]) -> None:
     if data.get("max_batch_by_memory") is not None:
         summary.add_row("largest batch that fits in memory", f"[bold]{fmt(data['max_batch_by_memory'])}[/]")
     console.print(summary)
+    if data.get("by_context"):
+        by_context = Table(title="by context", title_justify="left")
+        for col in ("context", "critical batch", "knee batch", "asymptote tok/s", "running-batch cap"):
+            by_context.add_column(col, justify="right")
+        for c in data["by_context"]:
+            by_context.add_row(
+                fmt(c["context_tokens"]),
+                fmt(c["critical_batch"]) if c["critical_batch"] is not None else "none",
+                fmt(c["knee_batch"]),
+                fmt(c["throughput_asymptote_tok_s"]),
+                fmt(c["running_batch_cap"]),
+            )
+        console.print(by_context)
     if crit is None and data.get("critical_batch_reason"):
         console.print(f"no critical batch: {data['critical_batch_reason']}", style="yellow", highlight=False)
     table = Table(title="predictions (90% intervals)", title_justify="left")

@@ -271,6 +271,24 @@ class PredictResult:
             "measured_contexts": self.table.level_contexts() if self.table.several_contexts else None,
         }
 
+    def by_context(self) -> list[dict[str, Any]] | None:
+        """The characteristic batches at each context asked (the top-level ones are at the reference context)."""
+        if not self.contexts:
+            return None
+        rows = []
+        for context in self.contexts:
+            sm = self.fit.step_model_at(context)  # folded at the context: its figures at context 0 are there
+            rows.append(
+                {
+                    "context_tokens": float(context),
+                    "critical_batch": sm.critical_batch(0.0),
+                    "knee_batch": sm.knee_batch(0.0),
+                    "throughput_asymptote_tok_s": sm.throughput_asymptote_tok_s(0.0),
+                    "running_batch_cap": self.fit.cap_at(context),
+                }
+            )
+        return rows
+
     def to_dict(self) -> dict[str, Any]:
         sm = self.fit.step_model
         crit, crit_interval, reason = self.critical_batch()
@@ -295,6 +313,7 @@ class PredictResult:
         cal = self.calibration
         return {
             "predictions": self.predictions(),
+            "by_context": self.by_context(),
             "critical_batch": crit,
             "critical_batch_low": crit_interval[0],
             "critical_batch_high": crit_interval[1],
