@@ -290,3 +290,12 @@ def test_a_fit_moves_with_its_context_law() -> None:
     at_500.require_context_law(500.0 * (1 + 1e-12))
     with pytest.raises(TokenroofError, match=r"^the table was measured at a context of 500 tokens: moving it to 600"):
         at_500.require_context_law(600.0)
+
+
+def test_a_concurrency_step_of_exactly_one_fifth_more_counts_as_a_step() -> None:
+    """past_cap compares concurrency steps of at least 1.2×: 20 → 24 is one (flat throughput there is the cap),
+    20 → 23 is not (too close to tell a plateau from noise)."""
+    head = "# batch_kind=concurrency tpot_kind=tpot\nbatch,throughput_tok_s,tpot_ms\n10,1000,10\n20,2000,10\n"
+    seen = ft.past_cap(parse_csv(head + "24,2010,10.1\n"))
+    assert seen is not None and seen.batches == (24.0,) and seen.cap == pytest.approx(20.0)
+    assert ft.past_cap(parse_csv(head + "23,2010,10.1\n")) is None
