@@ -229,3 +229,15 @@ def test_the_token_budget_is_shared_by_the_prompts_of_one_step() -> None:
     sched.complete_step(first)
     second = sched.plan_step(first.end_s)
     assert second is not None and second.prefill_tokens == 1 and [s.request_id for s in second.admitted] == ["b"]
+
+
+def test_a_sequence_preempted_twice_counts_twice() -> None:
+    # block 1, cache 16: three 2-token prompts hold 3·(2 + k + 1) tokens after k steps, so step 3 (18) preempts c,
+    # the newest; readmitted beside a (still growing to 14 tokens), c is preempted again before it can finish
+    sched = BatchScheduler(FLAT, max_num_seqs=4, kv_capacity_tokens=16, block_size=1)
+    seqs = [Sequence(name, prompt_tokens=2, max_tokens=m, arrival_s=0.0) for name, m in (("a", 12), ("b", 6), ("c", 6))]
+    for seq in seqs:
+        sched.submit(seq)
+    plans = run(sched, 200)
+    assert [s.preemptions for s in seqs] == [0, 0, 2] and sched.preemptions == sum(p.preempted for p in plans) == 2
+    assert all(s.finished_s is not None for s in seqs) and sched.generated(seqs[2]) == 6
