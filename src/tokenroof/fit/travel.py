@@ -179,7 +179,18 @@ def split_terms(sm: StepModel, prior: Prior, law: ContextLaw | None = None) -> S
     return replace(sm, t_compute_s=compute, t_attn_token_s=attn, t_kv_token_s=t_kv, t_seq_s=per_seq)
 
 
-Seconds = Annotated[float, PlainValidator(non_negative)]
+MAX_TERM_S = 1e3  # no term of one decode step comes near this: a larger value is a unit slip, and overflows sums
+
+
+def seconds(value: Any) -> float:
+    """A step-model term in seconds: non-negative and at most MAX_TERM_S."""
+    result = non_negative(value)
+    if result > MAX_TERM_S:
+        raise ValueError(f"must be at most {MAX_TERM_S:g} s (a term of one decode step; a unit slip?)")
+    return result
+
+
+Seconds = Annotated[float, PlainValidator(seconds)]
 Count = Annotated[int, PlainValidator(whole(0, integral_floats=True))]
 Flag = Annotated[bool, PlainValidator(flag)]
 Text = Annotated[str, PlainValidator(text)]
