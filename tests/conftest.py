@@ -30,20 +30,23 @@ def run_json(args: Sequence[str]) -> dict:
     return json.loads(result.stdout)
 
 
+# 2 layers, hidden 64, 4 heads of 16, 1 KV head, gated MLP 176, tied embeddings of 100 tokens
+TINY_CONFIG = {
+    "model_type": "llama",
+    "hidden_size": 64,
+    "intermediate_size": 176,
+    "num_hidden_layers": 2,
+    "num_attention_heads": 4,
+    "num_key_value_heads": 1,
+    "vocab_size": 100,
+    "max_position_embeddings": 256,
+    "tie_word_embeddings": True,
+}
+
+
 @pytest.fixture
 def tiny_config(tmp_path: Path) -> Path:
     """A small Llama-shaped config.json written to disk."""
-    config = {
-        "model_type": "llama",
-        "hidden_size": 64,
-        "intermediate_size": 176,
-        "num_hidden_layers": 2,
-        "num_attention_heads": 4,
-        "num_key_value_heads": 1,
-        "vocab_size": 100,
-        "max_position_embeddings": 256,
-        "tie_word_embeddings": True,
-    }
     path = tmp_path / "config.json"
-    path.write_text(json.dumps(config))
+    path.write_text(json.dumps(TINY_CONFIG))
     return path

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pytest
 
+from tests.conftest import TINY_CONFIG
 from tokenroof.errors import TokenroofError
 from tokenroof.fit.core import Excluded, Prior
 from tokenroof.fit.predict import (
@@ -21,21 +22,7 @@ from tokenroof.model.stepmodel import StepModel
 from tokenroof.specs import HardwareSpec, Precision
 from tokenroof.specs.model import model_from_config
 
-TINY = model_from_config(
-    {
-        "model_type": "llama",
-        "hidden_size": 64,
-        "intermediate_size": 176,
-        "num_hidden_layers": 2,
-        "num_attention_heads": 4,
-        "num_key_value_heads": 1,
-        "vocab_size": 100,
-        "max_position_embeddings": 256,
-        "tie_word_embeddings": True,
-    },
-    "tiny",
-    "tiny",
-)
+TINY = model_from_config(TINY_CONFIG, "tiny", "tiny")
 CHIP = HardwareSpec("chip", 1e6, 1e6, {"bf16": 1e9}, key="chip")
 BF16 = Precision()
 EFF = rl.Efficiencies(bandwidth=0.5, compute=0.25, overhead_s=1e-3, overlap=0.5)

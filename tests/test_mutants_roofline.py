@@ -5,24 +5,14 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from tests.conftest import TINY_CONFIG
 from tokenroof.errors import TokenroofError
 from tokenroof.model import roofline as rl
 from tokenroof.specs import HardwareSpec, Precision
 from tokenroof.specs.engines import load_engine
 from tokenroof.specs.model import ModelSpec, model_from_config
 
-# 2 layers, hidden 64, 4 heads of 16, `kv` KV heads, gated MLP 176, tied embeddings of 100 tokens
-TINY = {
-    "model_type": "llama",
-    "hidden_size": 64,
-    "intermediate_size": 176,
-    "num_hidden_layers": 2,
-    "num_attention_heads": 4,
-    "num_key_value_heads": 1,
-    "vocab_size": 100,
-    "max_position_embeddings": 256,
-    "tie_word_embeddings": True,
-}
+TINY = TINY_CONFIG  # 2 layers, hidden 64, 4 heads of 16, `kv` KV heads, gated MLP 176, tied embeddings
 BF16 = Precision()  # 2 bytes per weight, per KV element and per activation
 CHIP = HardwareSpec(
     name="chip",

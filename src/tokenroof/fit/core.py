@@ -163,23 +163,19 @@ def evaluate_s(
     `context` (or a `law` to move with it) the model as folded at its reference context; with both, at `context`
     (effective tokens, one or one per batch)."""
     b = np.asarray(batch, dtype=float)
-    if context is None or law is None:
-        running = curve.running(b)
-        step = sm.step_time_s(running)
-        if small is not None:  # the smallest running batches' own line (a cap below it holds the batch there)
-            step = small.apply(running, step, float(sm.step_time_s(small.support_batch)))
-        tpot = step * b / running if curve.queues else step
-        return tpot, curve.throughput_tok_s(b, tpot)
-    ctx = np.broadcast_to(np.asarray(context, dtype=float), b.shape)
-    whole = law.whole(sm)
+    moving = context is not None and law is not None
+    ctx = np.broadcast_to(np.asarray(context, dtype=float), b.shape) if moving else None
+    model = law.whole(sm) if moving and law is not None else sm
+    held = 0.0 if ctx is None else ctx  # a folded model holds its context in its terms: evaluated at 0
     running = curve.running(b, ctx)
-    step = whole.step_time_s(running, ctx)
-    if small is not None:
-        at_support = whole.step_time_s(small.support_batch, ctx)
-        step = small.apply(running, step, at_support, law.kv_token_s * (ctx - law.reference_tokens))
-    # moved far below the reference, a split fitted there can take more than a sequence costs: no step is faster
-    # than its fixed part (the overhead and the weight stream)
-    step = np.maximum(step, max(whole.t_fixed_s + float(whole.weights_time_s(0.0)), MIN_STEP_S))
+    step = model.step_time_s(running, held)
+    if small is not None:  # the smallest running batches' own line (a cap below it holds the batch there)
+        shift = 0.0 if ctx is None or law is None else law.kv_token_s * (ctx - law.reference_tokens)
+        step = small.apply(running, step, model.step_time_s(small.support_batch, held), shift)
+    if ctx is not None:
+        # moved far below the reference, a split fitted there can take more than a sequence costs: no step is
+        # faster than its fixed part (the overhead and the weight stream)
+        step = np.maximum(step, max(model.t_fixed_s + float(model.weights_time_s(0.0)), MIN_STEP_S))
     tpot = step * b / running if curve.queues else step
     return tpot, curve.throughput_tok_s(b, tpot, ctx)
 

@@ -39,6 +39,7 @@ import numpy as np
 from scipy.optimize import OptimizeResult, least_squares, nnls
 
 from tokenroof.model.stepmodel import StepModel, matmul_time_s
+from tokenroof.specs.modelspec import held_context
 
 KNEE_GRID = np.geomspace(0.25, 1e5, 240)
 SAMPLE_KNEE_GRID = np.geomspace(0.25, 1e5, 60)  # refits of interval samples: coarser, 4× faster
@@ -85,11 +86,7 @@ class Prior:
     def effective_context(self, context: np.ndarray | float) -> np.ndarray:
         """Mean KV tokens a layer reads at `context` (sliding-window layers hold their window;
         ModelSpec.effective_context)."""
-        ctx = np.asarray(context, dtype=float)
-        if not self.layer_windows:
-            return ctx
-        held = [ctx if w is None else np.minimum(ctx, w) for w in self.layer_windows]
-        return np.asarray(sum(held) / len(self.layer_windows))
+        return held_context(self.layer_windows, context)
 
 
 @dataclass(frozen=True)

@@ -49,6 +49,18 @@ class Mla:
         return q + kv + heads * self.v_head_dim * hidden
 
 
+def held_context(layer_windows: tuple[int | None, ...], context: ArrayLike) -> NDArray[np.float64]:
+    """Mean KV tokens a layer holds at `context`, over `layer_windows` (one per layer: a sliding window, or None for
+    a global layer; empty: every layer global)."""
+    ctx = np.asarray(context, dtype=float)
+    if not layer_windows:
+        return ctx
+    total = np.zeros_like(ctx)
+    for window, layers in Counter(layer_windows).items():
+        total = total + layers * (ctx if window is None else np.minimum(ctx, window))
+    return total / len(layer_windows)
+
+
 @dataclass(frozen=True)
 class ModelSpec:
     """Shape of a decoder-only transformer; parameter counts are derived properties.
@@ -120,13 +132,7 @@ class ModelSpec:
         of `ctx`. Exact for one context; where a scheduler sums the contexts of sequences on both sides of a
         window into one total, the linear model overstates the KV of those past it (Σ min ≠ min Σ).
         """
-        ctx = np.asarray(context, dtype=float)
-        if not self.layer_windows:
-            return ctx
-        total = np.zeros_like(ctx)
-        for window, layers in Counter(self.layer_windows).items():
-            total = total + layers * (ctx if window is None else np.minimum(ctx, window))
-        return total / self.num_layers
+        return held_context(self.layer_windows, context)
 
     @property
     def sliding_windows(self) -> dict[int, int]:
