@@ -3,11 +3,11 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 torch = pytest.importorskip("torch")
-transformers = pytest.importorskip("transformers")
 
 from tokenroof.errors import TokenroofError  # noqa: E402
 from tokenroof.measure.local.torch_engine import (  # noqa: E402
@@ -48,7 +48,13 @@ def tiny(model_type: str, **extra: object) -> dict:
     return {**config, **extra}
 
 
+def import_transformers() -> Any:
+    """Hugging Face transformers, imported by the tests that compare against it (1-2 s: not at collection)."""
+    return pytest.importorskip("transformers")
+
+
 def hf_and_engine(config: dict) -> tuple[torch.nn.Module, DecoderLM]:
+    transformers = import_transformers()
     torch.manual_seed(0)
     hf_config = transformers.AutoConfig.for_model(**config)
     hf = transformers.AutoModelForCausalLM.from_config(hf_config, dtype=torch.float32).eval()
@@ -153,6 +159,7 @@ def test_checkpoint_loads_from_safetensors_and_rejects_a_mismatch(tmp_path: Path
 
 
 def test_llama3_rope_scaling_matches_transformers() -> None:
+    transformers = import_transformers()
     from transformers.modeling_rope_utils import ROPE_INIT_FUNCTIONS
 
     config = tiny("llama", rope_scaling=LLAMA3_ROPE)
