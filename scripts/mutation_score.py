@@ -3,6 +3,7 @@
     python scripts/mutation_score.py                   # the full run (what `make mutation` does)
     python scripts/mutation_score.py --sample 40       # 40 mutants drawn per module (seeded): an estimate
     python scripts/mutation_score.py --no-run          # summarise the last run's results only
+    python scripts/mutation_score.py --survivors       # re-run only the mutants the last run did not kill
 
 mutmut keeps its results in mutants/ and re-runs only what it has not checked (or what changed), so a second
 full run is quick. Killed counts what a test caught; a timeout (the mutant made the tests hang) counts as
@@ -83,14 +84,23 @@ def main() -> int:
     parser.add_argument("--sample", type=int, default=0, help="test this many mutants per module, drawn at random")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--no-run", action="store_true", help="only summarise the recorded results")
+    parser.add_argument(
+        "--survivors", action="store_true", help="re-run only the mutants the last run did not kill (after new tests)"
+    )
     args = parser.parse_args()
     names = sample(args.sample, args.seed) if args.sample else []
+    if args.survivors:
+        names = [name for name, status in results().items() if status not in KILLED]
+        print(f"re-running the {len(names)} mutants the last run did not kill")
+        if not names:
+            print(table(results()))
+            return 0
     if not args.no_run:
         start = time.perf_counter()
         run = subprocess.run([*MUTMUT, "run", "--max-children", str(args.max_children), *names], cwd=ROOT)
         print(f"mutmut run: exit {run.returncode}, {time.perf_counter() - start:.0f} s")
     statuses = results()
-    if names:
+    if names and not args.survivors:
         statuses = {n: statuses.get(n, "not checked") for n in names}
         print(f"a sample of {args.sample} mutants per module (seed {args.seed})")
     print(table(statuses))
