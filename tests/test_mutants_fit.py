@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+from dataclasses import replace
 
 import numpy as np
 import pytest
@@ -299,3 +300,255 @@ def test_a_concurrency_step_of_exactly_one_fifth_more_counts_as_a_step() -> None
     seen = ft.past_cap(parse_csv(head + "24,2010,10.1\n"))
     assert seen is not None and seen.batches == (24.0,) and seen.cap == pytest.approx(20.0)
     assert ft.past_cap(parse_csv(head + "23,2010,10.1\n")) is None
+
+
+# -- fits made by hand: chosen candidates, weights, samples and a curve, answers worked out on paper ---------------
+def cand(
+    model: StepModel, name: str = "line", small: ft.SmallBatch | None = None, law: ContextLaw | None = None
+) -> ft.Candidate:
+    return ft.Candidate(name, model, small, 2, np.zeros(4), law)
+
+
+def made(
+    *candidates: ft.Candidate,
+    weights: dict[str, float] | None = None,
+    samples: tuple[ft.Candidate, ...] = (),
+    curve: ft.Curve | None = None,
+    reference: float = 0.0,
+) -> ft.Fit:
+    """A fit whose first candidate is the best (weight 1 unless `weights` says otherwise), at `reference` tokens."""
+    best = candidates[0]
+    return ft.Fit(
+        best,
+        list(candidates),
+        weights or {best.structure: 1.0},
+        "by hand",
+        None,
+        curve or ft.Curve(),
+        list(samples),
+        0.01,
+        4,
+        (1.0, 8.0),
+        contexts=ft.Contexts(None, reference, None),
+    )
+
+
+FOLDED = StepModel(0.0, 2.0, 0.0, 0.0, t_seq_s=1.5)  # T = 2 + 1.5·b at 100 tokens ...
+KV_LAW = ContextLaw(100.0, 0.01)  # ... and each token more costs each sequence 0.01: at 200, T = 2 + 2.5·b
+
+
+def test_curve_step_time_under_a_memory_cap_at_a_longer_context() -> None:
+    kv = StepModel(0.0, 2.0, 0.0, 0.01)  # T = 2 + 0.01·ctx·b
+    b = np.array([5.0, 20.0])
+    # the memory holds 10 at 100 tokens, 5 at 200: both run 5 sequences, a step of 2 + 5 × 0.01 × 200 = 12
+    assert np.allclose(ft.Curve(cap=10.0, cap_context_tokens=100.0).tpot_s(kv, b, 200.0), [12.0, 12.0])
+    # end to end, the 20 wait their turn: 12 × 20 / 5 = 48
+    assert np.allclose(ft.Curve(10.0, True, 100.0).tpot_s(kv, b, 200.0), [12.0, 48.0])
+
+
+def test_the_fits_answer_below_the_support_and_as_a_weighted_geometric_mean() -> None:
+    small = ft.SmallBatch(1.0, 2.0, 1.0, 0.25)  # batch 1 runs 1 + 0.25 = 1.25, the model 2 + 0.5 = 2.5
+    fit = made(cand(LINE, small=small))
+    assert fit.evaluate(np.array([1.0]))[0] == pytest.approx([1.25])
+    assert fit.evaluate(np.array([1.0]), fit.best)[0] == pytest.approx([1.25])
+    # integer batches are batches: 16 → 2 + 8 = 10 s, 1.6 tok/s
+    tpot, thr = fit.evaluate(np.array([1, 16]))
+    assert tpot == pytest.approx([1.25, 10.0]) and thr == pytest.approx([0.8, 1.6])
+    # half the weight each on 2 + 0.5·b and a flat 16: at 4, √(4 × 16) = 8
+    both = made(cand(LINE), cand(StepModel(0.0, 16.0, 0.0, 0.0), "flat"), weights={"line": 0.5, "flat": 0.5})
+    tpot, thr = both.evaluate(np.array([4.0]))
+    assert tpot == pytest.approx([8.0]) and thr == pytest.approx([0.5])
+
+
+def test_throughput_at_another_context_runs_the_batch_the_memory_holds_there() -> None:
+    memory = ft.Curve(cap=10.0, cap_context_tokens=100.0)
+    moving = made(cand(FOLDED, law=KV_LAW), curve=memory, reference=100.0)
+    # at 200 tokens the memory holds 10 × 100 / 200 = 5 of the 20: a step of 2 + 5 × 2.5 = 14.5 for 5 tokens
+    tpot, thr = moving.evaluate(np.array([20.0]), context=200.0)
+    assert tpot == pytest.approx([14.5]) and thr == pytest.approx([5 / 14.5])
+    # without a law the fit stays at its context: the cap of 10 and 2 + 10 × 1.5 = 17, whatever context is asked
+    still = made(cand(FOLDED), curve=memory, reference=100.0)
+    tpot, thr = still.evaluate(np.array([20.0]), context=200.0)
+    assert tpot == pytest.approx([17.0]) and thr == pytest.approx([10 / 17.0])
+
+
+def test_the_cap_at_a_context_moves_only_with_a_law() -> None:
+    memory = ft.Curve(cap=10.0, cap_context_tokens=100.0)
+    moving = made(cand(FOLDED, law=KV_LAW), curve=memory, reference=100.0)
+    # the memory's cap holds 10 at 100 tokens: 5 at 200, 20 at 50
+    assert moving.cap_at() == 10.0 and moving.cap_at(200.0) == 5.0 and moving.cap_at(50.0) == 20.0
+    assert made(cand(FOLDED), curve=memory, reference=100.0).cap_at(200.0) == 10.0
+
+
+def test_samples_move_with_their_laws() -> None:
+    # samples 2 + 0.5·b and 2 + 1.0·b at 100 tokens; at 200 each sequence reads 100 × 0.01 = 1 more
+    half, one = StepModel(0.0, 2.0, 0.0, 0.0, t_seq_s=0.5), StepModel(0.0, 2.0, 0.0, 0.0, t_seq_s=1.0)
+    samples = (cand(half, law=KV_LAW), cand(one, law=KV_LAW))
+    fit = made(cand(FOLDED, law=KV_LAW), samples=samples, reference=100.0)
+    assert fit.sample_models_at() == [half, one]
+    assert [m.t_seq_s for m in fit.sample_models_at(200.0)] == pytest.approx([1.5, 2.0])
+    # each sample's curve at batch 4: 2 + 4 × 0.5 = 4 and 2 + 4 × 1 = 6; at 200 tokens 2 + 4 × 1.5 = 8 and 10
+    tpot, thr = fit.sample_curves(np.array([4.0]))
+    assert tpot == pytest.approx(np.array([[4.0], [6.0]])) and thr == pytest.approx(np.array([[1.0], [4 / 6]]))
+    tpot, thr = fit.sample_curves(np.array([4.0]), 200.0)
+    assert tpot == pytest.approx(np.array([[8.0], [10.0]])) and thr == pytest.approx(np.array([[0.5], [0.4]]))
+    # no samples: the fit's own curve, at 200 tokens 2 + 4 × 2.5 = 12
+    tpot, thr = made(cand(FOLDED, law=KV_LAW), reference=100.0).sample_curves(np.array([4.0]), 200.0)
+    assert tpot == pytest.approx(np.array([[12.0]])) and thr == pytest.approx(np.array([[4 / 12]]))
+
+
+def test_a_fit_without_a_law_answers_within_one_context_level() -> None:
+    at_512 = made(cand(LINE), reference=512.0)
+    # CONTEXT_LEVEL_RATIO is 1.1: 512 × 1.1 and 512 / 1.1 are still the measured context, a step past is not
+    at_512.require_context_law(512.0 * 1.1)
+    at_512.require_context_law(512.0 / 1.1)
+    assert float(at_512.as_step_time(512.0).step_time_s(4.0)) == pytest.approx(4.0)
+    with pytest.raises(TokenroofError) as err:
+        at_512.as_step_time(1024.0)
+    assert str(err.value) == (
+        "the table was measured at a context of 512 tokens: moving it to 1024 needs the KV cost per context token, "
+        "from two or more measured contexts (a context_tokens column) or from the physics (--model/--hardware)"
+    )
+    # no context stated: counted as one token, so only about one token is the measured context
+    unknown = made(cand(LINE))
+    unknown.require_context_law(1.0)
+    with pytest.raises(TokenroofError, match=r"^the table was measured at one context: moving it to 2 needs"):
+        unknown.require_context_law(2.0)
+
+
+def test_an_excluded_point_needs_its_context() -> None:
+    several = parse_csv("batch,tpot_ms,context_tokens\n1,10,100\n1,20,1000\n2,11,100\n2,21,1000\n")
+    with pytest.raises(ValueError):  # two batches, one context: which curve the second lies on is not said
+        ft.Excluded((1.0, 2.0), "r", contexts=(100.0,)).indices(several)
+
+
+def test_local_noise_counts_each_points_rows() -> None:
+    b = np.array([1.0, 2.0, 4.0, 8.0, 16.0, 32.0])
+    rows = ft.Evidence(np.array([1.0, 1.0, 1.0, 1.0, 1.0, 3.0]), np.zeros(6))
+    # the upper half 8, 16, 32 at 1, 2, 8: b/T = 8, 8, 4, weighing 1, 1, 3 rows. The intercept stays at 0 (the
+    # best line through the origin leaves all three wanting a lower one), and the relative least squares slope is
+    # Σw·x / Σw·x² = (8 + 8 + 12) / (64 + 64 + 48) = 7/44: the line over-reads the first two by 14/11 and the last
+    # by 7/11, over 5 rows less 2 parameters
+    t = np.array([1.0, 1.0, 1.0, 1.0, 2.0, 8.0])
+    rss = 2 * math.log(14 / 11) ** 2 + 3 * math.log(7 / 11) ** 2
+    assert ft.local_noise(b, t, rows) == pytest.approx(math.sqrt(rss / 3), rel=1e-9)
+    # with contexts 100, 100, 400 and T = 100, 200, 3200 the KV term k·ctx·b alone carries it: b·ctx/T = 8, 8, 4
+    # again, k = 7/44, the same misfit over 5 rows less 3 parameters (intercept, slope, KV)
+    ctx = np.array([100.0, 400.0, 100.0, 100.0, 100.0, 400.0])
+    t_ctx = np.array([1.0, 1.0, 1.0, 100.0, 200.0, 3200.0])
+    assert ft.local_noise(b, t_ctx, rows, ctx) == pytest.approx(math.sqrt(rss / 2), rel=1e-9)
+
+
+def test_a_queue_is_told_by_ttft_doubling_and_a_plateau_by_flat_tpot() -> None:
+    e2e = "# batch_kind=concurrency tpot_kind=e2e\nbatch,throughput_tok_s,tpot_ms,ttft_ms\n8,800,10,50\n"
+    # throughput flattens from 16 to 32 (1620 < 1.05 × 1600); TTFT there must more than double for a queue
+    assert ft.past_cap(parse_csv(e2e + "16,1600,10,50\n32,1620,19.8,100\n")) is None  # exactly doubled: a roof
+    queued = ft.past_cap(parse_csv(e2e + "16,1600,10,50\n32,1620,19.8,125\n"))  # 2.5×: a queue at 16
+    assert queued is not None and queued.batches == (32.0,) and queued.cap == 16.0
+    # doubling is counted from the step before, not from the first concurrency (300 > 2 × 50 but not 2 × 200)
+    assert ft.past_cap(parse_csv(e2e + "16,1600,10,200\n32,1620,19.8,300\n")) is None
+    tpot = "# batch_kind=concurrency tpot_kind=tpot\nbatch,throughput_tok_s,tpot_ms\n8,800,10\n16,1600,10\n"
+    # TPOT 5% up where throughput flattens is no longer flat: a roof the running batch grew into
+    assert ft.past_cap(parse_csv(tpot + "32,1620,10.5\n")) is None
+    # flat is counted from the step before: 16 → 16.2 ms is flat though both are far above the first 10 ms; the
+    # server holds 2000 tok/s × 16 ms = 32 sequences
+    capped = ft.past_cap(parse_csv(tpot + "32,2000,16\n64,1990,16.2\n"))
+    assert capped is not None and capped.batches == (64.0,) and capped.cap == 32.0 and not capped.left_out
+
+
+def test_the_largest_from_here_on() -> None:
+    assert list(ft._from_here(np.array([1.0, 3.0, 2.0, 0.5]))) == [3.0, 3.0, 2.0, 0.5]
+
+
+def test_fit_table_draws_200_samples_from_seed_0_by_default_and_a_seed_repeats() -> None:
+    table = parse_csv("batch,tpot_ms\n1,2.5\n2,3.1\n4,3.9\n8,6.1\n")
+    default = ft.fit_table(table)
+    assert len(default.samples) == 200
+    assert default.sample_models() == ft.fit_table(table, n_samples=200, seed=0).sample_models()
+    assert ft.fit_table(table, n_samples=3, seed=5).sample_models() != default.sample_models()[:3]
+
+
+def test_two_points_before_a_cap_are_fitted_and_one_is_not_enough() -> None:
+    # the running batch stalls past 32 while TPOT triples: 32.5 and 32.6 are preemption; 16 and 32 are left, and
+    # the line through (16, 5 ms) and (32, 6 ms) is 4 ms + 1/16 ms per sequence
+    two = ft.fit_table(parse_csv("batch,tpot_ms\n16,5\n32,6\n32.5,12\n32.6,20\n"), n_samples=0)
+    assert two.n_fit == 2 and two.excluded is not None and two.excluded.batches == (32.5, 32.6)
+    assert two.step_model.t_weights_s == pytest.approx(4e-3) and two.step_model.t_seq_s == pytest.approx(1 / 16e3)
+    # stalled past 16 with one point left: no fit stands on one, so all three are fitted (the cap then at the
+    # largest measured batch), the stall still named
+    one = ft.fit_table(parse_csv("batch,tpot_ms\n16,5\n16.2,12\n16.3,20\n"), n_samples=0)
+    assert one.n_fit == 3 and one.excluded is not None and one.excluded.batches == (16.2, 16.3)
+    assert one.curve.cap == 16.3 and one.batch_range == (16.0, 16.3)
+
+
+def test_a_memory_cap_scales_with_each_points_effective_context() -> None:
+    # half the layers hold a window of 50 tokens: 100 and 400 tokens count as (100 + 50)/2 = 75 and (400 + 50)/2
+    # = 225; the prior's memory holds 6 sequences at 200 tokens, so 8 at 225 needs a cap of 8 × 225/200 = 9 there
+    rows = "".join(f"{b},{2 + (0.05 + 1e-3 * c) * b:.6g},{c}\n" for c in (100, 400) for b in (1, 2, 4, 8))
+    table = parse_csv("# batch_kind=static tpot_kind=step\nbatch,tpot_ms,context_tokens\n" + rows)
+    floor = StepModel(0.0, 1e-3, 0.0, 0.0)
+    prior = Prior(floor, 1e-5, 1e-6, 0.0, max_batch=6, context_tokens=200.0, layer_windows=(None, 50))
+    fit = ft.fit_table(table, prior, n_samples=0)
+    values = fit.contexts.values
+    assert fit.context_tokens == 200.0 and values is not None and np.array_equal(values, [75.0, 225.0] * 4)
+    assert fit.curve == ft.Curve(9.0, False, 200.0)
+    assert fit.notes == [
+        "the physics puts the memory cap at 6 sequences at a context of 200, below what the measured batches need "
+        "there (9): the memory held them, so the cap is taken there; check --context, --dtype and --kv-dtype"
+    ]
+    # the cap at 400 tokens is the 8 measured there; at 800 (425 held) 9 × 200/425
+    assert fit.cap_at(400.0) == pytest.approx(8.0) and fit.cap_at(800.0) == pytest.approx(1800 / 425)
+    # a memory that holds exactly what was measured (9 at 200 tokens) is taken as it is, with nothing to say
+    exact = ft.fit_table(table, replace(prior, max_batch=9), n_samples=0)
+    assert exact.curve.cap == 9 and exact.notes == []
+
+
+def test_a_server_cap_seen_at_every_context_is_one_cap_that_does_not_move() -> None:
+    # at 1024 tokens throughput stops at 1600 tok/s × 10 ms = 16 running, at 4096 at 600 × 20 ms = 12: one server's
+    # max_num_seqs, the smaller; the points past it (32 and 64 at each context) are fitted as steps at 12
+    rows = [(8, 800, 10, 1024), (16, 1600, 10, 1024), (32, 1620, 10.2, 1024), (64, 1630, 10.3, 1024)]
+    rows += [(8, 400, 20, 4096), (16, 600, 20, 4096), (32, 610, 20.2, 4096), (64, 615, 20.4, 4096)]
+    head = "# batch_kind=concurrency tpot_kind=tpot\nbatch,throughput_tok_s,tpot_ms,context_tokens\n"
+    fit = ft.fit_table(parse_csv(head + "".join(f"{b},{thr},{t},{c}\n" for b, thr, t, c in rows)), n_samples=0)
+    tail = "TPOT stays flat; these points are fitted as steps at that batch"
+    assert fit.excluded == ft.Excluded(
+        (32.0, 64.0, 32.0, 64.0),
+        "at context 1024: throughput stops growing past concurrency 16: the server holds its running batch near 16 "
+        f"and {tail}; at context 4096: throughput stops growing past concurrency 16: the server holds its running "
+        f"batch near 12 and {tail}",
+        12.0,
+        False,
+        (1024.0, 1024.0, 4096.0, 4096.0),
+    )
+    assert fit.n_fit == 8 and fit.batch_range == (8.0, 12.0)
+    # a server's cap, not the memory's: the same 12 at any context
+    assert fit.curve == ft.Curve(12.0, False, None) and fit.context_source == "data" and fit.cap_at(8192.0) == 12.0
+
+
+def test_preemption_in_one_contexts_curve_leaves_its_points_out_and_the_reference_weighs_rows() -> None:
+    # at 1000 tokens the running batch stalls past 4 (4.05, 4.1) while TPOT runs from 6 to 14 ms; at 100 it grows
+    rows = "".join(f"{b},{t},100\n" for b, t in ((1, 2.5), (1, 2.52), (2, 3), (4, 4), (8, 6)))
+    rows += "".join(f"{b},{t},1000\n" for b, t in ((1, 3), (2, 4), (4, 6), (4.05, 9), (4.1, 14)))
+    fit = ft.fit_table(parse_csv("batch,tpot_ms,context_tokens\n" + rows), n_samples=0)
+    assert fit.excluded == ft.Excluded(
+        (4.05, 4.1),
+        "at context 1000: the running batch stops growing at ≈4 while TPOT moves (6 → 14 ms): the KV cache is full "
+        "or a cap holds the batch (preemption), so these points are not decode steps at their batch",
+        None,
+        True,
+        (1000.0, 1000.0),
+    )
+    # the 7 points left hold 8 rows (two at batch 1, 100 tokens): the reference context is the rows' mean,
+    # (5 × 100 + 3 × 1000) / 8 = 437.5, and no cap is carried to the other context
+    assert fit.n_fit == 7 and fit.context_tokens == pytest.approx(437.5) and fit.curve == ft.Curve()
+
+
+def test_a_binned_table_spans_its_rows_or_the_servers_cap() -> None:
+    # 1025 concurrencies from 1 to 2 (1/1024 apart) are more than MAX_POINTS: they are fitted in bins
+    dense = "".join(f"{1 + i / 1024!r},{100 + 100 * i / 1024!r},10\n" for i in range(1025))
+    head = "# batch_kind=concurrency tpot_kind=tpot\nbatch,throughput_tok_s,tpot_ms\n"
+    alone = ft.fit_table(parse_csv(head + dense), n_samples=0)
+    assert alone.n_fit < 1025 and alone.batch_range == (1.0, 2.0)  # the rows' range, not the bins' means
+    # then 8 and 16 at 10 ms, and past 16 the throughput stops (1600 × 10 ms = 16 running): fitted at 16
+    capped = ft.fit_table(parse_csv(head + dense + "8,800,10\n16,1600,10\n32,1620,10.2\n64,1630,10.3\n"), n_samples=0)
+    assert capped.curve.cap == 16.0 and capped.batch_range == (1.0, 16.0)
