@@ -65,7 +65,7 @@ def table(statuses: dict[str, str]) -> str:
     for name, status in statuses.items():
         counts[module_of(name)][status if status in COLUMNS else "other"] += 1
     counts["overall"] = sum(counts.values(), Counter())
-    head = f"{'module':<24}" + "".join(f"{c:>11}" for c in COLUMNS) + f"{'total':>8}{'score':>8}"
+    head = f"{'module':<32}" + "".join(f"{c:>11}" for c in COLUMNS) + f"{'total':>8}{'score':>8}"
     lines = [head, "-" * len(head)]
     for mod in [*sorted(m for m in counts if m != "overall"), "overall"]:
         c = counts[mod]
@@ -73,7 +73,7 @@ def table(statuses: dict[str, str]) -> str:
         done = total - c["other"]  # "other": not checked yet, skipped, interrupted
         score = sum(c[k] for k in KILLED) / done if done else float("nan")
         cells = "".join(f"{c[k]:>11}" for k in COLUMNS)
-        lines.append(f"{mod:<24}{cells}{total:>8}{score:>8.1%}")
+        lines.append(f"{mod:<32}{cells}{total:>8}{score:>8.1%}")
     lines.append("score = (killed + timeout) / checked; timeouts count as killed; 'other' (not checked) is left out")
     return "\n".join(lines)
 
