@@ -18,6 +18,7 @@ from tokenroof.serving.advise import (
     advice_dict,
     advise,
     advise_answer,
+    at_context,
     largest_batch_within,
     throughput_latency_knee,
 )
@@ -201,3 +202,73 @@ def test_fitted_answers(tmp_path: Path) -> None:
     assert at["context_tokens"] == 300.0 and "at context 300;" in at["source"]
     online = advise_answer([table], PHYSICS, Workload(input_len=250, output_len=100), Targets(40.0))
     assert online["source"] == f"fitted to {table}, run on simulate's scheduler"
+
+
+def test_largest_batch_on_every_side_of_each_boundary() -> None:
+    # T(b) = 1 + b/8: batch n takes exactly 1 + n/8 s (binary fractions, no rounding)
+    for n in range(1, 130):
+        assert largest_batch_within(LINE, 1 + 0.125 * n) == n  # an exact hit is met
+        assert largest_batch_within(LINE, 1 + 0.125 * n + 0.0625) == n  # halfway to the next batch
+    # T(b, ctx 2) = 1 + b/4: the context counts at every step of the search, the last check included
+    for n in range(1, 70):
+        assert largest_batch_within(KV, 1 + 0.25 * n, context=2.0) == n
+        assert largest_batch_within(KV, 1 + 0.25 * n + 0.125, context=2.0) == n
+
+
+def test_batch_one_is_checked_at_the_context() -> None:
+    # T(1, ctx 2) = 1.25 s > 1.2 s (at context 0 it would be 1 s)
+    assert largest_batch_within(KV, 1.2, context=2.0) == 0
+    with pytest.raises(TokenroofError, match=r"^no batch cap meets TPOT ≤ 1200 ms: batch 1 already takes 1.25e\+03 ms"):
+        advise(KV, 1200.0, context=2.0)
+
+
+def test_advise_defaults_to_no_context() -> None:
+    # T(b, ctx 0) = 1 s at every batch: no latency cap
+    assert advise(KV, 2000.0).cap == SEARCH_LIMIT
+
+
+def test_advise_takes_sub_millisecond_targets() -> None:
+    fast = StepModel(t_fixed_s=2.0**-12, t_weights_s=0.0, t_compute_s=0.0, t_kv_token_s=0.0)  # 0.244 ms per step
+    a = advise(fast, 0.5)
+    assert a.tpot_slo_ms == 0.5 and a.cap == SEARCH_LIMIT
+    assert a.tpot_ms_at_cap == 1000 * 2.0**-12
+
+
+def test_advise_interval_is_the_5th_and_95th_percentile() -> None:
+    # caps 1 (T = 1 + b) and 101 (T = 1 + b/101) at 2 s: percentiles 1 + 0.05·100 = 6 and 1 + 0.95·100 = 96
+    samples = [StepModel(1.0, 0.0, 0.0, 0.0, t_seq_s=1.0), StepModel(1.0, 0.0, 0.0, 0.0, t_seq_s=1 / 101)]
+    assert advise(LINE, 2000.0, samples=samples).cap_interval == [6, 96]
+
+
+def test_advise_knee_and_reference_at_the_context() -> None:
+    # ctx 8: T = 1 + b, cap 4 at 5 s; the reference is max(4·4, 512) = 512 at T = 513 s
+    a = advise(KV, 5000.0, context=8.0)
+    assert (a.cap, a.reference_batch) == (4, 512.0)
+    assert a.reference_throughput_tok_s == 512 / 513
+    # Kneedle on T = 1 + b over 1…512: throughput b/(1+b) has slope 1/(1+b)², equal to the chord's
+    # (512/513 − 1/2)/511 = 1/1026 at b = √1026 − 1 ≈ 31.03 (the grid steps by 512^(1/399) ≈ 1.6%)
+    assert a.knee_batch == pytest.approx(1026**0.5 - 1, rel=0.016)
+
+
+def test_knee_of_a_smooth_curve_in_milliseconds() -> None:
+    # T = 1 ms + b·0.125 ms over 1…64: throughput 8000·b/(8+b) has slope 64000/(8+b)²; the chord's slope in
+    # normalised units is (thr(64) − thr(1))/63 = (64000/9 − 8000/9)/63 = 8000/81: equal at (8+b)² = 648,
+    # b = √648 − 8 ≈ 17.46 (the scale of the times does not move the knee; the grid steps by ~1%)
+    ms = StepModel(t_fixed_s=1e-3, t_weights_s=0.0, t_compute_s=0.0, t_kv_token_s=0.0, t_seq_s=1.25e-4)
+    assert throughput_latency_knee(ms, 0.0, 64.0) == pytest.approx(648**0.5 - 8, rel=0.011)
+    assert throughput_latency_knee(LINE, 0.0, 64.0) == pytest.approx(648**0.5 - 8, rel=0.011)
+
+
+def test_interval_level_with_a_low_bound_only() -> None:
+    d = advice_dict({}, (8, 6, None), "tpot", {"throughput_tok_s": 1.0}, None, {"throughput_tok_s": 1.0}, "", [])
+    assert d["interval_level"] == 0.9
+
+
+def test_at_context_names_the_context_of_an_error() -> None:
+    def fails(context: float | None) -> dict:
+        raise TokenroofError("no cap")
+
+    with pytest.raises(TokenroofError, match=r"^at context 300: no cap$"):
+        at_context(fails, 300.0)
+    with pytest.raises(TokenroofError, match=r"^no cap$"):
+        at_context(fails, None)

@@ -228,3 +228,67 @@ def test_prefill_time_is_the_schedulers_step() -> None:
         compute = tokens * sm.t_compute_s + sm.t_attn_token_s * tokens**2 / 2
         w, c = sm.t_weights_s, compute
         assert value == pytest.approx(sm.t_fixed_s + max(w, c) + 0.5 * min(w, c))
+
+
+MHA = tiny(num_key_value_heads=4)  # 4 KV heads: under tp 2 each GPU holds 2 of them
+
+
+def test_the_multi_head_models_counts() -> None:
+    # K and V grow from 64×16 to 64×64 each: 2·(4096 − 1024) = 6144 more per layer, 12,288 in 2 layers
+    assert (MHA.kv_dim, MHA.streamed_dense_params, MHA.matmul_params_per_token) == (64, 94784 + 12288, 94720 + 12288)
+    assert MHA.attention_flops_per_context_token == 512  # 4·L·q_dim = 4·2·64: the KV heads do not change it
+
+
+def test_kv_bytes_split_by_tensor_parallelism() -> None:
+    # 2 layers · K,V · 2 heads per GPU · 16 · 2 bytes = 256 bytes per token at tp 2 (512 at tp 1)
+    assert rl.kv_bytes_per_token(MHA, BF16) == 512.0
+    assert np.array_equal(rl.kv_read_bytes(MHA, BF16, [1, 3], 10, tp=2), [1 * 10 * 256, 3 * 10 * 256])
+
+
+def test_weights_streamed_split_by_tensor_parallelism() -> None:
+    # dense: 94,784 params · 2 bytes / 2 GPUs, at every batch
+    assert np.array_equal(rl.weight_bytes_streamed(M, BF16, [1, 64], tp=2), [94784.0, 94784.0])
+    moe = tiny(model_type="mixtral", num_local_experts=4, num_experts_per_tok=2)
+    # one expert (gate, up, down: 3·64·176 = 33,792 per layer) in 2 layers: 67,584 params, ·2 bytes / 2 GPUs
+    assert moe.expert_params_all_layers == 67584
+    dense = moe.streamed_dense_params  # ·2 bytes / 2 GPUs
+    got = rl.weight_bytes_streamed(moe, BF16, [1, 2], tp=2)
+    # 1 token touches 2 of the 4 experts, 2 tokens 4·(1 − 0.5²) = 3
+    assert np.array_equal(got, [dense + 2 * 67584, dense + 3 * 67584])
+
+
+def test_activation_bytes_of_an_ungated_mlp() -> None:
+    neox = tiny(model_type="gpt_neox")  # no gate: the up projection writes i values, not 2i; 1 KV head
+    assert not neox.family.gated_mlp and neox.kv_dim == 16
+    # per layer: QKV (64 in, 64 + 2·16 out) + o (64 + 64) + up (64 + 176) + down (176 + 64) = 768 values
+    assert float(rl.activation_bytes(neox, BF16, 1)) == 2 * 768 * 2
+    assert np.array_equal(rl.activation_bytes(neox, BF16, [1, 3]), [3072.0, 3 * 3072.0])
+
+
+def test_no_allreduce_is_still_a_float_array() -> None:
+    # one GPU sends nothing, but the answer keeps the float array type of the other terms (integer batches)
+    zero = rl.allreduce_bytes(M, BF16, [1, 3])
+    assert zero.dtype == np.float64 and zero.shape == (2,)
+
+
+def test_decode_costs_under_tensor_parallelism_by_hand() -> None:
+    c = rl.decode_costs(MHA, BF16, [1, 2], 10, tp=2)
+    assert np.array_equal(c.flops_matmul, [107008.0, 214016.0])  # 2 · 107,008 params · b / 2
+    assert np.array_equal(c.flops_attention, [2560.0, 5120.0])  # 512 · 10 · b / 2
+    assert np.array_equal(c.bytes_weights, [107072.0, 107072.0])  # 107,072 params · 2 bytes / 2
+    assert np.array_equal(c.bytes_kv_read, [2560.0, 5120.0])  # b · 10 · 256
+    assert np.array_equal(c.bytes_kv_write, [256.0, 512.0])  # b · 256
+    # per layer: (64 + 32 + 2·32) + (32 + 64) + (64 + 2·88) + (88 + 64) = 648 values, 2 layers, 2 bytes
+    assert np.array_equal(c.bytes_activations, [2592.0, 5184.0])
+    assert np.array_equal(c.bytes_allreduce, [512.0, 1024.0])  # 2·2 all-reduces · (2·1/2) · b·64·2 bytes
+
+
+def test_memory_caps_under_tensor_parallelism_count_the_gpus_kv_heads() -> None:
+    # 900,000 − 107,072 bytes of weights (tp 2: half of 214,144) = 792,928 free; 256 bytes per token per GPU
+    assert rl.max_batch_by_memory(MHA, CHIP, BF16, 100, tp=2) == 792928 // 25600  # 30
+    assert rl.kv_cache_tokens(MHA, CHIP, BF16, tp=2) == 792928 // 256  # 3097
+
+
+def test_prefill_of_no_prompts_is_an_empty_array() -> None:
+    got = rl.prefill_time_s(M, CHIP, BF16, [], eff=EFF)
+    assert got.shape == (0,) and got.dtype == np.float64

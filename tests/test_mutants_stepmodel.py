@@ -192,3 +192,61 @@ def test_asymptote_and_its_rounding_floor() -> None:
     assert StepModel(1.0, 1.0, 0.0, 0.0).throughput_asymptote_tok_s() == float("inf")
     assert StepModel(1.0, 1.0, 1e-12, 0.0).throughput_asymptote_tok_s() == float("inf")  # a picosecond: rounding
     assert StepModel(1.0, 1.0, 2e-12, 0.0).throughput_asymptote_tok_s() == pytest.approx(5e11)
+
+
+def test_a_folded_model_adds_no_prompts_even_where_nothing_hides_them() -> None:
+    # overlap 0: every second of compute shows. Decoding alone: compute = 2·1 + 0.0625·16 = 3
+    # T = 0.5 + 8 + 3 + 16·0.125 + 2·0.25 = 14, the 6 arriving prompt tokens already in the fitted terms
+    folded = StepModel(0.5, 8.0, 1.0, 0.125, 0.25, 0.0625, overlap=0.0, prompts_folded=True)
+    assert folded.step_s(2, 16.0, 6.0, 36.0) == 14.0
+
+
+def test_scheduler_step_uses_the_chunks_squares_it_is_given() -> None:
+    # 6 prompt tokens in two chunks of 3: Σ chunk² = 18, not 6² = 36
+    # compute = 2·1 + 0.0625·16 + 6·1 + 0.0625·18/2 = 9.5625 > weights 8
+    # T = 0.5 + 9.5625 + 16·0.125 + 2·0.25 = 12.5625
+    assert FULL.step_s(2, 16.0, 6.0, 18.0) == 12.5625
+
+
+def test_bound_defaults_to_no_context() -> None:
+    # KV reads of 2 s per context token: at the default context 0 they cost nothing
+    sm = StepModel(0.0, 1.0, 0.25, 2.0)
+    assert list(sm.bound([1.0, 8.0])) == ["weights", "compute"]  # compute 8·0.25 = 2 > weights 1 at b = 8
+    assert str(sm.bound(1.0, 1.0)) == "kv"  # one context token: 2 s of KV against 1 s of weights
+
+
+def test_dense_knee_is_the_closed_form_even_past_any_batch() -> None:
+    # W / c = 1 / 2⁻⁴⁰ = 2⁴⁰ ≈ 1.1e12, beyond the 1e9 a MoE search stops at
+    assert StepModel(0.0, 1.0, 2.0**-40, 0.0).knee_batch() == 2.0**40
+    assert StepModel(0.0, 1.0, 0.5, 0.0).knee_batch() == 2.0  # 1 / 0.5
+
+
+def test_a_single_expert_moe_streams_its_expert_at_every_batch() -> None:
+    # E = k = 1: every token touches the one expert, weights = 1 + 1·1 = 2 s; knee = 2 / 0.5 = 4
+    one = StepModel(0.0, 1.0, 0.5, 0.0, t_expert_s=1.0, num_experts=1, experts_per_token=1)
+    assert one.knee_batch() == pytest.approx(4.0)
+
+
+def test_moe_knee_below_one_sequence() -> None:
+    # weights 0.25 + 0.0625·8·(1 − 0.75^b) against compute b·1: at b = 1/4 the weights are above 0.25,
+    # at b = 1/2 they are 0.25 + 0.5·(1 − 0.75^0.5) < 0.25 + 0.5·0.14 < 0.5: the crossing lies in (1/4, 1/2)
+    moe = StepModel(0.0, 0.25, 1.0, 0.0, t_expert_s=0.0625, num_experts=8, experts_per_token=2)
+    knee = moe.knee_batch()
+    assert knee is not None and 0.25 < knee < 0.5
+    assert float(moe.weights_time_s(knee)) == pytest.approx(knee, rel=1e-9)
+
+
+def test_moe_knee_none_when_compute_stays_under_a_second_of_weights() -> None:
+    # weights at most 0.5 + 0.0625·8 = 1 s; compute at the 1e9 search limit 1e9·2⁻³¹ ≈ 0.47 s: no crossing
+    moe = StepModel(0.0, 0.5, 2.0**-31, 0.0, t_expert_s=0.0625, num_experts=8, experts_per_token=2)
+    assert moe.knee_batch() is None
+
+
+def test_no_critical_batch_reason_in_full() -> None:
+    # memory 3.125 µs per sequence, compute 2.125 µs: 3 significant figures, a tie rounds to even
+    sm = StepModel(0.0, 1.0, 2.125e-6, 0.0, t_seq_s=3.125e-6)
+    assert sm.no_critical_batch_reason(0) == (
+        "at context 0 the KV-cache reads per sequence (3.12 µs per step) outweigh its compute (2.12 µs per step): "
+        "decode never turns compute-bound; throughput approaches a bandwidth plateau set by KV reads, "
+        "not a compute roof"
+    )
