@@ -71,6 +71,10 @@ def with_line(toml: str, key: str, value: str) -> str:
         ({"tie_word_embeddings": "false"}, 'tie_word_embeddings = "false"; must be true or false'),
         ({"model_type": "bert"}, 'model_type = "bert"; not a known family (known: gpt2,'),
         ({"rope_scaling": "linear"}, 'rope_scaling = "linear"; must be a JSON object'),
+        (
+            {"rope_scaling": {"rope_type": "linear", "factor": -1}},
+            "rope_scaling = {…}; factor = -1: must be a finite number, not negative",
+        ),
         ({"rope_parameters": {"rope_theta": -1}}, "rope_parameters.rope_theta = -1; must be a positive number"),
     ],
 )

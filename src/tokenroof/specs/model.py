@@ -71,12 +71,13 @@ def _family(value: Any) -> str:
 
 
 def _table(value: Any) -> dict[str, Any]:
-    """A JSON object carried as it is (rope_scaling): its numbers must still be finite."""
+    """A JSON object carried as it is (rope_scaling): its numbers (factors, frequencies, lengths) must still be
+    finite and not negative."""
     if not isinstance(value, Mapping):
         raise ValueError("must be a JSON object")
     for key, item in value.items():
-        if isinstance(item, float) and not math.isfinite(item):
-            raise ValueError(f"{key} = {item}: must be a finite number")
+        if isinstance(item, int | float) and not isinstance(item, bool) and not (math.isfinite(item) and item >= 0):
+            raise ValueError(f"{key} = {item}: must be a finite number, not negative")
     return dict(value)
 
 
