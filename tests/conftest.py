@@ -2,9 +2,10 @@ from __future__ import annotations
 
 import json
 import os
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
+import numpy as np
 import pytest
 from typer.testing import CliRunner, Result
 
@@ -50,3 +51,20 @@ def tiny_config(tmp_path: Path) -> Path:
     path = tmp_path / "config.json"
     path.write_text(json.dumps(TINY_CONFIG))
     return path
+
+
+# θ: fixed s, per-sequence s, log bandwidth efficiency, log compute efficiency[, KV s per context token]; each
+# step is small against what θ moves (a step time of ~10 ms; b·ctx ~ 10^6 tokens multiplies the last)
+STEP_FLOORS = np.array([1e-9, 1e-12, 1e-7, 1e-7, 1e-15])
+
+
+def central_differences(fun: Callable[[np.ndarray], np.ndarray], theta: np.ndarray) -> np.ndarray:
+    """The Jacobian of `fun` at θ by central differences (the prior fit's closed form is checked against it)."""
+    columns = []
+    for j in range(theta.size):
+        h = max(1e-6 * abs(theta[j]), STEP_FLOORS[j])
+        up, down = theta.copy(), theta.copy()
+        up[j] += h
+        down[j] -= h
+        columns.append((fun(up) - fun(down)) / (2 * h))
+    return np.column_stack(columns)

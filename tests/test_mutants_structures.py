@@ -2,12 +2,11 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
-
 import numpy as np
 import pytest
 from scipy.optimize import nnls
 
+from tests.conftest import central_differences
 from tokenroof.fit import structures as st
 from tokenroof.model.stepmodel import StepModel
 
@@ -540,19 +539,6 @@ def test_prior_recovers_a_truth_at_its_centres_past_the_knee() -> None:
     assert sm.t_compute_s == pytest.approx(3e-4, rel=1e-9)
 
 
-def finite_differences(fun: Callable[[np.ndarray], np.ndarray], theta: np.ndarray) -> np.ndarray:
-    """Central differences, each step 1e-6 of the parameter's size (seconds, seconds, logs, logs, s per token)."""
-    sizes = np.array([1e-3, 1e-5, 1.0, 1.0, 1e-8])[: theta.size]
-    columns = []
-    for j in range(theta.size):
-        h = 1e-6 * max(abs(theta[j]), sizes[j])
-        up, down = theta.copy(), theta.copy()
-        up[j] += h
-        down[j] -= h
-        columns.append((fun(up) - fun(down)) / (2 * h))
-    return np.column_stack(columns)
-
-
 @pytest.mark.parametrize(
     ("overlap", "context"),
     [
@@ -574,7 +560,7 @@ def test_prior_jacobian_is_the_finite_difference_one(
     def least_squares(fun, x0, jac, **kwargs):  # type: ignore[no-untyped-def]
         result = real(fun, x0, jac=jac, **kwargs)
         for theta in (x0, result.x):  # where the optimiser starts and where it ends
-            assert jac(theta) == pytest.approx(finite_differences(fun, theta), rel=1e-4, abs=1e-6)
+            assert jac(theta) == pytest.approx(central_differences(fun, theta), rel=1e-4, abs=1e-6)
         checked.append(x0.size)
         return result
 

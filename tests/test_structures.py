@@ -3,28 +3,13 @@ differences give (the optimiser trusts both)."""
 
 from __future__ import annotations
 
-import numpy as np
 import pytest
 
 import tokenroof.fit.structures as st
+from tests.conftest import central_differences
 from tests.test_contexts import measured
 from tokenroof.fit.predict import Workload, predict_table
 from tokenroof.serving.deployment import Physics
-
-# θ: fixed s, per-sequence s, log bandwidth efficiency, log compute efficiency[, KV s per context token]; each
-# step is small against what θ moves (a step time of ~10 ms; b·ctx ~ 10^6 tokens multiplies the last)
-STEP_FLOORS = np.array([1e-9, 1e-12, 1e-7, 1e-7, 1e-15])
-
-
-def central_differences(fun, theta: np.ndarray) -> np.ndarray:  # type: ignore[no-untyped-def]
-    columns = []
-    for j in range(theta.size):
-        h = max(1e-6 * abs(theta[j]), STEP_FLOORS[j])
-        up, down = theta.copy(), theta.copy()
-        up[j] += h
-        down[j] -= h
-        columns.append((fun(up) - fun(down)) / (2 * h))
-    return np.column_stack(columns)
 
 
 @pytest.mark.parametrize(
