@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+import functools
 import json
 import os
 from collections.abc import Callable, Sequence
@@ -7,6 +8,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+import typer.testing
 from typer.testing import CliRunner, Result
 
 from tokenroof.cli import app, normalize_argv
@@ -18,6 +20,11 @@ os.environ.setdefault("OMP_NUM_THREADS", "1")
 ROOT = Path(__file__).resolve().parents[1]
 SEED_TABLE = ROOT / "examples" / "h100_7b_seed.csv"  # the founding question's table (a copy of shared/data/seed)
 DATA = ROOT / "tests" / "data"  # a published curve copied from shared/data/curves, with its source
+
+
+# typer's CliRunner builds the click command from the app on every invoke: 50 ms of signature introspection, 12 s
+# of the suite's ~250 invocations. The app does not change while the tests run, so build it once per process.
+typer.testing._get_command = functools.cache(typer.testing._get_command)
 
 
 def run_cli(args: Sequence[str]) -> Result:
