@@ -28,7 +28,7 @@ def test_sequence_and_plan_arithmetic() -> None:
     seq = Sequence("a", prompt_tokens=10, max_tokens=5, arrival_s=0.0, done_tokens=2, admitted_step=7)
     assert seq.context_at_admission == 12
     assert seq.finish_step == 7 + 5 - 2 - 1
-    plan = StepPlan(index=0, start_s=2.0, duration_s=0.5, batch=1, admitted=(), prefill_tokens=0)
+    plan = StepPlan(step=0, start_s=2.0, duration_s=0.5, batch=1, admitted=(), prefill_tokens=0)
     assert plan.end_s == 2.5 and plan.kv_tokens == 0.0 and plan.preempted == 0
 
 
@@ -70,7 +70,7 @@ def test_one_sequence_step_by_step() -> None:
     assert not sched.idle and sched.generated(seq) == 0
     first = sched.plan_step(5.0)
     assert first is not None
-    assert (first.index, first.start_s, first.batch, first.prefill_tokens, first.preempted) == (0, 5.0, 1, 6, 0)
+    assert (first.step, first.start_s, first.batch, first.prefill_tokens, first.preempted) == (0, 5.0, 1, 6, 0)
     assert first.admitted == (seq,) and seq.admitted_s == 5.0 and seq.admitted_step == 0
     # the prefilled sequence decodes in its first step at context 6: 1 + 6·0.01 + 0.1
     assert first.duration_s == pytest.approx(1.16)
@@ -84,7 +84,7 @@ def test_one_sequence_step_by_step() -> None:
     assert sched.complete_step(second) == []
     assert sched.generated(seq) == 2 and sched.running_sequences() == [seq]
     third = sched.plan_step(second.end_s)
-    assert third is not None and third.index == 2
+    assert third is not None and third.step == 2
     assert sched.complete_step(third) == [seq]
     assert seq.finished_s == pytest.approx(third.end_s) and seq.first_token_s == pytest.approx(6.16)
     assert sched.generated(seq) == 3 and sched.idle and sched.plan_step(third.end_s) is None
@@ -115,7 +115,7 @@ def test_fcfs_admission_up_to_the_cap() -> None:
     done = sched.complete_step(plan)
     assert [s.request_id for s in done] == ["0", "1"]
     nxt = sched.plan_step(plan.end_s)
-    assert nxt is not None and [s.request_id for s in nxt.admitted] == ["2"] and nxt.index == 1
+    assert nxt is not None and [s.request_id for s in nxt.admitted] == ["2"] and nxt.step == 1
 
 
 def test_admission_waits_for_kv_blocks_and_the_exact_fit_is_admitted() -> None:

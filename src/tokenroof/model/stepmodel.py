@@ -127,12 +127,14 @@ class StepModel:
         prefill it is `step_time_s(batch, total_context / batch)`."""
         if self.prompts_folded:  # the terms already carry an average step's prompts
             prefill_tokens = prefill_sq_tokens = 0.0
-        tokens = batch + prefill_tokens
-        weights = self.t_weights_s + self.t_expert_s * expected_experts(
-            self.num_experts, self.experts_per_token, tokens
-        )
+        weights = self.t_weights_s
+        if self.num_experts:
+            weights += self.t_expert_s * expected_experts(
+                self.num_experts, self.experts_per_token, batch + prefill_tokens
+            )
         compute = batch * self.t_compute_s + self.t_attn_token_s * total_context
-        compute += self.prompt_compute_s(prefill_tokens, prefill_sq_tokens)
+        if prefill_tokens:
+            compute += self.prompt_compute_s(prefill_tokens, prefill_sq_tokens)
         matmul = matmul_time_s(weights, compute, self.overlap)
         return float(self.t_fixed_s + matmul + total_context * self.t_kv_token_s + batch * self.t_seq_s)
 

@@ -321,13 +321,13 @@ def simulate(
 
     def start_step(index: int, now: float) -> None:
         engine = engines[index]
-        engine.plan = engine.scheduler.plan_step(now)
-        if engine.plan is not None:
-            starts.append(engine.plan.start_s)
-            durations.append(engine.plan.duration_s)
-            batches.append(engine.plan.batch)
-            kv.append(engine.plan.kv_tokens)
-            heapq.heappush(ends, (engine.plan.end_s, index))
+        engine.plan = plan = engine.scheduler.plan_step(now)
+        if plan is not None:
+            starts.append(plan.start_s)
+            durations.append(plan.duration_s)
+            batches.append(plan.batch)
+            kv.append(plan.kv_tokens)
+            heapq.heappush(ends, (plan.start_s + plan.duration_s, index))
 
     next_arrival = 0
     turn = 0

@@ -32,6 +32,7 @@ import heapq
 import math
 from collections import deque
 from dataclasses import dataclass, field
+from typing import NamedTuple
 
 from tokenroof.errors import TokenroofError
 from tokenroof.model.stepmodel import StepModel
@@ -64,11 +65,11 @@ class Sequence:
         return self.admitted_step + self.max_tokens - self.done_tokens - 1
 
 
-@dataclass(frozen=True)
-class StepPlan:
-    """What one step does: how many run, who was admitted, how long it takes."""
+class StepPlan(NamedTuple):
+    """What one step does: how many run, who was admitted, how long it takes. A named tuple, not a frozen
+    dataclass: a simulation makes one per step, and a frozen dataclass takes 2 µs to build against 0.4 µs."""
 
-    index: int
+    step: int  # steps completed before this one
     start_s: float
     duration_s: float
     batch: int
@@ -203,7 +204,7 @@ class BatchScheduler:
     def plan_step(self, now: float) -> StepPlan | None:
         """Preempt if the KV cache overflows, admit what fits, prefill within the token budget, and return the
         next step (None: nothing to run). A sequence whose prefill completes this step emits its first token."""
-        preempted = self._preempt_for_room()
+        preempted = 0 if self.kv_capacity_tokens is None else self._preempt_for_room()
         while (
             self.waiting
             and len(self.running) + len(self.prefilling) < self.max_num_seqs
