@@ -451,6 +451,7 @@ def prior_structure(
         sigmas["slope"] = prior.sigma_log_slope
     widen = dict.fromkeys(sigmas, 1.0)
     floor = {"per_seq": prior.per_seq_floor_s}  # dropped when the data's slope lies below it (see `fit`)
+    central: dict[str, np.ndarray] = {}  # the central fit's θ: where each interval sample's fit starts
 
     def per_seq_ref(theta: np.ndarray) -> float:
         """The cost per sequence at the prior's context: θ₁ itself, or with several contexts θ₁ (the cost at context
@@ -520,7 +521,9 @@ def prior_structure(
             rows.append((pull / (sigmas[key] * scale[key]))[None, :])
         return np.vstack(rows)
 
-    def solve_full(t: np.ndarray, center: dict[str, float], scale: dict[str, float]) -> OptimizeResult:
+    def solve_full(
+        t: np.ndarray, center: dict[str, float], scale: dict[str, float], start: np.ndarray | None = None
+    ) -> OptimizeResult:
         def residuals(theta: np.ndarray) -> np.ndarray:
             values = logs(theta)
             pulls = [(values[k] - math.log(center[k])) / (sigmas[k] * scale[k]) for k in sigmas]
@@ -543,7 +546,7 @@ def prior_structure(
         least = math.log(MIN_EFFICIENCY)
         lower = np.array([0.0, floor_s, least, least] + ([] if ctx is None else [kv_floor["kv"]]))
         upper = np.array([np.inf, np.inf, 0.0, 0.0] + ([] if ctx is None else [np.inf]))
-        x0 = np.clip(x0, lower + 1e-15, upper - 1e-12)
+        x0 = np.clip(x0 if start is None else start, lower + 1e-15, upper - 1e-12)
         return least_squares(
             residuals, x0, jac=lambda theta: jacobian(theta, center, scale), bounds=(lower, upper), x_scale="jac"
         )
@@ -556,8 +559,10 @@ def prior_structure(
         a, s0, k = fit_line_contexts(b, t[part], ctx, w)
         return a, s0 + k * prior.context_tokens, k
 
-    def solve(t: np.ndarray, center: dict[str, float], scale: dict[str, float]) -> np.ndarray:
-        return np.asarray(solve_full(t, center, scale).x)
+    def solve(
+        t: np.ndarray, center: dict[str, float], scale: dict[str, float], start: np.ndarray | None = None
+    ) -> np.ndarray:
+        return np.asarray(solve_full(t, center, scale, start).x)
 
     def spread(result: OptimizeResult) -> dict[str, float]:
         """Standard errors of each prior's variable in the data-led fit (delta method on the Gauss-Newton
@@ -614,9 +619,10 @@ def prior_structure(
                     "stated, or the KV cache is quantised (--kv-dtype); the data win (that floor is dropped)"
                 )
             theta = solve(t, centers, widen)
+            central["theta"] = theta
         else:
             drawn = {k: _draw(rng, centers[k], sigmas[k] * widen[k]) for k in sigmas}
-            theta = solve(t, {**centers, **drawn}, widen)
+            theta = solve(t, {**centers, **drawn}, widen, central.get("theta"))
         return whole(theta), part
 
     why = f"roofline through the upper half of the points with the physics of {prior.label} as a prior"
