@@ -233,7 +233,10 @@ class DecoderLayer(nn.Module):
 class Backbone(nn.Module):
     def __init__(self, spec: ModelSpec, **factory: Any) -> None:
         super().__init__()
-        self.embed_tokens = nn.Embedding(spec.vocab_size, spec.hidden_size, **factory)
+        # given its (empty) weight, an Embedding skips its own init: normal_ on the meta device imports
+        # torch._dynamo (1.5 s per process); the weights are set later (`init_random` or a checkpoint)
+        empty = torch.empty(spec.vocab_size, spec.hidden_size, **factory)
+        self.embed_tokens = nn.Embedding(spec.vocab_size, spec.hidden_size, _weight=empty)
         self.layers = nn.ModuleList(DecoderLayer(spec, **factory) for _ in range(spec.num_layers))
         self.norm = RMSNorm(spec.hidden_size, spec.norm_eps, **factory)
 
