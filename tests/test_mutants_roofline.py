@@ -206,6 +206,9 @@ def test_memory_cap_by_hand() -> None:
     assert rl.max_batch_by_memory(M, CHIP, BF16, 0.5) == 710432 // 128  # at least one token held
     assert rl.max_batch_by_memory(M, CHIP, BF16, 100, tp=2) == ((900000 - 94784) // 12800)
     assert rl.max_batch_by_memory(M, CHIP, BF16, 100, memory_utilization=0.1) == 0  # the weights do not fit
+    # 44.402 tokens × 128 bytes = 5,683.456 bytes per sequence; 710,432 / 5,683.456 = 125 exactly (the float product
+    # rounds up and a floor division gave 124)
+    assert rl.max_batch_by_memory(M, CHIP, BF16, 44.402) == 125
     for bad in (0.0, 1.5):
         with pytest.raises(TokenroofError, match=rf"^memory utilisation must be in \(0, 1\], got {bad}$"):
             rl.max_batch_by_memory(M, CHIP, BF16, 100, memory_utilization=bad)

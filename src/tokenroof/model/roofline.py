@@ -7,6 +7,7 @@ tensor parallelism `tp` (weights, KV heads and FLOPs split `tp` ways).
 
 from __future__ import annotations
 
+import math
 from dataclasses import asdict, dataclass, fields
 from typing import TYPE_CHECKING
 
@@ -295,7 +296,9 @@ def max_batch_by_memory(
     if free <= 0:
         return 0
     held = float(model.effective_context(max(context, 1.0)))
-    return int(free // (kv_bytes_per_token(model, precision, tp) * held))
+    # a batch that fits exactly must not lose a sequence to the rounding of bytes × context (44.402 tokens of
+    # 128 bytes in 710,432 bytes are 125 sequences; the float quotient is 124.99999999999999)
+    return math.floor(free / (kv_bytes_per_token(model, precision, tp) * held) * (1 + 1e-12))
 
 
 def kv_cache_tokens(
