@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import pytest
 
 from tests.conftest import run_cli, run_json
 from tokenroof.errors import TokenroofError
 from tokenroof.model.stepmodel import StepModel
-from tokenroof.serving.plan import Slo, make_plan
+from tokenroof.serving.plan import SETTLE_FACTOR, Candidate, Outcome, Plan, Slo, make_plan, settled_best
 from tokenroof.serving.simulate import Lengths, Workload
 
 SM = StepModel(t_fixed_s=2e-3, t_weights_s=8e-3, t_compute_s=50e-6, t_kv_token_s=0.0, t_seq_s=30e-6)
@@ -149,3 +151,54 @@ def test_advise_plan_and_simulate_give_one_answer_for_one_deployment() -> None:
     slo = ["--ttft-slo-ms", "1000", "--tpot-slo-ms", "50"]
     plan = run_json(["plan", *deployment, "--rate", "30", *slo, "--seeds", "1", "--num-requests", "400"])
     assert plan["reference"]["throughput_tok_s"] == pytest.approx(sim["throughput_tok_s"], rel=0.05)
+
+
+def outcome(cap: int, ttft_p99: float, requests: int = 1000, unsteady: bool = False) -> Outcome:
+    """One run of 1 replica at `cap` with TPOT p99 10 ms and this TTFT p99."""
+    run = {"mean": 1.0, "p50": 1.0, "p90": 1.0}
+    return Outcome(
+        Candidate(1, cap),
+        requests,
+        [{**run, "p99": ttft_p99}],
+        [{**run, "p99": 10.0}],
+        [1.0],
+        [0],
+        ["no steady state: the running batch grew"] if unsteady else [],
+    )
+
+
+def test_a_winner_that_had_not_settled_runs_again_and_is_judged_on_the_longer_runs() -> None:
+    slo = Slo(ttft_ms=500, tpot_ms=20)
+    calls: list[tuple[int, int]] = []
+
+    def longer_from(results: dict[tuple[int, int], Outcome]) -> Callable[[Outcome], Outcome]:
+        def longer(o: Outcome) -> Outcome:
+            calls.append((o.candidate.max_num_seqs, o.requests))
+            return results[(o.candidate.max_num_seqs, o.requests * SETTLE_FACTOR)]
+
+        return longer
+
+    # cap 256 has the most headroom (TTFT 100 of 500) but had not settled; with 4× the requests it reads 600 ms:
+    # infeasible, so cap 128 (settled, 200 ms) wins; the longer run replaces the short one in what was tried
+    short = [outcome(256, 100.0, unsteady=True), outcome(128, 200.0), outcome(64, 900.0)]
+    tried = list(short)
+    grown = {(256, 4000): outcome(256, 600.0, 4000)}
+    best = settled_best(short, tried, slo, longer_from(grown), 16000)
+    assert best is short[1] and calls == [(256, 1000)]
+    assert tried[0] is grown[(256, 4000)] and tried[1:] == short[1:]
+    # settled only at 16×: judged there (still feasible)
+    calls.clear()
+    short = [outcome(256, 100.0, unsteady=True), outcome(128, 200.0)]
+    grown = {(256, 4000): outcome(256, 150.0, 4000, unsteady=True), (256, 16000): outcome(256, 180.0, 16000)}
+    best = settled_best(short, list(short), slo, longer_from(grown), 16000)
+    assert best is grown[(256, 16000)] and calls == [(256, 1000), (256, 4000)]
+    # still unsettled at the most requests: kept (its warning says so), no third run
+    calls.clear()
+    grown = {(256, 4000): outcome(256, 150.0, 4000, unsteady=True), (256, 16000): outcome(256, 180.0, 16000, True)}
+    best = settled_best(short, list(short), slo, longer_from(grown), 16000)
+    assert best is grown[(256, 16000)] and len(calls) == 2
+    plan = Plan(slo, best, [best], "")
+    assert plan.warnings()[0].startswith("1 × max_num_seqs 256: 1 of its runs had not settled even with 16,000")
+    # nothing feasible: None, and nothing runs again
+    calls.clear()
+    assert settled_best([outcome(8, 900.0, unsteady=True)], [], slo, longer_from({}), 16000) is None and not calls

@@ -5,7 +5,10 @@ model comes from a fit, over samples of the fit; a candidate is feasible when th
 worst of those runs meets both targets (on the SLO's statistic: p99 unless told). The search walks replica counts up
 from the throughput lower bound and, at each, tries batch caps from large to
 small; the cheapest feasible count wins, and among its caps the one with the most
-headroom. Candidates are evaluated in parallel processes.
+headroom. A winner whose runs had not settled (the running batch still grew across
+the window: near saturation a queue relaxes slowly and its latencies read low) runs
+again with 4× and then 16× the requests and is judged on those runs. Candidates are
+evaluated in parallel processes.
 """
 
 from __future__ import annotations
@@ -14,7 +17,7 @@ import math
 import os
 from collections.abc import Callable, Sequence
 from concurrent.futures import ProcessPoolExecutor
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import numpy as np
@@ -26,6 +29,7 @@ from tokenroof.serving.saturation import STATISTICS, at_cap
 from tokenroof.serving.simulate import Workload, simulate
 
 CAPS = (256, 128, 64, 32, 16, 8)
+SETTLE_FACTOR, SETTLE_ROUNDS = 4, 2  # a winner whose runs had not settled runs again with 4×, then 16× the requests
 
 
 @dataclass(frozen=True)
@@ -60,6 +64,7 @@ class Outcome:
     """A candidate's runs, one per (seed, model sample): each run's TTFT and TPOT distributions."""
 
     candidate: Candidate
+    requests: int = 0  # requests per run
     ttft_ms: list[dict[str, float | None]] = field(default_factory=list)
     tpot_ms: list[dict[str, float | None]] = field(default_factory=list)
     throughput_tok_s: list[float] = field(default_factory=list)
@@ -94,6 +99,7 @@ class Outcome:
         row: dict[str, Any] = {
             "replicas": self.candidate.replicas,
             "max_num_seqs": self.candidate.max_num_seqs,
+            "requests": self.requests,
             "feasible": self.feasible(slo),
         }
         for metric in ("ttft_ms", "tpot_ms"):
@@ -121,7 +127,7 @@ def _over(
 
 def run_candidate(args: tuple[Candidate, Sequence[StepModel], Workload, Sequence[int], int | None]) -> Outcome:
     candidate, models, workload, seeds, kv = args
-    outcome = Outcome(candidate)
+    outcome = Outcome(candidate, workload.num_requests)
     for model in models:
         for seed in seeds:
             s = simulate(
@@ -180,7 +186,8 @@ class Plan:
         c = self.chosen.candidate
         return [
             f"{c.replicas} × max_num_seqs {c.max_num_seqs}: {len(self.chosen.unsteady)} of its runs had not settled "
-            f"(e.g. {self.chosen.unsteady[0]}); its latencies may be optimistic: raise --num-requests"
+            f"even with {self.chosen.requests:,} requests each (e.g. {self.chosen.unsteady[0]}); its latencies may be "
+            "optimistic: raise --num-requests"
         ]
 
 
@@ -251,16 +258,20 @@ def make_plan(
         if workers == 1
         else ProcessPoolExecutor(max_workers=workers)
     )
+    most = workload.num_requests * SETTLE_FACTOR**SETTLE_ROUNDS
     with pool_cm as pool:
+
+        def longer(o: Outcome) -> Outcome:
+            return rerun(pool, o, models, workload, seeds, kv_capacity_tokens)
+
         for replicas in range(start, max_replicas + 1):
             jobs = [(Candidate(replicas, cap), models, workload, seeds, kv_capacity_tokens) for cap in caps]
             outcomes = list(pool.map(run_candidate, jobs))
             tried.extend(outcomes)
             if progress is not None:
                 progress(replicas, len(tried))
-            feasible = [o for o in outcomes if o.feasible(slo)]
-            if feasible:
-                best = max(feasible, key=lambda o: (o.headroom(slo), o.candidate.max_num_seqs))
+            best = settled_best(outcomes, tried, slo, longer, most)
+            if best is not None:
                 below = [o for o in tried if o.candidate.replicas == replicas - 1]
                 if below:
                     why = f"{replicas - 1} fail, bound by " + max(below, key=lambda o: o.headroom(slo)).binding(slo)
@@ -273,11 +284,43 @@ def make_plan(
                 count = "1 replica is" if replicas == 1 else f"{replicas} replicas is"
                 reason = f"{count} the fewest that meets both SLOs"
                 reason += f" ({why})" if replicas > 1 else ""
+                if best.requests > workload.num_requests:
+                    reason += (
+                        f"; its runs had not settled at {workload.num_requests:,} requests: judged on {best.requests:,}"
+                    )
                 return Plan(slo, best, tried, reason, (best_cap, per_replica))
             if all(o.worst("tpot_ms", slo.statistic) > slo.tpot_ms for o in outcomes) and replicas > start + 1:
                 break  # more replicas do not lower TPOT once queueing is gone: the step itself is too slow
     closest = max(tried, key=lambda o: o.headroom(slo))
     return Plan(slo, None, tried, infeasible_reason(tried, closest, slo, max_replicas), (best_cap, per_replica))
+
+
+def rerun(
+    pool: Any, outcome: Outcome, models: Sequence[StepModel], workload: Workload, seeds: Sequence[int], kv: int | None
+) -> Outcome:
+    """The candidate again, with `SETTLE_FACTOR` times the requests per run."""
+    longer = replace(workload, num_requests=outcome.requests * SETTLE_FACTOR)
+    return next(iter(pool.map(run_candidate, [(outcome.candidate, models, longer, seeds, kv)])))
+
+
+def settled_best(
+    outcomes: list[Outcome], tried: list[Outcome], slo: Slo, longer: Callable[[Outcome], Outcome], most_requests: int
+) -> Outcome | None:
+    """The feasible candidate with the most headroom (then the larger cap), once its runs have settled: a winner
+    whose running batch still grew across the window (near saturation the queue relaxes slowly, and TTFT and TPOT
+    read low) runs again with more requests, up to `SETTLE_ROUNDS` times, and is judged on the longer runs (which
+    replace it in `tried`). None: nothing feasible."""
+    feasible = [o for o in outcomes if o.feasible(slo)]
+    while feasible:
+        best = max(feasible, key=lambda o: (o.headroom(slo), o.candidate.max_num_seqs))
+        if not best.unsteady or best.requests >= most_requests:
+            return best
+        again = longer(best)
+        tried[tried.index(best)] = again
+        feasible.remove(best)
+        if again.feasible(slo):
+            feasible.append(again)
+    return None
 
 
 def infeasible_reason(tried: Sequence[Outcome], closest: Outcome, slo: Slo, max_replicas: int) -> str:
