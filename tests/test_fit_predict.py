@@ -244,6 +244,20 @@ def test_a_prior_the_data_contradict_is_named_and_the_data_win() -> None:
         assert row["tpot_ms"] == pytest.approx(20 + 2.2 * b, rel=0.1)
 
 
+def test_a_knee_the_support_spans_is_found_though_the_prior_puts_it_past_the_data() -> None:
+    """Truth knee 8 ms / 0.4 ms = 20; the prior's compute at 75% of peak puts it at 6 / 0.75 / (4e-5 / 0.75) = 150,
+    past every point. Started from the line, no point was compute-bound and the fit kept the prior's knee: it missed
+    batch 16 by 14% and batch 64 by 12% (points it was given) and read 128 and 256 21% and 26% low. The fit also starts
+    compute-bound now, and keeps the better of the two."""
+    truth = StepModel(1e-3, 8e-3, 4e-4, 0.0, t_seq_s=2e-5)
+    prior = Prior(StepModel(0.0, 6e-3, 0.0, 0.0), 4e-5, 1e-6, 0.0)
+    fit = fit_table(synthetic(truth, [4, 8, 16, 32, 64]), prior, n_samples=0)
+    assert fit.best.structure == "prior"
+    assert np.max(np.abs(fit.best.log_resid)) < 0.06
+    far = np.array([128.0, 256.0])
+    assert fit.step_model.step_time_s(far) == pytest.approx(truth.step_time_s(far), rel=0.04)
+
+
 # -- tables at scale: repeated batches pooled, many distinct batches binned ----------------------------------------
 KNEED = StepModel(t_fixed_s=1e-3, t_weights_s=8e-3, t_compute_s=80e-6, t_kv_token_s=0.0, t_seq_s=10e-6)
 BATCHES = np.array([1, 2, 4, 8, 16, 32, 64, 128, 256, 512.0])

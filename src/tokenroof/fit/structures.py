@@ -546,10 +546,26 @@ def prior_structure(
         least = math.log(MIN_EFFICIENCY)
         lower = np.array([0.0, floor_s, least, least] + ([] if ctx is None else [kv_floor["kv"]]))
         upper = np.array([np.inf, np.inf, 0.0, 0.0] + ([] if ctx is None else [np.inf]))
-        x0 = np.clip(x0 if start is None else start, lower + 1e-15, upper - 1e-12)
-        return least_squares(
-            residuals, x0, jac=lambda theta: jacobian(theta, center, scale), bounds=(lower, upper), x_scale="jac"
-        )
+        starts = [x0] if start is None else [start]
+        compute_s = s - floor_s  # the line's slope as GEMM time, beyond the per-sequence floor
+        if start is None and c_peak > 0 and compute_s > 0 and c_peak / compute_s < math.exp(x0[3]):
+            # from the line's start the knee lies past every point whenever the centre efficiencies put it there, and
+            # then no point moves the compute efficiency: a knee the data show would never be found. The fit also
+            # starts compute-bound (the line's slope as GEMM time, its intercept as the fixed time) and keeps the
+            # better of the two.
+            bound = [max(a, 0.0), floor_s, x0[2], math.log(c_peak / compute_s)]
+            starts.append(np.array(bound + list(x0[4:])))
+        fits = [
+            least_squares(
+                residuals,
+                np.clip(x, lower + 1e-15, upper - 1e-12),
+                jac=lambda theta: jacobian(theta, center, scale),
+                bounds=(lower, upper),
+                x_scale="jac",
+            )
+            for x in starts
+        ]
+        return min(fits, key=lambda r: float(r.cost))
 
     def _line(t: np.ndarray) -> tuple[float, float, float]:
         """The memory-bound line of the support: intercept, slope at the prior's context, KV cost per token."""
