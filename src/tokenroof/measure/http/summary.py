@@ -43,17 +43,37 @@ def tokens_in_window(record: RequestRecord, w0: float, w1: float) -> float:
     return per_chunk * sum(1 for t in times if w0 <= t <= w1)
 
 
+def throughput_window(kind: str, ok: Sequence[RequestRecord], window: tuple[float, float]) -> tuple[float, float]:
+    """The window over which tokens are counted: at a fixed concurrency half a step earlier than the latency window.
+
+    A closed-loop window opens and closes as a request ends, just after its last token, so each edge sits on a
+    step's arrivals: every token of the step at the opening edge that the client stamped after it (streams of one
+    step arrive together) counted on top of the span's steps, up to one step in 60 (+1.6%) by the order the client
+    read them. Half a median step earlier each edge lies between two steps' arrivals, and the span holds as many
+    steps as it counts. Open-loop windows open on request arrivals, which keep no phase with the steps.
+    """
+    w0, w1 = window
+    steps = [r.tpot_s for r in ok if r.tpot_s]
+    if kind == "rate" or not steps:
+        return w0, w1
+    half = float(np.median(steps)) / 2
+    return w0 - half, w1 - half
+
+
 def running_batch(records: Sequence[RequestRecord], w0: float, w1: float) -> float:
     """Time-average number of sequences in the server's running batch over [w0, w1].
 
     A sequence joins the batch one step before its first token (the step that
-    prefills it, ≈ one TPOT) and leaves at its last token.
+    prefills it, ≈ one TPOT; the point's median TPOT for a request with fewer than
+    two tokens or cut short by the window's close) and leaves at its last token.
     """
+    steps = [r.tpot_s for r in records if r.ok and r.tpot_s]
+    typical = float(np.median(steps)) if steps else 0.0
     total = 0.0
     for r in records:
         if not r.chunk_times_s:
             continue
-        step = r.tpot_s or 0.0
+        step = r.tpot_s if r.ok and r.tpot_s else typical
         start, end = r.chunk_times_s[0] - step, r.chunk_times_s[-1]
         total += max(0.0, min(end, w1) - max(start, w0))
     return total / (w1 - w0) if w1 > w0 else 0.0
@@ -120,7 +140,8 @@ def summarise(
         done = [r for r in records if r.end_s is not None and w0 <= r.end_s <= w1]
     ok = [r for r in done if r.ok]
     failed = [r for r in records if not r.ok and r.error_type != "cancelled"]
-    tokens = sum(tokens_in_window(r, w0, w1) for r in records)
+    t0, t1 = throughput_window(kind, ok, window)
+    tokens = sum(tokens_in_window(r, t0, t1) for r in records)
     good = [
         r
         for r in ok
@@ -136,7 +157,7 @@ def summarise(
         "requests_cancelled": sum(1 for r in records if r.error_type == "cancelled"),
         "failure_reasons": failure_counts(failed),
         "failure_examples": failure_examples(failed),
-        "batch": running_batch(records, w0, w1),
+        "batch": running_batch(records, t0, t1),
         "throughput_tok_s": tokens / span,
         "request_throughput_req_s": len(ok) / span,
         "goodput_req_s": len(good) / span,
