@@ -258,6 +258,50 @@ def test_a_knee_the_support_spans_is_found_though_the_prior_puts_it_past_the_dat
     assert fit.step_model.step_time_s(far) == pytest.approx(truth.step_time_s(far), rel=0.04)
 
 
+def test_a_prior_without_a_gemm_cost_fits_from_the_line_alone() -> None:
+    """No compute floor (a prior that knows only the weights): there is no compute-bound start to try, and the fit
+    runs (a log of zero GEMM time per sequence would raise)."""
+    truth = StepModel(1e-3, 8e-3, 0.0, 0.0, t_seq_s=2e-5)
+    fit = fit_table(synthetic(truth, [4, 8, 16, 32, 64]), Prior(StepModel(0.0, 6e-3, 0.0, 0.0), 0.0, 1e-6, 0.0))
+    prior = next(c for c in fit.candidates if c.structure == "prior")
+    assert np.max(np.abs(prior.log_resid)) < 0.02
+
+
+def test_each_interval_sample_fit_starts_from_the_central_fit(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The interval's sample fits differ from the central one only by the prior centres each draws: each starts
+    from the central θ (one start, no second compute-bound one), not from the line."""
+    from scipy.optimize import OptimizeResult, least_squares
+
+    from tokenroof.fit import structures
+
+    calls: list[tuple[np.ndarray, OptimizeResult]] = []
+
+    def recording(fun, x0, **kw):  # type: ignore[no-untyped-def]
+        result = least_squares(fun, x0, **kw)
+        calls.append((np.array(x0), result))
+        return result
+
+    monkeypatch.setattr(structures, "least_squares", recording)
+    truth = StepModel(1e-3, 8e-3, 4e-4, 0.0, t_seq_s=2e-5)
+    prior = Prior(StepModel(0.0, 6e-3, 0.0, 0.0), 4e-5, 1e-6, 0.0, bandwidth_center=0.8, compute_center=0.6)
+    table = synthetic(truth, [4, 8, 16, 32, 64])
+    fit_table(table, prior, n_samples=0)
+    central = len(calls)  # every central solve starts twice: from the line and compute-bound (the test above)
+    assert central % 2 == 0
+    # θ = (fixed s, s per sequence, log memory and compute efficiencies). The compute-bound start keeps the line's
+    # memory efficiency, takes the prior's floor per sequence and the rest of the line's slope as GEMM time: the prior's
+    # 40 µs per sequence at peak over (slope - 1 µs) is the compute efficiency
+    line, bound = calls[0][0], calls[1][0]
+    assert bound[1] == pytest.approx(1e-6) and bound[2] == pytest.approx(line[2])
+    assert np.exp(bound[3]) == pytest.approx(4e-5 / (line[1] - 1e-6)) and np.exp(bound[3]) < np.exp(line[3])
+    calls.clear()
+    fit_table(table, prior, n_samples=3)
+    assert len(calls) == central + 3  # one start per sample
+    for x0, _ in calls[central:]:
+        assert any(np.allclose(x0, r.x, rtol=1e-9, atol=1e-12) for _, r in calls[:central])
+        assert not np.allclose(x0, calls[0][0])
+
+
 # -- tables at scale: repeated batches pooled, many distinct batches binned ----------------------------------------
 KNEED = StepModel(t_fixed_s=1e-3, t_weights_s=8e-3, t_compute_s=80e-6, t_kv_token_s=0.0, t_seq_s=10e-6)
 BATCHES = np.array([1, 2, 4, 8, 16, 32, 64, 128, 256, 512.0])

@@ -35,6 +35,12 @@ def test_sequence_and_plan_arithmetic() -> None:
 def test_step_time_sums_the_contexts() -> None:
     assert step_time_s(FLAT, [10, 30], 0, 0.0) == pytest.approx(1 + 40 * 0.01 + 2 * 0.1)
     assert step_time_s(FLAT, [], 5, 25.0) == pytest.approx(1.0)
+    # prompts are charged: 5 prompt tokens in chunks of 2 and 3 (Σ chunk² = 13) beside 2 decoding sequences.
+    # GEMM 0.1 s per token for 7 tokens, attention 1 ms per context token (40) and per prompt pair (13 / 2)
+    gemm = StepModel(
+        t_fixed_s=1.0, t_weights_s=0.0, t_compute_s=0.1, t_kv_token_s=0.01, t_seq_s=0.1, t_attn_token_s=1e-3
+    )
+    assert step_time_s(gemm, [10, 30], 5, 13.0) == pytest.approx(1 + 0.7 + 0.040 + 0.0065 + 0.4 + 0.2)
 
 
 def test_settings_at_their_limits() -> None:
@@ -159,6 +165,7 @@ def test_preemption_recomputes_the_newest_and_readmits_it_first() -> None:
     # b makes its 2 remaining tokens after readmission: it finishes one step after the one that readmits it
     assert b.finished_s == pytest.approx(rest[rest.index(readmit) + 1].end_s)
     assert sched.generated(b) == 4 and b.first_token_s == pytest.approx(plans[0].end_s)
+    assert b.admitted_s == 0.0  # its queueing ended at its first admission, not at the readmission
 
 
 def test_a_lone_sequence_is_never_preempted() -> None:
