@@ -11,7 +11,7 @@ from jsonschema import Draft202012Validator
 from referencing import Registry, Resource
 
 SCHEMAS = Path(__file__).resolve().parents[1] / "schemas"
-COMMANDS = ("roofline", "predict", "advise", "simulate", "plan", "bench-local", "calibrate")
+COMMANDS = ("roofline", "predict", "advise", "simulate", "plan", "bench", "bench-local", "calibrate")
 
 
 @cache
@@ -30,3 +30,9 @@ def registry() -> Registry:
 def validate(command: str, data: dict[str, Any]) -> None:
     """Raise jsonschema.ValidationError (with the path of the offending key) if `data` breaks the contract."""
     Draft202012Validator(load(command), registry=registry()).validate(json.loads(json.dumps(data)))
+
+
+def validate_bench_point(point: dict[str, Any]) -> None:
+    """One bench sweep point (as run_bench returns it and summary.json holds it) against bench's point definition."""
+    schema = {"$ref": load("bench")["$id"] + "#/$defs/point"}
+    Draft202012Validator(schema, registry=registry()).validate(json.loads(json.dumps(point)))

@@ -12,6 +12,7 @@ from typing import Any
 import pytest
 from aiohttp import web
 
+from tests.schemas import validate_bench_point
 from tokenroof.errors import TokenroofError
 from tokenroof.io.measurements import read_table
 from tokenroof.measure.http.run import BenchConfig, run_bench
@@ -105,6 +106,8 @@ def test_faults_are_accounted_for_and_the_point_is_marked(tmp_path: Path) -> Non
     for reason in ("HTTP 500", "timeout after 0.5 s", "malformed SSE line", "stream"):
         assert reason in errors
     assert points[0]["invalid"] and "requests failed" in points[0]["invalid"]
+    validate_bench_point(points[0])  # failures, reasons and examples in the contract's shapes
+    assert points[0]["failure_reasons"] and points[0]["failure_examples"]
     assert "left out concurrency=2" in (tmp_path / "summary.csv").read_text()
     assert all(h == "Bearer sk-secret-123" for h in headers)
     for written in tmp_path.iterdir():
@@ -224,7 +227,7 @@ def test_open_loop_rate_and_chat_endpoint(tmp_path: Path) -> None:
     assert point["kind"] == "rate" and point["value"] == 40.0
     records = [r for r in jsonl(tmp_path / "requests.jsonl") if r["type"] == "request"]
     assert len(records) == 30 and all(r["ok"] for r in records)
-    assert point["requests_completed"] > 0 and point["window_s"][1] > point["window_s"][0]
+    assert point["requests_completed"] > 0 and point["window_end_s"] > point["window_start_s"]
 
 
 def test_arrival_process_mean_rate() -> None:

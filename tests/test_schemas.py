@@ -48,6 +48,27 @@ def test_json_output_validates_against_its_schema(command: str, args: list[str])
     validate(command, run_json(args))
 
 
+def test_bench_output_and_summary_json_validate(tmp_path: Path) -> None:
+    """Against the emulator (its own process): a closed-loop and an open-loop point, on stdout and in summary.json."""
+    from tests.emulator_process import emulator_process
+    from tests.schemas import validate_bench_point
+
+    terms = {"t_fixed_s": 2e-3, "t_weights_s": 3e-3, "t_compute_s": 0.0, "t_kv_token_s": 0.0, "t_seq_s": 5e-5}
+    with emulator_process(terms, tmp_path) as url:
+        flags = ["--concurrency", "2", "--request-rate", "40", "--requests-per-point", "24"]
+        flags += ["--input-len", "4", "--output-len", "4"]
+        data = run_json(["bench", url, *flags, "--out", str(tmp_path / "out")])
+    validate("bench", data)
+    assert [p["kind"] for p in data["points"]] == ["concurrency", "rate"]
+    summary = json.loads((tmp_path / "out" / "summary.json").read_text())
+    assert summary["points"] == data["points"]
+    for point in summary["points"]:
+        validate_bench_point(point)
+    broken = {**data["points"][0], "tpot_ms": 5.0}
+    with pytest.raises(ValidationError):
+        validate_bench_point(broken)
+
+
 def test_a_broken_output_is_caught_with_its_path() -> None:
     data = run_json(["advise", *SPECS, "--context", "1150", "--tpot-slo-ms", "40"])
     data["at_cap"]["tpot_ms"] = [30.0, 32.0]  # the old list-shaped interval

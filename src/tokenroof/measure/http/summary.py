@@ -17,7 +17,8 @@ ALIASES = {
     "itl_ms": "vLLM ITL (gaps between streamed chunks)",
     "e2e_ms": "vLLM E2EL; GuideLLM request_latency; GenAI-Perf request latency",
     "throughput_tok_s": "vLLM output token throughput, but over the steady-state window only",
-    "batch": "time-averaged sequences in the running batch, estimated client-side (vLLM num_requests_running)",
+    "batch": "time-averaged sequences in the running batch: the server's gauge (vLLM num_requests_running) where "
+    "its /metrics has one, else estimated client-side",
 }
 EXAMPLES = 3  # distinct failure reasons kept per point
 
@@ -115,7 +116,8 @@ class PointSummary:
             "point": self.label,
             "kind": self.kind,
             "value": self.value,
-            "window_s": list(self.window_s),
+            "window_start_s": self.window_s[0],  # simulate's names: one key, one shape
+            "window_end_s": self.window_s[1],
             "invalid": self.invalid,
             **self.data,
         }
