@@ -41,7 +41,6 @@ def test_every_schema_is_a_valid_draft_2020_12_schema() -> None:
         ("simulate", ["simulate", *SPECS, *LENGTHS, "--rate", "5,10", *SMALL, "--tpot-slo-ms", "20"]),
         ("simulate", ["simulate", "--fit", SEED, "--rate", "10", *SMALL, "--ttft-slo-ms", "500"]),
         ("plan", ["plan", *SPECS, *LENGTHS, "--rate", "10", *SMALL, "--seeds", "1", "--slo-statistic", "p90"]),
-        ("plan", ["plan", "--fit", SEED, "--rate", "10", *SMALL, "--seeds", "1", *INFEASIBLE]),
     ],
 )
 def test_json_output_validates_against_its_schema(command: str, args: list[str]) -> None:
@@ -67,6 +66,21 @@ def test_bench_output_and_summary_json_validate(tmp_path: Path) -> None:
     broken = {**data["points"][0], "tpot_ms": 5.0}
     with pytest.raises(ValidationError):
         validate_bench_point(broken)
+
+
+def test_an_infeasible_plan_prints_its_candidates_and_exits_1() -> None:
+    """Nothing meets the targets: the JSON (or the table) is the evidence, the status says no; errors exit 2."""
+    from tests.conftest import run_cli
+
+    args = ["plan", "--fit", SEED, "--rate", "10", *SMALL, "--seeds", "1", *INFEASIBLE]
+    result = run_cli([*args, "--json"])
+    assert result.exit_code == 1
+    data = json.loads(result.stdout)
+    validate("plan", data)
+    assert data["chosen"] is None and data["points"]
+    assert result.stderr.strip() == f"infeasible: {data['reason']}"
+    table = run_cli(args)
+    assert table.exit_code == 1 and "infeasible:" in table.stdout and "max_num_seqs" in table.stdout
 
 
 def test_a_broken_output_is_caught_with_its_path() -> None:

@@ -21,6 +21,7 @@ from tokenroof.cli import (
     StepModelFileOpt,
     TpOpt,
     app,
+    err,
     finish,
     handle_errors,
     parse_numbers,
@@ -162,3 +163,9 @@ def plan(
     from tokenroof.report.plots import plot_plan
 
     finish(data, render.plan_result, json_output, plot, lambda path: plot_plan(data, path))
+    if data["chosen"] is None:  # the candidates are the answer's evidence: printed, then a status a script can test
+        from rich.markup import escape
+
+        if json_output:
+            err.print(escape(f"infeasible: {data['reason']}"), highlight=False, soft_wrap=True)
+        raise typer.Exit(1)
