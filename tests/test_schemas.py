@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 from jsonschema import Draft202012Validator, ValidationError
 
-from tests.conftest import run_json
+from tests.conftest import run_cli, run_json
 from tests.schemas import COMMANDS, SCHEMAS, load, validate
 
 SEED = "examples/h100_7b_seed.csv"
@@ -70,8 +70,6 @@ def test_bench_output_and_summary_json_validate(tmp_path: Path) -> None:
 
 def test_an_infeasible_plan_prints_its_candidates_and_exits_1() -> None:
     """Nothing meets the targets: the JSON (or the table) is the evidence, the status says no; errors exit 2."""
-    from tests.conftest import run_cli
-
     args = ["plan", "--fit", SEED, "--rate", "10", *SMALL, "--seeds", "1", *INFEASIBLE]
     result = run_cli([*args, "--json"])
     assert result.exit_code == 1

@@ -44,6 +44,12 @@ def tokens_in_window(record: RequestRecord, w0: float, w1: float) -> float:
     return per_chunk * sum(1 for t in times if w0 <= t <= w1)
 
 
+def typical_step_s(records: Sequence[RequestRecord]) -> float | None:
+    """The median TPOT of the requests that completed with two or more tokens: one step of the point."""
+    steps = [r.tpot_s for r in records if r.ok and r.tpot_s]
+    return float(np.median(steps)) if steps else None
+
+
 def throughput_window(kind: str, ok: Sequence[RequestRecord], window: tuple[float, float]) -> tuple[float, float]:
     """The window over which tokens are counted: at a fixed concurrency half a step earlier than the latency window.
 
@@ -54,11 +60,10 @@ def throughput_window(kind: str, ok: Sequence[RequestRecord], window: tuple[floa
     steps as it counts. Open-loop windows open on request arrivals, which keep no phase with the steps.
     """
     w0, w1 = window
-    steps = [r.tpot_s for r in ok if r.tpot_s]
-    if kind == "rate" or not steps:
+    step = typical_step_s(ok)
+    if kind == "rate" or step is None:
         return w0, w1
-    half = float(np.median(steps)) / 2
-    return w0 - half, w1 - half
+    return w0 - step / 2, w1 - step / 2
 
 
 def running_batch(records: Sequence[RequestRecord], w0: float, w1: float) -> float:
@@ -68,8 +73,7 @@ def running_batch(records: Sequence[RequestRecord], w0: float, w1: float) -> flo
     prefills it, ≈ one TPOT; the point's median TPOT for a request with fewer than
     two tokens or cut short by the window's close) and leaves at its last token.
     """
-    steps = [r.tpot_s for r in records if r.ok and r.tpot_s]
-    typical = float(np.median(steps)) if steps else 0.0
+    typical = typical_step_s(records) or 0.0
     total = 0.0
     for r in records:
         if not r.chunk_times_s:
