@@ -221,11 +221,11 @@ def test_advise_from_first_principles_at_several_contexts_is_bound_by_memory_at_
 def test_a_fit_of_several_contexts_travels_with_its_kv_law_and_says_prefill_is_missing(tmp_path) -> None:
     """The portable model runs each sequence at its own context with the fitted k; a line has no compute term,
     so prefill costs nothing in it, and the notes say so."""
-    from tokenroof.fit.travel import from_table
+    from tokenroof.serving.replay import fitted_models
 
     path = tmp_path / "two.csv"
     path.write_text(measured([8192, 32768]).to_csv())
-    travelling, samples = from_table(path, n_samples=10)
+    travelling, samples = fitted_models(path, n_samples=10)
     sm = travelling.step_model
     assert travelling.split and travelling.prior is None and len(samples) == 10
     assert sm.t_kv_token_s == pytest.approx(TRUTH.t_kv_token_s, rel=0.15)
@@ -233,7 +233,7 @@ def test_a_fit_of_several_contexts_travels_with_its_kv_law_and_says_prefill_is_m
     notes = travelling.notes(16384)
     assert sm.t_compute_s > 0 and not any("prefill costs nothing" in n for n in notes)  # a knee: compute fitted
     assert any("fitted there, so it runs at each sequence's own context" in n for n in notes)
-    line, _ = from_table(EXAMPLE)  # its points show no knee: a memory-bound line, no compute term
+    line, _ = fitted_models(EXAMPLE)  # its points show no knee: a memory-bound line, no compute term
     assert line.step_model.t_compute_s == 0 and any("prefill costs nothing" in n for n in line.notes(16384))
 
 

@@ -201,7 +201,11 @@ def test_fitted_answers(tmp_path: Path) -> None:
     at = advise_answer([table], PHYSICS, Workload(), Targets(30.0), samples=10, contexts=[300.0])
     assert at["context_tokens"] == 300.0 and "at context 300;" in at["source"]
     online = advise_answer([table], PHYSICS, Workload(input_len=250, output_len=100), Targets(40.0))
-    assert online["source"] == f"fitted to {table}, run on simulate's scheduler"
+    assert online["source"] == (
+        f"fitted on simulate's scheduler to {table} (online, closed loop, streams staggered (assumed: the table does "
+        "not say; '# client=…'), prompts prefilled whole (assumed: no TTFT to tell)); each cap kept full by a closed "
+        "loop, streams staggered"
+    )
 
 
 def test_largest_batch_on_every_side_of_each_boundary() -> None:

@@ -431,11 +431,15 @@ def test_to_dict_by_hand() -> None:
         "interval_calibration",
         "excluded_points",
         "prior_conflicts",
+        "workload",
+        "serving",
         "model",
         "step_model",
         "measured",
         "warnings",
     }
+    assert d["workload"] == "decode-only (TPOT of pure decode steps): no prompts in the measured steps"
+    assert d["serving"] is None
     # samples at 3 and 5 around the estimate 4: percentiles 3 + 0.05·2 and 3 + 0.95·2
     assert (d["critical_batch"], d["critical_batch_reason"]) == (4.0, None)
     assert d["critical_batch_low"] == pytest.approx(3.1) and d["critical_batch_high"] == pytest.approx(4.9)

@@ -235,7 +235,13 @@ EngineOpt = Annotated[
         "per-step and per-sequence overheads, and the spread of the intervals.",
     ),
 ]
-FitOpt = Annotated[Path | None, typer.Option(help="Step model fitted to this measurement file (as predict does).")]
+FitOpt = Annotated[
+    list[Path] | None,
+    typer.Option(
+        help="Step model fitted to these measurements, as predict does: a CSV, vLLM/GuideLLM JSON files or bench "
+        "folders (repeat --fit for several)."
+    ),
+]
 StepModelFileOpt = Annotated[Path | None, typer.Option(help="Step model terms from a JSON file (StepModel fields).")]
 SloStatisticOpt = Annotated[
     str, typer.Option(help="Which statistic of the per-request TTFT/TPOT the targets bound: mean, p50, p90 or p99.")

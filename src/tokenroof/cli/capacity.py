@@ -100,7 +100,8 @@ def plan(
     model: OptModel = None,
     hardware: OptHardware = None,
     fit: Annotated[
-        Path | None, typer.Option(help="Step model fitted to this file (its uncertainty is sampled).")
+        list[Path] | None,
+        typer.Option(help="Step model fitted to these measurements (repeat --fit; its uncertainty is sampled)."),
     ] = None,
     step_model: StepModelFileOpt = None,
     dtype: DtypeOpt = "bf16",

@@ -76,9 +76,20 @@ def predict(
     table = read_table(files)
     measured_at, contexts = split_contexts(table, parse_numbers(context, "--context") if context else None)
     prior = prior_for(table, physics, Workload(measured_at, input_len, output_len, decode_only))
+    lengths = (input_len, output_len) if input_len is not None and output_len is not None else None
     result = predict_table(
-        table, parse_numbers(batch, "--batch"), prior, critical_batch, roof_tok_s, max(samples, 10), seed, contexts
+        table,
+        parse_numbers(batch, "--batch"),
+        prior,
+        critical_batch,
+        roof_tok_s,
+        max(samples, 10),
+        seed,
+        contexts,
     )
+    from tokenroof.serving.replay import serving_fit
+
+    result.serving = serving_fit(result.fit, table, physics.kv_pool_tokens(), lengths, physics.prompt_budget())
     if save_model is not None:
         save_fitted(result, save_model)
     from tokenroof.report.plots import plot_prediction
@@ -87,10 +98,16 @@ def predict(
 
 
 def save_fitted(result: Any, path: Path) -> None:
-    """predict --save-model: the fitted step model, its KV reads and prompt share split out where a prior is known."""
+    """predict --save-model: the step model other commands run: fitted on the scheduler to an online table (its
+    replay, result.serving), else the decode fit with its KV reads and prompt share split out where a prior is
+    known (fit.travel)."""
     from tokenroof.fit.travel import portable
+    from tokenroof.serving.replay import travelling_of
 
-    travelling = portable(result.fit, result.table)
+    if result.serving is not None:
+        travelling = travelling_of(result.serving, result.fit, result.table)
+    else:
+        travelling = portable(result.fit, result.table)
     try:
         path.write_text(travelling.to_json())
     except OSError as exc:

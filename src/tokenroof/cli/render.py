@@ -154,6 +154,20 @@ def prediction(console: Console, data: dict[str, Any]) -> None:
     elif law is not None:
         table_line += f"; other contexts by the physics ({law['kv_token_s'] * 1e9:.3g} ns of KV per context token)"
     console.print(table_line, style="dim", highlight=False)
+    if data.get("workload"):
+        console.print(f"workload: {data['workload']}", style="dim", highlight=False)
+    serving = data.get("serving")
+    if serving is not None:
+        sm = serving["step_model"]
+        ttft = f", TTFT {serving['ttft_rms']:.1%}" if serving["ttft_rms"] is not None else ""
+        console.print(
+            f"on the scheduler (--save-model): overhead {sm['t_fixed_s'] * 1e3:.3g} ms, weights "
+            f"{sm['t_weights_s'] * 1e3:.3g} ms, {sm['t_compute_s'] * 1e6:.3g} µs per token's GEMMs (a prompt's "
+            f"prefill: {serving['prefill_source']}), {sm['t_seq_s'] * 1e6:.3g} µs/seq; replays the measured TPOT "
+            f"within {serving['tpot_rms']:.1%} rms{ttft}",
+            style="dim",
+            highlight=False,
+        )
     crit = data["critical_batch"]
     lo, hi = data["critical_batch_low"], data["critical_batch_high"]
     crit_text = "none" if crit is None else fmt(crit)

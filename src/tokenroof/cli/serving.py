@@ -75,6 +75,7 @@ def emulate(
     dep = Deployment(physics, fit, step_model, None, None, max_num_seqs, kv_cache_tokens, max_num_batched_tokens)
     travelling, _ = dep.step_models()
     sm, kv = travelling.step_model, dep.kv_budget_tokens()
+    max_num_batched_tokens = dep.prompt_budget(travelling)
     for note in travelling.notes(None):
         err.print(f"note: {note}", highlight=False)
     max_model_len = min(max_model_len, kv or max_model_len)  # a request must fit in the cache on its own

@@ -40,6 +40,7 @@ def simulate_rates(
     """One simulation (a rate or a trace) or a sweep over rates: the summary (or `points`), how to plot it, and
     whether it is a sweep."""
     travelling, _ = dep.step_models()
+    dep = replace(dep, max_num_batched_tokens=dep.prompt_budget(travelling))
     sm = travelling.step_model
     notes = travelling.notes(dep.mean_context_tokens if trace is None else None)
     if not rates:
@@ -134,6 +135,7 @@ def plan_choices(
             option = dep.with_physics(replace(dep.physics, hardware=chip, tp=degree))
             travelling, samples = option.step_models(n_samples=4)
             notes += [n for n in travelling.notes(offered.mean_context_tokens) if n not in notes]
+            budget = option.prompt_budget(travelling)
             seeds = tuple(range(search.seeds))
             result = make_plan(
                 [travelling.step_model, *samples],
@@ -145,6 +147,7 @@ def plan_choices(
                 search.workers,
                 ray_address=search.ray_address,
                 progress=progress,
+                max_num_batched_tokens=budget,
             )
             entry = {**result.to_dict(), "hardware": chip, "tp": degree, "gpus_per_replica": degree}
             entry["step_model"] = travelling.step_model.to_dict()

@@ -187,6 +187,7 @@ class PredictResult:
     excluded: Excluded | None = None
     warnings: list[str] = field(default_factory=list)
     contexts: list[float] | None = None  # contexts to predict at (raw tokens; None: the one the table was measured at)
+    serving: Any = None  # serving/replay.ServingFit: the scheduler's model replaying an online table (None: none)
 
     @property
     def calibration(self) -> Calibration:
@@ -339,7 +340,9 @@ class PredictResult:
                 if self.excluded
                 else None
             ),
-            "prior_conflicts": list(self.fit.conflicts),
+            "prior_conflicts": list(self.fit.conflicts) + (list(self.serving.conflicts) if self.serving else []),
+            "workload": workload_line(self.table, self.serving),
+            "serving": self.serving.to_dict() if self.serving is not None else None,
             "model": terms,
             "step_model": sm.to_dict(),
             "measured": self.table.to_dict(),
@@ -389,6 +392,24 @@ def split_contexts(table: MeasurementTable, contexts: list[float] | None) -> tup
             "output_len=…') and list the contexts to predict at"
         )
     return contexts[0], None
+
+
+def workload_line(table: MeasurementTable, serving: Any = None) -> str:
+    """What the measured steps held, in one line (every header states it): pure decode, or online with how the
+    prompts met the steps."""
+    sem = table.semantics
+    if not online(table):
+        kind = "a static batch" if sem.batch_kind == "static" else "TPOT of pure decode steps"
+        return f"decode-only ({kind}): no prompts in the measured steps"
+    lengths = f"{sem.input_len:g} in / {sem.output_len:g} out, " if sem.input_len and sem.output_len else ""
+    if serving is not None:
+        return f"{serving.describe()} ({lengths}replayed on the scheduler)"
+    client = f", {sem.client} client" if sem.client else ""
+    assumed = "" if {"batch_kind", "tpot_kind"} & set(sem.stated) else ", assumed"
+    return (
+        f"online ({lengths}prompts in the steps{client}{assumed}): their prefill is folded into the per-sequence "
+        "terms, not priced apart (no TTFT in the table, or no lengths)"
+    )
 
 
 # -- warnings -----------------------------------------------------------------------------

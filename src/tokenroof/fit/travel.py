@@ -15,6 +15,7 @@ where it holds.
 from __future__ import annotations
 
 import json
+from collections.abc import Sequence
 from dataclasses import dataclass, fields, replace
 from pathlib import Path
 from typing import Annotated, Any, Self
@@ -23,7 +24,7 @@ from pydantic import ConfigDict, PlainValidator, model_validator
 
 from tokenroof.errors import TokenroofError
 from tokenroof.fit.core import ContextLaw, Fit, Prior
-from tokenroof.io.measurements import MeasurementTable
+from tokenroof.io.measurements import CLIENT_KINDS, MeasurementTable
 from tokenroof.model.stepmodel import StepModel
 from tokenroof.specs.validate import (
     Section,
@@ -41,6 +42,28 @@ FORMAT = "tokenroof step model"
 
 
 @dataclass(frozen=True)
+class Replayed:
+    """How a step model fitted on the scheduler (serving/replay.py) was measured and how well it replays that."""
+
+    client: str  # io.measurements.CLIENT_KINDS
+    max_num_batched_tokens: int | None  # the prompt budget per step it was fitted with (None: whole prompts)
+    prefill_source: str  # "ttft" (measured) or "physics"
+    tpot_rms: float  # replay error over the measured points, rms of log(replayed / measured)
+    ttft_rms: float | None
+    semantics: str  # the workload in words, as every header states it
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "client": self.client,
+            "max_num_batched_tokens": self.max_num_batched_tokens,
+            "prefill_source": self.prefill_source,
+            "tpot_rms": self.tpot_rms,
+            "ttft_rms": self.ttft_rms,
+            "semantics": self.semantics,
+        }
+
+
+@dataclass(frozen=True)
 class Travelling:
     """A step model and the workload it holds for."""
 
@@ -50,12 +73,47 @@ class Travelling:
     split: bool = True  # KV reads and prompt share are separate terms (from specs, or split by the physics)
     source: str = "specs"
     prior: str | None = None
+    replayed: Replayed | None = None  # fitted on the scheduler to the measured TPOT and TTFT (None: a decode fit)
+
+    @property
+    def prices_prefill(self) -> bool:
+        """Whether a prompt's prefill costs what was measured or what the physics says (not folded, not free)."""
+        sm = self.step_model
+        return not sm.prompts_folded and (sm.t_compute_s > 0 or sm.t_attn_token_s > 0)
 
     def notes(self, context_tokens: float | None) -> list[str]:
         """What a user of the model should know when running it at `context_tokens` (None: unknown)."""
         if self.source == "specs":
             return []
+        if self.replayed is not None:
+            return self._replay_notes(context_tokens)
         return self._prefill_note() + self._context_notes(context_tokens)
+
+    def _replay_notes(self, context_tokens: float | None) -> list[str]:
+        r = self.replayed
+        assert r is not None
+        ttft = f", TTFT {r.ttft_rms:.1%}" if r.ttft_rms is not None else ""
+        prefill = (
+            "prefill priced by the measured TTFT"
+            if r.prefill_source == "ttft"
+            else f"no TTFT in the table: prefill priced by the physics of {self.prior}"
+        )
+        notes = [
+            f"step model fitted on the scheduler to {self.source} ({r.semantics}): it replays the measured TPOT "
+            f"within {r.tpot_rms:.1%} rms{ttft}; {prefill}"
+        ]
+        fitted_at = self.context_tokens
+        if (
+            context_tokens is not None
+            and fitted_at
+            and self.prior is None
+            and abs(context_tokens / fitted_at - 1) > 0.1
+        ):
+            notes.append(
+                f"its KV reads were measured at a mean context of {self.context_tokens:g} tokens only: at "
+                f"{context_tokens:g} they are not moved (fit with --model/--hardware to move them)"
+            )
+        return notes
 
     def _prefill_note(self) -> list[str]:
         """A fit without a compute term (a memory-bound line) prices a prompt's prefill at nothing."""
@@ -107,6 +165,7 @@ class Travelling:
                 "prefill_ratio": self.prefill_ratio,
                 "source": self.source,
                 "prior": self.prior,
+                **({"replay": self.replayed.to_dict()} if self.replayed is not None else {}),
             },
             "split": self.split,
         }
@@ -114,8 +173,9 @@ class Travelling:
 
 
 def portable(fit: Fit, table: MeasurementTable) -> Travelling:
-    """The fit's step model, with the KV reads and the prompts' GEMM share split out where a prior is known; without
-    one, folded at the workload the table states (if it states one)."""
+    """The decode fit's model made portable: the KV reads and the prompts' GEMM share split out where a prior is
+    known; without one, folded at the workload the table states (if it states one). An online table whose prefill is
+    priced gets the scheduler's own model instead (serving/replay.py)."""
     sm, prior, law = fit.step_model, fit.prior, fit.best.law
     if prior is not None:
         return Travelling(
@@ -139,23 +199,24 @@ def online(table: MeasurementTable) -> bool:
     return table.semantics.batch_kind != "static" and table.semantics.tpot_kind != "step"
 
 
-def from_table(path: Path, prior_of: Any = None, n_samples: int = 0) -> tuple[Travelling, list[StepModel]]:
-    """Fit a measurement file (with the physics prior `prior_of(table)` gives, if any) and make it portable; the
-    interval samples too, split the same way."""
+def from_table(paths: Path | Sequence[Path], prior_of: Any = None, n_samples: int = 0) -> tuple[Fit, MeasurementTable]:
+    """Fit measurement files (with the physics prior `prior_of(table)` gives, if any), with `n_samples` interval
+    samples."""
     from tokenroof.fit.core import fit_table
     from tokenroof.io.measurements import read_table
 
-    table = read_table([path])
+    table = read_table([paths] if isinstance(paths, Path) else list(paths))
     prior = prior_of(table) if prior_of is not None else None
-    fit = fit_table(table, prior, n_samples=n_samples)
-    if prior is not None:
-        samples = [split_terms(c.model, prior, c.law) for c in fit.samples]
-    else:
-        samples = [
-            replace(c.model if c.law is None else c.law.whole(c.model), prompts_folded=online(table))
-            for c in fit.samples
-        ]
-    return portable(fit, table), samples
+    return fit_table(table, prior, n_samples=n_samples), table
+
+
+def portable_samples(fit: Fit, table: MeasurementTable) -> list[StepModel]:
+    """The fit's interval samples made portable as `portable` makes its model."""
+    if fit.prior is not None:
+        return [split_terms(c.model, fit.prior, c.law) for c in fit.samples]
+    return [
+        replace(c.model if c.law is None else c.law.whole(c.model), prompts_folded=online(table)) for c in fit.samples
+    ]
 
 
 def split_terms(sm: StepModel, prior: Prior, law: ContextLaw | None = None) -> StepModel:
@@ -230,11 +291,39 @@ class PredictTerms(StepModelFields):
     context_tokens: Annotated[float, PlainValidator(non_negative)] | None = None
 
 
+def _client(value: Any) -> str:
+    if value not in CLIENT_KINDS:
+        raise ValueError(f"must be one of {', '.join(CLIENT_KINDS)}")
+    return str(value)
+
+
+class ReplayFields(Section):
+    """How a model fitted on the scheduler was measured (`Replayed`)."""
+
+    client: Annotated[str, PlainValidator(_client)]
+    max_num_batched_tokens: Annotated[int, PlainValidator(whole(1))] | None = None
+    prefill_source: Text = "ttft"
+    tpot_rms: Annotated[float, PlainValidator(non_negative)] = 0.0
+    ttft_rms: Annotated[float, PlainValidator(non_negative)] | None = None
+    semantics: Text = ""
+
+    def replayed(self) -> Replayed:
+        return Replayed(
+            self.client,
+            self.max_num_batched_tokens,
+            self.prefill_source,
+            self.tpot_rms,
+            self.ttft_rms,
+            self.semantics,
+        )
+
+
 class FittedAt(Section):
     context_tokens: Annotated[float, PlainValidator(non_negative)] | None = None
     prefill_ratio: Annotated[float, PlainValidator(non_negative)] | None = None
     source: Text | None = None
     prior: Text | None = None
+    replay: ReplayFields | None = None
 
 
 def _format(value: Any) -> str:
@@ -268,6 +357,7 @@ def read_step_model(path: Path) -> Travelling:
             saved.split,
             at.source or str(path),
             at.prior,
+            at.replay.replayed() if at.replay is not None else None,
         )
     if "predictions" in data:  # predict --json
         terms = validated(PredictTerms, data.get("model"), str(path), "a JSON object", where="model")

@@ -25,7 +25,9 @@ import numpy as np
 from tokenroof.errors import TokenroofError
 from tokenroof.model.stepmodel import mean_context_tokens
 
-COLUMNS = ("batch", "throughput_tok_s", "tpot_ms", "context_tokens", "ttft_ms")
+# `requests`: how many requests a point's means are taken over from the start of its run, ramp-up included (vLLM and
+# GuideLLM report so); absent: a steady-state window (tokenroof bench)
+COLUMNS = ("batch", "throughput_tok_s", "tpot_ms", "context_tokens", "ttft_ms", "requests")
 DISAGREE = 0.10  # throughput and TPOT inconsistent by more than this → warning
 # rows at one batch are repeated runs of it, pooled, unless their TPOTs scatter more than this (rms of log TPOT):
 # that is two servers or workloads in one table
@@ -43,7 +45,17 @@ BATCH_KINDS = ("running", "concurrency", "static")
 # What the TPOT column counts: mean time per output token after the first (vLLM's TPOT; excludes queueing);
 # inter-token latency; end-to-end time ÷ output tokens (includes prefill and queueing); the decode step time.
 TPOT_KINDS = ("tpot", "itl", "e2e", "step")
-SETTINGS = {"batch_kind": BATCH_KINDS, "tpot_kind": TPOT_KINDS, "input_len": None, "output_len": None}
+# How the measuring client drove the server: a closed loop whose streams all start at once (`vllm bench serve
+# --max-concurrency`, GuideLLM's concurrent and throughput strategies), a closed loop whose streams start staggered
+# over a request's life (tokenroof bench), or open-loop arrivals at a request rate (Poisson or evenly spaced).
+CLIENT_KINDS = ("burst", "staggered", "poisson", "constant")
+SETTINGS = {
+    "batch_kind": BATCH_KINDS,
+    "tpot_kind": TPOT_KINDS,
+    "client": CLIENT_KINDS,
+    "input_len": None,
+    "output_len": None,
+}
 
 
 @dataclass(frozen=True)
@@ -52,6 +64,7 @@ class Semantics:
 
     batch_kind: str = "running"
     tpot_kind: str = "tpot"
+    client: str | None = None  # CLIENT_KINDS; None: not stated
     input_len: float | None = None
     output_len: float | None = None
     stated: tuple[str, ...] = ()  # the settings the source stated (the rest are defaults)
@@ -78,7 +91,7 @@ def parse_settings(lines: Iterable[str], where: str) -> Semantics:
     """`key=value` settings in provenance lines (`# batch_kind=static tpot_kind=e2e input_len=1024 ...`)."""
     found: dict[str, Any] = {}
     for line in lines:
-        for key, value in re.findall(r"\b(batch_kind|tpot_kind|input_len|output_len)=([^\s,;]+)", line):
+        for key, value in re.findall(r"\b(batch_kind|tpot_kind|client|input_len|output_len)=([^\s,;]+)", line):
             allowed = SETTINGS[key]
             if allowed is not None:
                 if value not in allowed:
@@ -100,6 +113,7 @@ class Row:
     context_tokens: float | None = None
     ttft_ms: float | None = None
     where: str = ""
+    requests: float | None = None
 
 
 @dataclass(frozen=True)
@@ -113,6 +127,7 @@ class MeasurementTable:
     throughput_tok_s: np.ndarray
     context_tokens: np.ndarray | None = None
     ttft_ms: np.ndarray | None = None
+    requests: np.ndarray | None = None  # per point: the requests its means were taken over, whole run (None: a window)
     provenance: tuple[str, ...] = ()
     source: str = ""
     warnings: tuple[str, ...] = ()
@@ -158,6 +173,7 @@ class MeasurementTable:
             throughput_tok_s=self.throughput_tok_s[index],
             context_tokens=cut(self.context_tokens),
             ttft_ms=cut(self.ttft_ms),
+            requests=cut(self.requests),
             derived=derived,
             count=cut(self.count),
             tpot_log_ss=cut(self.tpot_log_ss),
@@ -186,6 +202,8 @@ class MeasurementTable:
             columns["context_tokens"] = self.context_tokens
         if self.ttft_ms is not None:
             columns["ttft_ms"] = self.ttft_ms
+        if self.requests is not None:
+            columns["requests"] = self.requests
         out = io.StringIO()
         write_rows(out, self.provenance, list(columns), zip(*columns.values(), strict=True))
         return out.getvalue()
@@ -193,7 +211,12 @@ class MeasurementTable:
     def to_dict(self) -> dict[str, Any]:
         batch, thr, tpot = (a.astype(float).tolist() for a in (self.batch, self.throughput_tok_s, self.tpot_ms))
         points = [{"batch": b, "throughput_tok_s": r, "tpot_ms": t} for b, r, t in zip(batch, thr, tpot, strict=True)]
-        extra = {"context_tokens": self.context_tokens, "count": self.count}
+        extra = {
+            "context_tokens": self.context_tokens,
+            "ttft_ms": self.ttft_ms,
+            "requests": self.requests,
+            "count": self.count,
+        }
         for name, values in extra.items():
             if values is not None:
                 for point, value in zip(points, values.tolist(), strict=True):
@@ -203,6 +226,7 @@ class MeasurementTable:
             "provenance": list(self.provenance),
             "batch_kind": self.semantics.batch_kind,
             "tpot_kind": self.semantics.tpot_kind,
+            "client": self.semantics.client,
             "input_len": self.semantics.input_len,
             "output_len": self.semantics.output_len,
             "stated": list(self.semantics.stated),
@@ -325,6 +349,7 @@ def table_from_columns(
         throughput_tok_s=groups.geometric_mean(thr_all),
         context_tokens=None if np.isnan(ctx).all() else groups.mean(ctx),
         ttft_ms=None if np.isnan(col["ttft_ms"]).any() else groups.mean(col["ttft_ms"]),
+        requests=None if np.isnan(col["requests"]).any() else groups.mean(col["requests"]),
         provenance=tuple(provenance),
         source=source,
         warnings=tuple(warnings),
@@ -416,6 +441,7 @@ def pooled(table: MeasurementTable, max_points: int) -> tuple[MeasurementTable, 
         throughput_tok_s=np.exp(mean(np.log(table.throughput_tok_s))),
         context_tokens=None if table.context_tokens is None else mean(table.context_tokens),
         ttft_ms=None if table.ttft_ms is None else mean(table.ttft_ms),
+        requests=None if table.requests is None else mean(table.requests),
         derived=labels if len(table.derived) == n else (),
         count=np.rint(rows).astype(np.int64),
         tpot_log_ss=np.add.reduceat(scatter, starts),
@@ -439,6 +465,7 @@ def _concat(parts: Sequence[MeasurementTable]) -> MeasurementTable:
         throughput_tok_s=np.concatenate([p.throughput_tok_s for p in parts]),
         context_tokens=join("context_tokens"),
         ttft_ms=join("ttft_ms"),
+        requests=join("requests"),
         derived=derived if len(derived) == sum(len(p) for p in parts) else (),
         count=np.rint(np.concatenate(counts)).astype(np.int64),
         tpot_log_ss=np.concatenate([p.log_ss for p in parts]),
@@ -648,6 +675,7 @@ def _vllm_row(data: Mapping[str, Any], where: str, warnings: list[str]) -> Row:
         context,
         _number(data.get("mean_ttft_ms"), where, "mean_ttft_ms"),
         where,
+        _number(data.get("completed"), where, "completed"),
     )
     warnings.append(
         f"{where}: batch = max_concurrency {row.batch:g}; the running batch can be lower (ramp-up, drain, server caps)"
@@ -657,7 +685,7 @@ def _vllm_row(data: Mapping[str, Any], where: str, warnings: list[str]) -> Row:
 
 def _vllm_settings(data: Mapping[str, Any], where: str) -> dict[str, Any]:
     """vLLM's TPOT excludes the first token and so any queueing; lengths from the run's token totals."""
-    settings: dict[str, Any] = {"batch_kind": "concurrency", "tpot_kind": "tpot"}
+    settings: dict[str, Any] = {"batch_kind": "concurrency", "tpot_kind": "tpot", "client": _vllm_client(data)}
     done = _number(data.get("completed"), where, "completed")
     for key, total in (("input_len", "total_input_tokens"), ("output_len", "total_output_tokens")):
         value = _number(data.get(total), where, total)
@@ -666,8 +694,48 @@ def _vllm_settings(data: Mapping[str, Any], where: str) -> dict[str, Any]:
     return settings
 
 
+def _vllm_client(data: Mapping[str, Any]) -> str:
+    """`--request-rate inf` (the default) with `--max-concurrency`: every stream starts at once; a finite rate
+    arrives open-loop (`--burstiness` 1: Poisson, larger: smoother; inf is read as evenly spaced)."""
+    rate = data.get("request_rate")
+    try:
+        finite = rate is not None and math.isfinite(float(rate))
+    except (TypeError, ValueError):
+        finite = False
+    if not finite:
+        return "burst"
+    burstiness = data.get("burstiness", 1.0)
+    return "constant" if isinstance(burstiness, str) or burstiness in (math.inf,) else "poisson"
+
+
+GUIDELLM_CLIENTS = {
+    "concurrent": "burst",
+    "throughput": "burst",
+    "synchronous": "staggered",
+    "poisson": "poisson",
+    "constant": "constant",
+}
+
+
+def _guidellm_client(data: Mapping[str, Any]) -> str | None:
+    """The strategies of a GuideLLM sweep as one client: its rate points' kind (a synchronous point is a rate so low
+    that one request runs at a time), else its streams' (concurrent and throughput start every stream at once)."""
+    kinds = []
+    for bench in data["benchmarks"]:
+        if isinstance(bench, Mapping):
+            strategy = _dig(bench, "args", "strategy") or _dig(bench, "config", "strategy")
+            kind = strategy.get("type_") if isinstance(strategy, Mapping) else None
+            if isinstance(kind, str) and kind in GUIDELLM_CLIENTS:
+                kinds.append(GUIDELLM_CLIENTS[kind])
+    rates = [k for k in kinds if k in ("poisson", "constant")] or kinds
+    return max(sorted(set(rates)), key=rates.count) if rates else None
+
+
 def _guidellm_settings(data: Mapping[str, Any], where: str) -> dict[str, Any]:
     settings: dict[str, Any] = {"batch_kind": "concurrency", "tpot_kind": "itl"}
+    client = _guidellm_client(data)
+    if client is not None:
+        settings["client"] = client
     for key, metric in (("input_len", "prompt_token_count"), ("output_len", "output_token_count")):
         values = [
             _number(_dig(bench.get("metrics", {}), metric, "successful", "mean"), f"{where} benchmark {i}", metric)
@@ -684,7 +752,7 @@ def merge_settings(parts: Sequence[tuple[str, Mapping[str, Any]]], provenance: S
     """One table's semantics from several files: kinds must agree, lengths are averaged."""
     merged: dict[str, Any] = {}
     for where, part in parts:
-        for key in ("batch_kind", "tpot_kind"):
+        for key in ("batch_kind", "tpot_kind", "client"):
             if key in part and merged.setdefault(key, (part[key], where))[0] != part[key]:
                 raise TokenroofError(
                     f"{where}: {key} {part[key]} differs from {merged[key][0]} in {merged[key][1]}; "
@@ -760,6 +828,7 @@ def _json_rows(data: Any, where: str, warnings: list[str]) -> tuple[list[Row], l
                 values["context_tokens"],
                 values["ttft_ms"],
                 here,
+                values["requests"],
             )
         )
     provenance = data.get("provenance", []) if isinstance(data, Mapping) else []

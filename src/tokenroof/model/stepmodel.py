@@ -138,6 +138,26 @@ class StepModel:
         matmul = matmul_time_s(weights, compute, self.overlap)
         return float(self.t_fixed_s + matmul + total_context * self.t_kv_token_s + batch * self.t_seq_s)
 
+    def steps_s(
+        self, batch: ArrayLike, total_context: ArrayLike, prefill_tokens: ArrayLike, prefill_sq_tokens: ArrayLike
+    ) -> NDArray[np.float64]:
+        """`step_s` over arrays of steps (the same formula, term for term): what a fit of the scheduler's own steps
+        evaluates many times."""
+        b = np.asarray(batch, dtype=float)
+        ctx = np.asarray(total_context, dtype=float)
+        p = np.asarray(prefill_tokens, dtype=float)
+        sq = np.asarray(prefill_sq_tokens, dtype=float)
+        if self.prompts_folded:
+            p = sq = np.zeros_like(p)
+        weights = self.t_weights_s + (
+            self.t_expert_s * expected_experts(self.num_experts, self.experts_per_token, b + p)
+            if self.num_experts
+            else 0.0
+        )
+        compute = b * self.t_compute_s + self.t_attn_token_s * ctx + p * self.t_compute_s + self.t_attn_token_s * sq / 2
+        matmul = matmul_time_s(weights, compute, self.overlap)
+        return np.asarray(self.t_fixed_s + matmul + ctx * self.t_kv_token_s + b * self.t_seq_s, dtype=float)
+
     def throughput_tok_s(self, batch: ArrayLike, context: ArrayLike = 0.0) -> NDArray[np.float64]:
         return np.asarray(batch, dtype=float) / self.step_time_s(batch, context)
 

@@ -268,7 +268,9 @@ def deployment_label(dep: Deployment) -> str:
     if dep.step_model_file is not None:
         what = f"step model {Path(dep.step_model_file).name}"
     elif dep.fit is not None:
-        what = f"fitted to {Path(dep.fit).name}" + (f" (prior {physics.label()})" if physics.known else "")
+        names = [f.name for f in dep.fit_files]
+        shown = names[0] if len(names) == 1 else f"{names[0]} and {len(names) - 1} more"
+        what = f"fitted to {shown}" + (f" (prior {physics.label()})" if physics.known else "")
     else:
         what = physics.label()
     if dep.input_len is not None and dep.output_len is not None:

@@ -243,16 +243,21 @@ def advise_answer(
 def advise_with_prefill(
     files: Sequence[Path], physics: Physics, flags: Workload, targets: Targets, max_num_batched_tokens: int | None
 ) -> dict[str, Any]:
-    """advise from the scheduler: the fitted (portable) or first-principles step model, a replica kept full."""
+    """advise from the scheduler: the model fitted on it to the files (or first principles), a replica kept full.
+
+    From files the replica is kept full by the client that measured them (`vllm bench serve` starts every stream at
+    once; tokenroof bench staggers them) and prefills as the measured server did (the fitted prompt budget), so the
+    answer at the measured workload is what the files show."""
     from tokenroof.serving.saturation import advise_cap
     from tokenroof.serving.simulate import Lengths
 
     assert flags.input_len is not None and flags.output_len is not None
     notes: list[str] = []
+    client = "staggered"
     if files:
         from tokenroof.fit.core import fit_table
         from tokenroof.fit.predict import read_with_prior
-        from tokenroof.fit.travel import portable
+        from tokenroof.serving.replay import portable_model
 
         table, prior = read_with_prior(list(files), physics, flags, flags_are_target=True)
         stated = table.context_tokens is not None or table.semantics.mean_context is not None
@@ -261,9 +266,27 @@ def advise_with_prefill(
                 f"{table.source} states the context it was measured at; with --input-len/--output-len the lengths "
                 "set the context to advise at (input + output/2): drop --context"
             )
-        travelling = portable(fit_table(table, prior, n_samples=0), table)
-        sm, notes = travelling.step_model, [*table.warnings, *travelling.notes(flags.mean_context)]
+        fit = fit_table(table, prior, n_samples=0)
+        measured = (flags.input_len, flags.output_len)
+        travelling = portable_model(fit, table, physics.kv_pool_tokens(), measured, physics.prompt_budget())
+        if targets.ttft_slo_ms is not None and not travelling.prices_prefill:
+            raise TokenroofError(
+                f"{table.source}: nothing prices a prompt's prefill (no ttft_ms in the measurements, and no "
+                "--model/--hardware for the physics), so a TTFT target cannot be checked: give measurements with TTFT "
+                "(vLLM, GuideLLM and tokenroof bench results carry it) or --model/--hardware, or drop --ttft-slo-ms"
+            )
+        sm, notes = travelling.step_model, [*table.warnings, *fit.conflicts, *travelling.notes(flags.mean_context)]
         source = f"fitted to {table.source}, run on simulate's scheduler"
+        replayed = travelling.replayed
+        if replayed is not None:
+            if replayed.client in ("burst", "staggered"):
+                client = replayed.client
+            if max_num_batched_tokens is None:
+                max_num_batched_tokens = replayed.max_num_batched_tokens
+            source = (
+                f"fitted on simulate's scheduler to {table.source} ({replayed.semantics}); each cap kept full by "
+                f"a closed loop, {'every stream started at once' if client == 'burst' else 'streams staggered'}"
+            )
     else:
         sm = physics.step_model()
         source = f"first principles: {physics.label()}, run on simulate's scheduler"
@@ -277,6 +300,7 @@ def advise_with_prefill(
         physics.kv_pool_tokens(),
         max_num_batched_tokens,
         source=source,
+        client=client,
     )
     result.warnings = notes + result.warnings
     return {**result.to_dict(), "step_model": sm.to_dict()}

@@ -10,6 +10,7 @@ only).
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -94,6 +95,14 @@ class Physics:
         profile = self.engine_profile() if self.engine is not None else None
         return prior_from_specs(model, hardware, self.precision, workload, self.tp, engine=profile)
 
+    def prompt_budget(self) -> int | str | None:
+        """How the named engine prefills measured prompts: its chunk budget per step, None for whole prompts (its own
+        prefill steps), or "fit" when no engine is named (the replay of the measurements decides)."""
+        if self.engine is None:
+            return "fit"
+        profile = self.engine_profile()
+        return profile.max_num_batched_tokens if profile.prefill == "chunked" else None
+
     def kv_pool_tokens(self) -> int | None:
         """The KV-cache pool a server would have (vLLM's, roughly: 90% of memory less the weights); None without
         model and hardware. emulate and simulate build the same server from the same flags."""
@@ -127,7 +136,7 @@ class Deployment:
     """
 
     physics: Physics = Physics()
-    fit: Path | None = None
+    fit: Path | Sequence[Path] | None = None  # measurement files (or bench folders) read as one table
     step_model_file: Path | None = None
     input_len: Lengths | None = None
     output_len: Lengths | None = None
@@ -136,6 +145,8 @@ class Deployment:
     max_num_batched_tokens: int | None = None
 
     def __post_init__(self) -> None:
+        if isinstance(self.fit, list | tuple):  # repeated --fit: one table; none given: no fit
+            object.__setattr__(self, "fit", tuple(Path(f) for f in self.fit) or None)
         sources = (self.fit is not None) + (self.step_model_file is not None)
         if sources > 1 or (self.step_model_file is not None and self.physics.model is not None):
             raise TokenroofError(
@@ -165,13 +176,30 @@ class Deployment:
 
     def step_models(self, n_samples: int = 0) -> tuple[Travelling, list[StepModel]]:
         """The step model (with what it was fitted under) and, for a fit, `n_samples` interval samples."""
-        from tokenroof.fit.travel import Travelling, from_table, read_step_model
+        from tokenroof.fit.travel import Travelling, read_step_model
+        from tokenroof.serving.replay import fitted_models
 
         if self.step_model_file is not None:
             return read_step_model(self.step_model_file), []
         if self.fit is not None:
-            return from_table(self.fit, self._prior_of, n_samples)
+            return fitted_models(
+                self.fit_files, self._prior_of, n_samples, self.kv_budget_tokens(), self.physics.prompt_budget()
+            )
         return Travelling(self.physics.step_model()), []
+
+    @property
+    def fit_files(self) -> tuple[Path, ...]:
+        if self.fit is None:
+            return ()
+        return (self.fit,) if isinstance(self.fit, Path) else tuple(self.fit)
+
+    def prompt_budget(self, travelling: Travelling) -> int | None:
+        """The prompt tokens per step the server prefills: as given, else what the measured server was fitted with
+        (a model fitted on the scheduler), else whole prompts (None)."""
+        if self.max_num_batched_tokens is not None:
+            return self.max_num_batched_tokens
+        replayed = travelling.replayed
+        return replayed.max_num_batched_tokens if replayed is not None else None
 
     def _prior_of(self, table: MeasurementTable) -> Prior | None:
         from tokenroof.fit.predict import Workload
@@ -180,7 +208,7 @@ class Deployment:
             return None
         if table.context_tokens is None and table.semantics.mean_context is None:
             raise TokenroofError(
-                f"{self.fit}: fitting with --model/--hardware needs the workload the table was measured at: add a "
+                f"{table.source}: fitting with --model/--hardware needs the workload the table was measured at: add a "
                 "'# input_len=… output_len=…' line or a context_tokens column (--input-len/--output-len here "
                 "describe the workload to run, not the one measured)"
             )

@@ -18,7 +18,7 @@ import os
 from collections.abc import Callable, Sequence
 from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass, field, replace
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 
@@ -125,8 +125,15 @@ def _over(
     return None if any(v is None for v in values) else float(pick([v for v in values if v is not None]))
 
 
-def run_candidate(args: tuple[Candidate, Sequence[StepModel], Workload, Sequence[int], int | None]) -> Outcome:
-    candidate, models, workload, seeds, kv = args
+class Server(NamedTuple):
+    """What every replica of a candidate has besides its cap: the KV cache and the prompt budget per step."""
+
+    kv_capacity_tokens: int | None = None
+    max_num_batched_tokens: int | None = None
+
+
+def run_candidate(args: tuple[Candidate, Sequence[StepModel], Workload, Sequence[int], Server]) -> Outcome:
+    candidate, models, workload, seeds, server = args
     outcome = Outcome(candidate, workload.num_requests)
     for model in models:
         for seed in seeds:
@@ -135,9 +142,10 @@ def run_candidate(args: tuple[Candidate, Sequence[StepModel], Workload, Sequence
                 workload,
                 candidate.max_num_seqs,
                 seed,
-                kv,
+                server.kv_capacity_tokens,
                 replicas=candidate.replicas,
                 router="least-outstanding",
+                max_num_batched_tokens=server.max_num_batched_tokens,
             ).summary()
             outcome.ttft_ms.append(s["ttft_ms"])
             outcome.tpot_ms.append(s["tpot_ms"])
@@ -147,10 +155,10 @@ def run_candidate(args: tuple[Candidate, Sequence[StepModel], Workload, Sequence
     return outcome
 
 
-def replica_throughput_tok_s(model: StepModel, workload: Workload, cap: int, kv_capacity_tokens: int | None) -> float:
+def replica_throughput_tok_s(model: StepModel, workload: Workload, cap: int, server: Server) -> float:
     """What one replica gives kept full at `cap`, its steps also prefilling the prompts (saturation.at_cap: the
     figure advise reports for the same cap)."""
-    return at_cap(model, workload.input_len, workload.output_len, cap, kv_capacity_tokens).throughput_tok_s
+    return at_cap(model, workload.input_len, workload.output_len, cap, *server).throughput_tok_s
 
 
 def replicas_lower_bound(per_replica_tok_s: float, workload: Workload) -> int:
@@ -241,12 +249,14 @@ def make_plan(
     caps: Sequence[int] = CAPS,
     ray_address: str | None = None,
     progress: Callable[[int, int], None] | None = None,
+    max_num_batched_tokens: int | None = None,
 ) -> Plan:
     """Cheapest replica count (then most headroom) meeting both SLOs in every seed × model sample."""
     if not models:
         raise TokenroofError("no step model to plan with")
+    server = Server(kv_capacity_tokens, max_num_batched_tokens)
     best_cap, per_replica = max(
-        ((cap, replica_throughput_tok_s(models[0], workload, cap, kv_capacity_tokens)) for cap in caps),
+        ((cap, replica_throughput_tok_s(models[0], workload, cap, server)) for cap in caps),
         key=lambda pair: pair[1],
     )
     start = replicas_lower_bound(per_replica, workload)
@@ -262,10 +272,10 @@ def make_plan(
     with pool_cm as pool:
 
         def longer(o: Outcome) -> Outcome:
-            return rerun(pool, o, models, workload, seeds, kv_capacity_tokens)
+            return rerun(pool, o, models, workload, seeds, server)
 
         for replicas in range(start, max_replicas + 1):
-            jobs = [(Candidate(replicas, cap), models, workload, seeds, kv_capacity_tokens) for cap in caps]
+            jobs = [(Candidate(replicas, cap), models, workload, seeds, server) for cap in caps]
             outcomes = list(pool.map(run_candidate, jobs))
             tried.extend(outcomes)
             if progress is not None:
@@ -296,11 +306,11 @@ def make_plan(
 
 
 def rerun(
-    pool: Any, outcome: Outcome, models: Sequence[StepModel], workload: Workload, seeds: Sequence[int], kv: int | None
+    pool: Any, outcome: Outcome, models: Sequence[StepModel], workload: Workload, seeds: Sequence[int], server: Server
 ) -> Outcome:
     """The candidate again, with `SETTLE_FACTOR` times the requests per run."""
     longer = replace(workload, num_requests=outcome.requests * SETTLE_FACTOR)
-    return next(iter(pool.map(run_candidate, [(outcome.candidate, models, longer, seeds, kv)])))
+    return next(iter(pool.map(run_candidate, [(outcome.candidate, models, longer, seeds, server)])))
 
 
 def settled_best(

@@ -25,7 +25,7 @@ import numpy as np
 
 from tokenroof.errors import TokenroofError
 from tokenroof.model.stepmodel import StepModel, mean_context_tokens
-from tokenroof.serving.simulate import Lengths, Workload, percentiles_ms, simulate
+from tokenroof.serving.simulate import Lengths, SimResult, Workload, percentiles_ms, simulate
 
 STATISTICS = ("mean", "p50", "p90", "p99")
 WINDOW = (0.2, 0.8)  # completions bracketing the steady state
@@ -60,6 +60,84 @@ class AtCap:
         }
 
 
+CLIENTS = ("staggered", "burst")
+
+
+@dataclass(frozen=True)
+class SteadyRun:
+    """A replica kept full at `max_num_seqs` by a closed-loop client (the module doc): the simulated run, its window
+    (seconds) and the requests admitted in it, which its TPOT and TTFT are taken over."""
+
+    max_num_seqs: int
+    result: SimResult
+    window_s: tuple[float, float]
+    inside: np.ndarray  # per request (in request order): admitted inside the window
+
+    def at_cap(self) -> AtCap:
+        result, (w0, w1) = self.result, self.window_s
+        seqs = result.sequences
+        ends = result.step_starts_s + result.step_durations_s
+        in_window = (ends >= w0) & (ends <= w1)
+        overlap_s = np.clip(np.minimum(ends, w1) - np.maximum(result.step_starts_s, w0), 0.0, None)
+        finished = np.array([s.finished_s for s in seqs], dtype=float)
+        admitted = np.array([s.admitted_s for s in seqs], dtype=float)
+        first = np.array([s.first_token_s for s in seqs], dtype=float)
+        out = np.array([s.max_tokens for s in seqs])
+        tpot = np.where(out > 1, (finished - first) / np.maximum(out - 1, 1), np.nan)
+        span = max(w1 - w0, 1e-12)
+        return AtCap(
+            self.max_num_seqs,
+            float(result.step_batches[in_window].sum() / span),
+            measured(percentiles_ms(tpot[self.inside])),
+            measured(percentiles_ms((first - admitted)[self.inside])),
+            float((result.step_batches * overlap_s).sum() / span),
+            result.preemptions,
+        )
+
+
+def steady_run(
+    model: StepModel,
+    input_len: Lengths,
+    output_len: Lengths,
+    max_num_seqs: int,
+    kv_capacity_tokens: int | None = None,
+    max_num_batched_tokens: int | None = None,
+    seed: int = 0,
+    client: str = "staggered",
+    turnovers: int = 12,
+) -> SteadyRun:
+    """Run one replica kept full at `max_num_seqs` by a closed-loop client: `staggered` (tokenroof bench, a client
+    whose streams start spread over a request's life) or `burst` (`vllm bench serve --max-concurrency`: every stream
+    starts at once, so fixed lengths keep finishing, and prefilling, together). `turnovers`: how many times the
+    batch is replaced over the run (12: percentiles settle; a fit's replay of means needs fewer)."""
+    if max_num_seqs < 1:
+        raise TokenroofError(f"max_num_seqs must be at least 1, got {max_num_seqs}")
+    if output_len.mean < 2:
+        raise TokenroofError(f"TPOT needs at least 2 output tokens per request, got --output-len {output_len.mean}")
+    if client not in CLIENTS:
+        raise TokenroofError(f"unknown client '{client}'; known: {', '.join(CLIENTS)}")
+    n = max(20 * turnovers, turnovers * max_num_seqs)  # `turnovers` of the batch
+    c, i, o = float(max_num_seqs), float(input_len.mean), float(output_len.mean)
+    if client == "burst":  # every request queued at once: each one ending admits the next at the following step
+        rate = math.inf
+    else:
+        # arrivals at twice what the cap can serve, evenly spaced: the batch fills one request at a time (no lockstep
+        # waves of whole-batch prefills, as a staggered closed-loop client) and then stays full
+        step_s = model.step_s(c, c * mean_context_tokens(i, o), c * i / o, c / o * i * i)
+        rate = 2 * c / (o * step_s)
+    overload = Workload(rate, input_len, output_len, num_requests=n, burstiness=math.inf)
+    result = simulate(
+        model, overload, max_num_seqs, seed, kv_capacity_tokens, max_num_batched_tokens=max_num_batched_tokens
+    )
+    finished = np.array([s.finished_s for s in result.sequences], dtype=float)
+    w0, w1 = (float(q) for q in np.quantile(finished, WINDOW))
+    admitted = np.array([s.admitted_s for s in result.sequences], dtype=float)
+    inside = (admitted >= w0) & (admitted <= w1)
+    if not inside.any():  # a cap larger than the run can fill: every request admitted at once
+        inside = np.ones_like(inside)
+    return SteadyRun(max_num_seqs, result, (w0, w1), inside)
+
+
 def at_cap(
     model: StepModel,
     input_len: Lengths,
@@ -68,43 +146,13 @@ def at_cap(
     kv_capacity_tokens: int | None = None,
     max_num_batched_tokens: int | None = None,
     seed: int = 0,
+    client: str = "staggered",
 ) -> AtCap:
     """Steady-state throughput, TPOT and TTFT of one replica kept full at `max_num_seqs` (see the module doc)."""
-    if max_num_seqs < 1:
-        raise TokenroofError(f"max_num_seqs must be at least 1, got {max_num_seqs}")
-    if output_len.mean < 2:
-        raise TokenroofError(f"TPOT needs at least 2 output tokens per request, got --output-len {output_len.mean}")
-    n = max(240, 12 * max_num_seqs)  # twelve turnovers of the batch
-    # arrivals at twice what the cap can serve, evenly spaced: the batch fills one request at a time (no lockstep
-    # waves of whole-batch prefills, as a staggered closed-loop client) and then stays full
-    c, i, o = float(max_num_seqs), float(input_len.mean), float(output_len.mean)
-    step_s = model.step_s(c, c * mean_context_tokens(i, o), c * i / o, c / o * i * i)
-    overload = Workload(2 * c / (o * step_s), input_len, output_len, num_requests=n, burstiness=math.inf)
-    result = simulate(
-        model, overload, max_num_seqs, seed, kv_capacity_tokens, max_num_batched_tokens=max_num_batched_tokens
+    run = steady_run(
+        model, input_len, output_len, max_num_seqs, kv_capacity_tokens, max_num_batched_tokens, seed, client
     )
-    seqs = result.sequences
-    finished = np.array([s.finished_s for s in seqs], dtype=float)
-    w0, w1 = (float(q) for q in np.quantile(finished, WINDOW))
-    ends = result.step_starts_s + result.step_durations_s
-    in_window = (ends >= w0) & (ends <= w1)
-    overlap_s = np.clip(np.minimum(ends, w1) - np.maximum(result.step_starts_s, w0), 0.0, None)
-    admitted = np.array([s.admitted_s for s in seqs], dtype=float)
-    first = np.array([s.first_token_s for s in seqs], dtype=float)
-    out = np.array([s.max_tokens for s in seqs])
-    inside = (admitted >= w0) & (admitted <= w1)
-    if not inside.any():  # a cap larger than the run can fill: every request admitted at once
-        inside = np.ones_like(inside)
-    tpot = np.where(out > 1, (finished - first) / np.maximum(out - 1, 1), np.nan)
-    span = max(w1 - w0, 1e-12)
-    return AtCap(
-        max_num_seqs,
-        float(result.step_batches[in_window].sum() / span),
-        measured(percentiles_ms(tpot[inside])),
-        measured(percentiles_ms((first - admitted)[inside])),
-        float((result.step_batches * overlap_s).sum() / span),
-        result.preemptions,
-    )
+    return run.at_cap()
 
 
 @dataclass
@@ -147,6 +195,7 @@ def advise_cap(
     max_num_batched_tokens: int | None = None,
     limit: int = 4096,
     source: str = "",
+    client: str = "staggered",
 ) -> CapAdvice:
     """Largest cap whose steady-state TPOT (and TTFT) `statistic` meets the targets: caps on a doubling grid, then
     bisection between the last that meets them and the first that does not (TPOT grows with the cap)."""
@@ -160,7 +209,9 @@ def advise_cap(
 
     def run(cap: int) -> AtCap:
         if cap not in memo:
-            memo[cap] = at_cap(model, input_len, output_len, cap, kv_capacity_tokens, max_num_batched_tokens)
+            memo[cap] = at_cap(
+                model, input_len, output_len, cap, kv_capacity_tokens, max_num_batched_tokens, client=client
+            )
         return memo[cap]
 
     def meets(cap: int) -> bool:

@@ -119,6 +119,10 @@ class SimResult:
     kv_capacity_tokens: int | None = None  # all replicas together
     preemptions: int = 0
     replicas: int = 1
+    # per step, what it ran (the scheduler's own inputs to the step model): Σ context, prompt tokens, Σ chunk²
+    step_contexts: np.ndarray | None = None
+    step_prefill: np.ndarray | None = None
+    step_prefill_sq: np.ndarray | None = None
 
     def write(self, out_dir: Path, summary: dict[str, Any]) -> None:
         """requests.jsonl (one line per request), timeseries.csv (per step), summary.json."""
@@ -313,20 +317,14 @@ def simulate(
         for _ in range(replicas)
     ]
     done: list[Sequence] = []
-    starts: list[float] = []
-    durations: list[float] = []
-    batches: list[int] = []
-    kv: list[float] = []
+    plans: list[StepPlan] = []  # every step, in the order they started
     ends: list[tuple[float, int]] = []  # heap of (step end, replica)
 
     def start_step(index: int, now: float) -> None:
         engine = engines[index]
         engine.plan = plan = engine.scheduler.plan_step(now)
         if plan is not None:
-            starts.append(plan.start_s)
-            durations.append(plan.duration_s)
-            batches.append(plan.batch)
-            kv.append(plan.kv_tokens)
+            plans.append(plan)
             heapq.heappush(ends, (plan.start_s + plan.duration_s, index))
 
     next_arrival = 0
@@ -352,6 +350,14 @@ def simulate(
     done.sort(key=lambda s: int(s.request_id))
     preemptions = sum(e.scheduler.preemptions for e in engines)
     capacity = None if kv_capacity_tokens is None else kv_capacity_tokens * replicas
+    steps = np.array(
+        [
+            (p.start_s, p.duration_s, p.batch, p.kv_tokens, p.context_tokens, p.prefill_tokens, p.prefill_sq)
+            for p in plans
+        ],
+        dtype=float,
+    ).reshape(-1, 7)
+    start, duration, batch, kv, context, prefill, prefill_sq = steps.T
     return SimResult(
-        done, np.array(starts), np.array(durations), np.array(batches), np.array(kv), capacity, preemptions, replicas
+        done, start, duration, batch.astype(int), kv, capacity, preemptions, replicas, context, prefill, prefill_sq
     )

@@ -77,6 +77,8 @@ class StepPlan(NamedTuple):
     prefill_tokens: int
     kv_tokens: float = 0.0  # KV-cache tokens held after this step (upper bound, see module doc)
     preempted: int = 0
+    context_tokens: float = 0.0  # Σ context over the running sequences (what the step reads)
+    prefill_sq: float = 0.0  # Σ chunk² of the prompt tokens (their causal attention)
 
     @property
     def end_s(self) -> float:
@@ -236,7 +238,9 @@ class BatchScheduler:
         total_ctx = float(self._sum_ctx0 + batch * self.steps - self._sum_admit)
         duration = self.model.step_s(batch, total_ctx, prefill, prefill_sq)
         kv = float(self.kv_tokens_next_step())
-        return StepPlan(self.steps, now, duration, batch, tuple(completed), prefill, kv, preempted)
+        return StepPlan(
+            self.steps, now, duration, batch, tuple(completed), prefill, kv, preempted, total_ctx, prefill_sq
+        )
 
     def complete_step(self, plan: StepPlan) -> list[Sequence]:
         """Every running sequence emits a token; returns those that finished at this step."""

@@ -1,0 +1,589 @@
+"""The scheduler's step model, fitted to what a server measured: TPOT and TTFT replayed the way they were measured.
+
+A fit of TPOT against batch (fit/) folds the arriving prompts into its cost per sequence: the curve is right where it
+was measured, but a scheduler given that model prefills every prompt for free, so its TTFT is one decode step and
+its TPOT counts the prompts twice once they are added back. Here every measured online point is replayed on the
+scheduler `simulate`, `advise` and `plan` run (engine/core.py), as the client that measured it drove the server:
+
+- `vllm bench serve --max-concurrency N` starts every stream at once ("burst"); tokenroof bench staggers them
+  over a request's life ("staggered"); a GuideLLM rate point is replayed as a staggered loop at its measured mean
+  concurrency;
+- the server prefills each prompt whole in the step that admits it, or in chunks of a token budget per step
+  (`--max-num-batched-tokens`: vLLM V1 always chunks, at 8,192 tokens on large GPUs).
+
+In a closed loop which steps a request's TTFT and TPOT span, and what each step runs (decoding sequences, their
+context, prompt tokens), is counted in steps, not seconds: it does not depend on how long the steps take. So each
+point is simulated once (`Design`), and any step model's mean TPOT and TTFT there are weighted sums of its step
+times: exactly what the scheduler would give. The fit is then a small least-squares problem in the step model's
+terms over log TPOT and log TTFT, bounded below by the hardware's peaks when the physics is known (`--model/
+--hardware`): weights streamed at most at peak bandwidth, a prompt token's GEMMs at most at peak FLOP/s. A term
+the data push onto its floor is named as a conflict, never silently taken.
+
+What TTFT counts (the wait for a free slot, tokenisation, the network) all lands in the prefill cost: that is what
+a user of these files will see again. Without TTFT in the table the prefill is priced by the physics (at the fitted
+compute efficiency); without either it is not priced at all, and the model stays folded (travel.py says so).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+from scipy.optimize import least_squares
+
+from tokenroof.errors import TokenroofError
+from tokenroof.fit.core import NOISE_FLOOR, Fit, Prior
+from tokenroof.fit.travel import Replayed, Travelling, from_table, online, portable, portable_samples
+from tokenroof.io.measurements import MeasurementTable
+from tokenroof.model.stepmodel import StepModel
+from tokenroof.serving.saturation import steady_run
+from tokenroof.serving.simulate import Lengths, SimResult, Workload, simulate
+
+# the prompt budgets tried when neither the user nor an engine profile says how the server prefilled: whole prompts,
+# and the chunk budgets of vLLM V1 (2,048 below 70 GiB of GPU memory, 8,192 above) and SGLang's 8,192 default
+BUDGETS: tuple[int | None, ...] = (None, 2048, 8192)
+CLIENTS = {
+    "burst": "closed loop, every stream started at once",
+    "staggered": "closed loop, streams staggered",
+    "poisson": "open loop, Poisson arrivals at each point's rate",
+    "constant": "open loop, evenly spaced arrivals at each point's rate",
+}
+MAX_TERM_S = 10.0  # no fitted step term comes near this
+
+
+@dataclass(frozen=True)
+class Design:
+    """One measured point's steps as the scheduler runs them (what each step holds) and the weights that turn a step
+    model's step times into the point's mean TPOT and mean TTFT."""
+
+    batch: np.ndarray  # decoding (and just-prefilled) sequences per step
+    context: np.ndarray  # Σ context over them
+    prefill: np.ndarray  # prompt tokens prefilled in the step
+    prefill_sq: np.ndarray  # Σ chunk² of those
+    tpot: np.ndarray  # mean TPOT = tpot @ step times
+    ttft: np.ndarray  # mean TTFT = ttft @ step times
+
+    @classmethod
+    def of(cls, result: SimResult, chosen: np.ndarray, since: str = "admitted") -> Design:
+        """The steps of `result` and, over the `chosen` requests, the share of each step in their TPOT (first token
+        → last, ÷ output − 1) and TTFT (from admission, or from arrival: the queue, and the part of the step under
+        way when it arrived, included)."""
+        assert result.step_contexts is not None and result.step_prefill is not None
+        assert result.step_prefill_sq is not None
+        starts, durations = result.step_starts_s, result.step_durations_s
+        ends = starts + durations
+        seqs = [s for s, keep in zip(result.sequences, chosen, strict=True) if keep]
+        first = np.array([s.first_token_s for s in seqs], dtype=float)
+        finished = np.array([s.finished_s for s in seqs], dtype=float)
+        begun = np.array([s.admitted_s if since == "admitted" else s.arrival_s for s in seqs], dtype=float)
+        out = np.array([s.max_tokens for s in seqs], dtype=float)
+        n = len(seqs)
+
+        def share(start: np.ndarray, end: np.ndarray, weight: np.ndarray) -> np.ndarray:
+            """Σ over requests of `weight` for each step whose end lies in (start, end]."""
+            acc = np.zeros(ends.size + 1)
+            np.add.at(acc, np.searchsorted(ends, start, "right"), weight)
+            np.add.at(acc, np.searchsorted(ends, end, "right"), -weight)
+            return np.cumsum(acc)[:-1]
+
+        tpot = share(first, finished, np.where(out > 1, 1.0 / np.maximum(out - 1, 1), 0.0) / n)
+        ttft = share(begun, first, np.full(n, 1.0 / n))
+        # a request that arrived while a step was under way waits only for the rest of it
+        j0 = np.minimum(np.searchsorted(ends, begun, "right"), ends.size - 1)
+        late = starts[j0] < begun
+        np.add.at(ttft, j0[late], -(begun[late] - starts[j0[late]]) / durations[j0[late]] / n)
+        used = (tpot > 0) | (ttft > 0)
+        return cls(
+            result.step_batches[used].astype(float),
+            result.step_contexts[used],
+            result.step_prefill[used],
+            result.step_prefill_sq[used],
+            tpot[used],
+            ttft[used],
+        )
+
+    @staticmethod
+    def mix(parts: Sequence[tuple[Design, float]]) -> Design:
+        """A point between two simulated concurrencies: their designs, weighted."""
+        return Design(
+            np.concatenate([d.batch for d, _ in parts]),
+            np.concatenate([d.context for d, _ in parts]),
+            np.concatenate([d.prefill for d, _ in parts]),
+            np.concatenate([d.prefill_sq for d, _ in parts]),
+            np.concatenate([d.tpot * w for d, w in parts]),
+            np.concatenate([d.ttft * w for d, w in parts]),
+        )
+
+    def step_times_s(self, model: StepModel) -> np.ndarray:
+        return model.steps_s(self.batch, self.context, self.prefill, self.prefill_sq)
+
+    def tpot_s(self, model: StepModel) -> float:
+        return float(self.tpot @ self.step_times_s(model))
+
+    def ttft_s(self, model: StepModel) -> float:
+        return float(self.ttft @ self.step_times_s(model))
+
+
+@dataclass(frozen=True)
+class Point:
+    """One measured online point: the concurrency it held, its lengths, its request rate, and what was measured
+    (seconds)."""
+
+    concurrency: float
+    input_len: int
+    output_len: int
+    tpot_s: float
+    ttft_s: float | None
+    rate_req_s: float  # output throughput ÷ output length: the rate an open-loop point was driven at
+    weight: float = 1.0
+    requests: int | None = None  # its means are over a whole run of this many requests (None: a steady window)
+
+
+# requests simulated for an open-loop point: about 40 lifetimes of its mean concurrency, within these bounds
+OPEN_LOOP_REQUESTS = (200, 2000)
+REPLAY_TURNOVERS = 4  # a closed-loop point's batch replaced this often: its means settle (percentiles need more)
+OPEN_LOOP_MAX_NUM_SEQS = 1024  # the server's cap is not in the file: large enough not to bind below saturation
+
+
+def design_at(
+    point: Point, client: str, budget: int | None, kv_capacity_tokens: int | None, reference: StepModel
+) -> Design:
+    """The design of a point. A closed loop is simulated at its concurrency (a fractional one between the two whole
+    ones around it); an open-loop point at its rate, its steps timed by `reference` (their pattern depends on it)."""
+    lengths = Lengths(point.input_len), Lengths(point.output_len)
+    if client in ("poisson", "constant"):
+        burstiness = 1.0 if client == "poisson" else math.inf
+        n = int(np.clip(40 * point.concurrency, *OPEN_LOOP_REQUESTS))
+        workload = Workload(point.rate_req_s, *lengths, num_requests=n, burstiness=burstiness)
+        result = simulate(
+            reference, workload, OPEN_LOOP_MAX_NUM_SEQS, 0, kv_capacity_tokens, max_num_batched_tokens=budget
+        )
+        w0, w1 = result.window_s()
+        arrival = np.array([s.arrival_s for s in result.sequences])
+        return Design.of(result, (arrival >= w0) & (arrival <= w1), since="arrival")
+    low = max(math.floor(point.concurrency), 1)
+    high = max(math.ceil(point.concurrency), 1)
+    if budget is not None and budget <= high:
+        raise TokenroofError(f"a prompt budget of {budget} tokens per step must exceed the concurrency {high}")
+
+    def at(c: int) -> Design:
+        if point.requests is not None and client == "burst":  # every request of the run, the first wave included
+            run = Workload(math.inf, *lengths, num_requests=point.requests, burstiness=math.inf)
+            result = simulate(reference, run, c, 0, kv_capacity_tokens, max_num_batched_tokens=budget)
+            return Design.of(result, np.ones(len(result.sequences), dtype=bool))
+        steady = steady_run(
+            reference, *lengths, c, kv_capacity_tokens, budget, client=client, turnovers=REPLAY_TURNOVERS
+        )
+        return Design.of(steady.result, steady.inside)
+
+    if high == low:
+        return at(low)
+    frac = point.concurrency - low
+    return Design.mix([(at(low), 1 - frac), (at(high), frac)])
+
+
+@dataclass(frozen=True)
+class Terms:
+    """The free terms of the scheduler's step model and how a parameter vector (log seconds) becomes one."""
+
+    base: StepModel  # experts and overlap as the decode fit has them
+    prior: Prior | None
+    free_kv: bool  # several contexts measured and no prior: the KV reads per context token are fitted
+    names: tuple[str, ...] = ("t_fixed_s", "t_weights_s", "t_compute_s", "t_seq_s")
+
+    @classmethod
+    def of(cls, base: StepModel, prior: Prior | None, several_contexts: bool) -> Terms:
+        free_kv = prior is None and several_contexts
+        names = ("t_fixed_s", "t_weights_s", "t_compute_s", "t_seq_s") + (("t_kv_token_s",) if free_kv else ())
+        return cls(base, prior, free_kv, names)
+
+    def floors(self) -> dict[str, float]:
+        """Each term's physical floor: the hardware's peaks with a prior, else nothing below zero."""
+        floors = dict.fromkeys(self.names, 0.0)
+        if self.prior is not None:
+            peak = self.prior.weights_floor
+            floors.update(
+                t_fixed_s=self.prior.fixed_floor_s, t_weights_s=peak.t_weights_s, t_compute_s=peak.t_compute_s
+            )
+        return floors
+
+    def model(self, x: np.ndarray) -> StepModel:
+        terms = dict(zip(self.names, np.exp(x).tolist(), strict=True))
+        sm = replace(self.base, prompts_folded=False, t_attn_token_s=0.0, t_kv_token_s=0.0, **terms)
+        if self.prior is not None:
+            sm = replace(sm, overlap=self.prior.overlap)  # the hardware's, whichever structure led the decode fit
+        if self.prior is not None:  # KV reads at the bandwidth the weights stream at, attention at the GEMMs' pace
+            peak = self.prior.weights_floor
+            e_bandwidth = min(peak.t_weights_s / sm.t_weights_s, 1.0) if sm.t_weights_s > 0 else 1.0
+            e_compute = min(peak.t_compute_s / sm.t_compute_s, 1.0) if sm.t_compute_s > 0 else 1.0
+            sm = replace(
+                sm,
+                t_kv_token_s=peak.t_kv_token_s / (e_bandwidth * self.prior.kv_bandwidth_ratio),
+                t_attn_token_s=peak.t_attn_token_s / e_compute,
+            )
+        return sm
+
+    def efficiencies(self, sm: StepModel) -> dict[str, float]:
+        """Bandwidth and compute efficiency the terms imply (with a prior)."""
+        assert self.prior is not None
+        peak = self.prior.weights_floor
+        return {
+            "bandwidth": peak.t_weights_s / sm.t_weights_s if sm.t_weights_s > 0 else math.inf,
+            "compute": peak.t_compute_s / sm.t_compute_s if sm.t_compute_s > 0 else math.inf,
+        }
+
+
+Problem = tuple["Terms", list[Point], list[Design], float]
+
+
+@dataclass
+class ServingFit:
+    """The scheduler's step model fitted to the measured points, and how well it replays them."""
+
+    model: StepModel
+    client: str
+    client_stated: bool  # False: the table does not say how its client drove the server (staggered assumed)
+    max_num_batched_tokens: int | None
+    budget_source: str  # "given", "engine", "fitted" (the best replay of BUDGETS) or "assumed" (no TTFT to tell)
+    prefill_source: str  # "ttft" (measured) or "physics" (no TTFT: the prior's compute per prompt token)
+    replay: list[dict[str, Any]]
+    tpot_rms: float
+    ttft_rms: float | None
+    conflicts: list[str] = field(default_factory=list)
+    alternatives: dict[str, tuple[float, float | None]] = field(default_factory=dict)  # budget → (TPOT, TTFT) rms
+    problem: Problem | None = None  # what was solved, for the interval samples
+
+    def samples(self, n: int, seed: int = 0) -> list[StepModel]:
+        """`n` refits to noisy copies of the replayed points (noise at the replay's own rms, at least 1%): the spread
+        a fit of another run of the same server would show."""
+        if n <= 0 or self.problem is None:
+            return []
+        rng = np.random.default_rng(seed)
+        terms, points, designs, sigma = self.problem
+        tpot_noise = max(self.tpot_rms, NOISE_FLOOR)
+        ttft_noise = max(self.ttft_rms or 0.0, NOISE_FLOOR)
+        models = []
+        for _ in range(n):
+            noisy = [
+                replace(
+                    p,
+                    tpot_s=d.tpot_s(self.model) * math.exp(rng.normal(0, tpot_noise)),
+                    ttft_s=None if p.ttft_s is None else d.ttft_s(self.model) * math.exp(rng.normal(0, ttft_noise)),
+                )
+                for p, d in zip(points, designs, strict=True)
+            ]
+            x, _ = _solve(terms, noisy, designs, sigma)
+            models.append(terms.model(x))
+        return models
+
+    @property
+    def prefill(self) -> str:
+        return "whole prompts" if self.max_num_batched_tokens is None else f"chunked at {self.max_num_batched_tokens}"
+
+    def describe(self) -> str:
+        """The workload semantics in one line, as every header states it."""
+        budget = self.max_num_batched_tokens
+        prefill = "prefilled whole" if budget is None else f"chunked at {budget} tokens per step"
+        how = {"fitted": "the best replay", "assumed": "assumed: no TTFT to tell", "engine": "the engine's default"}
+        why = f" ({how[self.budget_source]})" if self.budget_source in how else ""
+        client = CLIENTS[self.client] + (
+            "" if self.client_stated else " (assumed: the table does not say; '# client=…')"
+        )
+        return f"online, {client}, prompts {prefill}{why}"
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "step_model": self.model.to_dict(),
+            "client": self.client,
+            "max_num_batched_tokens": self.max_num_batched_tokens,
+            "budget_source": self.budget_source,
+            "prefill_source": self.prefill_source,
+            "semantics": self.describe(),
+            "tpot_rms": self.tpot_rms,
+            "ttft_rms": self.ttft_rms,
+            "replay": self.replay,
+            "conflicts": self.conflicts,
+            "alternatives": {k: {"tpot_rms": t, "ttft_rms": f} for k, (t, f) in self.alternatives.items()},
+        }
+
+
+def online_points(table: MeasurementTable, fit: Fit, input_len: float, output_len: float) -> list[Point]:
+    """The table's points a closed loop can replay: those the decode fit did not leave out past a cap."""
+    # past a cap the data show (preempted, or queued behind the server's cap: their TTFT holds the queue)
+    left_out = set() if fit.excluded is None else set(fit.excluded.indices(table).tolist())
+    ttft = table.ttft_ms
+    points = []
+    for i in range(len(table)):
+        if i in left_out:
+            continue
+        context = None if table.context_tokens is None else float(table.context_tokens[i])
+        prompt = input_len if context is None else max(context - output_len / 2, 1.0)
+        t = None if ttft is None or not np.isfinite(ttft[i]) else float(ttft[i]) / 1e3
+        points.append(
+            Point(
+                float(table.batch[i]),
+                round(prompt),
+                max(round(output_len), 2),
+                float(table.tpot_ms[i]) / 1e3,
+                t,
+                float(table.throughput_tok_s[i]) / max(round(output_len), 2),
+                float(table.counts[i]),
+                None if table.requests is None else max(round(float(table.requests[i])), 1),
+            )
+        )
+    return points
+
+
+def client_of(table: MeasurementTable) -> str:
+    """How the measuring client drove the server, as the table states it (staggered when it does not: the client
+    whose TTFT is least affected by how streams line up)."""
+    return table.semantics.client or "staggered"
+
+
+def fit_serving(
+    table: MeasurementTable,
+    fit: Fit,
+    input_len: float,
+    output_len: float,
+    kv_capacity_tokens: int | None = None,
+    budget: int | str | None = "fit",
+    budget_source: str = "given",
+) -> ServingFit | None:
+    """The scheduler's step model replaying the table's online points (module doc); None when the prefill has
+    neither measured TTFT nor the physics to price it. `budget`: the prompt budget per step (None: whole prompts),
+    or "fit" to take the best replay of BUDGETS."""
+    points = online_points(table, fit, input_len, output_len)
+    has_ttft = any(p.ttft_s is not None for p in points)
+    prior = fit.prior
+    if not points or (not has_ttft and prior is None):
+        return None
+    client = client_of(table)
+    terms = Terms.of(fit.step_model, prior, table.several_contexts)
+    reference = fit.step_model if not fit.step_model.prompts_folded else replace(fit.step_model, prompts_folded=False)
+    if budget == "fit" and not has_ttft:  # TPOT alone barely tells how prompts were scheduled: assume whole ones
+        budget, budget_source = None, "assumed"
+    candidates: tuple[int | None, ...] = BUDGETS if isinstance(budget, str) else (budget,)
+    tried: dict[str, tuple[ServingFit, float]] = {}
+    whole_peak = math.inf  # the most tokens (prompt and decode) a step of the whole-prompt replay holds
+    for b in candidates:
+        high = max(math.ceil(p.concurrency) for p in points)
+        if b is not None and (b >= whole_peak or (b <= high and client not in ("poisson", "constant"))):
+            continue  # no step would chunk (the same replay as whole prompts), or the budget cannot hold the batch
+        designs = [design_at(p, client, b, kv_capacity_tokens, reference) for p in points]
+        if b is None:
+            whole_peak = max(float((d.batch + d.prefill).max()) for d in designs)
+        result, cost = _solve(terms, points, designs, fit.sigma_rel)
+        if client in ("poisson", "constant"):  # an open loop's steps depend on their times: once more, as fitted
+            designs = [design_at(p, client, b, kv_capacity_tokens, terms.model(result)) for p in points]
+            result, cost = _solve(terms, points, designs, fit.sigma_rel)
+        source = "fitted" if isinstance(budget, str) else budget_source
+        found = _result(result, terms, points, designs, client, b, source, has_ttft, table.semantics.client is not None)
+        found.problem = (terms, list(points), designs, fit.sigma_rel)
+        tried[_budget_name(b)] = (found, cost)
+    if not tried:
+        raise TokenroofError(
+            f"no prompt budget exceeds the measured concurrency (tried {', '.join(map(str, candidates))})"
+        )
+    best_name = min(tried, key=lambda k: tried[k][1])
+    best = tried[best_name][0]
+    best.alternatives = {k: (f.tpot_rms, f.ttft_rms) for k, (f, _) in tried.items() if k != best_name}
+    return best
+
+
+def _budget_name(budget: int | None) -> str:
+    return "whole prompts" if budget is None else f"chunked at {budget}"
+
+
+def _start(terms: Terms, points: Sequence[Point], designs: Sequence[Design]) -> list[np.ndarray]:
+    """Starting points: the decode fit's terms, the compute per prompt token from the smallest point's TTFT (or the
+    prior's centre), and that halved and doubled."""
+    floors = terms.floors()
+    base = terms.base
+    f0 = max(base.t_fixed_s, floors["t_fixed_s"], 1e-6)
+    w0 = max(base.t_weights_s, floors["t_weights_s"], 1e-6)
+    s0 = max(base.t_seq_s + base.t_kv_token_s * 1000.0, 1e-7)
+    with_ttft = [(p, d) for p, d in zip(points, designs, strict=True) if p.ttft_s is not None]
+    if with_ttft:
+        p, _ = min(with_ttft, key=lambda pd: pd[0].concurrency)
+        assert p.ttft_s is not None
+        c0 = (p.ttft_s - f0 - p.concurrency * s0) / (p.input_len + p.concurrency)
+    elif terms.prior is not None:
+        c0 = terms.prior.weights_floor.t_compute_s / terms.prior.compute_center
+    else:
+        c0 = base.t_compute_s
+    c0 = max(c0, floors["t_compute_s"], 1e-9)
+    starts = []
+    for scale in (1.0, 0.5, 2.0):
+        values = {"t_fixed_s": f0, "t_weights_s": w0, "t_compute_s": c0 * scale, "t_seq_s": s0, "t_kv_token_s": 1e-9}
+        starts.append(np.log(np.array([max(values[n], floors[n], 1e-12) for n in terms.names])))
+    return starts
+
+
+def _solve(
+    terms: Terms, points: Sequence[Point], designs: Sequence[Design], sigma_rel: float
+) -> tuple[np.ndarray, float]:
+    """Least squares in log TPOT and log TTFT (each point weighted by its rows), with the prior's centres as a
+    log-normal pull when the physics is known; bounded below by the floors. Returns the best of the starts."""
+    measured_tpot = np.log([p.tpot_s for p in points])
+    has_ttft = np.array([p.ttft_s is not None for p in points])
+    measured_ttft = np.log([p.ttft_s if p.ttft_s is not None else 1.0 for p in points])
+    root_w = np.sqrt([p.weight for p in points])
+    floors = terms.floors()
+    lower = np.log([max(floors[n], 1e-12) for n in terms.names])
+    upper = np.full(len(terms.names), math.log(MAX_TERM_S))
+    noise = max(sigma_rel, NOISE_FLOOR)
+    prior = terms.prior
+
+    def residuals(x: np.ndarray) -> np.ndarray:
+        sm = terms.model(x)
+        times = [d.step_times_s(sm) for d in designs]
+        tpot = np.array([d.tpot @ t for d, t in zip(designs, times, strict=True)])
+        ttft = np.array([d.ttft @ t for d, t in zip(designs, times, strict=True)])
+        parts = [root_w * (np.log(np.maximum(tpot, 1e-12)) - measured_tpot)]
+        parts.append((root_w * (np.log(np.maximum(ttft, 1e-12)) - measured_ttft))[has_ttft])
+        if prior is not None:  # the efficiencies' log-normal prior, in units of the measurement noise
+            eff = terms.efficiencies(sm)
+            parts.append(
+                np.array(
+                    [
+                        noise * math.log(eff["bandwidth"] / prior.bandwidth_center) / prior.sigma_log_bandwidth,
+                        noise * math.log(eff["compute"] / prior.compute_center) / prior.sigma_log_compute,
+                    ]
+                )
+            )
+        return np.concatenate(parts)
+
+    best: tuple[np.ndarray, float] | None = None
+    for x0 in _start(terms, points, designs):
+        x0 = np.clip(x0, lower + 1e-9, upper - 1e-9)
+        found = least_squares(residuals, x0, bounds=(lower, upper), method="trf", x_scale=1.0, max_nfev=400)
+        cost = float(found.cost)
+        if best is None or cost < best[1]:
+            best = (found.x, cost)
+    assert best is not None
+    return best
+
+
+def _result(
+    x: np.ndarray,
+    terms: Terms,
+    points: Sequence[Point],
+    designs: Sequence[Design],
+    client: str,
+    budget: int | None,
+    budget_source: str,
+    has_ttft: bool,
+    table_states_client: bool = True,
+) -> ServingFit:
+    sm = terms.model(x)
+    replay = []
+    tpot_err, ttft_err = [], []
+    for p, d in zip(points, designs, strict=True):
+        tpot, ttft = d.tpot_s(sm), d.ttft_s(sm)
+        row = {
+            "batch": p.concurrency,
+            "tpot_ms": p.tpot_s * 1e3,
+            "tpot_ms_replayed": tpot * 1e3,
+            "ttft_ms": None if p.ttft_s is None else p.ttft_s * 1e3,
+            "ttft_ms_replayed": ttft * 1e3,
+        }
+        replay.append(row)
+        tpot_err.append(math.log(tpot / p.tpot_s))
+        if p.ttft_s is not None:
+            ttft_err.append(math.log(ttft / p.ttft_s))
+    conflicts = []
+    floors = terms.floors()
+    if terms.prior is not None:
+        for name, what in (("t_weights_s", "the weights stream"), ("t_compute_s", "a prompt token's GEMMs run")):
+            if getattr(sm, name) <= floors[name] * 1.001:
+                conflicts.append(
+                    f"the measured points ask {what} at or beyond the peak of {terms.prior.label}: held at the peak "
+                    f"({floors[name] * 1e3:.4g} ms); check the hardware and model named, or the table's batch"
+                )
+    return ServingFit(
+        sm,
+        client,
+        table_states_client,
+        budget,
+        budget_source,
+        "ttft" if has_ttft else "physics",
+        replay,
+        float(np.sqrt(np.mean(np.square(tpot_err)))),
+        float(np.sqrt(np.mean(np.square(ttft_err)))) if ttft_err else None,
+        conflicts,
+    )
+
+
+# -- the model other commands run -------------------------------------------------------------
+def measured_lengths(table: MeasurementTable, lengths: tuple[float, float] | None = None) -> tuple[float, float] | None:
+    """The measured workload's prompt and output tokens: the table's, else `lengths` (flags); None when unknown."""
+    sem = table.semantics
+    if sem.input_len is not None and sem.output_len is not None:
+        return sem.input_len, sem.output_len
+    return lengths
+
+
+def serving_fit(
+    fit: Fit,
+    table: MeasurementTable,
+    kv_capacity_tokens: int | None = None,
+    lengths: tuple[float, float] | None = None,
+    budget: int | str | None = "fit",
+) -> ServingFit | None:
+    """The scheduler's model replaying an online table, or None: a static or pure-decode table, unknown lengths, or a
+    prefill that nothing prices (no TTFT, no prior). `budget`: the measured server's prompt budget per step as an
+    engine profile gives it (None: whole prompts), or "fit"."""
+    known = measured_lengths(table, lengths)
+    if not online(table) or known is None:
+        return None
+    return fit_serving(table, fit, known[0], known[1], kv_capacity_tokens, budget, "engine")
+
+
+def travelling_of(replay: ServingFit, fit: Fit, table: MeasurementTable) -> Travelling:
+    """A scheduler fit as the model that travels (`predict --save-model`, `--fit`)."""
+    prior = fit.prior
+    context = prior.context_tokens if prior is not None else fit.context_tokens or None
+    info = Replayed(
+        replay.client,
+        replay.max_num_batched_tokens,
+        replay.prefill_source,
+        replay.tpot_rms,
+        replay.ttft_rms,
+        replay.describe(),
+    )
+    return Travelling(replay.model, context, 0.0, True, table.source, prior.label if prior is not None else None, info)
+
+
+def portable_model(
+    fit: Fit,
+    table: MeasurementTable,
+    kv_capacity_tokens: int | None = None,
+    lengths: tuple[float, float] | None = None,
+    budget: int | str | None = "fit",
+) -> Travelling:
+    """The step model other commands run: an online table whose prefill is priced (measured TTFT, or the physics)
+    gets the scheduler's own model, fitted to replay its points (`lengths`: the measured prompt and output tokens
+    where the table does not state them; `budget`: its prompt budget per step, or "fit"); anything else the decode
+    fit's (fit.travel.portable)."""
+    replay = serving_fit(fit, table, kv_capacity_tokens, lengths, budget)
+    return travelling_of(replay, fit, table) if replay is not None else portable(fit, table)
+
+
+def fitted_models(
+    paths: Path | Sequence[Path],
+    prior_of: Any = None,
+    n_samples: int = 0,
+    kv_capacity_tokens: int | None = None,
+    budget: int | str | None = "fit",
+) -> tuple[Travelling, list[StepModel]]:
+    """Fit measurement files and make the result the model other commands run (`portable_model`), with `n_samples`
+    interval samples made the same way."""
+    fit, table = from_table(paths, prior_of, n_samples)
+    replay = serving_fit(fit, table, kv_capacity_tokens, None, budget)
+    if replay is not None:
+        return travelling_of(replay, fit, table), replay.samples(n_samples)
+    return portable(fit, table), portable_samples(fit, table)
