@@ -21,14 +21,14 @@ synthetic (a `tokenroof_provenance` key the readers keep as provenance). Run fro
 from __future__ import annotations
 
 import json
-import math
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
+from tokenroof.model.stepmodel import StepModel
 from tokenroof.serving.deployment import Physics
-from tokenroof.serving.simulate import Lengths, Workload, simulate
+from tokenroof.serving.simulate import ClosedLoop, Lengths, Workload, simulate
 
 ROOT = Path(__file__).resolve().parent.parent
 TRUTH = Physics("llama-3.1-8b", "h100-sxm", engine="vllm-v1")
@@ -53,17 +53,26 @@ def stats(values_ms: np.ndarray) -> dict[str, float]:
     }
 
 
-def vllm_result(concurrency: int, input_len: int, output_len: int, rng: np.random.Generator) -> dict[str, Any]:
+def vllm_result(
+    concurrency: int,
+    input_len: int,
+    output_len: int,
+    rng: np.random.Generator,
+    truth: StepModel | None = None,
+    budget: int | None = BUDGET,
+    kv_capacity_tokens: int | None = None,
+) -> dict[str, Any]:
     """One `vllm bench serve --save-result` file: `--num-prompts` 10× the concurrency (at least 100), every stream
-    started at once, each replaced as one ends; means over every request, as vLLM takes them."""
-    sm, kv = TRUTH.step_model(), TRUTH.kv_pool_tokens()
+    started at once, each replaced as one ends; means over every request, as vLLM takes them. `truth`: the server's
+    step model (TRUTH's by default, with its KV pool)."""
+    sm, kv = (TRUTH.step_model(), TRUTH.kv_pool_tokens()) if truth is None else (truth, kv_capacity_tokens)
     prompts = max(100, 10 * concurrency)
-    run = Workload(math.inf, Lengths(input_len), Lengths(output_len), num_requests=prompts, burstiness=math.inf)
-    result = simulate(sm, run, concurrency, 0, kv, max_num_batched_tokens=BUDGET)
+    run = ClosedLoop(concurrency, Lengths(input_len), Lengths(output_len), prompts, "burst")
+    result = simulate(sm, run, 1024, 0, kv, max_num_batched_tokens=budget)
     seqs = result.sequences
-    ttft = np.array([(s.first_token_s or 0) - (s.admitted_s or 0) for s in seqs]) * 1e3
+    ttft = np.array([(s.first_token_s or 0) - s.arrival_s for s in seqs]) * 1e3
     tpot = np.array([((s.finished_s or 0) - (s.first_token_s or 0)) / (s.max_tokens - 1) for s in seqs]) * 1e3
-    e2e = np.array([(s.finished_s or 0) - (s.admitted_s or 0) for s in seqs]) * 1e3
+    e2e = np.array([(s.finished_s or 0) - s.arrival_s for s in seqs]) * 1e3
     steps = result.step_durations_s * 1e3
     duration = max(s.finished_s or 0 for s in seqs)
     scale = {name: noisy(rng, 1.0) for name in ("ttft", "tpot", "thr")}
@@ -94,13 +103,21 @@ def vllm_result(concurrency: int, input_len: int, output_len: int, rng: np.rando
     return data
 
 
-def guidellm_report(rates: list[float], input_len: int, output_len: int, rng: np.random.Generator) -> dict[str, Any]:
+def guidellm_report(
+    rates: list[float],
+    input_len: int,
+    output_len: int,
+    rng: np.random.Generator,
+    truth: StepModel | None = None,
+    budget: int | None = BUDGET,
+    kv_capacity_tokens: int | None = None,
+) -> dict[str, Any]:
     """A GuideLLM report of Poisson request rates against the same server (open loop)."""
-    sm, kv = TRUTH.step_model(), TRUTH.kv_pool_tokens()
+    sm, kv = (TRUTH.step_model(), TRUTH.kv_pool_tokens()) if truth is None else (truth, kv_capacity_tokens)
     benchmarks = []
     for i, rate in enumerate(rates):
         workload = Workload(rate, Lengths(input_len), Lengths(output_len), num_requests=3000)
-        result = simulate(sm, workload, 1024, i, kv, max_num_batched_tokens=BUDGET)
+        result = simulate(sm, workload, 1024, i, kv, max_num_batched_tokens=budget)
         summary = result.summary()
         seqs = result.sequences
         e2e = np.array([(s.finished_s or 0) - s.arrival_s for s in seqs])

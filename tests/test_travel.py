@@ -224,10 +224,10 @@ def test_a_folded_online_fit_does_not_pay_for_the_prompts_twice(tmp_path: Path) 
         ]
     )
     assert 150 < advice["max_num_seqs"] < 220 and advice["at_cap"]["throughput_tok_s"] > 5000
-    # the table states its workload: the flags describe the target, not the measurement
-    assert (
-        advice["max_num_seqs"]
-        == run_json(
+    # the table states its workload: the flags describe the target, not the measurement (the cap moves by at most
+    # one: a closed loop's replacement misses the step planned as its predecessor ends, one step in `output` each)
+    assert advice["max_num_seqs"] == pytest.approx(
+        run_json(
             [
                 "advise",
                 str(stated),
@@ -240,7 +240,8 @@ def test_a_folded_online_fit_does_not_pay_for_the_prompts_twice(tmp_path: Path) 
                 "--slo-statistic",
                 "mean",
             ]
-        )["max_num_seqs"]
+        )["max_num_seqs"],
+        abs=1,
     )
 
 

@@ -40,7 +40,7 @@ from tokenroof.fit.core import NOISE_FLOOR, Fit, Prior
 from tokenroof.fit.travel import Replayed, Travelling, from_table, online, portable, portable_samples
 from tokenroof.io.measurements import MeasurementTable
 from tokenroof.model.stepmodel import StepModel
-from tokenroof.serving.saturation import steady_run
+from tokenroof.serving.saturation import closed_loop
 from tokenroof.serving.simulate import Lengths, SimResult, Workload, simulate
 
 # the prompt budgets tried when neither the user nor an engine profile says how the server prefilled: whole prompts,
@@ -145,7 +145,6 @@ class Point:
 
 # requests simulated for an open-loop point: about 40 lifetimes of its mean concurrency, within these bounds
 OPEN_LOOP_REQUESTS = (200, 2000)
-REPLAY_TURNOVERS = 4  # a closed-loop point's batch replaced this often: its means settle (percentiles need more)
 OPEN_LOOP_MAX_NUM_SEQS = 1024  # the server's cap is not in the file: large enough not to bind below saturation
 
 
@@ -171,14 +170,11 @@ def design_at(
         raise TokenroofError(f"a prompt budget of {budget} tokens per step must exceed the concurrency {high}")
 
     def at(c: int) -> Design:
-        if point.requests is not None and client == "burst":  # every request of the run, the first wave included
-            run = Workload(math.inf, *lengths, num_requests=point.requests, burstiness=math.inf)
-            result = simulate(reference, run, c, 0, kv_capacity_tokens, max_num_batched_tokens=budget)
-            return Design.of(result, np.ones(len(result.sequences), dtype=bool))
-        steady = steady_run(
-            reference, *lengths, c, kv_capacity_tokens, budget, client=client, turnovers=REPLAY_TURNOVERS
-        )
-        return Design.of(steady.result, steady.inside)
+        loop = closed_loop(c, *lengths, client, point.requests if client == "burst" else None)
+        if client == "staggered":  # bench's own window: 2 × concurrency requests, at least 16
+            loop = replace(loop, num_requests=2 * c + max(2 * c, 16), measure=None)
+        result = simulate(reference, loop, c, 0, kv_capacity_tokens, max_num_batched_tokens=budget)
+        return Design.of(result, result.measured(), since="arrival")
 
     if high == low:
         return at(low)

@@ -1,18 +1,19 @@
 """One replica kept full at a batch cap, prefill included: what `advise` and `plan` answer, from `simulate`'s scheduler.
 
-A server whose `max_num_seqs` is the question is measured the way `vllm bench serve
---max-concurrency N` or a closed-loop client at concurrency N does: every finished
-request is replaced at once, so the running batch stays at the cap and each step also
-prefills the prompts of the requests that replace the finished ones. The figures are
-taken between the 20% and 80% completions (ramp-up and drain left out):
+A server whose `max_num_seqs` is the question is measured the way a closed-loop client at
+concurrency N = the cap measures it (`simulate.ClosedLoop`): every finished request is
+replaced at once, so the running batch stays at the cap and each step also prefills the
+prompts of the requests that replace the finished ones.
 
-- throughput: output tokens per second over that window;
-- TPOT: (last token − first token) ÷ (output − 1) of the requests admitted in it;
-- TTFT: admission to first token of those requests — the wait a client at that
-  concurrency sees (it sends only when a slot is free), not a queue that grows.
+- `staggered` (tokenroof bench): the streams start spread over one request's life; the
+  figures are taken over 10 × N requests (at least 200) completed after every initial one
+  was replaced (ramp-up and drain left out);
+- `burst` (`vllm bench serve --max-concurrency N`): every stream starts at once and the
+  figures are over the whole run, the first wave included, as vLLM takes them.
 
-Requests arrive evenly at twice the rate the cap can serve, so the batch fills one request
-at a time, as under a staggered closed-loop client, and then stays full.
+throughput: output tokens per second over the window; TPOT: (last token − first token) ÷
+(output − 1); TTFT: send to first token — the wait a client at that concurrency sees (it
+sends only when one of its requests ends), not a queue that grows.
 """
 
 from __future__ import annotations
@@ -24,11 +25,10 @@ from typing import Any
 import numpy as np
 
 from tokenroof.errors import TokenroofError
-from tokenroof.model.stepmodel import StepModel, mean_context_tokens
-from tokenroof.serving.simulate import Lengths, SimResult, Workload, percentiles_ms, simulate
+from tokenroof.model.stepmodel import StepModel
+from tokenroof.serving.simulate import ClosedLoop, Lengths, simulate
 
 STATISTICS = ("mean", "p50", "p90", "p99")
-WINDOW = (0.2, 0.8)  # completions bracketing the steady state
 
 
 def measured(stats: dict[str, float | None]) -> dict[str, float]:
@@ -60,82 +60,30 @@ class AtCap:
         }
 
 
-CLIENTS = ("staggered", "burst")
+MEASURED_PER_STREAM = 10  # a staggered loop's window holds this many requests per stream (at least MEASURED_AT_LEAST)
+MEASURED_AT_LEAST = 200
+PROMPTS_PER_STREAM = 10  # a burst run sends this many per stream (at least BURST_AT_LEAST), as `--num-prompts` often is
+BURST_AT_LEAST = 100
 
 
-@dataclass(frozen=True)
-class SteadyRun:
-    """A replica kept full at `max_num_seqs` by a closed-loop client (the module doc): the simulated run, its window
-    (seconds) and the requests admitted in it, which its TPOT and TTFT are taken over."""
-
-    max_num_seqs: int
-    result: SimResult
-    window_s: tuple[float, float]
-    inside: np.ndarray  # per request (in request order): admitted inside the window
-
-    def at_cap(self) -> AtCap:
-        result, (w0, w1) = self.result, self.window_s
-        seqs = result.sequences
-        ends = result.step_starts_s + result.step_durations_s
-        in_window = (ends >= w0) & (ends <= w1)
-        overlap_s = np.clip(np.minimum(ends, w1) - np.maximum(result.step_starts_s, w0), 0.0, None)
-        finished = np.array([s.finished_s for s in seqs], dtype=float)
-        admitted = np.array([s.admitted_s for s in seqs], dtype=float)
-        first = np.array([s.first_token_s for s in seqs], dtype=float)
-        out = np.array([s.max_tokens for s in seqs])
-        tpot = np.where(out > 1, (finished - first) / np.maximum(out - 1, 1), np.nan)
-        span = max(w1 - w0, 1e-12)
-        return AtCap(
-            self.max_num_seqs,
-            float(result.step_batches[in_window].sum() / span),
-            measured(percentiles_ms(tpot[self.inside])),
-            measured(percentiles_ms((first - admitted)[self.inside])),
-            float((result.step_batches * overlap_s).sum() / span),
-            result.preemptions,
-        )
-
-
-def steady_run(
-    model: StepModel,
+def closed_loop(
+    concurrency: int,
     input_len: Lengths,
     output_len: Lengths,
-    max_num_seqs: int,
-    kv_capacity_tokens: int | None = None,
-    max_num_batched_tokens: int | None = None,
-    seed: int = 0,
     client: str = "staggered",
-    turnovers: int = 12,
-) -> SteadyRun:
-    """Run one replica kept full at `max_num_seqs` by a closed-loop client: `staggered` (tokenroof bench, a client
-    whose streams start spread over a request's life) or `burst` (`vllm bench serve --max-concurrency`: every stream
-    starts at once, so fixed lengths keep finishing, and prefilling, together). `turnovers`: how many times the
-    batch is replaced over the run (12: percentiles settle; a fit's replay of means needs fewer)."""
-    if max_num_seqs < 1:
-        raise TokenroofError(f"max_num_seqs must be at least 1, got {max_num_seqs}")
-    if output_len.mean < 2:
-        raise TokenroofError(f"TPOT needs at least 2 output tokens per request, got --output-len {output_len.mean}")
-    if client not in CLIENTS:
-        raise TokenroofError(f"unknown client '{client}'; known: {', '.join(CLIENTS)}")
-    n = max(20 * turnovers, turnovers * max_num_seqs)  # `turnovers` of the batch
-    c, i, o = float(max_num_seqs), float(input_len.mean), float(output_len.mean)
-    if client == "burst":  # every request queued at once: each one ending admits the next at the following step
-        rate = math.inf
-    else:
-        # arrivals at twice what the cap can serve, evenly spaced: the batch fills one request at a time (no lockstep
-        # waves of whole-batch prefills, as a staggered closed-loop client) and then stays full
-        step_s = model.step_s(c, c * mean_context_tokens(i, o), c * i / o, c / o * i * i)
-        rate = 2 * c / (o * step_s)
-    overload = Workload(rate, input_len, output_len, num_requests=n, burstiness=math.inf)
-    result = simulate(
-        model, overload, max_num_seqs, seed, kv_capacity_tokens, max_num_batched_tokens=max_num_batched_tokens
-    )
-    finished = np.array([s.finished_s for s in result.sequences], dtype=float)
-    w0, w1 = (float(q) for q in np.quantile(finished, WINDOW))
-    admitted = np.array([s.admitted_s for s in result.sequences], dtype=float)
-    inside = (admitted >= w0) & (admitted <= w1)
-    if not inside.any():  # a cap larger than the run can fill: every request admitted at once
-        inside = np.ones_like(inside)
-    return SteadyRun(max_num_seqs, result, (w0, w1), inside)
+    requests: int | None = None,
+) -> ClosedLoop:
+    """The closed loop `at_cap` runs: enough requests for its window (`requests`: a burst run's size as measured)."""
+    if client == "burst":
+        return ClosedLoop(
+            concurrency,
+            input_len,
+            output_len,
+            requests or max(BURST_AT_LEAST, PROMPTS_PER_STREAM * concurrency),
+            "burst",
+        )
+    measure = max(MEASURED_AT_LEAST, MEASURED_PER_STREAM * concurrency)
+    return ClosedLoop(concurrency, input_len, output_len, 2 * concurrency + measure, "staggered", measure)
 
 
 def at_cap(
@@ -147,12 +95,26 @@ def at_cap(
     max_num_batched_tokens: int | None = None,
     seed: int = 0,
     client: str = "staggered",
+    requests: int | None = None,
 ) -> AtCap:
     """Steady-state throughput, TPOT and TTFT of one replica kept full at `max_num_seqs` (see the module doc)."""
-    run = steady_run(
-        model, input_len, output_len, max_num_seqs, kv_capacity_tokens, max_num_batched_tokens, seed, client
+    if max_num_seqs < 1:
+        raise TokenroofError(f"max_num_seqs must be at least 1, got {max_num_seqs}")
+    if output_len.mean < 2:
+        raise TokenroofError(f"TPOT needs at least 2 output tokens per request, got --output-len {output_len.mean}")
+    loop = closed_loop(max_num_seqs, input_len, output_len, client, requests)
+    result = simulate(
+        model, loop, max_num_seqs, seed, kv_capacity_tokens, max_num_batched_tokens=max_num_batched_tokens
     )
-    return run.at_cap()
+    summary = result.summary()
+    return AtCap(
+        max_num_seqs,
+        summary["throughput_tok_s"],
+        measured(summary["tpot_ms"]),
+        measured(summary["ttft_ms"]),
+        summary["running_batch"],
+        result.preemptions,
+    )
 
 
 @dataclass

@@ -10,6 +10,7 @@ from __future__ import annotations
 import heapq
 import json
 import math
+from collections import deque
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -79,6 +80,51 @@ class Workload:
         ]
 
 
+CLOSED_CLIENTS = ("staggered", "burst")
+
+
+@dataclass(frozen=True)
+class ClosedLoop:
+    """A client holding `concurrency` requests in flight, each one that ends replaced by the next at once, until
+    `num_requests` are sent: `tokenroof bench --concurrency` (its streams start staggered over one request's life:
+    "staggered") and `vllm bench serve --max-concurrency` (every stream starts at once: "burst"; with fixed lengths
+    they keep finishing, and prefilling, together)."""
+
+    concurrency: int
+    input_len: Lengths
+    output_len: Lengths
+    num_requests: int
+    client: str = "staggered"
+    measure: int | None = None  # a staggered loop's window: requests completed in it (None: as bench, 2×, ≥ 16)
+
+    def __post_init__(self) -> None:
+        if self.concurrency < 1 or self.num_requests < 1:
+            raise TokenroofError(
+                f"a closed loop needs a concurrency ≥ 1 and requests ≥ 1, got {self.concurrency} and "
+                f"{self.num_requests}"
+            )
+        if self.client not in CLOSED_CLIENTS:
+            raise TokenroofError(f"unknown client '{self.client}'; known: {', '.join(CLOSED_CLIENTS)}")
+
+    @property
+    def mean_context_tokens(self) -> float:
+        return mean_context_tokens(self.input_len.mean, self.output_len.mean)
+
+    def requests(self, rng: np.random.Generator, model: StepModel) -> tuple[list[Sequence], list[Sequence]]:
+        """The first `concurrency` requests with their start times, and the rest (sent as earlier ones end). A
+        staggered client starts stream i at i/concurrency of one request's life (as bench does after its probe)."""
+        n = self.num_requests
+        prompts, outputs = self.input_len.sample(rng, n), self.output_len.sample(rng, n)
+        seqs = [Sequence(str(i), int(p), int(o), 0.0) for i, (p, o) in enumerate(zip(prompts, outputs, strict=True))]
+        c = min(self.concurrency, n)
+        if self.client == "staggered":
+            i, o = float(self.input_len.mean), float(self.output_len.mean)
+            life_s = model.step_s(1.0, i + o / 2, i, i * i) + (o - 1) * model.step_s(float(c), c * (i + o / 2))
+            for k, seq in enumerate(seqs[:c]):
+                seq.arrival_s = k * life_s / c
+        return seqs[:c], seqs[c:]
+
+
 @dataclass(frozen=True)
 class Trace:
     """Arrivals replayed from `tokenroof bench`'s requests.jsonl: each finished request's send time and lengths."""
@@ -123,6 +169,7 @@ class SimResult:
     step_contexts: np.ndarray | None = None
     step_prefill: np.ndarray | None = None
     step_prefill_sq: np.ndarray | None = None
+    loop: ClosedLoop | None = None  # the closed-loop client that drove it (None: arrivals at a rate, or a trace)
 
     def write(self, out_dir: Path, summary: dict[str, Any]) -> None:
         """requests.jsonl (one line per request), timeseries.csv (per step), summary.json."""
@@ -157,14 +204,36 @@ class SimResult:
         )
         (out_dir / "summary.json").write_text(json.dumps(summary, indent=2))
 
+    def measured(self) -> np.ndarray:
+        """Which requests the latencies are taken over (in request order), in the window of `window_s`: a staggered
+        closed loop's that completed in it (bench), a burst's every one (vLLM's means are over the whole run), an
+        open loop's that arrived in it."""
+        w0, w1 = self.window_s()
+        if self.loop is not None:
+            finished = np.array([s.finished_s for s in self.sequences], dtype=float)
+            return (finished >= w0) & (finished <= w1)
+        arrival = np.array([s.arrival_s for s in self.sequences])
+        return (arrival >= w0) & (arrival <= w1)
+
     def window_s(self) -> tuple[float, float]:
-        """The steady-state window, as `bench`'s open loop defines it: from the arrival of the request 10% into the
+        """The window the figures are taken over. A closed loop's as its tool takes it: a burst's whole run
+        (`vllm bench serve` averages every request), a staggered one's from the completion that replaced the last
+        initial request to 2 × concurrency completions later (at least 16, as bench). An open loop's steady state,
+        as `bench`'s open loop defines it: from the arrival of the request 10% into the
         run to the last arrival (ramp-up and drain left out), and never before one typical request's lifetime
         (median end-to-end) has passed since the first arrival: until then the running batch is still filling, and a
         short run would read low TPOT and throughput. Arrivals that come as a burst — over less time than a typical
         request takes — have no steady state: the window is then the whole run."""
         arrivals = np.array([s.arrival_s for s in self.sequences])
         finished = np.array([s.finished_s or 0.0 for s in self.sequences])
+        if self.loop is not None:
+            ends = np.sort(finished)
+            if self.loop.client == "burst" or ends.size < 2:
+                return float(arrivals.min()), float(ends[-1])
+            c = self.loop.concurrency
+            open_at = min(c, ends.size - 2)
+            close_at = min(open_at + (self.loop.measure or max(2 * c, 16)), ends.size - 1)
+            return float(ends[open_at]), float(ends[close_at])
         ordered = np.sort(arrivals)
         late = arrivals >= np.median(arrivals)  # a lifetime once the batch has grown: early requests run faster
         lifetime_s = float(np.median((finished - arrivals)[late]))
@@ -188,7 +257,7 @@ class SimResult:
         tpot = np.where(out > 1, (finished - first) / np.maximum(out - 1, 1), np.nan)
         w0, w1 = self.window_s()
         span = w1 - w0
-        sent = (arrival >= w0) & (arrival <= w1)
+        sent = self.measured()
         done = (finished >= w0) & (finished <= w1)  # rates count completions: an overloaded server's true rate
         ends = self.step_starts_s + self.step_durations_s
         in_window = (ends >= w0) & (ends <= w1)
@@ -292,7 +361,7 @@ class Replica:
 
 def simulate(
     model: StepModel,
-    workload: Workload | Trace,
+    workload: Workload | Trace | ClosedLoop,
     max_num_seqs: int = 256,
     seed: int = 0,
     kv_capacity_tokens: int | None = None,
@@ -311,7 +380,14 @@ def simulate(
     if router not in ROUTERS:
         raise TokenroofError(f"unknown router '{router}'; known: {', '.join(ROUTERS)}")
     rng = np.random.default_rng(seed)
-    arrivals = workload.arrivals(rng)
+    if isinstance(workload, ClosedLoop):
+        first, rest = workload.requests(rng, model)
+        waiting_to_send: deque[Sequence] = deque(rest)
+    else:
+        first, waiting_to_send = workload.arrivals(rng), deque()
+    pending = [(seq.arrival_s, order, seq) for order, seq in enumerate(first)]  # a heap of (arrival, order, request)
+    heapq.heapify(pending)
+    sent = len(pending)
     engines = [
         Replica(BatchScheduler(model, max_num_seqs, kv_capacity_tokens, block_size, max_num_batched_tokens))
         for _ in range(replicas)
@@ -327,19 +403,24 @@ def simulate(
             plans.append(plan)
             heapq.heappush(ends, (plan.start_s + plan.duration_s, index))
 
-    next_arrival = 0
     turn = 0
-    while next_arrival < len(arrivals) or ends:
-        arrival_s = arrivals[next_arrival].arrival_s if next_arrival < len(arrivals) else math.inf
+    while pending or ends:
+        arrival_s = pending[0][0] if pending else math.inf
         if ends and ends[0][0] < arrival_s:
             end_s, index = heapq.heappop(ends)
             engine = engines[index]
             assert engine.plan is not None
-            done.extend(engine.scheduler.complete_step(engine.plan))
+            finished = engine.scheduler.complete_step(engine.plan)
+            done.extend(finished)
+            for _ in finished:  # a closed loop sends the next request as one ends (after this replica plans on)
+                if waiting_to_send:
+                    seq = waiting_to_send.popleft()
+                    seq.arrival_s = end_s
+                    heapq.heappush(pending, (end_s, sent, seq))
+                    sent += 1
             start_step(index, end_s)
             continue
-        seq = arrivals[next_arrival]
-        next_arrival += 1
+        _, _, seq = heapq.heappop(pending)
         if router == "round-robin":
             index, turn = turn, (turn + 1) % replicas
         else:
@@ -358,6 +439,18 @@ def simulate(
         dtype=float,
     ).reshape(-1, 7)
     start, duration, batch, kv, context, prefill, prefill_sq = steps.T
+    loop = workload if isinstance(workload, ClosedLoop) else None
     return SimResult(
-        done, start, duration, batch.astype(int), kv, capacity, preemptions, replicas, context, prefill, prefill_sq
+        done,
+        start,
+        duration,
+        batch.astype(int),
+        kv,
+        capacity,
+        preemptions,
+        replicas,
+        context,
+        prefill,
+        prefill_sq,
+        loop,
     )
