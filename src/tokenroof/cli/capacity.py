@@ -52,13 +52,33 @@ def simulate(
     tp: TpOpt = 1,
     engine: EngineOpt = None,
     rate: Annotated[str, typer.Option(help="Request rate(s) (req/s): '10', or a sweep '5,10,20,40'.")] = "10",
+    concurrency: Annotated[
+        str | None,
+        typer.Option(
+            help="Closed-loop concurrencies instead of a rate: '1,8,32' (each request that ends is replaced at once, "
+            "as bench --concurrency and vllm bench serve --max-concurrency drive a server)."
+        ),
+    ] = None,
+    client: Annotated[
+        str,
+        typer.Option(
+            help="How a closed loop starts its streams: staggered (as tokenroof bench; figures over a steady window) "
+            "or burst (all at once, as vllm bench serve; figures over the whole run)."
+        ),
+    ] = "staggered",
     burstiness: Annotated[float, typer.Option(help="Gamma shape of arrivals: 1 = Poisson; inf = constant.")] = 1.0,
     input_len: Annotated[int, typer.Option(help="Mean prompt tokens.")] = 1000,
     output_len: Annotated[int, typer.Option(help="Mean output tokens.")] = 300,
     input_dist: Annotated[str, typer.Option(help="fixed, uniform or lognormal.")] = "fixed",
     output_dist: Annotated[str, typer.Option(help="fixed, uniform or lognormal.")] = "fixed",
     spread: Annotated[float, typer.Option(help="Uniform ± fraction, or lognormal sigma.")] = 0.5,
-    num_requests: Annotated[int, typer.Option(help="Requests to simulate.")] = 10_000,
+    num_requests: Annotated[
+        int | None,
+        typer.Option(
+            help="Requests to simulate (default: 10,000 at a rate; a closed loop 2 × concurrency + max(200, 10 × "
+            "concurrency) staggered, 10 × concurrency (at least 100) in a burst)."
+        ),
+    ] = None,
     max_num_seqs: Annotated[int, typer.Option(help="Running-batch cap.")] = 256,
     replicas: Annotated[int, typer.Option(help="Replicas behind the router.")] = 1,
     max_num_batched_tokens: Annotated[int | None, typer.Option(help="Token budget per step (chunked prefill).")] = None,
@@ -76,8 +96,13 @@ def simulate(
     json_output: JsonOpt = False,
 ) -> None:
     """Simulate a workload on the emulator's scheduler with a virtual clock (thousands of times real time)."""
-    from tokenroof.cli.sweeps import Traffic, simulate_rates
-    from tokenroof.serving.simulate import Lengths
+    from tokenroof.cli.sweeps import Traffic, simulate_concurrencies, simulate_rates
+    from tokenroof.serving.simulate import CLOSED_CLIENTS, Lengths
+
+    if client not in CLOSED_CLIENTS:
+        raise TokenroofError(f"unknown --client '{client}'; known: {', '.join(CLOSED_CLIENTS)}")
+    if num_requests is not None and num_requests < 1:
+        raise TokenroofError(f"--num-requests must be at least 1, got {num_requests}")
 
     dep = Deployment(
         Physics(model, hardware, dtype, kv_dtype, compute_dtype, tp, engine),
@@ -89,8 +114,13 @@ def simulate(
         kv_cache_tokens,
         max_num_batched_tokens,
     )
-    traffic = Traffic(num_requests, burstiness, replicas, router, seed, ttft_slo_ms, tpot_slo_ms)
-    data, draw, sweep = simulate_rates(dep, parse_numbers(rate, "--rate"), traffic, trace, out)
+    traffic = Traffic(num_requests, burstiness, replicas, router, seed, ttft_slo_ms, tpot_slo_ms, client)
+    if concurrency is not None:
+        if trace is not None or out is not None:
+            raise TokenroofError("--concurrency runs a sweep: --trace and --out take a single --rate")
+        data, draw, sweep = simulate_concurrencies(dep, whole_numbers(concurrency, "--concurrency"), traffic)
+    else:
+        data, draw, sweep = simulate_rates(dep, parse_numbers(rate, "--rate"), traffic, trace, out)
     finish(data, render.rate_sweep if sweep else render.simulation, json_output, plot, draw)
 
 

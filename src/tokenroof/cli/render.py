@@ -387,8 +387,9 @@ def plan_result(console: Console, data: dict[str, Any]) -> None:
 
 def rate_sweep(console: Console, data: dict[str, Any]) -> None:
     table = Table(title="simulated load sweep (latencies in ms)", title_justify="left")
+    closed = bool(data["points"]) and "concurrency" in data["points"][0]
     for col in (
-        "req/s in",
+        "concurrency" if closed else "req/s in",
         "req/s out",
         "goodput",
         "tok/s",
@@ -402,7 +403,7 @@ def rate_sweep(console: Console, data: dict[str, Any]) -> None:
         table.add_column(col, justify="right")
     for row in data["points"]:
         table.add_row(
-            fmt(row["rate_req_s"]),
+            fmt(row["concurrency"] if closed else row["rate_req_s"]),
             fmt(row["request_throughput_req_s"]),
             fmt(row["goodput_req_s"]),
             fmt(row["throughput_tok_s"]),

@@ -16,22 +16,62 @@ from typing import Any
 from tokenroof.errors import TokenroofError
 from tokenroof.serving.deployment import Deployment
 from tokenroof.serving.plan import Slo
-from tokenroof.serving.simulate import Trace, Workload, goodput_slo, simulate
+from tokenroof.serving.simulate import ClosedLoop, Trace, Workload, goodput_slo, simulate
 
 Draw = Callable[[Path], None]
 
 
 @dataclass(frozen=True)
 class Traffic:
-    """How a simulation offers load: requests per run, burstiness (gamma shape), replicas and router, seed."""
+    """How a simulation offers load: requests per run (None: the default of the load's kind), burstiness (gamma shape),
+    replicas and router, seed; for closed loops the client (saturation.closed_loop)."""
 
-    num_requests: int = 10_000
+    num_requests: int | None = None
     burstiness: float = 1.0
     replicas: int = 1
     router: str = "round-robin"
     seed: int = 0
     ttft_slo_ms: float | None = None  # goodput: each request's own TTFT and TPOT
     tpot_slo_ms: float | None = None
+    client: str = "staggered"
+
+    @property
+    def requests(self) -> int:
+        return DEFAULT_REQUESTS if self.num_requests is None else self.num_requests
+
+
+DEFAULT_REQUESTS = 10_000  # an open loop's run, unless --num-requests says
+
+
+def simulate_concurrencies(
+    dep: Deployment, concurrencies: Sequence[int], traffic: Traffic
+) -> tuple[dict[str, Any], Draw, bool]:
+    """Closed loops at each concurrency (`bench --concurrency`, `vllm bench serve --max-concurrency`): one summary
+    per concurrency in `points`, as a rate sweep has them."""
+    from tokenroof.serving.saturation import closed_loop
+
+    travelling, _ = dep.step_models()
+    dep = replace(dep, max_num_batched_tokens=dep.prompt_budget(travelling))
+    sm = travelling.step_model
+    if dep.input_len is None or dep.output_len is None:
+        raise TokenroofError("simulate needs the prompt and output lengths")
+    if not concurrencies or any(c < 1 for c in concurrencies):
+        raise TokenroofError("--concurrency takes whole numbers ≥ 1: '1,8,32'")
+    if traffic.replicas != 1:
+        raise TokenroofError("--concurrency drives one replica (a closed loop on one server); drop --replicas")
+    rows = []
+    for c in concurrencies:
+        loop = closed_loop(c, dep.input_len, dep.output_len, traffic.client, traffic.num_requests)
+        if traffic.num_requests is not None:
+            loop = replace(loop, num_requests=traffic.num_requests)
+        rows.append({"concurrency": c, "client": traffic.client, **run_one(dep, sm, loop, traffic)[0]})
+    from tokenroof.report.plots import deployment_label, plot_rate_sweep
+
+    slo = goodput_slo(traffic.ttft_slo_ms, traffic.tpot_slo_ms) if rows[0]["slo"] else None
+    unsteady = [f"at concurrency {row['concurrency']}: {w}" for row in rows for w in row["warnings"]]
+    notes = travelling.notes(dep.mean_context_tokens)
+    data = {"points": rows, "slo": slo, "step_model": sm.to_dict(), "warnings": [*notes, *unsteady]}
+    return data, lambda path: plot_rate_sweep(rows, path, deployment_label(dep)), True
 
 
 def simulate_rates(
@@ -71,10 +111,12 @@ def simulate_rates(
 def workload(dep: Deployment, rate: float, traffic: Traffic) -> Workload:
     if dep.input_len is None or dep.output_len is None:
         raise TokenroofError("simulate needs the prompt and output lengths")
-    return Workload(rate, dep.input_len, dep.output_len, traffic.num_requests, traffic.burstiness)
+    return Workload(rate, dep.input_len, dep.output_len, traffic.requests, traffic.burstiness)
 
 
-def run_one(dep: Deployment, sm: Any, offered: Workload | Trace, traffic: Traffic) -> tuple[dict[str, Any], Any]:
+def run_one(
+    dep: Deployment, sm: Any, offered: Workload | Trace | ClosedLoop, traffic: Traffic
+) -> tuple[dict[str, Any], Any]:
     result = simulate(
         sm,
         offered,

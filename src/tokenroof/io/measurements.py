@@ -26,8 +26,9 @@ from tokenroof.errors import TokenroofError
 from tokenroof.model.stepmodel import mean_context_tokens
 
 # `requests`: how many requests a point's means are taken over from the start of its run, ramp-up included (vLLM and
-# GuideLLM report so); absent: a steady-state window (tokenroof bench)
-COLUMNS = ("batch", "throughput_tok_s", "tpot_ms", "context_tokens", "ttft_ms", "requests")
+# GuideLLM report so); absent: a steady-state window (tokenroof bench). `concurrency`: the closed-loop client's
+# concurrency where the batch column is the server's running batch (tokenroof bench; empty for open-loop points)
+COLUMNS = ("batch", "throughput_tok_s", "tpot_ms", "context_tokens", "ttft_ms", "requests", "concurrency")
 DISAGREE = 0.10  # throughput and TPOT inconsistent by more than this → warning
 # rows at one batch are repeated runs of it, pooled, unless their TPOTs scatter more than this (rms of log TPOT):
 # that is two servers or workloads in one table
@@ -114,6 +115,7 @@ class Row:
     ttft_ms: float | None = None
     where: str = ""
     requests: float | None = None
+    concurrency: float | None = None
 
 
 @dataclass(frozen=True)
@@ -128,6 +130,7 @@ class MeasurementTable:
     context_tokens: np.ndarray | None = None
     ttft_ms: np.ndarray | None = None
     requests: np.ndarray | None = None  # per point: the requests its means were taken over, whole run (None: a window)
+    concurrency: np.ndarray | None = None  # per point: the closed-loop client's concurrency (NaN: open loop or unknown)
     provenance: tuple[str, ...] = ()
     source: str = ""
     warnings: tuple[str, ...] = ()
@@ -174,6 +177,7 @@ class MeasurementTable:
             context_tokens=cut(self.context_tokens),
             ttft_ms=cut(self.ttft_ms),
             requests=cut(self.requests),
+            concurrency=cut(self.concurrency),
             derived=derived,
             count=cut(self.count),
             tpot_log_ss=cut(self.tpot_log_ss),
@@ -204,6 +208,8 @@ class MeasurementTable:
             columns["ttft_ms"] = self.ttft_ms
         if self.requests is not None:
             columns["requests"] = self.requests
+        if self.concurrency is not None:
+            columns["concurrency"] = self.concurrency
         out = io.StringIO()
         write_rows(out, self.provenance, list(columns), zip(*columns.values(), strict=True))
         return out.getvalue()
@@ -215,12 +221,13 @@ class MeasurementTable:
             "context_tokens": self.context_tokens,
             "ttft_ms": self.ttft_ms,
             "requests": self.requests,
+            "concurrency": self.concurrency,
             "count": self.count,
         }
         for name, values in extra.items():
             if values is not None:
                 for point, value in zip(points, values.tolist(), strict=True):
-                    point[name] = value
+                    point[name] = None if isinstance(value, float) and math.isnan(value) else value
         return {
             "source": self.source,
             "provenance": list(self.provenance),
@@ -350,6 +357,7 @@ def table_from_columns(
         context_tokens=None if np.isnan(ctx).all() else groups.mean(ctx),
         ttft_ms=None if np.isnan(col["ttft_ms"]).any() else groups.mean(col["ttft_ms"]),
         requests=None if np.isnan(col["requests"]).any() else groups.mean(col["requests"]),
+        concurrency=None if np.isnan(col["concurrency"]).all() else groups.mean(col["concurrency"]),
         provenance=tuple(provenance),
         source=source,
         warnings=tuple(warnings),
@@ -442,6 +450,7 @@ def pooled(table: MeasurementTable, max_points: int) -> tuple[MeasurementTable, 
         context_tokens=None if table.context_tokens is None else mean(table.context_tokens),
         ttft_ms=None if table.ttft_ms is None else mean(table.ttft_ms),
         requests=None if table.requests is None else mean(table.requests),
+        concurrency=None if table.concurrency is None else mean(table.concurrency),
         derived=labels if len(table.derived) == n else (),
         count=np.rint(rows).astype(np.int64),
         tpot_log_ss=np.add.reduceat(scatter, starts),
@@ -466,6 +475,7 @@ def _concat(parts: Sequence[MeasurementTable]) -> MeasurementTable:
         context_tokens=join("context_tokens"),
         ttft_ms=join("ttft_ms"),
         requests=join("requests"),
+        concurrency=join("concurrency"),
         derived=derived if len(derived) == sum(len(p) for p in parts) else (),
         count=np.rint(np.concatenate(counts)).astype(np.int64),
         tpot_log_ss=np.concatenate([p.log_ss for p in parts]),
@@ -677,9 +687,6 @@ def _vllm_row(data: Mapping[str, Any], where: str, warnings: list[str]) -> Row:
         where,
         _number(data.get("completed"), where, "completed"),
     )
-    warnings.append(
-        f"{where}: batch = max_concurrency {row.batch:g}; the running batch can be lower (ramp-up, drain, server caps)"
-    )
     return row
 
 
@@ -829,6 +836,7 @@ def _json_rows(data: Any, where: str, warnings: list[str]) -> tuple[list[Row], l
                 values["ttft_ms"],
                 here,
                 values["requests"],
+                values["concurrency"],
             )
         )
     provenance = data.get("provenance", []) if isinstance(data, Mapping) else []
@@ -883,9 +891,96 @@ def read_jsonl(path: Path) -> list[tuple[int, Any]]:
     return rows
 
 
+def resolve_input(path: Path) -> Path:
+    """A measurement input as a file: a bench folder (`tokenroof bench --out`) is its summary.csv, else its
+    summary.json."""
+    if not path.is_dir():
+        return path
+    for name in ("summary.csv", "summary.json"):
+        if (path / name).is_file():
+            return path / name
+    raise TokenroofError(
+        f"{path}: a folder without summary.csv or summary.json (expected a tokenroof bench --out folder)"
+    )
+
+
+def describe_sources(files: Sequence[Path]) -> str:
+    """Where a table came from, short enough for a message: one or two names, or the first and how many more."""
+    names = [str(f) for f in files]
+    return ", ".join(names) if len(names) <= 2 else f"{names[0]} and {len(names) - 1} more"
+
+
+def _table_rows(table: MeasurementTable) -> list[Row]:
+    """A parsed CSV's points as rows, to join other files' (repeated rows come as their pooled point)."""
+
+    def cell(values: np.ndarray | None, i: int) -> float | None:
+        return None if values is None or not np.isfinite(values[i]) else float(values[i])
+
+    return [
+        Row(
+            float(table.batch[i]),
+            float(table.throughput_tok_s[i]),
+            float(table.tpot_ms[i]),
+            cell(table.context_tokens, i),
+            cell(table.ttft_ms, i),
+            f"{table.source} batch {table.batch[i]:g}",
+            cell(table.requests, i),
+            cell(table.concurrency, i),
+        )
+        for i in range(len(table))
+    ]
+
+
+def _bench_summary(data: Mapping[str, Any], where: str, warnings: list[str]) -> tuple[list[Row], dict[str, Any]]:
+    """tokenroof bench's summary.json: its valid points (batch = the running batch), each closed-loop one with its
+    concurrency; the lengths from the requests' token counts."""
+    rows, closed, rates, lengths = [], False, False, []
+    for point in data["points"]:
+        label = point.get("point", "?") if isinstance(point, Mapping) else "?"
+        here = f"{where} {label}"
+        if not isinstance(point, Mapping):
+            raise TokenroofError(f"{here}: expected an object")
+        if point.get("invalid"):
+            warnings.append(f"{here}: left out ({point['invalid']})")
+            continue
+        kind = point.get("kind")
+        prompt = _number(point.get("prompt_tokens_mean"), here, "prompt_tokens_mean")
+        output = _number(point.get("output_tokens_mean"), here, "output_tokens_mean")
+        context = mean_context_tokens(prompt, output) if prompt and output else None
+        if prompt and output:
+            lengths.append((prompt, output))
+        closed |= kind == "concurrency"
+        rates |= kind == "rate"
+        rows.append(
+            Row(
+                _batch(point.get("batch"), here, "batch"),
+                _number(point.get("throughput_tok_s"), here, "throughput_tok_s"),
+                _number(_dig(point, "tpot_ms", "mean"), here, "tpot_ms.mean"),
+                context,
+                _number(_dig(point, "ttft_ms", "mean"), here, "ttft_ms.mean"),
+                here,
+                None,
+                _number(point.get("value"), here, "value") if kind == "concurrency" else None,
+            )
+        )
+    settings: dict[str, Any] = {"batch_kind": "running", "tpot_kind": "tpot", "client": "staggered"}
+    if rates and not closed:
+        settings["client"] = "poisson"
+    if lengths:
+        settings["input_len"], settings["output_len"] = (float(np.mean(v)) for v in zip(*lengths, strict=True))
+    return rows, settings
+
+
+def _is_bench_summary(data: Any) -> bool:
+    points = data.get("points") if isinstance(data, Mapping) else None
+    return isinstance(points, list) and any(isinstance(p, Mapping) and p.get("type") == "point" for p in points)
+
+
 def read_table(paths: Sequence[Path | str]) -> MeasurementTable:
-    """Read one CSV, or one or more JSON files (tokenroof, vLLM bench serve, GuideLLM) into one table."""
-    files = [Path(p) for p in paths]
+    """Read measurements into one table: CSV files (DESIGN.md), JSON (tokenroof points, `vllm bench serve` results,
+    GuideLLM reports, tokenroof bench's summary.json) and bench folders; several inputs are one table, their
+    settings merged (the kinds must agree)."""
+    files = [resolve_input(Path(p)) for p in paths]
     if not files:
         raise TokenroofError("no measurement file given")
     texts = [read_text(path) for path in files]
@@ -895,26 +990,41 @@ def read_table(paths: Sequence[Path | str]) -> MeasurementTable:
     provenance: list[str] = []
     warnings: list[str] = []
     parts: list[tuple[str, dict[str, Any]]] = []
-    derived_context = 0  # rows whose context comes from a vLLM result's token totals
+    vllm = 0  # rows from vLLM results: their batch is the client's concurrency, their context from token totals
     for path, text in zip(files, texts, strict=True):
+        if not text.lstrip().startswith(("{", "[")):
+            table = parse_csv(text, str(path))
+            rows += _table_rows(table)
+            provenance += table.provenance
+            warnings += table.warnings
+            parts.append((str(path), {key: getattr(table.semantics, key) for key in table.semantics.stated}))
+            continue
         try:
             data = json.loads(text)
         except json.JSONDecodeError as exc:
-            raise TokenroofError(
-                f"{path}: not valid JSON (line {exc.lineno}: {exc.msg}); CSV files are read one at a time"
-            ) from None
+            raise TokenroofError(f"{path}: not valid JSON (line {exc.lineno}: {exc.msg})") from None
         except ValueError as exc:  # an integer too long to convert
             raise TokenroofError(f"{path}: not valid JSON ({str(exc)[:80]})") from None
         except RecursionError:
             raise TokenroofError(f"{path}: JSON nested too deeply") from None
-        new_rows, new_prov, settings = _json_rows(data, str(path), warnings)
+        if _is_bench_summary(data):
+            new_rows, settings = _bench_summary(data, str(path), warnings)
+            new_prov = [f"tokenroof bench summary {path}"]
+        else:
+            new_rows, new_prov, settings = _json_rows(data, str(path), warnings)
         if isinstance(data, Mapping) and "output_throughput" in data:
-            derived_context += len(new_rows)
+            vllm += len(new_rows)
         rows += new_rows
         provenance += new_prov
         parts.append((str(path), settings))
-    if derived_context and len({row.context_tokens is None for row in rows}) > 1:
+    if vllm:
+        warnings.insert(
+            0,
+            f"{vllm} vLLM result(s): batch = max_concurrency, the client's; the running batch can be lower (ramp-up, "
+            "drain, server caps)",
+        )
+    if vllm and len({row.context_tokens is None for row in rows}) > 1:
         # a vLLM result without token totals has no context: then none of them speaks for its context
-        rows = [replace(row, context_tokens=None) for row in rows] if derived_context == len(rows) else rows
-    table = build_table(rows, provenance, ", ".join(str(p) for p in files), merge_settings(parts, provenance))
+        rows = [replace(row, context_tokens=None) for row in rows] if vllm == len(rows) else rows
+    table = build_table(rows, provenance, describe_sources(files), merge_settings(parts, provenance))
     return replace(table, warnings=tuple(warnings) + table.warnings)

@@ -288,7 +288,8 @@ def plot_rate_sweep(rows: list[dict[str, Any]], path: Path, setting: str | None 
     """Latency percentiles and goodput against the request rate, the targets (each row's `slo`) drawn; `setting`
     (model, hardware, workload: `deployment_label`) goes in the title."""
     plt = _pyplot()
-    rates = [r["rate_req_s"] for r in rows]
+    closed = "concurrency" in rows[0]  # a closed-loop sweep: against the concurrency, nothing "offered"
+    rates = [r["concurrency"] if closed else r["rate_req_s"] for r in rows]
     slo = rows[0].get("slo") or {}
     fig, (ax_ttft, ax_tpot, ax_good) = plt.subplots(1, 3, figsize=(15, 4.2))
     for q, style in (("p50", "-"), ("p90", "--"), ("p99", ":")):
@@ -299,12 +300,13 @@ def plot_rate_sweep(rows: list[dict[str, Any]], path: Path, setting: str | None 
     ax_ttft.set_yscale("log")
     ax_ttft.set_ylabel("TTFT (ms)")
     ax_tpot.set_ylabel("TPOT (ms)")
-    ax_good.plot(rates, rates, color="grey", ls=":", label="offered")
+    if not closed:
+        ax_good.plot(rates, rates, color="grey", ls=":", label="offered")
     ax_good.plot(rates, [r["request_throughput_req_s"] for r in rows], marker="o", label="served")
     ax_good.plot(rates, [r["goodput_req_s"] for r in rows], marker="o", label="goodput (SLOs met)")
     ax_good.set_ylabel("requests/s")
     for ax in (ax_ttft, ax_tpot, ax_good):
-        ax.set_xlabel("request rate (req/s)")
+        ax.set_xlabel("concurrency (closed loop)" if closed else "request rate (req/s)")
         ax.legend(fontsize=8)
     fig.suptitle("tokenroof simulate: latency and goodput against load" + (f" — {setting}" if setting else ""))
     save(fig, path)

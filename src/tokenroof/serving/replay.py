@@ -141,18 +141,21 @@ class Point:
     rate_req_s: float  # output throughput ÷ output length: the rate an open-loop point was driven at
     weight: float = 1.0
     requests: int | None = None  # its means are over a whole run of this many requests (None: a steady window)
+    client: str = "staggered"  # how its client drove the server (io.measurements.CLIENT_KINDS)
+    server_cap: int | None = None  # the server's running-batch cap the point shows (None: the concurrency)
 
 
 # requests simulated for an open-loop point: about 40 lifetimes of its mean concurrency, within these bounds
 OPEN_LOOP_REQUESTS = (200, 2000)
 OPEN_LOOP_MAX_NUM_SEQS = 1024  # the server's cap is not in the file: large enough not to bind below saturation
+# a closed-loop point whose running batch is below this share of its concurrency shows the server's cap: the rest queue
+SERVER_CAP_SHOWN = 0.9
 
 
-def design_at(
-    point: Point, client: str, budget: int | None, kv_capacity_tokens: int | None, reference: StepModel
-) -> Design:
+def design_at(point: Point, budget: int | None, kv_capacity_tokens: int | None, reference: StepModel) -> Design:
     """The design of a point. A closed loop is simulated at its concurrency (a fractional one between the two whole
     ones around it); an open-loop point at its rate, its steps timed by `reference` (their pattern depends on it)."""
+    client = point.client
     lengths = Lengths(point.input_len), Lengths(point.output_len)
     if client in ("poisson", "constant"):
         burstiness = 1.0 if client == "poisson" else math.inf
@@ -173,7 +176,8 @@ def design_at(
         loop = closed_loop(c, *lengths, client, point.requests if client == "burst" else None)
         if client == "staggered":  # bench's own window: 2 × concurrency requests, at least 16
             loop = replace(loop, num_requests=2 * c + max(2 * c, 16), measure=None)
-        result = simulate(reference, loop, c, 0, kv_capacity_tokens, max_num_batched_tokens=budget)
+        cap = min(c, point.server_cap or c)
+        result = simulate(reference, loop, cap, 0, kv_capacity_tokens, max_num_batched_tokens=budget)
         return Design.of(result, result.measured(), since="arrival")
 
     if high == low:
@@ -308,7 +312,10 @@ class ServingFit:
 
 
 def online_points(table: MeasurementTable, fit: Fit, input_len: float, output_len: float) -> list[Point]:
-    """The table's points a closed loop can replay: those the decode fit did not leave out past a cap."""
+    """The table's points to replay, each with its client (the table's; a point without a closed-loop concurrency in
+    a bench table of both kinds is open-loop): those the decode fit did not leave out past a cap. A closed loop runs
+    at the client's concurrency where the table gives it (bench's running batch is a little below it), else at the
+    batch."""
     # past a cap the data show (preempted, or queued behind the server's cap: their TTFT holds the queue)
     left_out = set() if fit.excluded is None else set(fit.excluded.indices(table).tolist())
     ttft = table.ttft_ms
@@ -319,9 +326,20 @@ def online_points(table: MeasurementTable, fit: Fit, input_len: float, output_le
         context = None if table.context_tokens is None else float(table.context_tokens[i])
         prompt = input_len if context is None else max(context - output_len / 2, 1.0)
         t = None if ttft is None or not np.isfinite(ttft[i]) else float(ttft[i]) / 1e3
+        client = client_of(table)
+        concurrency = float(table.batch[i])
+        cap = None
+        if table.concurrency is not None:
+            if np.isfinite(table.concurrency[i]):
+                concurrency = float(table.concurrency[i])
+                if table.batch[i] < SERVER_CAP_SHOWN * concurrency:  # the server held its batch below the client's
+                    cap = math.ceil(float(table.batch[i]) - 0.5)
+                    t = None  # its TTFT is the queue in front of the cap, which the client's window sets: not fitted
+            elif client in ("staggered", "burst"):
+                client = "poisson"  # bench --request-rate beside --concurrency points
         points.append(
             Point(
-                float(table.batch[i]),
+                concurrency,
                 round(prompt),
                 max(round(output_len), 2),
                 float(table.tpot_ms[i]) / 1e3,
@@ -329,6 +347,8 @@ def online_points(table: MeasurementTable, fit: Fit, input_len: float, output_le
                 float(table.throughput_tok_s[i]) / max(round(output_len), 2),
                 float(table.counts[i]),
                 None if table.requests is None else max(round(float(table.requests[i])), 1),
+                client,
+                cap,
             )
         )
     return points
@@ -358,8 +378,11 @@ def fit_serving(
     if not points or (not has_ttft and prior is None):
         return None
     client = client_of(table)
+    # an open loop's steps, and a staggered loop's phases, depend on how long steps take: designed once with the
+    # starting model (the decode fit, its prefill priced from the TTFT), once more with the fitted one
+    timed = any(p.client != "burst" for p in points)
     terms = Terms.of(fit.step_model, prior, table.several_contexts)
-    reference = fit.step_model if not fit.step_model.prompts_folded else replace(fit.step_model, prompts_folded=False)
+    reference = terms.model(_start(terms, points)[0])
     if budget == "fit" and not has_ttft:  # TPOT alone barely tells how prompts were scheduled: assume whole ones
         budget, budget_source = None, "assumed"
     candidates: tuple[int | None, ...] = BUDGETS if isinstance(budget, str) else (budget,)
@@ -367,14 +390,15 @@ def fit_serving(
     whole_peak = math.inf  # the most tokens (prompt and decode) a step of the whole-prompt replay holds
     for b in candidates:
         high = max(math.ceil(p.concurrency) for p in points)
-        if b is not None and (b >= whole_peak or (b <= high and client not in ("poisson", "constant"))):
+        open_loop = any(p.client in ("poisson", "constant") for p in points)
+        if b is not None and (b >= whole_peak or (b <= high and not open_loop)):
             continue  # no step would chunk (the same replay as whole prompts), or the budget cannot hold the batch
-        designs = [design_at(p, client, b, kv_capacity_tokens, reference) for p in points]
+        designs = [design_at(p, b, kv_capacity_tokens, reference) for p in points]
         if b is None:
             whole_peak = max(float((d.batch + d.prefill).max()) for d in designs)
         result, cost = _solve(terms, points, designs, fit.sigma_rel)
-        if client in ("poisson", "constant"):  # an open loop's steps depend on their times: once more, as fitted
-            designs = [design_at(p, client, b, kv_capacity_tokens, terms.model(result)) for p in points]
+        if timed:
+            designs = [design_at(p, b, kv_capacity_tokens, terms.model(result)) for p in points]
             result, cost = _solve(terms, points, designs, fit.sigma_rel)
         source = "fitted" if isinstance(budget, str) else budget_source
         found = _result(result, terms, points, designs, client, b, source, has_ttft, table.semantics.client is not None)
@@ -394,7 +418,7 @@ def _budget_name(budget: int | None) -> str:
     return "whole prompts" if budget is None else f"chunked at {budget}"
 
 
-def _start(terms: Terms, points: Sequence[Point], designs: Sequence[Design]) -> list[np.ndarray]:
+def _start(terms: Terms, points: Sequence[Point]) -> list[np.ndarray]:
     """Starting points: the decode fit's terms, the compute per prompt token from the smallest point's TTFT (or the
     prior's centre), and that halved and doubled."""
     floors = terms.floors()
@@ -402,9 +426,9 @@ def _start(terms: Terms, points: Sequence[Point], designs: Sequence[Design]) -> 
     f0 = max(base.t_fixed_s, floors["t_fixed_s"], 1e-6)
     w0 = max(base.t_weights_s, floors["t_weights_s"], 1e-6)
     s0 = max(base.t_seq_s + base.t_kv_token_s * 1000.0, 1e-7)
-    with_ttft = [(p, d) for p, d in zip(points, designs, strict=True) if p.ttft_s is not None]
+    with_ttft = [p for p in points if p.ttft_s is not None]
     if with_ttft:
-        p, _ = min(with_ttft, key=lambda pd: pd[0].concurrency)
+        p = min(with_ttft, key=lambda q: q.concurrency)
         assert p.ttft_s is not None
         c0 = (p.ttft_s - f0 - p.concurrency * s0) / (p.input_len + p.concurrency)
     elif terms.prior is not None:
@@ -454,7 +478,7 @@ def _solve(
         return np.concatenate(parts)
 
     best: tuple[np.ndarray, float] | None = None
-    for x0 in _start(terms, points, designs):
+    for x0 in _start(terms, points):
         x0 = np.clip(x0, lower + 1e-9, upper - 1e-9)
         found = least_squares(residuals, x0, bounds=(lower, upper), method="trf", x_scale=1.0, max_nfev=400)
         cost = float(found.cost)

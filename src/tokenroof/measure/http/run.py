@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import functools
 import json
+import math
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -322,9 +323,11 @@ def write_outputs(cfg: BenchConfig, model: str, summaries: list[dict[str, Any]],
     (cfg.out_dir / "summary.json").write_text(
         json.dumps(redactor.value({"url": url, "model": model, "points": summaries}), indent=2)
     )
+    closed = any(s.get("kind") == "concurrency" for s in summaries) or not summaries
+    client = "staggered" if closed else ("constant" if math.isinf(cfg.burstiness) else "poisson")
     lines = [
         f"tokenroof bench {url} model={model} endpoint={cfg.endpoint} input_len={cfg.input_len} "
-        "batch_kind=running tpot_kind=tpot "
+        f"batch_kind=running tpot_kind=tpot client={client} "
         f"output_len={cfg.output_len}",
         "batch = time-averaged running batch (from the server's /metrics gauge where it has one, else from client "
         "timestamps); throughput = output tokens/s in the steady-state window; tpot_ms = mean TPOT excl. the 1st token",
@@ -340,8 +343,11 @@ def write_outputs(cfg: BenchConfig, model: str, summaries: list[dict[str, Any]],
         )
         prompt = s["prompt_tokens_mean"] if s["prompt_tokens_mean"] is not None else cfg.input_len
         context = mean_context_tokens(prompt, s["output_tokens_mean"])
-        rows.append([s["batch"], s["throughput_tok_s"], s["tpot_ms"]["mean"], context, s["ttft_ms"]["mean"]])
-    columns = ("batch", "throughput_tok_s", "tpot_ms", "context_tokens", "ttft_ms")
+        concurrency = s["value"] if s.get("kind") == "concurrency" else None  # open-loop points: empty
+        rows.append(
+            [s["batch"], s["throughput_tok_s"], s["tpot_ms"]["mean"], context, s["ttft_ms"]["mean"], concurrency]
+        )
+    columns = ("batch", "throughput_tok_s", "tpot_ms", "context_tokens", "ttft_ms", "concurrency")
     write_rows(cfg.out_dir / "summary.csv", lines, columns, rows, {"batch": ".4g", "context_tokens": ".5g"})
 
 
