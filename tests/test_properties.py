@@ -385,3 +385,55 @@ def test_number_lists_are_numbers_or_one_error(text: str) -> None:
 @given(st.lists(st.floats(allow_nan=False), max_size=6), st.sampled_from([",", " ", ", "]))
 def test_number_lists_read_back_exactly(values: list[float], separator: str) -> None:
     assert parse_numbers(separator.join(repr(v) for v in values), "--batch") == values
+
+
+# -- physics floors ----------------------------------------------------------------------------------------------
+@cache
+def floors_prior() -> Any:
+    from tokenroof.fit.predict import Workload
+    from tokenroof.serving.deployment import Physics
+
+    return Physics("llama-3.1-8b", "h100-sxm").prior(Workload(input_len=1024, output_len=256))
+
+
+@st.composite
+def generated_tables(draw: Any) -> MeasurementTable:
+    """A curve T = f + max(W, b·c) + s·b with terms anywhere from far faster than an H100 allows to far slower,
+    and a few percent of noise: what a user's file of another GPU, a quantised model or a typo might hold."""
+    f = draw(st.floats(0.0, 10.0)) * 1e-3
+    w = draw(st.floats(0.05, 20.0)) * 1e-3
+    c = draw(st.floats(0.5, 300.0)) * 1e-6
+    s = draw(st.floats(0.0, 200.0)) * 1e-6
+    batches = sorted(draw(st.sets(st.sampled_from([1, 2, 4, 8, 16, 24, 32, 48, 64, 96, 128, 192, 256]), min_size=3)))
+    noise = draw(st.lists(st.floats(-0.03, 0.03), min_size=len(batches), max_size=len(batches)))
+    rows = "\n".join(
+        f"{b},{(f + max(w, b * c) + s * b) * 1e3 * math.exp(e):.6g}" for b, e in zip(batches, noise, strict=True)
+    )
+    return parse_csv("# input_len=1024 output_len=256\nbatch,tpot_ms\n" + rows + "\n")
+
+
+@FUZZ
+@given(generated_tables())
+def test_no_fitted_term_beats_the_hardware_without_a_named_conflict(table: MeasurementTable) -> None:
+    """Every structure that carries weight is within the hardware's peaks, or a conflict names what it claims; the
+    scheduler's model (bounded by the peaks) is never faster, and says when it sits at a peak."""
+    from tokenroof.fit.core import fit_table
+    from tokenroof.fit.structures import faster_than_peak
+    from tokenroof.serving.replay import serving_fit
+
+    prior = floors_prior()
+    fit = fit_table(table, prior, n_samples=0)
+    largest = float(table.batch.max())
+    for c in fit.candidates:
+        claims = faster_than_peak(c.model, prior, largest)
+        if fit.weights[c.structure] > 0 and claims:
+            assert any(c.structure in conflict for conflict in fit.conflicts), (c.structure, claims)
+    serving = serving_fit(fit, table)
+    assert serving is not None  # the physics prices the prefill
+    peak = prior.weights_floor
+    assert serving.model.t_weights_s >= peak.t_weights_s * (1 - 1e-9)
+    assert serving.model.t_compute_s >= peak.t_compute_s * (1 - 1e-9)
+    at_floor = (
+        serving.model.t_weights_s <= peak.t_weights_s * 1.001 or serving.model.t_compute_s <= peak.t_compute_s * 1.001
+    )
+    assert not at_floor or serving.conflicts

@@ -44,6 +44,7 @@ from tokenroof.fit.structures import (
     Prior,
     PriorFit,
     Structure,
+    faster_than_peak,
     fit_line,
     fit_line_contexts,
     line_structure,
@@ -486,6 +487,8 @@ def fit_points(
     scores = [aicc(c.log_resid, c.n_params, evidence=evidence) for c in fitted]
     if not any(math.isfinite(x) for x in scores):  # too few points for the correction anywhere: plain AIC
         scores = [aicc(c.log_resid, c.n_params, small_sample=False, evidence=evidence) for c in fitted]
+    left_out, unphysical = _unphysical(fitted, prior, float(batch.max()))
+    scores = [math.inf if c.structure in left_out else x for c, x in zip(fitted, scores, strict=True)]
     weights = akaike_weights(scores)
     order = int(np.argmax(weights))
     best = fitted[order]
@@ -503,11 +506,33 @@ def fit_points(
         reason += "; Akaike weights " + ", ".join(f"{name} {w:.0%}" for name, w in shares.items())
     if best.small is not None:
         reason += f"; batches ≤ {best.small.upto_batch:g} on their own line (small-batch kernels)"
-    conflicts = list(dict.fromkeys(states[0].conflicts + states[1].conflicts))
+    conflicts = list(dict.fromkeys(states[0].conflicts + states[1].conflicts + unphysical))
     span = (float(batch.min()), float(batch.max()))
     return Fit(
         best, fitted, shares, reason, prior, curve, samples, sigma, int(batch.size), span, conflicts, contexts=contexts
     )
+
+
+def _unphysical(fitted: list[Candidate], prior: Prior | None, largest_batch: float) -> tuple[set[str], list[str]]:
+    """With the physics known: the structures to leave out, and the conflicts to name. A data-only structure whose
+    model claims a term faster than the hardware's peaks allow is left out (its weight goes to those the physics
+    bounds); one bounded by the physics that still lands there sits on the floor and is named."""
+    if prior is None:
+        return set(), []
+    left_out, conflicts = set(), []
+    for c in fitted:
+        claims = faster_than_peak(c.model, prior, largest_batch)
+        if not claims:
+            continue
+        bounded = c.structure.startswith("prior")
+        if not bounded:
+            left_out.add(c.structure)
+        conflicts.append(
+            f"the {c.structure} fit puts {'; '.join(claims)} on {prior.label}: "
+            + ("it sits at the peak" if bounded else "left out, the physics-bounded fits carry the answer")
+            + "; if the model, hardware, dtype or --tp named is not what was measured, say so"
+        )
+    return left_out, conflicts
 
 
 def _structures(

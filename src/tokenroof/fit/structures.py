@@ -89,6 +89,39 @@ class Prior:
         return held_context(self.layer_windows, context)
 
 
+PEAK_TOLERANCE = 0.01  # a fitted term may come this close to its physical floor (rounding), no closer
+
+
+def faster_than_peak(sm: StepModel, prior: Prior, largest_batch: float) -> list[str]:
+    """What a fitted model (folded at the prior's context) claims faster than the hardware's peaks allow: streaming
+    the weights above peak bandwidth, GEMMs above peak FLOP/s where its knee lies inside the measured batches (past
+    them the data bound the compute only from above), KV reads per sequence above peak bandwidth. Empty: none."""
+    floor = prior.weights_floor
+    found = []
+    weights_floor = float(floor.weights_time_s(1.0))
+    if float(sm.weights_time_s(1.0)) < (1 - PEAK_TOLERANCE) * weights_floor:
+        found.append(
+            f"the weight stream {sm.weights_time_s(1.0) * 1e3:.3g} ms per step, faster than peak bandwidth allows "
+            f"({weights_floor * 1e3:.3g} ms)"
+        )
+    knee = sm.knee_batch(0.0)
+    if (
+        knee is not None
+        and knee <= largest_batch
+        and sm.t_compute_s < (1 - PEAK_TOLERANCE) * prior.step_compute_floor_s
+    ):
+        found.append(
+            f"compute {sm.t_compute_s * 1e6:.3g} µs per sequence past a knee at batch {knee:.3g}, faster than peak "
+            f"FLOP/s allows ({prior.step_compute_floor_s * 1e6:.3g} µs)"
+        )
+    if sm.t_seq_s + sm.t_compute_s < (1 - PEAK_TOLERANCE) * prior.per_seq_floor_s:
+        found.append(
+            f"{(sm.t_seq_s + sm.t_compute_s) * 1e6:.3g} µs per sequence, less than its KV reads take at peak bandwidth "
+            f"({prior.per_seq_floor_s * 1e6:.3g} µs)"
+        )
+    return found
+
+
 @dataclass(frozen=True)
 class ContextLaw:
     """How a model folded at `reference_tokens` moves with context: per sequence, `kv_token_s` of KV reads and

@@ -212,16 +212,16 @@ class Terms:
         return floors
 
     def model(self, x: np.ndarray) -> StepModel:
-        terms = dict(zip(self.names, np.exp(x).tolist(), strict=True))
-        sm = replace(self.base, prompts_folded=False, t_attn_token_s=0.0, t_kv_token_s=0.0, **terms)
-        if self.prior is not None:
-            sm = replace(sm, overlap=self.prior.overlap)  # the hardware's, whichever structure led the decode fit
-        if self.prior is not None:  # KV reads at the bandwidth the weights stream at, attention at the GEMMs' pace
+        terms = {"t_attn_token_s": 0.0, "t_kv_token_s": 0.0} | dict(zip(self.names, np.exp(x).tolist(), strict=True))
+        sm = replace(self.base, prompts_folded=False, **terms)
+        if self.prior is not None:  # the hardware's overlap, whichever structure led the decode fit; KV reads at the
+            # bandwidth the weights stream at, attention at the GEMMs' pace
             peak = self.prior.weights_floor
             e_bandwidth = min(peak.t_weights_s / sm.t_weights_s, 1.0) if sm.t_weights_s > 0 else 1.0
             e_compute = min(peak.t_compute_s / sm.t_compute_s, 1.0) if sm.t_compute_s > 0 else 1.0
             sm = replace(
                 sm,
+                overlap=self.prior.overlap,
                 t_kv_token_s=peak.t_kv_token_s / (e_bandwidth * self.prior.kv_bandwidth_ratio),
                 t_attn_token_s=peak.t_attn_token_s / e_compute,
             )
