@@ -270,3 +270,36 @@ def test_at_cap_runs_a_closed_loop_of_the_asked_client() -> None:
     assert burst.tpot_ms["mean"] == pytest.approx(staggered.tpot_ms["mean"], rel=0.1)
     with pytest.raises(TokenroofError, match="unknown client"):
         ClosedLoop(4, Lengths(10), Lengths(10), 10, "waves")
+
+
+def test_predict_from_vllm_files_answers_from_the_scheduler_and_holds_the_holdout() -> None:
+    """The files measured TTFT: the scheduler's model answers at any concurrency, with TTFT; the held-out files at
+    256 and 384 (preempting) fall inside the intervals."""
+    holdout = {
+        json.loads(p.read_text())["max_concurrency"]: json.loads(p.read_text())
+        for p in sorted((ROOT / "examples" / "vllm-holdout").glob("*.json"))
+    }
+    for physics in ([], ["-m", "llama-3.1-8b", "-H", "h100-sxm"]):
+        data = run_json(["predict", *map(str, VLLM), "--batch", "256", "384", "--samples", "50", *physics])
+        for row in data["predictions"]:
+            measured = holdout[int(row["batch"])]
+            assert row["tpot_ms_low"] <= measured["mean_tpot_ms"] <= row["tpot_ms_high"], (physics, row)
+            assert "ttft_ms" in row
+        at_256 = data["predictions"][0]
+        assert at_256["tpot_ms"] == pytest.approx(holdout[256]["mean_tpot_ms"], rel=0.03)
+        assert at_256["ttft_ms"] == pytest.approx(holdout[256]["mean_ttft_ms"], rel=0.05)
+
+
+def test_two_contexts_of_online_files_hold_their_own_points() -> None:
+    """vLLM files at 1,024 prompt tokens and one at 4,096: the decode fit folds each length's prompts into a KV cost
+    per context token (issue 27: 'weights 0 ms', and the measured batch-128 point outside its interval); the
+    scheduler's model replays both lengths and every measured point lies inside its interval."""
+    files = [*map(str, VLLM), str(ROOT / "examples" / "vllm-in4096" / "vllm-in4096-c64.json")]
+    table = read_table(files)
+    for physics in ([], ["-m", "llama-3.1-8b", "-H", "h100-sxm"]):
+        data = run_json(["predict", *files, "--batch", "1", "4", "16", "32", "64", "128", "--samples", "50", *physics])
+        assert data["serving"]["tpot_rms"] < 0.02 and data["model"]["t_weights_s"] > 0.004
+        rows = {(r["batch"], round(r["context_tokens"])): r for r in data["predictions"]}
+        for batch, context, tpot in zip(table.batch, table.context_tokens, table.tpot_ms, strict=True):
+            row = rows[(float(batch), round(context))]
+            assert row["tpot_ms_low"] <= tpot <= row["tpot_ms_high"], (physics, batch, context, tpot, row)

@@ -197,7 +197,9 @@ def prediction(console: Console, data: dict[str, Any]) -> None:
         console.print(f"no critical batch: {data['critical_batch_reason']}", style="yellow", highlight=False)
     table = Table(title="predictions (90% intervals)", title_justify="left")
     contexts = any("context_tokens" in p for p in data["predictions"])
-    for col in (*(("context",) if contexts else ()), "batch", "tok/s", "tok/s 90%", "TPOT ms", "TPOT 90%", "bound", ""):
+    with_ttft = any("ttft_ms" in p for p in data["predictions"])  # the scheduler's model answers (measured prefill)
+    columns = (*(("context",) if contexts else ()), "batch", "tok/s", "tok/s 90%", "TPOT ms", "TPOT 90%")
+    for col in (*columns, *(("TTFT ms",) if with_ttft else ()), "bound", ""):
         table.add_column(col, justify="right")
     for p in data["predictions"]:
         table.add_row(
@@ -207,10 +209,18 @@ def prediction(console: Console, data: dict[str, Any]) -> None:
             f"{fmt(p['throughput_tok_s_low'])}–{fmt(p['throughput_tok_s_high'])}",
             fmt(p["tpot_ms"]),
             f"{fmt(p['tpot_ms_low'])}–{fmt(p['tpot_ms_high'])}",
+            *((fmt(p.get("ttft_ms")),) if with_ttft else ()),
             bound_cell(p["bound"]),
             "extrapolated" if p["extrapolated"] else "",
         )
     console.print(table)
+    if with_ttft:
+        console.print(
+            "TPOT, TTFT and tok/s from the scheduler's model as the measured client drove the server; the 90% band is "
+            "the decode fit's, widened to hold its answer",
+            style="dim",
+            highlight=False,
+        )
 
 
 def at_statistic(value: float | dict[str, float | None] | None, statistic: str) -> float | None:

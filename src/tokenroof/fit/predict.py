@@ -188,6 +188,9 @@ class PredictResult:
     warnings: list[str] = field(default_factory=list)
     contexts: list[float] | None = None  # contexts to predict at (raw tokens; None: the one the table was measured at)
     serving: Any = None  # serving/replay.ServingFit: the scheduler's model replaying an online table (None: none)
+    # the scheduler's model run at the asked batches and contexts (serving/replay.replay_predictions): where the table
+    # measured TTFT it is the answer, the decode fit's calibrated band around it
+    scheduler: dict[tuple[float, float | None], tuple[float, float, float]] | None = None
 
     @property
     def calibration(self) -> Calibration:
@@ -242,21 +245,40 @@ class PredictResult:
         rows = []
         for i, batch in enumerate(b):
             capped = running[i] < batch * (1 - 1e-12)
-            rows.append(
-                {
-                    "batch": float(batch),
-                    "throughput_tok_s": float(thr[i]),
-                    "tpot_ms": float(tpot[i] * MS_PER_S),
-                    "bound": "capacity" if capped else str(bounds[i]),
-                    "throughput_tok_s_low": float(r_lo[i]),
-                    "throughput_tok_s_high": float(r_hi[i]),
-                    "tpot_ms_low": float(t_lo[i] * MS_PER_S),
-                    "tpot_ms_high": float(t_hi[i] * MS_PER_S),
-                    "extrapolated": bool(distance[i] > 0),
-                    **({} if context is None else {"context_tokens": float(context)}),
-                }
-            )
+            row = {
+                "batch": float(batch),
+                "throughput_tok_s": float(thr[i]),
+                "tpot_ms": float(tpot[i] * MS_PER_S),
+                "bound": "capacity" if capped else str(bounds[i]),
+                "throughput_tok_s_low": float(r_lo[i]),
+                "throughput_tok_s_high": float(r_hi[i]),
+                "tpot_ms_low": float(t_lo[i] * MS_PER_S),
+                "tpot_ms_high": float(t_hi[i] * MS_PER_S),
+                "extrapolated": bool(distance[i] > 0),
+                **({} if context is None else {"context_tokens": float(context)}),
+            }
+            if self.scheduler is not None and (float(batch), context) in self.scheduler:
+                row = self._on_the_scheduler(row, *self.scheduler[(float(batch), context)])
+            rows.append(row)
         return rows
+
+    def _on_the_scheduler(self, row: dict[str, Any], tpot_s: float, ttft_s: float, thr: float) -> dict[str, Any]:
+        """A row answered by the scheduler's model: its TPOT, TTFT and throughput at the centre, the decode fit's
+        calibrated band around it, widened to hold the decode fit's own answer where the two disagree."""
+        tpot_ms = tpot_s * MS_PER_S
+        scale = tpot_ms / row["tpot_ms"]
+        low = min(row["tpot_ms_low"] * scale, row["tpot_ms_low"])
+        high = max(row["tpot_ms_high"] * scale, row["tpot_ms_high"])
+        return {
+            **row,
+            "tpot_ms": tpot_ms,
+            "throughput_tok_s": thr,
+            "tpot_ms_low": low,
+            "tpot_ms_high": high,
+            "throughput_tok_s_low": thr * tpot_ms / high,
+            "throughput_tok_s_high": thr * tpot_ms / low,
+            "ttft_ms": ttft_s * MS_PER_S,
+        }
 
     def context_law(self) -> dict[str, Any] | None:
         """How the fitted terms move with context: fitted across the measured contexts ("data"), or the prior's KV
@@ -402,6 +424,9 @@ def workload_line(table: MeasurementTable, serving: Any = None) -> str:
         kind = "a static batch" if sem.batch_kind == "static" else "TPOT of pure decode steps"
         return f"decode-only ({kind}): no prompts in the measured steps"
     lengths = f"{sem.input_len:g} in / {sem.output_len:g} out, " if sem.input_len and sem.output_len else ""
+    if table.several_contexts and sem.output_len:
+        held = " and ".join(f"{c:,.0f}" for c in table.level_contexts())
+        lengths = f"mean contexts {held}, {sem.output_len:g} out, "
     if serving is not None:
         return f"{serving.describe()} ({lengths}replayed on the scheduler)"
     client = f", {sem.client} client" if sem.client else ""

@@ -607,3 +607,42 @@ def fitted_models(
     if replay is not None:
         return travelling_of(replay, fit, table), replay.samples(n_samples)
     return portable(fit, table), portable_samples(fit, table)
+
+
+def replay_predictions(
+    serving: ServingFit,
+    batches: Sequence[float],
+    contexts: Sequence[float | None],
+    input_len: float,
+    output_len: float,
+    kv_capacity_tokens: int | None = None,
+) -> dict[tuple[float, float | None], tuple[float, float, float]]:
+    """The scheduler's model at each asked batch (the client's concurrency) and context (None: as measured), run as
+    the measuring client drove the server: (mean TPOT s, mean TTFT s, output tok/s) by (batch, context). An open-loop
+    table is answered as a staggered closed loop at that concurrency. A fractional batch lies between the whole ones
+    around it."""
+    client = serving.client if serving.client in ("burst", "staggered") else "staggered"
+    out = max(round(output_len), 2)
+    answers = {}
+    for context in contexts:
+        prompt = input_len if context is None else max(context - output_len / 2, 1.0)
+        lengths = Lengths(max(round(prompt), 1)), Lengths(out)
+        for batch in batches:
+            low, high = max(math.floor(batch), 1), max(math.ceil(batch), 1)
+            runs = []
+            for c in sorted({low, high}):
+                loop = closed_loop(c, *lengths, client)
+                if serving.max_num_batched_tokens is not None and serving.max_num_batched_tokens <= c:
+                    raise TokenroofError(
+                        f"batch {batch:g} needs more than the {serving.max_num_batched_tokens}-token prompt budget the "
+                        "measured server was fitted with"
+                    )
+                result = simulate(
+                    serving.model, loop, c, 0, kv_capacity_tokens, max_num_batched_tokens=serving.max_num_batched_tokens
+                )
+                summary = result.summary()
+                runs.append((summary["tpot_ms"]["mean"], summary["ttft_ms"]["mean"], summary["throughput_tok_s"]))
+            share = batch - low if high > low else 0.0
+            mixed = [(1 - share) * a + share * b for a, b in zip(runs[0], runs[-1], strict=True)]
+            answers[(float(batch), context)] = (mixed[0] / 1e3, mixed[1] / 1e3, mixed[2])
+    return answers
