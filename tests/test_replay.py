@@ -303,3 +303,27 @@ def test_two_contexts_of_online_files_hold_their_own_points() -> None:
         for batch, context, tpot in zip(table.batch, table.context_tokens, table.tpot_ms, strict=True):
             row = rows[(float(batch), round(context))]
             assert row["tpot_ms_low"] <= tpot <= row["tpot_ms_high"], (physics, batch, context, tpot, row)
+
+
+@pytest.mark.parametrize(
+    "args",
+    [
+        ["advise", str(ROOT / "examples" / "h100_7b_seed.csv"), "--context", "300", "--tpot-slo-ms", "30"],
+        ["advise", "--context", "300", "--tpot-slo-ms", "30"],
+        ["predict", str(ROOT / "examples" / "h100_7b_seed.csv"), "--context", "300", "--batch", "64"],
+        ["simulate", "--rate", "1", "--num-requests", "20"],
+        ["simulate", "--fit", str(VLLM[0]), "--fit", str(VLLM[1]), "--rate", "1"],
+        ["plan", "--rate", "1"],
+        ["advise", *map(str, VLLM), "--tpot-slo-ms", "40", "--input-len", "1024", "--output-len", "256"],
+    ],
+)
+def test_a_deployment_that_cannot_hold_its_weights_is_refused_on_every_path(args: list[str]) -> None:
+    """Issue 27: advise with a table answered cap 180 for Mixtral-8x22B (281 GB of weights) on one 80 GB H100."""
+    result = run_cli([*args, "-m", "mixtral-8x22b", "-H", "h100-sxm"])
+    assert result.exit_code == 2, result.output
+    assert "281 GB of weights per GPU at --tp 1" in result.output and "--tp 4 or more" in result.output
+
+
+def test_plan_leaves_out_the_choices_that_cannot_hold_the_weights() -> None:
+    data = run_json(["plan", "-m", "mixtral-8x22b", "-H", "h100-sxm", "--tp-choices", "1,4", "--rate", "1"])
+    assert data["tp"] == 4 and any("left out: mixtral-8x22b" in w for w in data["warnings"])

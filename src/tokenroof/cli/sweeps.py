@@ -171,10 +171,14 @@ def plan_choices(
     """plan for each hardware × tp choice; the cheapest feasible one (GPUs, or cost with prices) is the answer."""
     from tokenroof.serving.plan import make_plan
 
-    results, notes = [], []
+    results, notes, unservable = [], [], []
     for chip in choices.hardware or (dep.physics.hardware,):
         for degree in choices.tp:
             option = dep.with_physics(replace(dep.physics, hardware=chip, tp=degree))
+            why = option.physics.unservable() if option.physics.known else None
+            if why is not None:  # another choice may hold the weights: this one is left out, and says why
+                unservable.append(why)
+                continue
             travelling, samples = option.step_models(n_samples=4)
             notes += [n for n in travelling.notes(offered.mean_context_tokens) if n not in notes]
             budget = option.prompt_budget(travelling)
@@ -198,7 +202,11 @@ def plan_choices(
                 price = choices.price(chip)
                 entry["cost_per_hour"] = None if price is None else entry["gpus"] * price
             results.append(entry)
-    return cheapest(results, notes, bool(choices.prices))
+    if not results:
+        raise TokenroofError(
+            unservable[0] if len(unservable) == 1 else "no choice can hold the weights: " + "; ".join(unservable)
+        )
+    return cheapest(results, [*notes, *(f"left out: {why}" for why in unservable)], bool(choices.prices))
 
 
 def cheapest(results: list[dict[str, Any]], notes: list[str], priced: bool) -> dict[str, Any]:

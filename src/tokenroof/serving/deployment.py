@@ -10,6 +10,7 @@ only).
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -78,11 +79,36 @@ class Physics:
 
         return load_engine(self.engine)
 
+    def unservable(self, memory_utilization: float = 0.9) -> str | None:
+        """Why the weights alone do not fit in the memory the server may use (None: they fit)."""
+        from tokenroof.model.roofline import resident_weight_bytes
+
+        model, hardware = self._specs()
+        precision = self.precision
+        weights = resident_weight_bytes(model, precision, self.tp)
+        usable = hardware.memory_bytes * memory_utilization
+        if weights < usable:
+            return None
+        needed = math.ceil(weights * self.tp / usable)
+        return (
+            f"{model.name} in {precision.weight_dtype} holds {weights / 1e9:,.0f} GB of weights per GPU at --tp "
+            f"{self.tp}; {hardware.key or hardware.name} has {hardware.memory_bytes / 1e9:,.0f} GB, "
+            f"{memory_utilization:.0%} of it "
+            f"usable: it cannot be served (give --tp {needed} or more, a smaller --dtype, or a larger --hardware)"
+        )
+
+    def require_servable(self) -> None:
+        """Refuse a deployment whose weights do not fit, whichever path asks (first principles, a prior, a pool)."""
+        why = self.unservable()
+        if why is not None:
+            raise TokenroofError(why)
+
     def step_model(self) -> StepModel:
         """The first-principles step model of a server: the engine profile's efficiencies, under the hardware file's
         measured ones (roofline.default_efficiencies gives the precedence)."""
         from tokenroof.model.roofline import default_efficiencies, step_model_from_specs
 
+        self.require_servable()
         model, hardware = self._specs()
         eff = default_efficiencies(hardware, self.precision, self.engine_profile())
         return step_model_from_specs(model, hardware, self.precision, self.tp, eff)
@@ -91,6 +117,7 @@ class Physics:
         """The physics prior for a fit of measurements taken under `workload` (centred on the engine profile)."""
         from tokenroof.fit.predict import prior_from_specs
 
+        self.require_servable()
         model, hardware = self._specs()
         profile = self.engine_profile() if self.engine is not None else None
         return prior_from_specs(model, hardware, self.precision, workload, self.tp, engine=profile)
@@ -110,6 +137,7 @@ class Physics:
             return None
         from tokenroof.model.roofline import kv_cache_tokens
 
+        self.require_servable()
         model, hardware = self._specs()
         return kv_cache_tokens(model, hardware, self.precision, self.tp)
 
