@@ -259,6 +259,20 @@ def test_running_batch_gauges_of_each_engine() -> None:
     assert running_from_metrics("not prometheus {{{\n") is None
 
 
+def test_the_preemption_counter_is_read_and_differenced_over_the_window() -> None:
+    """Issue 27: bench's table hid 117 preemptions behind status "ok"."""
+    from tokenroof.measure.http.scrape import BatchScraper, metrics_from_text
+
+    text = 'vllm:num_requests_running 12\nvllm:num_preemptions_total{model_name="m"} 40\n'
+    assert metrics_from_text(text) == (12.0, 40.0)
+    assert metrics_from_text("vllm:num_requests_running 12\n") == (12.0, None)  # a server without the counter
+    assert metrics_from_text("vllm:num_requests_running NaN\n") == (None, None)  # not a batch
+    scraper = BatchScraper(None, "", 0.0)  # type: ignore[arg-type]
+    scraper.preemptions = [(0.5, 40.0), (1.0, 41.0), (2.0, 157.0), (3.5, 160.0)]
+    assert scraper.preempted_in(0.9, 3.0) == 116.0
+    assert scraper.preempted_in(3.0, 4.0) is None  # one reading: no difference to take
+
+
 def test_constant_rate_arrivals_with_infinite_burstiness() -> None:
     import numpy as np
 

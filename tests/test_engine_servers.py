@@ -29,7 +29,11 @@ VLLM_FLAGS = {
     "max_num_batched_tokens": "--max-num-batched-tokens",
     "memory_fraction": "--gpu-memory-utilization",
 }
-VLLM_METRICS = {"running": "vllm:num_requests_running", "waiting": "vllm:num_requests_waiting"}
+VLLM_METRICS = {
+    "running": "vllm:num_requests_running",
+    "waiting": "vllm:num_requests_waiting",
+    "preemptions": "vllm:num_preemptions_total",
+}
 
 # profile → its [server] table as the engines document it; None: no server of its own
 SERVERS: dict[str, dict[str, Any] | None] = {
@@ -102,7 +106,7 @@ def test_the_settings_and_metrics_asked_for_are_the_keys_a_file_may_give() -> No
         == tuple(ServerFlags.model_fields)
         == ("max_num_seqs", "max_num_batched_tokens", "memory_fraction")
     )
-    assert get_args(Metric) == tuple(ServerMetrics.model_fields) == ("running", "waiting")
+    assert get_args(Metric) == tuple(ServerMetrics.model_fields) == ("running", "waiting", "preemptions")
 
 
 @pytest.mark.parametrize("key", sorted(SERVERS))

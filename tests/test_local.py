@@ -259,3 +259,22 @@ def test_measuring_leaves_denormals_alone(calibration: Calibration) -> None:
     import numpy as np
 
     assert np.float64(5e-324) * 1.0 > 0
+
+
+def test_a_curve_the_machine_cannot_produce_is_named() -> None:
+    """Issue 27: bench-local printed 251% of a hardware file's bandwidth without a word."""
+    from tokenroof.measure.local.local import LocalPoint, implausible
+
+    def point(batch: int, tpot_ms: float, fraction: float) -> LocalPoint:
+        return LocalPoint(batch, 128, tpot_ms, tpot_ms, tpot_ms, tpot_ms, 1.0, 8, 1e9, 1e9, bandwidth_fraction=fraction)
+
+    hardware = load_hardware("h100-sxm")
+    fine = [point(1, 10.0, 0.5), point(4, 10.5, 0.6), point(16, 12.0, 0.7)]
+    assert implausible(fine, hardware) == []
+    too_fast = [point(1, 10.0, 2.51), point(4, 10.5, 0.9)]
+    (warning,) = implausible(too_fast, hardware)
+    assert "batch 1 moved 251% of h100-sxm's peak bandwidth" in warning and "recalibrate" in warning
+    falling = [point(1, 10.0, 0.5), point(4, 50.0, 0.5)]  # 100 tok/s, then 80
+    (warning,) = implausible(falling, hardware)
+    assert warning.startswith("throughput falls from 100 tok/s at batch 1 to 80 at batch 4")
+    assert implausible(too_fast, None)[:1] == []  # no hardware file: no fraction to judge

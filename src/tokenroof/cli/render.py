@@ -293,10 +293,18 @@ def advice_contexts(console: Console, data: dict[str, Any]) -> None:
 
 def bench(console: Console, data: dict[str, Any]) -> None:
     table = Table(title=f"bench: steady-state windows (records in {data['out']})", title_justify="left")
-    for col in ("point", "batch", "tok/s", "TPOT ms p50/p90", "TTFT ms p50/p90", "req/s", "ok/failed", "status"):
+    goodput = data.get("slo") is not None
+    preempt = any(p.get("preemptions") is not None for p in data["points"])
+    columns = ("point", "batch", "tok/s", "TPOT ms p50/p90", "TTFT ms p50/p90", "req/s")
+    extra = (*(("goodput",) if goodput else ()), *(("preempt",) if preempt else ()))
+    for col in (*columns, *extra, "ok/failed", "status"):
         table.add_column(col, justify="right")
     for p in data["points"]:
         tpot, ttft = p["tpot_ms"], p["ttft_ms"]
+        preempted = p.get("preemptions")
+        status = "[green]ok[/]" if not p.get("invalid") else f"[red]{p['invalid']}[/]"
+        if preempted and not p.get("invalid"):
+            status = "[yellow]preempting[/]"  # measured, but past what the KV cache holds
         table.add_row(
             p["point"],
             fmt(p["batch"]),
@@ -304,10 +312,19 @@ def bench(console: Console, data: dict[str, Any]) -> None:
             f"{fmt(tpot['p50'])}/{fmt(tpot['p90'])}",
             f"{fmt(ttft['p50'])}/{fmt(ttft['p90'])}",
             fmt(p["request_throughput_req_s"]),
+            *((fmt(p["goodput_req_s"]),) if goodput else ()),
+            *(("—" if preempted is None else f"{preempted:,.0f}",) if preempt else ()),
             f"{p['requests_completed']}/{p['requests_failed']}",
-            "[green]ok[/]" if not p.get("invalid") else f"[red]{p['invalid']}[/]",
+            status,
         )
     console.print(table)
+    if preempt and any(p.get("preemptions") for p in data["points"]):
+        console.print(
+            "preempting: the server preempted sequences for KV-cache room in the window (its running batch is past "
+            "what the cache holds: TPOT and TTFT there are the cache's, not the batch's)",
+            style="yellow",
+            highlight=False,
+        )
     console.print(f"for predict: {data['out']}/summary.csv", style="dim", highlight=False)
 
 

@@ -176,8 +176,10 @@ def bench(
         raise typer.Exit(130)
     warnings, invalid = outcome(summaries, out)
     from tokenroof.report.plots import plot_bench
+    from tokenroof.serving.simulate import goodput_slo
 
-    data = {"points": summaries, "out": str(out), "warnings": warnings}
+    slo = goodput_slo(ttft_slo_ms, tpot_slo_ms) if ttft_slo_ms is not None or tpot_slo_ms is not None else None
+    data = {"points": summaries, "out": str(out), "warnings": warnings, "slo": slo}
     finish(data, render.bench, json_output, plot, lambda path: plot_bench(summaries, path, str(out)))
     if invalid:
         err.print(escape(invalid), highlight=False, soft_wrap=True)

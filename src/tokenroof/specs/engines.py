@@ -58,7 +58,7 @@ DEFAULT_ENGINE = "generic"  # today's defaults, named: one bandwidth and compute
 PREFILL = ("chunked", "separate")
 DEFAULT_LEVEL = 0.9
 Setting = Literal["max_num_seqs", "max_num_batched_tokens", "memory_fraction"]  # the [server.flags] keys
-Metric = Literal["running", "waiting"]  # the [server.metrics] keys
+Metric = Literal["running", "waiting", "preemptions"]  # the [server.metrics] keys
 SERVER_NAME = re.compile(r"[a-z0-9][a-z0-9-]*")
 CLI_FLAG = re.compile(r"--?[A-Za-z][A-Za-z0-9_-]*")
 METRIC_NAME = re.compile(r"[a-zA-Z_:][a-zA-Z0-9_:]*")  # Prometheus exposition format: a metric name
@@ -248,10 +248,11 @@ class ServerFlags(Section):
 
 
 class ServerMetrics(Section):
-    """`[server.metrics]`: the server's Prometheus gauges, by what they count."""
+    """`[server.metrics]`: the server's Prometheus gauges (and counters), by what they count."""
 
     running: MetricName | None = None
     waiting: MetricName | None = None
+    preemptions: MetricName | None = None  # a counter: sequences preempted for KV-cache room since the server started
 
 
 class ServerDefaults(Section):

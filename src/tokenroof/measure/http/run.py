@@ -261,6 +261,7 @@ class Bench:
         data["batch_source"] = "server /metrics" if server_batch is not None else "client timestamps"
         if server_batch is not None:
             data["batch"] = server_batch
+        data["preemptions"] = scraper.preempted_in(*run.window_s)  # None: the server exports no counter
         summary.invalid = validity(summary, run, monitor, cfg.max_failure_fraction)
         data["remarks"] = run.remarks
         data["client_loop_lag_p99_ms"] = monitor.lag_p99_ms

@@ -14,6 +14,7 @@ default) fall back to the client-side estimate; summary.json keeps both.
 from __future__ import annotations
 
 import asyncio
+import math
 import time
 from dataclasses import dataclass, field
 
@@ -22,6 +23,7 @@ import aiohttp
 from tokenroof.specs.engines import server_metrics
 
 GAUGES = tuple(server_metrics("running").values())  # each server's running-batch gauge, in server-name order
+PREEMPTIONS = tuple(server_metrics("preemptions").values())  # each server's preemption counter, where it has one
 PERIOD_S = 0.1
 
 
@@ -31,17 +33,29 @@ def running_from_metrics(text: str) -> float | None:
     prometheus_client's parser reads the exposition format (labels with spaces or escaped quotes, an optional
     sample timestamp after the value); text it cannot parse counts as no gauge.
     """
+    return metrics_from_text(text)[0]
+
+
+def metrics_from_text(text: str) -> tuple[float | None, float | None]:
+    """The running-batch gauge and the preemption counter (each the first of the known names found, summed over
+    label sets); None where absent. A value that is not a finite non-negative number counts as absent."""
     from prometheus_client.parser import text_string_to_metric_families
 
     found: dict[str, float] = {}
+    wanted = set(GAUGES) | set(PREEMPTIONS)
     try:
         for family in text_string_to_metric_families(text):
             for sample in family.samples:
-                if sample.name in GAUGES:
+                if sample.name in wanted:
                     found[sample.name] = found.get(sample.name, 0.0) + float(sample.value)
     except (ValueError, TypeError, IndexError):
-        return None
-    return next((found[g] for g in GAUGES if g in found), None)
+        return None, None
+
+    def first(names: tuple[str, ...]) -> float | None:
+        value = next((found[n] for n in names if n in found), None)
+        return value if value is not None and math.isfinite(value) and value >= 0 else None
+
+    return first(GAUGES), first(PREEMPTIONS)
 
 
 @dataclass
@@ -50,6 +64,7 @@ class BatchScraper:
     url: str
     t0: float
     samples: list[tuple[float, float]] = field(default_factory=list)
+    preemptions: list[tuple[float, float]] = field(default_factory=list)  # the counter's readings, where it has one
     _task: asyncio.Task[None] | None = None
 
     async def _run(self) -> None:
@@ -58,10 +73,13 @@ class BatchScraper:
                 async with self.session.get(self.url.rstrip("/") + "/metrics") as response:
                     if response.status != 200:
                         return
-                    value = running_from_metrics(await response.text())
+                    value, preempted = metrics_from_text(await response.text())
                 if value is None:
                     return  # no known gauge: stop asking
-                self.samples.append((time.perf_counter() - self.t0, value))
+                now = time.perf_counter() - self.t0
+                self.samples.append((now, value))
+                if preempted is not None:
+                    self.preemptions.append((now, preempted))
             except (aiohttp.ClientError, TimeoutError, ValueError, IndexError):
                 return
             await asyncio.sleep(PERIOD_S)
@@ -73,6 +91,13 @@ class BatchScraper:
         if self._task is not None:
             self._task.cancel()
             await asyncio.gather(self._task, return_exceptions=True)
+
+    def preempted_in(self, w0: float, w1: float) -> float | None:
+        """Sequences the server preempted between the readings around [w0, w1] (None: it has no counter)."""
+        inside = [v for t, v in self.preemptions if w0 <= t <= w1]
+        if len(inside) < 2:
+            return None
+        return max(inside[-1] - inside[0], 0.0)
 
     def mean_in(self, w0: float, w1: float) -> float | None:
         inside = [v for t, v in self.samples if w0 <= t <= w1]

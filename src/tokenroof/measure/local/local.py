@@ -18,6 +18,7 @@ Torch is an optional extra: nothing here imports it before `require_torch()`.
 
 from __future__ import annotations
 
+import itertools
 import platform
 import statistics
 import time
@@ -325,7 +326,32 @@ def run_bench_local(
             on_point(point)
     result.points.sort(key=lambda p: p.batch)
     result.warnings += drift_warning({b: rounds for b, (_, rounds) in samples.items()})
+    result.warnings += implausible(result.points, hardware)
     return result
+
+
+def implausible(points: list[LocalPoint], hardware: HardwareSpec | None) -> list[str]:
+    """What a measured curve says that the machine cannot: more bytes per second than the hardware file's peak (the
+    file is not this machine, or is out of date: recalibrate), and throughput that falls as the batch grows (the
+    engine is not batching: memory pressure, or Python launches dominate)."""
+    warnings = []
+    over = [p for p in points if p.bandwidth_fraction is not None and p.bandwidth_fraction > 1.0]
+    if over and hardware is not None:
+        worst = max(over, key=lambda p: p.bandwidth_fraction or 0.0)
+        warnings.append(
+            f"batch {worst.batch} moved {worst.bandwidth_fraction:.0%} of {hardware.key or hardware.name}'s peak "
+            f"bandwidth ({len(over)} of {len(points)} batches above 100%): the hardware file is not this machine's, "
+            "or the bytes counted are not all read from memory (caches): recalibrate (tokenroof calibrate --out)"
+        )
+    falls = [(a, b) for a, b in itertools.pairwise(points) if b.throughput_tok_s < 0.97 * a.throughput_tok_s]
+    if falls:
+        a, b = falls[0]
+        warnings.append(
+            f"throughput falls from {a.throughput_tok_s:,.4g} tok/s at batch {a.batch} to {b.throughput_tok_s:,.4g} at "
+            f"batch {b.batch}: a larger batch should never decode fewer tokens per second (memory pressure, or "
+            "per-sequence work outside the batched kernels)"
+        )
+    return warnings
 
 
 def drift_warning(rounds_by_batch: dict[int, list[list[float]]]) -> list[str]:
