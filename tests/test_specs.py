@@ -218,7 +218,42 @@ def test_deepseek_v3_ships_fp8_with_block_scales() -> None:
     v3 = load_model("deepseek-v3")
     precision = Precision.create(checkpoint=v3.quantization)
     assert (precision.weight_dtype, precision.compute_dtype, precision.kv_dtype) == ("fp8", "fp8", "bf16")
-    assert precision.to_dict()["quantization"] == "fp8: fp8, 4 scale bytes per 16384 weights"
+    assert (
+        precision.to_dict()["quantization"]
+        == "fp8: fp8, 4 scale bytes per 16384 weights, embeddings and lm_head in 16 bits"
+    )
+
+
+def test_quantised_checkpoints_keep_embeddings_and_lm_head_at_16_bits(tmp_path: Path) -> None:
+    """Issue 27: an AWQ Llama-3.1-8B was counted at 4.17 GB where its checkpoint holds about 5.7 GB."""
+    from tokenroof.model.roofline import dense_weight_bytes, resident_weight_bytes
+
+    model = load_model(str(quantized(tmp_path, AWQ)))
+    awq = Precision.create(checkpoint=model.quantization)
+    table = 128256 * 4096  # embed_tokens, and lm_head (untied) the same shape
+    body = model.total_params - 2 * table
+    per_weight = 0.5 + 2.5 / 128
+    assert resident_weight_bytes(model, awq) == pytest.approx(body * per_weight + 2 * table * 2.0, rel=1e-12)
+    assert 5.6e9 < resident_weight_bytes(model, awq) < 5.8e9  # the checkpoint's ~5.7 GB
+    streamed = model.streamed_dense_params - table  # lm_head is read every step, at 16 bits
+    assert dense_weight_bytes(model, awq) == pytest.approx(streamed * per_weight + table * 2.0, rel=1e-12)
+    assert "embeddings and lm_head in 16 bits" in awq.to_dict()["quantization"]
+    assert awq.lm_head_bytes_per_param == 2.0 and Precision.create("bf16").lm_head_bytes_per_param == 2.0
+    # compressed-tensors says which modules it left alone: lm_head out of `ignore` is quantised with the rest
+    kept = Precision.create(
+        checkpoint=load_model(str(quantized(tmp_path, {**W4A16, "ignore": ["lm_head"]}))).quantization
+    )
+    assert kept.lm_head_bytes_per_param == 2.0
+    all_in = Precision.create(checkpoint=load_model(str(quantized(tmp_path, {**W4A16, "ignore": []}))).quantization)
+    assert all_in.lm_head_bytes_per_param == pytest.approx(0.5 + 2 / 128)
+    assert resident_weight_bytes(model, all_in) == pytest.approx(
+        (body + table) * (0.5 + 2 / 128) + table * 2.0, rel=1e-12
+    )
+    # a dtype given by name is counted as vLLM quantises: linear layers only
+    fp8 = Precision.create("fp8")
+    assert dense_weight_bytes(model, fp8) == pytest.approx(streamed * 1.0 + table * 2.0, rel=1e-12)
+    bf16 = Precision.create("bf16")
+    assert resident_weight_bytes(model, bf16) == pytest.approx(model.total_params * 2.0, rel=1e-12)
 
 
 def test_physics_takes_the_checkpoint_dtype_unless_given(tmp_path: Path) -> None:

@@ -254,3 +254,16 @@ def test_a_split_model_is_exactly_the_fit_at_the_fitted_context() -> None:
     split = split_terms(fit.step_model, prior)
     for b in (1.0, 32.0, 128.0, 300.0):
         assert split.step_s(b, b * 300) == pytest.approx(float(fit.step_model.step_time_s(b)), rel=1e-9)
+
+
+def test_a_hand_written_step_model_is_taken_as_written(tmp_path: Path) -> None:
+    """Issue 27: a hand-written --step-model always got 'its KV reads stay as measured', though its t_kv_token_s
+    moves with every sequence's context in the scheduler."""
+    path = tmp_path / "m.json"
+    path.write_text('{"t_fixed_s": 0.001, "t_weights_s": 0.005, "t_compute_s": 2e-5, "t_kv_token_s": 5e-8}')
+    assert read_step_model(path).notes(2048) == []
+    path.write_text(
+        '{"t_fixed_s": 0.001, "t_weights_s": 0.005, "t_compute_s": 2e-5, "t_kv_token_s": 0, "t_seq_s": 1e-4}'
+    )
+    (note,) = read_step_model(path).notes(2048)
+    assert "no KV cost per context token" in note

@@ -127,6 +127,13 @@ class Travelling:
         ]
 
     def _context_notes(self, context_tokens: float | None) -> list[str]:
+        if self.context_tokens is None and self.split:  # terms as written (a hand-made model): nothing was folded
+            if self.step_model.t_kv_token_s > 0 or self.step_model.prompts_folded:
+                return []
+            return [
+                f"step model from {self.source} has no KV cost per context token (t_kv_token_s 0): its cost per "
+                "sequence is the same at every context"
+            ]
         if self.context_tokens is None:
             return [
                 f"step model from {self.source}, at a workload it does not state: its KV reads and prompt share stay "

@@ -123,8 +123,11 @@ def kv_read_bytes(model: ModelSpec, precision: Precision, batch: ArrayLike, cont
 
 
 def dense_weight_bytes(model: ModelSpec, precision: Precision, tp: int = 1) -> float:
-    """Bytes streamed every step regardless of batch (attention, norms, dense MLPs, lm_head), per GPU."""
-    return model.streamed_dense_params * precision.weight_bytes_per_param / tp
+    """Bytes streamed every step regardless of batch (attention, norms, dense MLPs, lm_head), per GPU; beside
+    quantised layers lm_head stays 16-bit unless the checkpoint quantised it (Precision.lm_head_bytes_per_param)."""
+    head = model.lm_head_params
+    body = model.streamed_dense_params - head
+    return (body * precision.weight_bytes_per_param + head * precision.lm_head_bytes_per_param) / tp
 
 
 def expert_weight_bytes(model: ModelSpec, precision: Precision, tp: int = 1) -> float:
@@ -149,8 +152,13 @@ def weight_bytes_streamed(model: ModelSpec, precision: Precision, batch: ArrayLi
 
 
 def resident_weight_bytes(model: ModelSpec, precision: Precision, tp: int = 1) -> float:
-    """Bytes of all stored weights per GPU (the memory footprint, embeddings included)."""
-    return model.total_params * precision.weight_bytes_per_param / tp
+    """Bytes of all stored weights per GPU (the memory footprint, embeddings included): beside quantised layers the
+    embedding table and a vision tower stay 16-bit, and lm_head too unless the checkpoint quantised it."""
+    head = 0 if model.tie_word_embeddings else model.lm_head_params
+    table = model.embedding_params + model.vision_params
+    body = model.total_params - head - table
+    per_param = precision.weight_bytes_per_param
+    return (body * per_param + head * precision.lm_head_bytes_per_param + table * precision.table_bytes_per_param) / tp
 
 
 def activation_bytes(model: ModelSpec, precision: Precision, batch: ArrayLike, tp: int = 1) -> Array:

@@ -40,6 +40,7 @@ ALIASES: dict[str, str] = {
     "gptq": "int4",
 }
 GROUP_QUANTISED = {"int4", "fp4"}
+UNQUANTISED_BYTES = 2.0  # what quantisers leave unquantised (embeddings, lm_head) stays in the 16-bit model dtype
 SCALE_BYTES = 2.0  # one fp16/bf16 scale per group
 
 
@@ -80,6 +81,7 @@ class Precision:
     scale_bytes_per_group: float | None = None
     source: str = "given"
     quantization: str | None = None
+    lm_head_quantized: bool = False  # a quantised checkpoint whose lm_head is quantised too (specs/quantization.py)
 
     @classmethod
     def create(
@@ -94,12 +96,13 @@ class Precision:
         defaults to the weight dtype when 16-bit, else bf16."""
         if group_size <= 0:
             raise TokenroofError(f"group size must be positive, got {group_size}")
-        weight, source, scale, described = "bf16", "default", None, None
+        weight, source, scale, described, head = "bf16", "default", None, None, False
         if dtype is not None:
             weight, source = canonical_dtype(dtype, "weight dtype"), "given"
         elif checkpoint is not None:
             weight, source, described = _checkpoint_dtype(checkpoint), "checkpoint", checkpoint.describe()
             group_size, scale = checkpoint.group_size, checkpoint.scale_bytes_per_group
+            head = checkpoint.lm_head_quantized
         if kv_dtype is None:
             kv = weight if weight in ("fp32", "bf16", "fp16") else "bf16"
         else:
@@ -107,7 +110,7 @@ class Precision:
         compute = (
             default_compute_dtype(weight) if compute_dtype is None else canonical_dtype(compute_dtype, "compute dtype")
         )
-        return cls(weight, kv, compute, group_size, scale, source, described)
+        return cls(weight, kv, compute, group_size, scale, source, described, head)
 
     @property
     def weight_bytes_per_param(self) -> float:
@@ -116,6 +119,23 @@ class Precision:
         if scale is None:
             scale = SCALE_BYTES if self.weight_dtype in GROUP_QUANTISED else 0.0
         return DTYPE_BYTES[self.weight_dtype] + scale / self.group_size
+
+    @property
+    def quantised(self) -> bool:
+        """Weights below 16 bits: the linear layers only, the embedding table (and lm_head, usually) left at 16."""
+        return DTYPE_BYTES[self.weight_dtype] < UNQUANTISED_BYTES
+
+    @property
+    def lm_head_bytes_per_param(self) -> float:
+        """Bytes per lm_head weight: 16-bit beside quantised layers unless the checkpoint quantised it too."""
+        if self.quantised and not self.lm_head_quantized:
+            return UNQUANTISED_BYTES
+        return self.weight_bytes_per_param
+
+    @property
+    def table_bytes_per_param(self) -> float:
+        """Bytes per embedding-table (and vision-tower) weight: 16-bit beside quantised layers."""
+        return UNQUANTISED_BYTES if self.quantised else self.weight_bytes_per_param
 
     @property
     def kv_bytes_per_element(self) -> float:
@@ -135,6 +155,7 @@ class Precision:
             "kv_dtype": self.kv_dtype,
             "compute_dtype": self.compute_dtype,
             "weight_bytes_per_param": self.weight_bytes_per_param,
+            "lm_head_bytes_per_param": self.lm_head_bytes_per_param,
         }
 
 

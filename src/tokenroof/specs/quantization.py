@@ -12,6 +12,11 @@ compressed-tensors (llm-compressor) and bitsandbytes. Scale overhead is per grou
 - bitsandbytes 4-bit (nf4/fp4): one fp32 absmax per 64 weights, or with double quantisation one 8-bit absmax
   per 64 and an fp32 per 256 of those. LLM.int8: per-row scales, negligible.
 
+Every one of them quantises the linear layers only: the embedding table (and a vision tower) stays at 16 bits,
+and so does lm_head (AutoAWQ, GPTQ, HF's FP8 and bitsandbytes skip it; compressed-tensors lists it in `ignore`,
+and quantises it only where that list leaves it out). A dtype given by name (`--dtype int4`) is counted the same
+way, as vLLM's own quantisers leave its ParallelLMHead unquantised.
+
 A method tokenroof does not read is kept by name (`weight_dtype` None): giving `--dtype` is then the way on.
 """
 
@@ -19,7 +24,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Annotated, Any, Self
 
 from pydantic import ConfigDict, PlainValidator, model_validator
@@ -43,6 +48,9 @@ class Quantization:
     weight_dtype: str | None  # None: a method tokenroof does not read
     group_size: int = 1
     scale_bytes_per_group: float = 0.0
+    # the output projection quantised too: only where the config says so (compressed-tensors' `ignore` without it);
+    # AWQ, GPTQ, FP8 and bitsandbytes keep lm_head, like the embedding table, at 16 bits
+    lm_head_quantized: bool = False
 
     @property
     def scale_bytes_per_param(self) -> float:
@@ -52,10 +60,11 @@ class Quantization:
         """`awq: int4, 2.5 scale bytes per 128 weights`: what the checkpoint's config says."""
         if self.weight_dtype is None:
             return f"{self.method}: not read by tokenroof"
+        head = "lm_head quantised too" if self.lm_head_quantized else "embeddings and lm_head in 16 bits"
         if not self.scale_bytes_per_group:
-            return f"{self.method}: {self.weight_dtype}"
+            return f"{self.method}: {self.weight_dtype}, {head}"
         scales = f"{self.scale_bytes_per_group:g} scale bytes per {self.group_size} weights"
-        return f"{self.method}: {self.weight_dtype}, {scales}"
+        return f"{self.method}: {self.weight_dtype}, {scales}, {head}"
 
 
 Bits = Annotated[int, PlainValidator(whole(1, 64))]
@@ -103,6 +112,7 @@ class QuantizationFields(Section):
     load_in_4bit: Flag = False
     load_in_8bit: Flag = False
     bnb_4bit_use_double_quant: Flag = False
+    ignore: list[Text] | None = None  # compressed-tensors: modules left unquantised (names or "re:" patterns)
 
     @model_validator(mode="before")
     @classmethod
@@ -161,10 +171,14 @@ def _compressed_tensors(q: QuantizationFields) -> Quantization:
     dtype = _dtype(w.num_bits, kinds, f"compressed-tensors {w.type}")
     scale = (1.0 if q.format == "nvfp4-pack-quantized" else FP16_SCALE_BYTES) + (0 if w.symmetric else w.num_bits / 8)
     if w.strategy == "group":
-        return _grouped("compressed-tensors", dtype, w.group_size, scale)
-    if w.strategy == "block" and w.block_structure:
-        return _grouped("compressed-tensors", dtype, math.prod(w.block_structure), scale)
-    return Quantization("compressed-tensors", dtype)
+        found = _grouped("compressed-tensors", dtype, w.group_size, scale)
+    elif w.strategy == "block" and w.block_structure:
+        found = _grouped("compressed-tensors", dtype, math.prod(w.block_structure), scale)
+    else:
+        found = Quantization("compressed-tensors", dtype)
+    # llm-compressor writes the modules it left alone: lm_head among them (its recipes' default) keeps it 16-bit
+    head_ignored = q.ignore is None or any("lm_head" in name for name in q.ignore)
+    return replace(found, lm_head_quantized=not head_ignored)
 
 
 def _bitsandbytes(q: QuantizationFields) -> Quantization:
