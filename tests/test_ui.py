@@ -258,3 +258,22 @@ def test_the_page_in_a_browser(tmp_path: Path) -> None:
         assert page.inner_text("#fit").endswith("%") and "--max-num-seqs" in page.inner_text("#flags")
         page.screenshot(path=str(tmp_path / "ui-fitted.png"))
     assert errors == []
+
+
+def test_several_vllm_result_files_are_one_table_as_on_the_command_line(monkeypatch: pytest.MonkeyPatch) -> None:
+    """vLLM writes one result file per concurrency: the page takes them together and answers as predict does (the
+    scheduler's model, TTFT included)."""
+    from tests.conftest import ROOT
+
+    files = sorted((ROOT / "examples" / "vllm").glob("vllm-c*.json"))
+    tables = [{"name": f.name, "text": f.read_text()} for f in files]
+    flags = api_samples(monkeypatch, 20)
+    ((status, predict),) = call([("POST", "/api/predict", {"tables": tables, "batch_min": 64, "batch_max": 256})])
+    assert status == 200, predict
+    validate("predict", predict)
+    assert predict["serving"]["client"] == "burst" and all("ttft_ms" in p for p in predict["predictions"])
+    batches = ",".join(repr(float(b)) for b in np.geomspace(64, 256, api.CURVE_BATCHES))
+    cli = run_json(["predict", *map(str, files), "--batch", batches, *flags])
+    assert [p["tpot_ms"] for p in predict["predictions"]] == pytest.approx([p["tpot_ms"] for p in cli["predictions"]])
+    ((status, refused),) = call([("POST", "/api/predict", {"tables": [tables[0], tables[0]]})])
+    assert status == 400 and "two uploads named" in json.dumps(refused)

@@ -87,15 +87,9 @@ def predict(
         seed,
         contexts,
     )
-    from tokenroof.serving.replay import measured_lengths, replay_predictions, serving_fit
+    from tokenroof.serving.replay import with_scheduler
 
-    kv = physics.kv_pool_tokens()
-    result.serving = serving = serving_fit(result.fit, table, kv, lengths, physics.prompt_budget())
-    known = measured_lengths(table, lengths)
-    if serving is not None and serving.prefill_source == "ttft" and known is not None:
-        # the table measured its prefill: the scheduler's model, which replays it, answers (decode fit's band)
-        asked = list(result.contexts) if result.contexts else [None]
-        result.scheduler = replay_predictions(serving, result.batches.tolist(), asked, *known, kv)
+    with_scheduler(result, physics, lengths)  # an online table: the scheduler's model replays it, and answers
     if save_model is not None:
         save_fitted(result, save_model)
     from tokenroof.report.plots import plot_prediction

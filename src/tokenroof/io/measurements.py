@@ -891,17 +891,30 @@ def read_jsonl(path: Path) -> list[tuple[int, Any]]:
     return rows
 
 
-def resolve_input(path: Path) -> Path:
-    """A measurement input as a file: a bench folder (`tokenroof bench --out`) is its summary.csv, else its
-    summary.json."""
+def resolve_inputs(path: Path) -> list[Path]:
+    """A measurement input as files: a bench folder (`tokenroof bench --out`) is its summary.csv (else its
+    summary.json); another folder its JSON files (one `vllm bench serve --save-result` file per concurrency, say)."""
     if not path.is_dir():
-        return path
+        return [path]
     for name in ("summary.csv", "summary.json"):
         if (path / name).is_file():
-            return path / name
-    raise TokenroofError(
-        f"{path}: a folder without summary.csv or summary.json (expected a tokenroof bench --out folder)"
-    )
+            return [path / name]
+    found = sorted(path.glob("*.json"))
+    if not found:
+        raise TokenroofError(
+            f"{path}: a folder without summary.csv, summary.json or JSON result files (expected a tokenroof bench "
+            "--out folder, or a folder of vllm bench serve results)"
+        )
+    return found
+
+
+def is_vllm_result(path: Path) -> bool:
+    """A `vllm bench serve --save-result` file: one point of a table that its sibling files complete."""
+    try:
+        text = read_text(path) if path.is_file() else ""
+        return text.lstrip().startswith("{") and '"output_throughput"' in text and "max_concurrency" in text
+    except TokenroofError:
+        return False
 
 
 def describe_sources(files: Sequence[Path]) -> str:
@@ -980,7 +993,7 @@ def read_table(paths: Sequence[Path | str]) -> MeasurementTable:
     """Read measurements into one table: CSV files (DESIGN.md), JSON (tokenroof points, `vllm bench serve` results,
     GuideLLM reports, tokenroof bench's summary.json) and bench folders; several inputs are one table, their
     settings merged (the kinds must agree)."""
-    files = [resolve_input(Path(p)) for p in paths]
+    files = [f for p in paths for f in resolve_inputs(Path(p))]
     if not files:
         raise TokenroofError("no measurement file given")
     texts = [read_text(path) for path in files]

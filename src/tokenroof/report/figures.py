@@ -253,17 +253,19 @@ def bench_goodput_figure(points: Sequence[dict[str, Any]], kind: str) -> Any:
 def sweep_figure(data: dict[str, Any]) -> Any:
     """simulate over several rates: latency percentiles and goodput against the offered rate, with the targets."""
     rows = data["points"]
-    x = [float(r["rate_req_s"]) for r in rows]
+    closed = "concurrency" in rows[0]  # simulate --concurrency: closed loops, nothing "offered"
+    x = [float(r["concurrency"] if closed else r["rate_req_s"]) for r in rows]
     fig = panels(("TTFT", "TPOT", "requests/s"))
     percentile_panels(fig, rows, x, ("ttft_ms", "tpot_ms"))
     slo = data.get("slo") or {}
     target_line(fig, x, slo.get("ttft_ms"), 1, "TTFT target")
     target_line(fig, x, slo.get("tpot_ms"), 2, "TPOT target")
     marker = {"mode": "lines+markers"}
-    fig.add_trace(line_trace(x, x, "offered", line={"color": "grey", "dash": "dot"}), row=1, col=3)
+    if not closed:
+        fig.add_trace(line_trace(x, x, "offered", line={"color": "grey", "dash": "dot"}), row=1, col=3)
     fig.add_trace(line_trace(x, [r["request_throughput_req_s"] for r in rows], "served", **marker), row=1, col=3)
     fig.add_trace(line_trace(x, [r["goodput_req_s"] for r in rows], "goodput", **marker), row=1, col=3)
-    fig.update_xaxes(title_text="request rate (req/s)")
+    fig.update_xaxes(title_text="concurrency (closed loop)" if closed else "request rate (req/s)")
     return fig
 
 

@@ -37,6 +37,9 @@ def simulation_says(d: dict[str, Any]) -> str:
     targets = f", targets TTFT {fmt(slo.get('ttft_ms'))} / TPOT {fmt(slo.get('tpot_ms'))} ms" if slo else ""
     rows = d.get("points") or [d]
     rates = ", ".join(fmt(r.get("rate_req_s")) for r in rows if r.get("rate_req_s") is not None)
+    loops = ", ".join(fmt(r.get("concurrency")) for r in rows if r.get("concurrency") is not None)
+    if loops:
+        return f"closed loops at concurrency {loops} ({rows[0].get('client')}){targets}"
     return f"rates {rates or 'from a trace'} req/s, {fmt(rows[0].get('requests'))} requests{targets}"
 
 

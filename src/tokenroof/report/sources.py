@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from tokenroof.errors import TokenroofError
-from tokenroof.io.measurements import MeasurementTable, read_table, read_text
+from tokenroof.io.measurements import MeasurementTable, is_vllm_result, read_table, read_text
 
 # kind → the keys that tell it (all must be present); checked in this order
 SHAPES: tuple[tuple[str, frozenset[str]], ...] = (
@@ -49,7 +49,9 @@ def kind_of(data: Any) -> str | None:
     if not isinstance(data, dict):
         return None
     points = data.get("points")
-    sweep = isinstance(points, list) and all(isinstance(p, dict) and "rate_req_s" in p for p in points)
+    sweep = isinstance(points, list) and all(
+        isinstance(p, dict) and ("rate_req_s" in p or "concurrency" in p) for p in points
+    )
     if sweep and {"points", "slo", "step_model"} <= data.keys() and "feasible" not in data:
         return "simulate-sweep"
     for kind, keys in SHAPES:
@@ -141,4 +143,10 @@ def recognise(path: Path) -> Source:
 def load_sources(paths: Sequence[Path]) -> list[Source]:
     if not paths:
         raise TokenroofError(f"give at least one input: {KNOWN}")
-    return [recognise(Path(p)) for p in paths]
+    # vLLM writes one result file per concurrency: the files of a run (or a folder of them) are one table
+    paths = [Path(p) for p in paths]
+    results = [p for p in paths if is_vllm_result(p) or (p.is_dir() and any(map(is_vllm_result, p.glob("*.json"))))]
+    sources = [recognise(p) for p in paths if p not in results]
+    if results:
+        sources.insert(0, Source(results[0], "table", {}, read_table(results)))
+    return sources

@@ -646,3 +646,19 @@ def replay_predictions(
             mixed = [(1 - share) * a + share * b for a, b in zip(runs[0], runs[-1], strict=True)]
             answers[(float(batch), context)] = (mixed[0] / 1e3, mixed[1] / 1e3, mixed[2])
     return answers
+
+
+def with_scheduler(result: Any, physics: Any, lengths: tuple[float, float] | None = None) -> Any:
+    """`predict`'s answer (fit/predict.PredictResult) with the scheduler's model of an online table: fitted to replay
+    it (`result.serving`, what --save-model writes) and, where the table measured TTFT, answering at the asked
+    batches and contexts (`result.scheduler`). `physics`: the deployment named (its KV pool, its engine's prompt
+    budget); `lengths`: the measured prompt and output tokens where the table does not state them."""
+    table = result.table
+    kv = physics.kv_pool_tokens() if physics.known else None
+    budget = physics.prompt_budget() if physics.known else "fit"
+    result.serving = serving = serving_fit(result.fit, table, kv, lengths, budget)
+    known = measured_lengths(table, lengths)
+    if serving is not None and serving.prefill_source == "ttft" and known is not None:
+        asked = list(result.contexts) if result.contexts else [None]
+        result.scheduler = replay_predictions(serving, result.batches.tolist(), asked, *known, kv)
+    return result

@@ -28,6 +28,7 @@ from tokenroof.errors import TokenroofError
 CURVE_BATCHES = 64  # batches the page's roofline and predict are asked at (log-spaced over its range)
 DTYPES = ("bf16", "fp16", "fp8", "int8", "int4", "fp4", "fp32")
 SAFE_NAME = re.compile(r"[^A-Za-z0-9._-]+")
+MAX_UPLOADS = 64  # measurement files in one request (vLLM writes one per concurrency)
 
 
 def finite(value: Any) -> Any:
@@ -114,16 +115,24 @@ class Request:
         return context
 
     def table_files(self) -> list[Path]:
-        """The uploaded measurement file, written under its own (sanitised) name; [] when none."""
-        table = self.body.get("table")
-        if not table:
-            return []
-        if not isinstance(table, dict) or not isinstance(table.get("text"), str):
-            raise TokenroofError("table must be {name, text}")
-        name = SAFE_NAME.sub("_", Path(str(table.get("name") or "measurements.csv")).name) or "measurements.csv"
-        path = self.folder / name
-        path.write_text(table["text"], encoding="utf-8")
-        return [path]
+        """The uploaded measurement files (`table`, one, or `tables`, several: vLLM's one result file per
+        concurrency), each written under its own (sanitised) name; [] when none."""
+        uploads = self.body.get("tables")
+        if uploads is None:
+            uploads = [self.body["table"]] if self.body.get("table") else []
+        if not isinstance(uploads, list) or len(uploads) > MAX_UPLOADS:
+            raise TokenroofError(f"tables must be a list of at most {MAX_UPLOADS} {{name, text}}")
+        paths = []
+        for table in uploads:
+            if not isinstance(table, dict) or not isinstance(table.get("text"), str):
+                raise TokenroofError("table must be {name, text}")
+            name = SAFE_NAME.sub("_", Path(str(table.get("name") or "measurements.csv")).name) or "measurements.csv"
+            path = self.folder / name
+            if path in paths:
+                raise TokenroofError(f"two uploads named {name}")
+            path.write_text(table["text"], encoding="utf-8")
+            paths.append(path)
+        return paths
 
 
 @contextmanager
@@ -158,6 +167,7 @@ def roofline(body: Any) -> dict[str, Any]:
 def predict(body: Any) -> dict[str, Any]:
     """As `tokenroof predict FILE --batch ... --json` (with --model/--hardware/--context when `prior` is set)."""
     from tokenroof.fit.predict import Workload, predict_table, read_with_prior
+    from tokenroof.serving.replay import with_scheduler
 
     with request_of(body) as req:
         files = req.table_files()
@@ -165,8 +175,10 @@ def predict(body: Any) -> dict[str, Any]:
             raise TokenroofError("predict needs a measurement file")
         prior = bool(req.body.get("prior"))
         workload = Workload(req.context() if prior else None)
-        table, fitted_prior = read_with_prior(files, req.physics(known=prior), workload)
-        return req.answer(predict_table(table, req.batches(), fitted_prior).to_dict())
+        physics = req.physics(known=prior)
+        table, fitted_prior = read_with_prior(files, physics, workload)
+        result = with_scheduler(predict_table(table, req.batches(), fitted_prior), physics)
+        return req.answer(result.to_dict())
 
 
 def advise(body: Any) -> dict[str, Any]:
