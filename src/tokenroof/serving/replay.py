@@ -661,4 +661,12 @@ def with_scheduler(result: Any, physics: Any, lengths: tuple[float, float] | Non
     if serving is not None and serving.prefill_source == "ttft" and known is not None:
         asked = list(result.contexts) if result.contexts else [None]
         result.scheduler = replay_predictions(serving, result.batches.tolist(), asked, *known, kv)
+        # the measured TTFT priced a prompt token's GEMMs: the compute the decode line lacked is known
+        result.warnings = [w for w in result.warnings if not w.startswith("no knee observed")]
+        knee = serving.model.knee_batch(0.0)
+        if knee is not None and knee > result.fit.batch_range[1]:
+            result.warnings.append(
+                f"the measured TTFT prices a token's GEMMs at {serving.model.t_compute_s * 1e6:.3g} µs: the decode "
+                f"step's knee lies near batch {knee:.0f}, past the measured points; the scheduler's answers carry it"
+            )
     return result
