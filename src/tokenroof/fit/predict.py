@@ -431,9 +431,15 @@ def workload_line(table: MeasurementTable, serving: Any = None) -> str:
         return f"{serving.describe()} ({lengths}replayed on the scheduler)"
     client = f", {sem.client} client" if sem.client else ""
     assumed = "" if {"batch_kind", "tpot_kind"} & set(sem.stated) else ", assumed"
+    if not lengths:
+        return (
+            f"online (prompts in the steps{client}{assumed}) of lengths not stated: their prefill is in the "
+            "per-sequence terms as measured, priced by nothing (give the measured --input-len/--output-len, or "
+            "--decode-only if TPOT excludes prefill)"
+        )
     return (
         f"online ({lengths}prompts in the steps{client}{assumed}): their prefill is folded into the per-sequence "
-        "terms, not priced apart (no TTFT in the table, or no lengths)"
+        "terms, not priced apart (no TTFT in the table, nor the physics)"
     )
 
 

@@ -53,6 +53,7 @@ CLIENTS = {
     "constant": "open loop, evenly spaced arrivals at each point's rate",
 }
 MAX_TERM_S = 10.0  # no fitted step term comes near this
+REPLAY_MISFIT = 0.08  # a replay further off than this (rms, either metric) is named: several times a bench's noise
 
 
 @dataclass(frozen=True)
@@ -279,6 +280,18 @@ class ServingFit:
             x, _ = _solve(terms, noisy, designs, sigma)
             models.append(terms.model(x))
         return models
+
+    def misfit(self) -> list[str]:
+        """A replay that misses what was measured says so: the workload assumed is not the one measured."""
+        worst = max(self.tpot_rms, self.ttft_rms or 0.0)
+        if worst <= REPLAY_MISFIT:
+            return []
+        ttft = f", TTFT {self.ttft_rms:.0%}" if self.ttft_rms is not None else ""
+        return [
+            f"the scheduler's model replays the measured points only within {self.tpot_rms:.0%} rms in TPOT{ttft}: "
+            f"the table does not look like the workload assumed ({self.describe()}); state its lengths and client "
+            "('# input_len=… output_len=… client=…'), or name the engine (--engine) for its prompt budget"
+        ]
 
     @property
     def prefill(self) -> str:
@@ -657,6 +670,8 @@ def with_scheduler(result: Any, physics: Any, lengths: tuple[float, float] | Non
     kv = physics.kv_pool_tokens() if physics.known else None
     budget = physics.prompt_budget() if physics.known else "fit"
     result.serving = serving = serving_fit(result.fit, table, kv, lengths, budget)
+    if serving is not None:
+        result.warnings += [f"prior and data disagree: {c}" for c in serving.conflicts] + serving.misfit()
     known = measured_lengths(table, lengths)
     if serving is not None and serving.prefill_source == "ttft" and known is not None:
         asked = list(result.contexts) if result.contexts else [None]
