@@ -101,6 +101,7 @@ demo: $(STAMP)
 bench: $(STAMP)
 	$(BIN)/python benchmarks/sweep_speed.py
 	$(BIN)/python benchmarks/accuracy.py
+	$(BIN)/python benchmarks/replay.py
 	$(BIN)/python benchmarks/contexts.py
 	$(BIN)/python benchmarks/first_principles.py
 	$(BIN)/python benchmarks/fit_scale.py

@@ -630,35 +630,79 @@ def replay_predictions(
     output_len: float,
     kv_capacity_tokens: int | None = None,
 ) -> dict[tuple[float, float | None], tuple[float, float, float]]:
-    """The scheduler's model at each asked batch (the client's concurrency) and context (None: as measured), run as
-    the measuring client drove the server: (mean TPOT s, mean TTFT s, output tok/s) by (batch, context). An open-loop
-    table is answered as a staggered closed loop at that concurrency. A fractional batch lies between the whole ones
-    around it."""
-    client = serving.client if serving.client in ("burst", "staggered") else "staggered"
+    """The scheduler's model at each asked batch and context (None: as measured), run as the measuring client drove
+    the server: (mean TPOT s, mean TTFT s, output tok/s) by (batch, context). A closed loop runs at the batch as its
+    concurrency (a fractional one between the whole ones around it); an open-loop table (a rate sweep, its batch the
+    mean concurrency measured) at the rate that holds that many requests in flight (Little's law, refined once)."""
     out = max(round(output_len), 2)
+    budget = serving.max_num_batched_tokens
     answers = {}
     for context in contexts:
         prompt = input_len if context is None else max(context - output_len / 2, 1.0)
         lengths = Lengths(max(round(prompt), 1)), Lengths(out)
         for batch in batches:
-            low, high = max(math.floor(batch), 1), max(math.ceil(batch), 1)
-            runs = []
-            for c in sorted({low, high}):
-                loop = closed_loop(c, *lengths, client)
-                if serving.max_num_batched_tokens is not None and serving.max_num_batched_tokens <= c:
-                    raise TokenroofError(
-                        f"batch {batch:g} needs more than the {serving.max_num_batched_tokens}-token prompt budget the "
-                        "measured server was fitted with"
-                    )
-                result = simulate(
-                    serving.model, loop, c, 0, kv_capacity_tokens, max_num_batched_tokens=serving.max_num_batched_tokens
+            if serving.client in ("poisson", "constant"):
+                figures = _open_loop_at(serving, batch, lengths, kv_capacity_tokens)
+            else:
+                figures = _closed_loop_at(serving, batch, lengths, kv_capacity_tokens)
+            if budget is not None and figures is None:
+                raise TokenroofError(
+                    f"batch {batch:g} needs more than the {budget}-token prompt budget the measured server was fitted "
+                    "with"
                 )
-                summary = result.summary()
-                runs.append((summary["tpot_ms"]["mean"], summary["ttft_ms"]["mean"], summary["throughput_tok_s"]))
-            share = batch - low if high > low else 0.0
-            mixed = [(1 - share) * a + share * b for a, b in zip(runs[0], runs[-1], strict=True)]
-            answers[(float(batch), context)] = (mixed[0] / 1e3, mixed[1] / 1e3, mixed[2])
+            assert figures is not None
+            answers[(float(batch), context)] = figures
     return answers
+
+
+def _closed_loop_at(
+    serving: ServingFit, batch: float, lengths: tuple[Lengths, Lengths], kv: int | None
+) -> tuple[float, float, float] | None:
+    client = serving.client if serving.client in ("burst", "staggered") else "staggered"
+    budget = serving.max_num_batched_tokens
+    low, high = max(math.floor(batch), 1), max(math.ceil(batch), 1)
+    runs = []
+    for c in sorted({low, high}):
+        if budget is not None and budget <= c:
+            return None
+        result = simulate(serving.model, closed_loop(c, *lengths, client), c, 0, kv, max_num_batched_tokens=budget)
+        summary = result.summary()
+        runs.append((summary["tpot_ms"]["mean"], summary["ttft_ms"]["mean"], summary["throughput_tok_s"]))
+    share = batch - low if high > low else 0.0
+    tpot, ttft, thr = ((1 - share) * a + share * b for a, b in zip(runs[0], runs[-1], strict=True))
+    return tpot / 1e3, ttft / 1e3, thr
+
+
+def _open_loop_at(
+    serving: ServingFit, batch: float, lengths: tuple[Lengths, Lengths], kv: int | None
+) -> tuple[float, float, float] | None:
+    """An open loop whose mean concurrency is `batch`: the rate Little's law gives from a closed loop's request
+    lifetime, then once more from the open loop's own."""
+    guess = _closed_loop_at(replace(serving, client="staggered"), max(batch, 1.0), lengths, kv)
+    if guess is None:
+        return None
+    tpot_s, ttft_s, _ = guess
+    life_s = ttft_s + (lengths[1].mean - 1) * tpot_s
+    rate = batch / life_s
+    burstiness = 1.0 if serving.client == "poisson" else math.inf
+    summary: dict[str, Any] = {}
+    for _ in range(2):
+        n = int(np.clip(40 * batch, *OPEN_LOOP_REQUESTS))
+        workload = Workload(rate, *lengths, num_requests=n, burstiness=burstiness)
+        result = simulate(
+            serving.model,
+            workload,
+            OPEN_LOOP_MAX_NUM_SEQS,
+            0,
+            kv,
+            max_num_batched_tokens=serving.max_num_batched_tokens,
+        )
+        summary = result.summary()
+        held = summary["request_throughput_req_s"] * summary["e2e_ms"]["mean"] / 1e3  # Little's law
+        if held <= 0:
+            break
+        rate *= batch / held
+    return summary["tpot_ms"]["mean"] / 1e3, summary["ttft_ms"]["mean"] / 1e3, summary["throughput_tok_s"]
 
 
 def with_scheduler(result: Any, physics: Any, lengths: tuple[float, float] | None = None) -> Any:
@@ -678,6 +722,11 @@ def with_scheduler(result: Any, physics: Any, lengths: tuple[float, float] | Non
         result.scheduler = replay_predictions(serving, result.batches.tolist(), asked, *known, kv)
         # the measured TTFT priced a prompt token's GEMMs: the compute the decode line lacked is known
         result.warnings = [w for w in result.warnings if not w.startswith("no knee observed")]
+        if kv is None and float(result.batches.max()) > result.fit.batch_range[1]:
+            result.warnings.append(
+                "past the measured concurrency the KV cache may fill and the server preempt, which these answers do "
+                "not see: its size comes from --model/--hardware (or the server's own, --kv-cache-tokens in simulate)"
+            )
         knee = serving.model.knee_batch(0.0)
         if knee is not None and knee > result.fit.batch_range[1]:
             result.warnings.append(
