@@ -87,7 +87,7 @@ def test_a_design_is_the_runs_own_means(workload, budget) -> None:
     """TPOT and TTFT as weighted sums of step times are exactly the run's means, for the model that ran it."""
     result = simulate(OTHER, workload, 64, 0, None, max_num_batched_tokens=budget)
     chosen = result.measured()
-    design = Design.of(result, chosen, since="arrival")
+    design = Design.of(result, chosen)
     summary = result.summary()
     assert design.tpot_s(OTHER) * 1e3 == pytest.approx(summary["tpot_ms"]["mean"], rel=1e-9)
     assert design.ttft_s(OTHER) * 1e3 == pytest.approx(summary["ttft_ms"]["mean"], rel=1e-9)

@@ -69,10 +69,10 @@ class Design:
     ttft: np.ndarray  # mean TTFT = ttft @ step times
 
     @classmethod
-    def of(cls, result: SimResult, chosen: np.ndarray, since: str = "admitted") -> Design:
+    def of(cls, result: SimResult, chosen: np.ndarray) -> Design:
         """The steps of `result` and, over the `chosen` requests, the share of each step in their TPOT (first token
-        → last, ÷ output − 1) and TTFT (from admission, or from arrival: the queue, and the part of the step under
-        way when it arrived, included)."""
+        → last, ÷ output − 1) and TTFT (from the send: the queue, and the part of the step under way when the request
+        arrived, included; a closed loop's arrives as a step ends and waits for the whole next one)."""
         assert result.step_contexts is not None and result.step_prefill is not None
         assert result.step_prefill_sq is not None
         starts, durations = result.step_starts_s, result.step_durations_s
@@ -80,7 +80,7 @@ class Design:
         seqs = [s for s, keep in zip(result.sequences, chosen, strict=True) if keep]
         first = np.array([s.first_token_s for s in seqs], dtype=float)
         finished = np.array([s.finished_s for s in seqs], dtype=float)
-        begun = np.array([s.admitted_s if since == "admitted" else s.arrival_s for s in seqs], dtype=float)
+        begun = np.array([s.arrival_s for s in seqs], dtype=float)
         out = np.array([s.max_tokens for s in seqs], dtype=float)
         n = len(seqs)
 
@@ -153,21 +153,33 @@ OPEN_LOOP_MAX_NUM_SEQS = 1024  # the server's cap is not in the file: large enou
 SERVER_CAP_SHOWN = 0.9
 
 
+def open_loop_run(
+    model: StepModel,
+    rate: float,
+    lengths: tuple[Lengths, Lengths],
+    client: str,
+    concurrency: float,
+    kv_capacity_tokens: int | None,
+    budget: int | None,
+) -> SimResult:
+    """Arrivals at `rate` (Poisson, or evenly spaced for "constant"), about 40 lifetimes of the expected concurrency,
+    against a server whose cap does not bind (the file does not say it)."""
+    burstiness = 1.0 if client == "poisson" else math.inf
+    n = int(np.clip(40 * concurrency, *OPEN_LOOP_REQUESTS))
+    workload = Workload(rate, *lengths, num_requests=n, burstiness=burstiness)
+    return simulate(model, workload, OPEN_LOOP_MAX_NUM_SEQS, 0, kv_capacity_tokens, max_num_batched_tokens=budget)
+
+
 def design_at(point: Point, budget: int | None, kv_capacity_tokens: int | None, reference: StepModel) -> Design:
     """The design of a point. A closed loop is simulated at its concurrency (a fractional one between the two whole
     ones around it); an open-loop point at its rate, its steps timed by `reference` (their pattern depends on it)."""
     client = point.client
     lengths = Lengths(point.input_len), Lengths(point.output_len)
     if client in ("poisson", "constant"):
-        burstiness = 1.0 if client == "poisson" else math.inf
-        n = int(np.clip(40 * point.concurrency, *OPEN_LOOP_REQUESTS))
-        workload = Workload(point.rate_req_s, *lengths, num_requests=n, burstiness=burstiness)
-        result = simulate(
-            reference, workload, OPEN_LOOP_MAX_NUM_SEQS, 0, kv_capacity_tokens, max_num_batched_tokens=budget
+        result = open_loop_run(
+            reference, point.rate_req_s, lengths, client, point.concurrency, kv_capacity_tokens, budget
         )
-        w0, w1 = result.window_s()
-        arrival = np.array([s.arrival_s for s in result.sequences])
-        return Design.of(result, (arrival >= w0) & (arrival <= w1), since="arrival")
+        return Design.of(result, result.measured())
     low = max(math.floor(point.concurrency), 1)
     high = max(math.ceil(point.concurrency), 1)
     if budget is not None and budget <= high:
@@ -179,7 +191,7 @@ def design_at(point: Point, budget: int | None, kv_capacity_tokens: int | None, 
             loop = replace(loop, num_requests=2 * c + max(2 * c, 16), measure=None)
         cap = min(c, point.server_cap or c)
         result = simulate(reference, loop, cap, 0, kv_capacity_tokens, max_num_batched_tokens=budget)
-        return Design.of(result, result.measured(), since="arrival")
+        return Design.of(result, result.measured())
 
     if high == low:
         return at(low)
@@ -293,10 +305,6 @@ class ServingFit:
             "('# input_len=… output_len=… client=…'), or name the engine (--engine) for its prompt budget"
         ]
 
-    @property
-    def prefill(self) -> str:
-        return "whole prompts" if self.max_num_batched_tokens is None else f"chunked at {self.max_num_batched_tokens}"
-
     def describe(self) -> str:
         """The workload semantics in one line, as every header states it."""
         budget = self.max_num_batched_tokens
@@ -401,9 +409,9 @@ def fit_serving(
     candidates: tuple[int | None, ...] = BUDGETS if isinstance(budget, str) else (budget,)
     tried: dict[str, tuple[ServingFit, float]] = {}
     whole_peak = math.inf  # the most tokens (prompt and decode) a step of the whole-prompt replay holds
+    high = max(math.ceil(p.concurrency) for p in points)
+    open_loop = any(p.client in ("poisson", "constant") for p in points)
     for b in candidates:
-        high = max(math.ceil(p.concurrency) for p in points)
-        open_loop = any(p.client in ("poisson", "constant") for p in points)
         if b is not None and (b >= whole_peak or (b <= high and not open_loop)):
             continue  # no step would chunk (the same replay as whole prompts), or the budget cannot hold the batch
         designs = [design_at(p, b, kv_capacity_tokens, reference) for p in points]
@@ -684,20 +692,10 @@ def _open_loop_at(
     tpot_s, ttft_s, _ = guess
     life_s = ttft_s + (lengths[1].mean - 1) * tpot_s
     rate = batch / life_s
-    burstiness = 1.0 if serving.client == "poisson" else math.inf
     summary: dict[str, Any] = {}
     for _ in range(2):
-        n = int(np.clip(40 * batch, *OPEN_LOOP_REQUESTS))
-        workload = Workload(rate, *lengths, num_requests=n, burstiness=burstiness)
-        result = simulate(
-            serving.model,
-            workload,
-            OPEN_LOOP_MAX_NUM_SEQS,
-            0,
-            kv,
-            max_num_batched_tokens=serving.max_num_batched_tokens,
-        )
-        summary = result.summary()
+        budget = serving.max_num_batched_tokens
+        summary = open_loop_run(serving.model, rate, lengths, serving.client, batch, kv, budget).summary()
         held = summary["request_throughput_req_s"] * summary["e2e_ms"]["mean"] / 1e3  # Little's law
         if held <= 0:
             break
