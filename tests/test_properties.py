@@ -168,9 +168,11 @@ def same_outcome(text: str) -> MeasurementTable | None:
     if isinstance(first, str) or isinstance(second, str):
         assert first == second
         return None
-    for name in ("batch", "tpot_ms", "throughput_tok_s", "context_tokens", "ttft_ms", "count", "tpot_log_ss"):
+    names = ("batch", "tpot_ms", "throughput_tok_s", "context_tokens", "ttft_ms", "requests", "concurrency")
+    for name in (*names, "count", "tpot_log_ss"):
         a, b = getattr(first, name), getattr(second, name)
-        assert (a is None and b is None) or np.array_equal(a, b), name
+        # TTFT and the client's concurrency may be empty on some rows (NaN: not measured there)
+        assert (a is None and b is None) or np.array_equal(a, b, equal_nan=True), name
     assert (first.derived, first.warnings, first.provenance) == (second.derived, second.warnings, second.provenance)
     return first
 
@@ -182,6 +184,10 @@ def check_table(table: MeasurementTable) -> None:
     assert len(table) >= 2 and np.all((step > 0) | ((step == 0) & (level_step > 0)))
     for values in (table.batch, table.tpot_ms, table.throughput_tok_s):
         assert np.all(np.isfinite(values)) and np.all(values > 0)
+    for values in (table.ttft_ms, table.concurrency):  # NaN where a row does not give it, else positive
+        if values is not None:
+            given = values[~np.isnan(values)]
+            assert given.size and np.all(np.isfinite(given)) and np.all(given > 0)
 
 
 @FUZZ

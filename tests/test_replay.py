@@ -327,3 +327,51 @@ def test_a_deployment_that_cannot_hold_its_weights_is_refused_on_every_path(args
 def test_plan_leaves_out_the_choices_that_cannot_hold_the_weights() -> None:
     data = run_json(["plan", "-m", "mixtral-8x22b", "-H", "h100-sxm", "--tp-choices", "1,4", "--rate", "1"])
     assert data["tp"] == 4 and any("left out: mixtral-8x22b" in w for w in data["warnings"])
+
+
+def test_mixed_points_keep_their_own_clients_and_empty_cells(tmp_path: Path) -> None:
+    """A GuideLLM sweep mixes a synchronous point, the throughput point and rates; a bench table mixes concurrency
+    and rate points: each point is replayed as its own client drove it, and an empty cell stays empty."""
+    from tokenroof.serving.replay import online_points
+
+    report = json.loads(GUIDELLM.read_text())
+    first = report["benchmarks"][0]
+    synchronous = {**first, "args": {"strategy": {"type_": "synchronous"}}}
+    throughput = {**report["benchmarks"][-1], "args": {"strategy": {"type_": "throughput", "max_concurrency": 512}}}
+    mixed = tmp_path / "guidellm.json"
+    mixed.write_text(json.dumps({"benchmarks": [synchronous, *report["benchmarks"][1:], throughput]}))
+    table = read_table([mixed])
+    assert table.semantics.client == "poisson" and table.concurrency is not None
+    points = online_points(table, fit_table(table, None, n_samples=0), 256, 128)
+    assert [p.client for p in points][:1] == ["staggered"] and points[0].concurrency == 1.0
+    assert {p.client for p in points[1:-1]} == {"poisson"} and points[-1].client == "staggered"
+    # a bench CSV of both kinds: the rate point's concurrency is empty, written back empty
+    csv = tmp_path / "summary.csv"
+    csv.write_text(
+        "# batch_kind=running tpot_kind=tpot client=staggered input_len=512 output_len=128\n"
+        "batch,throughput_tok_s,tpot_ms,context_tokens,ttft_ms,concurrency\n"
+        "1,160,6.2,576,13,1\n4,600,6.5,576,18,4\n6.1,900,6.6,576,,\n16,2100,7.5,576,19,16\n"
+    )
+    table = read_table([csv])
+    assert np.isnan(table.concurrency[2]) and np.isnan(table.ttft_ms[2])
+    assert any("ttft_ms is empty on 1 of 4 rows" in w for w in table.warnings)
+    again = tmp_path / "again.csv"
+    again.write_text(table.to_csv())
+    back = read_table([again])
+    assert np.array_equal(back.concurrency, table.concurrency, equal_nan=True)
+    points = online_points(table, fit_table(table, None, n_samples=0), 512, 128)
+    assert [p.client for p in points] == ["staggered", "staggered", "poisson", "staggered"]
+    assert points[2].ttft_s is None
+
+
+def test_batches_the_fitted_budget_cannot_hold_are_answered_by_the_decode_fit(tmp_path: Path) -> None:
+    """The scheduler needs a token of the prompt budget per sequence: past the budget predict answers from the decode
+    fit (and says so) instead of failing, and advise's caps stop below it."""
+    files = vllm_files(tmp_path, OTHER, 2048)
+    data = run_json(["predict", *map(str, files), "--batch", "64", "4096", "--samples", "10"])
+    assert "ttft_ms" in data["predictions"][0] and "ttft_ms" not in data["predictions"][1]
+    assert any("beyond the 2048-token prompt budget" in w for w in data["warnings"])
+    advice = run_json(
+        ["advise", *map(str, files), "--tpot-slo-ms", "10000", "--input-len", "1024", "--output-len", "256"]
+    )
+    assert advice["max_num_seqs"] < 2048

@@ -12,6 +12,7 @@ interrupted while rewriting its partial results — never sees half a file.
 from __future__ import annotations
 
 import csv
+import math
 import numbers
 from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
@@ -22,8 +23,8 @@ NUMBER_FORMAT = ".6g"
 
 def format_cell(value: Any, spec: str = NUMBER_FORMAT) -> str:
     """One cell's text: integers whole, other numbers with `spec`, None empty, anything else as str()."""
-    if value is None:
-        return ""
+    if value is None or (isinstance(value, float) and math.isnan(value)):
+        return ""  # an empty cell: not measured
     if isinstance(value, numbers.Integral):
         return str(int(value))
     if isinstance(value, numbers.Real):

@@ -25,9 +25,10 @@ import numpy as np
 from tokenroof.errors import TokenroofError
 from tokenroof.model.stepmodel import mean_context_tokens
 
-# `requests`: how many requests a point's means are taken over from the start of its run, ramp-up included (vLLM and
-# GuideLLM report so); absent: a steady-state window (tokenroof bench). `concurrency`: the closed-loop client's
-# concurrency where the batch column is the server's running batch (tokenroof bench; empty for open-loop points)
+# `requests`: how many requests a point's means are taken over from the start of its run, ramp-up included (as vLLM
+# reports them); absent: a steady-state window (tokenroof bench; a rate point's window). `concurrency`: the
+# closed-loop client's concurrency where the batch column is the server's running batch or a measured mean
+# (tokenroof bench, GuideLLM's synchronous and concurrent points; empty for open-loop points)
 COLUMNS = ("batch", "throughput_tok_s", "tpot_ms", "context_tokens", "ttft_ms", "requests", "concurrency")
 DISAGREE = 0.10  # throughput and TPOT inconsistent by more than this → warning
 # rows at one batch are repeated runs of it, pooled, unless their TPOTs scatter more than this (rms of log TPOT):
@@ -342,6 +343,12 @@ def table_from_columns(
     starts = groups.starts
     ctx = col["context_tokens"]
     warnings = _repeats(groups, b, tpot_all, where, None if np.isnan(ctx).all() else ctx) + warnings
+    missing = np.isnan(col["ttft_ms"])
+    if missing.any() and not missing.all():
+        warnings.append(
+            f"{where(int(np.argmax(missing)))}: ttft_ms is empty on {int(missing.sum())} of {missing.size} rows: "
+            "their TPOT is fitted, their TTFT is not"
+        )
     if starts.size < 2:
         raise TokenroofError(f"{source or 'table'}: need at least 2 measured points, got {starts.size}")
     if b[-1] == b[0]:
@@ -355,9 +362,9 @@ def table_from_columns(
         tpot_ms=groups.geometric_mean(tpot_all),
         throughput_tok_s=groups.geometric_mean(thr_all),
         context_tokens=None if np.isnan(ctx).all() else groups.mean(ctx),
-        ttft_ms=None if np.isnan(col["ttft_ms"]).any() else groups.mean(col["ttft_ms"]),
+        ttft_ms=None if np.isnan(col["ttft_ms"]).all() else groups.nanmean(col["ttft_ms"]),
         requests=None if np.isnan(col["requests"]).any() else groups.mean(col["requests"]),
-        concurrency=None if np.isnan(col["concurrency"]).all() else groups.mean(col["concurrency"]),
+        concurrency=None if np.isnan(col["concurrency"]).all() else groups.nanmean(col["concurrency"]),
         provenance=tuple(provenance),
         source=source,
         warnings=tuple(warnings),
@@ -397,6 +404,14 @@ class Groups:
 
     def mean(self, values: np.ndarray) -> np.ndarray:
         return np.add.reduceat(values, self.starts) / self.count
+
+    def nanmean(self, values: np.ndarray) -> np.ndarray:
+        """Each group's mean over its rows that give a value (NaN where none does)."""
+        given = ~np.isnan(values)
+        total = np.add.reduceat(np.where(given, values, 0.0), self.starts)
+        rows = np.add.reduceat(given.astype(float), self.starts)
+        with np.errstate(invalid="ignore", divide="ignore"):
+            return np.where(rows > 0, total / np.maximum(rows, 1.0), np.nan)
 
     def geometric_mean(self, values: np.ndarray) -> np.ndarray:
         """Each group's geometric mean; a single row's value exactly as read."""
@@ -438,6 +453,13 @@ def pooled(table: MeasurementTable, max_points: int) -> tuple[MeasurementTable, 
     def mean(values: np.ndarray) -> np.ndarray:
         return np.add.reduceat(count * values, starts) / rows
 
+    def nanmean(values: np.ndarray) -> np.ndarray:  # over the rows that give a value
+        given = np.where(np.isnan(values), 0.0, count)
+        with np.errstate(invalid="ignore", divide="ignore"):
+            total = np.add.reduceat(given * np.nan_to_num(values), starts)
+            weight = np.add.reduceat(given, starts)
+            return np.where(weight > 0, total / np.maximum(weight, 1e-300), np.nan)
+
     centre = mean(np.log(table.tpot_ms))
     scatter = table.log_ss + count * (np.log(table.tpot_ms) - np.repeat(centre, ends - starts)) ** 2
     derived = table.derived if len(table.derived) == n else ("",) * n
@@ -448,9 +470,9 @@ def pooled(table: MeasurementTable, max_points: int) -> tuple[MeasurementTable, 
         tpot_ms=np.exp(centre),
         throughput_tok_s=np.exp(mean(np.log(table.throughput_tok_s))),
         context_tokens=None if table.context_tokens is None else mean(table.context_tokens),
-        ttft_ms=None if table.ttft_ms is None else mean(table.ttft_ms),
+        ttft_ms=None if table.ttft_ms is None else nanmean(table.ttft_ms),
         requests=None if table.requests is None else mean(table.requests),
-        concurrency=None if table.concurrency is None else mean(table.concurrency),
+        concurrency=None if table.concurrency is None else nanmean(table.concurrency),
         derived=labels if len(table.derived) == n else (),
         count=np.rint(rows).astype(np.int64),
         tpot_log_ss=np.add.reduceat(scatter, starts),
@@ -724,6 +746,21 @@ GUIDELLM_CLIENTS = {
 }
 
 
+def _guidellm_streams(bench: Mapping[str, Any], batch: float, where: str) -> float | None:
+    """A closed-loop strategy's concurrency: synchronous 1, concurrent its streams, throughput (every request at
+    once, as many as it holds) the concurrency measured; None for a rate (an open loop)."""
+    strategy = _dig(bench, "args", "strategy") or _dig(bench, "config", "strategy")
+    kind = strategy.get("type_") if isinstance(strategy, Mapping) else None
+    if kind == "synchronous":
+        return 1.0
+    if kind == "concurrent":
+        streams = strategy.get("streams") if isinstance(strategy, Mapping) else None
+        return _batch(streams, where, "strategy.streams") if streams is not None else batch
+    if kind == "throughput":
+        return batch
+    return None
+
+
 def _guidellm_client(data: Mapping[str, Any]) -> str | None:
     """The strategies of a GuideLLM sweep as one client: its rate points' kind (a synchronous point is a rate so low
     that one request runs at a time), else its streams' (concurrent and throughput start every stream at once)."""
@@ -790,9 +827,10 @@ def _guidellm_rows(data: Mapping[str, Any], where: str) -> list[Row]:
             concurrency = _dig(bench, "args", "strategy", "streams") or _dig(bench, "config", "strategy", "streams")
         if concurrency is None:
             raise TokenroofError(f"{here}: no request_concurrency metric and no concurrent strategy")
+        batch = _batch(concurrency, here, "request_concurrency")
         rows.append(
             Row(
-                _batch(concurrency, here, "request_concurrency"),
+                batch,
                 _number(
                     _dig(metrics, "output_tokens_per_second", "successful", "mean"), here, "output_tokens_per_second"
                 ),
@@ -800,6 +838,7 @@ def _guidellm_rows(data: Mapping[str, Any], where: str) -> list[Row]:
                 None,
                 _number(_dig(metrics, "time_to_first_token_ms", "successful", "mean"), here, "time_to_first_token_ms"),
                 here,
+                concurrency=_guidellm_streams(bench, batch, here),
             )
         )
     return rows

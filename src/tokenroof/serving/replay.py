@@ -6,15 +6,15 @@ its TPOT counts the prompts twice once they are added back. Here every measured 
 scheduler `simulate`, `advise` and `plan` run (engine/core.py), as the client that measured it drove the server:
 
 - `vllm bench serve --max-concurrency N` starts every stream at once ("burst"); tokenroof bench staggers them
-  over a request's life ("staggered"); a GuideLLM rate point is replayed as a staggered loop at its measured mean
-  concurrency;
+  over a request's life ("staggered"); a rate point (GuideLLM, bench --request-rate) is an open loop at its rate;
 - the server prefills each prompt whole in the step that admits it, or in chunks of a token budget per step
   (`--max-num-batched-tokens`: vLLM V1 always chunks, at 8,192 tokens on large GPUs).
 
-In a closed loop which steps a request's TTFT and TPOT span, and what each step runs (decoding sequences, their
-context, prompt tokens), is counted in steps, not seconds: it does not depend on how long the steps take. So each
-point is simulated once (`Design`), and any step model's mean TPOT and TTFT there are weighted sums of its step
-times: exactly what the scheduler would give. The fit is then a small least-squares problem in the step model's
+Which steps a request's TTFT and TPOT span, and what each step runs (decoding sequences, their context, prompt
+tokens), is counted in steps: in a burst closed loop it does not depend on how long the steps take, in a staggered
+or open loop only a little (their arrivals are timed). So each point is simulated (`Design`: once for a burst, again
+with the fitted model for the others), and any step model's mean TPOT and TTFT there are weighted sums of its step
+times: what the scheduler gives. The fit is then a small least-squares problem in the step model's
 terms over log TPOT and log TTFT, bounded below by the hardware's peaks when the physics is known (`--model/
 --hardware`): weights streamed at most at peak bandwidth, a prompt token's GEMMs at most at peak FLOP/s. A term
 the data push onto its floor is named as a conflict, never silently taken.
@@ -41,7 +41,7 @@ from tokenroof.fit.travel import Replayed, Travelling, from_table, online, porta
 from tokenroof.io.measurements import MeasurementTable
 from tokenroof.model.stepmodel import StepModel
 from tokenroof.serving.saturation import closed_loop
-from tokenroof.serving.simulate import Lengths, SimResult, Workload, simulate
+from tokenroof.serving.simulate import Lengths, SimResult, Workload, bench_window, simulate
 
 # the prompt budgets tried when neither the user nor an engine profile says how the server prefilled: whole prompts,
 # and the chunk budgets of vLLM V1 (2,048 below 70 GiB of GPU memory, 8,192 above) and SGLang's 8,192 default
@@ -83,6 +83,8 @@ class Design:
         begun = np.array([s.arrival_s for s in seqs], dtype=float)
         out = np.array([s.max_tokens for s in seqs], dtype=float)
         n = len(seqs)
+        if n == 0:
+            raise TokenroofError("a replayed point holds no request in its window: too few requests to replay it")
 
         def share(start: np.ndarray, end: np.ndarray, weight: np.ndarray) -> np.ndarray:
             """Σ over requests of `weight` for each step whose end lies in (start, end]."""
@@ -187,8 +189,8 @@ def design_at(point: Point, budget: int | None, kv_capacity_tokens: int | None, 
 
     def at(c: int) -> Design:
         loop = closed_loop(c, *lengths, client, point.requests if client == "burst" else None)
-        if client == "staggered":  # bench's own window: 2 × concurrency requests, at least 16
-            loop = replace(loop, num_requests=2 * c + max(2 * c, 16), measure=None)
+        if client == "staggered":  # bench's own window, its requests in flight at both ends
+            loop = replace(loop, num_requests=2 * c + bench_window(c), measure=None)
         cap = min(c, point.server_cap or c)
         result = simulate(reference, loop, cap, 0, kv_capacity_tokens, max_num_batched_tokens=budget)
         return Design.of(result, result.measured())
@@ -302,7 +304,8 @@ class ServingFit:
         return [
             f"the scheduler's model replays the measured points only within {self.tpot_rms:.0%} rms in TPOT{ttft}: "
             f"the table does not look like the workload assumed ({self.describe()}); state its lengths and client "
-            "('# input_len=… output_len=… client=…'), or name the engine (--engine) for its prompt budget"
+            "('# input_len=… output_len=… client=…'), or the engine measured (--engine, with --model/--hardware) "
+            "for its prompt budget"
         ]
 
     def describe(self) -> str:
@@ -351,12 +354,13 @@ def online_points(table: MeasurementTable, fit: Fit, input_len: float, output_le
         concurrency = float(table.batch[i])
         cap = None
         if table.concurrency is not None:
-            if np.isfinite(table.concurrency[i]):
+            if np.isfinite(table.concurrency[i]):  # a closed loop at the client's concurrency
                 concurrency = float(table.concurrency[i])
+                client = client if client in CLOSED else "staggered"  # GuideLLM's synchronous and concurrent points
                 if table.batch[i] < SERVER_CAP_SHOWN * concurrency:  # the server held its batch below the client's
-                    cap = math.ceil(float(table.batch[i]) - 0.5)
+                    cap = max(round(float(table.batch[i])), 1)
                     t = None  # its TTFT is the queue in front of the cap, which the client's window sets: not fitted
-            elif client in ("staggered", "burst"):
+            elif client in CLOSED:
                 client = "poisson"  # bench --request-rate beside --concurrency points
         points.append(
             Point(
@@ -373,6 +377,9 @@ def online_points(table: MeasurementTable, fit: Fit, input_len: float, output_le
             )
         )
     return points
+
+
+CLOSED = ("burst", "staggered")
 
 
 def client_of(table: MeasurementTable) -> str:
@@ -409,10 +416,10 @@ def fit_serving(
     candidates: tuple[int | None, ...] = BUDGETS if isinstance(budget, str) else (budget,)
     tried: dict[str, tuple[ServingFit, float]] = {}
     whole_peak = math.inf  # the most tokens (prompt and decode) a step of the whole-prompt replay holds
-    high = max(math.ceil(p.concurrency) for p in points)
-    open_loop = any(p.client in ("poisson", "constant") for p in points)
+    closed = [math.ceil(p.concurrency) for p in points if p.client in CLOSED]
+    high = max(closed, default=0)
     for b in candidates:
-        if b is not None and (b >= whole_peak or (b <= high and not open_loop)):
+        if b is not None and (b >= whole_peak or b <= high):
             continue  # no step would chunk (the same replay as whole prompts), or the budget cannot hold the batch
         designs = [design_at(p, b, kv_capacity_tokens, reference) for p in points]
         if b is None:
@@ -641,9 +648,9 @@ def replay_predictions(
     """The scheduler's model at each asked batch and context (None: as measured), run as the measuring client drove
     the server: (mean TPOT s, mean TTFT s, output tok/s) by (batch, context). A closed loop runs at the batch as its
     concurrency (a fractional one between the whole ones around it); an open-loop table (a rate sweep, its batch the
-    mean concurrency measured) at the rate that holds that many requests in flight (Little's law, refined once)."""
+    mean concurrency measured) at the rate that holds that many requests in flight (Little's law, refined once). A
+    batch the fitted prompt budget cannot hold (it needs a token per sequence) has no answer here."""
     out = max(round(output_len), 2)
-    budget = serving.max_num_batched_tokens
     answers = {}
     for context in contexts:
         prompt = input_len if context is None else max(context - output_len / 2, 1.0)
@@ -653,13 +660,8 @@ def replay_predictions(
                 figures = _open_loop_at(serving, batch, lengths, kv_capacity_tokens)
             else:
                 figures = _closed_loop_at(serving, batch, lengths, kv_capacity_tokens)
-            if budget is not None and figures is None:
-                raise TokenroofError(
-                    f"batch {batch:g} needs more than the {budget}-token prompt budget the measured server was fitted "
-                    "with"
-                )
-            assert figures is not None
-            answers[(float(batch), context)] = figures
+            if figures is not None:
+                answers[(float(batch), context)] = figures
     return answers
 
 
@@ -693,9 +695,11 @@ def _open_loop_at(
     life_s = ttft_s + (lengths[1].mean - 1) * tpot_s
     rate = batch / life_s
     summary: dict[str, Any] = {}
-    for _ in range(2):
-        budget = serving.max_num_batched_tokens
+    budget = serving.max_num_batched_tokens
+    for refined in (False, True):
         summary = open_loop_run(serving.model, rate, lengths, serving.client, batch, kv, budget).summary()
+        if refined:
+            break
         held = summary["request_throughput_req_s"] * summary["e2e_ms"]["mean"] / 1e3  # Little's law
         if held <= 0:
             break
@@ -718,6 +722,13 @@ def with_scheduler(result: Any, physics: Any, lengths: tuple[float, float] | Non
     if serving is not None and serving.prefill_source == "ttft" and known is not None:
         asked = list(result.contexts) if result.contexts else [None]
         result.scheduler = replay_predictions(serving, result.batches.tolist(), asked, *known, kv)
+        beyond = sorted({b for b in result.batches.tolist() for c in asked if (float(b), c) not in result.scheduler})
+        if beyond:
+            shown = ", ".join(f"{b:g}" for b in beyond[:5])
+            result.warnings.append(
+                f"batch {shown}: beyond the {serving.max_num_batched_tokens}-token prompt budget the server was fitted "
+                "with (a step holds a token per sequence): answered from the decode fit alone, without TTFT"
+            )
         # the measured TTFT priced a prompt token's GEMMs: the compute the decode line lacked is known
         result.warnings = [w for w in result.warnings if not w.startswith("no knee observed")]
         if kv is None and float(result.batches.max()) > result.fit.batch_range[1]:

@@ -167,6 +167,8 @@ def advise_cap(
         raise TokenroofError("the TPOT and TTFT targets must be positive finite numbers")
     if kv_capacity_tokens is not None:  # past what the cache holds at full length a larger cap only preempts
         limit = min(limit, max(2 * kv_capacity_tokens // (input_len.mean + output_len.mean), 1))
+    if max_num_batched_tokens is not None:  # a step holds one token per sequence of its budget, and a prompt's chunk
+        limit = min(limit, max_num_batched_tokens - 1)
     memo: dict[int, AtCap] = {}
 
     def run(cap: int) -> AtCap:

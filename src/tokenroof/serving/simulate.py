@@ -81,6 +81,13 @@ class Workload:
 
 
 CLOSED_CLIENTS = ("staggered", "burst")
+# bench's window at a concurrency c: max(2c, 16) requests completed after the first c (its --requests-per-point
+# default, measure/http/config.py), which a staggered closed loop's window takes unless told how many
+BENCH_WINDOW_PER_STREAM, BENCH_WINDOW_AT_LEAST = 2, 16
+
+
+def bench_window(concurrency: int) -> int:
+    return max(BENCH_WINDOW_PER_STREAM * concurrency, BENCH_WINDOW_AT_LEAST)
 
 
 @dataclass(frozen=True)
@@ -232,7 +239,7 @@ class SimResult:
                 return float(arrivals.min()), float(ends[-1])
             c = self.loop.concurrency
             open_at = min(c, ends.size - 2)
-            close_at = min(open_at + (self.loop.measure or max(2 * c, 16)), ends.size - 1)
+            close_at = min(open_at + (self.loop.measure or bench_window(c)), ends.size - 1)
             return float(ends[open_at]), float(ends[close_at])
         ordered = np.sort(arrivals)
         late = arrivals >= np.median(arrivals)  # a lifetime once the batch has grown: early requests run faster
