@@ -375,3 +375,72 @@ def test_batches_the_fitted_budget_cannot_hold_are_answered_by_the_decode_fit(tm
         ["advise", *map(str, files), "--tpot-slo-ms", "10000", "--input-len", "1024", "--output-len", "256"]
     )
     assert advice["max_num_seqs"] < 2048
+
+
+def test_plan_from_a_guidellm_sweep_answers_what_it_measured() -> None:
+    """Issue 27: plan --fit guidellm.json --rate 20 said p99 TTFT 28 ms where GuideLLM measured a 52 ms mean (its
+    model priced prefill at nothing). The sweep measured 11.4 ms mean TTFT and 6.67 ms TPOT at 20 req/s."""
+    data = run_json(
+        [
+            *("plan", "--fit", str(GUIDELLM), "--rate", "20", "--input-len", "256", "--output-len", "128"),
+            *("--length-dist", "fixed", "--slo-statistic", "mean", "--ttft-slo-ms", "1000", "--tpot-slo-ms", "50"),
+            *("--seeds", "1", "--num-requests", "1500", "--workers", "1"),
+        ]
+    )
+    chosen = data["chosen"]
+    assert chosen["replicas"] == 1
+    assert chosen["ttft_ms_low"]["mean"] <= 11.4 * 1.1 and chosen["ttft_ms_high"]["mean"] >= 11.4 * 0.9
+    assert chosen["tpot_ms_low"]["mean"] <= 6.67 * 1.1 and chosen["tpot_ms_high"]["mean"] >= 6.67 * 0.9
+
+
+def test_a_prior_that_the_data_would_defeat_is_named_not_silent(tmp_path: Path) -> None:
+    """Issue 27: six vLLM files with -m llama-3.1-8b -H h100-sxm gave 'weights 0.644 ms' (7.4x the H100's
+    bandwidth), compute 4.4x faster than peak, the prior at 0% and no conflict."""
+    rows = "\n".join(f"{b},{5 + max(0.644, b * 0.0049) + b * 0.02:.4f}" for b in (1, 2, 4, 8, 16, 32, 64, 128, 256))
+    table = tmp_path / "fast.csv"
+    table.write_text("# input_len=1024 output_len=256 batch_kind=concurrency\nbatch,tpot_ms\n" + rows + "\n")
+    data = run_json(
+        ["predict", str(table), "--batch", "512", "-m", "llama-3.1-8b", "-H", "h100-sxm", "--samples", "10"]
+    )
+    assert data["model"]["structure_weights"]["roofline"] == 0.0  # the data-only fit's impossible terms left out
+    assert data["model"]["t_weights_s"] >= 4.48e-3 * 0.99
+    assert any("faster than peak bandwidth allows" in c and "left out" in c for c in data["prior_conflicts"])
+    assert any(w.startswith("prior and data disagree") for w in data["warnings"])
+
+
+def test_the_workload_is_stated_whichever_way_it_came(tmp_path: Path) -> None:
+    """Issue 27: one table, two answers (29.6 vs 49.4 ms at 256), neither saying whether prompts shared the steps."""
+    table = tmp_path / "t.csv"
+    table.write_text(
+        "batch,tpot_ms,context_tokens\n"
+        + "\n".join(f"{b},{t},1152" for b, t in ((1, 12.5), (8, 13.3), (32, 14.5), (128, 20)))
+    )
+    physics = ["-m", "llama-3.1-8b", "-H", "h100-sxm", "--samples", "10", "--batch", "256"]
+    unsaid = run_json(["predict", str(table), *physics])
+    assert "lengths not stated" in unsaid["workload"] and unsaid["serving"] is None
+    said = run_json(["predict", str(table), *physics, "--input-len", "1024", "--output-len", "256"])
+    assert said["workload"].startswith("online, closed loop, streams staggered (assumed")
+    assert "prompts prefilled whole (assumed: no TTFT to tell)" in said["workload"]
+    step = run_json(["predict", str(table), *physics, "--decode-only"])
+    assert step["workload"] == "decode-only (TPOT of pure decode steps): no prompts in the measured steps"
+
+
+def test_every_command_reads_the_same_inputs(tmp_path: Path) -> None:
+    """A bench folder, its summary.json and a folder of vLLM files are tables to predict, the report and simulate's
+    --fit alike; repeated --fit files are one table."""
+    from tokenroof.report.sources import load_sources
+
+    by_folder = read_table([BENCH])
+    by_summary = read_table([BENCH / "summary.json"])
+    assert by_folder.batch.tolist() == pytest.approx(by_summary.batch.tolist(), rel=1e-3)
+    assert by_summary.semantics.client == "staggered" and by_summary.concurrency is not None
+    (vllm,) = load_sources([ROOT / "examples" / "vllm"])
+    assert vllm.kind == "table" and vllm.table is not None and len(vllm.table) == len(VLLM)
+    (again,) = load_sources(VLLM)
+    assert again.table is not None and again.table.batch.tolist() == vllm.table.batch.tolist()
+    lengths = ["--input-len", "1024", "--output-len", "256", "--concurrency", "8"]
+    repeated = ["simulate", *(a for f in VLLM for a in ("--fit", str(f))), *lengths]
+    assert (
+        run_json(repeated)["points"]
+        == run_json(["simulate", "--fit", str(ROOT / "examples" / "vllm"), *lengths])["points"]
+    )

@@ -74,6 +74,10 @@ def predict(
 
     physics = Physics(model, hardware, dtype, kv_dtype, compute_dtype, tp, engine)
     table = read_table(files)
+    if decode_only:  # TPOT of pure decode steps, whatever the file's own kinds say
+        from tokenroof.io.measurements import as_decode_only
+
+        table = as_decode_only(table)
     measured_at, contexts = split_contexts(table, parse_numbers(context, "--context") if context else None)
     prior = prior_for(table, physics, Workload(measured_at, input_len, output_len, decode_only))
     lengths = (input_len, output_len) if input_len is not None and output_len is not None else None

@@ -89,6 +89,13 @@ class Semantics:
         return text
 
 
+def as_decode_only(table: MeasurementTable) -> MeasurementTable:
+    """The table as `--decode-only` states it: its TPOT is the time of pure decode steps (tpot_kind step)."""
+    sem = table.semantics
+    stated = tuple(dict.fromkeys((*sem.stated, "tpot_kind")))
+    return replace(table, semantics=replace(sem, tpot_kind="step", stated=stated))
+
+
 def parse_settings(lines: Iterable[str], where: str) -> Semantics:
     """`key=value` settings in provenance lines (`# batch_kind=static tpot_kind=e2e input_len=1024 ...`)."""
     found: dict[str, Any] = {}

@@ -323,6 +323,10 @@ def advise_decode_only(
     from tokenroof.io.measurements import read_table
 
     table = read_table(list(files))
+    if flags.decode_only:  # TPOT of pure decode steps, whatever the file's own kinds say
+        from tokenroof.io.measurements import as_decode_only
+
+        table = as_decode_only(table)
     asked = [c for c in contexts if c is not None] or ([flags.context_tokens] if flags.context_tokens else [])
     measured_at, targets = split_contexts(table, asked or None)
     prior = prior_for(table, physics, replace(flags, context_tokens=measured_at))
