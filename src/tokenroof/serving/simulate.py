@@ -392,27 +392,45 @@ def simulate(
         waiting_to_send: deque[Sequence] = deque(rest)
     else:
         first, waiting_to_send = workload.arrivals(rng), deque()
-    pending = [(seq.arrival_s, order, seq) for order, seq in enumerate(first)]  # a heap of (arrival, order, request)
-    heapq.heapify(pending)
-    sent = len(pending)
+    # two time-ordered sources of arrivals: the scheduled ones (in order), and a closed loop's replacements (each
+    # sent as a step ends, so in order too); the next arrival is the earlier of their heads
+    scheduled = sorted(first, key=lambda s: s.arrival_s)
+    times = [seq.arrival_s for seq in scheduled] + [math.inf]  # a sentinel past the last
+    replacements: deque[Sequence] = deque()
+    next_scheduled = 0
     engines = [
         Replica(BatchScheduler(model, max_num_seqs, kv_capacity_tokens, block_size, max_num_batched_tokens))
         for _ in range(replicas)
     ]
     done: list[Sequence] = []
-    plans: list[StepPlan] = []  # every step, in the order they started
+    # every step, in the order they started, as 7 floats (a flat list: keeping the plans would hold every request
+    # the garbage collector then walks): start, duration, batch, KV held, Σ context, prompt tokens, Σ chunk²
+    record: list[float] = []
     ends: list[tuple[float, int]] = []  # heap of (step end, replica)
 
     def start_step(index: int, now: float) -> None:
         engine = engines[index]
         engine.plan = plan = engine.scheduler.plan_step(now)
         if plan is not None:
-            plans.append(plan)
+            record.extend(
+                (
+                    plan.start_s,
+                    plan.duration_s,
+                    plan.batch,
+                    plan.kv_tokens,
+                    plan.context_tokens,
+                    plan.prefill_tokens,
+                    plan.prefill_sq,
+                )
+            )
             heapq.heappush(ends, (plan.start_s + plan.duration_s, index))
 
     turn = 0
-    while pending or ends:
-        arrival_s = pending[0][0] if pending else math.inf
+    while True:
+        arrival_s = times[next_scheduled]
+        from_scheduled = not replacements or arrival_s <= replacements[0].arrival_s
+        if not from_scheduled:
+            arrival_s = replacements[0].arrival_s
         if ends and ends[0][0] < arrival_s:
             end_s, index = heapq.heappop(ends)
             engine = engines[index]
@@ -423,11 +441,16 @@ def simulate(
                 if waiting_to_send:
                     seq = waiting_to_send.popleft()
                     seq.arrival_s = end_s
-                    heapq.heappush(pending, (end_s, sent, seq))
-                    sent += 1
+                    replacements.append(seq)
             start_step(index, end_s)
             continue
-        _, _, seq = heapq.heappop(pending)
+        if arrival_s == math.inf:  # nothing left to arrive, and no step under way
+            break
+        if from_scheduled:
+            seq = scheduled[next_scheduled]
+            next_scheduled += 1
+        else:
+            seq = replacements.popleft()
         if router == "round-robin":
             index, turn = turn, (turn + 1) % replicas
         else:
@@ -438,13 +461,7 @@ def simulate(
     done.sort(key=lambda s: int(s.request_id))
     preemptions = sum(e.scheduler.preemptions for e in engines)
     capacity = None if kv_capacity_tokens is None else kv_capacity_tokens * replicas
-    steps = np.array(
-        [
-            (p.start_s, p.duration_s, p.batch, p.kv_tokens, p.context_tokens, p.prefill_tokens, p.prefill_sq)
-            for p in plans
-        ],
-        dtype=float,
-    ).reshape(-1, 7)
+    steps = np.array(record, dtype=float).reshape(-1, 7)
     start, duration, batch, kv, context, prefill, prefill_sq = steps.T
     loop = workload if isinstance(workload, ClosedLoop) else None
     return SimResult(
