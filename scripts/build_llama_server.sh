@@ -12,10 +12,19 @@ mkdir -p "$DEST/libs"
 "$DEST/venv/bin/python" - "$BIN" "$DEST/libs" <<'PY'
 import json, os, sys
 bin_dir, libs = sys.argv[1], sys.argv[2]
-for link, target in json.load(open(os.path.join(bin_dir, "_symlinks.json"))).items():
+# some builds list the shared libraries' version symlinks in _symlinks.json, others install them in place: link
+# what a list names, and every shared library found beside the binaries either way
+listed = os.path.join(bin_dir, "_symlinks.json")
+links = json.load(open(listed)) if os.path.exists(listed) else {}
+for root in {bin_dir, os.path.join(os.path.dirname(bin_dir), "lib")}:
+    if os.path.isdir(root):
+        for name in os.listdir(root):
+            if ".so" in name or name.endswith(".dylib"):
+                links.setdefault(name, os.path.join(root, name))
+for link, target in links.items():
     path = os.path.join(libs, link)
     if not os.path.lexists(path):
-        real = os.path.join(bin_dir, target)
+        real = target if os.path.isabs(target) else os.path.join(bin_dir, target)
         os.symlink(real if os.path.exists(real) else target, path)
 PY
 # the sdist through pip's own configuration (index, mirrors, proxies), not a hard-coded registry URL

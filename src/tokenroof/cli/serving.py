@@ -120,6 +120,13 @@ def bench(
     max_failure_fraction: Annotated[float, typer.Option(help="A point with more failures is marked invalid.")] = 0.05,
     ignore_eos: Annotated[bool, typer.Option(help="Send ignore_eos and min_tokens (vLLM, SGLang, llama.cpp).")] = True,
     seed: Annotated[int, typer.Option(help="Seed for prompts and arrivals.")] = 0,
+    prompt_salt: Annotated[
+        int | None,
+        typer.Option(
+            help="Salt of the synthetic prompts (default: a new one each run, kept by --resume, so a server's prompt "
+            "cache never serves a repeated run); give a run's own to repeat its prompts."
+        ),
+    ] = None,
     json_output: JsonOpt = False,
     plot: PlotOpt = None,
 ) -> None:
@@ -155,6 +162,7 @@ def bench(
         max_failure_fraction=max_failure_fraction,
         ignore_eos=ignore_eos,
         seed=seed,
+        prompt_salt=prompt_salt,
     )
     with progress_bar(json_output) as bar:
         tasks: dict[str, Any] = {}

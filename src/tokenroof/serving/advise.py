@@ -249,11 +249,11 @@ def advise_with_prefill(
     once; tokenroof bench staggers them) and prefills as the measured server did (the fitted prompt budget), so the
     answer at the measured workload is what the files show."""
     from tokenroof.serving.saturation import advise_cap
-    from tokenroof.serving.simulate import Lengths
+    from tokenroof.serving.simulate import EVEN, Lengths
 
     assert flags.input_len is not None and flags.output_len is not None
     notes: list[str] = []
-    client = "staggered"
+    client = EVEN  # steady traffic at each cap, unless files say how their client drove the server
     if files:
         from tokenroof.fit.core import fit_table
         from tokenroof.fit.predict import read_with_prior

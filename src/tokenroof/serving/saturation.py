@@ -5,9 +5,11 @@ concurrency N = the cap measures it (`simulate.ClosedLoop`): every finished requ
 replaced at once, so the running batch stays at the cap and each step also prefills the
 prompts of the requests that replace the finished ones.
 
-- `staggered` (tokenroof bench): the streams start spread over one request's life; the
-  figures are taken over 10 × N requests (at least 200) completed after every initial one
-  was replaced (ramp-up and drain left out);
+- `even` (the default: steady traffic at that concurrency): the streams start spread over one
+  loaded request's life, so no wave forms; the figures are taken over 10 × N requests (at
+  least 200) completed after every initial one was replaced (ramp-up and drain left out);
+- `staggered` (tokenroof bench, to be true to its files): spread over one probe request's
+  life alone on the server, the same window;
 - `burst` (`vllm bench serve --max-concurrency N`): every stream starts at once and the
   figures are over the whole run, the first wave included, as vLLM takes them.
 
@@ -26,7 +28,7 @@ import numpy as np
 
 from tokenroof.errors import TokenroofError
 from tokenroof.model.stepmodel import StepModel
-from tokenroof.serving.simulate import ClosedLoop, Lengths, simulate
+from tokenroof.serving.simulate import EVEN, ClosedLoop, Lengths, Workload, simulate
 
 STATISTICS = ("mean", "p50", "p90", "p99")
 
@@ -70,7 +72,7 @@ def closed_loop(
     concurrency: int,
     input_len: Lengths,
     output_len: Lengths,
-    client: str = "staggered",
+    client: str = EVEN,
     requests: int | None = None,
 ) -> ClosedLoop:
     """The closed loop `at_cap` runs: enough requests for its window (`requests`: a burst run's size as measured)."""
@@ -83,7 +85,7 @@ def closed_loop(
             "burst",
         )
     measure = max(MEASURED_AT_LEAST, MEASURED_PER_STREAM * concurrency)
-    return ClosedLoop(concurrency, input_len, output_len, 2 * concurrency + measure, "staggered", measure)
+    return ClosedLoop(concurrency, input_len, output_len, 2 * concurrency + measure, client, measure)
 
 
 def at_cap(
@@ -94,7 +96,7 @@ def at_cap(
     kv_capacity_tokens: int | None = None,
     max_num_batched_tokens: int | None = None,
     seed: int = 0,
-    client: str = "staggered",
+    client: str = EVEN,
     requests: int | None = None,
 ) -> AtCap:
     """Steady-state throughput, TPOT and TTFT of one replica kept full at `max_num_seqs` (see the module doc)."""
@@ -115,6 +117,31 @@ def at_cap(
         summary["running_batch"],
         result.preemptions,
     )
+
+
+def saturation_rate(
+    model: StepModel,
+    input_len: Lengths,
+    output_len: Lengths,
+    max_num_seqs: int,
+    kv_capacity_tokens: int | None = None,
+    max_num_batched_tokens: int | None = None,
+    burstiness: float = 1.0,
+    requests: int = 4000,
+    seed: int = 0,
+) -> float:
+    """The request rate one replica carries under arrivals it cannot keep up with (Poisson by default): what an
+    open loop past saturation measures. Below a closed loop's figure where a closed loop's streams line up into
+    waves whose prompts share their prefill steps (llama.cpp's whole-prompt prefill does); the rate, not tok/s."""
+    kept_full = at_cap(model, input_len, output_len, max_num_seqs, kv_capacity_tokens, max_num_batched_tokens, seed)
+    offered = 2.0 * kept_full.throughput_tok_s / output_len.mean  # twice what a full closed loop gives: overloaded
+    load = Workload(offered, input_len, output_len, num_requests=requests, burstiness=burstiness)
+    result = simulate(
+        model, load, max_num_seqs, seed, kv_capacity_tokens, max_num_batched_tokens=max_num_batched_tokens
+    )
+    finished = np.sort([s.finished_s or 0.0 for s in result.sequences])
+    lo, hi = finished[len(finished) // 5], finished[(4 * len(finished)) // 5]  # the middle of the run: queue full
+    return float((4 * len(finished) // 5 - len(finished) // 5) / max(hi - lo, 1e-12))
 
 
 @dataclass
@@ -157,7 +184,7 @@ def advise_cap(
     max_num_batched_tokens: int | None = None,
     limit: int = 4096,
     source: str = "",
-    client: str = "staggered",
+    client: str = EVEN,
 ) -> CapAdvice:
     """Largest cap whose steady-state TPOT (and TTFT) `statistic` meets the targets: caps on a doubling grid, then
     bisection between the last that meets them and the first that does not (TPOT grows with the cap)."""

@@ -24,6 +24,7 @@ from tokenroof.model.stepmodel import StepModel, mean_context_tokens
 from tokenroof.serving.engine.core import BatchScheduler, Sequence, StepPlan
 
 DISTRIBUTIONS = ("fixed", "uniform", "lognormal")
+OVERLOAD = 0.95  # an open loop whose servers complete fewer of the requests it offers than this is overloaded
 TIMESERIES_COLUMNS = ("start_s", "duration_s", "running_batch", "kv_tokens")  # timeseries.csv, one row per step
 
 
@@ -80,7 +81,10 @@ class Workload:
         ]
 
 
-CLOSED_CLIENTS = ("staggered", "burst")
+CLOSED_CLIENTS = ("staggered", "burst")  # the clients a user names (simulate --client)
+# and the one a replica "kept full" is: streams spread over a loaded request's life, so no two start together and
+# no wave forms (what steady production traffic at that concurrency looks like; advise's and plan's figure)
+EVEN = "even"
 # bench's window at a concurrency c: max(2c, 16) requests completed after the first c (its --requests-per-point
 # default, measure/http/config.py), which a staggered closed loop's window takes unless told how many
 BENCH_WINDOW_PER_STREAM, BENCH_WINDOW_AT_LEAST = 2, 16
@@ -93,9 +97,10 @@ def bench_window(concurrency: int) -> int:
 @dataclass(frozen=True)
 class ClosedLoop:
     """A client holding `concurrency` requests in flight, each one that ends replaced by the next at once, until
-    `num_requests` are sent: `tokenroof bench --concurrency` (its streams start staggered over one request's life:
-    "staggered") and `vllm bench serve --max-concurrency` (every stream starts at once: "burst"; with fixed lengths
-    they keep finishing, and prefilling, together)."""
+    `num_requests` are sent: `tokenroof bench --concurrency` (its streams start staggered over one probe request's
+    life, alone on the server: "staggered"; on a loaded server they start closer than a request's life, and whole
+    prompts prefilled together keep them in groups) and `vllm bench serve --max-concurrency` (every stream starts at
+    once: "burst"; with fixed lengths they keep finishing, and prefilling, together)."""
 
     concurrency: int
     input_len: Lengths
@@ -110,7 +115,7 @@ class ClosedLoop:
                 f"a closed loop needs a concurrency ≥ 1 and requests ≥ 1, got {self.concurrency} and "
                 f"{self.num_requests}"
             )
-        if self.client not in CLOSED_CLIENTS:
+        if self.client not in (*CLOSED_CLIENTS, EVEN):
             raise TokenroofError(f"unknown client '{self.client}'; known: {', '.join(CLOSED_CLIENTS)}")
 
     @property
@@ -124,9 +129,12 @@ class ClosedLoop:
         prompts, outputs = self.input_len.sample(rng, n), self.output_len.sample(rng, n)
         seqs = [Sequence(str(i), int(p), int(o), 0.0) for i, (p, o) in enumerate(zip(prompts, outputs, strict=True))]
         c = min(self.concurrency, n)
-        if self.client == "staggered":
+        if self.client in ("staggered", EVEN):
             i, o = float(self.input_len.mean), float(self.output_len.mean)
-            life_s = model.step_s(1.0, i + o / 2, i, i * i) + (o - 1) * model.step_s(float(c), c * (i + o / 2))
+            # bench spreads its streams over one probe request's life, alone on the server; "even" over a life at
+            # this concurrency
+            loaded = float(c if self.client == EVEN else 1)
+            life_s = model.step_s(1.0, i + o / 2, i, i * i) + (o - 1) * model.step_s(loaded, loaded * (i + o / 2))
             for k, seq in enumerate(seqs[:c]):
                 seq.arrival_s = k * life_s / c
         return seqs[:c], seqs[c:]
@@ -318,14 +326,36 @@ class SimResult:
             return float((self.step_batches * overlap).sum() / max(b - a, 1e-12))
 
         first, second = mean_batch(w0, mid), mean_batch(mid, w1)
+        overload = self.overload_warnings(w0, w1)
         if first > 0 and second > 1.05 * first:
             return [
+                *overload,
                 f"no steady state: the running batch grew from {first / self.replicas:.3g} to "
                 f"{second / self.replicas:.3g} across the window ({w0:.3g}–{w1:.3g} s), so TPOT and throughput here "
                 "are lower than the load will settle at: simulate more requests (--num-requests), or the rate is "
-                "near what the server can carry"
+                "near what the server can carry",
             ]
-        return []
+        return overload
+
+    def overload_warnings(self, w0: float, w1: float) -> list[str]:
+        """An open loop offered more than the servers carry: requests arrive faster than they complete, the queue and
+        TTFT grow for as long as the run lasts (a capped running batch does not grow: only this tells)."""
+        if self.loop is not None or w1 <= w0:
+            return []
+        arrival = np.array([s.arrival_s for s in self.sequences])
+        finished = np.array([s.finished_s or 0.0 for s in self.sequences])
+        span = float(arrival.max() - arrival.min())
+        if arrival.size < 2 or span <= 0:
+            return []
+        offered = (arrival.size - 1) / span  # the rate requests came at (a short run's window is the whole run)
+        carried = float(((finished >= w0) & (finished <= w1)).sum()) / (w1 - w0)
+        if offered <= 0 or carried >= OVERLOAD * offered:
+            return []
+        return [
+            f"overloaded: {offered:.3g} req/s offered, {carried:.3g} carried: past what the server holds the queue and "
+            "TTFT grow for as long as the run lasts (these figures grow with --num-requests); lower the rate, or add "
+            "replicas"
+        ]
 
     def _itl_ms(self, in_window: np.ndarray) -> list[float]:
         steps = self.step_durations_s[in_window] if in_window.any() else self.step_durations_s

@@ -62,6 +62,7 @@ class RequestRecord:
     output_tokens: int = 0
     output_tokens_source: str = "stream"
     prompt_tokens: int | None = None
+    cached_tokens: int | None = None  # prompt tokens the server served from its cache (where it says)
     retries: int = 0  # resent on a fresh connection after a pooled one failed before any response byte
     chunk_times_s: list[float] = field(default_factory=list)
 
@@ -134,6 +135,17 @@ def token_count(usage: dict[str, Any], name: str) -> int | None:
     if isinstance(value, bool) or not isinstance(value, int | float) or value < 0 or value != int(value):
         raise BodyError(f"usage.{name} is {one_line(json.dumps(value), 40)}, not a token count")
     return int(value)
+
+
+def cached_count(event: dict[str, Any]) -> int | None:
+    """Prompt tokens served from the server's cache, where it says: OpenAI's and vLLM's
+    usage.prompt_tokens_details.cached_tokens, llama.cpp's timings.cache_n (None: not said)."""
+    usage, timings = event.get("usage"), event.get("timings")
+    details = usage.get("prompt_tokens_details") if isinstance(usage, dict) else None
+    for source, name in ((details, "cached_tokens"), (timings, "cache_n")):
+        if isinstance(source, dict) and source.get(name) is not None:
+            return token_count(source, name)
+    return None
 
 
 def usage_counts(event: dict[str, Any]) -> tuple[int, int | None] | None:
@@ -281,6 +293,7 @@ def parse_event(data: bytes) -> dict[str, Any]:
 async def read_stream(response: aiohttp.ClientResponse, record: RequestRecord, t0: float) -> None:
     """Consume `data:` events; a malformed line (BodyError) or a stream without [DONE] fails the request."""
     usage: tuple[int, int | None] | None = None
+    cached: int | None = None
     async for raw in response.content:
         now = time.perf_counter() - t0
         data = sse_data(raw.strip())
@@ -288,6 +301,7 @@ async def read_stream(response: aiohttp.ClientResponse, record: RequestRecord, t
             continue
         if data == b"[DONE]":
             record.end_s = time.perf_counter() - t0
+            record.cached_tokens = cached
             finish(record, usage)
             return
         event = parse_event(data)
@@ -301,6 +315,7 @@ async def read_stream(response: aiohttp.ClientResponse, record: RequestRecord, t
             if record.first_token_s is None:
                 record.first_token_s = now
         usage = usage_counts(event) or usage
+        cached = cached_count(event) if cached is None else cached
     record.fail("protocol", f"stream ended without [DONE] after {len(record.chunk_times_s)} chunks")
 
 

@@ -38,6 +38,9 @@ class BenchConfig:
     max_failure_fraction: float = 0.05
     ignore_eos: bool = True
     seed: int = 0
+    # the synthetic prompts' salt: None draws one per run (kept by --resume), so a server's prompt cache never
+    # serves a second run's prompts; a number repeats a run's prompts (to measure the cache itself)
+    prompt_salt: int | None = None
 
 
 def whole_numbers(values: list[float], flag: str) -> list[int]:
@@ -77,6 +80,7 @@ def check_config(cfg: BenchConfig) -> None:
     rpp = cfg.requests_per_point
     require(rpp is None or rpp >= 1, f"--requests-per-point must be ≥ 1, got {rpp}")
     require(cfg.seed >= 0, f"--seed must be ≥ 0, got {cfg.seed}")
+    require(cfg.prompt_salt is None or cfg.prompt_salt >= 0, f"--prompt-salt must be ≥ 0, got {cfg.prompt_salt}")
     require(cfg.endpoint in ("completions", "chat"), f"--endpoint must be completions or chat, got {cfg.endpoint!r}")
 
 

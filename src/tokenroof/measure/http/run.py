@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import asyncio
 import functools
+import hashlib
 import json
 import math
+import secrets
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -94,24 +96,33 @@ async def resolve_model(client: Client, cfg: BenchConfig, endpoints: Endpoints, 
 
 @dataclass
 class Prompts:
-    """Synthetic prompts of `input_len` words (one token each on the emulator), or prompts from a JSONL file."""
+    """Synthetic prompts of `input_len` words (one token each on the emulator), or prompts from a JSONL file.
+
+    A synthetic prompt is drawn from (seed, salt, point, request index): the same request gets the same prompt
+    however the run goes (a resumed point included), and a new run's salt gives new prompts, so a server's
+    prompt cache (llama-server's, vLLM's prefix cache) never serves a repeated run from memory."""
 
     config: BenchConfig
-    rng: np.random.Generator
+    salt: int = 0
     items: list[dict[str, Any]] = field(default_factory=list)
 
     @classmethod
-    def load(cls, config: BenchConfig) -> Prompts:
-        prompts = cls(config, np.random.default_rng(config.seed))
+    def load(cls, config: BenchConfig, salt: int = 0) -> Prompts:
+        prompts = cls(config, salt)
         if config.prompts_file is not None:
             prompts.items = read_prompts(config.prompts_file)
         return prompts
 
-    def payload(self, index: int, model: str) -> dict[str, Any]:
+    def words(self, point: str, index: int) -> str:
+        key = int.from_bytes(hashlib.sha256(point.encode()).digest()[:8], "little")
+        rng = np.random.default_rng([self.config.seed, self.salt, key, index & 0xFFFFFFFFFFFF])
+        return " ".join(rng.choice(WORDS, size=self.config.input_len))
+
+    def payload(self, index: int, model: str, point: str = "") -> dict[str, Any]:
         cfg = self.config
         item = self.items[index % len(self.items)] if self.items else {}
         max_tokens = int(item.get("max_tokens", cfg.output_len))
-        text = item.get("prompt") or " ".join(self.rng.choice(WORDS, size=cfg.input_len))
+        text = item.get("prompt") or self.words(point, index)
         body: dict[str, Any] = {
             "model": model,
             "max_tokens": max_tokens,
@@ -209,7 +220,7 @@ class Bench:
             self.say(f"{label}: measuring again, its last attempt did not finish")
 
     async def send_one(self, record: RequestRecord) -> RequestRecord:
-        return await send(self.client, self.prompts.payload(record.index, self.model), record)
+        return await send(self.client, self.prompts.payload(record.index, self.model, record.point), record)
 
     def on_record(self, expected: int, record: RequestRecord) -> None:
         if record.error:
@@ -263,6 +274,12 @@ class Bench:
             data["batch"] = server_batch
         data["preemptions"] = scraper.preempted_in(*run.window_s)  # None: the server exports no counter
         summary.invalid = validity(summary, run, monitor, cfg.max_failure_fraction)
+        cached = data["cached_prompt_fraction"]
+        if cached is not None and cached > CACHED_REMARK:
+            run.remarks.append(
+                f"the server served {cached:.0%} of the prompt tokens from its cache: TTFT here is a cache hit's, not "
+                "a prefill's (a repeated --prompt-salt, or prompts sharing a prefix)"
+            )
         data["remarks"] = run.remarks
         data["client_loop_lag_p99_ms"] = monitor.lag_p99_ms
         data["client_note"] = monitor.note(data["tpot_ms"]["p50"])
@@ -293,7 +310,8 @@ async def run_bench(
     if not cfg.resume and path.exists():
         raise TokenroofError(f"{path} exists: pass --resume to continue it, or another --out")
     previous = read_previous(path, lambda text: say(redactor.text(text))) if cfg.resume else Previous()
-    prompts = Prompts.load(cfg)
+    salt = prompt_salt(cfg, previous)
+    prompts = Prompts.load(cfg, salt)
     recorder: Recorder | None = None
     try:
         async with open_client(
@@ -303,7 +321,7 @@ async def run_bench(
             api_headers(key),
         ) as client:
             model = await resolve_model(client, cfg, endpoints, redactor)
-            settings = run_settings(cfg, model, redactor.text(endpoints.root))
+            settings = {**run_settings(cfg, model, redactor.text(endpoints.root)), "prompt_salt": salt}
             check_settings(previous, settings, path)
             recorder = Recorder(path, redactor)
             if previous.header is None:
@@ -318,6 +336,19 @@ async def run_bench(
             recorder.close()
 
 
+CACHED_REMARK = 0.05  # a point whose server served more of its prompt tokens from its cache says so
+
+
+def prompt_salt(cfg: BenchConfig, previous: Previous) -> int:
+    """The run's prompt salt: as given, else the resumed run's, else a fresh one."""
+    if cfg.prompt_salt is not None:
+        return cfg.prompt_salt
+    old = (previous.header or {}).get("settings", {}).get("prompt_salt") if previous.header else None
+    if isinstance(old, int) and not isinstance(old, bool) and old >= 0:
+        return old
+    return secrets.randbits(48)
+
+
 def write_outputs(cfg: BenchConfig, model: str, summaries: list[dict[str, Any]], redactor: Redactor) -> None:
     """summary.json (everything) and summary.csv (valid points, DESIGN.md format, read by `predict`)."""
     url = redactor.text(Endpoints.of(cfg.url).root)
@@ -326,10 +357,13 @@ def write_outputs(cfg: BenchConfig, model: str, summaries: list[dict[str, Any]],
     )
     closed = any(s.get("kind") == "concurrency" for s in summaries) or not summaries
     client = "staggered" if closed else ("constant" if math.isinf(cfg.burstiness) else "poisson")
+    # the prompt in tokens as the server counted them (usage), where it said: --input-len counts words
+    counted = [s["prompt_tokens_mean"] for s in summaries if not s.get("invalid") and s.get("prompt_tokens_mean")]
+    input_len = f"{np.mean(counted):.6g}" if counted else str(cfg.input_len)
     lines = [
-        f"tokenroof bench {url} model={model} endpoint={cfg.endpoint} input_len={cfg.input_len} "
+        f"tokenroof bench {url} model={model} endpoint={cfg.endpoint} input_len={input_len} "
         f"batch_kind=running tpot_kind=tpot client={client} "
-        f"output_len={cfg.output_len}",
+        f"output_len={cfg.output_len} (input_len: the server's prompt tokens; --input-len {cfg.input_len} words)",
         "batch = time-averaged running batch (from the server's /metrics gauge where it has one, else from client "
         "timestamps); throughput = output tokens/s in the steady-state window; tpot_ms = mean TPOT excl. the 1st token",
     ]

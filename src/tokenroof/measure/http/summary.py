@@ -105,6 +105,14 @@ def describe_failures(counts: dict[str, int]) -> str:
     return ", ".join(f"{kind} {n}" for kind, n in counts.items())
 
 
+def cached_fraction(ok: Sequence[RequestRecord]) -> float | None:
+    """The share of prompt tokens the server served from its cache (None: it does not say)."""
+    told = [r for r in ok if r.cached_tokens is not None and r.prompt_tokens]
+    if not told:
+        return None
+    return sum(r.cached_tokens or 0 for r in told) / sum(r.prompt_tokens or 0 for r in told)
+
+
 @dataclass
 class PointSummary:
     label: str
@@ -174,6 +182,7 @@ def summarise(
         "output_tokens_mean": mean_out,
         "output_tokens_source": "+".join(sources) or None,
         "prompt_tokens_mean": float(np.mean(prompt)) if prompt else None,
+        "cached_prompt_fraction": cached_fraction(ok),
         "aliases": ALIASES,
     }
     return PointSummary(label, kind, value, window, data)

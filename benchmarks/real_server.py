@@ -1,0 +1,186 @@
+"""simulate against a real server: sweep it, fit, predict open-loop loads, measure the same loads, compare.
+
+Any OpenAI-compatible URL (llama.cpp's llama-server, vLLM, SGLang, the emulator):
+
+1. a closed-loop sweep (`bench --concurrency`) up to the server's slot count;
+2. the scheduler's model fitted to it (serving/replay.py, what `predict --save-model` writes), and the rate a
+   replica kept full carries (`advise`'s and `plan`'s figure) as the predicted saturation;
+3. Poisson loads at fractions of that rate, each measured with fresh prompts (`bench --request-rate`) and
+   simulated with the same arrivals and lengths (`simulate --trace`);
+4. per load: throughput, running batch, TTFT and TPOT p50/p90/p99, predicted beside measured, and the
+   saturation the loads show (what the servers carried at the highest load) beside the predicted one.
+
+    python benchmarks/real_server.py URL [--slots 16] [--concurrency 1,2,4,8,16] [--input-len 128]
+        [--output-len 64] [--loads 0.3,0.6,0.9,1.1] [--requests 80] [--out real-server]
+        [--model M --hardware H] [--budget N]
+
+Figures print as they arrive and go to OUT/report.json; every request is in OUT/*/requests.jsonl.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import math
+import sys
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from tokenroof.fit.core import fit_table
+from tokenroof.fit.predict import Workload as Measured
+from tokenroof.fit.predict import prior_for
+from tokenroof.io.measurements import read_table
+from tokenroof.measure.http.run import BenchConfig, run_bench
+from tokenroof.serving.deployment import Physics
+from tokenroof.serving.replay import serving_fit
+from tokenroof.serving.saturation import at_cap, saturation_rate
+from tokenroof.serving.simulate import Lengths, Trace, simulate
+
+STATS = ("p50", "p90", "p99")
+
+
+def sweep(args: argparse.Namespace, out: Path) -> Path:
+    folder = out / "sweep"
+    if not (folder / "summary.csv").exists():
+        cfg = BenchConfig(
+            url=args.url,
+            concurrencies=[int(c) for c in args.concurrency.split(",")],
+            input_len=args.input_len,
+            output_len=args.output_len,
+            out_dir=folder,
+            max_duration_s=args.max_duration,
+            timeout_s=args.max_duration,
+        )
+        asyncio.run(run_bench(cfg, notice=lambda text: print(f"  note: {text}")))
+    return folder
+
+
+def measure_load(args: argparse.Namespace, rate: float, folder: Path) -> dict[str, Any]:
+    if not (folder / "summary.json").exists():
+        cfg = BenchConfig(
+            url=args.url,
+            rates=[rate],
+            input_len=args.input_len,
+            output_len=args.output_len,
+            requests_per_point=args.requests,
+            out_dir=folder,
+            max_duration_s=args.max_duration,
+            timeout_s=args.max_duration,
+        )
+        asyncio.run(run_bench(cfg))
+    (point,) = json.loads((folder / "summary.json").read_text())["points"]
+    return dict(point)
+
+
+def predicted_load(model: Any, folder: Path, slots: int, budget: int | None) -> dict[str, Any]:
+    """The fitted model run on the measured load's own arrivals and lengths."""
+    trace = Trace.read(folder / "requests.jsonl")
+    return simulate(model, trace, slots, 0, None, max_num_batched_tokens=budget).summary()
+
+
+def row(name: str, got: dict[str, Any]) -> str:
+    ttft = "/".join(f"{got['ttft_ms'][s]:.0f}" for s in STATS)
+    tpot = "/".join(f"{got['tpot_ms'][s]:.1f}" for s in STATS)
+    batch = got.get("running_batch", got.get("batch"))
+    return (
+        f"    {name:9} {got['throughput_tok_s']:8.1f} tok/s  batch {batch:5.2f}  TTFT {ttft:>17} ms  TPOT {tpot:>15} ms"
+    )
+
+
+def errors(predicted: dict[str, Any], measured: dict[str, Any]) -> dict[str, float]:
+    """Relative error of each compared figure (predicted / measured − 1)."""
+    found = {"throughput": predicted["throughput_tok_s"] / measured["throughput_tok_s"] - 1}
+    for metric in ("ttft_ms", "tpot_ms"):
+        for stat in STATS:
+            found[f"{metric.removesuffix('_ms')} {stat}"] = predicted[metric][stat] / measured[metric][stat] - 1
+    return found
+
+
+def main(argv: list[str]) -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("url")
+    parser.add_argument("--slots", type=int, default=16, help="the server's running-batch cap (llama-server -np)")
+    parser.add_argument("--concurrency", default="1,2,4,8,16")
+    parser.add_argument("--input-len", type=int, default=128, help="prompt words (one token each on llama's vocab)")
+    parser.add_argument("--output-len", type=int, default=64)
+    parser.add_argument("--loads", default="0.3,0.6,0.9,1.1", help="fractions of the predicted saturation rate")
+    parser.add_argument("--requests", type=int, default=80, help="requests per load")
+    parser.add_argument("--max-duration", type=float, default=600.0)
+    parser.add_argument("--out", type=Path, default=Path("real-server"))
+    parser.add_argument("--model", "-m")
+    parser.add_argument("--hardware", "-H")
+    parser.add_argument("--budget", type=int, help="the server's prompt tokens per step, if known")
+    args = parser.parse_args(argv)
+    args.out.mkdir(parents=True, exist_ok=True)
+
+    print(f"1. sweep {args.url} at concurrency {args.concurrency} ({args.input_len} in / {args.output_len} out)")
+    table = read_table([sweep(args, args.out)])
+    physics = Physics(args.model, args.hardware)
+    prior = prior_for(table, physics, Measured()) if physics.known else None
+    fit = fit_table(table, prior, n_samples=0)
+    budget: int | str | None = args.budget if args.budget is not None else "fit"
+    serving = serving_fit(fit, table, None, None, budget)
+    if serving is None:
+        sys.exit("the sweep measured no TTFT and no --model/--hardware price its prefill: nothing to simulate")
+    model = serving.model
+    print(
+        f"2. fitted on the scheduler: {serving.describe()}; replays the sweep within TPOT {serving.tpot_rms:.1%}, "
+        f"TTFT {serving.ttft_rms or 0:.1%} rms; {model}"
+    )
+    inputs = table.semantics.input_len or args.input_len
+    lengths = Lengths(round(inputs)), Lengths(args.output_len)
+    full = at_cap(model, *lengths, args.slots, None, serving.max_num_batched_tokens)
+    saturation = saturation_rate(model, *lengths, args.slots, None, serving.max_num_batched_tokens)
+    print(
+        f"   one replica kept full at {args.slots} slots by a closed loop: {full.throughput_tok_s:.1f} tok/s; "
+        f"Poisson arrivals past saturation: {saturation:.3f} req/s carried (the loads' 100%)"
+    )
+
+    report: dict[str, Any] = {"url": args.url, "fit": serving.to_dict(), "predicted_saturation_req_s": saturation}
+    loads = []
+    for fraction in (float(f) for f in args.loads.split(",")):
+        rate = fraction * saturation
+        folder = args.out / f"load-{fraction:g}"
+        print(f"3. load {fraction:.0%} of the predicted saturation: {rate:.3f} req/s, {args.requests} requests")
+        measured = measure_load(args, rate, folder)
+        predicted = predicted_load(model, folder, args.slots, serving.max_num_batched_tokens)
+        print(row("measured", measured))
+        print(row("simulated", predicted))
+        if measured.get("invalid"):
+            print(f"    (measured point invalid: {measured['invalid']})")
+        found = errors(predicted, measured)
+        print("    error: " + ", ".join(f"{k} {v:+.0%}" for k, v in found.items()))
+        carried = measured["request_throughput_req_s"]
+        loads.append(
+            {
+                "fraction": fraction,
+                "rate_req_s": rate,
+                "carried_req_s": carried,
+                "errors": found,
+                "measured": measured,
+                "predicted": {k: predicted[k] for k in ("throughput_tok_s", "ttft_ms", "tpot_ms", "running_batch")},
+            }
+        )
+    over = [x for x in loads if x["carried_req_s"] < 0.95 * x["rate_req_s"]]
+    measured_saturation = max((x["carried_req_s"] for x in over), default=math.nan)
+    report["loads"] = loads
+    report["measured_saturation_req_s"] = measured_saturation
+    below = [x for x in loads if x["fraction"] < 1.0]
+    if below:
+        summary = {k: float(np.median([abs(x["errors"][k]) for x in below])) for k in below[0]["errors"]}
+        report["below_saturation_median_abs_error"] = summary
+        print("4. below saturation, median |error|: " + ", ".join(f"{k} {v:.0%}" for k, v in summary.items()))
+    if math.isfinite(measured_saturation):
+        print(
+            f"   saturation: predicted {saturation:.3f} req/s, measured (carried when overloaded) "
+            f"{measured_saturation:.3f} req/s ({saturation / measured_saturation - 1:+.0%})"
+        )
+    (args.out / "report.json").write_text(json.dumps(report, indent=2, default=float))
+    print(f"report: {args.out / 'report.json'}")
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])

@@ -1,0 +1,143 @@
+"""simulate against a real server (issue 28): what bench sends and reads so a real server's measurement can be
+replayed (fresh prompts, cached tokens), the simulator's closed loops and overload, and the protocol script."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from tests.conftest import ROOT
+from tests.emulator_process import emulator_process
+from tokenroof.measure.http.client import cached_count
+from tokenroof.measure.http.config import BenchConfig
+from tokenroof.measure.http.record import Previous
+from tokenroof.measure.http.run import Prompts, prompt_salt
+from tokenroof.model.stepmodel import StepModel
+from tokenroof.serving.saturation import at_cap, saturation_rate
+from tokenroof.serving.simulate import ClosedLoop, Lengths, Workload, simulate
+
+GPU_LIKE = StepModel(t_fixed_s=1e-3, t_weights_s=6e-3, t_compute_s=2e-5, t_kv_token_s=5e-8, t_seq_s=1e-5)
+# a CPU server: compute adds to the weight stream, a prompt token costs most of a decode step's sequence
+CPU_LIKE = StepModel(t_fixed_s=1e-2, t_weights_s=5e-4, t_compute_s=8e-4, t_kv_token_s=0.0, t_seq_s=1.7e-3)
+
+
+def test_prompts_are_fresh_per_run_and_fixed_per_request() -> None:
+    """Issue 28: bench's prompts depended only on --seed, so a second run was served from llama-server's prompt
+    cache (TTFT 160 ms instead of 738). A prompt is drawn from (seed, salt, point, index): a run's salt is new."""
+    cfg = BenchConfig(url="http://x", input_len=32)
+    one, other = Prompts.load(cfg, salt=1), Prompts.load(cfg, salt=2)
+    assert one.words("concurrency=4", 7) == one.words("concurrency=4", 7)  # a resumed point sends the same
+    assert one.words("concurrency=4", 7) != one.words("concurrency=4", 8)
+    assert one.words("concurrency=4", 7) != one.words("concurrency=8", 7)
+    assert one.words("concurrency=4", 7) != other.words("concurrency=4", 7)
+    assert len(one.words("rate=2", 0).split()) == 32
+    assert prompt_salt(cfg, Previous()) != prompt_salt(cfg, Previous())  # a new run, a new salt
+    resumed = Previous(header={"type": "header", "settings": {"prompt_salt": 12345}})
+    assert prompt_salt(cfg, resumed) == 12345
+    assert prompt_salt(BenchConfig(url="http://x", prompt_salt=7), resumed) == 7  # given: repeat a run's prompts
+
+
+def test_cached_prompt_tokens_are_read_where_the_server_says() -> None:
+    assert cached_count({"usage": {"prompt_tokens": 129, "prompt_tokens_details": {"cached_tokens": 96}}}) == 96
+    assert cached_count({"timings": {"cache_n": 128, "prompt_n": 1}}) == 128  # llama-server's own timings
+    assert cached_count({"usage": {"prompt_tokens": 129}}) is None
+    assert cached_count({"choices": []}) is None
+
+
+def test_an_overloaded_open_loop_says_so() -> None:
+    """Issue 27/28: simulate at 110% of what the server carries printed no warning."""
+    capacity = saturation_rate(GPU_LIKE, Lengths(512), Lengths(128), 64)
+    over = simulate(GPU_LIKE, Workload(1.3 * capacity, Lengths(512), Lengths(128), 3000), 64).summary()
+    assert any(w.startswith("overloaded:") for w in over["warnings"])
+    under = simulate(GPU_LIKE, Workload(0.5 * capacity, Lengths(512), Lengths(128), 3000), 64).summary()
+    assert not any(w.startswith("overloaded:") for w in under["warnings"])
+
+
+def test_a_closed_loop_keeps_waves_an_open_loop_does_not() -> None:
+    """On a server whose prompts stall every decoding sequence (a CPU's whole-prompt prefill), bench's streams,
+    started over one probe request's life, fall into groups whose prompts share a step: its TTFT is a group's
+    (llama-server at 16 streams: 751 ms against 122 alone). The replica advise and plan keep full ("even") spreads
+    its streams over a loaded life: no waves, and what it carries is what Poisson arrivals past saturation get."""
+    lengths = Lengths(129), Lengths(64)
+    bench_like = at_cap(CPU_LIKE, *lengths, 16, client="staggered")
+    even = at_cap(CPU_LIKE, *lengths, 16)
+    poisson = saturation_rate(CPU_LIKE, *lengths, 16) * 64
+    assert bench_like.ttft_ms["mean"] > 2 * even.ttft_ms["mean"]
+    assert even.throughput_tok_s == pytest.approx(poisson, rel=0.06)
+    loop = ClosedLoop(16, *lengths, 64, "staggered")
+    first, _ = loop.requests(np.random.default_rng(0), CPU_LIKE)
+    probe_s = CPU_LIKE.step_s(1, 161, 129, 129**2) + 63 * CPU_LIKE.step_s(1, 161)
+    assert first[-1].arrival_s == pytest.approx(15 * probe_s / 16)
+
+
+def load_protocol():
+    spec = importlib.util.spec_from_file_location("real_server", ROOT / "benchmarks" / "real_server.py")
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+@pytest.mark.slow
+def test_the_protocol_runs_against_a_server_and_writes_its_report(tmp_path: Path, capsys) -> None:
+    """benchmarks/real_server.py end to end against the emulator (a known server): sweep, fit, loads, report."""
+    protocol = load_protocol()
+    step = {"t_fixed_s": 2e-3, "t_weights_s": 8e-3, "t_compute_s": 4e-5, "t_kv_token_s": 0.0, "t_seq_s": 2e-4}
+    with emulator_process(step, tmp_path, max_num_seqs=8) as url:
+        protocol.main(
+            [
+                url,
+                "--slots",
+                "8",
+                "--concurrency",
+                "1,4,8",
+                "--input-len",
+                "64",
+                "--output-len",
+                "24",
+                "--loads",
+                "0.5",
+                "--requests",
+                "40",
+                "--out",
+                str(tmp_path / "out"),
+            ]
+        )
+    report = json.loads((tmp_path / "out" / "report.json").read_text())
+    (load,) = report["loads"]
+    assert report["fit"]["tpot_rms"] < 0.1 and load["measured"]["requests_completed"] >= 30
+    assert abs(load["errors"]["throughput"]) < 0.15 and abs(load["errors"]["tpot p50"]) < 0.25
+    assert "below saturation, median |error|" in capsys.readouterr().out
+
+
+LLAMA = ROOT / "examples" / "llama-server"
+
+
+def test_the_real_llama_server_sweep_replays_and_its_loads_are_simulated() -> None:
+    """The one real server in examples/ (llama-server on this CPU, examples/llama-server/README.md). Its closed-loop
+    sweep is replayed within 6.2% (TPOT) and 14.3% (TTFT) rms (before bench's probe stagger was modelled: 22% and
+    46%); its Poisson loads, simulated with their own arrivals, carry the measured throughput within 5%. What is not
+    yet within the issue's targets, pinned so it cannot silently worsen: TPOT at 60-90% load is 40-50% low (the
+    server's decode steps run 1.5-2x slower under open-loop traffic than at the same batch in the sweep)."""
+    from tokenroof.fit.core import fit_table
+    from tokenroof.io.measurements import read_table
+    from tokenroof.serving.replay import serving_fit
+    from tokenroof.serving.simulate import Trace
+
+    table = read_table([LLAMA / "sweep"])
+    serving = serving_fit(fit_table(table, None, n_samples=0), table)
+    assert serving is not None and serving.client == "staggered"
+    assert serving.tpot_rms < 0.08 and serving.ttft_rms is not None and serving.ttft_rms < 0.2
+    for fraction in (0.3, 0.6, 0.9):
+        folder = LLAMA / f"load-{fraction:g}"
+        (measured,) = json.loads((folder / "summary.json").read_text())["points"]
+        trace = Trace.read(folder / "requests.jsonl")
+        got = simulate(serving.model, trace, 16, 0, None, max_num_batched_tokens=serving.max_num_batched_tokens)
+        summary = got.summary()
+        assert summary["throughput_tok_s"] == pytest.approx(measured["throughput_tok_s"], rel=0.05)
+        assert summary["ttft_ms"]["p50"] == pytest.approx(measured["ttft_ms"]["p50"], rel=0.55)
+        assert 0.4 < summary["tpot_ms"]["p50"] / measured["tpot_ms"]["p50"] < 1.1
