@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import itertools
 import json
+import math
 import os
 from pathlib import Path
 from typing import Any
@@ -266,7 +267,8 @@ def test_the_preemption_counter_is_read_and_differenced_over_the_window() -> Non
     text = 'vllm:num_requests_running 12\nvllm:num_preemptions_total{model_name="m"} 40\n'
     assert metrics_from_text(text) == (12.0, 40.0)
     assert metrics_from_text("vllm:num_requests_running 12\n") == (12.0, None)  # a server without the counter
-    assert metrics_from_text("vllm:num_requests_running NaN\n") == (None, None)  # not a batch
+    running, preempted = metrics_from_text("vllm:num_requests_running NaN\n")  # issue 33: a bad sample, marked
+    assert running is not None and math.isnan(running) and preempted is None
     scraper = BatchScraper(None, "", 0.0)  # type: ignore[arg-type]
     scraper.preemptions = [(0.5, 40.0), (1.0, 41.0), (2.0, 157.0), (3.5, 160.0)]
     assert scraper.preempted_in(0.9, 3.0) == 116.0

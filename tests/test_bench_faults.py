@@ -554,3 +554,65 @@ def test_ctrl_c_records_requests_in_flight_and_says_where_results_are(tmp_path: 
     records = lines(tmp_path)
     assert len(records) == server.requests == 3
     assert records[0]["ok"] and all(r["error_type"] == "cancelled" for r in records[1:])
+
+
+def test_a_secret_is_redacted_before_any_cut(tmp_path: Path) -> None:
+    """Issue 33: error text was cut to 200 characters before redaction, so a key crossing the cut escaped the mask
+    (40 of 48 characters written to requests.jsonl, summary.json and stderr)."""
+    import contextvars
+
+    from tokenroof.measure.http.client import REASON_CHARS, REDACTION, one_line
+    from tokenroof.measure.http.redact import Redactor
+
+    key = "sk-" + "Z9q" * 15  # 48 characters
+    redactor = Redactor.of("http://127.0.0.1:1", key)
+
+    def leaks() -> list[int]:
+        found = []
+        for offset in range(REASON_CHARS - len(key) - 5, REASON_CHARS + 5):
+            text = one_line("x" * offset + key + " y" * 100)
+            if any(key[i : i + 8] in text for i in range(len(key) - 7)):
+                found.append(offset)
+        return found
+
+    assert leaks()  # without the run's redaction: the cut key shows
+    context = contextvars.copy_context()
+    context.run(REDACTION.set, redactor.text)
+    assert context.run(leaks) == []
+
+
+def test_a_bad_gauge_sample_is_dropped_and_said() -> None:
+    """Issue 33: a NaN or -1e308 running-batch gauge became the batch (nan / -inf in summary.csv, the point valid)."""
+    import math
+
+    from tokenroof.measure.http.scrape import BatchScraper, metrics_from_text, running_from_metrics
+
+    assert math.isnan(metrics_from_text("vllm:num_requests_running NaN\n")[0])
+    assert math.isnan(metrics_from_text("vllm:num_requests_running -1e308\n")[0])
+    assert running_from_metrics("vllm:num_requests_running -1e308\n") is None
+    scraper = BatchScraper(None, "", 0.0)  # type: ignore[arg-type]
+    scraper.samples = [(0.1 * i, 4.0) for i in range(10)] + [(1.05, 40.0)]
+    assert scraper.mean_in(0.0, 2.0, limit=8) == 4.0 and scraper.bad == 1  # 40 running of 8 sent: not this run's
+
+
+def test_resume_refuses_a_header_whose_settings_are_not_an_object(tmp_path: Path) -> None:
+    """Issue 33: `--resume` crashed (AttributeError) on a header whose settings is a list."""
+    from tokenroof.measure.http.record import check_settings, read_previous
+
+    path = tmp_path / "requests.jsonl"
+    path.write_text('{"type": "header", "tool": "tokenroof bench", "settings": [1, 2]}\n')
+    previous = read_previous(path, lambda _: None)
+    with pytest.raises(TokenroofError, match="settings are list, not an object"):
+        check_settings(previous, {"model": "m"}, path)
+
+
+def test_jsonl_lines_end_on_newline_only(tmp_path: Path) -> None:
+    """Issue 33: a valid prompts file with a raw U+2028 or U+0085 inside a string was refused as 'not valid JSON'."""
+    from tokenroof.io.measurements import read_jsonl
+
+    path = tmp_path / "prompts.jsonl"
+    path.write_text(
+        '{"prompt": "a\\u2028b"}\n'.replace("\\u2028", "\u2028") + '{"prompt": "c\u0085d"}\n', encoding="utf-8"
+    )
+    rows = read_jsonl(path)
+    assert [obj["prompt"] for _, obj in rows] == ["a\u2028b", "c\u0085d"] and [n for n, _ in rows] == [1, 2]

@@ -921,7 +921,7 @@ def read_text(path: Path) -> str:
 
 def read_jsonl(path: Path) -> list[tuple[int, Any]]:
     """(line number, parsed value) for every non-blank line; an unreadable file or a bad line names itself."""
-    lines = read_text(path).splitlines()
+    lines = read_text(path).split("\n")  # JSON Lines end on \n only: U+2028 or U+0085 inside a string is text
     rows = []
     for number, line in enumerate(lines, start=1):
         if not line.strip():

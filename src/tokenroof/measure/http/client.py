@@ -23,7 +23,8 @@ import contextlib
 import itertools
 import json
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
+from contextvars import ContextVar
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
@@ -40,9 +41,14 @@ class BodyError(Exception):
     """The server answered with something the OpenAI streaming API never sends (error type malformed_body)."""
 
 
+# the run's redaction (the API key, URL secrets: measure/http/redact.py), applied to every text before it is cut:
+# a secret a cut splits would escape the mask. bench sets it for its run; its tasks inherit it.
+REDACTION: ContextVar[Callable[[str], str]] = ContextVar("redaction", default=lambda text: text)
+
+
 def one_line(text: str, limit: int = REASON_CHARS) -> str:
-    """Whitespace (newlines included) collapsed, cut to `limit` characters."""
-    text = " ".join(text.split())
+    """Redacted (REDACTION), whitespace (newlines included) collapsed, cut to `limit` characters."""
+    text = " ".join(REDACTION.get()(text).split())
     return text if len(text) <= limit else text[: limit - 1] + "…"
 
 

@@ -104,6 +104,11 @@ def check_settings(previous: Previous, settings: dict[str, Any], path: Path) -> 
             )
         return
     old = previous.header.get("settings", {})
+    if not isinstance(old, dict):
+        raise TokenroofError(
+            f"{path}: its header's settings are {type(old).__name__}, not an object: --resume cannot check them (give "
+            "another --out)"
+        )
     for key, flag in SETTINGS.items():
         if old.get(key) != settings.get(key):
             raise TokenroofError(

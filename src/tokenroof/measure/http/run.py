@@ -20,7 +20,7 @@ import numpy as np
 from tokenroof.errors import TokenroofError
 from tokenroof.io.csvio import write_rows
 from tokenroof.io.measurements import read_jsonl
-from tokenroof.measure.http.client import Client, RequestRecord, error_reason, open_client, send
+from tokenroof.measure.http.client import REDACTION, Client, RequestRecord, error_reason, open_client, send
 from tokenroof.measure.http.config import BenchConfig, Endpoints, api_key, check_config, run_settings
 from tokenroof.measure.http.load import Inflight, PointRun, closed_loop, open_loop
 from tokenroof.measure.http.record import Notice, Previous, Recorder, check_settings, read_previous
@@ -266,7 +266,13 @@ class Bench:
         cfg = self.cfg
         summary = summarise(label, kind, value, run.records, run.window_s, cfg.ttft_slo_ms, cfg.tpot_slo_ms)
         data = summary.data
-        server_batch = scraper.mean_in(*run.window_s)
+        # a closed loop cannot run more sequences than it holds in flight: a larger reading is not this run's
+        server_batch = scraper.mean_in(*run.window_s, limit=value if kind == "concurrency" else math.inf)
+        if scraper.bad:
+            run.remarks.append(
+                f"the server's running-batch gauge gave {scraper.bad} unusable sample(s) (NaN, negative, infinite, or "
+                "above the concurrency): dropped" + ("" if server_batch is not None else "; the batch is the client's")
+            )
         data["batch_client"] = data["batch"]
         data["batch_server"] = server_batch
         data["batch_source"] = "server /metrics" if server_batch is not None else "client timestamps"
@@ -305,6 +311,7 @@ async def run_bench(
     endpoints = Endpoints.of(cfg.url)
     key = api_key(cfg)
     redactor = Redactor.of(cfg.url, key)
+    REDACTION.set(redactor.text)  # every error text is redacted before it is cut (client.one_line)
     say = notice or (lambda _text: None)
     path = cfg.out_dir / "requests.jsonl"
     if not cfg.resume and path.exists():
@@ -343,7 +350,8 @@ def prompt_salt(cfg: BenchConfig, previous: Previous) -> int:
     """The run's prompt salt: as given, else the resumed run's, else a fresh one."""
     if cfg.prompt_salt is not None:
         return cfg.prompt_salt
-    old = (previous.header or {}).get("settings", {}).get("prompt_salt") if previous.header else None
+    settings = (previous.header or {}).get("settings")
+    old = settings.get("prompt_salt") if isinstance(settings, dict) else None
     if isinstance(old, int) and not isinstance(old, bool) and old >= 0:
         return old
     return secrets.randbits(48)

@@ -28,17 +28,19 @@ PERIOD_S = 0.1
 
 
 def running_from_metrics(text: str) -> float | None:
-    """Sum of the first running-batch gauge found (summed over label sets, e.g. several engines).
+    """Sum of the first running-batch gauge found (summed over label sets, e.g. several engines); None when absent
+    or unusable (NaN, negative, infinite).
 
     prometheus_client's parser reads the exposition format (labels with spaces or escaped quotes, an optional
     sample timestamp after the value); text it cannot parse counts as no gauge.
     """
-    return metrics_from_text(text)[0]
+    value = metrics_from_text(text)[0]
+    return None if value is None or math.isnan(value) else value
 
 
 def metrics_from_text(text: str) -> tuple[float | None, float | None]:
     """The running-batch gauge and the preemption counter (each the first of the known names found, summed over
-    label sets); None where absent. A value that is not a finite non-negative number counts as absent."""
+    label sets); None where absent, NaN where present but not a finite non-negative number (a bad sample)."""
     from prometheus_client.parser import text_string_to_metric_families
 
     found: dict[str, float] = {}
@@ -53,7 +55,7 @@ def metrics_from_text(text: str) -> tuple[float | None, float | None]:
 
     def first(names: tuple[str, ...]) -> float | None:
         value = next((found[n] for n in names if n in found), None)
-        return value if value is not None and math.isfinite(value) and value >= 0 else None
+        return value if value is None or (math.isfinite(value) and value >= 0) else math.nan
 
     return first(GAUGES), first(PREEMPTIONS)
 
@@ -65,6 +67,7 @@ class BatchScraper:
     t0: float
     samples: list[tuple[float, float]] = field(default_factory=list)
     preemptions: list[tuple[float, float]] = field(default_factory=list)  # the counter's readings, where it has one
+    bad: int = 0  # samples of the gauge that were not a count (NaN, negative, infinite): dropped
     _task: asyncio.Task[None] | None = None
 
     async def _run(self) -> None:
@@ -77,8 +80,11 @@ class BatchScraper:
                 if value is None:
                     return  # no known gauge: stop asking
                 now = time.perf_counter() - self.t0
-                self.samples.append((now, value))
-                if preempted is not None:
+                if math.isnan(value):
+                    self.bad += 1
+                else:
+                    self.samples.append((now, value))
+                if preempted is not None and not math.isnan(preempted):
                     self.preemptions.append((now, preempted))
             except (aiohttp.ClientError, TimeoutError, ValueError, IndexError):
                 return
@@ -99,6 +105,10 @@ class BatchScraper:
             return None
         return max(inside[-1] - inside[0], 0.0)
 
-    def mean_in(self, w0: float, w1: float) -> float | None:
+    def mean_in(self, w0: float, w1: float, limit: float = math.inf) -> float | None:
+        """The gauge's mean over [w0, w1] (None: fewer than 5 samples), samples above `limit` (more sequences than
+        the client sent: not this run's count) dropped and counted as bad."""
         inside = [v for t, v in self.samples if w0 <= t <= w1]
-        return sum(inside) / len(inside) if len(inside) >= 5 else None
+        usable = [v for v in inside if v <= limit]
+        self.bad += len(inside) - len(usable)
+        return sum(usable) / len(usable) if len(usable) >= 5 else None
