@@ -43,7 +43,7 @@ test-slow: $(STAMP)
 
 # the property tests with 2,000 generated inputs each (the default run draws 50)
 fuzz: $(STAMP)
-	TOKENROOF_FUZZ_EXAMPLES=2000 $(BIN)/pytest -q tests/test_properties.py tests/test_emulate*.py -p no:cacheprovider
+	TOKENROOF_FUZZ_EXAMPLES=2000 $(BIN)/pytest -q tests/test_properties.py tests/test_emulate*.py tests/test_fuzz_inputs.py -p no:cacheprovider
 
 # mutation testing (mutmut, [tool.mutmut] in pyproject.toml) over the model, fit, predict, advise and scheduler
 # modules: prints killed / total per module and overall. Not part of `make test`: the first full run takes hours

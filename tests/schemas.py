@@ -3,28 +3,19 @@
 from __future__ import annotations
 
 import json
-from functools import cache
 from pathlib import Path
 from typing import Any
 
 from jsonschema import Draft202012Validator
-from referencing import Registry, Resource
 
-SCHEMAS = Path(__file__).resolve().parents[1] / "schemas"
+from tokenroof.io.contract import registry, schema
+
+SCHEMAS = Path(__file__).resolve().parents[1] / "schemas"  # the link to src/tokenroof/schemas
 COMMANDS = ("roofline", "predict", "advise", "simulate", "plan", "bench", "bench-local", "calibrate")
 
 
-@cache
 def load(name: str) -> dict[str, Any]:
-    return json.loads((SCHEMAS / f"{name}.schema.json").read_text())
-
-
-@cache
-def registry() -> Registry:
-    resources = [(load(p.name.removesuffix(".schema.json"))["$id"], p) for p in sorted(SCHEMAS.glob("*.schema.json"))]
-    return Registry().with_resources(
-        (uri, Resource.from_contents(load(p.name.removesuffix(".schema.json")))) for uri, p in resources
-    )
+    return schema(name)
 
 
 def validate(command: str, data: dict[str, Any]) -> None:
@@ -34,5 +25,5 @@ def validate(command: str, data: dict[str, Any]) -> None:
 
 def validate_bench_point(point: dict[str, Any]) -> None:
     """One bench sweep point (as run_bench returns it and summary.json holds it) against bench's point definition."""
-    schema = {"$ref": load("bench")["$id"] + "#/$defs/point"}
-    Draft202012Validator(schema, registry=registry()).validate(json.loads(json.dumps(point)))
+    document = {"$ref": load("bench")["$id"] + "#/$defs/point"}
+    Draft202012Validator(document, registry=registry()).validate(json.loads(json.dumps(point)))

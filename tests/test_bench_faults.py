@@ -23,7 +23,7 @@ from typing import Any
 import pytest
 from aiohttp import web
 
-from tests.conftest import run_cli
+from tests.conftest import ROOT, run_cli
 from tokenroof.errors import TokenroofError
 from tokenroof.io.measurements import read_jsonl
 from tokenroof.measure.http.redact import Redactor
@@ -616,3 +616,63 @@ def test_jsonl_lines_end_on_newline_only(tmp_path: Path) -> None:
     )
     rows = read_jsonl(path)
     assert [obj["prompt"] for _, obj in rows] == ["a\u2028b", "c\u0085d"] and [n for n, _ in rows] == [1, 2]
+
+
+def test_sigkill_then_resume_accounts_for_every_request_sent_once(tmp_path: Path) -> None:
+    """Issue 33: SIGKILL lost every request in flight (30 over 8 kill/resume cycles). Each request is now on file
+    from the moment it is sent; the resumed run records each one the crash cut, once, and measures the point again."""
+    mode = {"answer": probe_then_stall}
+
+    async def answer(k: int, request: web.Request) -> web.StreamResponse:
+        return await mode["answer"](k, request)
+
+    server = FakeServer(answer)
+    flags = ["--concurrency", "3", "--warmup", "1", "--requests-per-point", "4", "--out", str(tmp_path)]
+    with threaded(server) as url:
+        proc = subprocess.Popen([sys.executable, "-m", "tokenroof", "bench", url, *flags], stderr=subprocess.PIPE)
+        try:
+            deadline = time.monotonic() + GUARD_S
+            while server.requests < 4 and time.monotonic() < deadline and proc.poll() is None:
+                time.sleep(0.02)  # the probe answered, three streams stalled
+        finally:
+            proc.kill()
+            _, stderr = proc.communicate(timeout=10)
+        assert server.requests == 4, stderr
+        sent = lines(tmp_path, "sent")
+        assert len(sent) == 4 and len(lines(tmp_path)) == 1  # the SIGKILL left three sent, never ended
+        mode["answer"] = good
+        result = run_cli(["bench", url, *flags, "--resume"])
+    assert result.exit_code == 0, result.stderr
+    assert "3 request(s) sent before the last run stopped never ended" in " ".join(result.stderr.split())
+    keys = [(r["point"], r["index"]) for r in lines(tmp_path)]
+    assert len(keys) == len(set(keys))  # none twice
+    assert {(s["point"], s["index"]) for s in lines(tmp_path, "sent")} == set(keys)  # every request sent, once
+    cut = [r for r in lines(tmp_path) if r["error"].startswith("cancelled: cut by a crash")]
+    assert len(cut) == 3 and all(r["error_type"] == "cancelled" for r in cut)
+    assert [s["attempt"] for s in lines(tmp_path, "start")] == [1, 2]
+
+
+def test_resume_checks_each_line_it_keeps(tmp_path: Path) -> None:
+    """Issue 33: --resume read its file unchecked; a kept point's summary is checked against bench's schema, and
+    every other line by its type: one line naming the file, the line and the key."""
+    from tokenroof.measure.http.record import read_previous
+
+    point = json.loads((ROOT / "examples" / "bench" / "requests.jsonl").read_text().splitlines()[-1])
+    assert point["type"] == "point"
+    bad = [
+        ([1, 2], "not a JSON object (list)"),
+        ({"type": "start", "point": "concurrency=2", "attempt": "x"}, "a start line whose attempt is 'x'"),
+        ({"type": "request", "point": 7, "index": 0}, "a 'request' line whose point is 7"),
+        ({"type": "sent", "point": "rate=1", "index": 1.5}, "a sent line whose index is 1.5"),
+        ({"type": "surprise", "point": "rate=1"}, "a line of type 'surprise'"),
+        ({**point, "tpot_ms": "fast"}, "not a valid bench point at tpot_ms: 'fast' is not of type 'object'"),
+        ({**point, "batch": None, "extra": 1}, "not a valid bench point"),
+    ]
+    for obj, said in bad:
+        path = tmp_path / "requests.jsonl"
+        path.write_text(json.dumps({"type": "header", "settings": {}}) + "\n" + json.dumps(obj) + "\n")
+        with pytest.raises(TokenroofError) as caught:
+            read_previous(path, lambda _: None)
+        assert str(caught.value).startswith(f"{path}:2: ") and said in str(caught.value), str(caught.value)
+    path.write_text(json.dumps(point) + "\n")
+    assert read_previous(path, lambda _: None).valid_points().keys() == {point["point"]} or point["invalid"]

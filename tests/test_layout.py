@@ -12,6 +12,7 @@ RANKS = {
     "errors": 0,
     "units": 0,
     "style": 0,  # how numbers and bounds are shown (the tables, the report and the figures share it)
+    "schemas": 0,  # the JSON contract as data (read by io.contract)
     "specs": 1,
     "model": 2,
     "io": 3,

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import io
 import json
 import re
 import threading
@@ -21,7 +22,7 @@ from aiohttp.test_utils import TestClient, TestServer
 from tests.conftest import SEED_TABLE, run_json
 from tests.schemas import validate
 from tests.test_report import browser, console_errors, needs_browser
-from tokenroof.ui import api, make_app, start
+from tokenroof.ui import MAX_UPLOAD_BYTES, MAX_WORK, api, make_app, start
 
 CHART_DRAWN = (
     "(() => { const c = document.getElementById('chart'); return c.querySelector('.main-svg') && c.data.length; })()"
@@ -110,7 +111,7 @@ def test_an_uploaded_config_and_the_figure(tiny_config: Path) -> None:
     assert status == 200
     validate("roofline", roofline)
     assert roofline["model"]["hidden_size"] == 64
-    assert figure == {"error": "nothing to draw: give a roofline or predict answer"}
+    assert figure["error"]["message"] == "nothing to draw: give a roofline or predict answer"
     drawn = json.loads(api.figure({"roofline": roofline}))
     assert any(trace.get("name", "").startswith("first principles: config") for trace in drawn["data"])
 
@@ -126,7 +127,7 @@ def test_bad_requests_get_one_line() -> None:
             ("POST", "/api/predict", {"table": {"name": "x.csv", "text": "batch,tpot_ms\n1,oops\n2,3\n"}}),
         ]
     )
-    errors = [body["error"] for status, body in answers if status == 400]
+    errors = [body["error"]["message"] for status, body in answers if status == 400]
     assert len(errors) == len(answers)
     assert errors[0] == "unknown model '/etc/passwd'; pick a preset or upload a config.json"
     assert errors[1] == "--context must be at least 0, got -5"
@@ -138,7 +139,178 @@ def test_bad_requests_get_one_line() -> None:
 
 def test_another_host_is_refused() -> None:
     ((status, body),) = call([("GET", "/api/presets", None)], headers={"Host": "evil.example:8765"})
-    assert status == 403 and "not served here" in body["error"]
+    assert status == 403 and "not served here" in body["error"]["message"]
+
+
+def test_the_ui_answers_its_own_page_only() -> None:
+    """Issue 33: a cross-site page could POST text/plain without a preflight; every refusal before the body is
+    read, each one line in OpenAI's error shape."""
+
+    async def main() -> list[tuple[int, Any, dict[str, str]]]:
+        async with TestClient(TestServer(make_app())) as client:
+            own = f"http://{client.host}:{client.port}"
+            tries = [
+                ("POST", "/api/roofline", {"Origin": "https://evil.example"}, json.dumps(FORM)),
+                ("POST", "/api/roofline", {"Origin": "null"}, json.dumps(FORM)),
+                ("POST", "/api/roofline", {"Sec-Fetch-Site": "cross-site"}, json.dumps(FORM)),
+                ("POST", "/api/roofline", {"Content-Type": "text/plain"}, json.dumps(FORM)),
+                ("POST", "/api/roofline", {"Content-Type": "application/json", "Origin": own}, json.dumps(FORM)),
+                ("GET", "/api/roofline", {}, None),
+                ("GET", "/nowhere", {}, None),
+                (
+                    "POST",
+                    "/api/roofline",
+                    {"Content-Type": "application/json"},
+                    io.BytesIO(b"x" * (MAX_UPLOAD_BYTES + 1)),
+                ),
+            ]
+            answers = []
+            for method, path, headers, data in tries:
+                headers = {"Content-Type": "application/json", **headers} if method == "POST" else headers
+                response = await client.request(method, path, headers=headers, data=data)
+                answers.append((response.status, await response.json(), dict(response.headers)))
+            return answers
+
+    answers = asyncio.run(main())
+    assert [status for status, _, _ in answers] == [403, 403, 403, 415, 200, 405, 404, 413]
+    for status, body, _ in answers:
+        if status != 200:
+            assert set(body["error"]) == {"message", "type", "param", "code"} and body["error"]["code"] == status
+            assert "\n" not in body["error"]["message"]
+    assert "cross-origin request from 'https://evil.example'" in answers[0][1]["error"]["message"]
+    assert answers[3][1]["error"]["message"] == "the body must be application/json, got 'text/plain'"
+
+
+def test_work_past_the_bound_is_told_to_wait(monkeypatch: pytest.MonkeyPatch) -> None:
+    """At most MAX_WORK requests are worked on at once; the next is a 429 with Retry-After, its body unread."""
+    release = threading.Event()
+
+    def slow(raw: bytes) -> dict[str, Any]:
+        release.wait(timeout=30)
+        return {"ok": True}
+
+    monkeypatch.setattr(api, "roofline", slow)
+
+    async def main() -> list[int]:
+        async with TestClient(TestServer(make_app())) as client:
+            held = [asyncio.create_task(client.post("/api/roofline", json=FORM)) for _ in range(MAX_WORK)]
+            await asyncio.sleep(0.3)
+            refused = await client.post("/api/roofline", json=FORM)
+            assert refused.headers["Retry-After"] == "1"
+            assert "busy" in (await refused.json())["error"]["message"]
+            release.set()
+            return [refused.status] + [(await task).status for task in held]
+
+    assert asyncio.run(main()) == [429] + [200] * MAX_WORK
+
+
+# the kept reproducers of the last fault round: each was an HTTP 500 with a traceback on the console
+BAD_BODIES = [
+    ('{"dtype": 5}', "dtype: Input should be a valid string"),
+    ('{"tp": 1' + "0" * 400 + "}", "tp: "),
+    ('{"context": 1' + "0" * 400 + "}", "context: Input should be a finite number"),
+    ('{"context": NaN}', "context: Input should be a finite number"),
+    ('{"model": "\ud800"}', "not JSON"),
+    ("[" * 100_000 + "]" * 100_000, "not JSON"),
+    ('{"tp": true}', "tp: Input should be a valid integer"),
+    ('{"prior": "yes"}', "prior: Input should be a valid boolean"),
+    ('{"tables": {"name": "x"}}', "tables: Input should be a valid array"),
+    ('{"tables": [{"name": "x.csv"}]}', "tables.0.text: Field required"),
+    ('{"colour": "red"}', "colour: Extra inputs are not permitted"),
+    ("[1, 2]", "expected a JSON object"),
+    ("", "not JSON"),
+]
+
+
+@pytest.mark.parametrize(("raw", "said"), BAD_BODIES, ids=range(len(BAD_BODIES)))
+def test_a_bad_value_is_a_400_never_a_500(raw: str, said: str) -> None:
+    async def main() -> tuple[int, Any]:
+        async with TestClient(TestServer(make_app())) as client:
+            headers = {"Content-Type": "application/json"}
+            response = await client.post("/api/roofline", data=raw.encode("utf-8", "surrogatepass"), headers=headers)
+            return response.status, await response.json()
+
+    status, body = asyncio.run(main())
+    assert status == 400 and said in body["error"]["message"], body
+
+
+def test_uploads_named_dot_dot_or_odd_text_and_bad_answers_to_draw() -> None:
+    table = {"name": "..", "text": SEED_TABLE.read_text()}
+    answers = call(
+        [
+            ("POST", "/api/predict", {"table": table, "batch_min": 1, "batch_max": 64}),
+            ("POST", "/api/predict", {"table": {"name": "../../x.csv", "text": "batch,tpot_ms\n1,\u2028\n"}}),
+            ("POST", "/api/figure", {"roofline": {"model": 1}}),
+            ("POST", "/api/figure", {"advise": {"max_num_seqs": 1, "at_cap": None, "engine_flags": {}}}),
+            ("POST", "/api/figure", {"predict": {"predictions": [{"batch": "x"}]}}),
+        ]
+    )
+    assert answers[0][0] == 200 and answers[0][1]["measured"]["source"] == "measurements.csv"
+    assert [status for status, _ in answers[1:]] == [400] * 4
+    assert answers[1][1]["error"]["message"].startswith("x.csv")
+    assert answers[2][1]["error"]["message"].startswith("the roofline answer: not a valid roofline answer")
+    assert answers[3][1]["error"]["message"].startswith("the advise answer: not a valid advise answer")
+
+
+def peak_rss_mb(pid: int) -> float:
+    """The process's peak resident memory so far (VmHWM), MB."""
+    status = Path(f"/proc/{pid}/status").read_text()
+    return int(re.search(r"VmHWM:\s+(\d+) kB", status).group(1)) / 1024  # type: ignore[union-attr]
+
+
+def flood(port: int, headers: dict[str, str], n: int = 6, size: int = MAX_UPLOAD_BYTES) -> list[int]:
+    """n parallel POSTs of `size` bytes each; their statuses (0: the server closed before answering)."""
+    import http.client
+    from concurrent.futures import ThreadPoolExecutor
+
+    body = b"x" * size
+
+    def one(_: int) -> int:
+        connection = http.client.HTTPConnection("127.0.0.1", port, timeout=60)
+        try:
+            connection.request("POST", "/api/predict", body=body, headers=headers)
+            return connection.getresponse().status
+        except OSError:
+            return 0
+        finally:
+            connection.close()
+
+    with ThreadPoolExecutor(n) as pool:
+        return list(pool.map(one, range(n)))
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(not Path("/proc/self/status").exists(), reason="reads /proc")
+def test_a_cross_site_flood_leaves_memory_flat() -> None:
+    """Issue 33's done-criterion: 64 MB × 6 cross-site text/plain uploads (what any web page can send without a
+    preflight) are refused and the ui's peak memory stays within 100 MB of idle (it was 7.8 GB)."""
+    import subprocess
+    import sys
+    import time
+    import urllib.request
+
+    from tests.emulator_process import free_port
+
+    port = free_port()
+    proc = subprocess.Popen([sys.executable, "-m", "tokenroof", "ui", "--port", str(port)], stderr=subprocess.DEVNULL)
+    try:
+        deadline = time.monotonic() + 60
+        while True:
+            try:
+                urllib.request.urlopen(f"http://127.0.0.1:{port}/api/presets", timeout=1).close()
+                break
+            except OSError:
+                assert proc.poll() is None and time.monotonic() < deadline, "the ui did not start"
+                time.sleep(0.2)
+        idle = peak_rss_mb(proc.pid)
+        cross_site = {"Content-Type": "text/plain", "Origin": "https://evil.example", "Sec-Fetch-Site": "cross-site"}
+        assert set(flood(port, cross_site)) <= {403, 0}
+        assert peak_rss_mb(proc.pid) - idle < 100
+        assert set(flood(port, {"Content-Type": "text/plain"})) <= {415, 0}  # a script without the browser's headers
+        assert peak_rss_mb(proc.pid) - idle < 100
+    finally:
+        proc.terminate()
+        proc.wait(timeout=10)
 
 
 # -- in a browser ----------------------------------------------------------------------------------

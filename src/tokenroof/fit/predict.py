@@ -12,7 +12,7 @@ import numpy as np
 
 from tokenroof.errors import TokenroofError
 from tokenroof.fit import intervals
-from tokenroof.fit.core import Excluded, Fit, Prior, fit_table
+from tokenroof.fit.core import MAX_POINTS, Excluded, Fit, Prior, fit_table
 from tokenroof.fit.intervals import LEVEL, Calibration
 from tokenroof.fit.travel import online
 from tokenroof.io.measurements import MeasurementTable
@@ -367,7 +367,7 @@ class PredictResult:
             "serving": self.serving.to_dict() if self.serving is not None else None,
             "model": terms,
             "step_model": sm.to_dict(),
-            "measured": self.table.to_dict(),
+            "measured": self.table.to_dict(MAX_POINTS),
             "warnings": list(self.warnings),
         }
 

@@ -15,7 +15,7 @@ import json
 import math
 import re
 from collections import Counter
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
@@ -176,7 +176,11 @@ class MeasurementTable:
         def cut(a: np.ndarray | None) -> np.ndarray | None:
             return None if a is None else a[index]
 
-        derived = tuple(self.derived[i] for i in index.tolist()) if len(self.derived) == len(self) else ()
+        derived: tuple[str, ...] = ()
+        if len(self.derived) == len(self) and len(index):
+            first = self.derived[0]
+            same = self.derived.count(first) == len(self.derived)  # the usual case, at C speed
+            derived = (first,) * len(index) if same else tuple(self.derived[i] for i in index.tolist())
         return replace(
             self,
             batch=self.batch[index],
@@ -222,7 +226,13 @@ class MeasurementTable:
         write_rows(out, self.provenance, list(columns), zip(*columns.values(), strict=True))
         return out.getvalue()
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self, max_points: int | None = None) -> dict[str, Any]:
+        """The table as --json writes it. Past `max_points` points, the points are the bins the fit sees (`pooled`:
+        means per bin of equal width in log batch) and `points_pooled_from` says how many there were: a JSON of a
+        million measured rows helps no reader (it took longer and more memory than the fit)."""
+        if max_points is not None and len(self) > max_points:
+            shown = pooled(self, max_points)[0].to_dict()
+            return {**shown, "points_pooled_from": len(self)}
         batch, thr, tpot = (a.astype(float).tolist() for a in (self.batch, self.throughput_tok_s, self.tpot_ms))
         points = [{"batch": b, "throughput_tok_s": r, "tpot_ms": t} for b, r, t in zip(batch, thr, tpot, strict=True)]
         extra = {
@@ -246,6 +256,7 @@ class MeasurementTable:
             "output_len": self.semantics.output_len,
             "stated": list(self.semantics.stated),
             "points": points,
+            "points_pooled_from": None,
         }
 
 
@@ -333,7 +344,9 @@ def table_from_columns(
         order: np.ndarray | None = np.lexsort((level_in, batch))
     else:
         order = None if (batch[1:] >= batch[:-1]).all() else np.argsort(batch, kind="stable")
-    col = columns.values if order is None else {name: values[order] for name, values in columns.values.items()}
+    col = columns.values
+    if order is not None:  # an all-empty column (absent from the file) needs no reordering
+        col = {name: v if np.isnan(v).all() else v[order] for name, v in col.items()}
     level = level_in if order is None else level_in[order]
 
     def where(i: int) -> str:  # i: a position in batch order
@@ -571,6 +584,10 @@ def _disagreements(b: np.ndarray, thr: np.ndarray, tpot: np.ndarray, where: Call
 # -- readers -------------------------------------------------------------------------
 def parse_csv(text: str, source: str = "<csv>") -> MeasurementTable:
     """Parse the DESIGN.md CSV; errors name the file, line and column."""
+    if len(text) >= LARGE_CSV_CHARS:
+        table = _parse_large(text, source)
+        if table is not None:
+            return table
     lines = text.splitlines()
     kinds = _line_kinds(lines)
     provenance = [lines[i].strip().lstrip("#").strip() for i in np.flatnonzero(kinds == 1)]
@@ -591,6 +608,68 @@ def parse_csv(text: str, source: str = "<csv>") -> MeasurementTable:
     absent = np.full(len(rows), np.nan)
     columns = {name: values[:, header.index(name)] if name in header else absent for name in COLUMNS}
     return table_from_columns(Columns(columns, where), provenance, source, parse_settings(provenance, source))
+
+
+LARGE_CSV_CHARS = 1 << 20  # from here on, a plain table is parsed without a Python string per line
+LINE_BREAKS = re.compile("[\r\x0b\x0c\x1c\x1d\x1e\x85\u2028\u2029]")  # str.splitlines' other line ends
+
+
+def _parse_large(text: str, source: str) -> MeasurementTable | None:
+    """A large plain table (comments and the header first, then one data row per line, every cell a number or
+    empty) parsed from the text as one block: a million rows in a fraction of the memory a string per line costs.
+    None leaves anything else to the line-by-line parse, which names the problem."""
+    if "\r\n" in text:
+        text = text.replace("\r\n", "\n")
+    if any(end in text for end in "\r\x0b\x0c\x1c\x1d\x1e") or (not text.isascii() and LINE_BREAKS.search(text)):
+        return None  # a line end other than \\n: the line-by-line parse splits as str.splitlines does
+    provenance, start, number = [], 0, 0
+    while True:  # the lines before the data: comments, blanks, the header
+        end = text.find("\n", start)
+        if end < 0:
+            return None
+        line, number = text[start:end], number + 1
+        start = end + 1
+        head = line.strip()
+        if head.startswith("#"):
+            provenance.append(head.lstrip("#").strip())
+        elif head:
+            header = _header(line, f"{source}:{number}")
+            break
+    body = text[start:].rstrip("\n")
+    raw = np.frombuffer(body.encode("utf-8", "surrogatepass"), dtype=np.uint8)
+    starts = np.concatenate(([0], np.flatnonzero(raw == ord("\n")) + 1))
+    first = raw[starts] if raw.size else raw
+    if not raw.size or not ((first > ord(" ")) & (first < 127) & (first != ord("#"))).all():
+        return None  # a blank or comment line among the rows, or no rows
+    rows = len(starts)
+    filled, empty_cells = _fill_empty_text(body)
+    try:
+        parsed = np.loadtxt(_chunked_lines(filled), delimiter=",", dtype=float, comments=None, ndmin=2)
+    except ValueError:
+        return None
+    del body, raw, starts, first, filled  # the text's copies, before the table's own arrays are made
+    values = _checked_cells(parsed, empty_cells, rows, header)
+    if values is None:
+        return None
+    header_line = number
+
+    def where(i: int) -> str:
+        return f"{source}:{header_line + 1 + i}"
+
+    absent = np.full(rows, np.nan)
+    columns = {name: values[:, header.index(name)] if name in header else absent for name in COLUMNS}
+    return table_from_columns(Columns(columns, where), provenance, source, parse_settings(provenance, source))
+
+
+def _chunked_lines(text: str, chunk_chars: int = 1 << 20) -> Iterator[str]:
+    """The lines of `text` (\\n only), a chunk at a time: numpy reads them at its speed while only one chunk's
+    strings are alive (io.StringIO holds four bytes per character, four times the text)."""
+    start = 0
+    while start < len(text):
+        end = text.find("\n", start + chunk_chars)
+        end = len(text) if end < 0 else end + 1
+        yield from text[start:end].split("\n")[: None if end == len(text) else -1]
+        start = end
 
 
 def _line_kinds(lines: list[str]) -> np.ndarray:
@@ -664,7 +743,13 @@ def _fast_cells(rows: list[str], header: list[str]) -> np.ndarray | None:
         values = _loadtxt(text.split("\n") if empty_cells else rows)
     except ValueError:
         return None
-    if values.shape != (len(rows), len(header)):
+    return _checked_cells(values, empty_cells, len(rows), header)
+
+
+def _checked_cells(values: np.ndarray, empty_cells: int, rows: int, header: list[str]) -> np.ndarray | None:
+    """numpy's cells if each is plausible or was empty (SENTINEL, as many as were filled), empties as NaN, the batch
+    never empty; None when not (the line-by-line parse then names the problem)."""
+    if values.shape != (rows, len(header)):
         return None
     empty = values == SENTINEL
     plausible = (values >= PLAUSIBLE[0]) & (values <= PLAUSIBLE[1])  # False for NaN
@@ -677,13 +762,19 @@ def _fast_cells(rows: list[str], header: list[str]) -> np.ndarray | None:
 def _fill_empty(rows: list[str]) -> tuple[str, int]:
     """The rows as one text with SENTINEL in every empty cell (between two commas, or a comma and a line's end),
     and how many ("", 0 when none)."""
-    text, filled = "\n" + "\n".join(rows) + "\n", 0
+    text, filled = _fill_empty_text("\n".join(rows))
+    return (text, filled) if filled else ("", 0)
+
+
+def _fill_empty_text(rows: str) -> tuple[str, int]:
+    """`rows` (lines joined by \\n) with SENTINEL in every empty cell, and how many."""
+    text, filled = "\n" + rows + "\n", 0
     for empty in (",,", ",,", "\n,", ",\n"):  # twice: ",,," holds two, and replace does not overlap
         found = text.count(empty)
         if found:
             filled += found
             text = text.replace(empty, empty[0] + repr(SENTINEL) + empty[1])
-    return (text[1:-1], filled) if filled else ("", 0)
+    return text[1:-1], filled
 
 
 def _dig(data: Mapping[str, Any], *path: str) -> Any:

@@ -4,6 +4,8 @@ The shapes are the JSON contract's (schemas/*.schema.json): predict has `predict
 `engine_flags`, plan `feasible` and `chosen`, roofline `ridge_flops_per_byte`, a simulate sweep `points` of
 simulations with `rate_req_s`, one simulation `requests_in_window`; bench's summary.json has `url`, `model` and
 `points`. Anything else goes to `tokenroof.io.measurements.read_table` (CSV, tokenroof points, vLLM, GuideLLM).
+A JSON input told by its keys is then checked against its command's schema (`tokenroof.io.contract`): a file
+that has the keys but not the contract is one line naming the file and the key, never an error in the drawing.
 """
 
 from __future__ import annotations
@@ -60,6 +62,15 @@ def kind_of(data: Any) -> str | None:
     return None
 
 
+def checked(kind: str, data: Any, source: object) -> dict[str, Any]:
+    """`data` checked against the schema of the command whose --json it is (`kind` as kind_of tells it)."""
+    from tokenroof.io.contract import check
+
+    if kind == "bench":  # a bench folder's summary.json, or bench --json (which adds `out` and `warnings`)
+        return check("bench" if {"out", "warnings"} <= data.keys() else "bench-summary", data, str(source))
+    return check("simulate" if kind == "simulate-sweep" else kind, data, str(source))
+
+
 def load_json(path: Path) -> Any:
     try:
         return json.loads(read_text(path))
@@ -101,9 +112,9 @@ def from_folder(folder: Path) -> Source:
     data = load_json(summary)
     kind = kind_of(data)
     if kind == "bench":
-        return from_bench_folder(folder, data)
+        return from_bench_folder(folder, checked(kind, data, summary))
     if kind == "simulate":
-        return Source(folder, kind, data)
+        return Source(folder, kind, checked(kind, data, summary))
     raise TokenroofError(f"{summary}: not a bench or simulate summary")
 
 
@@ -115,15 +126,15 @@ def from_file(path: Path) -> Source:
         each = kind_of(contexts[0]) if isinstance(contexts, list) and contexts else None
         if each in ("roofline", "advise"):  # roofline or advise --context A,B: one answer per context
             assert isinstance(contexts, list)
-            first = contexts[0]
+            first = checked(each, data, path)["contexts"][0]
             note = f"{path.name}: {each} at {len(contexts)} contexts; the report draws the first"
             note += f", {first['context_tokens']:g}" if first.get("context_tokens") is not None else ""
             return Source(path, each, first, notes=[note])
         kind = kind_of(data)
         if kind == "bench":
-            return from_bench_folder(path.parent, data)
+            return from_bench_folder(path.parent, checked(kind, data, path))
         if kind is not None:
-            return Source(path, kind, data)
+            return Source(path, kind, checked(kind, data, path))
     try:
         table = read_table([path])
     except TokenroofError as exc:

@@ -7,6 +7,9 @@ POST /api/figure    → the report's decode figure (Plotly JSON) from those thre
 GET  /api/presets   → the model and hardware presets and the dtypes
 
 The browser sends names and numbers, and an uploaded config.json or measurement file as text; the physics stays here.
+Each body is read by a pydantic model (`Form`, `Answers`): JSON types checked strictly, numbers finite, unknown keys
+refused, nesting and text (lone surrogates) checked by the parser; ranges are the CLI's (`check_flags`), so the
+page refuses what the command refuses, in the command's words. Every refusal is a TokenroofError (a 400).
 """
 
 from __future__ import annotations
@@ -19,9 +22,10 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Annotated, Any, TypeVar
 
 import numpy as np
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from tokenroof.errors import TokenroofError
 
@@ -29,6 +33,8 @@ CURVE_BATCHES = 64  # batches the page's roofline and predict are asked at (log-
 DTYPES = ("bf16", "fp16", "fp8", "int8", "int4", "fp4", "fp32")
 SAFE_NAME = re.compile(r"[^A-Za-z0-9._-]+")
 MAX_UPLOADS = 64  # measurement files in one request (vLLM writes one per concurrency)
+MAX_TEXT = 64 * 2**20  # an upload's characters (the server's body cap is the real bound)
+MAX_TP = 4096
 
 
 def finite(value: Any) -> Any:
@@ -42,15 +48,6 @@ def finite(value: Any) -> Any:
     return value
 
 
-def number(body: dict[str, Any], key: str, default: float | None = None) -> float | None:
-    value = body.get(key, default)
-    if value is None or value == "":
-        return default
-    if isinstance(value, bool) or not isinstance(value, int | float):
-        raise TokenroofError(f"{key} must be a number, got {value!r}")
-    return float(value)
-
-
 def check(values: dict[str, Any]) -> None:
     """The CLI's numeric flag ranges (FLAG_RANGES), so the page refuses what the command refuses."""
     from tokenroof.cli import check_flags
@@ -58,11 +55,73 @@ def check(values: dict[str, Any]) -> None:
     check_flags(values)
 
 
+Name = Annotated[str, Field(max_length=200)]
+Number = Annotated[float, Field(allow_inf_nan=False)]
+STRICT = ConfigDict(strict=True, extra="forbid", allow_inf_nan=False, str_max_length=MAX_TEXT, protected_namespaces=())
+
+
+class Upload(BaseModel):
+    model_config = STRICT
+    name: Name | None = None
+    text: str
+
+
+class Form(BaseModel):
+    """The page's form (what its form() sends); every field optional, defaults the CLI's."""
+
+    model_config = STRICT
+    model: Name | None = None
+    model_config_text: str | None = Field(None, alias="model_config")  # an uploaded config.json
+    hardware: Name | None = None
+    dtype: Name | None = None
+    kv_dtype: Name | None = None
+    tp: int = Field(1, le=MAX_TP)
+    context: Number = 1024.0
+    batch_min: Number = 1.0
+    batch_max: Number = 512.0
+    table: Upload | None = None
+    tables: list[Upload] | None = Field(None, max_length=MAX_UPLOADS)
+    prior: bool = False
+    tpot_slo_ms: Number | None = 50.0
+
+
+class Answers(BaseModel):
+    """What /api/figure draws: the page's roofline, predict and advise answers (each checked as it is drawn)."""
+
+    model_config = STRICT
+    roofline: dict[str, Any] | None = None
+    predict: dict[str, Any] | None = None
+    advise: dict[str, Any] | None = None
+    table_name: Name | None = None
+    adviseError: str | None = None  # the page's own name
+
+
+Body = TypeVar("Body", bound=BaseModel)
+
+
+def parse(kind: type[Body], raw: bytes | str | Any) -> Body:
+    """A request body (JSON text, or an already-parsed value) as `kind`, or one line saying what is wrong."""
+    try:
+        if isinstance(raw, bytes | str):
+            return kind.model_validate_json(raw)
+        return kind.model_validate(raw)
+    except ValidationError as exc:
+        first = exc.errors(include_url=False)[0]
+        if first["type"] == "json_invalid":
+            why = first["msg"].removeprefix("Invalid JSON: ")
+            raise TokenroofError(f"the request body is not JSON ({why})") from None
+        if first["type"] == "model_type":
+            raise TokenroofError("expected a JSON object") from None
+        where = ".".join(str(p) for p in first["loc"]) or "body"
+        more = f" (and {exc.error_count() - 1} more)" if exc.error_count() > 1 else ""
+        raise TokenroofError(f"{where}: {first['msg']}{more}") from None
+
+
 @dataclass(frozen=True)
 class Request:
     """One request's inputs, the uploads written to a private folder for the library's file readers."""
 
-    body: dict[str, Any]
+    body: Form
     folder: Path
 
     def answer(self, data: dict[str, Any]) -> dict[str, Any]:
@@ -73,12 +132,11 @@ class Request:
     def model(self) -> str:
         from tokenroof.specs import list_models
 
-        config = self.body.get("model_config")
-        if config:
+        if self.body.model_config_text:
             path = self.folder / "config.json"
-            path.write_text(str(config), encoding="utf-8")
+            path.write_text(self.body.model_config_text, encoding="utf-8")
             return str(path)
-        name = str(self.body.get("model") or "")
+        name = self.body.model or ""
         if name not in list_models():
             raise TokenroofError(f"unknown model '{name}'; pick a preset or upload a config.json")
         return name
@@ -86,7 +144,7 @@ class Request:
     def hardware(self) -> str:
         from tokenroof.specs import list_hardware
 
-        name = str(self.body.get("hardware") or "")
+        name = self.body.hardware or ""
         if name not in list_hardware():
             raise TokenroofError(f"unknown hardware '{name}'; known presets: {', '.join(list_hardware())}")
         return name
@@ -94,51 +152,47 @@ class Request:
     def physics(self, known: bool = True) -> Any:
         from tokenroof.serving.deployment import Physics
 
-        tp = int(number(self.body, "tp", 1) or 1)
+        tp = self.body.tp
         check({"tp": tp})
-        dtype, kv = self.body.get("dtype") or None, self.body.get("kv_dtype") or None
+        dtype, kv = self.body.dtype or None, self.body.kv_dtype or None
         if not known:
             return Physics(dtype=dtype, tp=tp)
         return Physics(self.model(), self.hardware(), dtype, kv, None, tp)
 
     def batches(self) -> list[float]:
-        low, high = number(self.body, "batch_min", 1.0), number(self.body, "batch_max", 512.0)
-        assert low is not None and high is not None
+        low, high = self.body.batch_min, self.body.batch_max
         if not (0 < low < high < math.inf):
             raise TokenroofError(f"the batch range must be 0 < from < to, got {low:g} to {high:g}")
         return np.geomspace(low, high, CURVE_BATCHES).tolist()
 
     def context(self) -> float:
-        context = number(self.body, "context", 1024.0)
-        assert context is not None
-        check({"context": context})
-        return context
+        check({"context": self.body.context})
+        return self.body.context
 
     def table_files(self) -> list[Path]:
         """The uploaded measurement files (`table`, one, or `tables`, several: vLLM's one result file per
         concurrency), each written under its own (sanitised) name; [] when none."""
-        uploads = self.body.get("tables")
-        if uploads is None:
-            uploads = [self.body["table"]] if self.body.get("table") else []
-        if not isinstance(uploads, list) or len(uploads) > MAX_UPLOADS:
-            raise TokenroofError(f"tables must be a list of at most {MAX_UPLOADS} {{name, text}}")
+        uploads = self.body.tables if self.body.tables is not None else [self.body.table] if self.body.table else []
         paths = []
         for table in uploads:
-            if not isinstance(table, dict) or not isinstance(table.get("text"), str):
-                raise TokenroofError("table must be {name, text}")
-            name = SAFE_NAME.sub("_", Path(str(table.get("name") or "measurements.csv")).name) or "measurements.csv"
+            name = upload_name(table.name)
             path = self.folder / name
             if path in paths:
                 raise TokenroofError(f"two uploads named {name}")
-            path.write_text(table["text"], encoding="utf-8")
+            path.write_text(table.text, encoding="utf-8")
             paths.append(path)
         return paths
 
 
+def upload_name(name: str | None) -> str:
+    """An upload's file name, safe in the scratch folder: its last part, odd characters as _, never '.' or '..'."""
+    safe = SAFE_NAME.sub("_", Path(name or "").name).strip(".")
+    return safe or "measurements.csv"
+
+
 @contextmanager
-def request_of(body: Any) -> Iterator[Request]:
-    if not isinstance(body, dict):
-        raise TokenroofError("expected a JSON object")
+def request_of(raw: bytes | str | Any) -> Iterator[Request]:
+    body = parse(Form, raw)
     with tempfile.TemporaryDirectory(prefix="tokenroof-ui-") as folder:
         try:
             yield Request(body, Path(folder))
@@ -173,7 +227,7 @@ def predict(body: Any) -> dict[str, Any]:
         files = req.table_files()
         if not files:
             raise TokenroofError("predict needs a measurement file")
-        prior = bool(req.body.get("prior"))
+        prior = req.body.prior
         workload = Workload(req.context() if prior else None)
         physics = req.physics(known=prior)
         table, fitted_prior = read_with_prior(files, physics, workload)
@@ -188,29 +242,28 @@ def advise(body: Any) -> dict[str, Any]:
 
     with request_of(body) as req:
         files = req.table_files()
-        known = not files or bool(req.body.get("prior"))
-        tpot = number(req.body, "tpot_slo_ms", 50.0)
+        known = not files or req.body.prior
+        tpot = req.body.tpot_slo_ms if req.body.tpot_slo_ms is not None else 50.0
         check({"tpot_slo_ms": tpot})
-        assert tpot is not None
         workload = Workload(req.context() if known else None)
         return req.answer(advise_answer(files, req.physics(known), workload, Targets(tpot)))
 
 
-def figure(body: Any) -> str:
+def figure(raw: bytes | str | Any) -> str:
     """The decode figure (Plotly JSON) of a roofline, predict and advise answer, as the report draws it."""
     from tokenroof.report.decode import DecodeView, add_advice, add_predict, add_roofline
     from tokenroof.report.figures import decode_figure
+    from tokenroof.report.sources import checked
 
-    if not isinstance(body, dict):
-        raise TokenroofError("expected a JSON object")
+    body = parse(Answers, raw)
     view = DecodeView()
-    if body.get("roofline"):
-        r = body["roofline"]
+    if body.roofline:
+        r = checked("roofline", body.roofline, "the roofline answer")
         add_roofline(view, r, f"{r['model']['name']} on {r['hardware']['name']} ×{r['tp']}")
-    if body.get("predict"):
-        add_predict(view, body["predict"], str(body.get("table_name") or "measurements"))
-    if body.get("advise"):
-        add_advice(view, body["advise"])
+    if body.predict:
+        add_predict(view, checked("predict", body.predict, "the predict answer"), body.table_name or "measurements")
+    if body.advise:
+        add_advice(view, checked("advise", body.advise, "the advise answer"))
     if view.empty:
         raise TokenroofError("nothing to draw: give a roofline or predict answer")
     return str(decode_figure(view).to_json())

@@ -64,12 +64,18 @@ window.tokenroof = state;
 const fmt = (v) => (v === null || v === undefined)
   ? "—" : Number(v).toLocaleString(undefined, {maximumSignificantDigits: 4});
 
-async function post(path, body) {
+async function post(path, body, seq) {
   const headers = {"Content-Type": "application/json"};
-  const r = await fetch(path, {method: "POST", headers, body: JSON.stringify(body)});
-  const data = await r.json();
-  if (!r.ok) throw new Error(data.error || r.statusText);
-  return data;
+  for (let tries = 0; ; tries++) {
+    const r = await fetch(path, {method: "POST", headers, body: JSON.stringify(body)});
+    const data = await r.json();
+    if (r.status === 429 && tries < 20 && seq === state.seq) {  // the server is busy with an earlier update
+      await new Promise((done) => setTimeout(done, 250));
+      continue;
+    }
+    if (!r.ok) throw new Error((data.error && data.error.message) || r.statusText);
+    return data;
+  }
 }
 
 function fill(select, names, chosen) {
@@ -114,10 +120,10 @@ async function update() {
   const seq = ++state.seq, body = form(), answers = {};
   status("computing…");
   try {
-    answers.roofline = await post("/api/roofline", body);
-    if (state.table) answers.predict = await post("/api/predict", body);
-    try { answers.advise = await post("/api/advise", body); } catch (e) { answers.adviseError = e.message; }
-    const figure = await post("/api/figure", {...answers, table_name: state.table && state.table.name});
+    answers.roofline = await post("/api/roofline", body, seq);
+    if (state.table) answers.predict = await post("/api/predict", body, seq);
+    try { answers.advise = await post("/api/advise", body, seq); } catch (e) { answers.adviseError = e.message; }
+    const figure = await post("/api/figure", {...answers, table_name: state.table && state.table.name}, seq);
     if (seq !== state.seq) return;
     await Plotly.react("chart", figure.data, figure.layout, {responsive: true, displaylogo: false});
     state.answers = answers;

@@ -49,6 +49,7 @@ class Inflight:
     run: PointRun = field(default_factory=PointRun)
     tasks: dict[asyncio.Task[RequestRecord], RequestRecord] = field(default_factory=dict)
     cancel_reason: str = WINDOW_CLOSED
+    on_send: Callable[[RequestRecord], None] | None = None  # the write-ahead line: sent, not yet ended
 
     def now(self) -> float:
         return time.perf_counter() - self.t0
@@ -58,6 +59,8 @@ class Inflight:
         if index is None:
             index, self.next_index = self.next_index, self.next_index + 1
         record = RequestRecord(self.label, index, self.now())
+        if self.on_send is not None:
+            self.on_send(record)
         task = asyncio.ensure_future(self.send(record))
         self.tasks[task] = record
         task.add_done_callback(self.finish)

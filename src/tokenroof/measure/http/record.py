@@ -3,7 +3,9 @@
 Lines, by `type`:
 - header: the measurement settings (a resumed run must keep them);
 - start: a point begins (its attempt number; an interrupted or invalid point is measured again);
-- request: one request, written the moment it ends (flushed), so a crash loses nothing;
+- sent: one request, written the moment it is sent (flushed): a crash (SIGKILL) cannot lose it; the run that
+  resumes records each one that never ended as cancelled, cut by the crash;
+- request: one request, written the moment it ends (flushed);
 - point: a point's summary, written when it ends.
 """
 
@@ -40,6 +42,11 @@ SETTINGS = {
 }
 
 
+def short(value: Any) -> str:
+    text = repr(value)
+    return text if len(text) <= 60 else text[:60] + "…"
+
+
 @dataclass
 class Previous:
     """What an earlier run left in requests.jsonl."""
@@ -48,24 +55,46 @@ class Previous:
     points: dict[str, dict[str, Any]] = field(default_factory=dict)  # the last summary of each point
     attempts: dict[str, int] = field(default_factory=dict)
     next_index: dict[str, int] = field(default_factory=dict)  # first unused request index of each point
+    sent: dict[tuple[str, int], dict[str, Any]] = field(default_factory=dict)  # sent, never ended (a crash)
     lines: int = 0
 
-    def add(self, obj: Any) -> None:
+    def add(self, obj: Any, where: str = "requests.jsonl") -> None:
+        """One line of an earlier run, checked: what --resume keeps must be what a run writes (a point's summary
+        against bench's schema); anything else is one line naming the file, the line and the key."""
         if not isinstance(obj, dict):
-            return
-        kind, label = obj.get("type"), str(obj.get("point"))
+            raise TokenroofError(f"{where}: not a JSON object ({type(obj).__name__}); not a line tokenroof bench wrote")
+        kind, label = obj.get("type"), obj.get("point")
         if kind == "header":
             self.header = obj
-        elif kind == "start":
+            return
+        if not isinstance(label, str):
+            raise TokenroofError(
+                f"{where}: a {kind!r} line whose point is {short(label)}, not a name like 'concurrency=8'"
+            )
+        if kind == "start":
             attempt = obj.get("attempt")
-            self.attempts[label] = max(self.attempts.get(label, 0), attempt if isinstance(attempt, int) else 1)
-        elif kind == "request":
-            self.attempts.setdefault(label, 1)
+            if not isinstance(attempt, int) or isinstance(attempt, bool) or attempt < 1:
+                raise TokenroofError(f"{where}: a start line whose attempt is {short(attempt)}, not a count from 1")
+            self.attempts[label] = max(self.attempts.get(label, 0), attempt)
+        elif kind in ("request", "sent"):
             index = obj.get("index")
-            if isinstance(index, int):
-                self.next_index[label] = max(self.next_index.get(label, 0), index + 1)
+            if not isinstance(index, int) or isinstance(index, bool):
+                raise TokenroofError(f"{where}: a {kind} line whose index is {short(index)}, not an integer")
+            self.attempts.setdefault(label, 1)
+            self.next_index[label] = max(self.next_index.get(label, 0), index + 1)
+            if kind == "sent":
+                self.sent[(label, index)] = obj
+            else:
+                self.sent.pop((label, index), None)
         elif kind == "point":
-            self.points[label] = obj
+            from tokenroof.io.contract import check
+
+            self.points[label] = check("bench-point", obj, where)
+        else:
+            raise TokenroofError(
+                f"{where}: a line of type {short(kind)}; tokenroof bench writes header, start, sent, request and "
+                "point lines"
+            )
 
     def valid_points(self) -> dict[str, dict[str, Any]]:
         return {label: p for label, p in self.points.items() if not p.get("invalid")}
@@ -88,8 +117,8 @@ def read_previous(path: Path, notice: Notice) -> Previous:
     if not path.exists():
         return previous
     repair_cut_line(path, notice)
-    for _, obj in read_jsonl(path):
-        previous.add(obj)
+    for number, obj in read_jsonl(path):
+        previous.add(obj, f"{path}:{number}")
         previous.lines += 1
     return previous
 
@@ -112,8 +141,8 @@ def check_settings(previous: Previous, settings: dict[str, Any], path: Path) -> 
     for key, flag in SETTINGS.items():
         if old.get(key) != settings.get(key):
             raise TokenroofError(
-                f"--resume: {flag} was {old.get(key)!r} in {path}, now {settings.get(key)!r}; a resumed run keeps "
-                "its measurement settings (give another --out to measure with new ones)"
+                f"--resume: {flag} was {short(old.get(key))} in {path}, now {short(settings.get(key))}; a resumed "
+                "run keeps its measurement settings (give another --out to measure with new ones)"
             )
 
 

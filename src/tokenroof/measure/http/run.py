@@ -222,6 +222,12 @@ class Bench:
     async def send_one(self, record: RequestRecord) -> RequestRecord:
         return await send(self.client, self.prompts.payload(record.index, self.model, record.point), record)
 
+    def on_send(self, attempt: int, record: RequestRecord) -> None:
+        """Write ahead: a request is on file from the moment it is sent, so a crash (SIGKILL, power) cannot lose it;
+        the run that resumes records each one that never ended as cut by the crash (`account_for_crash`)."""
+        sent = {"type": "sent", "point": record.point, "index": record.index, "start_s": record.start_s}
+        self.recorder.write({**sent, "attempt": attempt})
+
     def on_record(self, expected: int, record: RequestRecord) -> None:
         if record.error:
             record.error = self.redactor.text(record.error)
@@ -242,6 +248,7 @@ class Bench:
             expected = cfg.requests_per_point or max(int(value * 30), 32)
         on_record = functools.partial(self.on_record, expected)
         inflight = Inflight(label, self.send_one, on_record, self.client.t0, self.previous.next_index.get(label, 0))
+        inflight.on_send = functools.partial(self.on_send, attempt)
         deadline_s = inflight.now() + cfg.max_duration_s
         monitor = LoopMonitor()
         scraper = BatchScraper(self.client.session, self.endpoints.root, self.client.t0)
@@ -333,6 +340,7 @@ async def run_bench(
             recorder = Recorder(path, redactor)
             if previous.header is None:
                 recorder.write({"type": "header", "tool": "tokenroof bench", "settings": settings})
+            account_for_crash(previous, recorder, say)
             rng = np.random.default_rng(cfg.seed)
             bench = Bench(cfg, client, endpoints, model, prompts, recorder, redactor, previous, progress, notice, rng)
             return await bench.sweep()
@@ -341,6 +349,25 @@ async def run_bench(
     finally:
         if recorder is not None:
             recorder.close()
+
+
+CRASHED = "cancelled: cut by a crash (sent before the last run stopped, never ended)"
+
+
+def account_for_crash(previous: Previous, recorder: Recorder, say: Notice) -> None:
+    """Every request an earlier run sent but never ended (it was killed) is recorded now, once, as cancelled by
+    the crash: requests.jsonl then accounts for every request sent, and its point is measured again."""
+    for (label, index), sent in sorted(previous.sent.items()):
+        start = sent.get("start_s")
+        record = RequestRecord(label, index, float(start) if isinstance(start, int | float) else 0.0)
+        record.fail("cancelled", CRASHED)
+        recorder.request(record)
+    if previous.sent:
+        say(
+            f"{len(previous.sent)} request(s) sent before the last run stopped never ended: recorded as cut by the "
+            "crash"
+        )
+    previous.sent.clear()
 
 
 CACHED_REMARK = 0.05  # a point whose server served more of its prompt tokens from its cache says so
