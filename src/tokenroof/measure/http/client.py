@@ -52,6 +52,15 @@ def one_line(text: str, limit: int = REASON_CHARS) -> str:
     return text if len(text) <= limit else text[: limit - 1] + "…"
 
 
+def shown(data: str | bytes, limit: int = 80) -> str:
+    """`data` quoted for an error (bytes as Python writes them), redacted before it is cut: a secret across the cut
+    would escape the mask."""
+    if isinstance(data, bytes):
+        text = REDACTION.get()(data.decode("utf-8", "backslashreplace"))
+        return repr(text.encode("utf-8", "backslashreplace")[:limit])
+    return repr(REDACTION.get()(data)[:limit])
+
+
 @dataclass
 class RequestRecord:
     """Everything measured about one request; times are seconds from the run's start."""
@@ -283,16 +292,16 @@ def sse_data(line: bytes) -> bytes | None:
         return line[5:].strip()
     if line.startswith((b"event:", b"id:", b"retry:")):
         return None
-    raise BodyError(f"malformed SSE line: {line[:80]!r}")
+    raise BodyError(f"malformed SSE line: {shown(line)}")
 
 
 def parse_event(data: bytes) -> dict[str, Any]:
     try:
         event = json.loads(data)
     except (json.JSONDecodeError, UnicodeDecodeError, RecursionError):
-        raise BodyError(f"malformed SSE data: {data[:80]!r}") from None
+        raise BodyError(f"malformed SSE data: {shown(data)}") from None
     if not isinstance(event, dict):
-        raise BodyError(f"unexpected SSE data: {data[:80]!r}")
+        raise BodyError(f"unexpected SSE data: {shown(data)}")
     return event
 
 
