@@ -1,4 +1,4 @@
-"""Start `tokenroof emulate` in its own process (its own core and GIL) for timing tests and benchmarks."""
+"""Start `tokenroof emulate` (or `serve`) in its own process (its own core and GIL) for timing tests and benchmarks."""
 
 from __future__ import annotations
 
@@ -24,19 +24,15 @@ def emulator_process(step_model: dict[str, float], tmp: Path, max_num_seqs: int 
     """Yields the base URL of an emulator subprocess; stops it afterwards."""
     path = tmp / "step_model.json"
     path.write_text(json.dumps(step_model))
+    with server_process(["emulate", "--step-model", str(path), "--max-num-seqs", str(max_num_seqs)]) as url:
+        yield url
+
+
+@contextlib.contextmanager
+def server_process(args: list[str]) -> Iterator[str]:
+    """Yields the base URL of `tokenroof ARGS --port P` (emulate or serve) in a subprocess; stops it afterwards."""
     port = free_port()
-    cmd = [
-        sys.executable,
-        "-m",
-        "tokenroof",
-        "emulate",
-        "--step-model",
-        str(path),
-        "--port",
-        str(port),
-        "--max-num-seqs",
-        str(max_num_seqs),
-    ]
+    cmd = [sys.executable, "-m", "tokenroof", *args, "--port", str(port)]
     proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
     url = f"http://127.0.0.1:{port}"
     try:

@@ -38,7 +38,7 @@ def bench_local(
     model: ModelOpt,
     batch: Annotated[str, typer.Option(help="Batch sizes: '1,2,4' or '1 2 4'.")] = "1,2,4,8,16,32,64,128,256",
     context: Annotated[int, typer.Option(help="Prompt tokens in each sequence's KV cache before timing.")] = 512,
-    dtype: Annotated[str | None, typer.Option(help="fp32, bf16 or fp16 [fp32 on CPU, bf16 on CUDA].")] = None,
+    dtype: Annotated[str | None, typer.Option(help="fp32, bf16 or fp16 (default: fp32 on CPU, bf16 on CUDA).")] = None,
     device: DeviceOpt = "auto",
     warmup: Annotated[int, typer.Option(help="Untimed decode steps per batch.")] = 3,
     steps: Annotated[int, typer.Option(help="Timed decode steps per batch (TPOT is their median).")] = 10,
@@ -57,7 +57,7 @@ def bench_local(
     ] = None,
     out: Annotated[
         Path | None,
-        typer.Option(help="Measurement CSV, one row per batch as measured [bench-local-MODEL-DTYPE-cN.csv]."),
+        typer.Option(help="Measurement CSV, one row per batch as measured (default: bench-local-MODEL-DTYPE-cN.csv)."),
     ] = None,
     memory_fraction: Annotated[float, typer.Option(help="Refuse points needing more of the free memory.")] = 0.9,
     seed: Annotated[int, typer.Option(help="Seed of the random weights and prompts.")] = 0,
@@ -170,3 +170,67 @@ def calibrate(
     finish(data, render.calibration, json_output)
     if not json_output:
         err.print(f"wrote {out} (use it as --hardware {out})", highlight=False)
+
+
+@app.command()
+@handle_errors
+def serve(
+    model: ModelOpt,
+    dtype: Annotated[str | None, typer.Option(help="fp32, bf16 or fp16 (default: fp32 on CPU, bf16 on CUDA).")] = None,
+    device: DeviceOpt = "auto",
+    max_num_seqs: Annotated[int, typer.Option(help="Slots: sequences decoded at once; requests beyond queue.")] = 16,
+    max_model_len: Annotated[
+        int | None,
+        typer.Option(
+            help="Tokens per slot (prompt + output), all held in the KV cache (default: 2048, or the model's less)."
+        ),
+    ] = None,
+    max_num_batched_tokens: Annotated[
+        int | None, typer.Option(help="Token budget per step (chunked prefill); default: whole prompts.")
+    ] = None,
+    threads: ThreadsOpt = None,
+    weights: Annotated[
+        Path | None, typer.Option(help="Local safetensors checkpoint (file or folder); default random weights.")
+    ] = None,
+    served_model_name: Annotated[
+        str | None, typer.Option(help="Model id the server reports (default: the model's name).")
+    ] = None,
+    host: Annotated[str, typer.Option(help="Address to listen on.")] = "127.0.0.1",
+    port: Annotated[int, typer.Option(help="Port to listen on.")] = 8000,
+    read_timeout: Annotated[
+        float, typer.Option(help="Seconds a client may take to send a request's headers, and again its body (408).")
+    ] = 30.0,
+    seed: Annotated[int, typer.Option(help="Seed of the random weights.")] = 0,
+) -> None:
+    """An OpenAI-compatible server running a Llama-family model for real (PyTorch) under emulate's scheduler."""
+    from tokenroof.cli.serving import require_http
+    from tokenroof.measure.local.device import require_torch, resolve_device
+    from tokenroof.serving.emulate.checks import check_port
+    from tokenroof.specs import load_model
+
+    check_port(port)
+    require_http()
+    require_torch()
+    spec = load_model(model)
+    if dtype is None:
+        dtype = "bf16" if resolve_device(device).type == "cuda" else "fp32"
+    if max_model_len is None:
+        max_model_len = min(2048, spec.max_position_embeddings or 2048)
+    from tokenroof.measure.local.serve_engine import ServeConfig, build_server
+    from tokenroof.serving.emulate.server import serve as run_server
+
+    config = ServeConfig(
+        dtype,
+        device,
+        max_num_seqs,
+        max_model_len,
+        max_num_batched_tokens,
+        threads,
+        weights,
+        seed,
+        served_model_name,
+        read_timeout,
+    )
+    server, line = build_server(spec, config)
+    err.print(f"{line}; on http://{host}:{port}", highlight=False)
+    run_server(server, host, port)

@@ -25,7 +25,7 @@ from tokenroof.model.stepmodel import StepModel
 from tokenroof.serving.emulate import protocol as proto
 from tokenroof.serving.emulate.checks import bind_failure, check_step_model, start_site
 from tokenroof.serving.engine.core import BatchScheduler, Sequence
-from tokenroof.serving.engine.realtime import RealtimeEngine
+from tokenroof.serving.engine.realtime import RealtimeEngine, StepRunner
 
 LOG = logging.getLogger(__name__)
 DONE = b"data: [DONE]\n\n"
@@ -52,6 +52,7 @@ class Emulator:
     engine_error: str | None = None  # why the engine task ended; requests fail with 500 from then on
     requests_total: int = 0
     errors_total: int = 0
+    runner: StepRunner | None = None  # a real engine computing each step (`serve`); None: sleep the model's time
     scheduler: BatchScheduler = field(init=False)
 
     def __post_init__(self) -> None:
@@ -74,7 +75,7 @@ class Emulator:
             queue.put_nowait(index)
 
     async def start_engine(self, app: web.Application) -> None:
-        self.engine = RealtimeEngine(self.scheduler, self.on_token)
+        self.engine = RealtimeEngine(self.scheduler, self.on_token, runner=self.runner)
         task = asyncio.create_task(self.engine.run())
         task.add_done_callback(self.engine_stopped)
         app[ENGINE_TASK] = task

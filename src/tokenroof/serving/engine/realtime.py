@@ -1,14 +1,22 @@
-"""The scheduler on the wall clock: each step really takes its planned time (asyncio)."""
+"""The scheduler on the wall clock: each step really takes its planned time (asyncio), or, given a `StepRunner`,
+as long as the runner takes to compute it (a real engine: `tokenroof serve`)."""
 
 from __future__ import annotations
 
 import asyncio
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import Protocol
 
 from tokenroof.serving.engine.core import BatchScheduler, Sequence, StepPlan
 
 TokenCallback = Callable[[Sequence, int, float], None]  # (sequence, token index, time) after each step
+
+
+class StepRunner(Protocol):
+    """Computes a planned step for real; the step lasts as long as `run` takes."""
+
+    async def run(self, scheduler: BatchScheduler, plan: StepPlan) -> None: ...
 
 
 @dataclass
@@ -18,6 +26,7 @@ class RealtimeEngine:
     scheduler: BatchScheduler
     on_token: TokenCallback
     clock: Callable[[], float] = field(default=lambda: asyncio.get_running_loop().time())
+    runner: StepRunner | None = None  # None: sleep each step's modelled time
     _wake: asyncio.Event = field(default_factory=asyncio.Event)
     last_plan: StepPlan | None = None
     tokens_generated: int = 0
@@ -43,10 +52,15 @@ class RealtimeEngine:
                 await self._wake.wait()
                 now = self.clock()
                 continue
+            if self.runner is None:
+                delay = plan.end_s - self.clock()
+                if delay > 0:
+                    await asyncio.sleep(delay)
+            else:
+                start = self.clock()
+                await self.runner.run(self.scheduler, plan)
+                plan = plan._replace(start_s=start, duration_s=self.clock() - start)
             self.last_plan = plan
-            delay = plan.end_s - self.clock()
-            if delay > 0:
-                await asyncio.sleep(delay)
             emitting = self.scheduler.running_sequences()  # the plan's batch, less any aborted meanwhile
             self.scheduler.complete_step(plan)
             self.prompt_tokens_processed += plan.prefill_tokens
