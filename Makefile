@@ -8,7 +8,7 @@ BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed-dev
 SEED   := examples/h100_7b_seed.csv
 
-.PHONY: install test test-slow fuzz mutation test-ray test-integration lint demo bench clean
+.PHONY: install test test-slow fuzz mutation test-ray test-integration lint demo bench real-server clean
 
 # PyTorch for bench-local/calibrate and their tests, pinned: on this project's machines pip takes a CPU
 # build from local disk. Elsewhere pass TORCH_INDEX=https://download.pytorch.org/whl/cpu for the CPU
@@ -109,6 +109,10 @@ bench: $(STAMP)
 	$(BIN)/python benchmarks/simulate_speed.py
 	$(BIN)/python benchmarks/local_roofline.py
 
+# simulate against a real engine (issue 28): `tokenroof serve` (llama-123m, one CPU thread) swept, fitted, loaded
+real-server: $(STAMP)
+	$(BIN)/python benchmarks/real_server.py --serve examples/llama-123m.json --requests 60 --tpot-slo-ms 110 --ttft-slo-ms 1500 --out real-server-out
+
 clean:
-	rm -rf $(VENV) mutants .llama .pytest_cache .mypy_cache .ruff_cache build src/*.egg-info benchmarks/out-local
+	rm -rf $(VENV) mutants real-server-out .llama .pytest_cache .mypy_cache .ruff_cache build src/*.egg-info benchmarks/out-local
 	rm -f calibrated.toml bench-local-*.csv report.html demo-roofline.json demo-predict.json demo-advise.json demo-plan.json demo-simulate.json

@@ -1,6 +1,8 @@
 """simulate against a real server: sweep it, fit, predict open-loop loads, measure the same loads, compare.
 
-Any OpenAI-compatible URL (llama.cpp's llama-server, vLLM, SGLang, the emulator):
+Any OpenAI-compatible URL (llama.cpp's llama-server, vLLM, SGLang, the emulator), or `--serve MODEL`: the
+script starts `tokenroof serve` (a real PyTorch engine under tokenroof's own scheduler, one CPU thread) and stops
+it at the end (`make real-server`: llama-123m, ~17 minutes on 2 cores):
 
 1. a closed-loop sweep (`bench --concurrency`) up to the server's slot count;
 2. the scheduler's model fitted to it (serving/replay.py, what `predict --save-model` writes), and the rate a
@@ -17,7 +19,7 @@ Tried on llama-server 2026-12-04 (--precondition 32): saturation −2% either wa
 (median |error| below saturation 54% vs 42%), because lockstep streams stay fast after it (c=4: 18.5 ms) while
 Poisson streams at the same batch do not (37.6 ms at 4.9): the gap is lockstep against Poisson, not history.
 
-    python benchmarks/real_server.py URL [--slots 16] [--concurrency 1,2,4,8,16] [--input-len 128]
+    python benchmarks/real_server.py URL|--serve MODEL [--slots 16] [--concurrency 1,2,4,8,16] [--input-len 128]
         [--output-len 64] [--loads 0.3,0.6,0.9,1.1] [--requests 80] [--out real-server]
         [--model M --hardware H] [--budget N] [--precondition N]
 
@@ -28,9 +30,15 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import json
 import math
+import socket
+import subprocess
 import sys
+import time
+import urllib.request
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -127,9 +135,39 @@ def errors(predicted: dict[str, Any], measured: dict[str, Any]) -> dict[str, flo
     return found
 
 
+@contextlib.contextmanager
+def served(model: str, slots: int, max_model_len: int, log: Path) -> Iterator[str]:
+    """`tokenroof serve MODEL` on a free port in its own process (one torch thread); its URL, stopped after."""
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = int(sock.getsockname()[1])
+    cmd = [sys.executable, "-m", "tokenroof", "serve", "--model", model, "--max-num-seqs", str(slots)]
+    cmd += ["--max-model-len", str(max_model_len), "--threads", "1", "--port", str(port)]
+    cmd += ["--step-log", str(log.with_name("steps.jsonl"))]
+    url = f"http://127.0.0.1:{port}"
+    with log.open("w") as out:
+        proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT)
+        try:
+            deadline = time.monotonic() + 120
+            while True:
+                try:
+                    with urllib.request.urlopen(url + "/health", timeout=1):
+                        break
+                except OSError:
+                    if proc.poll() is not None or time.monotonic() > deadline:
+                        sys.exit(f"tokenroof serve did not start: {log.read_text().strip()}")
+                    time.sleep(0.2)
+            print(f"0. {log.read_text().strip()} (log: {log})")
+            yield url
+        finally:
+            proc.terminate()
+            proc.wait(timeout=30)
+
+
 def main(argv: list[str]) -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("url")
+    parser.add_argument("url", nargs="?", help="the server's base URL (or --serve MODEL)")
+    parser.add_argument("--serve", metavar="MODEL", help="start `tokenroof serve --model MODEL` and measure it")
     parser.add_argument("--slots", type=int, default=16, help="the server's running-batch cap (llama-server -np)")
     parser.add_argument("--concurrency", default="1,2,4,8,16")
     parser.add_argument("--input-len", type=int, default=128, help="prompt words (one token each on llama's vocab)")
@@ -144,9 +182,22 @@ def main(argv: list[str]) -> None:
     parser.add_argument(
         "--precondition", type=int, default=0, help="requests at the slot count before each phase (0: none)"
     )
+    parser.add_argument("--tpot-slo-ms", type=float, help="5. advise a cap for this p99 TPOT, then bench it")
+    parser.add_argument("--ttft-slo-ms", type=float, help="... and this p99 TTFT")
     args = parser.parse_args(argv)
+    if (args.url is None) == (args.serve is None):
+        parser.error("give a server URL or --serve MODEL")
     args.out.mkdir(parents=True, exist_ok=True)
+    if args.serve is None:
+        run(args)
+        return
+    max_model_len = 2 * (args.input_len + args.output_len) + 64
+    with served(args.serve, args.slots, max_model_len, args.out / "serve.log") as url:
+        args.url = url
+        run(args)
 
+
+def run(args: argparse.Namespace) -> None:
     print(f"1. sweep {args.url} at concurrency {args.concurrency} ({args.input_len} in / {args.output_len} out)")
     table = read_table([sweep(args, args.out)])
     physics = Physics(args.model, args.hardware)
@@ -209,8 +260,82 @@ def main(argv: list[str]) -> None:
             f"   saturation: predicted {saturation:.3f} req/s, measured (carried when overloaded) "
             f"{measured_saturation:.3f} req/s ({saturation / measured_saturation - 1:+.0%})"
         )
+    if args.tpot_slo_ms is not None:
+        report["advise"] = advise_check(args, args.out, round(inputs))
+    if (args.out / "steps.jsonl").exists():
+        report["steps"] = step_check(model, args.out / "steps.jsonl")
     (args.out / "report.json").write_text(json.dumps(report, indent=2, default=float))
     print(f"report: {args.out / 'report.json'}")
+
+
+def step_check(model: Any, path: Path) -> dict[str, Any]:
+    """The fitted step model against every step the engine logged (`serve --step-log`): where the simulation
+    misses, is it the step time or the scheduling around it? Decode-only steps by batch, and steps with a prompt."""
+    steps = [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+    rows: dict[str, list[tuple[float, float]]] = {}
+    for s in steps:
+        predicted = model.step_s(s["batch"], s["context_tokens"], s["prefill_tokens"], s["prefill_sq"])
+        key = f"decode b={s['batch']}" if s["prefill_tokens"] == 0 else "with a prompt"
+        rows.setdefault(key, []).append((predicted, s["wall_s"]))
+    print(f"6. the fitted step model against the {len(steps)} steps the engine logged (wall time per step):")
+    found = {}
+    for key in sorted(rows, key=lambda k: (k.startswith("with"), int(k.split("=")[1]) if "=" in k else 0)):
+        predicted, wall = (np.array(x) for x in zip(*rows[key], strict=True))
+        found[key] = {
+            "steps": len(wall),
+            "measured_median_ms": float(np.median(wall) * 1e3),
+            "predicted_median_ms": float(np.median(predicted) * 1e3),
+            "median_error": float(np.median(predicted / wall - 1)),
+        }
+        f = found[key]
+        print(
+            f"   {key:14} {f['steps']:6} steps: measured {f['measured_median_ms']:7.1f} ms, predicted "
+            f"{f['predicted_median_ms']:7.1f} ms, median error {f['median_error']:+.0%}"
+        )
+    return found
+
+
+def advise_check(args: argparse.Namespace, out: Path, input_len: int) -> dict[str, Any]:
+    """`advise` on the sweep with the targets, then the advised cap benched (a closed loop that keeps it full, as
+    advise assumes): does the server meet both targets at the cap it was told to set?"""
+    cmd = [sys.executable, "-m", "tokenroof", "advise", str(out / "sweep"), "--input-len", str(input_len)]
+    cmd += ["--output-len", str(args.output_len), "--tpot-slo-ms", str(args.tpot_slo_ms), "--json"]
+    if args.ttft_slo_ms is not None:
+        cmd += ["--ttft-slo-ms", str(args.ttft_slo_ms)]
+    answer = subprocess.run(cmd, capture_output=True, text=True)
+    if answer.returncode != 0:
+        sys.exit(f"advise failed: {answer.stderr.strip()}")
+    advice = json.loads(answer.stdout)
+    cap = int(advice["max_num_seqs"])
+    print(f"5. advise: p99 TPOT <= {args.tpot_slo_ms:g} ms, p99 TTFT <= {args.ttft_slo_ms} ms: cap {cap}")
+    folder = out / f"advised-c{cap}"
+    if not (folder / "summary.json").exists():
+        cfg = BenchConfig(
+            url=args.url,
+            concurrencies=[cap],
+            input_len=args.input_len,
+            output_len=args.output_len,
+            requests_per_point=max(40, 4 * cap),
+            out_dir=folder,
+            max_duration_s=args.max_duration,
+            timeout_s=args.max_duration,
+        )
+        asyncio.run(run_bench(cfg))
+    (measured,) = json.loads((folder / "summary.json").read_text())["points"]
+    predicted = advice["at_cap"]
+    checks = {"tpot": args.tpot_slo_ms, "ttft": args.ttft_slo_ms}
+    found: dict[str, Any] = {"cap": cap, "slo": advice["slo"], "met": True}
+    for metric, target in checks.items():
+        if target is None:
+            continue
+        got, said = measured[f"{metric}_ms"]["p99"], predicted[f"{metric}_ms"]["p99"]
+        met = got <= target
+        found["met"] = found["met"] and met
+        found[metric] = {"target_ms": target, "predicted_p99_ms": said, "measured_p99_ms": got, "met": met}
+        verdict = "met" if met else "MISSED"
+        head = f"   {metric.upper()} p99 at cap {cap}"
+        print(f"{head}: measured {got:.1f} ms, predicted {said:.1f}, target {target:g}: {verdict}")
+    return found
 
 
 if __name__ == "__main__":

@@ -4,6 +4,7 @@ token by token against one sequence decoded alone, and behind the OpenAI endpoin
 from __future__ import annotations
 
 import asyncio
+import io
 import json
 from pathlib import Path
 from typing import Any
@@ -156,10 +157,12 @@ def test_served_requests_stream_exactly_max_tokens_and_metrics_count_them():
     aiohttp = pytest.importorskip("aiohttp")
     from tokenroof.serving.emulate.server import Emulator, start
 
+    log = io.StringIO()
+
     async def main() -> tuple[list[tuple[int, dict]], str]:
         lm = tiny_lm()
         warm_up(lm)
-        runner = TorchRunner(SlotEngine(lm, 3, 64))
+        runner = TorchRunner(SlotEngine(lm, 3, 64), step_log=log)
         emulator = Emulator(PLACEHOLDER, 3, "tiny", 64, runner=runner)
         site, url = await start(emulator)
         try:
@@ -177,6 +180,10 @@ def test_served_requests_stream_exactly_max_tokens_and_metrics_count_them():
     assert [r[1]["prompt_tokens"] for r in results] == [3, 4, 5, 6, 7]
     assert 'vllm:generation_tokens_total{model_name="tiny"} 30' in metrics
     assert 'vllm:prompt_tokens_total{model_name="tiny"} 25' in metrics
+    steps = [json.loads(line) for line in log.getvalue().splitlines()]  # serve --step-log: one line per step
+    assert sum(s["prefill_tokens"] for s in steps) == 25
+    assert sum(s["batch"] for s in steps) == 30  # every running sequence emits one token per step
+    assert all(0 < s["compute_s"] <= s["wall_s"] for s in steps)
 
 
 def test_serve_refuses_what_it_cannot_run_in_one_line(tiny_config: Path, tmp_path: Path) -> None:

@@ -201,6 +201,10 @@ def serve(
         float, typer.Option(help="Seconds a client may take to send a request's headers, and again its body (408).")
     ] = 30.0,
     seed: Annotated[int, typer.Option(help="Seed of the random weights.")] = 0,
+    step_log: Annotated[
+        Path | None,
+        typer.Option(help="JSONL with one line per engine step: batch, prompt tokens, context, compute and wall s."),
+    ] = None,
 ) -> None:
     """An OpenAI-compatible server running a Llama-family model for real (PyTorch) under emulate's scheduler."""
     from tokenroof.cli.serving import require_http
@@ -230,6 +234,7 @@ def serve(
         seed,
         served_model_name,
         read_timeout,
+        step_log=step_log,
     )
     server, line = build_server(spec, config)
     err.print(f"{line}; on http://{host}:{port}", highlight=False)

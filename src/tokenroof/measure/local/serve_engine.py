@@ -22,11 +22,13 @@ This module imports torch: import it only after `require_torch()`.
 from __future__ import annotations
 
 import asyncio
+import json
+import time
 import zlib
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, cast
+from typing import Any, TextIO, cast
 
 import torch
 from torch import Tensor, nn
@@ -268,6 +270,7 @@ class TorchRunner:
 
     engine: SlotEngine
     threads: int | None = None  # torch's intra-op threads, set in the worker itself (they are per thread)
+    step_log: TextIO | None = None  # one JSON line per step: what it ran, its compute and wall time
     pool: ThreadPoolExecutor = field(init=False)
     steps: int = 0
     busy_s: float = 0.0  # Σ step wall time
@@ -279,14 +282,31 @@ class TorchRunner:
         if self.threads is not None:
             torch.set_num_threads(self.threads)
 
+    def compute(self, work: StepWork) -> tuple[list[int], float]:
+        start = time.perf_counter()
+        tokens = step_forward(self.engine.lm, work)
+        return tokens, time.perf_counter() - start
+
     async def run(self, scheduler: BatchScheduler, plan: StepPlan) -> None:
         work, done = self.engine.plan(scheduler, plan)
         loop = asyncio.get_running_loop()
         start = loop.time()
-        tokens = await loop.run_in_executor(self.pool, step_forward, self.engine.lm, work)
-        self.busy_s += loop.time() - start
+        tokens, compute_s = await loop.run_in_executor(self.pool, self.compute, work)
+        wall_s = loop.time() - start
+        self.busy_s += wall_s
         self.steps += 1
         self.engine.finish(work, done, tokens)
+        if self.step_log is not None:
+            record = {
+                "start_s": round(start, 6),
+                "batch": plan.batch,
+                "prefill_tokens": plan.prefill_tokens,
+                "context_tokens": plan.context_tokens,
+                "prefill_sq": plan.prefill_sq,
+                "compute_s": round(compute_s, 6),
+                "wall_s": round(wall_s, 6),
+            }
+            self.step_log.write(json.dumps(record) + "\n")
 
 
 def warm_up(lm: DecoderLM) -> None:
@@ -313,6 +333,7 @@ class ServeConfig:
     served_model_name: str | None = None
     read_timeout_s: float = 30.0
     memory_fraction: float = 0.9
+    step_log: Path | None = None  # JSONL, one line per step (see TorchRunner)
 
 
 def build_server(spec: ModelSpec, config: ServeConfig) -> tuple[Any, str]:
@@ -358,7 +379,13 @@ def build_server(spec: ModelSpec, config: ServeConfig) -> tuple[Any, str]:
         lm.init_random(config.seed)
     packed = pack_for_serving(lm.modules())
     warm_up(lm)
-    runner = TorchRunner(SlotEngine(lm, config.max_num_seqs, config.max_model_len), config.threads)
+    log = None
+    if config.step_log is not None:
+        try:
+            log = config.step_log.open("w", buffering=1, encoding="utf-8")  # a line at a time: kept if killed
+        except OSError as exc:
+            raise TokenroofError(f"--step-log {config.step_log}: cannot write ({exc.strerror})") from None
+    runner = TorchRunner(SlotEngine(lm, config.max_num_seqs, config.max_model_len), config.threads, log)
     placeholder = StepModel(1e-3, 0.0, 0.0, 0.0)  # the scheduler's plans need a duration; serve measures it
     name = config.served_model_name or spec.name
     server = Emulator(
