@@ -27,7 +27,7 @@ _HOMES = {
     "load_engine": "tokenroof.specs.engines",
     "Precision": "tokenroof.specs",
     "StepModel": "tokenroof.model.stepmodel",
-    "Physics": "tokenroof.serving.deployment",
+    "Physics": "tokenroof.fit.physics",
     "Deployment": "tokenroof.serving.deployment",
     "analyze_roofline": "tokenroof.model.analysis",
     "read_table": "tokenroof.io.measurements",

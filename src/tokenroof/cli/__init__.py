@@ -2,266 +2,22 @@
 
 Commands live in `specs_cmds` (roofline, models, hardware), `measured` (predict, advise),
 `serving` (emulate, bench), `capacity` (simulate, plan) and `local` (bench-local, calibrate); each
-registers on `app`.
+registers on `app` (`common`: what they share).
 """
 
+# ruff: noqa: I001  (the commands register on `app` in the order `tokenroof --help` lists them)
 from __future__ import annotations
 
-import functools
-import json
-import math
-import re
 import sys
-from collections.abc import Callable, Sequence
-from pathlib import Path
-from typing import Annotated, Any, TypeVar
+from collections.abc import Sequence
 
-import typer
-from rich.console import Console
-from rich.markup import escape
-
-from tokenroof.errors import TokenroofError
-
-app = typer.Typer(
-    add_completion=False,
-    no_args_is_help=True,
-    help="Decode throughput and TPOT against batch size: from first principles, from your measurements, from a "
-    "server under load; and the batch cap and replicas to run.",
-)
-out = Console(width=None if sys.stdout.isatty() else 120)
-err = Console(stderr=True)
-F = TypeVar("F", bound=Callable[..., Any])
-NUMBER = re.compile(r"^-?[0-9][0-9.,eE+-]*$|^-?\.[0-9][0-9.,eE+-]*$|^-?(inf|nan)$", re.IGNORECASE)
-LIST_OPTIONS = ("--batch",)
-
-
-def normalize_argv(argv: Sequence[str]) -> list[str]:
-    """Let list options take space-separated values: `--batch 256 512` → `--batch 256,512`."""
-    result: list[str] = []
-    i = 0
-    while i < len(argv):
-        token = argv[i]
-        result.append(token)
-        i += 1
-        if token in LIST_OPTIONS:
-            values = []
-            while i < len(argv) and NUMBER.match(argv[i]):
-                values.append(argv[i])
-                i += 1
-            if values:
-                result.append(",".join(values))
-    return result
-
-
-def parse_numbers(text: str, what: str) -> list[float]:
-    """`"1,8, 32"` → [1.0, 8.0, 32.0] (commas or any whitespace between); a bad item names itself, on one line."""
-    values = []
-    for item in re.split(r"[\s,]+", text):
-        if not item:
-            continue
-        try:
-            values.append(float(item))
-        except ValueError:
-            raise TokenroofError(f"{what}: '{repr(item[:40])[1:-1]}' is not a number") from None
-    return values
-
-
-# The range each numeric flag takes, by its parameter name: (lowest, whether the lowest itself is allowed, highest).
-# Every float flag must be finite unless named in ALLOW_INF; integer flags are whole by their type.
-FLAG_RANGES: dict[str, tuple[float, bool, float]] = {
-    "rate": (0, False, math.inf),
-    "burstiness": (0, False, math.inf),
-    "spread": (0, True, 10),
-    "num_requests": (1, True, math.inf),
-    "max_num_seqs": (1, True, math.inf),
-    "replicas": (1, True, math.inf),
-    "seeds": (1, True, math.inf),
-    "max_replicas": (1, True, math.inf),
-    "workers": (1, True, math.inf),
-    "samples": (1, True, math.inf),
-    "tp": (1, True, math.inf),
-    "kv_cache_tokens": (1, True, math.inf),
-    "max_num_batched_tokens": (1, True, math.inf),
-    "max_model_len": (1, True, math.inf),
-    "input_len": (1, True, math.inf),
-    "output_len": (1, True, math.inf),
-    "context": (0, True, math.inf),
-    "prompt_tokens": (1, True, math.inf),
-    "critical_batch": (0, False, math.inf),
-    "roof_tok_s": (0, False, math.inf),
-    "ttft_slo_ms": (0, False, math.inf),
-    "tpot_slo_ms": (0, False, math.inf),
-    "memory_utilization": (0, False, 1),
-    "memory_fraction": (0, False, 1),
-    "bandwidth_efficiency": (0, False, 1),
-    "compute_efficiency": (0, False, 1),
-    "overhead_ms": (0, True, math.inf),
-    "warmup": (0, True, math.inf),
-    "steps": (1, True, math.inf),
-    "rounds": (1, True, math.inf),
-    "repeats": (1, True, math.inf),
-    "passes": (1, True, math.inf),
-}
-ALLOW_INF = {"burstiness"}  # inf = a constant request rate
-LIST_FLAGS = {"context"}  # flags that take a list ('8192,32768'), each item in the flag's range
-
-
-def check_flags(values: dict[str, Any]) -> None:
-    """One line for the first numeric flag out of its range (NaN, an infinity, a negative count, ...); a flag that
-    takes a list ('8192,32768') is checked item by item."""
-    for name, given in values.items():
-        flag = "--" + name.replace("_", "-")
-        items = parse_numbers(given, flag) if isinstance(given, str) and name in LIST_FLAGS else [given]
-        for value in items:
-            _check_flag(name, flag, value)
-
-
-def _check_flag(name: str, flag: str, value: Any) -> None:
-    if isinstance(value, bool) or not isinstance(value, int | float):
-        return
-    if isinstance(value, float) and (math.isnan(value) or (math.isinf(value) and name not in ALLOW_INF)):
-        raise TokenroofError(f"{flag} must be a finite number, got {value}")
-    if name not in FLAG_RANGES:
-        return
-    low, inclusive, high = FLAG_RANGES[name]
-    if value < low or (value == low and not inclusive) or value > high:
-        bound = f"{'at least' if inclusive else 'above'} {low:g}" + (
-            f" and at most {high:g}" if high < math.inf else ""
-        )
-        raise TokenroofError(f"{flag} must be {bound}, got {value:g}")
-
-
-def handle_errors(func: F) -> F:
-    """Check the numeric flags, then turn a TokenroofError into one line on stderr and exit status 2 (no
-    traceback)."""
-
-    @functools.wraps(func)
-    def wrapper(*args: Any, **kwargs: Any) -> Any:
-        try:
-            check_flags(kwargs)
-            return func(*args, **kwargs)
-        except TokenroofError as exc:
-            err.print(f"[bold red]error:[/] {escape(str(exc))}", highlight=False, soft_wrap=True)
-            raise typer.Exit(2) from None
-
-    return wrapper  # type: ignore[return-value]
-
-
-def emit_json(data: dict[str, Any]) -> None:
-    """One JSON object on stdout; infinities become null."""
-
-    def clean(value: Any) -> Any:
-        if isinstance(value, float) and not math.isfinite(value):
-            return None
-        if isinstance(value, dict):
-            return {k: clean(v) for k, v in value.items()}
-        if isinstance(value, list | tuple):
-            return [clean(v) for v in value]
-        return value
-
-    sys.stdout.write(json.dumps(clean(data), indent=2) + "\n")
-
-
-def warn_all(warnings: Sequence[str]) -> None:
-    for warning in warnings:
-        err.print(f"[yellow]warning:[/] {escape(warning)}", highlight=False, soft_wrap=True)
-
-
-def progress_bar(hidden: bool, transient: bool = False) -> Any:
-    """A rich progress bar on stderr (description, bar, done/total, elapsed); `hidden` for --json runs."""
-    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
-
-    columns = (TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn())
-    return Progress(*columns, console=err, disable=hidden, transient=transient)
-
-
-def finish(
-    data: dict[str, Any],
-    table: Callable[[Console, dict[str, Any]], None],
-    json_output: bool,
-    plot: Path | None = None,
-    draw: Callable[[Path], None] | None = None,
-) -> None:
-    """Write the plot if asked, then print JSON or the table followed by the warnings."""
-    if plot is not None and draw is not None:
-        draw(plot)
-    if json_output:
-        emit_json(data)
-        return
-    table(out, data)
-    warn_all(data.get("warnings", []))
-    if plot is not None:
-        err.print(f"wrote {plot}")
-
-
-ModelOpt = Annotated[str, typer.Option("--model", "-m", help="Preset name or path to a config.json.")]
-HardwareOpt = Annotated[str, typer.Option("--hardware", "-H", help="Preset name or path to a hardware TOML.")]
-JsonOpt = Annotated[bool, typer.Option("--json", help="Print one JSON object instead of tables.")]
-PlotOpt = Annotated[Path | None, typer.Option("--plot", help="Write a PNG figure to this path.")]
-
-
-def checkpoint_unless_given(ctx: typer.Context, param: typer.CallbackParam, value: str | None) -> str | None:
-    """`--dtype` left out is None whatever default a command declares: the checkpoint's quantization_config
-    (AWQ, GPTQ, FP8, ...), else bf16 (`Precision.create`)."""
-    source = ctx.get_parameter_source(param.name) if param.name else None
-    return None if source is None or source.name == "DEFAULT" else value
-
-
-DtypeOpt = Annotated[
-    str | None,
-    typer.Option(
-        "--dtype",
-        callback=checkpoint_unless_given,
-        show_default="the checkpoint's quantization_config, else bf16",
-        help="Weight dtype: bf16, fp16, fp8, int8, int4, fp4, fp32.",
-    ),
-]
-KvDtypeOpt = Annotated[
-    str | None,
-    typer.Option("--kv-dtype", help="KV-cache dtype (default: weight dtype, or bf16 for quantised weights)."),
-]
-ComputeOpt = Annotated[
-    str | None,
-    typer.Option("--compute-dtype", help="Which tensor peak applies (default: weight dtype; bf16 for int4/int8)."),
-]
-TpOpt = Annotated[int, typer.Option("--tp", help="Tensor-parallel degree.")]
-EngineOpt = Annotated[
-    str | None,
-    typer.Option(
-        "--engine",
-        show_default="generic: the profile-free defaults",
-        help="Serving engine profile for first principles: vllm-v0, vllm-v1, sglang, tensorrt-llm, tgi, lmdeploy, "
-        "llama-cpp, fastertransformer, pytorch-eager (or an engine .toml path). Sets the efficiencies, the "
-        "per-step and per-sequence overheads, and the spread of the intervals.",
-    ),
-]
-FitOpt = Annotated[
-    list[Path] | None,
-    typer.Option(
-        help="Step model fitted to these measurements, as predict does: a CSV, vLLM/GuideLLM JSON files or bench "
-        "folders (repeat --fit for several)."
-    ),
-]
-StepModelFileOpt = Annotated[Path | None, typer.Option(help="Step model terms from a JSON file (StepModel fields).")]
-SloStatisticOpt = Annotated[
-    str, typer.Option(help="Which statistic of the per-request TTFT/TPOT the targets bound: mean, p50, p90 or p99.")
-]
-
-
-OptModel = Annotated[
-    str | None, typer.Option("--model", "-m", help="Model preset or config.json: enables the physics prior.")
-]
-OptHardware = Annotated[
-    str | None, typer.Option("--hardware", "-H", help="Hardware preset or TOML: enables the physics prior.")
-]
-InputLenOpt = Annotated[float | None, typer.Option(help="Prompt tokens per request in the measured workload.")]
-OutputLenOpt = Annotated[float | None, typer.Option(help="Output tokens per request in the measured workload.")]
-DecodeOnlyOpt = Annotated[
-    bool, typer.Option("--decode-only", help="TPOT was measured on pure decode steps (no prefill mixed in).")
-]
-ContextOpt = Annotated[
-    float | None, typer.Option("--context", help="Mean tokens in each sequence's KV cache (default: input + output/2).")
-]
+from tokenroof.cli.common import FLAG_RANGES, app, check_flags, normalize_argv, parse_numbers
+from tokenroof.cli import specs_cmds
+from tokenroof.cli import measured
+from tokenroof.cli import serving
+from tokenroof.cli import capacity
+from tokenroof.cli import local
+from tokenroof.cli import report_cmds
 
 
 def main(argv: Sequence[str] | None = None) -> None:
@@ -270,12 +26,17 @@ def main(argv: Sequence[str] | None = None) -> None:
     app(args=args, prog_name="tokenroof")
 
 
-# the commands register on `app` in the order `tokenroof --help` lists them
-from tokenroof.cli import specs_cmds  # noqa: E402, I001
-from tokenroof.cli import measured  # noqa: E402
-from tokenroof.cli import serving  # noqa: E402
-from tokenroof.cli import capacity  # noqa: E402
-from tokenroof.cli import local  # noqa: E402
-from tokenroof.cli import report_cmds  # noqa: E402, F401
-
-__all__ = ["app", "capacity", "local", "main", "measured", "normalize_argv", "serving", "specs_cmds"]
+__all__ = [
+    "FLAG_RANGES",
+    "app",
+    "capacity",
+    "check_flags",
+    "local",
+    "main",
+    "measured",
+    "normalize_argv",
+    "parse_numbers",
+    "report_cmds",
+    "serving",
+    "specs_cmds",
+]

@@ -7,7 +7,8 @@ from typing import Annotated
 
 import typer
 
-from tokenroof.cli import (
+from tokenroof.cli import render
+from tokenroof.cli.common import (
     ComputeOpt,
     DtypeOpt,
     EngineOpt,
@@ -26,7 +27,6 @@ from tokenroof.cli import (
     handle_errors,
     parse_numbers,
     progress_bar,
-    render,
 )
 from tokenroof.errors import TokenroofError
 from tokenroof.serving.deployment import Deployment, Physics

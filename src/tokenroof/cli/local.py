@@ -7,7 +7,8 @@ from typing import Annotated, Any
 
 import typer
 
-from tokenroof.cli import (
+from tokenroof.cli import render
+from tokenroof.cli.common import (
     JsonOpt,
     ModelOpt,
     PlotOpt,
@@ -17,7 +18,6 @@ from tokenroof.cli import (
     handle_errors,
     parse_numbers,
     progress_bar,
-    render,
 )
 from tokenroof.errors import TokenroofError
 

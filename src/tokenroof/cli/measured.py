@@ -7,7 +7,8 @@ from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
-from tokenroof.cli import (
+from tokenroof.cli import render
+from tokenroof.cli.common import (
     ComputeOpt,
     DecodeOnlyOpt,
     DtypeOpt,
@@ -25,10 +26,9 @@ from tokenroof.cli import (
     finish,
     handle_errors,
     parse_numbers,
-    render,
 )
 from tokenroof.errors import TokenroofError
-from tokenroof.serving.deployment import Physics
+from tokenroof.fit.physics import Physics
 
 if TYPE_CHECKING:
     pass

@@ -8,7 +8,7 @@ from typing import Annotated
 
 import typer
 
-from tokenroof.cli import app, err, handle_errors
+from tokenroof.cli.common import app, err, handle_errors
 
 
 @app.command()

@@ -6,7 +6,8 @@ from typing import Annotated
 
 import typer
 
-from tokenroof.cli import (
+from tokenroof.cli import render
+from tokenroof.cli.common import (
     ComputeOpt,
     DtypeOpt,
     EngineOpt,
@@ -21,7 +22,6 @@ from tokenroof.cli import (
     handle_errors,
     out,
     parse_numbers,
-    render,
 )
 from tokenroof.errors import TokenroofError
 

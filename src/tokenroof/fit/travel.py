@@ -188,7 +188,7 @@ def portable(fit: Fit, table: MeasurementTable) -> Travelling:
         return Travelling(
             split_terms(sm, prior, law), prior.context_tokens, prior.prefill_ratio, True, table.source, prior.label
         )
-    from tokenroof.fit.predict import Workload
+    from tokenroof.fit.prior import Workload
 
     sem = table.semantics
     context = None if table.context_tokens is None else float(table.context_tokens.mean())

@@ -11,16 +11,17 @@ import numpy as np
 from numpy.typing import ArrayLike, NDArray
 
 from tokenroof.errors import TokenroofError
-from tokenroof.specs.engines import server_flags
+from tokenroof.serving.advice import advice_dict, engine_flags
 from tokenroof.units import MS_PER_S
 
 if TYPE_CHECKING:
     from tokenroof.fit.core import Fit
+    from tokenroof.fit.physics import Physics
     from tokenroof.fit.predict import Workload
     from tokenroof.io.measurements import MeasurementTable
-    from tokenroof.serving.deployment import Physics
 
 SEARCH_LIMIT = 1_000_000
+__all__ = ["advice_dict", "advise", "engine_flags", "largest_batch_within"]
 
 
 class StepTime(Protocol):
@@ -29,12 +30,6 @@ class StepTime(Protocol):
     def step_time_s(self, batch: ArrayLike, context: ArrayLike = 0.0) -> NDArray[np.float64]: ...
 
     def throughput_tok_s(self, batch: ArrayLike, context: ArrayLike = 0.0) -> NDArray[np.float64]: ...
-
-
-def engine_flags(cap: int) -> dict[str, str]:
-    """The same cap in each server's own words: its batch-cap flag from the engines table (specs/data/engines),
-    by server name."""
-    return {server: f"{flag} {cap}" for server, flag in server_flags("max_num_seqs").items()}
 
 
 def largest_batch_within(sm: StepTime, tpot_slo_s: float, context: float = 0.0, limit: int | None = None) -> int:
@@ -104,35 +99,6 @@ class Advice:
             self.source,
             self.warnings,
         )
-
-
-def advice_dict(
-    slo: dict[str, Any],
-    cap: tuple[int, int | None, int | None],
-    binding: str,
-    at_cap: dict[str, Any],
-    knee_batch: float | None,
-    reference: dict[str, Any],
-    source: str,
-    warnings: Sequence[str],
-) -> dict[str, Any]:
-    """advise's one JSON shape, whichever way the cap was found (schemas/advise.schema.json)."""
-    given_up = 1 - at_cap["throughput_tok_s"] / reference["throughput_tok_s"]
-    return {
-        "slo": slo,
-        "max_num_seqs": cap[0],
-        "max_num_seqs_low": cap[1],
-        "max_num_seqs_high": cap[2],
-        "interval_level": None if cap[1] is None else 0.9,
-        "binding": binding,
-        "at_cap": at_cap,
-        "latency_knee_batch": knee_batch,  # Kneedle on throughput vs TPOT (roofline's knee_batch is the matmul knee)
-        "reference": reference,
-        "throughput_given_up_fraction": max(given_up, 0.0),
-        "engine_flags": engine_flags(cap[0]),
-        "source": source,
-        "warnings": list(warnings),
-    }
 
 
 def advise(

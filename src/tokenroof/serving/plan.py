@@ -24,7 +24,7 @@ import numpy as np
 
 from tokenroof.errors import TokenroofError
 from tokenroof.model.stepmodel import StepModel
-from tokenroof.serving.advise import engine_flags
+from tokenroof.serving.advice import engine_flags
 from tokenroof.serving.saturation import STATISTICS, at_cap
 from tokenroof.serving.simulate import Workload, simulate
 

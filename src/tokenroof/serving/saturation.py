@@ -28,6 +28,7 @@ import numpy as np
 
 from tokenroof.errors import TokenroofError
 from tokenroof.model.stepmodel import StepModel
+from tokenroof.serving.advice import advice_dict
 from tokenroof.serving.simulate import EVEN, ClosedLoop, Lengths, Workload, simulate
 
 STATISTICS = ("mean", "p50", "p90", "p99")
@@ -159,8 +160,6 @@ class CapAdvice:
     warnings: list[str]
 
     def to_dict(self) -> dict[str, Any]:
-        from tokenroof.serving.advise import advice_dict
-
         return advice_dict(
             {"statistic": self.statistic, "tpot_ms": self.tpot_slo_ms, "ttft_ms": self.ttft_slo_ms},
             (self.chosen.max_num_seqs, None, None),

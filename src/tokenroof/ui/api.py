@@ -50,7 +50,7 @@ def finite(value: Any) -> Any:
 
 def check(values: dict[str, Any]) -> None:
     """The CLI's numeric flag ranges (FLAG_RANGES), so the page refuses what the command refuses."""
-    from tokenroof.cli import check_flags
+    from tokenroof.params import check_flags
 
     check_flags(values)
 
@@ -150,7 +150,7 @@ class Request:
         return name
 
     def physics(self, known: bool = True) -> Any:
-        from tokenroof.serving.deployment import Physics
+        from tokenroof.fit.physics import Physics
 
         tp = self.body.tp
         check({"tp": tp})

@@ -1,0 +1,139 @@
+"""What `--model/--hardware/--dtype/--kv-dtype/--compute-dtype/--tp/--engine` name, and the one place that turns
+them into a first-principles step model, a physics prior for a fit, or the KV-cache pool a server would have.
+Commands take one `Physics` instead of six loose flags; without a model and hardware it is `known == False` (data
+only). It lives with the fit, whose prior it makes; the serving layer builds its servers on it."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from tokenroof.errors import TokenroofError
+from tokenroof.fit.prior import Workload, prior_from_specs
+
+if TYPE_CHECKING:
+    from tokenroof.fit.core import Prior
+    from tokenroof.model.stepmodel import StepModel
+    from tokenroof.specs import Precision
+    from tokenroof.specs.engines import EngineProfile
+
+
+@dataclass(frozen=True)
+class Physics:
+    """Model, hardware, precision, tensor parallelism and serving engine as given (names or file paths).
+
+    `engine` names an engine profile (specs/data/engines/); None is the default profile (`generic`, the
+    profile-free defaults). It shapes every first-principles answer: the step model, the physics prior of a fit.
+    """
+
+    model: str | None = None
+    hardware: str | None = None
+    dtype: str | None = None  # None: the checkpoint's quantization_config, else bf16
+    kv_dtype: str | None = None
+    compute_dtype: str | None = None
+    tp: int = 1
+    engine: str | None = None
+
+    def __post_init__(self) -> None:
+        if (self.model is None) != (self.hardware is None):
+            raise TokenroofError("give both --model and --hardware (or neither, for the data alone)")
+        if self.engine is not None:
+            if self.model is None:
+                raise TokenroofError("--engine shapes first principles: give --model and --hardware with it")
+            self.engine_profile()  # an unknown name or a bad file fails here, in one line
+
+    @property
+    def known(self) -> bool:
+        return self.model is not None and self.hardware is not None
+
+    @property
+    def precision(self) -> Precision:
+        """The dtypes as given; without `dtype`, the model checkpoint's quantization (else bf16)."""
+        from tokenroof.specs import Precision, load_model
+
+        checkpoint = load_model(self.model).quantization if self.dtype is None and self.model is not None else None
+        return Precision.create(self.dtype, self.kv_dtype, self.compute_dtype, checkpoint=checkpoint)
+
+    def _specs(self) -> tuple:
+        from tokenroof.specs import load_hardware, load_model
+
+        if self.model is None or self.hardware is None:
+            raise TokenroofError("give --model and --hardware")
+        return load_model(self.model), load_hardware(self.hardware)
+
+    def engine_profile(self) -> EngineProfile:
+        """The engine profile named (the default one when none is)."""
+        from tokenroof.specs.engines import load_engine
+
+        return load_engine(self.engine)
+
+    def unservable(self, memory_utilization: float = 0.9) -> str | None:
+        """Why the weights alone do not fit in the memory the server may use (None: they fit)."""
+        from tokenroof.model.roofline import resident_weight_bytes
+
+        model, hardware = self._specs()
+        precision = self.precision
+        weights = resident_weight_bytes(model, precision, self.tp)
+        usable = hardware.memory_bytes * memory_utilization
+        if weights < usable:
+            return None
+        needed = math.ceil(weights * self.tp / usable)
+        return (
+            f"{model.name} in {precision.weight_dtype} holds {weights / 1e9:,.0f} GB of weights per GPU at --tp "
+            f"{self.tp}; {hardware.key or hardware.name} has {hardware.memory_bytes / 1e9:,.0f} GB, "
+            f"{memory_utilization:.0%} of it "
+            f"usable: it cannot be served (give --tp {needed} or more, a smaller --dtype, or a larger --hardware)"
+        )
+
+    def require_servable(self) -> None:
+        """Refuse a deployment whose weights do not fit, whichever path asks (first principles, a prior, a pool)."""
+        why = self.unservable()
+        if why is not None:
+            raise TokenroofError(why)
+
+    def step_model(self) -> StepModel:
+        """The first-principles step model of a server: the engine profile's efficiencies, under the hardware file's
+        measured ones (roofline.default_efficiencies gives the precedence)."""
+        from tokenroof.model.roofline import default_efficiencies, step_model_from_specs
+
+        self.require_servable()
+        model, hardware = self._specs()
+        eff = default_efficiencies(hardware, self.precision, self.engine_profile())
+        return step_model_from_specs(model, hardware, self.precision, self.tp, eff)
+
+    def prior(self, workload: Workload) -> Prior:
+        """The physics prior for a fit of measurements taken under `workload` (centred on the engine profile)."""
+        self.require_servable()
+        model, hardware = self._specs()
+        profile = self.engine_profile() if self.engine is not None else None
+        return prior_from_specs(model, hardware, self.precision, workload, self.tp, engine=profile)
+
+    def prompt_budget(self) -> int | str | None:
+        """How the named engine prefills measured prompts: its chunk budget per step, None for whole prompts (its own
+        prefill steps), or "fit" when no engine is named (the replay of the measurements decides)."""
+        if self.engine is None:
+            return "fit"
+        profile = self.engine_profile()
+        return profile.max_num_batched_tokens if profile.prefill == "chunked" else None
+
+    def kv_pool_tokens(self) -> int | None:
+        """The KV-cache pool a server would have (vLLM's, roughly: 90% of memory less the weights); None without
+        model and hardware. emulate and simulate build the same server from the same flags."""
+        if not self.known:
+            return None
+        from tokenroof.model.roofline import kv_cache_tokens
+
+        self.require_servable()
+        model, hardware = self._specs()
+        return kv_cache_tokens(model, hardware, self.precision, self.tp)
+
+    def max_batch(self, context_tokens: float) -> int:
+        from tokenroof.model.roofline import max_batch_by_memory
+
+        model, hardware = self._specs()
+        return max_batch_by_memory(model, hardware, self.precision, context_tokens, self.tp)
+
+    def label(self) -> str:
+        engine = f", engine {self.engine_profile().key}" if self.engine is not None else ""
+        return f"{self.model} on {self.hardware} ×{self.tp}{engine}"

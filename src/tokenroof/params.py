@@ -1,0 +1,88 @@
+"""Every numeric parameter's range, by name, and one line for a value out of it: the command line and the local
+page check the same values the same way (the messages name the flag, `--tpot-slo-ms`, which both show)."""
+
+from __future__ import annotations
+
+import math
+import re
+from typing import Any
+
+from tokenroof.errors import TokenroofError
+
+
+def parse_numbers(text: str, what: str) -> list[float]:
+    """`"1,8, 32"` → [1.0, 8.0, 32.0] (commas or any whitespace between); a bad item names itself, on one line."""
+    values = []
+    for item in re.split(r"[\s,]+", text):
+        if not item:
+            continue
+        try:
+            values.append(float(item))
+        except ValueError:
+            raise TokenroofError(f"{what}: '{repr(item[:40])[1:-1]}' is not a number") from None
+    return values
+
+
+# The range each numeric flag takes, by its parameter name: (lowest, whether the lowest itself is allowed, highest).
+# Every float flag must be finite unless named in ALLOW_INF; integer flags are whole by their type.
+FLAG_RANGES: dict[str, tuple[float, bool, float]] = {
+    "rate": (0, False, math.inf),
+    "burstiness": (0, False, math.inf),
+    "spread": (0, True, 10),
+    "num_requests": (1, True, math.inf),
+    "max_num_seqs": (1, True, math.inf),
+    "replicas": (1, True, math.inf),
+    "seeds": (1, True, math.inf),
+    "max_replicas": (1, True, math.inf),
+    "workers": (1, True, math.inf),
+    "samples": (1, True, math.inf),
+    "tp": (1, True, math.inf),
+    "kv_cache_tokens": (1, True, math.inf),
+    "max_num_batched_tokens": (1, True, math.inf),
+    "max_model_len": (1, True, math.inf),
+    "input_len": (1, True, math.inf),
+    "output_len": (1, True, math.inf),
+    "context": (0, True, math.inf),
+    "prompt_tokens": (1, True, math.inf),
+    "critical_batch": (0, False, math.inf),
+    "roof_tok_s": (0, False, math.inf),
+    "ttft_slo_ms": (0, False, math.inf),
+    "tpot_slo_ms": (0, False, math.inf),
+    "memory_utilization": (0, False, 1),
+    "memory_fraction": (0, False, 1),
+    "bandwidth_efficiency": (0, False, 1),
+    "compute_efficiency": (0, False, 1),
+    "overhead_ms": (0, True, math.inf),
+    "warmup": (0, True, math.inf),
+    "steps": (1, True, math.inf),
+    "rounds": (1, True, math.inf),
+    "repeats": (1, True, math.inf),
+    "passes": (1, True, math.inf),
+}
+ALLOW_INF = {"burstiness"}  # inf = a constant request rate
+LIST_FLAGS = {"context"}  # flags that take a list ('8192,32768'), each item in the flag's range
+
+
+def check_flags(values: dict[str, Any]) -> None:
+    """One line for the first numeric flag out of its range (NaN, an infinity, a negative count, ...); a flag that
+    takes a list ('8192,32768') is checked item by item."""
+    for name, given in values.items():
+        flag = "--" + name.replace("_", "-")
+        items = parse_numbers(given, flag) if isinstance(given, str) and name in LIST_FLAGS else [given]
+        for value in items:
+            _check_flag(name, flag, value)
+
+
+def _check_flag(name: str, flag: str, value: Any) -> None:
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        return
+    if isinstance(value, float) and (math.isnan(value) or (math.isinf(value) and name not in ALLOW_INF)):
+        raise TokenroofError(f"{flag} must be a finite number, got {value}")
+    if name not in FLAG_RANGES:
+        return
+    low, inclusive, high = FLAG_RANGES[name]
+    if value < low or (value == low and not inclusive) or value > high:
+        bound = f"{'at least' if inclusive else 'above'} {low:g}" + (
+            f" and at most {high:g}" if high < math.inf else ""
+        )
+        raise TokenroofError(f"{flag} must be {bound}, got {value:g}")

@@ -1,0 +1,43 @@
+"""advise's answer as data: one JSON shape whichever way the cap was found, and the cap in each server's words."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from tokenroof.specs.engines import server_flags
+
+
+def engine_flags(cap: int) -> dict[str, str]:
+    """The same cap in each server's own words: its batch-cap flag from the engines table (specs/data/engines),
+    by server name."""
+    return {server: f"{flag} {cap}" for server, flag in server_flags("max_num_seqs").items()}
+
+
+def advice_dict(
+    slo: dict[str, Any],
+    cap: tuple[int, int | None, int | None],
+    binding: str,
+    at_cap: dict[str, Any],
+    knee_batch: float | None,
+    reference: dict[str, Any],
+    source: str,
+    warnings: Sequence[str],
+) -> dict[str, Any]:
+    """advise's one JSON shape, whichever way the cap was found (schemas/advise.schema.json)."""
+    given_up = 1 - at_cap["throughput_tok_s"] / reference["throughput_tok_s"]
+    return {
+        "slo": slo,
+        "max_num_seqs": cap[0],
+        "max_num_seqs_low": cap[1],
+        "max_num_seqs_high": cap[2],
+        "interval_level": None if cap[1] is None else 0.9,
+        "binding": binding,
+        "at_cap": at_cap,
+        "latency_knee_batch": knee_batch,  # Kneedle on throughput vs TPOT (roofline's knee_batch is the matmul knee)
+        "reference": reference,
+        "throughput_given_up_fraction": max(given_up, 0.0),
+        "engine_flags": engine_flags(cap[0]),
+        "source": source,
+        "warnings": list(warnings),
+    }
