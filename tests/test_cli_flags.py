@@ -53,3 +53,14 @@ def test_infinite_burstiness_is_a_constant_rate_not_an_error() -> None:
 def test_every_ranged_flag_has_a_sane_range() -> None:
     for name, (low, _, high) in FLAG_RANGES.items():
         assert low < high, name
+
+
+def test_version_names_the_installed_distribution() -> None:
+    from importlib.metadata import version
+
+    from tests.conftest import run_cli
+
+    result = run_cli(["--version"])
+    assert result.exit_code == 0
+    assert result.output.startswith(f"tokenroof {version('tokenroof')} (Python ")
+    assert run_cli(["--version", "models"]).output == result.output  # eager: the command is not run

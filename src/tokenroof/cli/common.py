@@ -24,6 +24,35 @@ app = typer.Typer(
     help="Decode throughput and TPOT against batch size: from first principles, from your measurements, from a "
     "server under load; and the batch cap and replicas to run.",
 )
+
+
+def version_string() -> str:
+    """`tokenroof X.Y.Z (Python A.B.C)`: the installed distribution's version (or the source tree's, unbuilt)."""
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        mine = version("tokenroof")
+    except PackageNotFoundError:
+        mine = "unknown (not installed)"
+    return f"tokenroof {mine} (Python {sys.version.split()[0]})"
+
+
+def show_version(value: bool) -> None:
+    if value:
+        typer.echo(version_string())
+        raise typer.Exit()
+
+
+@app.callback()
+def root(
+    version: Annotated[
+        bool, typer.Option("--version", callback=show_version, is_eager=True, help="Print the version and exit.")
+    ] = False,
+) -> None:
+    """Decode throughput and TPOT against batch size: from first principles, from your measurements, from a server
+    under load; and the batch cap and replicas to run."""
+
+
 out = Console(width=None if sys.stdout.isatty() else 120)
 err = Console(stderr=True)
 F = TypeVar("F", bound=Callable[..., Any])
