@@ -83,12 +83,12 @@ demo: $(STAMP)
 	@$(BIN)/tokenroof advise $(SEED) --tpot-slo-ms 30 --model llama-2-7b --hardware h100-sxm --context 300 --json > demo-advise.json
 	@echo
 	@echo "== 6. Capacity plan: 40 req/s of 1,000-in/300-out traffic, p99 TTFT <= 1 s and p99 TPOT <= 50 ms =="
-	$(BIN)/tokenroof plan --model llama-3.1-8b --hardware h100-sxm --rate 40 --input-len 1000 --output-len 300 --ttft-slo-ms 1000 --tpot-slo-ms 50
-	@$(BIN)/tokenroof plan --model llama-3.1-8b --hardware h100-sxm --rate 40 --input-len 1000 --output-len 300 --ttft-slo-ms 1000 --tpot-slo-ms 50 --json > demo-plan.json
+	$(BIN)/tokenroof plan --model llama-3.1-8b --hardware h100-sxm --request-rate 40 --input-len 1000 --output-len 300 --ttft-slo-ms 1000 --tpot-slo-ms 50
+	@$(BIN)/tokenroof plan --model llama-3.1-8b --hardware h100-sxm --request-rate 40 --input-len 1000 --output-len 300 --ttft-slo-ms 1000 --tpot-slo-ms 50 --json > demo-plan.json
 	@echo
 	@echo "== 7. One replica of that deployment under rising load: latency and goodput against the request rate =="
-	$(BIN)/tokenroof simulate --model llama-3.1-8b --hardware h100-sxm --rate 10,20,30,40 --num-requests 2000 --ttft-slo-ms 1000 --tpot-slo-ms 50
-	@$(BIN)/tokenroof simulate --model llama-3.1-8b --hardware h100-sxm --rate 10,20,30,40 --num-requests 2000 --ttft-slo-ms 1000 --tpot-slo-ms 50 --json > demo-simulate.json
+	$(BIN)/tokenroof simulate --model llama-3.1-8b --hardware h100-sxm --request-rate 10,20,30,40 --num-requests 2000 --ttft-slo-ms 1000 --tpot-slo-ms 50
+	@$(BIN)/tokenroof simulate --model llama-3.1-8b --hardware h100-sxm --request-rate 10,20,30,40 --num-requests 2000 --ttft-slo-ms 1000 --tpot-slo-ms 50 --json > demo-simulate.json
 	@echo
 	@echo "== 8. This machine's own roof: calibrate it, then time a 123M-parameter Llama (random weights) in fp32 =="
 	$(BIN)/tokenroof calibrate --model examples/llama-123m.json --dtype fp32 --out calibrated.toml

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
 
 from tests.conftest import run_cli
@@ -25,7 +27,7 @@ SPECS = ["-m", "llama-3.1-8b", "-H", "h100-sxm"]
         (["simulate", *SPECS, "--num-requests", "0"], "--num-requests must be at least 1"),
         (["simulate", *SPECS, "--tpot-slo-ms", "nan"], "--tpot-slo-ms must be a finite number"),
         (["simulate", *SPECS, "--input-len", "0"], "--input-len must be at least 1"),
-        (["plan", *SPECS, "--rate", "nan"], "--rate must be a finite number"),
+        (["plan", *SPECS, "--rate", "nan"], "--request-rate must be a finite number"),
         (["plan", *SPECS, "--seeds", "0"], "--seeds must be at least 1"),
         (["plan", *SPECS, "--max-replicas", "0"], "--max-replicas must be at least 1"),
         (["plan", *SPECS, "--tp-choices", "1.5"], "--tp-choices takes whole numbers"),
@@ -33,7 +35,7 @@ SPECS = ["-m", "llama-3.1-8b", "-H", "h100-sxm"]
         (["plan", *SPECS, "--slo-statistic", "p95"], "unknown --slo-statistic 'p95'"),
         (["advise", *SPECS, "--context", "inf", "--tpot-slo-ms", "40"], "--context must be a finite number"),
         (["advise", SEED, "--tpot-slo-ms", "30", "--slo-statistic", "p75"], "unknown --slo-statistic 'p75'"),
-        (["simulate", *SPECS, "--rate", "0"], "--rate must be positive finite requests per second, got 0"),
+        (["simulate", *SPECS, "--rate", "0"], "--request-rate must be positive finite requests per second, got 0"),
         (["advise", *SPECS, "--context", "1000", "--tpot-slo-ms", "inf"], "--tpot-slo-ms must be a finite number"),
     ],
 )
@@ -64,3 +66,35 @@ def test_version_names_the_installed_distribution() -> None:
     assert result.exit_code == 0
     assert result.output.startswith(f"tokenroof {version('tokenroof')} (Python ")
     assert run_cli(["--version", "models"]).output == result.output  # eager: the command is not run
+
+
+def test_one_concept_one_spelling_and_one_default_across_commands() -> None:
+    """Issue 30: the rate was bench --request-rate but simulate/plan --rate, and simulate drew fixed lengths where
+    plan drew lognormal ones, so simulating plan's answer with default flags simulated another workload."""
+    import typer.main
+
+    from tokenroof.cli import app
+
+    commands = typer.main.get_command(app).commands  # type: ignore[attr-defined]
+
+    def option(command: str, name: str) -> Any:
+        (param,) = [p for p in commands[command].params if p.name == name]
+        return param
+
+    for command in ("bench", "simulate", "plan"):
+        assert option(command, "request_rate").opts[0] == "--request-rate"
+    for name in ("input_dist", "output_dist", "spread", "input_len", "output_len"):
+        assert option("simulate", name).opts == option("plan", name).opts
+        assert option("simulate", name).default == option("plan", name).default
+    assert option("plan", "length_dist").hidden  # the older spelling still works, unlisted
+
+
+def test_plan_states_the_workload_it_assumed() -> None:
+    from tests.conftest import run_cli
+
+    args = ["plan", *SPECS, "--rate", "8", "--num-requests", "200", "--seeds", "1", "--output-dist", "lognormal"]
+    result = run_cli(args)
+    assert result.exit_code == 0, result.output
+    assert "workload: 8 req/s (Poisson); prompts 1,000 tokens (fixed), outputs 300 tokens (lognormal, sigma 0.5)" in (
+        result.stdout
+    )

@@ -27,6 +27,7 @@ def parse_numbers(text: str, what: str) -> list[float]:
 # Every float flag must be finite unless named in ALLOW_INF; integer flags are whole by their type.
 FLAG_RANGES: dict[str, tuple[float, bool, float]] = {
     "rate": (0, False, math.inf),
+    "request_rate": (0, False, math.inf),
     "burstiness": (0, False, math.inf),
     "spread": (0, True, 10),
     "num_requests": (1, True, math.inf),

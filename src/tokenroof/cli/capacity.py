@@ -51,7 +51,10 @@ def simulate(
     compute_dtype: ComputeOpt = None,
     tp: TpOpt = 1,
     engine: EngineOpt = None,
-    rate: Annotated[str, typer.Option(help="Request rate(s) (req/s): '10', or a sweep '5,10,20,40'.")] = "10",
+    request_rate: Annotated[
+        str,
+        typer.Option("--request-rate", "--rate", help="Request rate(s) (req/s): '10', or a sweep '5,10,20,40'."),
+    ] = "10",
     concurrency: Annotated[
         str | None,
         typer.Option(
@@ -117,10 +120,10 @@ def simulate(
     traffic = Traffic(num_requests, burstiness, replicas, router, seed, ttft_slo_ms, tpot_slo_ms, client)
     if concurrency is not None:
         if trace is not None or out is not None:
-            raise TokenroofError("--concurrency runs a sweep: --trace and --out take a single --rate")
+            raise TokenroofError("--concurrency runs a sweep: --trace and --out take a single --request-rate")
         data, draw, sweep = simulate_concurrencies(dep, whole_numbers(concurrency, "--concurrency"), traffic)
     else:
-        data, draw, sweep = simulate_rates(dep, parse_numbers(rate, "--rate"), traffic, trace, out)
+        data, draw, sweep = simulate_rates(dep, parse_numbers(request_rate, "--request-rate"), traffic, trace, out)
     finish(data, render.rate_sweep if sweep else render.simulation, json_output, plot, draw)
 
 
@@ -139,11 +142,17 @@ def plan(
     compute_dtype: ComputeOpt = None,
     tp: TpOpt = 1,
     engine: EngineOpt = None,
-    rate: Annotated[float, typer.Option(help="Target request rate (req/s).")] = 10.0,
+    request_rate: Annotated[
+        float, typer.Option("--request-rate", "--rate", help="Target request rate (req/s), Poisson arrivals.")
+    ] = 10.0,
     input_len: Annotated[int, typer.Option(help="Mean prompt tokens.")] = 1000,
     output_len: Annotated[int, typer.Option(help="Mean output tokens.")] = 300,
-    length_dist: Annotated[str, typer.Option(help="fixed, uniform or lognormal.")] = "lognormal",
+    input_dist: Annotated[str, typer.Option(help="fixed, uniform or lognormal.")] = "fixed",
+    output_dist: Annotated[str, typer.Option(help="fixed, uniform or lognormal.")] = "fixed",
     spread: Annotated[float, typer.Option(help="Uniform ± fraction, or lognormal sigma.")] = 0.5,
+    length_dist: Annotated[
+        str | None, typer.Option(hidden=True, help="Both --input-dist and --output-dist (the older spelling).")
+    ] = None,
     ttft_slo_ms: Annotated[float, typer.Option(help="TTFT target (ms), on --slo-statistic.")] = 1000.0,
     tpot_slo_ms: Annotated[float, typer.Option(help="TPOT target (ms), on --slo-statistic.")] = 50.0,
     slo_statistic: SloStatisticOpt = "p99",
@@ -168,7 +177,9 @@ def plan(
     from tokenroof.serving.simulate import Lengths, Workload
 
     chips = tuple(h.strip() for h in hardware.split(",") if h.strip()) if hardware else ()
-    lengths = Lengths(input_len, length_dist, spread), Lengths(output_len, length_dist, spread)
+    if length_dist is not None:
+        input_dist = output_dist = length_dist
+    lengths = Lengths(input_len, input_dist, spread), Lengths(output_len, output_dist, spread)
     dep = Deployment(
         Physics(model, chips[0] if chips else None, dtype, kv_dtype, compute_dtype, tp, engine), fit, step_model
     )
@@ -185,7 +196,7 @@ def plan(
 
         data = plan_choices(
             dep,
-            Workload(rate, *lengths, num_requests),
+            Workload(request_rate, *lengths, num_requests),
             Slo(ttft_slo_ms, tpot_slo_ms, slo_statistic),
             choices,
             Search(seeds, max_replicas, workers, ray),

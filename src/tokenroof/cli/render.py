@@ -350,6 +350,21 @@ def simulation(console: Console, data: dict[str, Any]) -> None:
     console.print(table)
 
 
+def lengths_text(x: dict[str, Any]) -> str:
+    kind = x["distribution"]
+    how = "fixed" if kind == "fixed" else f"{kind}, {'±' if kind == 'uniform' else 'sigma '}{fmt(x['spread'])}"
+    return f"{x['mean']:,} tokens ({how})"
+
+
+def workload_line(w: dict[str, Any]) -> str:
+    """plan's traffic in one line: what the answer assumes (--request-rate, --input-len/--output-len, --*-dist)."""
+    arrivals = "Poisson" if w["burstiness"] == 1 else f"gamma arrivals, burstiness {fmt(w['burstiness'])}"
+    return (
+        f"{fmt(w['request_rate_req_s'])} req/s ({arrivals}); prompts {lengths_text(w['input_len'])}, "
+        f"outputs {lengths_text(w['output_len'])}"
+    )
+
+
 def plan_result(console: Console, data: dict[str, Any]) -> None:
     slo = data["slo"]
     if data.get("choices"):
@@ -369,6 +384,8 @@ def plan_result(console: Console, data: dict[str, Any]) -> None:
         console.print(choices)
         console.print(f"cheapest: [bold]{data.get('hardware')} ×tp{data.get('tp')}[/]", highlight=False)
     stat = slo["statistic"]
+    if data.get("workload"):
+        console.print(f"workload: {workload_line(data['workload'])}", highlight=False)
     console.print(
         f"targets: {stat} TTFT ≤ {fmt(slo['ttft_ms'])} ms, {stat} TPOT ≤ {fmt(slo['tpot_ms'])} ms", highlight=False
     )

@@ -84,13 +84,13 @@ def simulate_rates(
     sm = travelling.step_model
     notes = travelling.notes(dep.mean_context_tokens if trace is None else None)
     if not rates:
-        raise TokenroofError("--rate needs at least one number")
+        raise TokenroofError("--request-rate needs at least one number")
     if any(not 0 < r < math.inf for r in rates):
         given = ", ".join(f"{r:g}" for r in rates)
-        raise TokenroofError(f"--rate must be positive finite requests per second, got {given}")
+        raise TokenroofError(f"--request-rate must be positive finite requests per second, got {given}")
     if len(rates) > 1:
         if trace is not None or out is not None:
-            raise TokenroofError("--trace and --out take a single --rate")
+            raise TokenroofError("--trace and --out take a single --request-rate")
         rows = [{"rate_req_s": rate, **run_one(dep, sm, workload(dep, rate, traffic), traffic)[0]} for rate in rates]
         from tokenroof.report.plots import deployment_label, plot_rate_sweep
 

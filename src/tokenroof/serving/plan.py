@@ -26,7 +26,7 @@ from tokenroof.errors import TokenroofError
 from tokenroof.model.stepmodel import StepModel
 from tokenroof.serving.advice import engine_flags
 from tokenroof.serving.saturation import STATISTICS, at_cap
-from tokenroof.serving.simulate import Workload, simulate
+from tokenroof.serving.simulate import Lengths, Workload, simulate
 
 CAPS = (256, 128, 64, 32, 16, 8)
 SETTLE_FACTOR, SETTLE_ROUNDS = 4, 2  # a winner whose runs had not settled runs again with 4×, then 16× the requests
@@ -167,6 +167,21 @@ def replicas_lower_bound(per_replica_tok_s: float, workload: Workload) -> int:
     return max(1, math.ceil(needed / per_replica_tok_s))
 
 
+def workload_dict(workload: Workload) -> dict[str, Any]:
+    """The traffic as plan's JSON states it: rate, arrivals, each length's mean and distribution."""
+
+    def lengths(x: Lengths) -> dict[str, Any]:
+        return {"mean": x.mean, "distribution": x.kind, "spread": None if x.kind == "fixed" else x.spread}
+
+    return {
+        "request_rate_req_s": workload.rate_req_s,
+        "burstiness": workload.burstiness,
+        "input_len": lengths(workload.input_len),
+        "output_len": lengths(workload.output_len),
+        "num_requests": workload.num_requests,
+    }
+
+
 @dataclass
 class Plan:
     slo: Slo
@@ -174,10 +189,12 @@ class Plan:
     tried: list[Outcome]
     reason: str
     replica: tuple[int, float] = (0, 0.0)  # the cap at which one replica kept full gives the most, and that tok/s
+    workload: Workload | None = None  # the traffic planned for (stated in the answer: it is an assumption)
 
     def to_dict(self) -> dict[str, Any]:
         return {
             "feasible": self.chosen is not None,
+            "workload": None if self.workload is None else workload_dict(self.workload),
             "reference": {"max_num_seqs": self.replica[0], "throughput_tok_s": self.replica[1]},
             "chosen": None if self.chosen is None else self.chosen.to_dict(self.slo),
             "reason": self.reason,
@@ -298,11 +315,13 @@ def make_plan(
                     reason += (
                         f"; its runs had not settled at {workload.num_requests:,} requests: judged on {best.requests:,}"
                     )
-                return Plan(slo, best, tried, reason, (best_cap, per_replica))
+                return Plan(slo, best, tried, reason, (best_cap, per_replica), workload)
             if all(o.worst("tpot_ms", slo.statistic) > slo.tpot_ms for o in outcomes) and replicas > start + 1:
                 break  # more replicas do not lower TPOT once queueing is gone: the step itself is too slow
     closest = max(tried, key=lambda o: o.headroom(slo))
-    return Plan(slo, None, tried, infeasible_reason(tried, closest, slo, max_replicas), (best_cap, per_replica))
+    return Plan(
+        slo, None, tried, infeasible_reason(tried, closest, slo, max_replicas), (best_cap, per_replica), workload
+    )
 
 
 def rerun(
