@@ -39,13 +39,21 @@ VLLM_METRICS = {
 SERVERS: dict[str, dict[str, Any] | None] = {
     "vllm-v0": {
         "name": "vllm",
+        "memory_fraction_of": "memory",
         "flags": VLLM_FLAGS,
         "metrics": VLLM_METRICS,
         "defaults": {"max_num_seqs": 256, "memory_fraction": 0.9},
     },
-    "vllm-v1": {"name": "vllm", "flags": VLLM_FLAGS, "metrics": VLLM_METRICS, "defaults": {"memory_fraction": 0.9}},
+    "vllm-v1": {
+        "name": "vllm",
+        "memory_fraction_of": "memory",
+        "flags": VLLM_FLAGS,
+        "metrics": VLLM_METRICS,
+        "defaults": {"memory_fraction": 0.9},
+    },
     "sglang": {
         "name": "sglang",
+        "memory_fraction_of": "memory",
         "flags": {
             "max_num_seqs": "--max-running-requests",
             "max_num_batched_tokens": "--chunked-prefill-size",
@@ -56,6 +64,7 @@ SERVERS: dict[str, dict[str, Any] | None] = {
     },
     "tgi": {
         "name": "tgi",
+        "memory_fraction_of": "memory",
         "flags": {
             "max_num_seqs": "--max-batch-size",
             "max_num_batched_tokens": "--max-batch-prefill-tokens",
@@ -66,6 +75,7 @@ SERVERS: dict[str, dict[str, Any] | None] = {
     },
     "tensorrt-llm": {
         "name": "tensorrt-llm",
+        "memory_fraction_of": "free",
         "flags": {
             "max_num_seqs": "--max_batch_size",
             "max_num_batched_tokens": "--max_num_tokens",
@@ -76,12 +86,14 @@ SERVERS: dict[str, dict[str, Any] | None] = {
     },
     "llama-cpp": {
         "name": "llama-cpp",
+        "memory_fraction_of": "memory",
         "flags": {"max_num_seqs": "--parallel", "max_num_batched_tokens": "--batch-size"},
         "metrics": {"running": "llamacpp:requests_processing", "waiting": "llamacpp:requests_deferred"},
         "defaults": {"max_num_seqs": 1},
     },
     "lmdeploy": {
         "name": "lmdeploy",
+        "memory_fraction_of": "free",
         "flags": {
             "max_num_seqs": "--max-batch-size",
             "max_num_batched_tokens": "--max-prefill-token-num",

@@ -252,3 +252,28 @@ def test_advise_from_first_principles_uses_the_engine() -> None:
     generic, vllm = run_json(args), run_json([*args, "--engine", "vllm-v0"])
     assert vllm["max_num_seqs"] < generic["max_num_seqs"]  # vLLM V0's per-sequence costs fill the budget sooner
     assert "engine vllm-v0" in vllm["source"]
+
+
+def test_the_kv_pool_follows_the_named_engines_memory_fraction_as_that_engine_reads_it() -> None:
+    """Issue 30: the profiles' memory fraction was recorded and never read (simulate --engine tgi sized vLLM's
+    pool). Llama-3.1-8B in bf16 on an 80 GB H100: 16.06 GB of weights, 131,072 bytes of KV per token."""
+    from tokenroof.fit.physics import Physics
+    from tokenroof.model.roofline import kv_bytes_per_token, resident_weight_bytes
+    from tokenroof.specs import Precision, load_hardware, load_model
+
+    model, chip, bf16 = load_model("llama-3.1-8b"), load_hardware("h100-sxm"), Precision.create("bf16")
+    weights, per_token = resident_weight_bytes(model, bf16), kv_bytes_per_token(model, bf16)
+    assert per_token == 32 * 2 * 8 * 128 * 2
+    memory = chip.memory_bytes
+    cases = {
+        None: (0.9, False, (0.9 * memory - weights) // per_token),  # vLLM's default
+        "vllm-v1": (0.9, False, (0.9 * memory - weights) // per_token),
+        "tgi": (1.0, False, (memory - weights) // per_token),  # --cuda-memory-fraction 1.0 of the whole memory
+        "tensorrt-llm": (0.9, True, ((memory - weights) * 0.9) // per_token),  # of what the weights leave
+        "lmdeploy": (0.8, True, ((memory - weights) * 0.8) // per_token),
+        "llama-cpp": (0.9, False, (0.9 * memory - weights) // per_token),  # sized in tokens: no fraction
+    }
+    for engine, (fraction, of_free, tokens) in cases.items():
+        physics = Physics("llama-3.1-8b", "h100-sxm", "bf16", engine=engine)
+        assert physics.memory_fraction() == (fraction, of_free), engine
+        assert physics.kv_pool_tokens() == int(tokens), engine

@@ -12,6 +12,8 @@ from typing import TYPE_CHECKING
 from tokenroof.errors import TokenroofError
 from tokenroof.fit.prior import Workload, prior_from_specs
 
+DEFAULT_MEMORY_FRACTION = 0.9  # vLLM's --gpu-memory-utilization
+
 if TYPE_CHECKING:
     from tokenroof.fit.core import Prior
     from tokenroof.model.stepmodel import StepModel
@@ -118,15 +120,26 @@ class Physics:
         return profile.max_num_batched_tokens if profile.prefill == "chunked" else None
 
     def kv_pool_tokens(self) -> int | None:
-        """The KV-cache pool a server would have (vLLM's, roughly: 90% of memory less the weights); None without
-        model and hardware. emulate and simulate build the same server from the same flags."""
+        """The KV-cache pool a server would have: the named engine's default memory fraction as that engine reads it
+        (of the whole memory, weights included: vLLM, SGLang, TGI; of the memory the weights leave: TensorRT-LLM,
+        LMDeploy), else vLLM's 90% of the whole memory; None without model and hardware. emulate and simulate build
+        the same server from the same flags."""
         if not self.known:
             return None
         from tokenroof.model.roofline import kv_cache_tokens
 
         self.require_servable()
         model, hardware = self._specs()
-        return kv_cache_tokens(model, hardware, self.precision, self.tp)
+        fraction, of_free = self.memory_fraction()
+        return kv_cache_tokens(model, hardware, self.precision, self.tp, fraction, of_free)
+
+    def memory_fraction(self) -> tuple[float, bool]:
+        """(fraction, whether of the memory left after the weights) of the named engine's server, by its default
+        (`[server.defaults] memory_fraction`); 0.9 of the whole memory (vLLM's default) when it has none."""
+        server = self.engine_profile().server if self.engine is not None else None
+        if server is None or "memory_fraction" not in server.defaults:
+            return DEFAULT_MEMORY_FRACTION, False
+        return float(server.defaults["memory_fraction"]), server.memory_fraction_of == "free"
 
     def max_batch(self, context_tokens: float) -> int:
         from tokenroof.model.roofline import max_batch_by_memory

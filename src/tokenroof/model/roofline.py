@@ -310,13 +310,23 @@ def max_batch_by_memory(
 
 
 def kv_cache_tokens(
-    model: ModelSpec, hardware: HardwareSpec, precision: Precision, tp: int = 1, memory_utilization: float = 0.9
+    model: ModelSpec,
+    hardware: HardwareSpec,
+    precision: Precision,
+    tp: int = 1,
+    memory_utilization: float = 0.9,
+    of_free: bool = False,
 ) -> int:
-    """Tokens of KV cache that fit beside the weights in `memory_utilization` of memory (vLLM's pool, roughly).
+    """Tokens of KV cache that fit beside the weights in `memory_utilization` of memory (vLLM's pool, roughly), or,
+    `of_free`, in that fraction of the memory the weights leave (TensorRT-LLM's and LMDeploy's reading).
 
     Counted at every layer's cost per token: with sliding windows a sequence past its window holds fewer bytes
     per context token, so for such models the pool holds more context than this (a conservative count)."""
-    free = hardware.memory_bytes * memory_utilization - resident_weight_bytes(model, precision, tp)
+    weights = resident_weight_bytes(model, precision, tp)
+    if of_free:
+        free = (hardware.memory_bytes - weights) * memory_utilization
+    else:
+        free = hardware.memory_bytes * memory_utilization - weights
     return max(int(free // kv_bytes_per_token(model, precision, tp)), 0)
 
 

@@ -109,6 +109,7 @@ class Server:
     flags: Mapping[str, str] = field(default_factory=dict)
     metrics: Mapping[str, str] = field(default_factory=dict)
     defaults: Mapping[str, float] = field(default_factory=dict)
+    memory_fraction_of: str = "memory"  # "memory": weights and KV cache share the fraction; "free": after weights
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -116,6 +117,7 @@ class Server:
             "flags": dict(self.flags),
             "metrics": dict(self.metrics),
             "defaults": dict(self.defaults),
+            "memory_fraction_of": self.memory_fraction_of,
         }
 
 
@@ -267,6 +269,9 @@ class ServerTable(Section):
     """`[server]`: the server's name (shared by the profiles of its versions), flags, metrics and defaults."""
 
     name: Annotated[str, PlainValidator(_matching(SERVER_NAME, "a lower-case name such as vllm or llama-cpp"))]
+    # what memory_fraction is a fraction of: the whole memory, weights and KV cache together (vLLM, SGLang, TGI),
+    # or the memory left free after the weights, all for the KV cache (TensorRT-LLM, LMDeploy)
+    memory_fraction_of: Literal["memory", "free"] = "memory"
     flags: ServerFlags = ServerFlags()
     metrics: ServerMetrics = ServerMetrics()
     defaults: ServerDefaults = ServerDefaults()
@@ -327,6 +332,7 @@ def _server(table: ServerTable) -> Server:
         flags=MappingProxyType(table.flags.model_dump(exclude_none=True)),
         metrics=MappingProxyType(table.metrics.model_dump(exclude_none=True)),
         defaults=MappingProxyType(table.defaults.model_dump(exclude_none=True)),
+        memory_fraction_of=table.memory_fraction_of,
     )
 
 
