@@ -98,3 +98,53 @@ def test_plan_states_the_workload_it_assumed() -> None:
     assert "workload: 8 req/s (Poisson); prompts 1,000 tokens (fixed), outputs 300 tokens (lognormal, sigma 0.5)" in (
         result.stdout
     )
+
+
+def test_config_gives_any_commands_flags_from_toml_and_the_command_line_wins(tmp_path) -> None:
+    """Issue 30: --config FILE (TOML) for any command, as GuideLLM's scenarios: top-level keys for every command
+    that has the flag, [command] tables for one, flags on the command line over both."""
+    import json
+
+    import typer.main
+
+    from tokenroof.cli import app
+    from tokenroof.cli.config import default_map
+
+    path = tmp_path / "scenario.toml"
+    path.write_text(
+        'model = "llama-3.1-8b"\nhardware = "h100-sxm"\n[roofline]\nbatch = [1, 8]\njson = true\n'
+        '[simulate]\nrequest-rate = 40\n[bench]\nmodel = "served-name"\n'
+    )
+    defaults = default_map(path, typer.main.get_command(app))
+    assert defaults["roofline"] == {
+        "model": "llama-3.1-8b",
+        "hardware": "h100-sxm",
+        "batch": "1,8",
+        "json_output": True,
+    }
+    assert defaults["simulate"]["request_rate"] == 40
+    assert defaults["bench"] == {"model": "served-name"}  # bench's --model is the server's id: tables only
+    result = run_cli(["--config", str(path), "roofline", "--batch", "2"])
+    assert result.exit_code == 0, result.output
+    assert [p["batch"] for p in json.loads(result.stdout)["points"]] == [2]  # the flag wins over the file
+
+
+@pytest.mark.parametrize(
+    ("text", "says"),
+    [
+        ("modle = 3\n", "'modle' is neither a command's table nor a flag of any command"),
+        ("[simulate]\nratee = 3\n", "[simulate] ratee: `tokenroof simulate` has no such flag; it has: burstiness,"),
+        ("model = [\n", "not TOML"),
+        ("[roofline]\nbatch = [[1]]\n", "a list of plain values"),
+    ],
+)
+def test_a_bad_config_is_one_line_naming_the_file(tmp_path, capsys, text: str, says: str) -> None:
+    from tokenroof.cli import main
+
+    path = tmp_path / "bad.toml"
+    path.write_text(text)
+    with pytest.raises(SystemExit) as exit_info:
+        main(["roofline", "--config", str(path)])
+    assert exit_info.value.code == 2
+    stderr = capsys.readouterr().err
+    assert says in stderr and str(path) in stderr.replace("\n", "") and "Traceback" not in stderr

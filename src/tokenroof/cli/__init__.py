@@ -21,9 +21,22 @@ from tokenroof.cli import report_cmds
 
 
 def main(argv: Sequence[str] | None = None) -> None:
-    """Console entry point."""
+    """Console entry point: `--config FILE` (anywhere) gives any command's flags from TOML (cli/config.py)."""
+    import typer.main
+    from rich.markup import escape
+
+    from tokenroof.cli.common import err
+    from tokenroof.cli.config import default_map, split_config
+    from tokenroof.errors import TokenroofError
+
     args = normalize_argv(sys.argv[1:] if argv is None else argv)
-    app(args=args, prog_name="tokenroof")
+    try:
+        args, config = split_config(args)
+        defaults = None if config is None else default_map(config, typer.main.get_command(app))
+    except TokenroofError as exc:
+        err.print(f"[bold red]error:[/] {escape(str(exc))}", highlight=False, soft_wrap=True)
+        raise SystemExit(2) from None
+    app(args=args, prog_name="tokenroof", default_map=defaults)
 
 
 __all__ = [

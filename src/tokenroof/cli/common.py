@@ -45,12 +45,29 @@ def show_version(value: bool) -> None:
 
 @app.callback()
 def root(
+    ctx: typer.Context,
     version: Annotated[
         bool, typer.Option("--version", callback=show_version, is_eager=True, help="Print the version and exit.")
     ] = False,
+    config: Annotated[
+        Path | None,
+        typer.Option(
+            "--config",
+            help="Any command's flags from a TOML file: top-level keys for every command, [command] tables for one "
+            "(also accepted after the command); flags given here win.",
+        ),
+    ] = None,
 ) -> None:
     """Decode throughput and TPOT against batch size: from first principles, from your measurements, from a server
     under load; and the batch cap and replicas to run."""
+    if config is not None:  # `tokenroof --config F cmd` reaching the app directly (main() takes it out first)
+        from tokenroof.cli.config import default_map
+
+        try:
+            ctx.default_map = default_map(config, ctx.command)
+        except TokenroofError as exc:
+            err.print(f"[bold red]error:[/] {escape(str(exc))}", highlight=False, soft_wrap=True)
+            raise typer.Exit(2) from None
 
 
 out = Console(width=None if sys.stdout.isatty() else 120)

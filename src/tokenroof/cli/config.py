@@ -1,0 +1,120 @@
+"""`--config FILE`: any command's flags from a TOML file, as GuideLLM's scenarios and vLLM's `--config` YAML.
+
+    # scenario.toml: keys are long flags without the dashes (`request-rate` or `request_rate`)
+    model = "llama-3.1-8b"        # top level: every command that has the flag
+    hardware = "h100-sxm"
+
+    [simulate]                    # a table: that command only (it wins over the top level)
+    request-rate = [10, 40]       # a list where the flag takes one ('10,40')
+    num-requests = 2000
+
+    [plan]
+    request-rate = 40
+
+`tokenroof --config scenario.toml simulate` (or `tokenroof simulate --config scenario.toml`): flags given on the
+command line win over the file, and a key that names no flag of any command (or of the table's command) is a
+one-line error naming the file and the flags that command has.
+"""
+
+from __future__ import annotations
+
+import tomllib
+from pathlib import Path
+from typing import Any
+
+from tokenroof.errors import TokenroofError
+
+# flags that mean something else on one command, so a top-level key does not reach them (a [command] table does):
+# bench's --model is the id the server answers to (as vllm bench serve's), not a model preset
+LOCAL = {("bench", "model")}
+
+
+def options_by_command(group: Any) -> dict[str, dict[str, Any]]:
+    """Each command's options (not its arguments) by parameter name (`request_rate`). Duck-typed: Typer runs its
+    own copy of click, whose classes are not click's."""
+    found: dict[str, dict[str, Any]] = {}
+    for name, command in group.commands.items():
+        options = found.setdefault(name, {})
+        for p in command.params:
+            if not p.name or p.param_type_name != "option":
+                continue
+            options[p.name] = p  # `--json` is json_output: its flag names it too
+            options.update({o[2:].replace("-", "_"): p for o in p.opts if o.startswith("--")})
+    return found
+
+
+def flag(param: Any) -> str:
+    """The option's first long flag, without its dashes."""
+    return next(o[2:] for o in param.opts if o.startswith("--"))
+
+
+def value_for(param: Any, value: Any, where: str) -> Any:
+    """A TOML value as the option takes it: a list joins with commas where the option takes one string."""
+    if isinstance(value, dict):
+        raise TokenroofError(f"{where}: a table where a flag's value belongs")
+    if isinstance(value, list) and not param.multiple:
+        if any(isinstance(v, dict | list) for v in value):
+            raise TokenroofError(f"{where}: a list of plain values, got {value!r}")
+        return ",".join(str(v) for v in value)
+    if param.multiple and not isinstance(value, list):
+        return [value]
+    return value
+
+
+def default_map(path: Path, group: Any) -> dict[str, dict[str, Any]]:
+    """The file as click's default_map: {command: {parameter: value}}, checked against the commands' options."""
+    try:
+        data = tomllib.loads(path.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        raise TokenroofError(f"--config {path}: no such file") from None
+    except (OSError, UnicodeDecodeError) as exc:
+        raise TokenroofError(f"--config {path}: cannot read it ({exc})") from None
+    except tomllib.TOMLDecodeError as exc:
+        raise TokenroofError(f"--config {path}: not TOML: {exc}") from None
+    commands = options_by_command(group)
+    shared = {k: v for k, v in data.items() if not (isinstance(v, dict) and k in commands)}
+    tables = {k: v for k, v in data.items() if isinstance(v, dict) and k in commands}
+    result: dict[str, dict[str, Any]] = {name: {} for name in commands}
+    for key, value in shared.items():
+        name = key.replace("-", "_")
+        takers = [c for c, opts in commands.items() if name in opts and name != "config" and (c, name) not in LOCAL]
+        if not takers:
+            raise TokenroofError(
+                f"{path}: '{key}' is neither a command's table nor a flag of any command "
+                f"(commands: {', '.join(sorted(commands))})"
+            )
+        for command in takers:
+            param = commands[command][name]
+            result[command][param.name] = value_for(param, value, f"{path}: {key}")
+    for command, table in tables.items():
+        for key, value in table.items():
+            name = key.replace("-", "_")
+            if name not in commands[command] or name == "config":
+                known = ", ".join(sorted({flag(p) for p in commands[command].values()}))
+                raise TokenroofError(
+                    f"{path}: [{command}] {key}: `tokenroof {command}` has no such flag; it has: {known}"
+                )
+            param = commands[command][name]
+            result[command][param.name] = value_for(param, value, f"{path}: [{command}] {key}")
+    return {c: v for c, v in result.items() if v}
+
+
+def split_config(argv: list[str]) -> tuple[list[str], Path | None]:
+    """Take `--config FILE` (or `--config=FILE`) out of the arguments, wherever it stands."""
+    rest: list[str] = []
+    path = None
+    i = 0
+    while i < len(argv):
+        token = argv[i]
+        if token == "--config":
+            if i + 1 >= len(argv):
+                raise TokenroofError("--config needs a file")
+            path = Path(argv[i + 1])
+            i += 2
+            continue
+        if token.startswith("--config="):
+            path = Path(token.split("=", 1)[1])
+        else:
+            rest.append(token)
+        i += 1
+    return rest, path
