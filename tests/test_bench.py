@@ -234,7 +234,7 @@ def test_open_loop_rate_and_chat_endpoint(tmp_path: Path) -> None:
 def test_arrival_process_mean_rate() -> None:
     import numpy as np
 
-    from tokenroof.measure.http.load import arrival_times
+    from tokenroof.stats import arrival_times
 
     times = arrival_times(rate=10.0, burstiness=0.3, n=20_000, rng=np.random.default_rng(1))
     assert times[0] == 0.0
@@ -278,7 +278,7 @@ def test_the_preemption_counter_is_read_and_differenced_over_the_window() -> Non
 def test_constant_rate_arrivals_with_infinite_burstiness() -> None:
     import numpy as np
 
-    from tokenroof.measure.http.load import arrival_times
+    from tokenroof.stats import arrival_times
 
     times = arrival_times(rate=4.0, burstiness=float("inf"), n=5, rng=np.random.default_rng(1))
     assert times.tolist() == [0.0, 0.25, 0.5, 0.75, 1.0]

@@ -30,7 +30,7 @@ SPECS = ["-m", "llama-3.1-8b", "-H", "h100-sxm"]
         (["plan", *SPECS, "--rate", "nan"], "--request-rate must be a finite number"),
         (["plan", *SPECS, "--seeds", "0"], "--seeds must be at least 1"),
         (["plan", *SPECS, "--max-replicas", "0"], "--max-replicas must be at least 1"),
-        (["plan", *SPECS, "--tp-choices", "1.5"], "--tp-choices takes whole numbers"),
+        (["plan", *SPECS, "--tp-choices", "1.5"], "--tp-choices: 1.5 is not a whole number"),
         (["plan", *SPECS, "--gpu-cost-per-hour", "nan"], "GPU prices must be positive"),
         (["plan", *SPECS, "--slo-statistic", "p95"], "unknown --slo-statistic 'p95'"),
         (["advise", *SPECS, "--context", "inf", "--tpot-slo-ms", "40"], "--context must be a finite number"),

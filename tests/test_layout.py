@@ -12,6 +12,7 @@ RANKS = {
     "errors": 0,
     "units": 0,
     "params": 0,  # every numeric parameter's range (the CLI and the page check values alike)
+    "stats": 0,  # arrival times and latency percentiles: the simulator and the load client compute them alike
     "style": 0,  # how numbers and bounds are shown (the tables, the report and the figures share it)
     "schemas": 0,  # the JSON contract as data (read by io.contract)
     "specs": 1,

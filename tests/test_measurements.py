@@ -210,7 +210,11 @@ def test_unreadable_and_malformed_files(tmp_path: Path) -> None:
     ("content", "name", "message"),
     [
         (b"\xef\xbb\xbfbatch,tpot_ms\n1,10\n8,12\n", "bom.csv", None),  # Excel's byte-order mark is fine
-        (b"# caf\xe9\nbatch,tpot_ms\n1,10\n8,12\n", "latin1.csv", "latin1.csv:1: not UTF-8 (byte 0xe9)"),
+        (
+            b"# caf\xe9\nbatch,tpot_ms\n1,10\n8,12\n",
+            "latin1.csv",
+            "latin1.csv: not UTF-8 text (byte 0xe9 at offset 5, line 1)",
+        ),
         (b"batch,tpot_ms,tpot_ms\n1,10,11\n8,12,13\n", "dup.csv", "dup.csv:1: column(s) tpot_ms appear more than once"),
         (b'{"points":[{"batch":true,"tpot_ms":10},{"batch":8,"tpot_ms":12}]}', "b.json", "batch must be a number"),
         (b'{"points":[{"tpot_ms":10},{"batch":8,"tpot_ms":12}]}', "n.json", "point 0: batch is missing"),

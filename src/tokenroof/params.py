@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import math
 import re
+from collections.abc import Sequence
 from typing import Any
 
 from tokenroof.errors import TokenroofError
@@ -87,3 +88,11 @@ def _check_flag(name: str, flag: str, value: Any) -> None:
             f" and at most {high:g}" if high < math.inf else ""
         )
         raise TokenroofError(f"{flag} must be {bound}, got {value:g}")
+
+
+def whole_numbers(values: Sequence[float], flag: str) -> list[int]:
+    """Values that must be integers (concurrencies, TP degrees): 1.5 or nan is an error, never silently truncated."""
+    for value in values:
+        if not math.isfinite(value) or value != round(value):
+            raise TokenroofError(f"{flag}: {value:g} is not a whole number")
+    return [int(v) for v in values]

@@ -29,14 +29,8 @@ from tokenroof.cli.common import (
     progress_bar,
 )
 from tokenroof.errors import TokenroofError
+from tokenroof.params import whole_numbers
 from tokenroof.serving.deployment import Deployment, Physics
-
-
-def whole_numbers(text: str, what: str) -> tuple[int, ...]:
-    values = parse_numbers(text, what)
-    if any(not v.is_integer() for v in values):
-        raise TokenroofError(f"{what} takes whole numbers, got {text!r}")
-    return tuple(int(v) for v in values)
 
 
 @app.command()
@@ -121,7 +115,9 @@ def simulate(
     if concurrency is not None:
         if trace is not None or out is not None:
             raise TokenroofError("--concurrency runs a sweep: --trace and --out take a single --request-rate")
-        data, draw, sweep = simulate_concurrencies(dep, whole_numbers(concurrency, "--concurrency"), traffic)
+        data, draw, sweep = simulate_concurrencies(
+            dep, whole_numbers(parse_numbers(concurrency, "--concurrency"), "--concurrency"), traffic
+        )
     else:
         data, draw, sweep = simulate_rates(dep, parse_numbers(request_rate, "--request-rate"), traffic, trace, out)
     finish(data, render.rate_sweep if sweep else render.simulation, json_output, plot, draw)
@@ -185,7 +181,7 @@ def plan(
     )
     choices = Choices(
         chips,
-        whole_numbers(tp_choices, "--tp-choices") if tp_choices else (tp,),
+        tuple(whole_numbers(parse_numbers(tp_choices, "--tp-choices"), "--tp-choices")) if tp_choices else (tp,),
         tuple(parse_numbers(gpu_cost_per_hour, "--gpu-cost-per-hour")) if gpu_cost_per_hour else (),
     )
     with progress_bar(hidden=json_output, transient=True) as bar:

@@ -137,8 +137,8 @@ def bench(
 
     require_http()
 
-    from tokenroof.measure.http.config import whole_numbers
     from tokenroof.measure.http.run import BenchConfig, interrupted_line, outcome, run_bench
+    from tokenroof.params import whole_numbers
 
     cfg = BenchConfig(
         url=url,

@@ -24,6 +24,7 @@ import numpy as np
 
 from tokenroof.errors import TokenroofError
 from tokenroof.model.stepmodel import mean_context_tokens
+from tokenroof.specs.validate import read_text
 
 # `requests`: how many requests a point's means are taken over from the start of its run, ramp-up included (as vLLM
 # reports them); absent: a steady-state window (tokenroof bench; a rate point's window). `concurrency`: the
@@ -993,21 +994,6 @@ def _json_rows(data: Any, where: str, warnings: list[str]) -> tuple[list[Row], l
             elif value not in allowed:
                 raise TokenroofError(f"{where}: {key}={_shown(value)} is not known; known: {', '.join(allowed)}")
     return rows, provenance, settings
-
-
-def read_text(path: Path) -> str:
-    """A file's text: UTF-8, a leading byte-order mark (Excel) dropped; anything else is named, not a traceback."""
-    try:
-        data = path.read_bytes()
-    except OSError as exc:
-        raise TokenroofError(f"{path}: cannot read ({exc.strerror})") from None
-    try:
-        return data.decode("utf-8-sig")
-    except UnicodeDecodeError as exc:
-        line = data[: exc.start].count(b"\n") + 1
-        raise TokenroofError(
-            f"{path}:{line}: not UTF-8 (byte 0x{data[exc.start]:02x}); save the file as UTF-8"
-        ) from None
 
 
 def read_jsonl(path: Path) -> list[tuple[int, Any]]:

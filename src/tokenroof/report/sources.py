@@ -17,7 +17,8 @@ from pathlib import Path
 from typing import Any
 
 from tokenroof.errors import TokenroofError
-from tokenroof.io.measurements import MeasurementTable, is_vllm_result, read_table, read_text
+from tokenroof.io.measurements import MeasurementTable, is_vllm_result, read_table
+from tokenroof.specs.validate import read_text
 
 # kind → the keys that tell it (all must be present); checked in this order
 SHAPES: tuple[tuple[str, frozenset[str]], ...] = (

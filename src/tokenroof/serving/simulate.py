@@ -22,6 +22,7 @@ from tokenroof.io.csvio import write_rows
 from tokenroof.io.measurements import read_jsonl
 from tokenroof.model.stepmodel import StepModel, mean_context_tokens
 from tokenroof.serving.engine.core import BatchScheduler, Sequence, StepPlan
+from tokenroof.stats import arrival_times, percentiles
 
 DISTRIBUTIONS = ("fixed", "uniform", "lognormal")
 OVERLOAD = 0.95  # an open loop whose servers complete fewer of the requests it offers than this is overloaded
@@ -69,11 +70,7 @@ class Workload:
         if not self.rate_req_s > 0 or not self.burstiness > 0 or self.num_requests < 1:
             raise TokenroofError("the request rate and burstiness must be positive and num_requests ≥ 1")
         n = self.num_requests
-        if math.isinf(self.burstiness):
-            gaps = np.full(n, 1.0 / self.rate_req_s)
-        else:
-            gaps = rng.gamma(self.burstiness, 1.0 / (self.rate_req_s * self.burstiness), n)
-        times = np.cumsum(gaps) - gaps[0]
+        times = arrival_times(self.rate_req_s, self.burstiness, n, rng)
         prompts, outputs = self.input_len.sample(rng, n), self.output_len.sample(rng, n)
         return [
             Sequence(str(i), int(p), int(o), float(t))
@@ -368,17 +365,8 @@ def goodput_slo(ttft_slo_ms: float | None, tpot_slo_ms: float | None) -> dict[st
 
 
 def percentiles_ms(values_s: np.ndarray) -> dict[str, float | None]:
-    """Mean and p50/p90/p99 in ms of durations in seconds, NaNs left out (None where none remain: the TPOT of
-    one-token outputs)."""
-    ms = values_s[~np.isnan(values_s)] * 1e3
-    if ms.size == 0:
-        return dict.fromkeys(("mean", "p50", "p90", "p99"))
-    return {
-        "mean": float(ms.mean()),
-        "p50": float(np.percentile(ms, 50)),
-        "p90": float(np.percentile(ms, 90)),
-        "p99": float(np.percentile(ms, 99)),
-    }
+    """Mean and p50/p90/p99 in ms of durations in seconds (stats.percentiles: as bench summarises its own)."""
+    return percentiles(values_s)
 
 
 ROUTERS = ("round-robin", "least-outstanding")

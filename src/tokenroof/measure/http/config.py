@@ -43,14 +43,6 @@ class BenchConfig:
     prompt_salt: int | None = None
 
 
-def whole_numbers(values: list[float], flag: str) -> list[int]:
-    """Values that must be integers (concurrencies): 1.5 or nan is an error, never silently truncated."""
-    for value in values:
-        if not math.isfinite(value) or value != round(value):
-            raise TokenroofError(f"{flag}: {value:g} is not a whole number")
-    return [int(v) for v in values]
-
-
 def require(ok: bool, message: str) -> None:
     if not ok:
         raise TokenroofError(message)

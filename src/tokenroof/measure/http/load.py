@@ -8,7 +8,6 @@ watchdog fires at --max-duration, or when the run is interrupted (Ctrl-C).
 from __future__ import annotations
 
 import asyncio
-import math
 import time
 from collections.abc import Awaitable, Callable, Coroutine
 from dataclasses import dataclass, field
@@ -17,6 +16,7 @@ from typing import Any
 import numpy as np
 
 from tokenroof.measure.http.client import RequestRecord
+from tokenroof.stats import arrival_times
 
 Send = Callable[[RequestRecord], Awaitable[RequestRecord]]
 Record = Callable[[RequestRecord], None]
@@ -174,15 +174,6 @@ async def closed_loop(
         run.remarks.append(f"stopped at --max-duration after {progress.done - warmup} of {measure} window requests")
     run.window_s = (progress.w0 if progress.w0 is not None else started, end)
     return run
-
-
-def arrival_times(rate: float, burstiness: float, n: int, rng: np.random.Generator) -> np.ndarray:
-    """Gamma inter-arrival times with mean 1/rate; burstiness 1 is Poisson, < 1 burstier, > 1 smoother, inf a
-    constant rate."""
-    if math.isinf(burstiness):
-        return np.arange(n) / rate
-    gaps = rng.gamma(shape=burstiness, scale=1.0 / (rate * burstiness), size=n)
-    return np.cumsum(gaps) - gaps[0]
 
 
 async def open_loop(

@@ -10,6 +10,7 @@ from typing import Any
 import numpy as np
 
 from tokenroof.measure.http.client import RequestRecord
+from tokenroof.stats import percentiles
 
 ALIASES = {
     "ttft_ms": "vLLM TTFT; GuideLLM time_to_first_token_ms; GenAI-Perf/AIPerf time to first token",
@@ -21,18 +22,6 @@ ALIASES = {
     "its /metrics has one, else estimated client-side",
 }
 EXAMPLES = 3  # distinct failure reasons kept per point
-
-
-def percentiles(values: Sequence[float], scale: float = 1e3) -> dict[str, float | None]:
-    if not values:
-        return {"mean": None, "p50": None, "p90": None, "p99": None}
-    arr = np.asarray(values) * scale
-    return {
-        "mean": float(arr.mean()),
-        "p50": float(np.percentile(arr, 50)),
-        "p90": float(np.percentile(arr, 90)),
-        "p99": float(np.percentile(arr, 99)),
-    }
 
 
 def tokens_in_window(record: RequestRecord, w0: float, w1: float) -> float:
