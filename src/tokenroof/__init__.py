@@ -9,7 +9,9 @@ The public API, imported lazily (`import tokenroof` stays light; each name loads
   `analyze_roofline`
 - measurements and fits: `read_table`, `MeasurementTable`, `fit_table`, `predict_table`
 - answers: `advise_answer` (the batch cap), `Deployment` (the server every scheduler command builds),
-  `simulate` (the scheduler on a virtual clock), `make_plan` (replicas × batch cap)
+  `simulate` (the scheduler on a virtual clock), `make_plan` (replicas × batch cap); as the commands ask them,
+  `simulate_rates`, `simulate_concurrencies` and `plan_choices` (hardware × TP choices, the cheapest that meets
+  the targets)
 """
 
 from __future__ import annotations
@@ -37,6 +39,9 @@ _HOMES = {
     "advise_answer": "tokenroof.serving.advise",
     "simulate": "tokenroof.serving.simulate",
     "make_plan": "tokenroof.serving.plan",
+    "plan_choices": "tokenroof.serving.capacity",
+    "simulate_rates": "tokenroof.serving.capacity",
+    "simulate_concurrencies": "tokenroof.serving.capacity",
 }
 __all__ = ["TokenroofError", "__version__", *_HOMES]
 

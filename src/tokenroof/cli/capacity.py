@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
 
@@ -93,7 +94,7 @@ def simulate(
     json_output: JsonOpt = False,
 ) -> None:
     """Simulate a workload on the emulator's scheduler with a virtual clock (thousands of times real time)."""
-    from tokenroof.cli.sweeps import Traffic, simulate_concurrencies, simulate_rates
+    from tokenroof.serving.capacity import Traffic, simulate_concurrencies, simulate_rates
     from tokenroof.serving.simulate import CLOSED_CLIENTS, Lengths
 
     if client not in CLOSED_CLIENTS:
@@ -115,12 +116,27 @@ def simulate(
     if concurrency is not None:
         if trace is not None or out is not None:
             raise TokenroofError("--concurrency runs a sweep: --trace and --out take a single --request-rate")
-        data, draw, sweep = simulate_concurrencies(
+        answer = simulate_concurrencies(
             dep, whole_numbers(parse_numbers(concurrency, "--concurrency"), "--concurrency"), traffic
         )
     else:
-        data, draw, sweep = simulate_rates(dep, parse_numbers(request_rate, "--request-rate"), traffic, trace, out)
-    finish(data, render.rate_sweep if sweep else render.simulation, json_output, plot, draw)
+        answer = simulate_rates(dep, parse_numbers(request_rate, "--request-rate"), traffic, trace, out)
+    finish(answer.data, render.rate_sweep if answer.sweep else render.simulation, json_output, plot, figure_of(answer))
+
+
+def figure_of(answer: Any) -> Callable[[Path], None]:
+    """How `--plot` draws a simulate answer: latency and goodput against load for a sweep, one run's time series."""
+
+    def draw(path: Path) -> None:
+        from tokenroof.report.plots import deployment_label, plot_rate_sweep, plot_simulation
+
+        label = deployment_label(answer.deployment)
+        if answer.sweep:
+            plot_rate_sweep(answer.rows, path, label)
+        else:
+            plot_simulation(answer.result, path, answer.deployment.max_num_seqs, label)
+
+    return draw
 
 
 @app.command()
@@ -168,7 +184,7 @@ def plan(
 ) -> None:
     """The cheapest replicas × batch cap meeting TTFT and TPOT targets (p99 unless told) at a request rate, with an
     interval."""
-    from tokenroof.cli.sweeps import Choices, Search, plan_choices
+    from tokenroof.serving.capacity import Choices, Search, plan_choices
     from tokenroof.serving.plan import Slo
     from tokenroof.serving.simulate import Lengths, Workload
 

@@ -1,8 +1,9 @@
 """simulate and plan as the commands ask them: a `Deployment` in, the JSON contract's object out.
 
-The CLI only parses flags into a `Deployment` and prints what comes back; everything that decides an answer
-(which step model, which KV budget, which workload, which hardware wins) is here, so the library gives the same
-answers as the command line.
+The CLI only parses flags into a `Deployment` and prints (or plots) what comes back; everything that decides an
+answer (which step model, which KV budget, which workload, which hardware and tensor-parallel degree wins) is
+here, so the library gives the same answers as the command line (`tokenroof.plan_choices`,
+`tokenroof.simulate_rates`, `tokenroof.simulate_concurrencies`).
 """
 
 from __future__ import annotations
@@ -11,14 +12,23 @@ import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 from tokenroof.errors import TokenroofError
 from tokenroof.serving.deployment import Deployment
 from tokenroof.serving.plan import Slo
-from tokenroof.serving.simulate import ClosedLoop, Trace, Workload, goodput_slo, simulate
+from tokenroof.serving.simulate import ClosedLoop, SimResult, Trace, Workload, goodput_slo, simulate
 
-Draw = Callable[[Path], None]
+
+class Simulated(NamedTuple):
+    """A simulate answer: the JSON object, whether it is a sweep, and what a figure of it draws from (the sweep's
+    rows, or the one run's result) for the deployment it ran."""
+
+    data: dict[str, Any]
+    sweep: bool
+    rows: list[dict[str, Any]]
+    result: SimResult | None
+    deployment: Deployment
 
 
 @dataclass(frozen=True)
@@ -43,9 +53,7 @@ class Traffic:
 DEFAULT_REQUESTS = 10_000  # an open loop's run, unless --num-requests says
 
 
-def simulate_concurrencies(
-    dep: Deployment, concurrencies: Sequence[int], traffic: Traffic
-) -> tuple[dict[str, Any], Draw, bool]:
+def simulate_concurrencies(dep: Deployment, concurrencies: Sequence[int], traffic: Traffic) -> Simulated:
     """Closed loops at each concurrency (`bench --concurrency`, `vllm bench serve --max-concurrency`): one summary
     per concurrency in `points`, as a rate sweep has them."""
     from tokenroof.serving.saturation import closed_loop
@@ -65,18 +73,16 @@ def simulate_concurrencies(
         if traffic.num_requests is not None:
             loop = replace(loop, num_requests=traffic.num_requests)
         rows.append({"concurrency": c, "client": traffic.client, **run_one(dep, sm, loop, traffic)[0]})
-    from tokenroof.report.plots import deployment_label, plot_rate_sweep
-
     slo = goodput_slo(traffic.ttft_slo_ms, traffic.tpot_slo_ms) if rows[0]["slo"] else None
     unsteady = [f"at concurrency {row['concurrency']}: {w}" for row in rows for w in row["warnings"]]
     notes = travelling.notes(dep.mean_context_tokens)
     data = {"points": rows, "slo": slo, "step_model": sm.to_dict(), "warnings": [*notes, *unsteady]}
-    return data, lambda path: plot_rate_sweep(rows, path, deployment_label(dep)), True
+    return Simulated(data, True, rows, None, dep)
 
 
 def simulate_rates(
     dep: Deployment, rates: Sequence[float], traffic: Traffic, trace: Path | None = None, out: Path | None = None
-) -> tuple[dict[str, Any], Draw, bool]:
+) -> Simulated:
     """One simulation (a rate or a trace) or a sweep over rates: the summary (or `points`), how to plot it, and
     whether it is a sweep."""
     travelling, _ = dep.step_models()
@@ -92,20 +98,16 @@ def simulate_rates(
         if trace is not None or out is not None:
             raise TokenroofError("--trace and --out take a single --request-rate")
         rows = [{"rate_req_s": rate, **run_one(dep, sm, workload(dep, rate, traffic), traffic)[0]} for rate in rates]
-        from tokenroof.report.plots import deployment_label, plot_rate_sweep
-
         slo = goodput_slo(traffic.ttft_slo_ms, traffic.tpot_slo_ms) if rows[0]["slo"] else None
         unsteady = [f"at {row['rate_req_s']:g} req/s: {w}" for row in rows for w in row["warnings"]]
         data = {"points": rows, "slo": slo, "step_model": sm.to_dict(), "warnings": [*notes, *unsteady]}
-        return data, lambda path: plot_rate_sweep(rows, path, deployment_label(dep)), True
+        return Simulated(data, True, rows, None, dep)
     offered = Trace.read(trace) if trace is not None else workload(dep, rates[0], traffic)
     summary, result = run_one(dep, sm, offered, traffic)
     summary.update({"step_model": sm.to_dict(), "warnings": [*notes, *summary["warnings"]]})
     if out is not None:
         result.write(out, summary)
-    from tokenroof.report.plots import deployment_label, plot_simulation
-
-    return summary, lambda path: plot_simulation(result, path, dep.max_num_seqs, deployment_label(dep)), False
+    return Simulated(summary, False, [], result, dep)
 
 
 def workload(dep: Deployment, rate: float, traffic: Traffic) -> Workload:
@@ -116,7 +118,7 @@ def workload(dep: Deployment, rate: float, traffic: Traffic) -> Workload:
 
 def run_one(
     dep: Deployment, sm: Any, offered: Workload | Trace | ClosedLoop, traffic: Traffic
-) -> tuple[dict[str, Any], Any]:
+) -> tuple[dict[str, Any], SimResult]:
     result = simulate(
         sm,
         offered,
