@@ -1,6 +1,6 @@
 """Does a test kill one mutant? Run test files against a mutant of the last `make mutation` run, without mutmut.
 
-    python scripts/mutant_check.py 'tokenroof.fit.core.x_fit_table__mutmut_12' tests/test_mutants_fit.py
+    python scripts/mutant_check.py 'tokenroof.fit.core.x_fit_table__mutmut_12' tests/test_fit_core.py
     python scripts/mutant_check.py --show 'tokenroof.fit.core.x_fit_table__mutmut_12'   # the change, as a diff
 
 The named test files are copied into mutants/tests first (mutmut made that copy at its last run, so tests

@@ -2,12 +2,30 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
+import numpy as np
 import pytest
 
 from tests.conftest import SEED_TABLE, run_cli, run_json
 from tokenroof.errors import TokenroofError
+from tokenroof.fit.predict import Workload
 from tokenroof.model.stepmodel import StepModel
-from tokenroof.serving.advise import advise, engine_flags, largest_batch_within, throughput_latency_knee
+from tokenroof.serving.advise import (
+    SEARCH_LIMIT,
+    Advice,
+    Targets,
+    advice_dict,
+    advise,
+    advise_answer,
+    at_context,
+    engine_flags,
+    largest_batch_within,
+    throughput_latency_knee,
+)
+from tokenroof.serving.deployment import Physics
+from tokenroof.serving.saturation import advise_cap
+from tokenroof.serving.simulate import Lengths
 
 SM = StepModel(t_fixed_s=1e-3, t_weights_s=10e-3, t_compute_s=50e-6, t_kv_token_s=0.0, t_seq_s=10e-6)
 SEED = str(SEED_TABLE)
@@ -69,3 +87,257 @@ def test_cli_advise_needs_a_source() -> None:
     result = run_cli(["advise", "--tpot-slo-ms", "30"])
     assert result.exit_code == 2
     assert "give a measurement file, or --model and --hardware" in result.stderr
+
+
+# -- by hand, one behaviour each (the tests `make mutation` runs on this module):
+# advise by hand on straight-line step times: the cap, its boundaries, the reference, the JSON (make mutation).
+# T(b) = 1 + 0.125·b seconds (exact in binary): T ≤ 2 up to b = 8
+LINE = StepModel(t_fixed_s=1.0, t_weights_s=0.0, t_compute_s=0.0, t_kv_token_s=0.0, t_seq_s=0.125)
+# T(b, ctx) = 1 + b·ctx·0.125
+KV = StepModel(t_fixed_s=1.0, t_weights_s=0.0, t_compute_s=0.0, t_kv_token_s=0.125)
+FLAT = StepModel(t_fixed_s=1.0, t_weights_s=0.0, t_compute_s=0.0, t_kv_token_s=0.0)
+PHYSICS = Physics("llama-3.1-8b", "h100-sxm")
+
+
+def test_largest_batch_at_and_around_the_target() -> None:
+    assert largest_batch_within(LINE, 2.0) == 8  # T(8) = 2 exactly: met
+    assert largest_batch_within(LINE, 2.1) == 8
+    assert largest_batch_within(LINE, 1.999) == 7
+    assert largest_batch_within(LINE, 1.125) == 1  # T(1) exactly
+    assert largest_batch_within(LINE, 1.12) == 0
+    assert largest_batch_within(KV, 2.0, context=2.0) == 4  # 1 + b·0.25 ≤ 2
+    assert largest_batch_within(LINE, 1e9, limit=5) == 5
+    assert largest_batch_within(FLAT, 2.0) == SEARCH_LIMIT == 1_000_000
+    assert largest_batch_within(LINE, 1.0 + 0.125 * 1000) == 1000
+
+
+def test_throughput_latency_knee_of_a_sharp_roof() -> None:
+    # T = max(1, b/8): throughput grows as b to 8, then stays at 8 while TPOT grows: the knee is at 8
+    roof = StepModel(t_fixed_s=0.0, t_weights_s=1.0, t_compute_s=0.125, t_kv_token_s=0.0)
+    assert throughput_latency_knee(roof, 0.0, 64.0) == pytest.approx(8.0, rel=0.02)
+    # the context counts: T = 1 + b·ctx·0.125 is flat at context 0 (the knee is the last batch), bends at 8
+    assert throughput_latency_knee(KV, 0.0, 64.0) == pytest.approx(64.0)
+    assert throughput_latency_knee(KV, 8.0, 64.0) < 16
+    # below batch 2 the curve still spans batches 1…2
+    assert 1.0 < throughput_latency_knee(roof, 0.0, 1.0) <= 2.0
+
+
+def test_advice_dict_shape_and_the_throughput_given_up() -> None:
+    at_cap = {"throughput_tok_s": 75.0, "tpot_ms": 2.0}
+    d = advice_dict({"statistic": "mean"}, (8, 6, 9), "tpot", at_cap, 4.0, {"throughput_tok_s": 100.0}, "s", ["w"])
+    assert d["max_num_seqs"] == 8 and d["max_num_seqs_low"] == 6 and d["max_num_seqs_high"] == 9
+    assert d["interval_level"] == 0.9 and d["binding"] == "tpot" and d["latency_knee_batch"] == 4.0
+    assert d["throughput_given_up_fraction"] == pytest.approx(0.25)
+    assert d["engine_flags"]["vllm"] == "--max-num-seqs 8" and d["source"] == "s" and d["warnings"] == ["w"]
+    assert d["slo"] == {"statistic": "mean"} and d["at_cap"] is at_cap and d["reference"] == {"throughput_tok_s": 100.0}
+    none = advice_dict(
+        {}, (8, None, None), "memory", {"throughput_tok_s": 120.0}, None, {"throughput_tok_s": 100.0}, "", []
+    )
+    assert none["interval_level"] is None and none["throughput_given_up_fraction"] == 0.0
+
+
+def test_advice_to_dict() -> None:
+    a = Advice(20.0, 8, [6, 9], "tpot", 2.0, 4.0, 3.0, 16.0, 5.0, "src", ["w"])
+    d = a.to_dict()
+    assert d["slo"] == {"statistic": "mean", "tpot_ms": 20.0, "ttft_ms": None}
+    assert d["at_cap"] == {
+        "max_num_seqs": 8,
+        "tpot_ms": 2.0,
+        "ttft_ms": None,
+        "throughput_tok_s": 4.0,
+        "running_batch": 8.0,
+        "preemptions": None,
+    }
+    assert d["reference"] == {"max_num_seqs": 16.0, "throughput_tok_s": 5.0}
+    assert d["throughput_given_up_fraction"] == pytest.approx(0.2)
+    assert (d["max_num_seqs_low"], d["max_num_seqs_high"], d["latency_knee_batch"]) == (6, 9, 3.0)
+    assert d["source"] == "src" and d["warnings"] == ["w"]
+
+
+def test_advise_by_hand() -> None:
+    a = advise(LINE, 2000.0, source="here")
+    assert (a.cap, a.binding, a.cap_interval, a.source, a.warnings) == (8, "tpot", [None, None], "here", [])
+    assert a.tpot_ms_at_cap == pytest.approx(2000.0) and a.throughput_tok_s_at_cap == pytest.approx(4.0)
+    # the reference is 4× the cap, at least 512: T(512) = 65 s
+    assert a.reference_batch == 512.0 and a.reference_throughput_tok_s == pytest.approx(512 / 65)
+    assert advise(LINE, 2000.0).source == ""
+    wide = advise(LINE, 1000.0 * (1 + 0.125 * 200))
+    assert wide.cap == 200 and wide.reference_batch == 800.0
+    assert wide.reference_throughput_tok_s == pytest.approx(800 / 101)
+    assert 1 <= a.knee_batch <= 512
+
+
+def test_advise_at_a_context() -> None:
+    a = advise(KV, 2000.0, context=2.0)
+    assert a.cap == 4 and a.tpot_ms_at_cap == pytest.approx(2000.0) and a.throughput_tok_s_at_cap == pytest.approx(2)
+
+
+def test_advise_memory_binds_and_sets_the_reference() -> None:
+    a = advise(LINE, 2000.0, memory_limit=5)
+    assert (a.cap, a.binding, a.reference_batch) == (5, "memory", 5.0)
+    assert a.warnings == [
+        "the TPOT target allows batch 8, but the running batch cannot exceed 5 (memory, or a server cap the "
+        "measurements show): that binds (a larger cap only queues or preempts)"
+    ]
+    assert a.tpot_ms_at_cap == pytest.approx(1625.0)
+    same = advise(LINE, 2000.0, memory_limit=8)
+    assert (same.cap, same.binding, same.warnings, same.reference_batch) == (8, "tpot", [], 8.0)
+    with pytest.raises(TokenroofError, match=r"^the weights alone do not fit in memory: no batch cap can run$"):
+        advise(LINE, 2000.0, memory_limit=0)
+
+
+def test_advise_refuses_bad_and_unreachable_targets() -> None:
+    for bad in (0.0, -1.0, float("inf")):
+        with pytest.raises(TokenroofError, match=r"^--tpot-slo-ms must be a positive finite number"):
+            advise(LINE, bad)
+    with pytest.raises(TokenroofError, match=r"^no batch cap meets TPOT ≤ 1000 ms: batch 1 already takes 1.12e\+03 ms"):
+        advise(LINE, 1000.0)
+
+
+def test_advise_interval_over_samples_and_the_unbounded_warning() -> None:
+    samples = [StepModel(1.0, 0.0, 0.0, 0.0, t_seq_s=0.125 * f) for f in np.linspace(0.5, 2.0, 21)]
+    a = advise(LINE, 2000.0, samples=samples)
+    caps = sorted(largest_batch_within(s, 2.0) for s in samples)
+    assert a.cap_interval == [int(np.percentile(caps, 5)), int(np.percentile(caps, 95))]
+    assert a.cap_interval[0] < 8 < a.cap_interval[1]
+    limited = advise(LINE, 2000.0, memory_limit=6, samples=samples)
+    assert limited.cap_interval[1] == 6  # the samples' caps are bounded by memory too
+    free = advise(FLAT, 2000.0)
+    assert free.cap == SEARCH_LIMIT and free.warnings == [
+        "the TPOT target is met at every batch tried: the cap is set by memory or admission, not by latency"
+    ]
+
+
+def test_targets_statistic() -> None:
+    for ok in (None, "mean", "p50", "p90", "p99"):
+        assert Targets(30.0, statistic=ok).statistic == ok
+    with pytest.raises(TokenroofError, match=r"^unknown --slo-statistic 'p95'; known: mean, p50, p90, p99$"):
+        Targets(30.0, statistic="p95")
+
+
+def test_advise_answer_refusals() -> None:
+    with pytest.raises(TokenroofError, match=r"^give a measurement file, or --model and --hardware"):
+        advise_answer([], Physics(), Workload(), Targets(30.0))
+    with pytest.raises(TokenroofError, match=r"^--context takes one value with --input-len/--output-len"):
+        advise_answer([], PHYSICS, Workload(input_len=100, output_len=20), Targets(30.0), contexts=[100, 200])
+    with pytest.raises(TokenroofError, match=r"^--ttft-slo-ms needs --input-len and --output-len"):
+        advise_answer([], PHYSICS, Workload(), Targets(30.0, ttft_slo_ms=500.0))
+
+
+def test_first_principles_decode_only_answer() -> None:
+    sm = PHYSICS.step_model()
+    d = advise_answer([], PHYSICS, Workload(), Targets(30.0))
+    assert d["context_tokens"] == 1024.0  # no context given: 1024
+    expected = min(largest_batch_within(sm, 30e-3, 1024.0), PHYSICS.max_batch(1024.0))
+    assert d["max_num_seqs"] == expected and d["step_model"] == sm.to_dict()
+    assert d["source"].startswith("first principles: llama-3.1-8b on h100-sxm ×1, context 1024, the decode step time")
+    at = advise_answer([], PHYSICS, Workload(context_tokens=300.0), Targets(30.0))
+    assert at["context_tokens"] == 300.0
+    assert at["max_num_seqs"] == min(largest_batch_within(sm, 30e-3, 300.0), PHYSICS.max_batch(300.0))
+    # a statistic other than the mean is named as not what this answer bounds
+    warned = advise_answer([], PHYSICS, Workload(), Targets(30.0, statistic="p90"))
+    assert warned["warnings"][-1].startswith("--slo-statistic p90 needs the scheduler's distribution")
+    assert advise_answer([], PHYSICS, Workload(), Targets(30.0, statistic="mean"))["warnings"] == []
+    several = advise_answer([], PHYSICS, Workload(), Targets(30.0), contexts=[300.0, 4096.0])
+    assert [c["context_tokens"] for c in several["contexts"]] == [300.0, 4096.0]
+    assert several["contexts"][0]["max_num_seqs"] > several["contexts"][1]["max_num_seqs"]
+
+
+def test_first_principles_answer_on_the_scheduler() -> None:
+    flags = Workload(input_len=100, output_len=20)
+    d = advise_answer([], PHYSICS, flags, Targets(40.0))
+    sm = PHYSICS.step_model()
+    direct = advise_cap(sm, Lengths(100), Lengths(20), 40.0, None, "p99", PHYSICS.kv_pool_tokens(), None)
+    assert d["max_num_seqs"] == direct.to_dict()["max_num_seqs"] and d["step_model"] == sm.to_dict()
+    assert d["slo"]["statistic"] == "p99"
+    assert d["source"] == "first principles: llama-3.1-8b on h100-sxm ×1, run on simulate's scheduler"
+    mean = advise_answer([], PHYSICS, flags, Targets(40.0, 5000.0, "mean"), max_num_batched_tokens=8192)
+    direct = advise_cap(sm, Lengths(100), Lengths(20), 40.0, 5000.0, "mean", PHYSICS.kv_pool_tokens(), 8192)
+    assert mean["slo"]["statistic"] == "mean" and mean["max_num_seqs"] == direct.to_dict()["max_num_seqs"]
+
+
+def test_fitted_answers(tmp_path: Path) -> None:
+    d = advise_answer([SEED_TABLE], Physics(), Workload(), Targets(30.0), samples=10)
+    assert d["source"].startswith(f"fitted to {SEED_TABLE} (") and "the decode step time" in d["source"]
+    assert "context_tokens" not in d and d["max_num_seqs_low"] is not None
+    # a table that states its context is advised at another with the physics
+    table = tmp_path / "t.csv"
+    table.write_text("# input_len=250 output_len=100\n" + SEED_TABLE.read_text())
+    at = advise_answer([table], PHYSICS, Workload(), Targets(30.0), samples=10, contexts=[300.0])
+    assert at["context_tokens"] == 300.0 and "at context 300;" in at["source"]
+    online = advise_answer([table], PHYSICS, Workload(input_len=250, output_len=100), Targets(40.0))
+    assert online["source"] == (
+        f"fitted on simulate's scheduler to {table} (online, closed loop, streams staggered (assumed: the table does "
+        "not say; '# client=…'), prompts prefilled whole (assumed: no TTFT to tell)); each cap kept full by a closed "
+        "loop, streams staggered"
+    )
+
+
+def test_largest_batch_on_every_side_of_each_boundary() -> None:
+    # T(b) = 1 + b/8: batch n takes exactly 1 + n/8 s (binary fractions, no rounding)
+    for n in range(1, 130):
+        assert largest_batch_within(LINE, 1 + 0.125 * n) == n  # an exact hit is met
+        assert largest_batch_within(LINE, 1 + 0.125 * n + 0.0625) == n  # halfway to the next batch
+    # T(b, ctx 2) = 1 + b/4: the context counts at every step of the search, the last check included
+    for n in range(1, 70):
+        assert largest_batch_within(KV, 1 + 0.25 * n, context=2.0) == n
+        assert largest_batch_within(KV, 1 + 0.25 * n + 0.125, context=2.0) == n
+
+
+def test_batch_one_is_checked_at_the_context() -> None:
+    # T(1, ctx 2) = 1.25 s > 1.2 s (at context 0 it would be 1 s)
+    assert largest_batch_within(KV, 1.2, context=2.0) == 0
+    with pytest.raises(TokenroofError, match=r"^no batch cap meets TPOT ≤ 1200 ms: batch 1 already takes 1.25e\+03 ms"):
+        advise(KV, 1200.0, context=2.0)
+
+
+def test_advise_defaults_to_no_context() -> None:
+    # T(b, ctx 0) = 1 s at every batch: no latency cap
+    assert advise(KV, 2000.0).cap == SEARCH_LIMIT
+
+
+def test_advise_takes_sub_millisecond_targets() -> None:
+    fast = StepModel(t_fixed_s=2.0**-12, t_weights_s=0.0, t_compute_s=0.0, t_kv_token_s=0.0)  # 0.244 ms per step
+    a = advise(fast, 0.5)
+    assert a.tpot_slo_ms == 0.5 and a.cap == SEARCH_LIMIT
+    assert a.tpot_ms_at_cap == 1000 * 2.0**-12
+
+
+def test_advise_interval_is_the_5th_and_95th_percentile() -> None:
+    # caps 1 (T = 1 + b) and 101 (T = 1 + b/101) at 2 s: percentiles 1 + 0.05·100 = 6 and 1 + 0.95·100 = 96
+    samples = [StepModel(1.0, 0.0, 0.0, 0.0, t_seq_s=1.0), StepModel(1.0, 0.0, 0.0, 0.0, t_seq_s=1 / 101)]
+    assert advise(LINE, 2000.0, samples=samples).cap_interval == [6, 96]
+
+
+def test_advise_knee_and_reference_at_the_context() -> None:
+    # ctx 8: T = 1 + b, cap 4 at 5 s; the reference is max(4·4, 512) = 512 at T = 513 s
+    a = advise(KV, 5000.0, context=8.0)
+    assert (a.cap, a.reference_batch) == (4, 512.0)
+    assert a.reference_throughput_tok_s == 512 / 513
+    # Kneedle on T = 1 + b over 1…512: throughput b/(1+b) has slope 1/(1+b)², equal to the chord's
+    # (512/513 − 1/2)/511 = 1/1026 at b = √1026 − 1 ≈ 31.03 (the grid steps by 512^(1/399) ≈ 1.6%)
+    assert a.knee_batch == pytest.approx(1026**0.5 - 1, rel=0.016)
+
+
+def test_knee_of_a_smooth_curve_in_milliseconds() -> None:
+    # T = 1 ms + b·0.125 ms over 1…64: throughput 8000·b/(8+b) has slope 64000/(8+b)²; the chord's slope in
+    # normalised units is (thr(64) − thr(1))/63 = (64000/9 − 8000/9)/63 = 8000/81: equal at (8+b)² = 648,
+    # b = √648 − 8 ≈ 17.46 (the scale of the times does not move the knee; the grid steps by ~1%)
+    ms = StepModel(t_fixed_s=1e-3, t_weights_s=0.0, t_compute_s=0.0, t_kv_token_s=0.0, t_seq_s=1.25e-4)
+    assert throughput_latency_knee(ms, 0.0, 64.0) == pytest.approx(648**0.5 - 8, rel=0.011)
+    assert throughput_latency_knee(LINE, 0.0, 64.0) == pytest.approx(648**0.5 - 8, rel=0.011)
+
+
+def test_interval_level_with_a_low_bound_only() -> None:
+    d = advice_dict({}, (8, 6, None), "tpot", {"throughput_tok_s": 1.0}, None, {"throughput_tok_s": 1.0}, "", [])
+    assert d["interval_level"] == 0.9
+
+
+def test_at_context_names_the_context_of_an_error() -> None:
+    def fails(context: float | None) -> dict:
+        raise TokenroofError("no cap")
+
+    with pytest.raises(TokenroofError, match=r"^at context 300: no cap$"):
+        at_context(fails, 300.0)
+    with pytest.raises(TokenroofError, match=r"^no cap$"):
+        at_context(fails, None)

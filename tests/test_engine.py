@@ -6,7 +6,7 @@ import pytest
 
 from tokenroof.errors import TokenroofError
 from tokenroof.model.stepmodel import StepModel
-from tokenroof.serving.engine.core import BatchScheduler, Sequence, step_time_s
+from tokenroof.serving.engine.core import BatchScheduler, Sequence, StepPlan, step_time_s
 
 SM = StepModel(t_fixed_s=1e-3, t_weights_s=10e-3, t_compute_s=100e-6, t_kv_token_s=1e-6, t_seq_s=10e-6)
 
@@ -155,3 +155,247 @@ def test_a_moe_step_with_prefill_and_partial_overlap_by_hand() -> None:
     # 301 and 50, and its 50 prompt tokens share the step's GEMMs
     assert plan.batch == 3
     assert plan.duration_s == pytest.approx(MOE.step_s(3, 101 + 301 + 50, 50, 50**2), rel=1e-12)
+
+
+# -- by hand, one behaviour each (the tests `make mutation` runs on this module):
+# The scheduler's bookkeeping by hand: admission, KV blocks, preemption, aborts, first and last tokens.
+# T = 1 + max(0, (b + p)·0) + Σctx·0.01 + b·0.1: every step time says the batch and the context it saw
+FLAT = StepModel(t_fixed_s=1.0, t_weights_s=0.0, t_compute_s=0.0, t_kv_token_s=0.01, t_seq_s=0.1)
+
+
+def run(sched: BatchScheduler, steps: int, now: float = 0.0) -> list[StepPlan]:
+    plans = []
+    for _ in range(steps):
+        plan = sched.plan_step(now)
+        if plan is None:
+            break
+        plans.append(plan)
+        sched.complete_step(plan)
+        now = plan.end_s
+    return plans
+
+
+def test_sequence_and_plan_arithmetic() -> None:
+    seq = Sequence("a", prompt_tokens=10, max_tokens=5, arrival_s=0.0, done_tokens=2, admitted_step=7)
+    assert seq.context_at_admission == 12
+    assert seq.finish_step == 7 + 5 - 2 - 1
+    plan = StepPlan(step=0, start_s=2.0, duration_s=0.5, batch=1, admitted=(), prefill_tokens=0)
+    assert plan.end_s == 2.5 and plan.kv_tokens == 0.0 and plan.preempted == 0
+
+
+def test_step_time_sums_the_contexts() -> None:
+    assert step_time_s(FLAT, [10, 30], 0, 0.0) == pytest.approx(1 + 40 * 0.01 + 2 * 0.1)
+    assert step_time_s(FLAT, [], 5, 25.0) == pytest.approx(1.0)
+    # prompts are charged: 5 prompt tokens in chunks of 2 and 3 (Σ chunk² = 13) beside 2 decoding sequences.
+    # GEMM 0.1 s per token for 7 tokens, attention 1 ms per context token (40) and per prompt pair (13 / 2)
+    gemm = StepModel(
+        t_fixed_s=1.0, t_weights_s=0.0, t_compute_s=0.1, t_kv_token_s=0.01, t_seq_s=0.1, t_attn_token_s=1e-3
+    )
+    assert step_time_s(gemm, [10, 30], 5, 13.0) == pytest.approx(1 + 0.7 + 0.040 + 0.0065 + 0.4 + 0.2)
+
+
+def test_settings_at_their_limits() -> None:
+    assert BatchScheduler(FLAT, max_num_seqs=1).max_num_seqs == 1
+    assert BatchScheduler(FLAT).max_num_seqs == 256 and BatchScheduler(FLAT).block_size == 16
+    BatchScheduler(FLAT, kv_capacity_tokens=16)  # one block: allowed
+    with pytest.raises(TokenroofError, match=r"^the KV cache must hold at least one block \(16 tokens\)$"):
+        BatchScheduler(FLAT, kv_capacity_tokens=15)
+    with pytest.raises(TokenroofError, match=r"at least one block \(4 tokens\)"):
+        BatchScheduler(FLAT, kv_capacity_tokens=3, block_size=4)
+    BatchScheduler(FLAT, max_num_seqs=4, max_num_batched_tokens=5)  # one more than the sequences: allowed
+    with pytest.raises(TokenroofError, match=r"^max_num_batched_tokens \(4\) must exceed max_num_seqs \(4\)"):
+        BatchScheduler(FLAT, max_num_seqs=4, max_num_batched_tokens=4)
+    with pytest.raises(TokenroofError, match=r"^max_num_seqs must be at least 1, got 0$"):
+        BatchScheduler(FLAT, max_num_seqs=0)
+
+
+def test_submit_checks_the_whole_request_fits_the_cache() -> None:
+    sched = BatchScheduler(FLAT, kv_capacity_tokens=32, block_size=16)
+    sched.submit(Sequence("fits", prompt_tokens=10, max_tokens=7, arrival_s=0.0))  # 17 + 15 = 32
+    with pytest.raises(TokenroofError, match=r"^request big needs 18 tokens of KV cache; the cache holds 32$"):
+        sched.submit(Sequence("big", prompt_tokens=10, max_tokens=8, arrival_s=0.0))
+    with pytest.raises(TokenroofError, match=r"^zero: max_tokens must be at least 1$"):
+        sched.submit(Sequence("zero", prompt_tokens=1, max_tokens=0, arrival_s=0.0))
+    assert [s.request_id for s in sched.waiting] == ["fits"]
+
+
+def test_one_sequence_step_by_step() -> None:
+    sched = BatchScheduler(FLAT, max_num_seqs=2, block_size=4)
+    seq = Sequence("a", prompt_tokens=6, max_tokens=3, arrival_s=0.0)
+    assert sched.idle and sched.plan_step(0.0) is None
+    sched.submit(seq)
+    assert not sched.idle and sched.generated(seq) == 0
+    first = sched.plan_step(5.0)
+    assert first is not None
+    assert (first.step, first.start_s, first.batch, first.prefill_tokens, first.preempted) == (0, 5.0, 1, 6, 0)
+    assert first.admitted == (seq,) and seq.admitted_s == 5.0 and seq.admitted_step == 0
+    # the prefilled sequence decodes in its first step at context 6: 1 + 6·0.01 + 0.1
+    assert first.duration_s == pytest.approx(1.16)
+    # after the step it holds 7 tokens, in blocks: 7 + (4 − 1)
+    assert first.kv_tokens == 10.0
+    assert sched.complete_step(first) == [] and seq.first_token_s == pytest.approx(6.16)
+    assert sched.generated(seq) == 1 and sched.steps == 1
+    second = sched.plan_step(first.end_s)
+    assert second is not None and second.admitted == () and second.prefill_tokens == 0
+    assert second.duration_s == pytest.approx(1 + 7 * 0.01 + 0.1) and second.kv_tokens == 11.0
+    assert sched.complete_step(second) == []
+    assert sched.generated(seq) == 2 and sched.running_sequences() == [seq]
+    third = sched.plan_step(second.end_s)
+    assert third is not None and third.step == 2
+    assert sched.complete_step(third) == [seq]
+    assert seq.finished_s == pytest.approx(third.end_s) and seq.first_token_s == pytest.approx(6.16)
+    assert sched.generated(seq) == 3 and sched.idle and sched.plan_step(third.end_s) is None
+    assert sched.running_sequences() == []
+
+
+def test_contexts_grow_one_token_per_step_for_each_sequence() -> None:
+    sched = BatchScheduler(FLAT, max_num_seqs=4)
+    sched.submit(Sequence("a", prompt_tokens=10, max_tokens=4, arrival_s=0.0))
+    plans = run(sched, 2)
+    sched.submit(Sequence("b", prompt_tokens=20, max_tokens=2, arrival_s=0.0))
+    plans += run(sched, 3, plans[-1].end_s)
+    # contexts: [10], [11], [12, 20 (b prefilled in its step)], [13, 21]; both finish at step 3
+    assert [p.batch for p in plans] == [1, 1, 2, 2]
+    assert [p.duration_s for p in plans] == pytest.approx(
+        [1 + 0.1 + 0.1, 1 + 0.11 + 0.1, 1 + 0.32 + 0.2, 1 + 0.34 + 0.2]
+    )
+    assert [p.prefill_tokens for p in plans] == [10, 0, 20, 0]
+
+
+def test_fcfs_admission_up_to_the_cap() -> None:
+    sched = BatchScheduler(FLAT, max_num_seqs=2)
+    for i in range(3):
+        sched.submit(Sequence(str(i), prompt_tokens=1, max_tokens=1, arrival_s=0.0))
+    plan = sched.plan_step(0.0)
+    assert plan is not None and [s.request_id for s in plan.admitted] == ["0", "1"] and plan.batch == 2
+    assert [s.request_id for s in sched.waiting] == ["2"]
+    done = sched.complete_step(plan)
+    assert [s.request_id for s in done] == ["0", "1"]
+    nxt = sched.plan_step(plan.end_s)
+    assert nxt is not None and [s.request_id for s in nxt.admitted] == ["2"] and nxt.step == 1
+
+
+def test_admission_waits_for_kv_blocks_and_the_exact_fit_is_admitted() -> None:
+    # block 4; a's next step holds 5 + 3 = 8 tokens, b needs 3 + 1 + 3 = 7 of 15 left... capacity 15: 8 + 7 = 15 fits
+    sched = BatchScheduler(FLAT, max_num_seqs=4, kv_capacity_tokens=15, block_size=4)
+    sched.submit(Sequence("a", prompt_tokens=4, max_tokens=3, arrival_s=0.0))
+    sched.submit(Sequence("b", prompt_tokens=3, max_tokens=1, arrival_s=0.0))
+    plan = sched.plan_step(0.0)
+    assert plan is not None and [s.request_id for s in plan.admitted] == ["a", "b"]
+    assert plan.kv_tokens == 15.0
+    tight = BatchScheduler(FLAT, max_num_seqs=4, kv_capacity_tokens=14, block_size=4)
+    tight.submit(Sequence("a", prompt_tokens=4, max_tokens=3, arrival_s=0.0))
+    tight.submit(Sequence("b", prompt_tokens=3, max_tokens=1, arrival_s=0.0))
+    plan = tight.plan_step(0.0)
+    assert plan is not None and [s.request_id for s in plan.admitted] == ["a"]
+    assert [s.request_id for s in tight.waiting] == ["b"]
+
+
+def test_preemption_recomputes_the_newest_and_readmits_it_first() -> None:
+    # block 1: tokens held = Σ(context + 1). a and b start at 2 tokens each; the cache of 9 overflows at step 2
+    sched = BatchScheduler(FLAT, max_num_seqs=4, kv_capacity_tokens=9, block_size=1)
+    a = Sequence("a", prompt_tokens=2, max_tokens=4, arrival_s=0.0)
+    b = Sequence("b", prompt_tokens=2, max_tokens=4, arrival_s=0.0)
+    sched.submit(a)
+    sched.submit(b)
+    plans = run(sched, 2)
+    assert [p.preempted for p in plans] == [0, 0] and [p.kv_tokens for p in plans] == [6.0, 8.0]
+    third = sched.plan_step(plans[-1].end_s)
+    assert third is not None
+    # next step would hold 5 + 5 = 10 > 9: b (admitted last) goes back to the front of the queue
+    assert third.preempted == 1 and sched.preemptions == 1 and third.batch == 1
+    assert b.preemptions == 1 and b.done_tokens == 2 and b.admission == 1 and b.admitted_step == -1
+    assert list(sched.waiting) == [b] and sched.generated(b) == 2
+    assert third.kv_tokens == 5.0
+    sched.complete_step(third)
+    # readmitted once a finishes: it prefills its prompt plus what it had made (2 + 2 tokens)
+    rest = run(sched, 10, third.end_s)
+    assert a.finished_s is not None and b.finished_s is not None
+    readmit = next(p for p in rest if p.admitted)
+    assert readmit.admitted == (b,) and readmit.prefill_tokens == 4
+    # b makes its 2 remaining tokens after readmission: it finishes one step after the one that readmits it
+    assert b.finished_s == pytest.approx(rest[rest.index(readmit) + 1].end_s)
+    assert sched.generated(b) == 4 and b.first_token_s == pytest.approx(plans[0].end_s)
+    assert b.admitted_s == 0.0  # its queueing ended at its first admission, not at the readmission
+
+
+def test_a_lone_sequence_is_never_preempted() -> None:
+    sched = BatchScheduler(FLAT, max_num_seqs=4, kv_capacity_tokens=6, block_size=1)
+    seq = Sequence("a", prompt_tokens=1, max_tokens=5, arrival_s=0.0)
+    sched.submit(seq)
+    plans = run(sched, 10)
+    assert len(plans) == 5 and sum(p.preempted for p in plans) == 0 and sched.preemptions == 0
+
+
+def test_abort_of_a_waiting_and_a_prefilling_request() -> None:
+    sched = BatchScheduler(FLAT, max_num_seqs=4, max_num_batched_tokens=8, kv_capacity_tokens=64, block_size=4)
+    sched.submit(Sequence("long", prompt_tokens=20, max_tokens=1, arrival_s=0.0))
+    queued = Sequence("queued", prompt_tokens=1, max_tokens=1, arrival_s=0.0)
+    plan = sched.plan_step(0.0)
+    assert plan is not None and plan.prefill_tokens == 8 and plan.batch == 0
+    # the prefilling prompt reserves its blocks: 21 + 3
+    assert plan.kv_tokens == 24.0
+    sched.complete_step(plan)
+    sched.submit(queued)
+    sched.abort("long")
+    assert sched.kv_tokens_next_step() == 0 and not sched.prefilling
+    assert [s.request_id for s in sched.waiting] == ["queued"]
+    sched.abort("queued")
+    assert queued.aborted and sched.idle and sched.plan_step(plan.end_s) is None
+    sched.abort("unknown")  # nothing to drop: no error
+
+
+def test_abort_of_a_running_sequence_frees_it_without_a_finish() -> None:
+    sched = BatchScheduler(FLAT, max_num_seqs=4)
+    a = Sequence("a", prompt_tokens=5, max_tokens=2, arrival_s=0.0)
+    b = Sequence("b", prompt_tokens=7, max_tokens=2, arrival_s=0.0)
+    sched.submit(a)
+    sched.submit(b)
+    first = sched.plan_step(0.0)
+    assert first is not None
+    sched.abort("a")
+    assert sched.complete_step(first) == [] and a.first_token_s is None and b.first_token_s is not None
+    second = sched.plan_step(first.end_s)
+    # only b's context (8) counts now
+    assert second is not None and second.batch == 1 and second.duration_s == pytest.approx(1 + 0.08 + 0.1)
+    assert sched.complete_step(second) == [b] and a.finished_s is None
+
+
+def test_chunked_prefill_takes_the_budget_less_the_decoding_sequences() -> None:
+    sched = BatchScheduler(FLAT, max_num_seqs=2, max_num_batched_tokens=10, block_size=1)
+    sched.submit(Sequence("d", prompt_tokens=1, max_tokens=20, arrival_s=0.0))
+    run(sched, 1)
+    sched.submit(Sequence("p", prompt_tokens=20, max_tokens=1, arrival_s=0.0))
+    plans = run(sched, 3, 10.0)
+    assert [p.prefill_tokens for p in plans] == [9, 9, 2]
+    assert [p.batch for p in plans] == [1, 1, 2]
+    # the chunks' squares feed causal attention: with attention per token 1 and nothing else, T = Σ chunk² / 2
+    attn = StepModel(0.0, 0.0, 0.0, 0.0, t_attn_token_s=1.0)
+    sched = BatchScheduler(attn, max_num_seqs=1, max_num_batched_tokens=4)
+    sched.submit(Sequence("p", prompt_tokens=6, max_tokens=1, arrival_s=0.0))
+    first = sched.plan_step(0.0)
+    assert first is not None and first.prefill_tokens == 4 and first.duration_s == pytest.approx(16 / 2)
+
+
+def test_the_token_budget_is_shared_by_the_prompts_of_one_step() -> None:
+    # budget 5: the first prompt takes 3, the second the 2 left, its last token waits for the next step
+    sched = BatchScheduler(FLAT, max_num_seqs=4, max_num_batched_tokens=5)
+    for name in ("a", "b"):
+        sched.submit(Sequence(name, prompt_tokens=3, max_tokens=1, arrival_s=0.0))
+    first = sched.plan_step(0.0)
+    assert first is not None and first.prefill_tokens == 5 and [s.request_id for s in first.admitted] == ["a"]
+    sched.complete_step(first)
+    second = sched.plan_step(first.end_s)
+    assert second is not None and second.prefill_tokens == 1 and [s.request_id for s in second.admitted] == ["b"]
+
+
+def test_a_sequence_preempted_twice_counts_twice() -> None:
+    # block 1, cache 16: three 2-token prompts hold 3·(2 + k + 1) tokens after k steps, so step 3 (18) preempts c,
+    # the newest; readmitted beside a (still growing to 14 tokens), c is preempted again before it can finish
+    sched = BatchScheduler(FLAT, max_num_seqs=4, kv_capacity_tokens=16, block_size=1)
+    seqs = [Sequence(name, prompt_tokens=2, max_tokens=m, arrival_s=0.0) for name, m in (("a", 12), ("b", 6), ("c", 6))]
+    for seq in seqs:
+        sched.submit(seq)
+    plans = run(sched, 200)
+    assert [s.preemptions for s in seqs] == [0, 0, 2] and sched.preemptions == sum(p.preempted for p in plans) == 2
+    assert all(s.finished_s is not None for s in seqs) and sched.generated(seqs[2]) == 6

@@ -2,17 +2,34 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import numpy as np
 import pytest
 
-from tests.conftest import SEED_TABLE
+from tests.conftest import DATA, SEED_TABLE, TINY_CONFIG
 from tokenroof.errors import TokenroofError
-from tokenroof.fit.core import Prior, fit_table
-from tokenroof.fit.predict import Workload, predict_table, prior_from_specs
+from tokenroof.fit import intervals
+from tokenroof.fit.core import Candidate, ContextLaw, Curve, Excluded, Fit, Prior, SmallBatch, fit_table
+from tokenroof.fit.predict import (
+    PredictResult,
+    Workload,
+    context_doublings,
+    data_patterns,
+    fit_notes,
+    physics_checks,
+    predict_table,
+    prior_from_specs,
+    read_with_prior,
+    split_contexts,
+    step_interval_samples,
+)
 from tokenroof.io.measurements import MeasurementTable, parse_csv, read_table
 from tokenroof.model import roofline as rl
 from tokenroof.model.stepmodel import StepModel
-from tokenroof.specs import Precision, load_hardware, load_model
+from tokenroof.serving.deployment import Physics
+from tokenroof.specs import HardwareSpec, Precision, load_hardware, load_model
+from tokenroof.specs.model import model_from_config
 
 SEED = SEED_TABLE
 
@@ -358,3 +375,651 @@ def test_many_distinct_fractional_batches_fit_in_bins_as_they_would_point_by_poi
     assert binned.batch_range == (float(b.min()), float(b.max()))
     asked = np.array([64.0, 256.0, 1024.0])
     assert binned.evaluate(asked)[0] == pytest.approx(KNEED.step_time_s(asked), rel=0.03)
+
+
+# -- by hand, one behaviour each (the tests `make mutation` runs on this module):
+# predict's workload, prior, rows and warnings by hand (make mutation).
+TINY = model_from_config(TINY_CONFIG, "tiny", "tiny")
+CHIP = HardwareSpec("chip", 1e6, 1e6, {"bf16": 1e9}, key="chip")
+BF16 = Precision()
+EFF = rl.Efficiencies(bandwidth=0.5, compute=0.25, overhead_s=1e-3, overlap=0.5)
+LINE_TABLE = "batch,tpot_ms\n1,2.5\n2,3\n4,4\n8,6\n"  # T = 2 + 0.5·b ms
+
+
+def test_workload_from_the_flags_the_column_or_the_stated_lengths() -> None:
+    table = parse_csv(LINE_TABLE, "t.csv")
+    assert Workload.from_table(table, context=300.0) == Workload(300.0, None, None, False)
+    assert Workload.from_table(table, input_len=100, output_len=50).mean_context == 125.0
+    with pytest.raises(TokenroofError, match=r"^t.csv: the physics prior needs the mean context: give --context N"):
+        Workload.from_table(table, input_len=100)
+    with_ctx = parse_csv("batch,tpot_ms,context_tokens\n1,2.5,100\n2,3,300\n", "c.csv")
+    assert Workload.from_table(with_ctx).context_tokens == 200.0
+    assert Workload.from_table(with_ctx, context=50.0).context_tokens == 50.0
+    stated = parse_csv("# input_len=100 output_len=50\n" + LINE_TABLE)
+    w = Workload.from_table(stated)
+    assert (w.input_len, w.output_len, w.context_tokens, w.mean_context) == (100, 50, None, 125.0)
+    assert Workload.from_table(stated, input_len=300).input_len == 300
+    for bad, name in ((0.5, "context"), (float("inf"), "context")):
+        with pytest.raises(TokenroofError, match=rf"^the {name} must be a finite number of tokens ≥ 1, got"):
+            Workload.from_table(table, context=bad)
+    with pytest.raises(TokenroofError, match=r"^the output length must be a finite number of tokens ≥ 1, got 0$"):
+        Workload.from_table(table, input_len=10, output_len=0)
+    assert Workload.from_table(table, context=1.0).context_tokens == 1.0
+
+
+def test_what_the_table_counts_decides_decode_only_and_static() -> None:
+    def kinds(head: str) -> tuple[bool, bool]:
+        w = Workload.from_table(parse_csv(head + LINE_TABLE), context=100.0)
+        return w.decode_only, w.static
+
+    assert kinds("") == (False, False)
+    assert kinds("# tpot_kind=step\n") == (True, False)
+    assert kinds("# batch_kind=static tpot_kind=tpot\n") == (True, True)
+    assert kinds("# batch_kind=static tpot_kind=itl\n") == (True, True)
+    assert kinds("# batch_kind=static tpot_kind=e2e\n") == (False, True)
+    assert Workload.from_table(parse_csv(LINE_TABLE), context=1.0, decode_only=True).decode_only
+
+
+def test_workload_mean_context_and_prefill_ratio() -> None:
+    assert Workload().mean_context == 0.0 and Workload(input_len=100).mean_context == 0.0
+    assert Workload(context_tokens=7.0, input_len=100, output_len=50).mean_context == 7.0
+    assert Workload(input_len=100, output_len=50).prefill_ratio == 2.0
+    assert Workload(input_len=100, output_len=50, decode_only=True).prefill_ratio == 0.0
+    assert Workload(input_len=100).prefill_ratio == 0.0 and Workload(output_len=5).prefill_ratio == 0.0
+
+
+def test_prior_from_specs_by_hand() -> None:
+    w = Workload(input_len=100, output_len=50)  # mean context 125, 2 prompt tokens per step per sequence
+    p = prior_from_specs(TINY, CHIP, BF16, w, eff=EFF)
+    peak = rl.step_model_from_specs(TINY, CHIP, BF16, 1, rl.Efficiencies(1.0, 1.0, 0.0, 1.0, EFF.allreduce_latency_s))
+    central = rl.step_model_from_specs(TINY, CHIP, BF16, 1, EFF)
+    assert p.weights_floor == peak and peak.t_weights_s == pytest.approx(189568 / 1e6)
+    assert p.compute_floor_s == pytest.approx(189440 / 1e9 + 512 * 125 / 1e9)
+    assert p.per_seq_floor_s == pytest.approx(128 * 125 / 1e6 + 128 / 1e6)
+    # each prompt token: its matmuls and attention over half the prompt, at the peak
+    per_token = (100 * 189440 / 1e9 + 512 / 1e9 * 100**2 / 2) / 100
+    assert p.prefill_floor_s == pytest.approx(2 * per_token)
+    assert p.step_compute_floor_s == pytest.approx(p.compute_floor_s + 2 * per_token)
+    assert (p.fixed_floor_s, p.bandwidth_center, p.compute_center, p.overlap) == (0.0, 0.5, 0.25, 0.5)
+    assert p.flops_per_token == 189440 and p.peak_flops_per_s == 1e9
+    assert p.label == "tiny on chip ×1 (bf16)"
+    assert p.max_batch == rl.max_batch_by_memory(TINY, CHIP, BF16, 125.0)
+    central_per_token = (100 * central.t_compute_s + central.t_attn_token_s * 100**2 / 2) / 100
+    slope = (
+        float(central.memory_time_per_seq_s(125.0))
+        + 0.5 * float(central.compute_time_per_seq_s(125.0))
+        + 2 * central_per_token
+    )
+    assert p.slope_center_s == pytest.approx(slope) and p.sigma_log_slope is None
+    assert (p.context_tokens, p.prefill_ratio, p.kv_bandwidth_ratio, p.layer_windows) == (125.0, 2.0, 1.0, ())
+
+
+def test_a_static_batch_carries_its_prefill_per_sequence() -> None:
+    w = Workload(input_len=100, output_len=50, static=True)
+    p = prior_from_specs(TINY, CHIP, BF16, w, eff=EFF)
+    per_token = (100 * 189440 / 1e9 + 512 / 1e9 * 100**2 / 2) / 100
+    assert p.prefill_floor_s == 0.0 and p.prefill_ratio == 0.0
+    assert p.per_seq_floor_s == pytest.approx(128 * 125 / 1e6 + 128 / 1e6 + 2 * per_token)
+
+
+def test_prior_from_specs_details() -> None:
+    # no prompt length: a prompt token costs a decode token's matmuls
+    p = prior_from_specs(TINY, CHIP, BF16, Workload(context_tokens=100.0), eff=EFF)
+    assert p.prefill_floor_s == 0.0 and p.max_batch == rl.max_batch_by_memory(TINY, CHIP, BF16, 100.0)
+    kv = prior_from_specs(TINY, CHIP, BF16, Workload(100.0), eff=rl.Efficiencies(0.5, 0.25, kv_bandwidth=0.25))
+    assert kv.kv_bandwidth_ratio == 0.5
+    small = HardwareSpec("small", 1e5, 1e6, {"bf16": 1e9}, key="small")  # the weights alone fill it
+    assert prior_from_specs(TINY, small, BF16, Workload(100.0), eff=EFF).max_batch is None
+    measured = HardwareSpec("m", 1e6, 1e6, {"bf16": 1e9}, key="m", efficiencies={"bandwidth": 0.5})
+    assert prior_from_specs(TINY, measured, BF16, Workload(100.0)).sigma_log_slope == 0.3
+    # the default efficiencies: online serving adds an engine's per-sequence cost, a static batch does not
+    from tokenroof.specs.engines import load_engine
+
+    cpp = load_engine("llama-cpp")
+    online = prior_from_specs(TINY, CHIP, BF16, Workload(input_len=100, output_len=50), engine=cpp)
+    static = prior_from_specs(TINY, CHIP, BF16, Workload(input_len=100, output_len=50, static=True), engine=cpp)
+    assert online.label == "tiny on chip ×1 (bf16), engine llama-cpp"
+    assert online.slope_center_s - static.slope_center_s == pytest.approx(1e-5, rel=1e-6)
+
+
+def test_context_doublings() -> None:
+    table = parse_csv("batch,tpot_ms,context_tokens\n1,2.5,100\n2,3,100\n4,4,400\n8,6,400\n")
+    fit = predict_table(table, [8], n_samples=0).fit
+    assert context_doublings(fit, None) == 0.0
+    assert context_doublings(fit, 200.0) == 0.0
+    assert context_doublings(fit, 1600.0) == pytest.approx(2.0)
+    assert context_doublings(fit, 25.0) == pytest.approx(2.0)
+    line = predict_table(parse_csv(LINE_TABLE), [8], n_samples=0).fit
+    assert context_doublings(line, 1000.0) == 0.0  # no measured context: nothing to count from
+
+
+def test_rows_by_hand_for_an_exact_line() -> None:
+    result = predict_table(parse_csv(LINE_TABLE, "t.csv"), [8, 32], n_samples=0)
+    rows = result.predictions()
+    assert [r["batch"] for r in rows] == [8.0, 32.0]
+    assert rows[0]["tpot_ms"] == pytest.approx(6.0) and rows[0]["throughput_tok_s"] == pytest.approx(8000 / 6)
+    assert rows[1]["tpot_ms"] == pytest.approx(18.0) and rows[1]["bound"] == "kv"
+    assert rows[0]["extrapolated"] is False and rows[1]["extrapolated"] is True
+    for r in rows:
+        assert r["tpot_ms_low"] <= r["tpot_ms"] <= r["tpot_ms_high"]
+        assert r["throughput_tok_s_low"] == pytest.approx(r["throughput_tok_s"] * r["tpot_ms"] / r["tpot_ms_high"])
+        assert r["throughput_tok_s_high"] == pytest.approx(r["throughput_tok_s"] * r["tpot_ms"] / r["tpot_ms_low"])
+        assert "context_tokens" not in r
+    assert rows[1]["tpot_ms_high"] - rows[1]["tpot_ms"] > rows[0]["tpot_ms_high"] - rows[0]["tpot_ms"]
+    crit, interval, reason = result.critical_batch()
+    assert crit is None and interval == [None, None]
+    assert reason == "no knee in the fitted data: the memory-bound line has no compute term"
+    asserted = predict_table(parse_csv(LINE_TABLE), [8], critical_batch=100.0, n_samples=0)
+    assert asserted.critical_batch() == (100.0, [None, None], None)
+    d = result.to_dict()
+    assert d["critical_batch"] is None and d["knee_batch"] is None and d["max_batch_by_memory"] is None
+    assert d["throughput_asymptote_tok_s"] == pytest.approx(2000.0)
+    assert d["model"]["method"] == "line" and d["model"]["points_fitted"] == 4 and d["excluded_points"] is None
+    assert d["model"]["context_tokens"] is None and d["model"]["context_law"] is None
+    assert d["interval_level"] == 0.9 and d["prior_conflicts"] == []
+
+
+def test_rows_at_contexts_and_the_law() -> None:
+    table = parse_csv(
+        "batch,tpot_ms,context_tokens\n1,2.6,100\n2,3.2,100\n4,4.4,100\n8,6.8,100\n"
+        "1,2.9,400\n2,3.8,400\n4,5.6,400\n8,9.2,400\n"
+    )
+    result = predict_table(table, [8], n_samples=0, contexts=[100, 1000])
+    rows = result.predictions()
+    assert [r["context_tokens"] for r in rows] == [100.0, 1000.0]
+    # T = 2 + (0.5 + 0.001·ctx)·b ms
+    assert rows[0]["tpot_ms"] == pytest.approx(6.8, rel=1e-3) and rows[1]["tpot_ms"] == pytest.approx(14.0, rel=1e-3)
+    assert rows[0]["extrapolated"] is False and rows[1]["extrapolated"] is True
+    law = result.context_law()
+    assert law is not None and law["source"] == "data" and law["measured_contexts"] == [100.0, 400.0]
+    assert law["kv_token_s"] == pytest.approx(1e-6, rel=1e-3) and law["reference_tokens"] == pytest.approx(250.0)
+    # without --context a table of several is predicted at each of its own
+    assert predict_table(table, [8], n_samples=0).contexts == [100.0, 400.0]
+    with pytest.raises(TokenroofError, match=r"^--context must be a finite number of tokens ≥ 1, got 0.5$"):
+        predict_table(table, [8], n_samples=0, contexts=[0.5])
+
+
+def test_split_contexts() -> None:
+    plain = parse_csv(LINE_TABLE, "t.csv")
+    assert split_contexts(plain, None) == (None, None) and split_contexts(plain, []) == (None, None)
+    assert split_contexts(plain, [300.0]) == (300.0, None)
+    with pytest.raises(TokenroofError, match=r"^t.csv: the table does not say the context it was measured at"):
+        split_contexts(plain, [300.0, 600.0])
+    stated = parse_csv("# input_len=100 output_len=50\n" + LINE_TABLE)
+    assert split_contexts(stated, [300.0]) == (None, [300.0])
+    column = parse_csv("batch,tpot_ms,context_tokens\n1,2.5,100\n2,3,100\n")
+    assert split_contexts(column, [300.0, 600.0]) == (None, [300.0, 600.0])
+
+
+def test_data_patterns() -> None:
+    falling = parse_csv("batch,throughput_tok_s\n1,100\n8,700\n9,650\n64,3000\n128,2900\n", "f.csv")
+    notes = data_patterns(falling, None)
+    # 8 → 9 is less than 1.2×; 64 → 128 falls by 3.3%: one note
+    assert notes == [
+        "throughput falls from 3000 tok/s at batch 64 to 2900 at batch 128: the step model cannot explain falling "
+        "throughput (KV-cache preemption and recompute, or swapping, is the usual cause)"
+    ]
+    assert data_patterns(parse_csv("batch,throughput_tok_s\n1,100\n64,3000\n128,2920\n"), None) == []
+    left = data_patterns(parse_csv(LINE_TABLE), Excluded((4.0, 8.0), "why"))
+    assert left == ["left out of the fit, batches 4, 8: why"]
+    held = data_patterns(parse_csv(LINE_TABLE), Excluded((8.0,), "why", 4.0, left_out=False))
+    assert held == ["past the server's cap, batches 8: why"]
+    several = parse_csv("batch,throughput_tok_s,context_tokens\n1,100,10\n64,3000,10\n128,2000,10\n1,90,500\n")
+    assert data_patterns(several, None)[0].endswith(
+        "at batch 128 at context 10: the step model cannot explain falling throughput (KV-cache preemption and "
+        "recompute, or swapping, is the usual cause)"
+    )
+
+
+def test_physics_checks_at_the_boundary() -> None:
+    prior = Prior(StepModel(0.0, 8e-3, 0.0, 0.0), 1e-5, 0.0, 2e-3, label="m on h")  # 10 ms at the peaks
+    fast = parse_csv("batch,tpot_ms\n1,9.7\n2,12\n")
+    assert physics_checks(fast, prior) == [
+        "the fastest measured step (9.7 ms) is faster than streaming the weights at peak bandwidth (10 ms for m on "
+        "h): check --model, --hardware, --dtype and --tp"
+    ]
+    assert physics_checks(parse_csv("batch,tpot_ms\n1,9.9\n2,12\n"), prior) == []
+    assert physics_checks(parse_csv("batch,tpot_ms\n1,12\n2,9.7\n"), prior) != []  # the fastest, wherever it is
+
+
+def test_notes_past_the_data() -> None:
+    result = predict_table(parse_csv(LINE_TABLE), [16, 64], n_samples=0)
+    assert result.warnings[0].startswith("no knee observed up to batch 8: beyond it the memory-bound line assumes")
+    assert result.warnings[1] == (
+        "predicting up to 8.0× the largest measured batch: intervals widen, and effects outside the model "
+        "(preemption, scheduler limits) grow"
+    )
+    assert len(result.warnings) == 2
+    assert predict_table(parse_csv(LINE_TABLE), [8], n_samples=0).warnings == []
+    assert len(predict_table(parse_csv(LINE_TABLE), [32], n_samples=0).warnings) == 1  # 4× exactly: no widening note
+
+
+def test_notes_on_a_pinned_fit_a_bad_fit_and_a_cap() -> None:
+    pinned = predict_table(parse_csv(LINE_TABLE), [8], critical_batch=100.0, n_samples=0)
+    assert pinned.warnings == ["the compute roof is asserted (--critical-batch / --roof-tok-s), not observed"]
+    zigzag = predict_table(parse_csv("batch,tpot_ms\n1,2\n2,4\n4,3\n8,8\n"), [8], n_samples=0)
+    assert any(w.startswith("the fitted model misses the measured TPOTs by") for w in zigzag.warnings)
+    prior = Prior(StepModel(0.0, 1e-3, 0.0, 0.0), 1e-6, 1e-6, 0.0, max_batch=10, context_tokens=100.0, label="x")
+    capped = predict_table(parse_csv(LINE_TABLE), [8, 20], prior, n_samples=0)
+    assert capped.warnings[-1] == (
+        "batches above 10 do not run together (weights + KV cache at the mean context in 90% of memory): there the "
+        "running batch stays at the cap, throughput is flat and TPOT stays at the cap's (queued requests wait before "
+        "their first token: TTFT grows)"
+    )
+    rows = capped.predictions()
+    assert rows[1]["bound"] == "capacity" and rows[0]["bound"] != "capacity"
+    assert rows[1]["throughput_tok_s"] == pytest.approx(10 / (rows[1]["tpot_ms"] / 1e3))
+    assert predict_table(parse_csv(LINE_TABLE), [8, 10], prior, n_samples=0).warnings[-1].startswith("batches") is False
+
+
+def test_the_asserted_roof_names_its_implied_peak_fraction() -> None:
+    prior = Prior(
+        StepModel(0.0, 1e-3, 0.0, 0.0), 1e-6, 1e-6, 0.0, flops_per_token=1e9, peak_flops_per_s=1e12, label="m on h"
+    )
+    result = predict_table(parse_csv(LINE_TABLE), [8], prior, critical_batch=8.0, n_samples=0)
+    thr = float(result.fit.step_model.throughput_tok_s(8.0))
+    expected = (
+        f"the asserted roof at batch 8 ({thr:,.0f} tok/s) implies the matmuls run at {thr * 1e9 / 1e12:.0f} TFLOP/s, "
+        f"about {thr * 1e9 / 1e12:.0%} of the dense peak of m on h: check it"
+    )
+    assert expected in result.warnings
+
+
+# -- second pass: what the last mutation run left alive -------------------------------------------------------------
+CONTEXT_MESSAGE = (
+    ": the physics prior needs the mean context: give --context N (the mean KV length per sequence), or --input-len "
+    "and --output-len, or measurements that carry them (a context_tokens column, '# input_len=… output_len=…', "
+    "vLLM/GuideLLM result files)"
+)
+
+
+@pytest.mark.parametrize(
+    ("source", "kwargs", "message"),
+    [
+        ("t.csv", {}, "t.csv" + CONTEXT_MESSAGE),
+        ("", {"output_len": 50.0}, "the table" + CONTEXT_MESSAGE),  # a table with no name still says which
+        (
+            "t.csv",
+            {"input_len": 0.5, "output_len": 50.0},
+            "the input length must be a finite number of tokens ≥ 1, got 0.5",
+        ),
+        ("t.csv", {"context": float("nan")}, "the context must be a finite number of tokens ≥ 1, got nan"),
+    ],
+)
+def test_workload_errors_name_the_problem_and_where(source: str, kwargs: dict, message: str) -> None:
+    with pytest.raises(TokenroofError) as caught:
+        Workload.from_table(parse_csv(LINE_TABLE, source), **kwargs)
+    assert str(caught.value) == message
+
+
+LINK = HardwareSpec("Link chip", 1e6, 1e6, {"bf16": 1e9}, 1e6, key="link")  # 1 MB/s links between chips
+
+
+def test_prior_from_specs_split_over_two_chips_by_hand() -> None:
+    eff = rl.Efficiencies(0.5, 0.25, 1e-3, overlap=0.5, allreduce_latency_s=1e-5)
+    p = prior_from_specs(TINY, LINK, BF16, Workload(context_tokens=100.0), tp=2, eff=eff, memory_utilization=0.5)
+    # the floors are at 100% of the peaks, the links' too, but keep the all-reduce latency: 2 layers × 2 × 10 µs
+    assert p.fixed_floor_s == pytest.approx(4e-5, rel=1e-12)
+    # per sequence: 128 B of KV per token (the one KV head on both chips), 100 read + 1 written, and the ring
+    # all-reduces: 2 layers × 2 × 2·(2−1)/2 × 64 values × 2 B = 512 B, all at 1 MB/s
+    assert p.per_seq_floor_s == pytest.approx((101 * 128 + 512) / 1e6, rel=1e-12)
+    assert p.flops_per_token == 189440 / 2  # each chip multiplies half the weights
+    assert p.label == "tiny on link ×2 (bf16)"  # the key, not the long name
+    # half the memory: 500,000 B less half of the 189,568 B of weights, over 12,800 B per sequence → 31.6
+    assert p.max_batch == 31
+    nameless = HardwareSpec("Link chip", 1e6, 1e6, {"bf16": 1e9}, 1e6)
+    assert prior_from_specs(TINY, nameless, BF16, Workload(100.0), tp=2, eff=eff).label == "tiny on Link chip ×2 (bf16)"
+
+
+def test_prior_from_specs_edges_by_hand() -> None:
+    # a one-token prompt prefills with its matmuls and attention over half of itself: 189,440 + 512/2 FLOPs at
+    # 1 GFLOP/s, a quarter of a prompt token per decode step (1 in, 4 out)
+    p = prior_from_specs(TINY, CHIP, BF16, Workload(input_len=1.0, output_len=4.0), eff=EFF)
+    assert p.prefill_floor_s == pytest.approx(0.25 * (189440 + 256) / 1e9, rel=1e-12)
+    # room for exactly one sequence: 0.9 × 230,000 B − 189,568 B of weights = 17,432 B ≥ 12,800 B (100 tokens × 128)
+    one = HardwareSpec("one", 230_000, 1e6, {"bf16": 1e9}, key="one")
+    assert prior_from_specs(TINY, one, BF16, Workload(100.0), eff=EFF).max_batch == 1
+
+
+def handmade(
+    best: StepModel,
+    samples: tuple[StepModel, ...] = (),
+    method: str = "roofline",
+    sigma: float = 0.01,
+    curve: Curve | None = None,
+    small: SmallBatch | None = None,
+    laws: tuple[ContextLaw | None, ...] = (),
+) -> Fit:
+    """A fit with the terms and samples given (one structure, measured at batches 1 to 8): answers by hand."""
+    chosen = Candidate(method, best, small, 3, np.zeros(4), laws[0] if laws else None)
+    drawn = [Candidate(method, m, None, 3, np.zeros(4), laws[i + 1] if laws else None) for i, m in enumerate(samples)]
+    return Fit(chosen, [chosen], {method: 1.0}, "by hand", None, curve or Curve(), drawn, sigma, 4, (1.0, 8.0))
+
+
+def knee_at(batch: float) -> StepModel:
+    return StepModel(0.0, float(batch), 1.0, 0.0)  # W / c: the step turns compute-bound at `batch` (units aside)
+
+
+NEVER = StepModel(0.0, 1.0, 0.0, 0.0)  # no compute term: never compute-bound
+
+
+def critical(best: StepModel, samples: tuple[StepModel, ...], method: str = "roofline") -> tuple:
+    return PredictResult(parse_csv(LINE_TABLE), handmade(best, samples, method), np.array([8.0]), None).critical_batch()
+
+
+def test_the_critical_batch_interval_by_hand() -> None:
+    twenty = tuple(knee_at(k) for k in range(1, 21))
+    # the 5th and 95th percentiles of 1..20: positions 0.05 × 19 = 0.95 and 18.05 → 1.95 and 19.05
+    value, (low, high), reason = critical(knee_at(10), twenty)
+    assert (value, reason) == (10.0, None)
+    assert low == pytest.approx(1.95, rel=1e-12) and high == pytest.approx(19.05, rel=1e-12)
+    # the point estimate outside the samples' band widens it to hold the estimate
+    assert critical(knee_at(30), twenty)[1] == [pytest.approx(1.95, rel=1e-12), 30.0]
+    assert critical(knee_at(0.5), twenty)[1] == [0.5, pytest.approx(19.05, rel=1e-12)]
+    # 18 of 20 samples turn compute-bound (90%): the band holds; 1..18 → 1 + 0.85 and 17 + 0.15
+    eighteen = (*twenty[:18], NEVER, NEVER)
+    assert critical(knee_at(10), eighteen)[1] == [pytest.approx(1.85, rel=1e-12), pytest.approx(17.15, rel=1e-12)]
+    # 17 of 20 (85%): more than 10% never do, so there is no upper end; 1..17 → 1 + 0.8
+    seventeen = (*twenty[:17], NEVER, NEVER, NEVER)
+    assert critical(knee_at(10), seventeen)[1] == [pytest.approx(1.8, rel=1e-12), None]
+    assert critical(knee_at(10), (NEVER,) * 20)[1] == [None, None]  # no sample turns: no band at all
+    assert critical(knee_at(10), ())[1] == [None, None]
+
+
+def test_no_critical_batch_says_why_by_structure() -> None:
+    plateau = (
+        "the per-sequence memory time (KV reads and the rest) exceeds the per-sequence compute time: decode never "
+        "turns compute-bound; throughput approaches a bandwidth plateau"
+    )
+    assert critical(NEVER, (knee_at(4),)) == (None, [None, None], plateau)
+    assert critical(NEVER, (), "line")[2] == "no knee in the fitted data: the memory-bound line has no compute term"
+    # issue 11's table: a roofline whose knee (W/c ≈ 85) is real but whose per-sequence time exceeds the compute
+    result = predict_table(read_table([DATA / "issue11_knee.csv"]), [1024], n_samples=10)
+    sm = result.fit.step_model
+    assert result.fit.method == "roofline" and sm.t_seq_s > sm.t_compute_s
+    assert result.critical_batch() == (None, [None, None], plateau)
+    d = result.to_dict()
+    assert d["critical_batch_reason"] == plateau
+    assert d["knee_batch"] == pytest.approx(sm.t_weights_s / sm.t_compute_s, rel=1e-12)
+    assert d["throughput_asymptote_tok_s"] == pytest.approx(1 / (sm.t_compute_s + sm.t_seq_s), rel=1e-12)
+
+
+def test_a_measured_knee_gives_its_critical_batch_and_band() -> None:
+    truth = StepModel(t_fixed_s=1e-3, t_weights_s=8e-3, t_compute_s=80e-6, t_kv_token_s=0.0, t_seq_s=10e-6)
+    b = [1, 2, 4, 8, 16, 32, 64, 128, 256, 512]
+    table = parse_csv("batch,tpot_ms\n" + "".join(f"{x},{float(truth.step_time_s(x)) * 1e3:.6g}\n" for x in b))
+    result = predict_table(table, [64], n_samples=20)
+    value, (low, high), reason = result.critical_batch()
+    # b* = W / (c − s) = 8 ms / 70 µs ≈ 114.3, the fit's own terms giving it
+    sm = result.fit.step_model
+    assert value == pytest.approx(8e-3 / 70e-6, rel=0.02) and reason is None
+    assert value == pytest.approx(sm.t_weights_s / (sm.t_compute_s - sm.t_seq_s), rel=1e-12)
+    assert low is not None and high is not None and low <= value <= high and low < high
+    d = result.to_dict()
+    assert (d["critical_batch"], d["critical_batch_low"], d["critical_batch_high"]) == (value, low, high)
+
+
+def test_to_dict_by_hand() -> None:
+    best = StepModel(1e-3, 4e-3, 1e-3, 0.0)  # T = 1 + max(4, b) ms: the knee at 4
+    small = SmallBatch(2.0, 4.0, 0.01, 0.001)
+    fit = handmade(best, (knee_at(3), knee_at(5)), small=small, curve=Curve(cap=64.0, queues=True))
+    result = PredictResult(parse_csv("# tpot_kind=step\n" + LINE_TABLE), fit, np.array([4.0]), None)
+    d = result.to_dict()
+    assert set(d) == {
+        "predictions",
+        "by_context",
+        "critical_batch",
+        "critical_batch_low",
+        "critical_batch_high",
+        "critical_batch_reason",
+        "knee_batch",
+        "throughput_asymptote_tok_s",
+        "max_batch_by_memory",
+        "interval_level",
+        "interval_calibration",
+        "excluded_points",
+        "prior_conflicts",
+        "workload",
+        "serving",
+        "model",
+        "step_model",
+        "measured",
+        "warnings",
+    }
+    assert d["workload"] == "decode-only (TPOT of pure decode steps): no prompts in the measured steps"
+    assert d["serving"] is None
+    # samples at 3 and 5 around the estimate 4: percentiles 3 + 0.05·2 and 3 + 0.95·2
+    assert (d["critical_batch"], d["critical_batch_reason"]) == (4.0, None)
+    assert d["critical_batch_low"] == pytest.approx(3.1) and d["critical_batch_high"] == pytest.approx(4.9)
+    assert d["knee_batch"] == 4.0 and d["throughput_asymptote_tok_s"] == pytest.approx(1000.0)
+    assert d["max_batch_by_memory"] is None and d["excluded_points"] is None and d["by_context"] is None
+    cal = intervals.stored("data")
+    assert d["interval_calibration"] == {
+        "kappa_per_doubling": cal.kappa_per_doubling,
+        "q_low": cal.q_low,
+        "q_high": cal.q_high,
+        "curves": cal.curves,
+    }
+    assert d["model"] == {
+        **best.to_dict(),
+        "method": "roofline",
+        "why": "by hand",
+        "structure_weights": {"roofline": 1.0},
+        "small_batch": {"up_to_batch": 2.0, "intercept_ms": 10.0, "slope_ms_per_seq": 1.0},
+        "residual_rms_relative": 0.01,
+        "points_fitted": 4,
+        "running_batch_cap": 64.0,
+        "tpot_counts_queueing": True,
+        "context_tokens": None,
+        "context_law": None,
+        "prompts_folded": False,  # decode steps alone: no arriving prompts folded into the terms
+    }
+    online = PredictResult(parse_csv(LINE_TABLE), handmade(best), np.array([4.0]), None).to_dict()
+    assert online["model"]["prompts_folded"] is True and online["model"]["small_batch"] is None
+    assert online["step_model"]["prompts_folded"] is False  # the step model as fitted says nothing of it
+
+
+CAPPED_TWO = (
+    "batch,throughput_tok_s,tpot_ms,context_tokens\n1,100,10,100\n8,780,10.2,100\n16,1540,10.4,100\n32,1560,10.3,100\n"
+    "64,1565,10.3,100\n1,50,20,400\n8,390,20.4,400\n16,770,20.8,400\n32,780,20.6,400\n64,782,20.6,400\n"
+)
+
+
+def test_to_dict_names_the_memory_cap_and_the_points_past_a_servers_cap() -> None:
+    prior = Prior(StepModel(0.0, 1e-3, 0.0, 0.0), 1e-6, 1e-6, 0.0, max_batch=10, context_tokens=100.0, label="x")
+    d = predict_table(parse_csv(LINE_TABLE), [8], prior, n_samples=0).to_dict()
+    assert d["max_batch_by_memory"] == 10
+    assert d["interval_calibration"]["curves"] == intervals.stored("prior").curves
+    # a server holding 16 sequences at both contexts: the points past it are named with their contexts
+    table = parse_csv("# batch_kind=concurrency tpot_kind=tpot\n" + CAPPED_TWO)
+    result = predict_table(table, [8], n_samples=0)
+    assert result.excluded is not None
+    assert result.to_dict()["excluded_points"] == {
+        "batches": [32.0, 64.0, 32.0, 64.0],
+        "reason": result.excluded.reason,
+        "running_batch_cap": result.excluded.cap,
+        "left_out": False,
+        "contexts": [100.0, 100.0, 400.0, 400.0],
+    }
+    assert result.excluded.cap == pytest.approx(16, rel=0.02)
+    one = predict_table(parse_csv("# batch_kind=concurrency tpot_kind=tpot\n" + CAPPED), [8], n_samples=0).to_dict()
+    assert one["excluded_points"]["batches"] == [32.0, 64.0] and one["excluded_points"]["contexts"] is None
+
+
+FLAT = StepModel(0.0, 1e-3, 0.0, 0.0)  # T = 1 ms at every batch
+SLOPED = StepModel(0.0, 1e-3, 0.0, 0.0, 1e-3)  # T = (1 + b) ms
+
+
+def test_the_samples_spread_per_batch_by_hand() -> None:
+    b = np.array([1.0, 3.0])
+    fit = handmade(FLAT, (FLAT, SLOPED))
+    tpot, sd = step_interval_samples(fit, b)
+    # two samples, 1 and 1 + b ms: the log-sd of two values is half their log ratio, at each batch on its own
+    assert tpot == pytest.approx([1e-3, 1e-3]) and sd == pytest.approx([np.log(2) / 2, np.log(4) / 2], rel=1e-12)
+    for none in (handmade(FLAT), handmade(FLAT, (SLOPED,))):  # no spread from fewer than two samples
+        tpot, sd = step_interval_samples(none, b)
+        assert sd.shape == (2,) and sd.tolist() == [0.0, 0.0]
+
+
+def test_the_samples_spread_at_the_context_asked() -> None:
+    # both samples are 1 ms at the 100 tokens they were folded at; the second reads 10 µs per context token, so
+    # at 200 tokens it costs 1 ms more per sequence: 1 + b ms against 1 ms
+    laws = (ContextLaw(100.0), ContextLaw(100.0), ContextLaw(100.0, kv_token_s=1e-5))
+    fit = handmade(FLAT, (FLAT, FLAT), laws=laws)
+    assert step_interval_samples(fit, np.array([1.0]))[1].tolist() == [0.0]
+    assert step_interval_samples(fit, np.array([1.0]), 200.0)[1] == pytest.approx([np.log(2) / 2], rel=1e-9)
+
+
+LAW_TABLE = (
+    "batch,tpot_ms,context_tokens\n1,2.6,100\n2,3.2,100\n4,4.4,100\n8,6.8,100\n"
+    "1,2.9,400\n2,3.8,400\n4,5.6,400\n8,9.2,400\n"
+)
+
+
+def test_rows_at_other_contexts_by_hand() -> None:
+    # T = 2 + (0.5 + 0.001·ctx)·b ms: at batch 1 the weights (2 ms) outweigh the KV at 100 tokens (0.6 ms), not at
+    # 10,000 (10.5 ms)
+    rows = predict_table(parse_csv(LAW_TABLE), [1], n_samples=0, contexts=[100, 10_000]).predictions()
+    assert [r["bound"] for r in rows] == ["weights", "kv"]
+    assert rows[1]["tpot_ms"] == pytest.approx(12.5, rel=1e-9)
+    # the memory holds 10 sequences at the prior's 100 tokens, 5 at 200: past it throughput is 5 per step
+    prior = Prior(FLAT, 1e-6, 1e-6, 0.0, max_batch=10, context_tokens=100.0, label="x")
+    result = predict_table(parse_csv(LINE_TABLE), [20], prior, n_samples=0, contexts=[200.0])
+    (row,) = result.predictions()
+    assert row["bound"] == "capacity" and row["throughput_tok_s"] * row["tpot_ms"] / 1e3 == pytest.approx(5.0)
+    assert result.by_context() is not None and result.by_context()[0]["running_batch_cap"] == 5.0
+    law = result.context_law()
+    assert law is not None and law["source"] == "physics" and law["reference_tokens"] == 100.0
+    assert law["measured_contexts"] is None  # one measured context: nothing measured to list
+    # a prior that states no context has no law to move the cap by: it holds 10 at any context asked
+    unstated = Prior(FLAT, 1e-6, 1e-6, 0.0, max_batch=10, label="x")
+    (row,) = predict_table(parse_csv(LINE_TABLE), [20], unstated, n_samples=0, contexts=[1.0]).predictions()
+    assert row["bound"] == "capacity" and row["throughput_tok_s"] * row["tpot_ms"] / 1e3 == pytest.approx(10.0)
+
+
+def test_context_doublings_from_a_one_token_context() -> None:
+    table = parse_csv("batch,tpot_ms,context_tokens\n1,2.5,1\n2,3,1\n4,4,4\n8,6,4\n")
+    fit = predict_table(table, [8], n_samples=0).fit
+    assert context_doublings(fit, 16.0) == pytest.approx(2.0)  # 4 → 16 tokens: two doublings past the data
+
+
+def test_data_patterns_at_their_thresholds() -> None:
+    def notes(body: str) -> list[str]:
+        return data_patterns(parse_csv("batch,throughput_tok_s\n" + body), None)
+
+    # 10 → 12 is 1.2× the batch exactly, and the throughput falls 10%: named
+    assert notes("1,100\n10,1000\n12,900\n") == [
+        "throughput falls from 1000 tok/s at batch 10 to 900 at batch 12: the step model cannot explain falling "
+        "throughput (KV-cache preemption and recompute, or swapping, is the usual cause)"
+    ]
+    assert notes("1,100\n10,1000\n20,970\n") == []  # 3% exactly is within a benchmark's noise
+    # points past a cap in a table of several contexts are named with theirs
+    excluded = Excluded((32.0, 64.0), "why", 16.0, left_out=False, contexts=(100.0, 400.0))
+    assert data_patterns(parse_csv(LINE_TABLE), excluded) == [
+        "past the server's cap, batches 32 (context 100), 64 (context 400): why"
+    ]
+
+
+def test_physics_checks_threshold_and_rounding() -> None:
+    prior = Prior(StepModel(0.0, 0.05, 0.0, 0.0), 1e-5, 0.0, 0.0, label="m on h")  # 50 ms at the peaks
+    assert physics_checks(parse_csv("batch,tpot_ms\n1,49\n2,60\n"), prior) == []  # 98% of it exactly: tolerated
+    assert physics_checks(parse_csv("batch,tpot_ms\n1,48.9\n2,60\n"), prior) != []
+    # 8 + 1.99 ms printed to three figures
+    tight = Prior(StepModel(0.0, 8e-3, 0.0, 0.0), 1e-5, 0.0, 1.99e-3, label="m on h")
+    assert physics_checks(parse_csv("batch,tpot_ms\n1,9.7\n2,12\n"), tight) == [
+        "the fastest measured step (9.7 ms) is faster than streaming the weights at peak bandwidth (9.99 ms for m on "
+        "h): check --model, --hardware, --dtype and --tp"
+    ]
+
+
+def notes_of(fit: Fit, max_asked: float, prior: Prior | None = None, excluded: Excluded | None = None) -> list[str]:
+    """fit_notes for a fit measured at batches 1 to 8, asked up to `max_asked`."""
+    return fit_notes(
+        PredictResult(parse_csv(LINE_TABLE), fit, np.array([max_asked]), prior, excluded=excluded), max_asked
+    )
+
+
+def test_the_prior_knee_note_only_past_the_data() -> None:
+    prior = Prior(FLAT, 1e-6, 1e-6, 0.0, label="m on h")  # 1 ms of weights at the peak: the table's 2.5 ms is slower
+    assert notes_of(handmade(knee_at(16), method="prior"), 9, prior) == [
+        "no measured point is past the knee (batch ≈ 16): the compute roof comes from the hardware prior (m on h), "
+        "not from the data"
+    ]
+    assert notes_of(handmade(knee_at(8), method="prior"), 16, prior) == []  # the knee at the largest measured batch
+    assert notes_of(handmade(knee_at(16), method="prior"), 8, prior) == []  # asked no further than measured
+    assert notes_of(handmade(knee_at(16)), 9, prior) == []  # a roofline saw its knee in the data
+    # an asserted roof past the data is named as asserted, not as the prior's
+    pinned = predict_table(parse_csv(LINE_TABLE), [16], critical_batch=100.0, n_samples=0)
+    assert pinned.fit.step_model.knee_batch() == pytest.approx(100.0)
+    assert pinned.warnings == ["the compute roof is asserted (--critical-batch / --roof-tok-s), not observed"]
+
+
+def test_the_misfit_note_above_five_percent() -> None:
+    assert notes_of(handmade(FLAT, sigma=0.05), 8) == []
+    assert notes_of(handmade(FLAT, sigma=0.12), 8) == [
+        "the fitted model misses the measured TPOTs by 12% rms: the curve has a shape the step model does not explain"
+    ]
+
+
+def test_the_cap_note_says_whose_cap_and_what_tpot_counts() -> None:
+    server = Excluded((32.0,), "why", 16.0, left_out=False)
+    assert notes_of(handmade(FLAT, curve=Curve(cap=16.0)), 32, excluded=server) == [
+        "batches above 16 do not run together (the server's cap seen in the data): there the running batch stays at "
+        "the cap, throughput is flat and TPOT stays at the cap's (queued requests wait before their first token: "
+        "TTFT grows)"
+    ]
+    assert notes_of(handmade(FLAT, curve=Curve(cap=16.0, queues=True)), 32) == [
+        "batches above 16 do not run together (weights + KV cache at the mean context in 90% of memory): there the "
+        "running batch stays at the cap, throughput is flat and TPOT (end-to-end per token) grows with the queue"
+    ]
+
+
+def test_notes_of_a_line_fit_asked_far_past_it() -> None:
+    warnings = predict_table(parse_csv(LINE_TABLE), [40], n_samples=0).warnings
+    assert warnings == [
+        "no knee observed up to batch 8: beyond it the memory-bound line assumes TPOT keeps growing at the measured "
+        "slope; where a compute knee lies past the data TPOT will be higher (give --model/--hardware for the "
+        "physics, or --critical-batch)",
+        "predicting up to 5.0× the largest measured batch: intervals widen, and effects outside the model "
+        "(preemption, scheduler limits) grow",
+    ]
+
+
+def test_predict_table_samples_and_seeds() -> None:
+    table = parse_csv(LINE_TABLE)
+    # the library's defaults are the CLI's (--samples 200 --seed 0): the web UI and the report answer as predict does
+    default = predict_table(table, [64])
+    assert len(default.fit.samples) == 200
+    assert default.predictions() == predict_table(table, [64], n_samples=200, seed=0).predictions()
+    ten = predict_table(table, [64], n_samples=10, seed=0)
+    assert len(ten.fit.samples) == 10
+    assert ten.predictions() == predict_table(table, [64], n_samples=10).predictions()  # a seed repeats its draws
+    other = predict_table(table, [64], n_samples=10, seed=1).predictions()[0]
+    assert other["tpot_ms_high"] != ten.predictions()[0]["tpot_ms_high"]
+
+
+def test_predict_table_contexts() -> None:
+    rows = predict_table(parse_csv(LAW_TABLE), [8], n_samples=0, contexts=[1.0]).predictions()
+    assert rows[0]["context_tokens"] == 1.0  # one token is a context
+    # a table measured at one context is answered there: no list of contexts, no per-context rows
+    one = predict_table(
+        parse_csv("batch,tpot_ms,context_tokens\n1,2.5,100\n2,3,100\n4,4,100\n8,6,100\n"), [8], n_samples=0
+    )
+    assert one.contexts is None and one.by_context() is None and "context_tokens" not in one.predictions()[0]
+    prior = Prior(FLAT, 1e-6, 1e-6, 0.0, context_tokens=100.0, label="x", max_positions=256)
+    warnings = predict_table(parse_csv(LINE_TABLE), [8], prior, n_samples=0, contexts=[256, 257]).warnings
+    named = [w for w in warnings if "positions" in w]
+    assert named == ["context 257 exceeds the model's maximum of 256 positions: no request holds that many tokens"]
+
+
+def test_read_with_prior_takes_the_flags_unless_they_are_the_target(tmp_path: Path) -> None:
+    path = tmp_path / "t.csv"
+    path.write_text("# input_len=100 output_len=50\n" + LINE_TABLE)
+    physics = Physics("llama-2-7b", "h100-sxm")
+    flags = Workload(input_len=1000.0, output_len=1000.0)
+    table, prior = read_with_prior([path], physics, flags)
+    assert len(table) == 4 and prior is not None
+    assert prior.context_tokens == 1500.0  # the flags: 1000 in + half of 1000 out
+    _, asked = read_with_prior([path], physics, flags, flags_are_target=True)
+    assert asked is not None and asked.context_tokens == 125.0  # the table's own: 100 + 50 / 2
+    assert read_with_prior([path], Physics(), flags)[1] is None  # data alone

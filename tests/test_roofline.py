@@ -7,10 +7,12 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from tests.conftest import run_json
+from tests.conftest import TINY_CONFIG, run_json
 from tokenroof.errors import TokenroofError
 from tokenroof.model import roofline as rl
-from tokenroof.specs import Precision, load_hardware, load_model
+from tokenroof.specs import HardwareSpec, Precision, load_hardware, load_model
+from tokenroof.specs.engines import load_engine
+from tokenroof.specs.model import ModelSpec, model_from_config
 
 BF16 = Precision.create("bf16")
 PEAK = rl.Efficiencies(bandwidth=1.0, compute=1.0, overhead_s=0.0)
@@ -229,3 +231,290 @@ def test_mla_step_model_attention_term(h100) -> None:
     # absorbed MLA: 61 layers · 128 heads · (2·576 + 2·512) FLOPs per cached token, heads split 8 ways
     assert sm.t_attn_token_s == pytest.approx(61 * 128 * 2176 / 8 / 989.4e12)
     assert sm.t_kv_token_s == pytest.approx(61 * 576 * 2 / 3.35e12)  # the latent is whole on each GPU
+
+
+# -- by hand, one behaviour each (the tests `make mutation` runs on this module):
+# First-principles bytes, FLOPs and terms of a tiny Llama on a made-up chip, by hand (make mutation).
+TINY = TINY_CONFIG  # 2 layers, hidden 64, 4 heads of 16, `kv` KV heads, gated MLP 176, tied embeddings
+BF16 = Precision()  # 2 bytes per weight, per KV element and per activation
+CHIP = HardwareSpec(
+    name="chip",
+    memory_bytes=1e6,
+    memory_bandwidth_bytes_per_s=1e6,
+    peak_flops_per_s={"bf16": 1e9},
+    interconnect_bandwidth_bytes_per_s=1e5,
+)
+EFF = rl.Efficiencies(
+    bandwidth=0.5,
+    compute=0.25,
+    overhead_s=1e-3,
+    interconnect=0.5,
+    allreduce_latency_s=1e-5,
+    overhead_s_per_layer=1e-4,
+    kv_bandwidth=0.25,
+    overlap=0.5,
+    overhead_s_per_seq=2e-6,
+)
+
+
+def tiny(**changes: object) -> ModelSpec:
+    return model_from_config({**TINY, **changes}, "tiny", "tiny")
+
+
+M = tiny()
+
+
+def test_the_tiny_models_counts_this_file_builds_on() -> None:
+    # what the expected values below are made of (specs are tested in test_specs.py)
+    assert (M.num_layers, M.head_dim, M.num_kv_heads, M.q_dim, M.kv_dim) == (2, 16, 1, 64, 16)
+    assert (M.streamed_dense_params, M.total_params, M.matmul_params_per_token) == (94784, 94784, 94720)
+    assert M.attention_flops_per_context_token == 512
+
+
+def test_efficiencies_bounds_and_messages() -> None:
+    rl.Efficiencies(bandwidth=1.0, compute=1.0, interconnect=1.0, kv_bandwidth=1.0, overlap=0.0)
+    rl.Efficiencies(overlap=1.0, overhead_s=0.0, allreduce_latency_s=0.0)
+    for name in ("bandwidth", "compute", "interconnect", "kv_bandwidth"):
+        with pytest.raises(TokenroofError, match=rf"^{name} efficiency must be in \(0, 1\] .*got 1.5$"):
+            rl.Efficiencies(**{name: 1.5})
+        with pytest.raises(TokenroofError, match=rf"^{name} efficiency must be in"):
+            rl.Efficiencies(**{name: 0.0})
+    with pytest.raises(TokenroofError, match=r"^overlap must be in \[0, 1\], got 1.5$"):
+        rl.Efficiencies(overlap=1.5)
+    with pytest.raises(TokenroofError, match=r"^overlap must be in"):
+        rl.Efficiencies(overlap=-0.5)
+    for name in ("overhead_s", "allreduce_latency_s", "overhead_s_per_layer", "overhead_s_per_seq"):
+        with pytest.raises(TokenroofError, match=r"^overheads and all-reduce latency must be non-negative$"):
+            rl.Efficiencies(**{name: -1e-6})
+
+
+def test_efficiencies_defaults_and_overhead() -> None:
+    e = rl.Efficiencies()
+    assert e.to_dict() == {
+        "bandwidth": 0.75,
+        "compute": 0.75,
+        "overhead_s": 1e-3,
+        "interconnect": 0.7,
+        "allreduce_latency_s": 8e-6,
+        "overhead_s_per_layer": 0.0,
+        "kv_bandwidth": None,
+        "overlap": 1.0,
+        "overhead_s_per_seq": 0.0,
+    }
+    assert EFF.step_overhead_s(2) == pytest.approx(1e-3 + 2e-4)
+
+
+def test_default_efficiencies_precedence() -> None:
+    # the default engine (generic) on a datasheet chip: its numbers
+    assert rl.default_efficiencies(CHIP, BF16) == rl.Efficiencies(0.75, 0.75, 1e-3)
+    cpp = load_engine("llama-cpp")
+    online = rl.default_efficiencies(CHIP, BF16, cpp)
+    assert (online.bandwidth, online.kv_bandwidth, online.compute) == (0.7, 0.5, 0.3)
+    # serving adds the HTTP server's 1e-5 per sequence to the engine's own 2e-5
+    assert online.overhead_s_per_seq == pytest.approx(3e-5)
+    assert rl.default_efficiencies(CHIP, BF16, cpp, serving=False).overhead_s_per_seq == pytest.approx(2e-5)
+    # a measured hardware file wins, the per-dtype table over the global one; unknown keys are ignored
+    measured = HardwareSpec(
+        name="m",
+        memory_bytes=1e6,
+        memory_bandwidth_bytes_per_s=1e6,
+        peak_flops_per_s={"bf16": 1e9},
+        efficiencies={"bandwidth": 0.6, "compute": 0.5, "bf16": {"compute": 0.4}, "note": 3},
+    )
+    got = rl.default_efficiencies(measured, BF16, cpp)
+    assert (got.bandwidth, got.compute, got.kv_bandwidth) == (0.6, 0.4, 0.5)
+    assert got.overhead_s_per_seq == pytest.approx(3e-5)  # calibrate does not measure it: the profile's stays
+
+
+def test_bytes_by_hand() -> None:
+    # K and V of 1 head of 16 in 2 layers at 2 bytes: 2·2·1·16·2 = 128 bytes per token
+    assert rl.kv_bytes_per_token(M, BF16) == 128.0
+    assert rl.kv_bytes_per_token(M, BF16, tp=2) == 128.0  # one KV head, replicated on both GPUs
+    mha = tiny(num_key_value_heads=4)
+    assert rl.kv_heads_per_gpu(mha, 1) == 4 and rl.kv_heads_per_gpu(mha, 2) == 2 and rl.kv_heads_per_gpu(mha, 3) == 2
+    assert rl.kv_heads_per_gpu(M, 4) == 1
+    assert rl.kv_bytes_per_token(mha, BF16, tp=2) == 2 * 2 * 2 * 16 * 2
+    assert rl.kv_bytes_per_token(M, Precision(kv_dtype="fp8")) == 64.0
+    assert np.allclose(rl.kv_read_bytes(M, BF16, [1, 3], 10), [1280, 3840])
+    assert rl.dense_weight_bytes(M, BF16) == 94784 * 2 and rl.dense_weight_bytes(M, BF16, 2) == 94784
+    assert rl.resident_weight_bytes(M, BF16, 2) == 94784
+    assert rl.expert_weight_bytes(M, BF16) == 0.0
+    assert np.allclose(rl.weight_bytes_streamed(M, BF16, [1, 64]), [94784 * 2] * 2)
+    assert np.allclose(rl.expected_experts_touched(8, 2, [1, 2]), [2.0, 3.5])
+    # per layer: QKV (64 in, 64 + 2·16 out) + o (64 + 64) + up/gate (64 + 2·176) + down (176 + 64) = 944 values
+    assert np.allclose(rl.activation_bytes(M, BF16, [1, 3]), [2 * 944 * 2, 3 * 2 * 944 * 2])
+    # tp 2: q, kv and the MLP split: (64 + 32 + 16) + (32 + 64) + (64 + 176) + (88 + 64) = 600
+    assert float(rl.activation_bytes(M, BF16, 1, tp=2)) == 2 * 600 * 2
+    # ring all-reduce: 2 per layer of b·h·2 bytes, 2(tp−1)/tp each
+    assert np.array_equal(rl.allreduce_bytes(M, BF16, [1, 3]), [0.0, 0.0])
+    assert np.allclose(rl.allreduce_bytes(M, BF16, [1, 3], tp=2), [2 * 2 * 1.0 * 128, 3 * 2 * 2 * 1.0 * 128])
+    assert float(rl.allreduce_bytes(M, BF16, 1, tp=4)) == pytest.approx(2 * 2 * 1.5 * 128)
+
+
+def test_moe_expert_bytes() -> None:
+    moe = tiny(model_type="mixtral", num_local_experts=4, num_experts_per_tok=2)
+    assert moe.is_moe and moe.num_experts == 4
+    one = rl.expert_weight_bytes(moe, BF16)
+    assert one == moe.expert_params_all_layers * 2 and rl.expert_weight_bytes(moe, BF16, 2) == one / 2
+    dense = rl.dense_weight_bytes(moe, BF16)
+    # one token touches 2 experts, two tokens 4·(1 − 0.5²) = 3
+    assert np.allclose(rl.weight_bytes_streamed(moe, BF16, [1, 2]), [dense + 2 * one, dense + 3 * one])
+    # the activations pass through each of the 2 experts: one more (h + up + i + h) per layer
+    extra = 64 + 352 + 176 + 64
+    assert float(rl.activation_bytes(moe, BF16, 1)) == pytest.approx(2 * (944 + extra) * 2)
+
+
+def test_flops_and_decode_costs_by_hand() -> None:
+    assert np.allclose(rl.matmul_flops(M, [1, 2]), [2 * 94720, 4 * 94720])
+    assert float(rl.matmul_flops(M, 1, tp=2)) == 94720
+    assert np.allclose(rl.attention_flops(M, [1, 2], 10), [5120, 10240])
+    assert float(rl.attention_flops(M, 2, 10, tp=2)) == 5120
+    c = rl.decode_costs(M, BF16, [1, 2], 10)
+    assert np.allclose(c.flops_matmul, [189440, 378880]) and np.allclose(c.flops_attention, [5120, 10240])
+    assert np.allclose(c.bytes_weights, [189568, 189568]) and np.allclose(c.bytes_kv_read, [1280, 2560])
+    assert np.allclose(c.bytes_kv_write, [128, 256]) and np.allclose(c.bytes_activations, [3776, 7552])
+    assert np.allclose(c.bytes_allreduce, [0, 0])
+    assert np.allclose(c.flops, [194560, 389120])
+    assert np.allclose(c.bytes_memory, [189568 + 1280 + 128 + 3776, 189568 + 2560 + 256 + 7552])
+    assert np.allclose(c.arithmetic_intensity_flops_per_byte, c.flops / c.bytes_memory)
+    assert np.allclose(rl.decode_costs(M, BF16, 1, 10, tp=2).bytes_allreduce, [512])
+
+
+def test_parallelism_checks() -> None:
+    with pytest.raises(TokenroofError, match=r"^--tp must be at least 1, got 0$"):
+        rl.check_parallelism(M, CHIP, 0)
+    with pytest.raises(TokenroofError, match=r"^--tp 3 does not divide tiny's 4 attention heads$"):
+        rl.check_parallelism(M, CHIP, 3)
+    rl.check_parallelism(M, CHIP, 4)
+    lone = HardwareSpec("lone", 1e6, 1e6, {"bf16": 1e9})
+    rl.check_parallelism(M, lone, 1)
+    with pytest.raises(TokenroofError, match=r"^lone has no interconnect_bandwidth_bytes_per_s; --tp 2 needs one$"):
+        rl.check_parallelism(M, lone, 2)
+
+
+def test_step_model_terms_by_hand() -> None:
+    sm = rl.step_model_from_specs(M, CHIP, BF16, eff=EFF)
+    assert sm.t_fixed_s == pytest.approx(1e-3 + 2 * 1e-4)
+    assert sm.t_weights_s == pytest.approx(189568 / 0.5e6)
+    assert sm.t_compute_s == pytest.approx(189440 / 0.25e9)
+    assert sm.t_kv_token_s == pytest.approx(128 / 0.25e6)  # the KV's own bandwidth efficiency
+    assert sm.t_seq_s == pytest.approx(128 / 0.25e6 + 2e-6)  # the KV write and the per-sequence overhead
+    assert sm.t_attn_token_s == pytest.approx(512 / 0.25e9)
+    assert (sm.t_expert_s, sm.num_experts, sm.experts_per_token, sm.overlap) == (0.0, 0, 0, 0.5)
+    # without a KV efficiency, the weights' bandwidth
+    plain = rl.step_model_from_specs(M, CHIP, BF16, eff=rl.Efficiencies(0.5, 0.25, 0.0))
+    assert plain.t_kv_token_s == pytest.approx(128 / 0.5e6) and plain.t_fixed_s == 0.0
+
+
+def test_step_model_under_tensor_parallelism() -> None:
+    sm = rl.step_model_from_specs(M, CHIP, BF16, tp=2, eff=EFF)
+    # 2 all-reduces per layer of latency 10 µs; 512 bytes per sequence over 0.5 · 1e5 B/s
+    assert sm.t_fixed_s == pytest.approx(1e-3 + 2e-4 + 2 * 2 * 1e-5)
+    assert sm.t_seq_s == pytest.approx(128 / 0.25e6 + 512 / 0.5e5 + 2e-6)
+    assert sm.t_weights_s == pytest.approx(94784 / 0.5e6) and sm.t_compute_s == pytest.approx(94720 / 0.25e9)
+    assert sm.t_attn_token_s == pytest.approx(256 / 0.25e9)
+
+
+def test_default_efficiencies_are_used_without_eff() -> None:
+    sm = rl.step_model_from_specs(M, CHIP, BF16)
+    assert sm.t_weights_s == pytest.approx(189568 / 0.75e6) and sm.t_fixed_s == pytest.approx(1e-3)
+    with pytest.raises(TokenroofError, match="--tp 3 does not divide"):
+        rl.step_model_from_specs(M, CHIP, BF16, tp=3)
+
+
+def test_memory_cap_by_hand() -> None:
+    # 0.9 MB free less 189,568 bytes of weights = 710,432; 128 bytes per token at context 100: 55 sequences
+    assert rl.max_batch_by_memory(M, CHIP, BF16, 100) == 710432 // 12800
+    assert rl.max_batch_by_memory(M, CHIP, BF16, 100, memory_utilization=1.0) == 810432 // 12800
+    assert rl.max_batch_by_memory(M, CHIP, BF16, 0.5) == 710432 // 128  # at least one token held
+    assert rl.max_batch_by_memory(M, CHIP, BF16, 100, tp=2) == ((900000 - 94784) // 12800)
+    assert rl.max_batch_by_memory(M, CHIP, BF16, 100, memory_utilization=0.1) == 0  # the weights do not fit
+    # 44.402 tokens × 128 bytes = 5,683.456 bytes per sequence; 710,432 / 5,683.456 = 125 exactly (the float product
+    # rounds up and a floor division gave 124)
+    assert rl.max_batch_by_memory(M, CHIP, BF16, 44.402) == 125
+    for bad in (0.0, 1.5):
+        with pytest.raises(TokenroofError, match=rf"^memory utilisation must be in \(0, 1\], got {bad}$"):
+            rl.max_batch_by_memory(M, CHIP, BF16, 100, memory_utilization=bad)
+    assert rl.kv_cache_tokens(M, CHIP, BF16) == 710432 // 128
+    assert rl.kv_cache_tokens(M, CHIP, BF16, tp=2, memory_utilization=0.5) == (500000 - 94784) // 128
+    assert rl.kv_cache_tokens(M, CHIP, BF16, memory_utilization=0.1) == 0
+
+
+def test_memory_cap_with_sliding_windows_counts_the_window() -> None:
+    windowed = tiny(model_type="mistral", sliding_window=10)
+    assert windowed.effective_context(100.0) == 10.0
+    assert rl.max_batch_by_memory(windowed, CHIP, BF16, 100) == 710432 // 1280
+
+
+def test_prefill_time_is_the_schedulers_step() -> None:
+    sm = rl.step_model_from_specs(M, CHIP, BF16, eff=EFF)
+    got = rl.prefill_time_s(M, CHIP, BF16, [10, 2000], eff=EFF)
+    assert got.shape == (2,)
+    for tokens, value in zip((10, 2000), got, strict=True):
+        compute = tokens * sm.t_compute_s + sm.t_attn_token_s * tokens**2 / 2
+        w, c = sm.t_weights_s, compute
+        assert value == pytest.approx(sm.t_fixed_s + max(w, c) + 0.5 * min(w, c))
+
+
+MHA = tiny(num_key_value_heads=4)  # 4 KV heads: under tp 2 each GPU holds 2 of them
+
+
+def test_the_multi_head_models_counts() -> None:
+    # K and V grow from 64×16 to 64×64 each: 2·(4096 − 1024) = 6144 more per layer, 12,288 in 2 layers
+    assert (MHA.kv_dim, MHA.streamed_dense_params, MHA.matmul_params_per_token) == (64, 94784 + 12288, 94720 + 12288)
+    assert MHA.attention_flops_per_context_token == 512  # 4·L·q_dim = 4·2·64: the KV heads do not change it
+
+
+def test_kv_bytes_split_by_tensor_parallelism() -> None:
+    # 2 layers · K,V · 2 heads per GPU · 16 · 2 bytes = 256 bytes per token at tp 2 (512 at tp 1)
+    assert rl.kv_bytes_per_token(MHA, BF16) == 512.0
+    assert np.array_equal(rl.kv_read_bytes(MHA, BF16, [1, 3], 10, tp=2), [1 * 10 * 256, 3 * 10 * 256])
+
+
+def test_weights_streamed_split_by_tensor_parallelism() -> None:
+    # dense: 94,784 params · 2 bytes / 2 GPUs, at every batch
+    assert np.array_equal(rl.weight_bytes_streamed(M, BF16, [1, 64], tp=2), [94784.0, 94784.0])
+    moe = tiny(model_type="mixtral", num_local_experts=4, num_experts_per_tok=2)
+    # one expert (gate, up, down: 3·64·176 = 33,792 per layer) in 2 layers: 67,584 params, ·2 bytes / 2 GPUs
+    assert moe.expert_params_all_layers == 67584
+    dense = moe.streamed_dense_params  # ·2 bytes / 2 GPUs
+    got = rl.weight_bytes_streamed(moe, BF16, [1, 2], tp=2)
+    # 1 token touches 2 of the 4 experts, 2 tokens 4·(1 − 0.5²) = 3
+    assert np.array_equal(got, [dense + 2 * 67584, dense + 3 * 67584])
+
+
+def test_activation_bytes_of_an_ungated_mlp() -> None:
+    neox = tiny(model_type="gpt_neox")  # no gate: the up projection writes i values, not 2i; 1 KV head
+    assert not neox.family.gated_mlp and neox.kv_dim == 16
+    # per layer: QKV (64 in, 64 + 2·16 out) + o (64 + 64) + up (64 + 176) + down (176 + 64) = 768 values
+    assert float(rl.activation_bytes(neox, BF16, 1)) == 2 * 768 * 2
+    assert np.array_equal(rl.activation_bytes(neox, BF16, [1, 3]), [3072.0, 3 * 3072.0])
+
+
+def test_no_allreduce_is_still_a_float_array() -> None:
+    # one GPU sends nothing, but the answer keeps the float array type of the other terms (integer batches)
+    zero = rl.allreduce_bytes(M, BF16, [1, 3])
+    assert zero.dtype == np.float64 and zero.shape == (2,)
+
+
+def test_decode_costs_under_tensor_parallelism_by_hand() -> None:
+    c = rl.decode_costs(MHA, BF16, [1, 2], 10, tp=2)
+    assert np.array_equal(c.flops_matmul, [107008.0, 214016.0])  # 2 · 107,008 params · b / 2
+    assert np.array_equal(c.flops_attention, [2560.0, 5120.0])  # 512 · 10 · b / 2
+    assert np.array_equal(c.bytes_weights, [107072.0, 107072.0])  # 107,072 params · 2 bytes / 2
+    assert np.array_equal(c.bytes_kv_read, [2560.0, 5120.0])  # b · 10 · 256
+    assert np.array_equal(c.bytes_kv_write, [256.0, 512.0])  # b · 256
+    # per layer: (64 + 32 + 2·32) + (32 + 64) + (64 + 2·88) + (88 + 64) = 648 values, 2 layers, 2 bytes
+    assert np.array_equal(c.bytes_activations, [2592.0, 5184.0])
+    assert np.array_equal(c.bytes_allreduce, [512.0, 1024.0])  # 2·2 all-reduces · (2·1/2) · b·64·2 bytes
+
+
+def test_memory_caps_under_tensor_parallelism_count_the_gpus_kv_heads() -> None:
+    # 900,000 − 107,072 bytes of weights (tp 2: half of 214,144) = 792,928 free; 256 bytes per token per GPU
+    assert rl.max_batch_by_memory(MHA, CHIP, BF16, 100, tp=2) == 792928 // 25600  # 30
+    assert rl.kv_cache_tokens(MHA, CHIP, BF16, tp=2) == 792928 // 256  # 3097
+
+
+def test_prefill_of_no_prompts_is_an_empty_array() -> None:
+    got = rl.prefill_time_s(M, CHIP, BF16, [], eff=EFF)
+    assert got.shape == (0,) and got.dtype == np.float64

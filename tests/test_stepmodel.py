@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import json
+
 import numpy as np
 import pytest
 
-from tokenroof.model.stepmodel import StepModel
+from tokenroof.model.stepmodel import StepModel, expected_experts, matmul_time_s, mean_context_tokens
 
 SM = StepModel(t_fixed_s=1e-3, t_weights_s=10e-3, t_compute_s=50e-6, t_kv_token_s=10e-9)
 
@@ -71,3 +73,248 @@ def test_overlap_hides_that_fraction_of_the_smaller_matmul_term(overlap: float, 
     sm = StepModel(t_fixed_s=1.0, t_weights_s=10.0, t_compute_s=1.0, t_kv_token_s=0.0, t_seq_s=0.5, overlap=overlap)
     assert float(sm.step_time_s(batch)) == pytest.approx(expected_s)
     assert sm.knee_batch() == pytest.approx(10.0)  # where compute overtakes weight streaming, whatever the overlap
+
+
+# -- by hand, one behaviour each (the tests `make mutation` runs on this module):
+# The step model's formulas by hand, one behaviour each (make mutation: each would fail if a formula changed).
+# every term non-zero and distinct, in exactly representable seconds
+FULL = StepModel(
+    t_fixed_s=0.5,
+    t_weights_s=8.0,
+    t_compute_s=1.0,
+    t_kv_token_s=0.125,
+    t_seq_s=0.25,
+    t_attn_token_s=0.0625,
+)
+
+
+def test_mean_context_is_the_prompt_plus_half_the_output() -> None:
+    assert mean_context_tokens(1000, 300) == 1150
+    assert mean_context_tokens(0, 2) == 1
+
+
+def test_expected_experts_by_hand() -> None:
+    # E·(1 − (1 − k/E)^n): 8·(1 − 0.75^n)
+    assert expected_experts(8, 2, 1.0) == pytest.approx(2.0)
+    assert expected_experts(8, 2, 2.0) == pytest.approx(8 * (1 - 0.75**2))  # 3.5
+    assert expected_experts(8, 2, 0.0) == pytest.approx(0.0)
+    assert np.allclose(expected_experts(8, 2, np.array([1.0, 3.0])), [2.0, 8 * (1 - 0.75**3)])
+    # a dense model touches none, whatever the tokens, keeping the array's shape
+    assert expected_experts(0, 0, 5.0) == 0.0
+    assert np.array_equal(expected_experts(0, 0, np.array([1.0, 7.0])), [0.0, 0.0])
+
+
+@pytest.mark.parametrize(
+    ("weights", "compute", "overlap", "expected"),
+    [
+        (10.0, 4.0, 1.0, 10.0),  # the roofline's max
+        (10.0, 4.0, 0.0, 14.0),  # nothing hidden: they add
+        (10.0, 4.0, 0.5, 12.0),  # half of the smaller hidden
+        (4.0, 10.0, 0.5, 12.0),  # symmetric
+        (4.0, 10.0, 0.25, 13.0),  # three quarters of the smaller still paid
+    ],
+)
+def test_matmul_time_is_max_plus_the_unhidden_share_of_min(
+    weights: float, compute: float, overlap: float, expected: float
+) -> None:
+    assert matmul_time_s(weights, compute, overlap) == pytest.approx(expected)
+    assert np.allclose(matmul_time_s(np.array([weights]), np.array([compute]), overlap), [expected])
+
+
+def test_numpy_scalars_become_plain_numbers() -> None:
+    sm = StepModel(np.float64(1.0), np.float32(2.0), 0.5, 0.0, num_experts=np.int64(8), experts_per_token=2)
+    assert type(sm.t_fixed_s) is float and type(sm.t_weights_s) is float and type(sm.num_experts) is int
+    assert json.loads(json.dumps(sm.to_dict()))["num_experts"] == 8
+    assert sm.to_dict() == {
+        "t_fixed_s": 1.0,
+        "t_weights_s": 2.0,
+        "t_compute_s": 0.5,
+        "t_kv_token_s": 0.0,
+        "t_seq_s": 0.0,
+        "t_attn_token_s": 0.0,
+        "t_expert_s": 0.0,
+        "num_experts": 8,
+        "experts_per_token": 2,
+        "overlap": 1.0,
+        "prompts_folded": False,
+    }
+
+
+def test_defaults() -> None:
+    sm = StepModel(1.0, 2.0, 3.0, 4.0)
+    assert (sm.t_seq_s, sm.t_attn_token_s, sm.t_expert_s, sm.num_experts, sm.experts_per_token) == (0, 0, 0, 0, 0)
+    assert sm.overlap == 1.0 and sm.prompts_folded is False
+    # the default context is 0: no KV reads
+    assert float(sm.step_time_s(1)) == 1 + max(2, 3)
+    assert float(sm.throughput_tok_s(2)) == pytest.approx(2 / (1 + 6))
+
+
+def test_terms_per_sequence_and_per_step_by_hand() -> None:
+    assert float(FULL.compute_time_per_seq_s(16)) == 1.0 + 0.0625 * 16  # 2
+    assert float(FULL.memory_time_per_seq_s(16)) == 0.125 * 16 + 0.25  # 2.25
+    c = FULL.components_s([2.0, 6.0], 16.0)
+    assert np.array_equal(c["overhead"], [0.5, 0.5])
+    assert np.array_equal(c["weights"], [8.0, 8.0])
+    assert np.array_equal(c["compute"], [4.0, 12.0])
+    assert np.array_equal(c["kv"], [4.5, 13.5])
+    # T = 0.5 + max(8, b·2) + b·2.25
+    assert np.allclose(FULL.step_time_s([2.0, 6.0], 16.0), [0.5 + 8 + 4.5, 0.5 + 12 + 13.5])
+    assert np.allclose(FULL.throughput_tok_s([2.0, 6.0], 16.0), [2 / 13.0, 6 / 26.0])
+
+
+def test_moe_weights_grow_with_the_experts_touched() -> None:
+    moe = StepModel(0.0, 2.0, 0.0, 0.0, t_expert_s=0.5, num_experts=8, experts_per_token=2)
+    assert np.allclose(moe.experts_touched([1.0, 2.0]), [2.0, 3.5])
+    assert np.allclose(moe.weights_time_s([1.0, 2.0]), [2.0 + 0.5 * 2.0, 2.0 + 0.5 * 3.5])
+    assert float(moe.step_time_s(2.0)) == pytest.approx(3.75)
+
+
+def test_prompt_compute_counts_causal_attention_as_half_the_square() -> None:
+    assert FULL.prompt_compute_s(4.0) == 4 * 1.0 + 0.0625 * 16 / 2  # 4.5
+    assert FULL.prompt_compute_s(4.0, 10.0) == 4 * 1.0 + 0.0625 * 10 / 2  # 4.3125 (chunks given)
+    assert FULL.prompt_compute_s(0.0) == 0.0
+
+
+def test_scheduler_step_by_hand() -> None:
+    # 2 sequences holding 16 tokens in all, 4 prompt tokens in one chunk:
+    # compute = 2·1 + 0.0625·16 + (4·1 + 0.0625·16/2) = 3 + 4.5 = 7.5 < weights 8
+    # T = 0.5 + 8 + 16·0.125 + 2·0.25 = 11
+    assert FULL.step_s(2, 16.0, 4.0, 16.0) == pytest.approx(11.0)
+    # 6 prompt tokens: compute = 3 + 6 + 0.0625·36/2 = 10.125 > 8
+    assert FULL.step_s(2, 16.0, 6.0, 36.0) == pytest.approx(0.5 + 10.125 + 2 + 0.5)
+    # additive (overlap 0): weights and compute both paid
+    cpu = StepModel(0.5, 8.0, 1.0, 0.125, 0.25, 0.0625, overlap=0.0)
+    assert cpu.step_s(2, 16.0, 4.0, 16.0) == pytest.approx(0.5 + 8 + 7.5 + 2 + 0.5)
+    # no prefill: the vectorised model at the mean context
+    assert FULL.step_s(2, 32.0) == pytest.approx(float(FULL.step_time_s(2, 16.0)))
+    assert isinstance(FULL.step_s(2, 32.0), float)
+
+
+def test_a_folded_model_adds_no_prompts() -> None:
+    folded = StepModel(0.5, 8.0, 1.0, 0.125, 0.25, 0.0625, prompts_folded=True)
+    assert folded.step_s(2, 16.0, 6.0, 36.0) == pytest.approx(FULL.step_s(2, 16.0))
+    assert folded.step_s(2, 16.0, 6.0, 36.0) == pytest.approx(0.5 + 8 + 2 + 0.5)
+
+
+def test_scheduler_moe_step_routes_the_prompt_tokens_too() -> None:
+    moe = StepModel(0.0, 2.0, 0.0, 0.0, t_expert_s=0.5, num_experts=8, experts_per_token=2)
+    # 1 decoding + 1 prompt token: 2 tokens touch 3.5 experts
+    assert moe.step_s(1, 0.0, 1.0, 1.0) == pytest.approx(2.0 + 0.5 * 3.5)
+    assert moe.step_s(1, 0.0) == pytest.approx(2.0 + 0.5 * 2.0)
+
+
+def test_bound_labels_at_exact_ties_and_each_term() -> None:
+    sm = StepModel(t_fixed_s=0.5, t_weights_s=1.0, t_compute_s=0.25, t_kv_token_s=0.0)
+    # compute equals weights at b = 4: still weight-bound; past it compute-bound
+    assert list(sm.bound([1.0, 4.0, 5.0])) == ["weights", "weights", "compute"]
+    # overhead larger than the matmul
+    assert str(StepModel(2.0, 1.0, 0.25, 0.0).bound(1.0)) == "overhead"
+    # overhead equal to the matmul: the first (overhead) wins a tie
+    assert str(StepModel(1.0, 1.0, 0.25, 0.0).bound(1.0)) == "overhead"
+    # KV reads equal to the matmul: the matmul wins the tie; above it, kv
+    kv = StepModel(0.0, 1.0, 0.25, 0.25)
+    assert str(kv.bound(1.0, 4.0)) == "weights"
+    assert str(kv.bound(1.0, 5.0)) == "kv"
+    # a compute-bound matmul (2) against KV reads of b·0.25·ctx: a tie keeps compute, above it kv
+    assert str(StepModel(0.0, 1.0, 0.5, 0.25).bound(4.0, 2.0)) == "compute"
+    assert str(StepModel(0.0, 1.0, 0.5, 0.25).bound(4.0, 1.0)) == "compute"
+    assert str(StepModel(0.0, 1.0, 0.5, 0.25).bound(4.0, 3.0)) == "kv"
+
+
+def test_knee_and_critical_batch_with_attention_and_per_sequence_time() -> None:
+    # knee: W / (c + attn·ctx) = 8 / (1 + 0.0625·16) = 4
+    assert FULL.knee_batch(16) == pytest.approx(4.0)
+    assert FULL.knee_batch() == pytest.approx(8.0)
+    # critical: W / (c + attn·ctx − kv·ctx − t_seq); at ctx 0: 8 / (1 − 0.25) = 32/3
+    assert FULL.critical_batch() == pytest.approx(8 / 0.75)
+    assert FULL.critical_batch(2) == pytest.approx(8 / (1 + 0.125 - 0.25 - 0.25))
+    # the weights-only knee ignores attention
+    assert FULL.critical_batch_weights_only() == pytest.approx(8.0)
+    # memory per sequence exactly equal to compute: never compute-bound
+    assert StepModel(0.0, 1.0, 0.5, 0.0, t_seq_s=0.5).critical_batch() is None
+    assert StepModel(0.0, 1.0, 0.5, 0.0, t_seq_s=0.25).critical_batch() == pytest.approx(4.0)
+    # no compute at all: no knee
+    assert StepModel(0.0, 1.0, 0.0, 0.0).knee_batch() is None
+
+
+def test_moe_crossing_found_or_none() -> None:
+    moe = StepModel(0.0, 2.0, 0.5, 0.0, t_expert_s=0.5, num_experts=8, experts_per_token=2)
+    knee = moe.knee_batch()
+    assert knee is not None
+    assert float(moe.weights_time_s(knee)) == pytest.approx(knee * 0.5, rel=1e-9)
+    assert 6 < knee < 12  # 2 + 0.5·touched ∈ (3, 6] at b = 2·(3…6)
+    # compute so small the crossing lies past any batch: none
+    assert StepModel(0.0, 2.0, 1e-12, 0.0, t_expert_s=0.5, num_experts=8, experts_per_token=2).knee_batch() is None
+
+
+def test_no_critical_batch_reason_names_both_sides() -> None:
+    text = FULL.no_critical_batch_reason(16)
+    assert text.startswith("at context 16 the KV-cache reads per sequence (2.25e+06 µs per step)")
+    assert "outweigh its compute (2e+06 µs per step)" in text
+
+
+def test_asymptote_and_its_rounding_floor() -> None:
+    # 1 / (compute + memory per sequence) = 1 / (2 + 2.25) at ctx 16
+    assert FULL.throughput_asymptote_tok_s(16) == pytest.approx(1 / 4.25)
+    assert FULL.throughput_asymptote_tok_s() == pytest.approx(1 / 1.25)
+    assert StepModel(1.0, 1.0, 0.0, 0.0).throughput_asymptote_tok_s() == float("inf")
+    assert StepModel(1.0, 1.0, 1e-12, 0.0).throughput_asymptote_tok_s() == float("inf")  # a picosecond: rounding
+    assert StepModel(1.0, 1.0, 2e-12, 0.0).throughput_asymptote_tok_s() == pytest.approx(5e11)
+
+
+def test_a_folded_model_adds_no_prompts_even_where_nothing_hides_them() -> None:
+    # overlap 0: every second of compute shows. Decoding alone: compute = 2·1 + 0.0625·16 = 3
+    # T = 0.5 + 8 + 3 + 16·0.125 + 2·0.25 = 14, the 6 arriving prompt tokens already in the fitted terms
+    folded = StepModel(0.5, 8.0, 1.0, 0.125, 0.25, 0.0625, overlap=0.0, prompts_folded=True)
+    assert folded.step_s(2, 16.0, 6.0, 36.0) == 14.0
+
+
+def test_scheduler_step_uses_the_chunks_squares_it_is_given() -> None:
+    # 6 prompt tokens in two chunks of 3: Σ chunk² = 18, not 6² = 36
+    # compute = 2·1 + 0.0625·16 + 6·1 + 0.0625·18/2 = 9.5625 > weights 8
+    # T = 0.5 + 9.5625 + 16·0.125 + 2·0.25 = 12.5625
+    assert FULL.step_s(2, 16.0, 6.0, 18.0) == 12.5625
+
+
+def test_bound_defaults_to_no_context() -> None:
+    # KV reads of 2 s per context token: at the default context 0 they cost nothing
+    sm = StepModel(0.0, 1.0, 0.25, 2.0)
+    assert list(sm.bound([1.0, 8.0])) == ["weights", "compute"]  # compute 8·0.25 = 2 > weights 1 at b = 8
+    assert str(sm.bound(1.0, 1.0)) == "kv"  # one context token: 2 s of KV against 1 s of weights
+
+
+def test_dense_knee_is_the_closed_form_even_past_any_batch() -> None:
+    # W / c = 1 / 2⁻⁴⁰ = 2⁴⁰ ≈ 1.1e12, beyond the 1e9 a MoE search stops at
+    assert StepModel(0.0, 1.0, 2.0**-40, 0.0).knee_batch() == 2.0**40
+    assert StepModel(0.0, 1.0, 0.5, 0.0).knee_batch() == 2.0  # 1 / 0.5
+
+
+def test_a_single_expert_moe_streams_its_expert_at_every_batch() -> None:
+    # E = k = 1: every token touches the one expert, weights = 1 + 1·1 = 2 s; knee = 2 / 0.5 = 4
+    one = StepModel(0.0, 1.0, 0.5, 0.0, t_expert_s=1.0, num_experts=1, experts_per_token=1)
+    assert one.knee_batch() == pytest.approx(4.0)
+
+
+def test_moe_knee_below_one_sequence() -> None:
+    # weights 0.25 + 0.0625·8·(1 − 0.75^b) against compute b·1: at b = 1/4 the weights are above 0.25,
+    # at b = 1/2 they are 0.25 + 0.5·(1 − 0.75^0.5) < 0.25 + 0.5·0.14 < 0.5: the crossing lies in (1/4, 1/2)
+    moe = StepModel(0.0, 0.25, 1.0, 0.0, t_expert_s=0.0625, num_experts=8, experts_per_token=2)
+    knee = moe.knee_batch()
+    assert knee is not None and 0.25 < knee < 0.5
+    assert float(moe.weights_time_s(knee)) == pytest.approx(knee, rel=1e-9)
+
+
+def test_moe_knee_none_when_compute_stays_under_a_second_of_weights() -> None:
+    # weights at most 0.5 + 0.0625·8 = 1 s; compute at the 1e9 search limit 1e9·2⁻³¹ ≈ 0.47 s: no crossing
+    moe = StepModel(0.0, 0.5, 2.0**-31, 0.0, t_expert_s=0.0625, num_experts=8, experts_per_token=2)
+    assert moe.knee_batch() is None
+
+
+def test_no_critical_batch_reason_in_full() -> None:
+    # memory 3.125 µs per sequence, compute 2.125 µs: 3 significant figures, a tie rounds to even
+    sm = StepModel(0.0, 1.0, 2.125e-6, 0.0, t_seq_s=3.125e-6)
+    assert sm.no_critical_batch_reason(0) == (
+        "at context 0 the KV-cache reads per sequence (3.12 µs per step) outweigh its compute (2.12 µs per step): "
+        "decode never turns compute-bound; throughput approaches a bandwidth plateau set by KV reads, "
+        "not a compute roof"
+    )

@@ -1,4 +1,4 @@
-"""The fit's pieces by hand: the small-batch line, caps, the likelihood, caps seen in the data (make mutation)."""
+"""fit/core.py by hand: the small-batch line, caps, the likelihood, caps seen in the data (make mutation)."""
 
 from __future__ import annotations
 
