@@ -431,7 +431,7 @@ def test_workload_mean_context_and_prefill_ratio() -> None:
 def test_prior_from_specs_by_hand() -> None:
     w = Workload(input_len=100, output_len=50)  # mean context 125, 2 prompt tokens per step per sequence
     p = prior_from_specs(TINY, CHIP, BF16, w, eff=EFF)
-    peak = rl.step_model_from_specs(TINY, CHIP, BF16, 1, rl.Efficiencies(1.0, 1.0, 0.0, 1.0, EFF.allreduce_latency_s))
+    peak = rl.step_model_from_specs(TINY, CHIP, BF16, 1, rl.Efficiencies.at_peak(EFF.allreduce_latency_s))
     central = rl.step_model_from_specs(TINY, CHIP, BF16, 1, EFF)
     assert p.weights_floor == peak and peak.t_weights_s == pytest.approx(189568 / 1e6)
     assert p.compute_floor_s == pytest.approx(189440 / 1e9 + 512 * 125 / 1e9)

@@ -518,3 +518,10 @@ def test_memory_caps_under_tensor_parallelism_count_the_gpus_kv_heads() -> None:
 def test_prefill_of_no_prompts_is_an_empty_array() -> None:
     got = rl.prefill_time_s(M, CHIP, BF16, [], eff=EFF)
     assert got.shape == (0,) and got.dtype == np.float64
+
+
+def test_efficiencies_at_peak_are_the_floors_by_name() -> None:
+    peak = rl.Efficiencies.at_peak(5e-6)
+    assert (peak.bandwidth, peak.compute, peak.interconnect, peak.overhead_s) == (1.0, 1.0, 1.0, 0.0)
+    assert (peak.overhead_s_per_layer, peak.overhead_s_per_seq, peak.overlap) == (0.0, 0.0, 1.0)
+    assert peak.allreduce_latency_s == 5e-6 and peak.kv_bandwidth is None

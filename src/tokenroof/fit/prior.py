@@ -103,7 +103,7 @@ def prior_from_specs(
         hardware,
         precision,
         tp,
-        rl.Efficiencies(1.0, 1.0, 0.0, 1.0, eff.allreduce_latency_s),
+        rl.Efficiencies.at_peak(eff.allreduce_latency_s),
     )
     ctx = float(model.effective_context(workload.mean_context))  # sliding-window layers hold their window
 

@@ -48,6 +48,13 @@ class Efficiencies:
     overlap: float = 1.0  # fraction of the smaller of weight streaming and compute hidden under the larger
     overhead_s_per_seq: float = 0.0  # per sequence per step: scheduling, sampling, detokenisation (engine profiles)
 
+    @classmethod
+    def at_peak(cls, allreduce_latency_s: float = 8e-6) -> Efficiencies:
+        """Every peak reached, no overhead: the floors nothing can beat (an all-reduce still waits its latency)."""
+        return cls(
+            bandwidth=1.0, compute=1.0, overhead_s=0.0, interconnect=1.0, allreduce_latency_s=allreduce_latency_s
+        )
+
     def __post_init__(self) -> None:
         for name in ("bandwidth", "compute", "interconnect", "kv_bandwidth"):
             value = getattr(self, name)
