@@ -242,16 +242,16 @@ def test_a_large_table_is_read_as_one_block_and_alike() -> None:
     string per line), the same table as row by row, and a bad cell still named by its line."""
     from unittest import mock
 
-    from tokenroof.io import measurements
+    from tokenroof.io import csvread
 
     rng = np.random.default_rng(0)
     batch = rng.uniform(1, 512, 60_000)
     rows = [f"{b!r},{10 + 0.05 * b:.6g},{'' if i % 7 else 30}" for i, b in enumerate(batch.tolist())]
     text = "# input_len=128\n\nbatch,tpot_ms,ttft_ms\r\n" + "\r\n".join(rows) + "\r\n"
-    assert len(text) > measurements.LARGE_CSV_CHARS
-    table = measurements._parse_large(text, "big.csv")
+    assert len(text) > csvread.LARGE_CSV_CHARS
+    table = csvread._parse_large(text, "big.csv")
     assert table is not None  # read as one block
-    with mock.patch.object(measurements, "LARGE_CSV_CHARS", 10**12):
+    with mock.patch.object(csvread, "LARGE_CSV_CHARS", 10**12):
         rows_read = parse_csv(text, "big.csv")
     for name in ("batch", "tpot_ms", "throughput_tok_s", "ttft_ms"):
         assert np.array_equal(getattr(table, name), getattr(rows_read, name), equal_nan=True), name

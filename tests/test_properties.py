@@ -32,7 +32,7 @@ from tokenroof.cli import parse_numbers
 from tokenroof.errors import TokenroofError
 from tokenroof.fit.predict import predict_table
 from tokenroof.fit.travel import Travelling, read_step_model
-from tokenroof.io import measurements
+from tokenroof.io import csvread
 from tokenroof.io.measurements import COLUMNS, MeasurementTable, parse_csv, read_table
 from tokenroof.model.stepmodel import StepModel
 from tokenroof.specs import list_hardware, list_models
@@ -162,9 +162,9 @@ def same_outcome(text: str) -> MeasurementTable | None:
     error."""
     outcomes: list[MeasurementTable | str] = []
     ways = [
-        mock.patch.object(measurements, "LARGE_CSV_CHARS", 0),
+        mock.patch.object(csvread, "LARGE_CSV_CHARS", 0),
         contextlib.nullcontext(),
-        mock.patch.object(measurements, "_fast_cells", return_value=None),
+        mock.patch.object(csvread, "_fast_cells", return_value=None),
     ]
     for way in ways:
         with way:
