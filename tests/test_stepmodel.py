@@ -318,3 +318,26 @@ def test_no_critical_batch_reason_in_full() -> None:
         "decode never turns compute-bound; throughput approaches a bandwidth plateau set by KV reads, "
         "not a compute roof"
     )
+
+
+def test_steps_s_is_step_s_over_arrays_term_for_term() -> None:
+    """The scheduler fit evaluates `steps_s` (vectorised); it must be `step_s` for every step and every term: dense
+    and MoE, overlapped or not, prompts priced or folded. By hand for one: fixed 1 + max(weights 2, compute
+    (3 + 5)·0.25 + attention 0.125·(40 + 64/2)) + kv 40·0.0625 + seq 3·0.5 = 1 + 11 + 2.5 + 1.5 = 16."""
+    hand = StepModel(1.0, 2.0, 0.25, 0.0625, t_seq_s=0.5, t_attn_token_s=0.125)
+    assert hand.steps_s([3], [40], [5], [64]).tolist() == [16.0] == [hand.step_s(3, 40, 5, 64)]
+    models = [
+        hand,
+        StepModel(1e-3, 5e-3, 2e-5, 3e-8, t_seq_s=7e-6, t_attn_token_s=1e-9, overlap=0.4),
+        StepModel(1e-3, 2e-3, 1e-5, 3e-8, t_seq_s=1e-6, t_expert_s=4e-4, num_experts=8, experts_per_token=2),
+        StepModel(2e-3, 4e-3, 3e-5, 1e-8, t_seq_s=2e-6, t_attn_token_s=2e-9, prompts_folded=True),
+    ]
+    batch = np.array([1.0, 4.0, 32.0, 7.0, 256.0])
+    context = np.array([100.0, 3000.0, 40000.0, 0.0, 2e6])
+    prefill = np.array([0.0, 512.0, 0.0, 2048.0, 128.0])
+    prefill_sq = np.array([0.0, 512.0**2, 0.0, 2 * 1024.0**2, 128.0**2])
+    for model in models:
+        got = model.steps_s(batch, context, prefill, prefill_sq)
+        want = [model.step_s(*args) for args in zip(batch, context, prefill, prefill_sq, strict=True)]
+        np.testing.assert_allclose(got, want, rtol=1e-12, atol=0)
+        assert got.dtype == np.float64 and got.shape == batch.shape
