@@ -60,7 +60,10 @@ def check_recovery(points: list[dict[str, Any]], output: int = OUTPUT) -> None:
         b = p["batch"]
         want_tpot = expected_tpot_s(b, output) * 1e3
         assert p["tpot_ms"]["mean"] == pytest.approx(want_tpot, rel=0.02), p["point"]
-        assert p["throughput_tok_s"] == pytest.approx(b * 1e3 / want_tpot, rel=0.02), p["point"]
+        # at 1-4 streams a step's few tokens land either side of the window's edges: 2.4% seen once in CI (195.0
+        # against 190.5 tok/s at 4), so 3% there
+        rel = 0.03 if p["value"] <= 4 else 0.02
+        assert p["throughput_tok_s"] == pytest.approx(b * 1e3 / want_tpot, rel=rel), p["point"]
         assert abs(b - p["value"]) / p["value"] < 0.05  # the running batch is the concurrency
 
 
