@@ -272,8 +272,6 @@ class TorchRunner:
     threads: int | None = None  # torch's intra-op threads, set in the worker itself (they are per thread)
     step_log: TextIO | None = None  # one JSON line per step: what it ran, its compute and wall time
     pool: ThreadPoolExecutor = field(init=False)
-    steps: int = 0
-    busy_s: float = 0.0  # Σ step wall time
 
     def __post_init__(self) -> None:
         self.pool = ThreadPoolExecutor(1, thread_name_prefix="tokenroof-step", initializer=self._init_thread)
@@ -293,8 +291,6 @@ class TorchRunner:
         start = loop.time()
         tokens, compute_s = await loop.run_in_executor(self.pool, self.compute, work)
         wall_s = loop.time() - start
-        self.busy_s += wall_s
-        self.steps += 1
         self.engine.finish(work, done, tokens)
         if self.step_log is not None:
             record = {
