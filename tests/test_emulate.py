@@ -121,3 +121,24 @@ def test_client_disconnect_aborts_the_sequence() -> None:
         assert emulator.engine is not None and not emulator.engine.scheduler.running
 
     with_emulator(check)
+
+
+def test_a_client_stalled_mid_upload_does_not_hold_the_server_open() -> None:
+    """A body promised and never sent kept aiohttp's shutdown waiting its default 60 s (measured 60.9 s on the ui):
+    a stopping server closes it within about a second (SHUTDOWN_TIMEOUT_S)."""
+    import time
+
+    async def main() -> float:
+        runner, url = await start(Emulator(FAST))
+        host, port = url.removeprefix("http://").split(":")
+        _, writer = await asyncio.open_connection(host, int(port))
+        head = f"POST /v1/completions HTTP/1.1\r\nHost: {host}\r\nContent-Type: application/json\r\n"
+        writer.write(head.encode() + b"Content-Length: 1000000\r\n\r\n" + b"x" * 1000)
+        await writer.drain()
+        await asyncio.sleep(0.2)  # the handler is now waiting on the rest of the body
+        started = time.monotonic()
+        await runner.cleanup()
+        writer.close()
+        return time.monotonic() - started
+
+    assert asyncio.run(main()) < 10  # 30 s before the fix (aiohttp's 60 s shutdown timeout, split in two waits)

@@ -161,10 +161,12 @@ async def start(host: str = "127.0.0.1", port: int = 0) -> tuple[Any, str]:
 
 def serve(host: str, port: int) -> None:
     """Run until interrupted (the CLI)."""
-    from tokenroof.serving.emulate.checks import bind_failure
+    from tokenroof.serving.emulate.checks import SHUTDOWN_TIMEOUT_S, bind_failure
 
     web = modules()
     try:
-        web.run_app(make_app(host), host=host, port=port, access_log=None, print=None)
+        web.run_app(
+            make_app(host), host=host, port=port, access_log=None, print=None, shutdown_timeout=SHUTDOWN_TIMEOUT_S
+        )
     except (OSError, OverflowError) as exc:
         raise bind_failure(host, port, exc) from None

@@ -23,7 +23,7 @@ from aiohttp.http_exceptions import HttpProcessingError
 from tokenroof.errors import TokenroofError
 from tokenroof.model.stepmodel import StepModel
 from tokenroof.serving.emulate import protocol as proto
-from tokenroof.serving.emulate.checks import bind_failure, check_step_model, start_site
+from tokenroof.serving.emulate.checks import SHUTDOWN_TIMEOUT_S, bind_failure, check_step_model, start_site
 from tokenroof.serving.engine.core import BatchScheduler, Sequence
 from tokenroof.serving.engine.realtime import RealtimeEngine, StepRunner
 
@@ -292,6 +292,8 @@ async def start(emulator: Emulator, host: str = "127.0.0.1", port: int = 0) -> t
 def serve(emulator: Emulator, host: str, port: int) -> None:
     """Run until interrupted (the CLI); a failed bind is a one-line TokenroofError naming host:port."""
     try:
-        web.run_app(emulator.app(), host=host, port=port, access_log=None, print=None)
+        web.run_app(
+            emulator.app(), host=host, port=port, access_log=None, print=None, shutdown_timeout=SHUTDOWN_TIMEOUT_S
+        )
     except (OSError, OverflowError) as exc:
         raise bind_failure(host, port, exc) from None
