@@ -52,7 +52,8 @@ from tokenroof.errors import TokenroofError
 from tokenroof.fit.core import past_cap
 from tokenroof.io.measurements import MeasurementTable, read_table
 from tokenroof.model import roofline as rl
-from tokenroof.model.stepmodel import StepModel, mean_context_tokens
+from tokenroof.model.analysis import DecodeWorkload, served_tpot_s
+from tokenroof.model.stepmodel import StepModel
 from tokenroof.specs import HardwareSpec, ModelSpec, Precision, load_hardware, load_model
 from tokenroof.specs.engines import engine_presets, load_engine
 
@@ -209,31 +210,15 @@ def step_model(curve: Curve, values: dict[str, float]) -> StepModel:
     return rl.step_model_from_specs(curve.model, curve.hardware, curve.precision, curve.setup.tp, eff)
 
 
-def online_step_s(sm: StepModel, batch: float, input_len: float, output_len: float, chunked: bool) -> float:
-    """The mean step at a running batch: batch/output prompts arrive per step, in the step or in their own."""
-    total_ctx = batch * mean_context_tokens(input_len, output_len)
-    arriving = batch / output_len
-    if chunked:
-        return sm.step_s(batch, total_ctx, arriving * input_len, arriving * input_len**2)
-    together = max(arriving, 1.0)  # prompts prefilled per prefill step, one such step every 1/arriving steps
-    prefill = sm.step_s(0.0, 0.0, together * input_len, together * input_len**2)
-    return sm.step_s(batch, total_ctx) + min(arriving, 1.0) * prefill
-
-
 def curve_tpot_s(sm: StepModel, curve: Curve) -> np.ndarray:
-    """TPOT (s) at the curve's batches, counted the way the curve counts it (see the module doc)."""
-    w, b = curve.setup.workload, curve.batch
-    i, o = float(w.input_len or 0.0), float(w.output_len or 1.0)
-    ctx = mean_context_tokens(i, o)
-    if not w.static:
-        return np.array([online_step_s(sm, x, i, o, curve.chunked) for x in b])
+    """TPOT (s) at the curve's batches, counted the way the curve counts it: `roofline --input-len --output-len
+    --batching`'s own path (model.analysis.served_tpot_s; see the module doc)."""
+    w = curve.setup.workload
+    workload = DecodeWorkload(float(w.input_len or 1.0), float(w.output_len or 1.0), w.static, curve.chunked)
+    ctx = workload.mean_context
     cap = rl.max_batch_by_memory(curve.model, curve.hardware, curve.precision, ctx, curve.setup.tp)
-    running = np.minimum(b, max(cap, 1))
-    step = sm.step_time_s(running, ctx)
-    if curve.setup.semantics.tpot_kind != "e2e":
-        return step
-    prefill = np.array([sm.step_s(0.0, 0.0, x * i, x * i * i) for x in running])
-    return (prefill + (o - 1) * step) / o * b / running
+    kv_context = float(curve.model.effective_context(ctx))
+    return served_tpot_s(sm, curve.batch, workload, cap, curve.setup.semantics.tpot_kind, kv_context)
 
 
 def log_errors(curve: Curve, values: dict[str, float]) -> np.ndarray:

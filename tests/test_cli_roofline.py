@@ -75,6 +75,11 @@ def test_context_above_model_max_warns() -> None:
         (["-m", "llama-2-7b", "-H", "a100-sxm-80gb", "--dtype", "fp8", "--compute-dtype", "fp8"], "has no fp8 peak"),
         (["-m", "llama-2-7b", "-H", "h100-sxm", "--tp", "3"], "does not divide"),
         (["-m", "missing/config.json", "-H", "h100-sxm"], "model file not found"),
+        (["-m", "llama-2-7b", "-H", "h100-sxm", "--input-len", "128"], "--input-len and --output-len go together"),
+        (["-m", "llama-2-7b", "-H", "h100-sxm", "--batching", "static"], "give --input-len and --output-len with it"),
+        (["-m", "llama-2-7b", "-H", "h100-sxm", "--input-len", "1", "--output-len", "2", "--context", "9"], "not both"),
+        (["-m", "llama-2-7b", "-H", "h100-sxm", "--input-len", "1", "--output-len", "2", "--batching", "x"], "one of"),
+        (["-m", "llama-2-7b", "-H", "h100-sxm", "--input-len", "0.5", "--output-len", "2"], "at least 1"),
     ],
 )
 def test_bad_input_one_line_error(args: list[str], message: str) -> None:
@@ -120,3 +125,62 @@ def test_several_contexts_in_one_call() -> None:
     assert long["max_batch_by_memory"] < short["max_batch_by_memory"]
     single = run_json(["roofline", "-m", "llama-3.1-8b", "-H", "h100-sxm", "--batch", "16", "--context", "8192"])
     assert single["points"] == short["points"]
+
+
+def test_a_workload_gives_tpot_as_its_benchmark_counts_it() -> None:
+    """--input-len/--output-len: the mean context, TPOT through served_tpot_s (the path benchmarks/first_principles.py
+    scores against published curves), the engine's prefill policy, and the bare decode step beside it."""
+    from tokenroof.model import roofline as rl
+    from tokenroof.model.analysis import DecodeWorkload, served_tpot_s
+    from tokenroof.specs import Precision, load_hardware, load_model
+    from tokenroof.specs.engines import load_engine
+
+    base = ["roofline", "-m", "llama-3.1-8b", "-H", "h100-sxm", "--batch", "1,64,400", "--engine", "vllm-v0"]
+    online = run_json([*base, "--input-len", "1024", "--output-len", "512"])
+    plain = run_json([*base, "--context", "1280"])
+    assert online["context_tokens"] == 1280 == online["workload"]["mean_context_tokens"]
+    assert online["workload"] == {**online["workload"], "batching": "online", "prefill": "separate"}  # V0's
+    assert online["prompt_tokens"] == 1024 and online["ttft_ms"] > 0
+    spec, hw, engine = load_model("llama-3.1-8b"), load_hardware("h100-sxm"), load_engine("vllm-v0")
+    precision = Precision.create("bf16")
+    sm = rl.step_model_from_specs(spec, hw, precision, 1, rl.default_efficiencies(hw, precision, engine))
+    expected = served_tpot_s(sm, [1, 64, 400], DecodeWorkload(1024, 512, chunked=False), online["max_batch_by_memory"])
+    assert [p["tpot_ms"] for p in online["points"]] == pytest.approx(expected * 1e3)
+    for served, bare in zip(online["points"], plain["points"], strict=True):
+        assert served["decode_step_ms"] == pytest.approx(bare["tpot_ms"])
+        assert served["tpot_ms"] > bare["tpot_ms"]  # the arriving prompts' prefill steps
+        assert served["e2e_ms_per_token"] is None
+
+    static = run_json([*base, "--input-len", "1024", "--output-len", "512", "--batching", "static"])
+    cap = static["max_batch_by_memory"]
+    assert 64 < cap < 400
+    low, _, high = static["points"]
+    assert low["tpot_ms"] == pytest.approx(low["decode_step_ms"])  # a static batch's TPOT: its decode steps
+    assert high["tpot_ms"] < high["decode_step_ms"]  # 400 run in waves of the cap: each step holds `cap`
+    assert high["throughput_tok_s"] == pytest.approx(cap * 1e3 / high["tpot_ms"])
+    assert all(p["e2e_ms_per_token"] > p["tpot_ms"] for p in static["points"])  # plus the batch's prefill
+    assert any("runs in waves of" in w for w in static["warnings"])
+    assert static["efficiencies"]["overhead_s_per_seq"] < online["efficiencies"]["overhead_s_per_seq"]  # no HTTP
+
+
+def test_a_workload_table_names_it() -> None:
+    result = run_cli(
+        [
+            "roofline",
+            "-m",
+            "llama-3.1-8b",
+            "-H",
+            "h100-sxm",
+            "--input-len",
+            "1024",
+            "--output-len",
+            "512",
+            "--batching",
+            "static",
+            "--batch",
+            "1,8",
+        ]
+    )
+    assert result.exit_code == 0
+    assert "workload: 1,024 in / 512 out tokens (mean context 1,280), a static batch" in result.stdout
+    assert "e2e ms/tok" in result.stdout and "decode ms" in result.stdout

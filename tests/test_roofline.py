@@ -10,6 +10,7 @@ import pytest
 from tests.conftest import TINY_CONFIG, run_json
 from tokenroof.errors import TokenroofError
 from tokenroof.model import roofline as rl
+from tokenroof.model.stepmodel import StepModel
 from tokenroof.specs import HardwareSpec, Precision, load_hardware, load_model
 from tokenroof.specs.engines import load_engine
 from tokenroof.specs.model import ModelSpec, model_from_config
@@ -525,3 +526,39 @@ def test_efficiencies_at_peak_are_the_floors_by_name() -> None:
     assert (peak.bandwidth, peak.compute, peak.interconnect, peak.overhead_s) == (1.0, 1.0, 1.0, 0.0)
     assert (peak.overhead_s_per_layer, peak.overhead_s_per_seq, peak.overlap) == (0.0, 0.0, 1.0)
     assert peak.allreduce_latency_s == 5e-6 and peak.kv_bandwidth is None
+
+
+# -- TPOT as a benchmark of a workload counts it (roofline --input-len --output-len --batching) ----------------
+# Hand-computed with a step of 1 ms fixed, 10 ms weights, 0.1 ms of GEMMs per token, 1 µs of KV per context token
+# (overlap 1: the matmul term is max(weights, compute)); 100 in / 50 out tokens, mean context 125.
+HAND = StepModel(t_fixed_s=1e-3, t_weights_s=10e-3, t_compute_s=0.1e-3, t_kv_token_s=1e-6)
+
+
+@pytest.mark.parametrize(
+    ("static", "chunked", "tpot_kind", "expected_ms"),
+    [
+        # online, chunked: b/o = 0.2 (2) prompts per step share it: 1+max(10, 1+2)+1.25; 1+max(10, 10+20)+12.5
+        (False, True, "tpot", [12.25, 43.5]),
+        # online, separate: + 0.2 prefill steps of 1 prompt (1+max(10, 10)); 100: + 1 step of 2 prompts (1+20)
+        (False, False, "tpot", [12.25 + 0.2 * 11, 23.5 + 21]),
+        # decode steps only (tpot_kind step), cap 50: 100 runs in waves of 50: 1+max(10, 5)+6.25
+        (False, True, "step", [12.25, 17.25]),
+        (True, True, "tpot", [12.25, 17.25]),
+        # static, end to end per output token: (prefill of the batch + 49 decode steps) / 50, × 2 waves at 100
+        (True, True, "e2e", [(101 + 49 * 12.25) / 50, (501 + 49 * 17.25) / 50 * 2]),
+    ],
+)
+def test_served_tpot_by_hand(static: bool, chunked: bool, tpot_kind: str, expected_ms: list[float]) -> None:
+    from tokenroof.model.analysis import DecodeWorkload, served_tpot_s
+
+    workload = DecodeWorkload(100, 50, static=static, chunked=chunked)
+    got = served_tpot_s(HAND, [10, 100], workload, cap=50, tpot_kind=tpot_kind)
+    assert got * 1e3 == pytest.approx(expected_ms)
+
+
+def test_served_tpot_sees_the_window_context() -> None:
+    from tokenroof.model.analysis import DecodeWorkload, served_tpot_s
+
+    workload = DecodeWorkload(100, 50)
+    at_window = served_tpot_s(HAND, [10], workload, cap=50, kv_context=25.0)
+    assert at_window[0] * 1e3 == pytest.approx(12.25 - 10 * 100 * 1e-3)  # 100 fewer KV tokens per sequence

@@ -32,6 +32,21 @@ def test_every_schema_is_a_valid_draft_2020_12_schema() -> None:
     [
         ("roofline", ["roofline", *SPECS, "--batch", "1,64", "--context", "1000", "--prompt-tokens", "500"]),
         ("roofline", ["roofline", *SPECS, "--batch", "1,64", "--context", "8192,32768"]),
+        (
+            "roofline",
+            [
+                "roofline",
+                *SPECS,
+                "--batch",
+                "1,64",
+                "--input-len",
+                "512",
+                "--output-len",
+                "128",
+                "--batching",
+                "static",
+            ],
+        ),
         ("predict", ["predict", SEED, "--batch", "256", "--samples", "20"]),
         ("predict", ["predict", SEED, "--batch", "256,512", *SPECS, "--context", "300", "--samples", "20"]),
         ("advise", ["advise", SEED, "--tpot-slo-ms", "30", "--samples", "20"]),

@@ -49,8 +49,24 @@ def roofline(console: Console, data: dict[str, Any]) -> None:
         highlight=False,
     )
     console.print(engine_line(data["engine"], data["interval_level"]), style="dim", highlight=False)
+    if data.get("workload"):
+        console.print(f"workload: {roofline_workload(data['workload'])}", style="dim", highlight=False)
     roofline_summary(console, data)
     roofline_points(console, data)
+
+
+def roofline_workload(w: dict[str, Any]) -> str:
+    """`roofline --input-len --output-len`'s workload, and what its TPOT column counts."""
+    lengths = (
+        f"{fmt(w['input_len'])} in / {fmt(w['output_len'])} out tokens (mean context {fmt(w['mean_context_tokens'])})"
+    )
+    if w["batching"] == "static":
+        return (
+            f"{lengths}, a static batch: TPOT is the decode step (a batch past the memory cap runs in waves); "
+            "e2e ms/tok adds the batch's prefill"
+        )
+    where = "in the decode steps (chunked prefill)" if w["prefill"] == "chunked" else "in prefill steps of their own"
+    return f"{lengths}, online at each running batch: TPOT is the mean step, arriving prompts prefilled {where}"
 
 
 def roofline_contexts(console: Console, data: dict[str, Any]) -> None:
@@ -112,21 +128,30 @@ def roofline_summary(console: Console, data: dict[str, Any]) -> None:
 
 def roofline_points(console: Console, data: dict[str, Any]) -> None:
     """The decode step at each batch: TPOT with the engine profile's interval, throughput, the binding term."""
-    table = Table(title="decode step by batch", title_justify="left")
+    w = data.get("workload")
+    title = "decode step by batch" if not w else f"{w['batching']} serving by batch; bound and times: the decode step"
+    table = Table(title=title, title_justify="left")
     level = f"TPOT {data['interval_level']:.0%}"
-    for col in ("batch", "TPOT ms", level, "tok/s", "bound", "weights ms", "compute ms", "KV ms", "FLOP/byte", "fits"):
+    extra = [] if not w else ["decode ms"] + (["e2e ms/tok"] if w["batching"] == "static" else [])
+    intensity = () if w else ("FLOP/byte",)  # a workload's extra columns take its place (--json keeps it)
+    columns = ("batch", "TPOT ms", level, *extra, "tok/s", "bound", "weights ms", "compute ms", "KV ms", *intensity)
+    for col in (*columns, "fits"):
         table.add_column(col, justify="right")
     for pt in data["points"]:
+        cells = [fmt(pt["decode_step_ms"])] if w else []
+        if w and w["batching"] == "static":
+            cells.append(fmt(pt["e2e_ms_per_token"]))
         table.add_row(
             fmt(pt["batch"]),
             fmt(pt["tpot_ms"]),
             f"{fmt(pt['tpot_ms_low'])}–{fmt(pt['tpot_ms_high'])}",
+            *cells,
             fmt(pt["throughput_tok_s"]),
             bound_cell(pt["bound"]),
             fmt(pt["time_weights_ms"]),
             fmt(pt["time_compute_ms"]),
             fmt(pt["time_kv_ms"]),
-            fmt(pt["arithmetic_intensity_flops_per_byte"]),
+            *([] if w else [fmt(pt["arithmetic_intensity_flops_per_byte"])]),
             "yes" if pt["fits_in_memory"] else "[red]no[/]",
         )
     console.print(table)

@@ -33,8 +33,28 @@ def roofline(
     hardware: HardwareOpt,
     batch: Annotated[str, typer.Option(help="Batch sizes: '1,8,32' or '1 8 32'.")] = "1,2,4,8,16,32,64,128,256,512",
     context: Annotated[
-        str, typer.Option(help="Tokens in each sequence's KV cache: '8192', or several to compare: '8192,32768'.")
-    ] = "1024",
+        str | None,
+        typer.Option(
+            help="Tokens in each sequence's KV cache: '8192', or several to compare: '8192,32768'. [default: 1024, "
+            "or the mean context of --input-len/--output-len]"
+        ),
+    ] = None,
+    input_len: Annotated[
+        float | None,
+        typer.Option(
+            help="Prompt tokens per request: with --output-len, TPOT as a benchmark of that workload counts it "
+            "(online: arriving prompts' prefill included, as the engine schedules it) at its mean context."
+        ),
+    ] = None,
+    output_len: Annotated[float | None, typer.Option(help="Output tokens per request (with --input-len).")] = None,
+    batching: Annotated[
+        str,
+        typer.Option(
+            help="With --input-len/--output-len: 'online' (continuous batching at each running batch, as `vllm "
+            "bench serve` loads a server) or 'static' (the batch prefilled together, then decoded to the end: "
+            "adds the end-to-end time per output token)."
+        ),
+    ] = "online",
     dtype: DtypeOpt = "bf16",
     kv_dtype: KvDtypeOpt = None,
     compute_dtype: ComputeOpt = None,
@@ -67,20 +87,36 @@ def roofline(
     profile's spread against published curves as an interval."""
     from dataclasses import replace
 
-    from tokenroof.model.analysis import analyze_roofline
+    from tokenroof.model.analysis import BATCHINGS, DecodeWorkload, analyze_roofline
     from tokenroof.model.roofline import default_efficiencies
     from tokenroof.specs import Precision, load_hardware, load_model
     from tokenroof.specs.engines import load_engine
 
     spec, hw, profile = load_model(model), load_hardware(hardware), load_engine(engine)
+    workload = None
+    if (input_len is None) != (output_len is None):
+        raise TokenroofError("--input-len and --output-len go together: give both, or neither")
+    if batching not in BATCHINGS:
+        raise TokenroofError(f"--batching must be one of {', '.join(BATCHINGS)}, got {batching!r}")
+    if input_len is not None and output_len is not None:
+        if context is not None:
+            raise TokenroofError(
+                "give --context or --input-len/--output-len, not both: the lengths set the context (their mean)"
+            )
+        workload = DecodeWorkload(input_len, output_len, batching == "static", profile.prefill == "chunked")
+    elif batching != "online":
+        raise TokenroofError("--batching describes a workload: give --input-len and --output-len with it")
     precision = Precision.create(dtype, kv_dtype, compute_dtype, checkpoint=spec.quantization)
-    eff = default_efficiencies(hw, precision, profile)
+    eff = default_efficiencies(hw, precision, profile, serving=workload is None or not workload.static)
     given = {"bandwidth": bandwidth_efficiency, "compute": compute_efficiency}
     given["overhead_s"] = None if overhead_ms is None else overhead_ms / 1e3
     eff = replace(eff, **{k: v for k, v in given.items() if v is not None})
-    batches, contexts = parse_numbers(batch, "--batch"), parse_numbers(context, "--context")
+    batches = parse_numbers(batch, "--batch")
+    contexts = [workload.mean_context] if workload is not None else parse_numbers(context or "1024", "--context")
     results = [
-        analyze_roofline(spec, hw, precision, batches, ctx, tp, eff, memory_utilization, prompt_tokens, profile)
+        analyze_roofline(
+            spec, hw, precision, batches, ctx, tp, eff, memory_utilization, prompt_tokens, profile, workload
+        )
         for ctx in contexts
     ]
     if not results:

@@ -10,12 +10,100 @@ import numpy as np
 
 from tokenroof.errors import TokenroofError
 from tokenroof.model import roofline as rl
-from tokenroof.model.stepmodel import StepModel
+from tokenroof.model.stepmodel import StepModel, mean_context_tokens
 from tokenroof.specs import HardwareSpec, ModelSpec, Precision
 from tokenroof.specs.engines import EngineProfile, load_engine
 from tokenroof.units import MS_PER_S
 
 DEFAULT_BATCHES = (1, 2, 4, 8, 16, 32, 64, 128, 256, 512)
+BATCHINGS = ("online", "static")
+
+
+@dataclass(frozen=True)
+class DecodeWorkload:
+    """The requests a roofline is read under (`roofline --input-len --output-len --batching`): `online`, a server
+    continuously batching at each running batch (`vllm bench serve`, GuideLLM), or `static`, a batch prefilled
+    together and decoded to the end (`vllm bench throughput`-style offline runs, Argonne's and FasterTransformer's
+    tables). `chunked`: arriving prompts share the decode steps (vLLM V1, SGLang, TensorRT-LLM), else they are
+    prefilled in steps of their own (vLLM V0, TGI): the engine profile's `prefill`."""
+
+    input_len: float
+    output_len: float
+    static: bool = False
+    chunked: bool = True
+
+    def __post_init__(self) -> None:
+        for flag, value in (("--input-len", self.input_len), ("--output-len", self.output_len)):
+            if not (np.isfinite(value) and value >= 1):
+                raise TokenroofError(f"{flag} must be a finite number of tokens ≥ 1, got {value:g}")
+
+    @property
+    def mean_context(self) -> float:
+        return mean_context_tokens(self.input_len, self.output_len)
+
+    def describe(self) -> str:
+        lengths = f"{self.input_len:g} in / {self.output_len:g} out tokens"
+        if self.static:
+            return f"{lengths}, a static batch: prompts prefilled together, then decoded to the end"
+        where = "in the decode steps (chunked prefill)" if self.chunked else "in prefill steps of their own"
+        return f"{lengths}, online at each running batch: arriving prompts prefilled {where}"
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "input_len": self.input_len,
+            "output_len": self.output_len,
+            "batching": "static" if self.static else "online",
+            "prefill": "chunked" if self.chunked else "separate",
+            "mean_context_tokens": self.mean_context,
+        }
+
+
+def online_step_s(
+    sm: StepModel, batch: float, input_len: float, output_len: float, chunked: bool, context: float | None = None
+) -> float:
+    """The mean step (s) of a server continuously batching `batch` sequences: each sequence brings one prompt per
+    `output_len` steps, so batch/output_len prompts arrive per step, prefilled in the decode steps (chunked) or, one
+    step every output_len/batch, in a prefill step of their own (all arrivals of a step together when they are
+    more than one). Contexts are spread evenly over a request's life: the mean context each (`context`: the one the
+    KV terms see, a sliding window's)."""
+    total_ctx = batch * (mean_context_tokens(input_len, output_len) if context is None else context)
+    arriving = batch / output_len
+    if chunked:
+        return sm.step_s(batch, total_ctx, arriving * input_len, arriving * input_len**2)
+    together = max(arriving, 1.0)
+    prefill = sm.step_s(0.0, 0.0, together * input_len, together * input_len**2)
+    return sm.step_s(batch, total_ctx) + min(arriving, 1.0) * prefill
+
+
+def served_tpot_s(
+    sm: StepModel,
+    batches: Any,
+    workload: DecodeWorkload,
+    cap: int,
+    tpot_kind: str = "tpot",
+    kv_context: float | None = None,
+) -> np.ndarray:
+    """TPOT (s) at each batch, counted the way a benchmark of `workload` counts it (tpot_kind as in
+    io.table.TPOT_KINDS):
+
+    - online (tpot, itl, e2e): the mean step with the arriving prompts in it (`online_step_s`);
+    - a static batch, or any decode-step timing (tpot_kind step): the decode step at the mean context, at most
+      `cap` sequences at once (a larger batch runs in waves of `cap`);
+    - a static batch timed end to end (tpot_kind e2e): the batch's prefill plus output_len − 1 decode steps, per
+      output token, times the number of waves.
+
+    `kv_context`: the context the KV terms see (a sliding window's; default the mean context)."""
+    b = np.asarray(batches, dtype=float)
+    i, o = workload.input_len, workload.output_len
+    if not workload.static and tpot_kind != "step":
+        steps = [online_step_s(sm, x, i, o, workload.chunked, kv_context) for x in b.ravel()]
+        return np.array(steps).reshape(b.shape)
+    running = np.minimum(b, max(cap, 1))
+    step = sm.step_time_s(running, workload.mean_context if kv_context is None else kv_context)
+    if tpot_kind != "e2e":
+        return step
+    prefill = np.array([sm.step_s(0.0, 0.0, x * i, x * i * i) for x in running.ravel()]).reshape(b.shape)
+    return (prefill + (o - 1) * step) / o * b / running
 
 
 @dataclass(frozen=True)
@@ -34,6 +122,7 @@ class RooflineResult:
     prompt_tokens: float | None = None
     warnings: list[str] = field(default_factory=list)
     engine: EngineProfile = field(default_factory=load_engine)  # whose efficiencies, and whose error spread
+    workload: DecodeWorkload | None = None  # None: the bare decode step at context_tokens
 
     @property
     def kv_context_tokens(self) -> float:
@@ -59,11 +148,17 @@ class RooflineResult:
 
     def points(self) -> list[dict[str, Any]]:
         sm, b, ctx = self.step_model, self.batches, self.kv_context_tokens
-        step = sm.step_time_s(b, ctx)
+        limit = self.max_batch_by_memory
+        decode = sm.step_time_s(b, ctx)
+        step, e2e, running = decode, None, b
+        if self.workload is not None:  # TPOT as a benchmark of the workload counts it (served_tpot_s)
+            step = served_tpot_s(sm, b, self.workload, limit, "tpot", ctx)
+            if self.workload.static:  # in waves of what fits
+                e2e = served_tpot_s(sm, b, self.workload, limit, "e2e", ctx)
+                running = np.minimum(b, max(limit, 1))
         parts = sm.components_s(b, ctx)
         costs = rl.decode_costs(self.model, self.precision, b, self.context_tokens, self.tp)  # applies windows
         bound = sm.bound(b, ctx)
-        limit = self.max_batch_by_memory
         low, high = self.engine.accuracy.factors()
         rows = []
         for i, batch in enumerate(b):
@@ -73,11 +168,13 @@ class RooflineResult:
                     "tpot_ms": float(step[i] * MS_PER_S),
                     "tpot_ms_low": float(step[i] * low * MS_PER_S),
                     "tpot_ms_high": float(step[i] * high * MS_PER_S),
-                    "throughput_tok_s": float(batch / step[i]),
-                    "throughput_tok_s_low": float(batch / (step[i] * high)),
-                    "throughput_tok_s_high": float(batch / (step[i] * low)),
+                    "throughput_tok_s": float(running[i] / step[i]),
+                    "throughput_tok_s_low": float(running[i] / (step[i] * high)),
+                    "throughput_tok_s_high": float(running[i] / (step[i] * low)),
                     "bound": str(bound[i]),
                     "fits_in_memory": bool(batch <= limit),
+                    "decode_step_ms": float(decode[i] * MS_PER_S),
+                    "e2e_ms_per_token": None if e2e is None else float(e2e[i] * MS_PER_S),
                     "time_overhead_ms": float(parts["overhead"][i] * MS_PER_S),
                     "time_weights_ms": float(parts["weights"][i] * MS_PER_S),
                     "time_compute_ms": float(parts["compute"][i] * MS_PER_S),
@@ -127,6 +224,7 @@ class RooflineResult:
             "weight_bytes_per_gpu": rl.resident_weight_bytes(self.model, self.precision, self.tp),
             "prompt_tokens": self.prompt_tokens,
             "ttft_ms": ttft,
+            "workload": None if self.workload is None else self.workload.to_dict(),
             "step_model": sm.to_dict(),
             "warnings": list(self.warnings),
             "interval_level": self.engine.accuracy.interval_level,
@@ -156,13 +254,19 @@ def analyze_roofline(
     memory_utilization: float = 0.9,
     prompt_tokens: float | None = None,
     engine: EngineProfile | None = None,
+    workload: DecodeWorkload | None = None,
 ) -> RooflineResult:
-    """Build the step model from specs and evaluate it over `batches` at `context_tokens`.
+    """Build the step model from specs and evaluate it over `batches` at `context_tokens`, or, given a `workload`,
+    at its mean context with TPOT counted as a benchmark of it counts it (`served_tpot_s`).
 
     `engine` (None: the default profile) gives the efficiencies unless `eff` does, and always the intervals: its
-    spread of first-principles TPOT against published curves (EngineProfile.accuracy)."""
+    spread of first-principles TPOT against published curves (EngineProfile.accuracy). The profile's HTTP-serving
+    cost per sequence counts unless the workload is a static batch."""
     engine = engine or load_engine()
-    eff = eff or rl.default_efficiencies(hardware, precision, engine)
+    eff = eff or rl.default_efficiencies(hardware, precision, engine, serving=workload is None or not workload.static)
+    if workload is not None:
+        context_tokens = workload.mean_context
+        prompt_tokens = workload.input_len if prompt_tokens is None else prompt_tokens
     arr = validate_batches(batches)
     if not 0 <= context_tokens < float("inf"):
         raise TokenroofError(f"--context must be a finite non-negative number of tokens, got {context_tokens:g}")
@@ -174,7 +278,7 @@ def analyze_roofline(
     result = RooflineResult(
         model, hardware, precision, tp, float(context_tokens), eff, memory_utilization, sm, arr, prompt_tokens, warnings
     )
-    result = replace(result, engine=engine)
+    result = replace(result, engine=engine, workload=workload)
     warnings += memory_warnings(result, float(arr.max()))
     return result
 
@@ -198,8 +302,13 @@ def memory_warnings(result: RooflineResult, largest_batch: float) -> list[str]:
             f"do not fit in {result.memory_utilization:.0%} of {result.hardware.name}'s memory"
         ]
     if largest_batch > limit_b:
+        static = result.workload is not None and result.workload.static
         return [
             f"batches above {limit_b} do not fit in memory at context {result.context_tokens:g} "
-            "(weights + KV cache); they are computed anyway and marked fits_in_memory=false"
+            + (
+                f"(weights + KV cache); a static batch runs in waves of {limit_b} (fits_in_memory=false)"
+                if static
+                else "(weights + KV cache); they are computed anyway and marked fits_in_memory=false"
+            )
         ]
     return []
