@@ -176,7 +176,7 @@ def place(path: Path, as_labelled: bool) -> Curve | str:
         setup,
         load_model(str(setup.model)),
         hardware_of(setup, text, as_labelled),
-        Precision.create(setup.dtype),
+        Precision.create(setup.dtype, engine_kv=profile.kv_dtype_by_weights),
         table.batch[:keep].astype(float),
         table.tpot_ms[:keep] / 1e3,
         chunked,

@@ -188,6 +188,16 @@ BAD_FILES = [
     ("log_error_low = -0.1", "log_error_low = 0.5", "accuracy: expected log_error_low ≤ log_error ≤ log_error_high"),
     ('numbers = "measured by me"', "", "source = {}; must be a table saying where every number comes from"),
     ("[efficiencies]", "max_num_batched_tokens = 0\n[efficiencies]", "max_num_batched_tokens = 0; must be a positive"),
+    (
+        "[efficiencies]",
+        'kv_dtype_by_weights = { fp8 = "fp6" }\n[efficiencies]',
+        "kv_dtype_by_weights = {…}; unknown KV-cache dtype 'fp6'; known: bf16",
+    ),
+    (
+        "[efficiencies]",
+        'kv_dtype_by_weights = "fp8"\n[efficiencies]',
+        'kv_dtype_by_weights = "fp8"; must be a table of weight dtype = KV-cache',
+    ),
 ]
 
 
@@ -277,3 +287,28 @@ def test_the_kv_pool_follows_the_named_engines_memory_fraction_as_that_engine_re
         physics = Physics("llama-3.1-8b", "h100-sxm", "bf16", engine=engine)
         assert physics.memory_fraction() == (fraction, of_free), engine
         assert physics.kv_pool_tokens() == int(tokens), engine
+
+
+def test_the_kv_cache_is_what_the_engine_keeps_under_the_weights_and_the_answer_says_so() -> None:
+    """TensorRT-LLM runs Model Optimizer FP8 checkpoints with their FP8 KV cache; vLLM keeps the model's 16 bits until
+    told. Without --kv-dtype the first principles follow the engine, name it as an assumption, and a flag wins."""
+    from tokenroof.fit.physics import Physics
+
+    fp8 = ["-m", "llama-3.1-8b", "-H", "h100-sxm", "--dtype", "fp8", "--batch", "8", "--context", "1000"]
+    trt = run_json(["roofline", *fp8, "--engine", "tensorrt-llm"])
+    vllm = run_json(["roofline", *fp8, "--engine", "vllm-v1"])
+    given = run_json(["roofline", *fp8, "--engine", "tensorrt-llm", "--kv-dtype", "bf16"])
+    assert (trt["precision"]["kv_dtype"], trt["precision"]["kv_dtype_source"]) == ("fp8", "engine")
+    assert (vllm["precision"]["kv_dtype"], vllm["precision"]["kv_dtype_source"]) == ("bf16", "default")
+    assert (given["precision"]["kv_dtype"], given["precision"]["kv_dtype_source"]) == ("bf16", "given")
+    assert trt["kv_bytes_per_token"] * 2 == vllm["kv_bytes_per_token"] == 32 * 8 * 128 * 2 * 2
+    bf16 = run_json(["roofline", *fp8[:4], "--batch", "8", "--engine", "tensorrt-llm"])
+    assert bf16["precision"]["kv_dtype"] == "bf16"  # 16-bit weights: the engine keeps a 16-bit cache
+    text = run_cli(["roofline", *fp8, "--engine", "tensorrt-llm"]).stdout
+    assert "KV fp8 (tensorrt-llm's cache under fp8 weights; --kv-dtype to change)" in " ".join(text.split())
+    physics = Physics("llama-3.1-8b", "h100-sxm", dtype="fp8", engine="tensorrt-llm")
+    assert physics.precision.kv_dtype == "fp8"
+    assert (
+        Physics("llama-3.1-8b", "h100-sxm", dtype="fp8", kv_dtype="fp16", engine="tensorrt-llm").precision.kv_dtype
+        == "fp16"
+    )

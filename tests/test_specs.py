@@ -149,6 +149,14 @@ def test_precision_bytes() -> None:
     assert int4.weight_bytes_per_param == pytest.approx(0.5 + 2 / 128)
     assert int4.compute_dtype == "bf16" and int4.kv_dtype == "bf16"
     assert Precision.create("bf16", kv_dtype="fp8").kv_bytes_per_element == 1
+    assert Precision.create("fp8").kv_source == "default" and Precision.create("fp8").kv_dtype == "bf16"
+    engine_kv = {"fp8": "fp8"}
+    assert (
+        Precision.create("fp8", engine_kv=engine_kv).kv_dtype,
+        Precision.create("fp8", engine_kv=engine_kv).kv_source,
+    ) == ("fp8", "engine")
+    assert Precision.create("int4", engine_kv=engine_kv).kv_dtype == "bf16"  # only the weights it names
+    assert Precision.create("fp8", kv_dtype="fp16", engine_kv=engine_kv).kv_source == "given"
     assert Precision.create("bfloat16").weight_dtype == "bf16"
     with pytest.raises(TokenroofError, match="unknown weight dtype 'fp7'"):
         Precision.create("fp7")

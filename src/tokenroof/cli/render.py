@@ -37,7 +37,7 @@ def roofline(console: Console, data: dict[str, Any]) -> None:
     m, hw, p, eff = data["model"], data["hardware"], data["precision"], data["efficiencies"]
     console.print(
         f"[bold]{m['name']}[/] ({m['total_params'] / 1e9:.2f}B params, {m['attention']}) on "
-        f"[bold]{hw['name']}[/] ×{data['tp']}  weights {p['weight_dtype']}, KV {p['kv_dtype']}, "
+        f"[bold]{hw['name']}[/] ×{data['tp']}  weights {p['weight_dtype']}, KV {kv_text(p, data['engine'])}, "
         f"compute {p['compute_dtype']}  context {fmt(data['context_tokens'])} tokens",
         highlight=False,
     )
@@ -69,13 +69,21 @@ def roofline_workload(w: dict[str, Any]) -> str:
     return f"{lengths}, online at each running batch: TPOT is the mean step, arriving prompts prefilled {where}"
 
 
+def kv_text(precision: dict[str, Any], engine: dict[str, Any]) -> str:
+    """The KV dtype, and where it was not given, whose default it is (an assumption the answer rests on)."""
+    if precision.get("kv_dtype_source") != "engine":
+        return str(precision["kv_dtype"])
+    weights = precision["weight_dtype"]
+    return f"{precision['kv_dtype']} ({engine['key']}'s cache under {weights} weights; --kv-dtype to change)"
+
+
 def roofline_contexts(console: Console, data: dict[str, Any]) -> None:
     """One deployment at several contexts: TPOT and throughput by batch × context, the memory cap and knee each."""
     first = data["contexts"][0]
     m, hw, p = data["model"], data["hardware"], data["precision"]
     console.print(
         f"[bold]{m['name']}[/] on [bold]{hw['name']}[/] ×{data['tp']}  weights {p['weight_dtype']}, "
-        f"KV {p['kv_dtype']}  at {len(data['contexts'])} contexts",
+        f"KV {kv_text(p, data['engine'])}  at {len(data['contexts'])} contexts",
         highlight=False,
     )
     console.print(engine_line(data["engine"], first["interval_level"]), style="dim", highlight=False)

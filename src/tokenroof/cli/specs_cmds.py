@@ -106,7 +106,9 @@ def roofline(
         workload = DecodeWorkload(input_len, output_len, batching == "static", profile.prefill == "chunked")
     elif batching != "online":
         raise TokenroofError("--batching describes a workload: give --input-len and --output-len with it")
-    precision = Precision.create(dtype, kv_dtype, compute_dtype, checkpoint=spec.quantization)
+    precision = Precision.create(
+        dtype, kv_dtype, compute_dtype, checkpoint=spec.quantization, engine_kv=profile.kv_dtype_by_weights
+    )
     eff = default_efficiencies(hw, precision, profile, serving=workload is None or not workload.static)
     given = {"bandwidth": bandwidth_efficiency, "compute": compute_efficiency}
     given["overhead_s"] = None if overhead_ms is None else overhead_ms / 1e3

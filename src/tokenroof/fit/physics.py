@@ -51,11 +51,15 @@ class Physics:
 
     @property
     def precision(self) -> Precision:
-        """The dtypes as given; without `dtype`, the model checkpoint's quantization (else bf16)."""
+        """The dtypes as given; without `dtype`, the model checkpoint's quantization (else bf16); without `kv_dtype`,
+        what the engine keeps under those weights (Precision.create)."""
         from tokenroof.specs import Precision, load_model
 
         checkpoint = load_model(self.model).quantization if self.dtype is None and self.model is not None else None
-        return Precision.create(self.dtype, self.kv_dtype, self.compute_dtype, checkpoint=checkpoint)
+        engine_kv = self.engine_profile().kv_dtype_by_weights if self.engine is not None else None
+        return Precision.create(
+            self.dtype, self.kv_dtype, self.compute_dtype, checkpoint=checkpoint, engine_kv=engine_kv
+        )
 
     def _specs(self) -> tuple:
         from tokenroof.specs import load_hardware, load_model

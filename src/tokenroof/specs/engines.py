@@ -42,6 +42,7 @@ from pydantic import Field, PlainValidator, model_validator
 
 from tokenroof.errors import TokenroofError
 from tokenroof.specs.hardware import EfficiencyTerms, Overhead
+from tokenroof.specs.precision import canonical_dtype
 from tokenroof.specs.validate import (
     Section,
     flag,
@@ -136,6 +137,8 @@ class EngineProfile:
     serving: Mapping[str, float] = field(default_factory=dict)
     source: Mapping[str, str] = field(default_factory=dict)
     server: Server | None = None  # None: no server of its own (a framework, or tokenroof's defaults)
+    # the KV-cache dtype it keeps when none is given, by weight dtype (absent: the model's 16-bit dtype)
+    kv_dtype_by_weights: Mapping[str, str] = field(default_factory=dict)
 
     def efficiency_values(self, serving: bool = True) -> dict[str, float]:
         """The `Efficiencies` fields this profile sets; `serving` adds the HTTP server's cost per sequence."""
@@ -158,6 +161,7 @@ class EngineProfile:
             "accuracy": self.accuracy.to_dict(),
             "source": dict(self.source),
             "server": None if self.server is None else self.server.to_dict(),
+            "kv_dtype_by_weights": dict(self.kv_dtype_by_weights),
         }
 
 
@@ -166,6 +170,18 @@ def _name(value: Any) -> str:
     if not text(value).strip():
         raise ValueError("must name the engine")
     return str(value)
+
+
+def _kv_dtypes(value: Any) -> dict[str, str]:
+    """`kv_dtype_by_weights = { fp8 = "fp8" }`: weight dtype → KV-cache dtype, both dtype names tokenroof knows."""
+    if not isinstance(value, Mapping):
+        raise ValueError("must be a table of weight dtype = KV-cache dtype")
+    try:
+        return {
+            canonical_dtype(str(k), "weight dtype"): canonical_dtype(str(v), "KV-cache dtype") for k, v in value.items()
+        }
+    except TokenroofError as exc:
+        raise ValueError(str(exc)) from None
 
 
 def _level(value: Any) -> float:
@@ -298,6 +314,7 @@ class EngineFile(Section):
     serving: ServingTerms = ServingTerms()
     accuracy: AccuracyTable
     server: ServerTable | None = None
+    kv_dtype_by_weights: Annotated[dict[str, str], PlainValidator(_kv_dtypes)] = Field(default_factory=dict)
     source: Annotated[dict[str, str], PlainValidator(_sources)] = Field(default_factory=dict)
 
     @model_validator(mode="after")
@@ -323,6 +340,7 @@ def engine_from_dict(data: Mapping[str, Any], origin: str, key: str = "") -> Eng
         serving=MappingProxyType(spec.serving.model_dump(exclude_none=True)),
         source=MappingProxyType(dict(spec.source)),
         server=None if spec.server is None else _server(spec.server),
+        kv_dtype_by_weights=MappingProxyType(dict(spec.kv_dtype_by_weights)),
     )
 
 

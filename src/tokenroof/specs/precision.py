@@ -8,6 +8,7 @@ with the scale bytes its format stores (specs/quantization.py), else bf16; `sour
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 
 from tokenroof.errors import TokenroofError
@@ -82,6 +83,7 @@ class Precision:
     source: str = "given"
     quantization: str | None = None
     lm_head_quantized: bool = False  # a quantised checkpoint whose lm_head is quantised too (specs/quantization.py)
+    kv_source: str = "given"  # "given", "engine" (the profile's default under these weights) or "default"
 
     @classmethod
     def create(
@@ -91,9 +93,12 @@ class Precision:
         compute_dtype: str | None = None,
         group_size: int = 128,
         checkpoint: Quantization | None = None,
+        engine_kv: Mapping[str, str] | None = None,
     ) -> Precision:
-        """Build from user names; `dtype` None takes the checkpoint's quantization, else bf16. The KV cache
-        defaults to the weight dtype when 16-bit, else bf16."""
+        """Build from user names; `dtype` None takes the checkpoint's quantization, else bf16. The KV cache, when
+        not given, is what the engine keeps under these weights (`engine_kv`: an engine profile's
+        `kv_dtype_by_weights`, TensorRT-LLM's FP8 cache under FP8 weights), else the weight dtype when 16-bit,
+        else bf16; `kv_source` says which."""
         if group_size <= 0:
             raise TokenroofError(f"group size must be positive, got {group_size}")
         weight, source, scale, described, head = "bf16", "default", None, None, False
@@ -103,14 +108,17 @@ class Precision:
             weight, source, described = _checkpoint_dtype(checkpoint), "checkpoint", checkpoint.describe()
             group_size, scale = checkpoint.group_size, checkpoint.scale_bytes_per_group
             head = checkpoint.lm_head_quantized
-        if kv_dtype is None:
-            kv = weight if weight in ("fp32", "bf16", "fp16") else "bf16"
-        else:
+        kv_source = "given"
+        if kv_dtype is not None:
             kv = canonical_dtype(kv_dtype, "KV-cache dtype")
+        elif engine_kv and weight in engine_kv:
+            kv, kv_source = canonical_dtype(engine_kv[weight], "KV-cache dtype"), "engine"
+        else:
+            kv, kv_source = (weight if weight in ("fp32", "bf16", "fp16") else "bf16"), "default"
         compute = (
             default_compute_dtype(weight) if compute_dtype is None else canonical_dtype(compute_dtype, "compute dtype")
         )
-        return cls(weight, kv, compute, group_size, scale, source, described, head)
+        return cls(weight, kv, compute, group_size, scale, source, described, head, kv_source)
 
     @property
     def weight_bytes_per_param(self) -> float:
@@ -153,6 +161,7 @@ class Precision:
             "weight_dtype_source": self.source,
             "quantization": self.quantization,
             "kv_dtype": self.kv_dtype,
+            "kv_dtype_source": self.kv_source,
             "compute_dtype": self.compute_dtype,
             "weight_bytes_per_param": self.weight_bytes_per_param,
             "lm_head_bytes_per_param": self.lm_head_bytes_per_param,
