@@ -57,7 +57,7 @@ def find_semantics(text: str, workload: Workload) -> Semantics:
         tpot_kind = "e2e"
     else:
         tpot_kind = "tpot"
-    return Semantics(batch_kind, tpot_kind, workload.input_len, workload.output_len)
+    return Semantics(batch_kind, tpot_kind, input_len=workload.input_len, output_len=workload.output_len)
 
 
 def _model_by_source() -> dict[str, str]:

@@ -259,3 +259,15 @@ def test_a_large_table_is_read_as_one_block_and_alike() -> None:
     bad = text.replace(rows[41_000], rows[41_000].replace(",", ",x", 1))
     with pytest.raises(TokenroofError, match=r"^big\.csv:41004: "):  # 3 lines before the rows, counted from 1
         parse_csv(bad, "big.csv")
+
+
+def test_semantics_past_the_two_kinds_are_named() -> None:
+    """Semantics(kind, kind, input, output) once read the input length as the client (a field inserted between)
+    and dropped the output length, silently, in benchmarks/curve_headers.py for two weeks of figures: the fields past
+    the two kinds are keyword-only."""
+    from tokenroof.io.table import Semantics
+
+    with pytest.raises(TypeError):
+        Semantics("static", "e2e", 200.0, 200.0)  # type: ignore[misc]
+    named = Semantics("static", "e2e", input_len=200.0, output_len=100.0)
+    assert (named.client, named.input_len, named.output_len, named.mean_context) == (None, 200.0, 100.0, 250.0)

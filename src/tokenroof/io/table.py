@@ -9,7 +9,7 @@ import json
 import math
 import re
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import KW_ONLY, dataclass, field, replace
 from typing import Any
 
 import numpy as np
@@ -58,6 +58,9 @@ class Semantics:
 
     batch_kind: str = "running"
     tpot_kind: str = "tpot"
+    # the rest by name only: `client` was once inserted here, and a positional Semantics(kind, kind, in, out) in
+    # benchmarks/curve_headers.py silently read the input length as the client and lost the output length
+    _: KW_ONLY
     client: str | None = None  # CLIENT_KINDS; None: not stated
     input_len: float | None = None
     output_len: float | None = None
