@@ -600,7 +600,7 @@ def test_notes_on_a_pinned_fit_a_bad_fit_and_a_cap() -> None:
     zigzag = predict_table(parse_csv("batch,tpot_ms\n1,2\n2,4\n4,3\n8,8\n"), [8], n_samples=0)
     assert any(w.startswith("the fitted model misses the measured TPOTs by") for w in zigzag.warnings)
     prior = Prior(StepModel(0.0, 1e-3, 0.0, 0.0), 1e-6, 1e-6, 0.0, max_batch=10, context_tokens=100.0, label="x")
-    capped = predict_table(parse_csv(LINE_TABLE), [8, 20], prior, n_samples=0)
+    capped = predict_table(parse_csv("# tpot_kind=tpot\n" + LINE_TABLE), [8, 20], prior, n_samples=0)
     assert capped.warnings[-1] == (
         "batches above 10 do not run together (weights + KV cache at the mean context in 90% of memory): there the "
         "running batch stays at the cap, throughput is flat and TPOT stays at the cap's (queued requests wait before "
@@ -610,6 +610,28 @@ def test_notes_on_a_pinned_fit_a_bad_fit_and_a_cap() -> None:
     assert rows[1]["bound"] == "capacity" and rows[0]["bound"] != "capacity"
     assert rows[1]["throughput_tok_s"] == pytest.approx(10 / (rows[1]["tpot_ms"] / 1e3))
     assert predict_table(parse_csv(LINE_TABLE), [8, 10], prior, n_samples=0).warnings[-1].startswith("batches") is False
+
+
+def test_past_the_cap_an_unstated_tpot_reading_is_held_both_ways() -> None:
+    """A table that does not say whether its TPOT counts the queue: past the cap the interval holds the flat reading
+    (TPOT after the first token) and the growing one (end-to-end per token), and the note says why; throughput is the
+    same in both. A table that says keeps its one reading."""
+    prior = Prior(StepModel(0.0, 1e-3, 0.0, 0.0), 1e-6, 1e-6, 0.0, max_batch=10, context_tokens=100.0, label="x")
+    stated = predict_table(parse_csv("# tpot_kind=tpot\n" + LINE_TABLE), [8, 20], prior, n_samples=0)
+    unstated = predict_table(parse_csv(LINE_TABLE), [8, 20], prior, n_samples=0)
+    queued = predict_table(parse_csv("# tpot_kind=e2e\n" + LINE_TABLE), [8, 20], prior, n_samples=0)
+    (s8, s20), (u8, u20), (_, q20) = stated.predictions(), unstated.predictions(), queued.predictions()
+    assert u8 == s8  # below the cap the readings agree
+    assert u20["tpot_ms"] == s20["tpot_ms"] and u20["tpot_ms_low"] == s20["tpot_ms_low"]
+    assert u20["tpot_ms_high"] == pytest.approx(s20["tpot_ms_high"] * 20 / 10)  # the queue's reading: × batch / cap
+    assert q20["tpot_ms"] == pytest.approx(s20["tpot_ms"] * 2)  # what the e2e reading predicts lies inside
+    assert u20["tpot_ms_low"] <= q20["tpot_ms"] <= u20["tpot_ms_high"]
+    assert u20["throughput_tok_s_high"] == s20["throughput_tok_s_high"]
+    assert unstated.warnings[-1].endswith(
+        "the table does not say what its TPOT counts ('# tpot_kind=tpot' or 'e2e'), so the interval holds both "
+        "readings (flat, and growing with the queue)"
+    )
+    assert "both readings" not in stated.warnings[-1] and "both readings" not in queued.warnings[-1]
 
 
 def test_the_asserted_roof_names_its_implied_peak_fraction() -> None:
@@ -932,11 +954,12 @@ def test_physics_checks_threshold_and_rounding() -> None:
     ]
 
 
-def notes_of(fit: Fit, max_asked: float, prior: Prior | None = None, excluded: Excluded | None = None) -> list[str]:
-    """fit_notes for a fit measured at batches 1 to 8, asked up to `max_asked`."""
-    return fit_notes(
-        PredictResult(parse_csv(LINE_TABLE), fit, np.array([max_asked]), prior, excluded=excluded), max_asked
-    )
+def notes_of(
+    fit: Fit, max_asked: float, prior: Prior | None = None, excluded: Excluded | None = None, table: str = LINE_TABLE
+) -> list[str]:
+    """fit_notes for a fit measured at batches 1 to 8 (its table states what TPOT counts), asked up to `max_asked`."""
+    stated = table if "tpot_kind" in table else "# tpot_kind=tpot\n" + table
+    return fit_notes(PredictResult(parse_csv(stated), fit, np.array([max_asked]), prior, excluded=excluded), max_asked)
 
 
 def test_the_prior_knee_note_only_past_the_data() -> None:

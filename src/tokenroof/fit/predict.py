@@ -62,6 +62,12 @@ class PredictResult:
     scheduler: dict[tuple[float, float | None], tuple[float, float, float]] | None = None
 
     @property
+    def reading_unstated(self) -> bool:
+        """The table does not say whether its TPOT counts queued requests' wait (`# tpot_kind=…`): past a cap,
+        where the two readings part (flat, or growing with the queue), an interval holds both."""
+        return self.fit.curve.cap is not None and "tpot_kind" not in self.table.semantics.stated
+
+    @property
     def calibration(self) -> Calibration:
         return intervals.stored("prior" if self.prior is not None else "data")
 
@@ -110,6 +116,9 @@ class PredictResult:
         t_lo, t_hi = np.minimum(t_lo, tpot), np.maximum(t_hi, tpot)
         # throughput = running / step: its bounds are the TPOT bounds' reciprocals
         r_lo, r_hi = thr * tpot / t_hi, thr * tpot / t_lo
+        if self.reading_unstated:  # past the cap, TPOT under the other reading too (throughput is the same in both)
+            other = tpot * running / b if fit.curve.queues else tpot * b / running
+            t_lo, t_hi = np.minimum(t_lo, t_lo * other / tpot), np.maximum(t_hi, t_hi * other / tpot)
         bounds = fit.step_model_at(context).bound(running)
         rows = []
         for i, batch in enumerate(b):
@@ -393,6 +402,12 @@ def fit_notes(result: PredictResult, max_asked: float) -> list[str]:
         notes.append(
             f"batches above {cap:.4g} do not run together ({source}): there the running batch stays at the cap, "
             f"throughput is flat and {counts}"
+            + (
+                "; the table does not say what its TPOT counts ('# tpot_kind=tpot' or 'e2e'), so the interval holds "
+                "both readings (flat, and growing with the queue)"
+                if result.reading_unstated
+                else ""
+            )
         )
     notes += [f"prior and data disagree: {c}" for c in fit.conflicts]
     return notes
