@@ -85,7 +85,8 @@ HARDWARE_AS_RUN = [
 ]
 
 # The fitted constants: value at the prior's centre, log-sd of the prior, bounds. Centres are physical: decode
-# kernels at 70-85% of bandwidth, GEMMs at 60-80% of peak, a CUDA-graph step's ~1 ms, NCCL's ~10 µs per call.
+# kernels at 70-85% of bandwidth, GEMMs at 60-80% of peak, a CUDA-graph step's ~1 ms, NCCL's ~10 µs per call
+# and ~2 µs per ring hop (each GPU past the first).
 PRIOR = {
     "bandwidth": (0.8, 0.25, 0.3, 1.0),
     "kv_bandwidth": (0.7, 0.4, 0.1, 1.0),
@@ -93,6 +94,7 @@ PRIOR = {
     "overhead_s": (1e-3, 1.5, 1e-6, 0.02),
     "overhead_s_per_seq": (1e-5, 2.0, 1e-8, 5e-4),
     "allreduce_latency_s": (1e-5, 1.5, 1e-8, 2e-4),
+    "allreduce_step_latency_s": (2e-6, 1.5, 1e-9, 1e-4),
     "serving_overhead_s_per_seq": (1e-5, 2.0, 1e-8, 5e-4),
 }
 NAMES = list(PRIOR)
@@ -204,6 +206,7 @@ def step_model(curve: Curve, values: dict[str, float]) -> StepModel:
         kv_bandwidth=values["kv_bandwidth"],
         overhead_s=values["overhead_s"],
         allreduce_latency_s=values["allreduce_latency_s"],
+        allreduce_step_latency_s=values["allreduce_step_latency_s"],
         overhead_s_per_seq=per_seq,
         **{k: values[k] for k in ("overhead_s_per_layer", "interconnect", "overlap") if k in values},
     )
@@ -253,7 +256,8 @@ def profile_values(name: str) -> dict[str, float]:
     """A shipped profile's constants in the fit's terms (the generic profile: the profile-free defaults)."""
     profile = load_engine(name)
     eff = rl.Efficiencies(**profile.efficiency_values(serving=False))
-    values = {k: getattr(eff, k) for k in ("bandwidth", "compute", "overhead_s", "allreduce_latency_s")}
+    keys = ("bandwidth", "compute", "overhead_s", "allreduce_latency_s", "allreduce_step_latency_s")
+    values = {k: getattr(eff, k) for k in keys}
     values["kv_bandwidth"] = eff.kv_bandwidth or eff.bandwidth
     values["overhead_s_per_seq"] = eff.overhead_s_per_seq
     values["serving_overhead_s_per_seq"] = profile.serving.get("overhead_s_per_seq", 0.0)
@@ -361,6 +365,7 @@ MEANING = {
     "overhead_s": "per step",
     "overhead_s_per_seq": "per sequence per step: scheduling, sampling",
     "allreduce_latency_s": "per all-reduce call",
+    "allreduce_step_latency_s": "per all-reduce call, per GPU past the first",
 }
 
 
@@ -385,7 +390,7 @@ def constants_body(values: dict[str, float], curves: list[Curve], hardware: str)
     ]
     for key, meaning in MEANING.items():
         note = f"{meaning} [{number(PRIOR[key][0])}]"
-        if key == "allreduce_latency_s" and not tp:
+        if key.startswith("allreduce") and not tp:
             note += "; no TP > 1 curve: the prior"
         lines.append(f"{key} = {number(values[key])}  # {note}\n")
     online = [c.name for c in curves if c.online]

@@ -103,7 +103,10 @@ def test_tensor_parallel_splits_and_adds_allreduce(llama7b, h100) -> None:
     four = rl.step_model_from_specs(llama7b, h100, BF16, tp=4)
     assert four.t_weights_s == pytest.approx(one.t_weights_s / 4)
     assert four.t_compute_s == pytest.approx(one.t_compute_s / 4)
-    assert four.t_fixed_s == pytest.approx(one.t_fixed_s + 2 * 32 * 8e-6)
+    # 2 all-reduces per layer, each 8 µs of launch and sync plus 2 µs for each of the 3 GPUs past the first
+    assert four.t_fixed_s == pytest.approx(one.t_fixed_s + 2 * 32 * (8e-6 + 3 * 2e-6))
+    eight = rl.step_model_from_specs(llama7b, h100, BF16, tp=8)
+    assert eight.t_fixed_s - four.t_fixed_s == pytest.approx(2 * 32 * 4 * 2e-6)  # four more GPUs in the ring
     # ring all-reduce: 2 per layer · 2·(4−1)/4 · 4096 · 2 bytes per sequence over 450 GB/s · 0.7
     per_seq = 2 * 32 * 2 * 0.75 * 4096 * 2 / (450e9 * 0.7)
     assert four.t_seq_s - four.t_kv_token_s == pytest.approx(per_seq)
@@ -297,6 +300,7 @@ def test_efficiencies_defaults_and_overhead() -> None:
         "overhead_s": 1e-3,
         "interconnect": 0.7,
         "allreduce_latency_s": 8e-6,
+        "allreduce_step_latency_s": 2e-6,
         "overhead_s_per_layer": 0.0,
         "kv_bandwidth": None,
         "overlap": 1.0,
@@ -409,8 +413,8 @@ def test_step_model_terms_by_hand() -> None:
 
 def test_step_model_under_tensor_parallelism() -> None:
     sm = rl.step_model_from_specs(M, CHIP, BF16, tp=2, eff=EFF)
-    # 2 all-reduces per layer of latency 10 µs; 512 bytes per sequence over 0.5 · 1e5 B/s
-    assert sm.t_fixed_s == pytest.approx(1e-3 + 2e-4 + 2 * 2 * 1e-5)
+    # 2 layers × 2 all-reduces of 10 µs plus 2 µs for the second GPU; 512 bytes per sequence over 0.5 · 1e5 B/s
+    assert sm.t_fixed_s == pytest.approx(1e-3 + 2e-4 + 2 * 2 * (1e-5 + 2e-6))
     assert sm.t_seq_s == pytest.approx(128 / 0.25e6 + 512 / 0.5e5 + 2e-6)
     assert sm.t_weights_s == pytest.approx(94784 / 0.5e6) and sm.t_compute_s == pytest.approx(94720 / 0.25e9)
     assert sm.t_attn_token_s == pytest.approx(256 / 0.25e9)

@@ -103,7 +103,7 @@ def prior_from_specs(
         hardware,
         precision,
         tp,
-        rl.Efficiencies.at_peak(eff.allreduce_latency_s),
+        rl.Efficiencies.at_peak(eff.allreduce_latency_s, eff.allreduce_step_latency_s),
     )
     ctx = float(model.effective_context(workload.mean_context))  # sliding-window layers hold their window
 

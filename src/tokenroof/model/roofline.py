@@ -34,25 +34,34 @@ class Efficiencies:
     against 4.5 ms at peak bandwidth says 75% plus ~1 ms of per-step overhead. Equal bandwidth
     and compute fractions keep the knee at the peak ridge point (≈ 295 for a bf16 7B model on an
     H100). NCCL ring all-reduce reaches ~70% of link bandwidth with ~8 µs latency per call at
-    decode message sizes. An engine profile (`default_efficiencies`) replaces them with what that
-    engine achieves, fitted to published curves where there are some.
+    decode message sizes, and a ring crosses tp − 1 links twice: each further GPU adds ~2 µs of hops
+    (`allreduce_step_latency_s`; fitted at 2.6–3.1 µs on the published TP2–TP8 curves, where one
+    latency for every TP left TP4 70B 15–22% too fast and TP8 GPT-20B up to 14%). An engine
+    profile (`default_efficiencies`) replaces them with what that engine achieves, fitted to
+    published curves where there are some.
     """
 
     bandwidth: float = 0.75
     compute: float = 0.75
     overhead_s: float = 1.0e-3
     interconnect: float = 0.7
-    allreduce_latency_s: float = 8e-6
+    allreduce_latency_s: float = 8e-6  # per all-reduce call: launch and synchronisation
+    allreduce_step_latency_s: float = 2e-6  # per all-reduce call, per GPU past the first (the ring's hops)
     overhead_s_per_layer: float = 0.0  # eager frameworks launch kernels per layer; 0 for CUDA-graph servers
     kv_bandwidth: float | None = None  # fraction of peak bandwidth reading the KV cache (None: `bandwidth`)
     overlap: float = 1.0  # fraction of the smaller of weight streaming and compute hidden under the larger
     overhead_s_per_seq: float = 0.0  # per sequence per step: scheduling, sampling, detokenisation (engine profiles)
 
     @classmethod
-    def at_peak(cls, allreduce_latency_s: float = 8e-6) -> Efficiencies:
+    def at_peak(cls, allreduce_latency_s: float = 8e-6, allreduce_step_latency_s: float = 2e-6) -> Efficiencies:
         """Every peak reached, no overhead: the floors nothing can beat (an all-reduce still waits its latency)."""
         return cls(
-            bandwidth=1.0, compute=1.0, overhead_s=0.0, interconnect=1.0, allreduce_latency_s=allreduce_latency_s
+            bandwidth=1.0,
+            compute=1.0,
+            overhead_s=0.0,
+            interconnect=1.0,
+            allreduce_latency_s=allreduce_latency_s,
+            allreduce_step_latency_s=allreduce_step_latency_s,
         )
 
     def __post_init__(self) -> None:
@@ -66,7 +75,8 @@ class Efficiencies:
                 )
         if not 0 <= self.overlap <= 1:
             raise TokenroofError(f"overlap must be in [0, 1], got {self.overlap}")
-        if min(self.overhead_s, self.allreduce_latency_s, self.overhead_s_per_layer, self.overhead_s_per_seq) < 0:
+        latencies = (self.allreduce_latency_s, self.allreduce_step_latency_s)
+        if min(self.overhead_s, *latencies, self.overhead_s_per_layer, self.overhead_s_per_seq) < 0:
             raise TokenroofError("overheads and all-reduce latency must be non-negative")
 
     def step_overhead_s(self, num_layers: int) -> float:
@@ -280,7 +290,7 @@ def step_model_from_specs(
     if tp > 1:
         link = (hardware.interconnect_bandwidth_bytes_per_s or 0.0) * eff.interconnect
         t_allreduce_seq = float(allreduce_bytes(model, precision, 1.0, tp)) / link
-        t_allreduce_fixed = 2 * model.num_layers * eff.allreduce_latency_s
+        t_allreduce_fixed = 2 * model.num_layers * allreduce_call_s(eff, tp)
     return StepModel(
         t_fixed_s=eff.step_overhead_s(model.num_layers) + t_allreduce_fixed,
         t_weights_s=dense_weight_bytes(model, precision, tp) / bandwidth,
@@ -293,6 +303,12 @@ def step_model_from_specs(
         experts_per_token=model.experts_per_token,
         overlap=eff.overlap,
     )
+
+
+def allreduce_call_s(eff: Efficiencies, tp: int) -> float:
+    """Latency of one all-reduce across `tp` GPUs (two per layer per step): a call's launch and synchronisation, and
+    the ring's hops, tp − 1 each way, growing with every GPU added."""
+    return eff.allreduce_latency_s + (tp - 1) * eff.allreduce_step_latency_s
 
 
 def max_batch_by_memory(

@@ -136,6 +136,7 @@ class EfficiencyTerms(Section):
     overhead_s: Overhead | None = None
     overhead_s_per_layer: Overhead | None = None
     allreduce_latency_s: Overhead | None = None
+    allreduce_step_latency_s: Overhead | None = None
     overlap: Annotated[float, PlainValidator(unit_interval)] | None = None
 
 
