@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from pathlib import Path
 
 import numpy as np
@@ -313,11 +314,14 @@ def test_default_efficiencies_precedence() -> None:
     # the default engine (generic) on a datasheet chip: its numbers
     assert rl.default_efficiencies(CHIP, BF16) == rl.Efficiencies(0.75, 0.75, 1e-3)
     cpp = load_engine("llama-cpp")
+    k = cpp.accuracy.slowdown  # unfitted: the file's constants, every term e^bias_correction slower
+    assert k == pytest.approx(math.exp(cpp.accuracy.bias_correction)) and k > 1
     online = rl.default_efficiencies(CHIP, BF16, cpp)
-    assert (online.bandwidth, online.kv_bandwidth, online.compute) == (0.7, 0.5, 0.3)
+    assert (online.bandwidth, online.kv_bandwidth, online.compute) == pytest.approx((0.7 / k, 0.5 / k, 0.3 / k))
+    assert (online.overhead_s, online.overhead_s_per_layer) == pytest.approx((0.5e-3 * k, 2e-5 * k))
     # serving adds the HTTP server's 1e-5 per sequence to the engine's own 2e-5
-    assert online.overhead_s_per_seq == pytest.approx(3e-5)
-    assert rl.default_efficiencies(CHIP, BF16, cpp, serving=False).overhead_s_per_seq == pytest.approx(2e-5)
+    assert online.overhead_s_per_seq == pytest.approx(3e-5 * k)
+    assert rl.default_efficiencies(CHIP, BF16, cpp, serving=False).overhead_s_per_seq == pytest.approx(2e-5 * k)
     # a measured hardware file wins, the per-dtype table over the global one; unknown keys are ignored
     measured = HardwareSpec(
         name="m",
@@ -327,8 +331,9 @@ def test_default_efficiencies_precedence() -> None:
         efficiencies={"bandwidth": 0.6, "compute": 0.5, "bf16": {"compute": 0.4}, "note": 3},
     )
     got = rl.default_efficiencies(measured, BF16, cpp)
-    assert (got.bandwidth, got.compute, got.kv_bandwidth) == (0.6, 0.4, 0.5)
-    assert got.overhead_s_per_seq == pytest.approx(3e-5)  # calibrate does not measure it: the profile's stays
+    assert (got.bandwidth, got.compute) == (0.6, 0.4)  # measured: no correction
+    assert got.kv_bandwidth == pytest.approx(0.5 / k)
+    assert got.overhead_s_per_seq == pytest.approx(3e-5 * k)  # calibrate does not measure it: the profile's stays
 
 
 def test_bytes_by_hand() -> None:
@@ -566,3 +571,11 @@ def test_served_tpot_sees_the_window_context() -> None:
     workload = DecodeWorkload(100, 50)
     at_window = served_tpot_s(HAND, [10], workload, cap=50, kv_context=25.0)
     assert at_window[0] * 1e3 == pytest.approx(12.25 - 10 * 100 * 1e-3)  # 100 fewer KV tokens per sequence
+
+
+def test_slowed_scales_every_term_of_the_step() -> None:
+    eff = rl.Efficiencies(0.5, 0.25, 1e-3, overhead_s_per_layer=1e-4, overhead_s_per_seq=2e-6, kv_bandwidth=0.4)
+    base, slow = (rl.step_model_from_specs(M, CHIP, BF16, tp=2, eff=e) for e in (eff, eff.slowed(1.25)))
+    for b, ctx in ((1, 0.0), (8, 100.0), (512, 4000.0)):
+        assert float(slow.step_time_s(b, ctx)) == pytest.approx(1.25 * float(base.step_time_s(b, ctx)))
+    assert eff.slowed(2.0).kv_bandwidth == 0.2 and rl.Efficiencies().slowed(2.0).kv_bandwidth is None

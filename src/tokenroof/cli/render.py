@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from typing import Any
 
@@ -28,6 +29,12 @@ def engine_line(engine: dict[str, Any], level: float) -> str:
         )
     elif engine["key"] == "generic":
         text += "; give --engine (vllm-v0, vllm-v1, sglang, tensorrt-llm, ...) for a serving engine's costs"
+    elif acc.get("bias_correction"):
+        slower = math.exp(acc["bias_correction"])
+        text += (
+            f"; not fitted: physically motivated defaults run {slower:.2f}× slower, the median by which such "
+            "constants missed other engines' published curves"
+        )
     else:
         text += "; not fitted (physically motivated defaults)"
     return text + f"; {level:.0%} interval from its spread across curves"
@@ -43,7 +50,7 @@ def roofline(console: Console, data: dict[str, Any]) -> None:
     )
     console.print(
         f"assumed: {eff['bandwidth']:.0%} of peak bandwidth, {eff['compute']:.0%} of dense peak FLOP/s, "
-        f"{eff['overhead_s'] * 1e3:g} ms fixed overhead per step"
+        f"{eff['overhead_s'] * 1e3:.3g} ms fixed overhead per step"
         + (f", {eff['overhead_s_per_seq'] * 1e6:.3g} µs per sequence" if eff.get("overhead_s_per_seq") else ""),
         style="dim",
         highlight=False,

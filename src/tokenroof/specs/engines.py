@@ -82,6 +82,14 @@ class Accuracy:
     points: int = 0
     tpot_error_median: float | None = None  # |TPOT error| as a fraction, held out
     tpot_error_p90: float | None = None
+    # an unfitted profile's correction (log): the median of log(measured / predicted) that physically motivated
+    # constants showed on other engines' published curves; its step model runs e^bias_correction slower, and the
+    # quantiles above are of the corrected errors (0: none, a fitted profile's or generic's)
+    bias_correction: float = 0.0
+
+    @property
+    def slowdown(self) -> float:
+        return math.exp(self.bias_correction)
 
     def factors(self) -> tuple[float, float]:
         """Multipliers of a first-principles TPOT giving the interval's low and high ends; the interval always holds
@@ -98,6 +106,7 @@ class Accuracy:
             "log_error_low": self.log_error_low,
             "log_error_high": self.log_error_high,
             "interval_level": self.interval_level,
+            "bias_correction": self.bias_correction,
         }
 
 
@@ -184,6 +193,13 @@ def _kv_dtypes(value: Any) -> dict[str, str]:
         raise ValueError(str(exc)) from None
 
 
+def _bias(value: Any) -> float:
+    result = number(value)
+    if not 0 <= result <= 1:
+        raise ValueError("must be in [0, 1]: the log of how much slower than physically motivated constants (≤ e×)")
+    return result
+
+
 def _level(value: Any) -> float:
     result = number(value)
     if not 0 < result < 1:
@@ -240,6 +256,7 @@ class AccuracyTable(Section):
     points: Count = 0
     tpot_error_median: Fraction0 | None = None
     tpot_error_p90: Fraction0 | None = None
+    bias_correction: Annotated[float, PlainValidator(_bias)] = 0.0
 
     @model_validator(mode="after")
     def _ordered(self) -> Self:
@@ -321,6 +338,8 @@ class EngineFile(Section):
     def _sourced(self) -> Self:
         if not self.source:
             raise table_error("missing [source]: say where every number comes from")
+        if self.fitted and self.accuracy.bias_correction:
+            raise table_error("accuracy.bias_correction is for unfitted profiles: a fitted one's constants carry it")
         return self
 
 
