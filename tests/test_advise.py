@@ -188,7 +188,7 @@ def test_advise_memory_binds_and_sets_the_reference() -> None:
 
 def test_advise_refuses_bad_and_unreachable_targets() -> None:
     for bad in (0.0, -1.0, float("inf")):
-        with pytest.raises(TokenroofError, match=r"^--tpot-slo-ms must be a positive finite number"):
+        with pytest.raises(TokenroofError, match=r"^tpot_slo_ms must be a positive finite number"):
             advise(LINE, bad)
     with pytest.raises(TokenroofError, match=r"^no batch cap meets TPOT ≤ 1000 ms: batch 1 already takes 1.12e\+03 ms"):
         advise(LINE, 1000.0)
@@ -211,16 +211,16 @@ def test_advise_interval_over_samples_and_the_unbounded_warning() -> None:
 def test_targets_statistic() -> None:
     for ok in (None, "mean", "p50", "p90", "p99"):
         assert Targets(30.0, statistic=ok).statistic == ok
-    with pytest.raises(TokenroofError, match=r"^unknown --slo-statistic 'p95'; known: mean, p50, p90, p99$"):
+    with pytest.raises(TokenroofError, match=r"^unknown slo_statistic 'p95'; known: mean, p50, p90, p99$"):
         Targets(30.0, statistic="p95")
 
 
 def test_advise_answer_refusals() -> None:
-    with pytest.raises(TokenroofError, match=r"^give a measurement file, or --model and --hardware"):
+    with pytest.raises(TokenroofError, match=r"^give a measurement file, or model and hardware"):
         advise_answer([], Physics(), Workload(), Targets(30.0))
-    with pytest.raises(TokenroofError, match=r"^--context takes one value with --input-len/--output-len"):
+    with pytest.raises(TokenroofError, match=r"^context takes one value with input_len/output_len"):
         advise_answer([], PHYSICS, Workload(input_len=100, output_len=20), Targets(30.0), contexts=[100, 200])
-    with pytest.raises(TokenroofError, match=r"^--ttft-slo-ms needs --input-len and --output-len"):
+    with pytest.raises(TokenroofError, match=r"^ttft_slo_ms needs input_len and output_len"):
         advise_answer([], PHYSICS, Workload(), Targets(30.0, ttft_slo_ms=500.0))
 
 

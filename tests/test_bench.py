@@ -157,7 +157,7 @@ def emulated_sweep(tmp_path: Path, concurrencies: list[int], resume: bool = Fals
 def test_sweep_writes_a_table_predict_reads_and_resumes(tmp_path: Path) -> None:
     first = emulated_sweep(tmp_path, [1, 2])
     assert [p["point"] for p in first] == ["concurrency=1", "concurrency=2"]
-    with pytest.raises(TokenroofError, match="pass --resume"):
+    with pytest.raises(TokenroofError, match="pass resume"):
         emulated_sweep(tmp_path, [1, 2])
     again = emulated_sweep(tmp_path, [1, 2, 4], resume=True)
     assert [p["point"] for p in again] == ["concurrency=1", "concurrency=2", "concurrency=4"]

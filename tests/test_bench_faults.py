@@ -316,7 +316,7 @@ def test_resume_drops_a_cut_last_line_and_refuses_changed_settings(tmp_path: Pat
         finally:
             await runner.cleanup()
 
-    with pytest.raises(TokenroofError, match=r"--resume: --input-len was 2 in .*, now 5; a resumed run keeps"):
+    with pytest.raises(TokenroofError, match=r"^resume: input_len was 2 in .*, now 5; a resumed run keeps"):
         asyncio.run(main(concurrencies=[1, 2], input_len=5))
     assert any("dropped a cut last line" in note for note in notes)
     first_valid = not lines(tmp_path, "point")[0]["invalid"]

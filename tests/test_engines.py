@@ -163,7 +163,7 @@ def test_a_bad_engine_name_is_one_line(kwargs: dict[str, str], message: str) -> 
 
 
 def test_an_engine_without_model_and_hardware_is_refused() -> None:
-    with pytest.raises(TokenroofError, match="--engine shapes first principles: give --model and --hardware"):
+    with pytest.raises(TokenroofError, match="engine shapes first principles: give model and hardware"):
         Physics(engine="vllm-v0")
 
 

@@ -148,12 +148,13 @@ def test_pins_are_checked() -> None:
     ft.check_pins(None, None)
     ft.check_pins(100.0, None)
     ft.check_pins(None, 100.0)
-    with pytest.raises(TokenroofError, match=r"^--critical-batch must be positive, got 0$"):
+    with pytest.raises(TokenroofError, match=r"^critical_batch must be positive, got 0$"):
         ft.check_pins(0.0, None)
-    with pytest.raises(TokenroofError, match=r"^--roof-tok-s must be positive, got -1$"):
+    with pytest.raises(TokenroofError, match=r"^roof_tok_s must be positive, got -1$"):
         ft.check_pins(None, -1.0)
-    with pytest.raises(TokenroofError, match=r"^give --critical-batch or --roof-tok-s, not both$"):
+    with pytest.raises(TokenroofError, match=r"^give critical_batch or roof_tok_s, not both$") as info:
         ft.check_pins(10.0, 10.0)
+    assert info.value.as_flags() == "give --critical-batch or --roof-tok-s, not both"  # what the command line says
 
 
 def test_noise_by_hand() -> None:
@@ -405,7 +406,7 @@ def test_a_fit_without_a_law_answers_within_one_context_level() -> None:
     assert float(at_512.as_step_time(512.0).step_time_s(4.0)) == pytest.approx(4.0)
     with pytest.raises(TokenroofError) as err:
         at_512.as_step_time(1024.0)
-    assert str(err.value) == (
+    assert err.value.as_flags() == (
         "the table was measured at a context of 512 tokens: moving it to 1024 needs the KV cost per context token, "
         "from two or more measured contexts (a context_tokens column) or from the physics (--model/--hardware)"
     )

@@ -391,14 +391,14 @@ def test_flops_and_decode_costs_by_hand() -> None:
 
 
 def test_parallelism_checks() -> None:
-    with pytest.raises(TokenroofError, match=r"^--tp must be at least 1, got 0$"):
+    with pytest.raises(TokenroofError, match=r"^tp must be at least 1, got 0$"):
         rl.check_parallelism(M, CHIP, 0)
-    with pytest.raises(TokenroofError, match=r"^--tp 3 does not divide tiny's 4 attention heads$"):
+    with pytest.raises(TokenroofError, match=r"^tp 3 does not divide tiny's 4 attention heads$"):
         rl.check_parallelism(M, CHIP, 3)
     rl.check_parallelism(M, CHIP, 4)
     lone = HardwareSpec("lone", 1e6, 1e6, {"bf16": 1e9})
     rl.check_parallelism(M, lone, 1)
-    with pytest.raises(TokenroofError, match=r"^lone has no interconnect_bandwidth_bytes_per_s; --tp 2 needs one$"):
+    with pytest.raises(TokenroofError, match=r"^lone has no interconnect_bandwidth_bytes_per_s; tp 2 needs one$"):
         rl.check_parallelism(M, lone, 2)
 
 
@@ -428,7 +428,7 @@ def test_step_model_under_tensor_parallelism() -> None:
 def test_default_efficiencies_are_used_without_eff() -> None:
     sm = rl.step_model_from_specs(M, CHIP, BF16)
     assert sm.t_weights_s == pytest.approx(189568 / 0.75e6) and sm.t_fixed_s == pytest.approx(1e-3)
-    with pytest.raises(TokenroofError, match="--tp 3 does not divide"):
+    with pytest.raises(TokenroofError, match="tp 3 does not divide"):
         rl.step_model_from_specs(M, CHIP, BF16, tp=3)
 
 

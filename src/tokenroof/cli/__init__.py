@@ -34,7 +34,7 @@ def main(argv: Sequence[str] | None = None) -> None:
         args, config = split_config(args)
         defaults = None if config is None else default_map(config, typer.main.get_command(app))
     except TokenroofError as exc:
-        err.print(f"[bold red]error:[/] {escape(str(exc))}", highlight=False, soft_wrap=True)
+        err.print(f"[bold red]error:[/] {escape(exc.as_flags())}", highlight=False, soft_wrap=True)
         raise SystemExit(2) from None
     app(args=args, prog_name="tokenroof", default_map=defaults)
 

@@ -66,7 +66,7 @@ def root(
         try:
             ctx.default_map = default_map(config, ctx.command)
         except TokenroofError as exc:
-            err.print(f"[bold red]error:[/] {escape(str(exc))}", highlight=False, soft_wrap=True)
+            err.print(f"[bold red]error:[/] {escape(exc.as_flags())}", highlight=False, soft_wrap=True)
             raise typer.Exit(2) from None
 
 
@@ -105,7 +105,7 @@ def handle_errors(func: F) -> F:
             check_flags(kwargs)
             return func(*args, **kwargs)
         except TokenroofError as exc:
-            err.print(f"[bold red]error:[/] {escape(str(exc))}", highlight=False, soft_wrap=True)
+            err.print(f"[bold red]error:[/] {escape(exc.as_flags())}", highlight=False, soft_wrap=True)
             raise typer.Exit(2) from None
 
     return wrapper  # type: ignore[return-value]

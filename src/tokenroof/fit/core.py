@@ -38,7 +38,7 @@ from functools import cached_property
 import numpy as np
 from numpy.typing import ArrayLike
 
-from tokenroof.errors import TokenroofError
+from tokenroof.errors import ParameterError
 from tokenroof.fit.structures import (
     ContextLaw,
     Prior,
@@ -297,9 +297,11 @@ class Fit:
         ratio = float(self.effective(context)) / max(self.context_tokens, 1.0)
         if self.context_source is None and not 1 / CONTEXT_LEVEL_RATIO <= ratio <= CONTEXT_LEVEL_RATIO:
             at = f"at a context of {self.context_tokens:g} tokens" if self.context_tokens else "at one context"
-            raise TokenroofError(
+            raise ParameterError(
                 f"the table was measured {at}: moving it to {context:g} needs the KV cost per context token, from "
-                "two or more measured contexts (a context_tokens column) or from the physics (--model/--hardware)"
+                "two or more measured contexts (a context_tokens column) or from the physics ({}/{})",
+                "model",
+                "hardware",
             )
 
     def cap_at(self, context: float | None = None) -> float | None:
@@ -454,11 +456,11 @@ def candidate(
 
 def check_pins(critical_batch: float | None, roof_tok_s: float | None) -> None:
     if critical_batch is not None and critical_batch <= 0:
-        raise TokenroofError(f"--critical-batch must be positive, got {critical_batch:g}")
+        raise ParameterError(f"{{}} must be positive, got {critical_batch:g}", "critical_batch")
     if roof_tok_s is not None and roof_tok_s <= 0:
-        raise TokenroofError(f"--roof-tok-s must be positive, got {roof_tok_s:g}")
+        raise ParameterError(f"{{}} must be positive, got {roof_tok_s:g}", "roof_tok_s")
     if critical_batch is not None and roof_tok_s is not None:
-        raise TokenroofError("give --critical-batch or --roof-tok-s, not both")
+        raise ParameterError("give {} or {}, not both", "critical_batch", "roof_tok_s")
 
 
 def fit_points(

@@ -9,7 +9,7 @@ import math
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from tokenroof.errors import TokenroofError
+from tokenroof.errors import ParameterError, TokenroofError
 from tokenroof.fit.prior import Workload, prior_from_specs
 
 DEFAULT_MEMORY_FRACTION = 0.9  # vLLM's --gpu-memory-utilization
@@ -39,10 +39,12 @@ class Physics:
 
     def __post_init__(self) -> None:
         if (self.model is None) != (self.hardware is None):
-            raise TokenroofError("give both --model and --hardware (or neither, for the data alone)")
+            raise ParameterError("give both {} and {} (or neither, for the data alone)", "model", "hardware")
         if self.engine is not None:
             if self.model is None:
-                raise TokenroofError("--engine shapes first principles: give --model and --hardware with it")
+                raise ParameterError(
+                    "{} shapes first principles: give {} and {} with it", "engine", "model", "hardware"
+                )
             self.engine_profile()  # an unknown name or a bad file fails here, in one line
 
     @property
@@ -65,7 +67,7 @@ class Physics:
         from tokenroof.specs import load_hardware, load_model
 
         if self.model is None or self.hardware is None:
-            raise TokenroofError("give --model and --hardware")
+            raise ParameterError("give {} and {}", "model", "hardware")
         return load_model(self.model), load_hardware(self.hardware)
 
     def engine_profile(self) -> EngineProfile:

@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from tokenroof.errors import TokenroofError
+from tokenroof.errors import ParameterError
 from tokenroof.fit import intervals
 from tokenroof.fit.core import MAX_POINTS, Excluded, Fit, Prior, fit_table
 from tokenroof.fit.intervals import LEVEL, Calibration
@@ -286,10 +286,11 @@ def split_contexts(table: MeasurementTable, contexts: list[float] | None) -> tup
     if table.context_tokens is not None or table.semantics.mean_context is not None:
         return None, contexts
     if len(contexts) > 1:
-        raise TokenroofError(
-            f"{table.source}: the table does not say the context it was measured at, so --context gives that one "
+        raise ParameterError(
+            f"{table.source}: the table does not say the context it was measured at, so {{}} gives that one "
             "context; to predict at several, state the table's own (a context_tokens column, or '# input_len=… "
-            "output_len=…') and list the contexts to predict at"
+            "output_len=…') and list the contexts to predict at",
+            "context",
         )
     return contexts[0], None
 
@@ -442,7 +443,7 @@ def predict_table(
     arr = validate_batches(batches)
     for context in contexts or []:
         if not (math.isfinite(context) and context >= 1):
-            raise TokenroofError(f"--context must be a finite number of tokens ≥ 1, got {context:g}")
+            raise ParameterError(f"{{}} must be a finite number of tokens ≥ 1, got {context:g}", "context")
     fit = fit_table(table, prior, critical_batch, roof_tok_s, n_samples, seed)
     for context in contexts or []:
         fit.require_context_law(context)

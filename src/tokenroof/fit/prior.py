@@ -7,7 +7,7 @@ import math
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from tokenroof.errors import TokenroofError
+from tokenroof.errors import ParameterError, TokenroofError
 from tokenroof.fit.core import Prior
 from tokenroof.model import roofline as rl
 from tokenroof.model.stepmodel import StepModel, mean_context_tokens
@@ -53,10 +53,13 @@ class Workload:
         if context is None and table.context_tokens is not None:
             context = float(table.context_tokens.mean())
         if context is None and (input_len is None or output_len is None):
-            raise TokenroofError(
-                f"{table.source or 'the table'}: the physics prior needs the mean context: give --context N "
-                "(the mean KV length per sequence), or --input-len and --output-len, or measurements that carry "
-                "them (a context_tokens column, '# input_len=… output_len=…', vLLM/GuideLLM result files)"
+            raise ParameterError(
+                f"{table.source or 'the table'}: the physics prior needs the mean context: give {{}} N "
+                "(the mean KV length per sequence), or {} and {}, or measurements that carry "
+                "them (a context_tokens column, '# input_len=… output_len=…', vLLM/GuideLLM result files)",
+                "context",
+                "input_len",
+                "output_len",
             )
         for name, value in (("context", context), ("input length", input_len), ("output length", output_len)):
             if value is not None and not (math.isfinite(value) and value >= 1):

@@ -8,7 +8,7 @@ from typing import Any
 
 import numpy as np
 
-from tokenroof.errors import TokenroofError
+from tokenroof.errors import ParameterError, TokenroofError
 from tokenroof.model import roofline as rl
 from tokenroof.model.stepmodel import StepModel, mean_context_tokens
 from tokenroof.specs import HardwareSpec, ModelSpec, Precision
@@ -269,7 +269,9 @@ def analyze_roofline(
         prompt_tokens = workload.input_len if prompt_tokens is None else prompt_tokens
     arr = validate_batches(batches)
     if not 0 <= context_tokens < float("inf"):
-        raise TokenroofError(f"--context must be a finite non-negative number of tokens, got {context_tokens:g}")
+        raise ParameterError(
+            f"{{}} must be a finite non-negative number of tokens, got {context_tokens:g}", "context_tokens"
+        )
     warnings = []
     limit = model.max_position_embeddings
     if limit and context_tokens > limit:

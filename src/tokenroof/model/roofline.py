@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 from numpy.typing import ArrayLike, NDArray
 
-from tokenroof.errors import TokenroofError
+from tokenroof.errors import ParameterError, TokenroofError
 from tokenroof.model.stepmodel import StepModel, expected_experts
 from tokenroof.specs import HardwareSpec, ModelSpec, Precision
 
@@ -286,11 +286,13 @@ def decode_costs(
 # -- the step model from specs -------------------------------------------------------
 def check_parallelism(model: ModelSpec, hardware: HardwareSpec, tp: int) -> None:
     if tp < 1:
-        raise TokenroofError(f"--tp must be at least 1, got {tp}")
+        raise ParameterError(f"{{}} must be at least 1, got {tp}", "tp")
     if model.num_attention_heads % tp:
-        raise TokenroofError(f"--tp {tp} does not divide {model.name}'s {model.num_attention_heads} attention heads")
+        raise ParameterError(
+            f"{{}} {tp} does not divide {model.name}'s {model.num_attention_heads} attention heads", "tp"
+        )
     if tp > 1 and hardware.interconnect_bandwidth_bytes_per_s is None:
-        raise TokenroofError(f"{hardware.name} has no interconnect_bandwidth_bytes_per_s; --tp {tp} needs one")
+        raise ParameterError(f"{hardware.name} has no interconnect_bandwidth_bytes_per_s; {{}} {tp} needs one", "tp")
 
 
 def step_model_from_specs(

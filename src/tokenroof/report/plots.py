@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from tokenroof.errors import TokenroofError
+from tokenroof.errors import ParameterError, TokenroofError
 from tokenroof.style import BOUND_STYLE
 from tokenroof.units import MS_PER_S
 
@@ -26,7 +26,7 @@ def _pyplot() -> Any:
         matplotlib.use("Agg")
         import matplotlib.pyplot as plt
     except ImportError:
-        raise TokenroofError("--plot needs matplotlib: pip install 'tokenroof[plot]'") from None
+        raise ParameterError("{} needs matplotlib: pip install 'tokenroof[plot]'", "plot") from None
     return plt
 
 

@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 import numpy as np
 from numpy.typing import ArrayLike, NDArray
 
-from tokenroof.errors import TokenroofError
+from tokenroof.errors import ParameterError, TokenroofError, prefixed
 from tokenroof.serving.advice import advice_dict, engine_flags
 from tokenroof.units import MS_PER_S
 
@@ -111,7 +111,7 @@ def advise(
 ) -> Advice:
     """Largest cap meeting the TPOT target (bounded by memory), its interval over `samples`, the knee."""
     if not 0 < tpot_slo_ms < float("inf"):
-        raise TokenroofError(f"--tpot-slo-ms must be a positive finite number, got {tpot_slo_ms:g}")
+        raise ParameterError(f"{{}} must be a positive finite number, got {tpot_slo_ms:g}", "tpot_slo_ms")
     slo_s = tpot_slo_ms / MS_PER_S
     by_slo = largest_batch_within(sm, slo_s, context)
     if by_slo == 0:
@@ -165,7 +165,7 @@ class Targets:
 
     def __post_init__(self) -> None:
         if self.statistic not in (None, "mean", "p50", "p90", "p99"):
-            raise TokenroofError(f"unknown --slo-statistic '{self.statistic}'; known: mean, p50, p90, p99")
+            raise ParameterError(f"unknown {{}} '{self.statistic}'; known: mean, p50, p90, p99", "slo_statistic")
 
 
 def advise_answer(
@@ -181,17 +181,22 @@ def advise_answer(
     the decode step time alone — fitted to `files`, or from first principles — at `contexts` (the decode-only
     answer: one answer each, `{"contexts": [...], "warnings": [...]}` for more than one; None: the workload's)."""
     if not files and not physics.known:
-        raise TokenroofError("give a measurement file, or --model and --hardware for the first-principles curve")
+        raise ParameterError(
+            "give a measurement file, or {} and {} for the first-principles curve", "model", "hardware"
+        )
     lengths = flags.input_len is not None and flags.output_len is not None and not flags.decode_only
     if contexts and len(contexts) > 1 and lengths:
-        raise TokenroofError(
-            "--context takes one value with --input-len/--output-len (the lengths set the context); list several "
-            "contexts for the decode-only answer"
+        raise ParameterError(
+            "{} takes one value with {}/{} (the lengths set the context); list several contexts for the decode-only "
+            "answer",
+            "context",
+            "input_len",
+            "output_len",
         )
     if lengths:
         return advise_with_prefill(files, physics, flags, targets, max_num_batched_tokens)
     if targets.ttft_slo_ms is not None:
-        raise TokenroofError("--ttft-slo-ms needs --input-len and --output-len (the prompts decide TTFT)")
+        raise ParameterError("{} needs {} and {} (the prompts decide TTFT)", "ttft_slo_ms", "input_len", "output_len")
     asked: list[float | None] = list(contexts) if contexts else [None]
     each = advise_decode_only(files, physics, flags, targets.tpot_slo_ms, samples, asked)
     if targets.statistic not in (None, "mean"):
@@ -228,18 +233,26 @@ def advise_with_prefill(
         table, prior = read_with_prior(list(files), physics, flags, flags_are_target=True)
         stated = table.context_tokens is not None or table.semantics.mean_context is not None
         if flags.context_tokens is not None and stated:
-            raise TokenroofError(
-                f"{table.source} states the context it was measured at; with --input-len/--output-len the lengths "
-                "set the context to advise at (input + output/2): drop --context"
+            raise ParameterError(
+                f"{table.source} states the context it was measured at; with {{}}/{{}} the lengths "
+                "set the context to advise at (input + output/2): drop {}",
+                "input_len",
+                "output_len",
+                "context",
             )
         fit = fit_table(table, prior, n_samples=0)
         measured = (flags.input_len, flags.output_len)
         travelling = portable_model(fit, table, physics.kv_pool_tokens(), measured, physics.prompt_budget())
         if targets.ttft_slo_ms is not None and not travelling.prices_prefill:
-            raise TokenroofError(
+            raise ParameterError(
                 f"{table.source}: nothing prices a prompt's prefill (no ttft_ms in the measurements, and no "
-                "--model/--hardware for the physics), so a TTFT target cannot be checked: give measurements with TTFT "
-                "(vLLM, GuideLLM and tokenroof bench results carry it) or --model/--hardware, or drop --ttft-slo-ms"
+                "{}/{} for the physics), so a TTFT target cannot be checked: give measurements with TTFT "
+                "(vLLM, GuideLLM and tokenroof bench results carry it) or {}/{}, or drop {}",
+                "model",
+                "hardware",
+                "model",
+                "hardware",
+                "ttft_slo_ms",
             )
         sm, notes = travelling.step_model, [*table.warnings, *fit.conflicts, *travelling.notes(flags.mean_context)]
         source = f"fitted to {table.source}, run on simulate's scheduler"
@@ -299,9 +312,10 @@ def advise_decode_only(
     fit = fit_table(table, prior, n_samples=max(samples, 10))
     if targets is None and table.several_contexts:
         held = ", ".join(f"{c:g}" for c in table.level_contexts())
-        raise TokenroofError(
-            f"{table.source} holds curves at several contexts ({held}): give --context, one or several, to say "
-            "where to advise"
+        raise ParameterError(
+            f"{table.source} holds curves at several contexts ({held}): give {{}}, one or several, to say "
+            "where to advise",
+            "context",
         )
     where: list[float | None] = list(targets) if targets else [None]
     return [at_context(fitted_advice, context, fit, table, tpot_slo_ms) for context in where]
@@ -312,7 +326,7 @@ def at_context(answer: Any, context: float | None, *args: Any) -> dict[str, Any]
     try:
         return dict(answer(context, *args))
     except TokenroofError as exc:
-        raise TokenroofError(f"at context {context:g}: {exc}" if context is not None else str(exc)) from None
+        raise (prefixed(exc, f"at context {context:g}: ") if context is not None else exc) from None
 
 
 def fitted_advice(at: float | None, fit: Fit, table: MeasurementTable, tpot_slo_ms: float) -> dict[str, Any]:

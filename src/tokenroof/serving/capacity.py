@@ -14,7 +14,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, NamedTuple
 
-from tokenroof.errors import TokenroofError
+from tokenroof.errors import ParameterError, TokenroofError
 from tokenroof.serving.deployment import Deployment
 from tokenroof.serving.plan import Slo
 from tokenroof.serving.simulate import ClosedLoop, SimResult, Trace, Workload, goodput_slo, simulate
@@ -64,9 +64,9 @@ def simulate_concurrencies(dep: Deployment, concurrencies: Sequence[int], traffi
     if dep.input_len is None or dep.output_len is None:
         raise TokenroofError("simulate needs the prompt and output lengths")
     if not concurrencies or any(c < 1 for c in concurrencies):
-        raise TokenroofError("--concurrency takes whole numbers ≥ 1: '1,8,32'")
+        raise ParameterError("{} takes whole numbers ≥ 1: '1,8,32'", "concurrency")
     if traffic.replicas != 1:
-        raise TokenroofError("--concurrency drives one replica (a closed loop on one server); drop --replicas")
+        raise ParameterError("{} drives one replica (a closed loop on one server); drop {}", "concurrency", "replicas")
     rows = []
     for c in concurrencies:
         loop = closed_loop(c, dep.input_len, dep.output_len, traffic.client, traffic.num_requests)
@@ -90,13 +90,13 @@ def simulate_rates(
     sm = travelling.step_model
     notes = travelling.notes(dep.mean_context_tokens if trace is None else None)
     if not rates:
-        raise TokenroofError("--request-rate needs at least one number")
+        raise ParameterError("{} needs at least one number", "request_rate")
     if any(not 0 < r < math.inf for r in rates):
         given = ", ".join(f"{r:g}" for r in rates)
-        raise TokenroofError(f"--request-rate must be positive finite requests per second, got {given}")
+        raise ParameterError(f"{{}} must be positive finite requests per second, got {given}", "request_rate")
     if len(rates) > 1:
         if trace is not None or out is not None:
-            raise TokenroofError("--trace and --out take a single --request-rate")
+            raise ParameterError("{} and {} take a single {}", "trace", "out", "request_rate")
         rows = [{"rate_req_s": rate, **run_one(dep, sm, workload(dep, rate, traffic), traffic)[0]} for rate in rates]
         slo = goodput_slo(traffic.ttft_slo_ms, traffic.tpot_slo_ms) if rows[0]["slo"] else None
         unsteady = [f"at {row['rate_req_s']:g} req/s: {w}" for row in rows for w in row["warnings"]]
@@ -152,7 +152,7 @@ class Choices:
 
     def __post_init__(self) -> None:
         if self.prices and len(self.prices) not in (1, max(len(self.hardware), 1)):
-            raise TokenroofError("give one --gpu-cost-per-hour, or one per --hardware choice")
+            raise ParameterError("give one {}, or one per {} choice", "gpu_cost_per_hour", "hardware")
         if any(not 0 < p < math.inf for p in self.prices) or any(t < 1 for t in self.tp):
             raise TokenroofError("GPU prices must be positive and tensor-parallel degrees at least 1")
 

@@ -9,7 +9,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from tokenroof.errors import TokenroofError
+from tokenroof.errors import ParameterError, TokenroofError
 from tokenroof.fit.physics import Physics
 from tokenroof.fit.prior import Workload
 from tokenroof.model.stepmodel import mean_context_tokens
@@ -49,12 +49,19 @@ class Deployment:
             object.__setattr__(self, "fit", tuple(Path(f) for f in self.fit) or None)
         sources = (self.fit is not None) + (self.step_model_file is not None)
         if sources > 1 or (self.step_model_file is not None and self.physics.model is not None):
-            raise TokenroofError(
-                "give one step-model source: --model/--hardware, --fit FILE (with --model/--hardware as its prior), "
-                "or --step-model JSON"
+            raise ParameterError(
+                "give one step-model source: {}/{}, {} FILE (with {}/{} as its prior), or {} JSON",
+                "model",
+                "hardware",
+                "fit",
+                "model",
+                "hardware",
+                "step_model",
             )
         if sources == 0 and not self.physics.known:
-            raise TokenroofError("give one step-model source: --model/--hardware, --fit FILE or --step-model JSON")
+            raise ParameterError(
+                "give one step-model source: {}/{}, {} FILE or {} JSON", "model", "hardware", "fit", "step_model"
+            )
         for flag, value in (
             ("--max-num-seqs", self.max_num_seqs),
             ("--kv-cache-tokens", self.kv_cache_tokens),
@@ -106,10 +113,14 @@ class Deployment:
         if not self.physics.known:
             return None
         if table.context_tokens is None and table.semantics.mean_context is None:
-            raise TokenroofError(
-                f"{table.source}: fitting with --model/--hardware needs the workload the table was measured at: add a "
-                "'# input_len=… output_len=…' line or a context_tokens column (--input-len/--output-len here "
-                "describe the workload to run, not the one measured)"
+            raise ParameterError(
+                f"{table.source}: fitting with {{}}/{{}} needs the workload the table was measured at: add a "
+                "'# input_len=… output_len=…' line or a context_tokens column ({}/{} here "
+                "describe the workload to run, not the one measured)",
+                "model",
+                "hardware",
+                "input_len",
+                "output_len",
             )
         return self.physics.prior(Workload.from_table(table))
 

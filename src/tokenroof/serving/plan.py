@@ -22,7 +22,7 @@ from typing import Any, NamedTuple
 
 import numpy as np
 
-from tokenroof.errors import TokenroofError
+from tokenroof.errors import ParameterError, TokenroofError
 from tokenroof.model.stepmodel import StepModel
 from tokenroof.serving.advice import engine_flags
 from tokenroof.serving.saturation import STATISTICS, at_cap
@@ -42,7 +42,7 @@ class Slo:
 
     def __post_init__(self) -> None:
         if self.statistic not in STATISTICS:
-            raise TokenroofError(f"unknown --slo-statistic '{self.statistic}'; known: {', '.join(STATISTICS)}")
+            raise ParameterError(f"unknown {{}} '{self.statistic}'; known: {', '.join(STATISTICS)}", "slo_statistic")
         if not (0 < self.ttft_ms < math.inf and 0 < self.tpot_ms < math.inf):
             raise TokenroofError("SLOs must be positive finite numbers of milliseconds")
 
@@ -236,7 +236,7 @@ class RayPool:
         try:
             import ray
         except ImportError:
-            raise TokenroofError("--ray needs Ray: pip install 'tokenroof[ray]'") from None
+            raise ParameterError("{} needs Ray: pip install 'tokenroof[ray]'", "ray") from None
         self.ray = ray
         if not ray.is_initialized():
             if address == "local":

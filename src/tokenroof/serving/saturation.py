@@ -26,7 +26,7 @@ from typing import Any
 
 import numpy as np
 
-from tokenroof.errors import TokenroofError
+from tokenroof.errors import ParameterError, TokenroofError
 from tokenroof.model.stepmodel import StepModel
 from tokenroof.serving.advice import advice_dict
 from tokenroof.serving.simulate import EVEN, ClosedLoop, Lengths, Workload, simulate
@@ -104,7 +104,9 @@ def at_cap(
     if max_num_seqs < 1:
         raise TokenroofError(f"max_num_seqs must be at least 1, got {max_num_seqs}")
     if output_len.mean < 2:
-        raise TokenroofError(f"TPOT needs at least 2 output tokens per request, got --output-len {output_len.mean}")
+        raise ParameterError(
+            f"TPOT needs at least 2 output tokens per request, got {{}} {output_len.mean}", "output_len"
+        )
     loop = closed_loop(max_num_seqs, input_len, output_len, client, requests)
     result = simulate(
         model, loop, max_num_seqs, seed, kv_capacity_tokens, max_num_batched_tokens=max_num_batched_tokens

@@ -10,7 +10,7 @@ from typing import Annotated, Any
 
 from pydantic import AfterValidator, BeforeValidator, ConfigDict, Field, PlainValidator, model_validator
 
-from tokenroof.errors import TokenroofError
+from tokenroof.errors import ParameterError, TokenroofError
 from tokenroof.specs.precision import DTYPE_BYTES, canonical_dtype
 from tokenroof.specs.validate import (
     Plausible,
@@ -45,7 +45,9 @@ class HardwareSpec:
         if dtype in self.peak_flops_per_s:
             return self.peak_flops_per_s[dtype]
         known = ", ".join(sorted(self.peak_flops_per_s))
-        raise TokenroofError(f"{self.name} has no {dtype} peak (it has: {known}); choose --compute-dtype from those")
+        raise ParameterError(
+            f"{self.name} has no {dtype} peak (it has: {known}); choose {{}} from those", "compute_dtype"
+        )
 
     def ridge_flops_per_byte(self, dtype: str) -> float:
         """Arithmetic intensity (FLOP/byte) above which a kernel is compute-bound at the peaks."""

@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from tokenroof.errors import TokenroofError
+from tokenroof.errors import ParameterError, TokenroofError
 from tokenroof.specs.quantization import METHODS as READ_METHODS
 from tokenroof.specs.quantization import Quantization
 
@@ -171,8 +171,9 @@ class Precision:
 def _checkpoint_dtype(checkpoint: Quantization) -> str:
     if checkpoint.weight_dtype is None:
         known = ", ".join(sorted(READ_METHODS))
-        raise TokenroofError(
+        raise ParameterError(
             f"the checkpoint's quantization_config method '{checkpoint.method}' is not one tokenroof reads "
-            f"({known}); give --dtype"
+            f"({known}); give {{}}",
+            "dtype",
         )
     return checkpoint.weight_dtype

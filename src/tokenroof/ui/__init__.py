@@ -58,7 +58,7 @@ def json_endpoint(work: Callable[[bytes], Any]) -> Handler:
         try:
             answer = await asyncio.to_thread(work, raw)
         except TokenroofError as exc:
-            return error(str(exc))
+            return error(exc.as_flags())
         text = answer if isinstance(answer, str) else json.dumps(answer)
         return modules().Response(text=text, content_type="application/json")
 

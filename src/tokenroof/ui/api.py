@@ -197,7 +197,7 @@ def request_of(raw: bytes | str | Any) -> Iterator[Request]:
         try:
             yield Request(body, Path(folder))
         except TokenroofError as exc:  # the upload's own name, not the scratch folder's
-            raise TokenroofError(str(exc).replace(folder + "/", "")) from None
+            raise TokenroofError(exc.as_flags().replace(folder + "/", "")) from None
 
 
 def roofline(body: Any) -> dict[str, Any]:

@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from tokenroof.errors import TokenroofError
+from tokenroof.errors import ParameterError, TokenroofError
 from tokenroof.io.measurements import read_jsonl
 from tokenroof.measure.http.client import RequestRecord
 from tokenroof.measure.http.redact import Redactor
@@ -25,20 +25,20 @@ from tokenroof.measure.http.redact import Redactor
 Notice = Callable[[str], None]
 # setting → the flag that sets it (named in the error when --resume finds it changed); the URL is not one of them
 # (a server restarted on another port is the same measurement), though the header keeps it
-SETTINGS = {
-    "endpoint": "--endpoint",
-    "model": "--model",
-    "input_len": "--input-len",
-    "output_len": "--output-len",
-    "prompts_sha256": "--prompts (file contents)",
-    "ignore_eos": "--ignore-eos",
-    "burstiness": "--burstiness",
-    "warmup": "--warmup",
-    "requests_per_point": "--requests-per-point",
-    "seed": "--seed",
-    "ttft_slo_ms": "--ttft-slo-ms",
-    "tpot_slo_ms": "--tpot-slo-ms",
-    "max_failure_fraction": "--max-failure-fraction",
+SETTINGS = {  # the header's key → the parameter that sets it
+    "endpoint": "endpoint",
+    "model": "model",
+    "input_len": "input_len",
+    "output_len": "output_len",
+    "prompts_sha256": "prompts",
+    "ignore_eos": "ignore_eos",
+    "burstiness": "burstiness",
+    "warmup": "warmup",
+    "requests_per_point": "requests_per_point",
+    "seed": "seed",
+    "ttft_slo_ms": "ttft_slo_ms",
+    "tpot_slo_ms": "tpot_slo_ms",
+    "max_failure_fraction": "max_failure_fraction",
 }
 
 
@@ -127,22 +127,31 @@ def check_settings(previous: Previous, settings: dict[str, Any], path: Path) -> 
     """--resume continues a run only under the settings it was measured with; names the first that differs."""
     if previous.header is None:
         if previous.lines:
-            raise TokenroofError(
-                f"{path} has no settings header (an older tokenroof wrote it), so --resume cannot check it: "
-                "give another --out"
+            raise ParameterError(
+                f"{path} has no settings header (an older tokenroof wrote it), so {{}} cannot check it: "
+                "give another {}",
+                "resume",
+                "out",
             )
         return
     old = previous.header.get("settings", {})
     if not isinstance(old, dict):
-        raise TokenroofError(
-            f"{path}: its header's settings are {type(old).__name__}, not an object: --resume cannot check them (give "
-            "another --out)"
+        raise ParameterError(
+            f"{path}: its header's settings are {type(old).__name__}, not an object: {{}} cannot check them (give "
+            "another {})",
+            "resume",
+            "out",
         )
-    for key, flag in SETTINGS.items():
+    for key, parameter in SETTINGS.items():
         if old.get(key) != settings.get(key):
-            raise TokenroofError(
-                f"--resume: {flag} was {short(old.get(key))} in {path}, now {short(settings.get(key))}; a resumed "
-                "run keeps its measurement settings (give another --out to measure with new ones)"
+            what = " (file contents)" if key == "prompts_sha256" else ""
+            was, now = short(old.get(key)), short(settings.get(key))
+            raise ParameterError(
+                f"{{}}: {{}}{what} was {was} in {path}, now {now}; a resumed run keeps its measurement settings "
+                "(give another {} to measure with new ones)",
+                "resume",
+                parameter,
+                "out",
             )
 
 

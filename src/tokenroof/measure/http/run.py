@@ -17,7 +17,7 @@ from typing import Any
 import aiohttp
 import numpy as np
 
-from tokenroof.errors import TokenroofError
+from tokenroof.errors import ParameterError, TokenroofError
 from tokenroof.io.csvio import write_rows
 from tokenroof.io.measurements import read_jsonl
 from tokenroof.measure.http.client import REDACTION, Client, RequestRecord, error_reason, open_client, send
@@ -322,7 +322,7 @@ async def run_bench(
     say = notice or (lambda _text: None)
     path = cfg.out_dir / "requests.jsonl"
     if not cfg.resume and path.exists():
-        raise TokenroofError(f"{path} exists: pass --resume to continue it, or another --out")
+        raise ParameterError(f"{path} exists: pass {{}} to continue it, or another {{}}", "resume", "out")
     previous = read_previous(path, lambda text: say(redactor.text(text))) if cfg.resume else Previous()
     salt = prompt_salt(cfg, previous)
     prompts = Prompts.load(cfg, salt)

@@ -32,7 +32,7 @@ from dataclasses import asdict, dataclass, field, replace
 from datetime import UTC, datetime
 from typing import Any
 
-from tokenroof.errors import TokenroofError
+from tokenroof.errors import ParameterError
 from tokenroof.measure.local.device import (
     flushing_denormals,
     machine_name,
@@ -230,7 +230,7 @@ def calibrate(
     device = resolve_device(device_name)
     if threads is not None:
         if threads < 1:
-            raise TokenroofError(f"--threads must be at least 1, got {threads}")
+            raise ParameterError(f"{{}} must be at least 1, got {threads}", "threads")
         torch.set_num_threads(threads)
     for dtype in dtypes:
         torch_dtype(dtype, device)  # an unknown or unsupported dtype fails before anything runs

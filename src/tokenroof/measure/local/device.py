@@ -12,7 +12,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any, TypeVar
 
-from tokenroof.errors import TokenroofError
+from tokenroof.errors import ParameterError, TokenroofError
 from tokenroof.model import roofline as rl
 from tokenroof.specs import ModelSpec, Precision
 from tokenroof.specs.precision import canonical_dtype
@@ -42,10 +42,10 @@ def resolve_device(name: str) -> Any:
         key = "cuda" if torch.cuda.is_available() else "cpu"
     if key.startswith("cuda"):
         if not torch.cuda.is_available():
-            raise TokenroofError(f"--device {name}: this PyTorch ({torch.__version__}) sees no CUDA device")
+            raise ParameterError(f"{{}} {name}: this PyTorch ({torch.__version__}) sees no CUDA device", "device")
         return torch.device(key)
     if key != "cpu":
-        raise TokenroofError(f"--device {name}: expected auto, cpu, cuda or cuda:N")
+        raise ParameterError(f"{{}} {name}: expected auto, cpu, cuda or cuda:N", "device")
     return torch.device("cpu")
 
 
@@ -62,7 +62,9 @@ def torch_dtype(dtype: str, device: Any) -> Any:
         )
     tdt = TORCH_DTYPES[key]
     if device.type == "cuda" and key == "bf16" and not torch.cuda.is_bf16_supported():
-        raise TokenroofError(f"{torch.cuda.get_device_name(device)} does not support bf16; use --dtype fp16 or fp32")
+        raise ParameterError(
+            f"{torch.cuda.get_device_name(device)} does not support bf16; use {{}} fp16 or fp32", "dtype"
+        )
     try:
         probe = torch.ones(4, 4, dtype=tdt, device=device)
         (probe @ probe).sum().item()

@@ -30,7 +30,7 @@ from typing import Any
 
 import numpy as np
 
-from tokenroof.errors import TokenroofError
+from tokenroof.errors import ParameterError, TokenroofError
 from tokenroof.io.csvio import write_rows
 from tokenroof.measure.local.device import (
     available_memory_bytes,
@@ -70,16 +70,16 @@ class LocalConfig:
 
     def validate(self) -> None:
         if not self.batches or min(self.batches) < 1:
-            raise TokenroofError(f"--batch needs positive whole numbers, got {self.batches}")
+            raise ParameterError(f"{{}} needs positive whole numbers, got {self.batches}", "batch")
         for name in ("context", "steps", "prefill_chunk", "rounds"):
             if getattr(self, name) < 1:
-                raise TokenroofError(f"--{name.replace('_', '-')} must be at least 1, got {getattr(self, name)}")
+                raise ParameterError(f"{{}} must be at least 1, got {getattr(self, name)}", name)
         if self.warmup < 0:
-            raise TokenroofError(f"--warmup must be non-negative, got {self.warmup}")
+            raise ParameterError(f"{{}} must be non-negative, got {self.warmup}", "warmup")
         if not 0 < self.memory_fraction <= 1:
-            raise TokenroofError(f"--memory-fraction must be in (0, 1], got {self.memory_fraction}")
+            raise ParameterError(f"{{}} must be in (0, 1], got {self.memory_fraction}", "memory_fraction")
         if self.threads is not None and self.threads < 1:
-            raise TokenroofError(f"--threads must be at least 1, got {self.threads}")
+            raise ParameterError(f"{{}} must be at least 1, got {self.threads}", "threads")
 
 
 @dataclass

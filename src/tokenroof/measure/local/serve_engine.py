@@ -33,7 +33,7 @@ from typing import Any, TextIO, cast
 import torch
 from torch import Tensor, nn
 
-from tokenroof.errors import TokenroofError
+from tokenroof.errors import ParameterError, TokenroofError
 from tokenroof.measure.local.torch_engine import (
     DecoderLayer,
     DecoderLM,
@@ -349,12 +349,12 @@ def build_server(spec: ModelSpec, config: ServeConfig) -> tuple[Any, str]:
 
     check_supported(spec)
     if config.max_num_seqs < 1:
-        raise TokenroofError(f"--max-num-seqs must be at least 1, got {config.max_num_seqs}")
+        raise ParameterError(f"{{}} must be at least 1, got {config.max_num_seqs}", "max_num_seqs")
     if config.max_model_len < 2:
-        raise TokenroofError(f"--max-model-len must be at least 2, got {config.max_model_len}")
+        raise ParameterError(f"{{}} must be at least 2, got {config.max_model_len}", "max_model_len")
     limit = spec.max_position_embeddings
     if limit and config.max_model_len > limit:
-        raise TokenroofError(f"--max-model-len {config.max_model_len} exceeds {spec.name}'s {limit} positions")
+        raise ParameterError(f"{{}} {config.max_model_len} exceeds {spec.name}'s {limit} positions", "max_model_len")
     device = resolve_device(config.device)
     dtype = torch_dtype(config.dtype, device)
     if config.threads is not None:
@@ -363,10 +363,12 @@ def build_server(spec: ModelSpec, config: ServeConfig) -> tuple[Any, str]:
     need = memory_needed_bytes(spec, Precision.create(config.dtype), config.max_num_seqs, config.max_model_len, chunk)
     budget = available_memory_bytes(device) * config.memory_fraction
     if sum(need.values()) > budget:
-        raise TokenroofError(
+        raise ParameterError(
             f"{config.max_num_seqs} slots × {config.max_model_len} tokens need ~{sum(need.values()) / GIB:.1f} GiB "
             f"(weights {need['weights'] / GIB:.1f}, KV cache {need['kv_cache'] / GIB:.1f}) of the "
-            f"{budget / GIB:.1f} GiB free: lower --max-num-seqs or --max-model-len"
+            f"{budget / GIB:.1f} GiB free: lower {{}} or {{}}",
+            "max_num_seqs",
+            "max_model_len",
         )
     lm = DecoderLM(spec, dtype, device)
     if config.weights is not None:
@@ -380,7 +382,7 @@ def build_server(spec: ModelSpec, config: ServeConfig) -> tuple[Any, str]:
         try:
             log = config.step_log.open("w", buffering=1, encoding="utf-8")  # a line at a time: kept if killed
         except OSError as exc:
-            raise TokenroofError(f"--step-log {config.step_log}: cannot write ({exc.strerror})") from None
+            raise ParameterError(f"{{}} {config.step_log}: cannot write ({exc.strerror})", "step_log") from None
     runner = TorchRunner(SlotEngine(lm, config.max_num_seqs, config.max_model_len), config.threads, log)
     placeholder = StepModel(1e-3, 0.0, 0.0, 0.0)  # the scheduler's plans need a duration; serve measures it
     name = config.served_model_name or spec.name

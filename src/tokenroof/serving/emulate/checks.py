@@ -7,7 +7,7 @@ import os
 from dataclasses import fields
 from typing import Any
 
-from tokenroof.errors import TokenroofError
+from tokenroof.errors import ParameterError, TokenroofError
 from tokenroof.model.stepmodel import StepModel
 
 WHOLE_FIELDS = ("num_experts", "experts_per_token")
@@ -49,7 +49,7 @@ def check_step_model(model: StepModel, max_batch: int, max_context_tokens: int) 
 
 def check_port(port: int) -> None:
     if isinstance(port, bool) or not 1 <= port <= 65535:
-        raise TokenroofError(f"--port must be between 1 and 65535, got {port}")
+        raise ParameterError(f"{{}} must be between 1 and 65535, got {port}", "port")
 
 
 def bind_failure(host: str, port: int, exc: OSError | OverflowError) -> TokenroofError:

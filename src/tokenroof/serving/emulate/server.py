@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 from aiohttp import web
 from aiohttp.http_exceptions import HttpProcessingError
 
-from tokenroof.errors import TokenroofError
+from tokenroof.errors import ParameterError, TokenroofError
 from tokenroof.model.stepmodel import StepModel
 from tokenroof.serving.emulate import protocol as proto
 from tokenroof.serving.emulate.checks import SHUTDOWN_TIMEOUT_S, bind_failure, check_step_model, start_site
@@ -60,8 +60,8 @@ class Emulator:
         if isinstance(self.max_model_len, bool) or self.max_model_len < 1:
             raise TokenroofError(f"max_model_len must be at least 1, got {self.max_model_len}")
         if not math.isfinite(self.read_timeout_s) or self.read_timeout_s <= 0:
-            raise TokenroofError(
-                f"the read timeout (--read-timeout) must be positive seconds, got {self.read_timeout_s}"
+            raise ParameterError(
+                f"the read timeout ({{}}) must be positive seconds, got {self.read_timeout_s}", "read_timeout"
             )
         check_step_model(self.model, self.max_num_seqs, self.max_model_len)
         self.scheduler = BatchScheduler(
