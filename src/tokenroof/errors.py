@@ -12,6 +12,10 @@ FLAGS = {
     "context_tokens": "--context",
     "rate_req_s": "--request-rate",
     "engine_file": "--engine",
+    "concurrencies": "--concurrency",
+    "rates": "--request-rate",
+    "timeout_s": "--timeout",
+    "max_duration_s": "--max-duration",
 }
 
 

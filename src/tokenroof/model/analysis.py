@@ -33,9 +33,9 @@ class DecodeWorkload:
     chunked: bool = True
 
     def __post_init__(self) -> None:
-        for flag, value in (("--input-len", self.input_len), ("--output-len", self.output_len)):
+        for name, value in (("input_len", self.input_len), ("output_len", self.output_len)):
             if not (np.isfinite(value) and value >= 1):
-                raise TokenroofError(f"{flag} must be a finite number of tokens ≥ 1, got {value:g}")
+                raise ParameterError(f"{{}} must be a finite number of tokens ≥ 1, got {value:g}", name)
 
     @property
     def mean_context(self) -> float:

@@ -9,7 +9,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from tokenroof.errors import ParameterError, TokenroofError
+from tokenroof.errors import ParameterError
 from tokenroof.fit.physics import Physics
 from tokenroof.fit.prior import Workload
 from tokenroof.model.stepmodel import mean_context_tokens
@@ -62,13 +62,13 @@ class Deployment:
             raise ParameterError(
                 "give one step-model source: {}/{}, {} FILE or {} JSON", "model", "hardware", "fit", "step_model"
             )
-        for flag, value in (
-            ("--max-num-seqs", self.max_num_seqs),
-            ("--kv-cache-tokens", self.kv_cache_tokens),
-            ("--max-num-batched-tokens", self.max_num_batched_tokens),
+        for name, value in (
+            ("max_num_seqs", self.max_num_seqs),
+            ("kv_cache_tokens", self.kv_cache_tokens),
+            ("max_num_batched_tokens", self.max_num_batched_tokens),
         ):
             if value is not None and value < 1:
-                raise TokenroofError(f"{flag} must be at least 1, got {value}")
+                raise ParameterError(f"{{}} must be at least 1, got {value}", name)
 
     @property
     def mean_context_tokens(self) -> float | None:

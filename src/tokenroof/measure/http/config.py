@@ -11,7 +11,7 @@ from typing import Any
 
 from yarl import URL
 
-from tokenroof.errors import TokenroofError
+from tokenroof.errors import ParameterError, TokenroofError
 from tokenroof.measure.http.redact import Redactor
 
 
@@ -43,36 +43,43 @@ class BenchConfig:
     prompt_salt: int | None = None
 
 
-def require(ok: bool, message: str) -> None:
+def require(ok: bool, template: str, *parameters: str) -> None:
+    """`template` with one `{}` per BenchConfig field it names (the command line shows their flags)."""
     if not ok:
-        raise TokenroofError(message)
+        raise ParameterError(template, *parameters)
 
 
 def check_config(cfg: BenchConfig) -> None:
     """Every flag finite and in range (nan would silently disable a check), integers where integers."""
-    require(bool(cfg.concurrencies or cfg.rates), "give --concurrency and/or --request-rate")
+    require(bool(cfg.concurrencies or cfg.rates), "give {} and/or {}", "concurrencies", "rates")
     whole = all(math.isfinite(c) and c == round(c) and c >= 1 for c in cfg.concurrencies)
-    require(whole, "--concurrency: every value must be a whole number ≥ 1")
-    require(all(math.isfinite(r) and r > 0 for r in cfg.rates), "--request-rate: every value must be finite and > 0")
+    require(whole, "{}: every value must be a whole number ≥ 1", "concurrencies")
+    require(all(math.isfinite(r) and r > 0 for r in cfg.rates), "{}: every value must be finite and > 0", "rates")
     labels = [f"c{c}" for c in cfg.concurrencies] + [f"r{r:g}" for r in cfg.rates]
-    require(len(set(labels)) == len(labels), "--concurrency/--request-rate: a value is listed twice")
-    require(cfg.burstiness > 0, f"--burstiness must be > 0 (inf: a constant rate), got {cfg.burstiness:g}")
+    require(len(set(labels)) == len(labels), "{}/{}: a value is listed twice", "concurrencies", "rates")
+    require(cfg.burstiness > 0, f"{{}} must be > 0 (inf: a constant rate), got {cfg.burstiness:g}", "burstiness")
     timeout = cfg.timeout_s
-    require(math.isfinite(timeout) and timeout > 0, f"--timeout must be finite and > 0, got {timeout:g}")
-    for flag, slo in (("--ttft-slo-ms", cfg.ttft_slo_ms), ("--tpot-slo-ms", cfg.tpot_slo_ms)):
-        require(slo is None or (math.isfinite(slo) and slo > 0), f"{flag} must be finite and > 0, got {slo}")
+    require(math.isfinite(timeout) and timeout > 0, f"{{}} must be finite and > 0, got {timeout:g}", "timeout_s")
+    for name, slo in (("ttft_slo_ms", cfg.ttft_slo_ms), ("tpot_slo_ms", cfg.tpot_slo_ms)):
+        require(slo is None or (math.isfinite(slo) and slo > 0), f"{{}} must be finite and > 0, got {slo}", name)
     require(
         math.isfinite(cfg.max_duration_s) and cfg.max_duration_s > 0,
-        f"--max-duration must be finite and > 0, got {cfg.max_duration_s:g}",
+        f"{{}} must be finite and > 0, got {cfg.max_duration_s:g}",
+        "max_duration_s",
     )
     fraction = cfg.max_failure_fraction
-    require(0 <= fraction <= 1, f"--max-failure-fraction must be between 0 and 1, got {fraction:g}")
-    require(cfg.input_len >= 1 and cfg.output_len >= 2, "--input-len must be ≥ 1 and --output-len ≥ 2 (TPOT needs two)")
-    require(cfg.warmup is None or cfg.warmup >= 0, f"--warmup must be ≥ 0, got {cfg.warmup}")
+    require(0 <= fraction <= 1, f"{{}} must be between 0 and 1, got {fraction:g}", "max_failure_fraction")
+    require(
+        cfg.input_len >= 1 and cfg.output_len >= 2,
+        "{} must be ≥ 1 and {} ≥ 2 (TPOT needs two)",
+        "input_len",
+        "output_len",
+    )
+    require(cfg.warmup is None or cfg.warmup >= 0, f"{{}} must be ≥ 0, got {cfg.warmup}", "warmup")
     rpp = cfg.requests_per_point
-    require(rpp is None or rpp >= 1, f"--requests-per-point must be ≥ 1, got {rpp}")
-    require(cfg.seed >= 0, f"--seed must be ≥ 0, got {cfg.seed}")
-    require(cfg.prompt_salt is None or cfg.prompt_salt >= 0, f"--prompt-salt must be ≥ 0, got {cfg.prompt_salt}")
+    require(rpp is None or rpp >= 1, f"{{}} must be ≥ 1, got {rpp}", "requests_per_point")
+    require(cfg.seed >= 0, f"{{}} must be ≥ 0, got {cfg.seed}", "seed")
+    require(cfg.prompt_salt is None or cfg.prompt_salt >= 0, f"{{}} must be ≥ 0, got {cfg.prompt_salt}", "prompt_salt")
     require(cfg.endpoint in ("completions", "chat"), f"--endpoint must be completions or chat, got {cfg.endpoint!r}")
 
 
