@@ -453,6 +453,265 @@ class PriorFit:
     conflicts: list[str] = field(default_factory=list)
 
 
+# θ, the prior fit's parameters, by position: the fixed time per step (s); the cost per sequence at context 0 with
+# several contexts, else at the prior's (s); the log bandwidth and log compute efficiencies; with several contexts,
+# the cost per context token per sequence (s)
+FIXED, PER_SEQ, LOG_BANDWIDTH, LOG_COMPUTE, PER_CONTEXT_TOKEN = range(5)
+
+
+class PriorFitter:
+    """The roofline on the upper half with log-normal priors on the efficiencies (MAP, bounded least squares).
+
+    Prior–data conflict: the central fit (`fit` without a generator) is first made with every prior widened tenfold
+    (the data speak); a term whose value there lies outside its prior's 99% band is named in `state.conflicts`, and
+    its prior stays widened in the final fit. A floor the data's slope lies well below (the KV traffic per sequence,
+    per context token) is dropped and named the same way. Interval samples (`fit` with a generator) start from the
+    central θ and keep what it widened and dropped (the fit runs the central fit first; a sample before it draws at
+    the stated widths, from the memory-bound line's start).
+    With `context` (each point's effective context, several measured): the cost per sequence at the prior's
+    context plus k per context token, k fitted (at least the KV reads at peak bandwidth), the attention per
+    context token at the fitted compute efficiency.
+    """
+
+    def __init__(
+        self,
+        batch: np.ndarray,
+        prior: Prior,
+        noise: float,
+        state: PriorFit,
+        weight: np.ndarray | None = None,
+        context: np.ndarray | None = None,
+    ) -> None:
+        self.prior, self.noise, self.state = prior, noise, state
+        self.part = upper_half(batch.size)
+        self.b, self.w = batch[self.part], _cut(weight, self.part)
+        self.ctx = None if context is None else context[self.part]
+        self.peak = prior.weights_floor
+        self.root = _root(self.b, self.w)
+        self.w_peak = prior.weights_floor.t_weights_s
+        self.c_peak = prior.step_compute_floor_s
+        self.centers = {
+            "bandwidth": prior.bandwidth_center,
+            "compute": prior.compute_center,
+            "slope": prior.slope_center_s,
+        }
+        self.sigmas = {"bandwidth": prior.sigma_log_bandwidth, "compute": prior.sigma_log_compute}
+        if prior.sigma_log_slope is not None and prior.slope_center_s > 0:
+            self.sigmas["slope"] = prior.sigma_log_slope
+        self.widen = dict.fromkeys(self.sigmas, 1.0)  # set by the central fit: CONFLICT_WIDEN where data and prior part
+        self.per_seq_floor = prior.per_seq_floor_s  # dropped by the central fit when the data's slope lies below it
+        self.kv_floor = self.peak.t_kv_token_s  # likewise, per context token
+        self.central: np.ndarray | None = None  # the central fit's θ: where each interval sample's fit starts
+        # the step time of θ at the support's points in closed form (what `whole(θ).step_time_s(b, ctx)` gives,
+        # without building a StepModel: the optimiser calls it thousands of times per fit)
+        self.weights_peak_b = self.peak.weights_time_s(self.b)  # W(b) at 100% bandwidth; θ's bandwidth scales it
+        attention = 0.0 if self.ctx is None else self.peak.t_attn_token_s * (self.ctx - prior.context_tokens)
+        self.compute_peak_b = self.b * (self.c_peak + attention)
+
+    @property
+    def parameters(self) -> int:
+        return 4 if self.ctx is None else 5
+
+    # -- θ → the step model --------------------------------------------------------------------------------------
+    def per_seq_ref(self, theta: np.ndarray) -> float:
+        """The cost per sequence at the prior's context: θ's per-sequence cost itself, or with several contexts that
+        (the cost at context 0, never negative) plus k per context token."""
+        if self.ctx is None:
+            return float(theta[PER_SEQ])
+        return float(theta[PER_SEQ] + theta[PER_CONTEXT_TOKEN] * self.prior.context_tokens)
+
+    def terms(self, theta: np.ndarray) -> Terms:
+        weights_scale = math.exp(-theta[LOG_BANDWIDTH])
+        return Terms(theta[FIXED], weights_scale, self.c_peak / math.exp(theta[LOG_COMPUTE]), self.per_seq_ref(theta))
+
+    def whole(self, theta: np.ndarray) -> StepModel:
+        """The step model of `theta`: folded at the prior's context, or with several contexts split by its law."""
+        folded = self.terms(theta).step_model(self.prior)
+        if self.ctx is None:
+            return folded
+        attn = self.peak.t_attn_token_s / math.exp(theta[LOG_COMPUTE])
+        return ContextLaw(self.prior.context_tokens, float(theta[PER_CONTEXT_TOKEN]), attn).whole(folded)
+
+    def slope_of(self, theta: np.ndarray) -> float:
+        """The slope per sequence below the knee: the cost per sequence and the compute the GEMMs do not hide."""
+        return self.per_seq_ref(theta) + (1 - self.prior.overlap) * self.c_peak * math.exp(-theta[LOG_COMPUTE])
+
+    def logs(self, theta: np.ndarray) -> dict[str, float]:
+        """Each prior's variable, in logs: the efficiencies, and the slope per sequence below the knee."""
+        return {
+            "bandwidth": theta[LOG_BANDWIDTH],
+            "compute": theta[LOG_COMPUTE],
+            "slope": math.log(max(self.slope_of(theta), 1e-15)),
+        }
+
+    def step_s(self, theta: np.ndarray) -> np.ndarray:
+        weights = self.weights_peak_b * math.exp(-theta[LOG_BANDWIDTH])
+        compute = self.compute_peak_b * math.exp(-theta[LOG_COMPUTE])
+        ctx = self.ctx
+        per_seq = self.per_seq_ref(theta) if ctx is None else theta[PER_SEQ] + theta[PER_CONTEXT_TOKEN] * ctx
+        return theta[FIXED] + matmul_time_s(weights, compute, self.prior.overlap) + self.b * per_seq
+
+    # -- the least-squares problem ---------------------------------------------------------------------------------
+    def residuals(
+        self, theta: np.ndarray, t: np.ndarray, center: dict[str, float], scale: dict[str, float]
+    ) -> np.ndarray:
+        """The points' log misfit (weighted, in units of the noise), then each prior's pull."""
+        values = self.logs(theta)
+        pulls = [(values[k] - math.log(center[k])) / (self.sigmas[k] * scale[k]) for k in self.sigmas]
+        return np.concatenate([np.log(self.step_s(theta) / t[self.part]) * self.root / self.noise, pulls])
+
+    def jacobian(self, theta: np.ndarray, center: dict[str, float], scale: dict[str, float]) -> np.ndarray:
+        """∂(residuals)/∂θ in closed form: the points' log step times, then each prior's pull."""
+        b, o = self.b, self.prior.overlap
+        weights = self.weights_peak_b * math.exp(-theta[LOG_BANDWIDTH])
+        compute = self.compute_peak_b * math.exp(-theta[LOG_COMPUTE])
+        side = np.sign(weights - compute) * o / 2  # matmul_time_s = (W + C)(1 − o/2) + |W − C|·o/2
+        d_step = np.column_stack(
+            [
+                np.ones_like(b),
+                b,
+                -weights * (1 - o / 2 + side),
+                -compute * (1 - o / 2 - side),
+                *([] if self.ctx is None else [b * self.ctx]),
+            ]
+        )
+        rows = [d_step * (self.root / self.noise / self.step_s(theta))[:, None]]
+        slope = self.slope_of(theta)
+        d_slope = np.zeros(theta.size)
+        if slope > 1e-15:
+            d_slope[PER_SEQ] = 1.0 / slope
+            d_slope[LOG_COMPUTE] = -(1 - o) * self.c_peak * math.exp(-theta[LOG_COMPUTE]) / slope
+            if self.ctx is not None:
+                d_slope[PER_CONTEXT_TOKEN] = self.prior.context_tokens / slope
+        for key in self.sigmas:
+            pull = np.zeros(theta.size)
+            if key == "slope":
+                pull = d_slope
+            else:
+                pull[LOG_BANDWIDTH if key == "bandwidth" else LOG_COMPUTE] = 1.0
+            rows.append((pull / (self.sigmas[key] * scale[key]))[None, :])
+        return np.vstack(rows)
+
+    def line(self, t: np.ndarray) -> tuple[float, float, float]:
+        """The memory-bound line of the support: intercept, slope at the prior's context, KV cost per token."""
+        if self.ctx is None:
+            a, s = fit_line(self.b, t[self.part], self.w)
+            return a, s, 0.0
+        a, s0, k = fit_line_contexts(self.b, t[self.part], self.ctx, self.w)
+        return a, s0 + k * self.prior.context_tokens, k
+
+    def solve_full(
+        self, t: np.ndarray, center: dict[str, float], scale: dict[str, float], start: np.ndarray | None = None
+    ) -> OptimizeResult:
+        """The MAP θ for step times `t` under priors at `center` widened by `scale`, from the memory-bound line's
+        θ (and, where that puts the knee past every point, also from a compute-bound start: the better of the two)."""
+        a, s, k = self.line(t)
+        floor_s = self.per_seq_floor
+        if self.ctx is not None:  # the cost at context 0: its floor the KV write and all-reduce at the peaks
+            s, floor_s = max(s - k * self.prior.context_tokens, 0.0), self.peak.t_seq_s if floor_s > 0 else 0.0
+        ew0 = min(center["bandwidth"], 1.0, self.w_peak / a if a > 0 else 1.0)
+        x0 = np.array(
+            [
+                max(a - self.w_peak / max(ew0, 1e-6), 0.0),
+                max(s, floor_s),
+                math.log(max(ew0, 1e-6)),
+                math.log(min(center["compute"], 1.0)),
+            ]
+            + ([] if self.ctx is None else [max(k, self.kv_floor)])
+        )
+        least = math.log(MIN_EFFICIENCY)
+        lower = np.array([0.0, floor_s, least, least] + ([] if self.ctx is None else [self.kv_floor]))
+        upper = np.array([np.inf, np.inf, 0.0, 0.0] + ([] if self.ctx is None else [np.inf]))
+        starts = [x0] if start is None else [start]
+        compute_s = s - floor_s  # the line's slope as GEMM time, beyond the per-sequence floor
+        if start is None and self.c_peak > 0 and compute_s > 0 and self.c_peak / compute_s < math.exp(x0[LOG_COMPUTE]):
+            # from the line's start the knee lies past every point whenever the centre efficiencies put it there, and
+            # then no point moves the compute efficiency: a knee the data show would never be found. The fit also
+            # starts compute-bound (the line's slope as GEMM time, its intercept as the fixed time) and keeps the
+            # better of the two.
+            bound = [max(a, 0.0), floor_s, x0[LOG_BANDWIDTH], math.log(self.c_peak / compute_s)]
+            starts.append(np.array(bound + list(x0[4:])))
+        fits = [
+            least_squares(
+                lambda theta: self.residuals(theta, t, center, scale),
+                np.clip(x, lower + 1e-15, upper - 1e-12),
+                jac=lambda theta: self.jacobian(theta, center, scale),
+                bounds=(lower, upper),
+                x_scale="jac",
+            )
+            for x in starts
+        ]
+        return min(fits, key=lambda r: float(r.cost))
+
+    def spread(self, result: OptimizeResult) -> dict[str, float]:
+        """Standard errors of each prior's variable in the data-led fit (delta method on the Gauss-Newton
+        covariance): a conflict is judged against the data's uncertainty as well as the prior's."""
+        theta, jac = result.x, result.jac
+        cov = np.linalg.pinv(jac.T @ jac)
+        base = self.logs(theta)
+        out = {}
+        for key in self.sigmas:
+            grad = np.zeros(theta.size)
+            for i in range(theta.size):
+                step = 1e-6 * max(abs(theta[i]), 1e-9)
+                moved = theta.copy()
+                moved[i] += step
+                grad[i] = (self.logs(moved)[key] - base[key]) / step
+            out[key] = float(np.sqrt(max(float(grad @ cov @ grad), 0.0)))
+        return out
+
+    # -- the structure's fit -----------------------------------------------------------------------------------
+    def fit(self, t: np.ndarray, rng: np.random.Generator | None) -> tuple[StepModel, slice]:
+        """The central fit (no `rng`): floors and conflicts judged, priors widened where the data overrule them;
+        an interval sample (`rng`): priors drawn about their centres, from the central fit's θ where there is one."""
+        if rng is None:
+            theta = self.central_fit(t)
+        else:
+            drawn = {k: _draw(rng, self.centers[k], self.sigmas[k] * self.widen[k]) for k in self.sigmas}
+            theta = np.asarray(self.solve_full(t, {**self.centers, **drawn}, self.widen, self.central).x)
+        return self.whole(theta), self.part
+
+    def central_fit(self, t: np.ndarray) -> np.ndarray:
+        prior, state = self.prior, self.state
+        self.per_seq_floor = prior.per_seq_floor_s
+        _, slope, kv = self.line(t)
+        if slope < FLOOR_TOLERANCE * prior.per_seq_floor_s:
+            self.per_seq_floor = 0.0
+        self.kv_floor = self.peak.t_kv_token_s if kv >= FLOOR_TOLERANCE * self.peak.t_kv_token_s else 0.0
+        led = self.solve_full(t, self.centers, dict.fromkeys(self.sigmas, CONFLICT_WIDEN))
+        free, se = self.logs(led.x), self.spread(led)
+        state.conflicts = []
+        for term, sigma in self.sigmas.items():
+            center = self.centers[term]
+            z = (free[term] - math.log(center)) / math.hypot(sigma, se[term])
+            self.widen[term] = CONFLICT_WIDEN if abs(z) > CONFLICT_Z else 1.0
+            if abs(z) > CONFLICT_Z:
+                what = (
+                    f"the slope per sequence at {math.exp(free[term]) * 1e3:.3g} ms (the prior's {center * 1e3:.3g} ms)"
+                    if term == "slope"
+                    else f"the {term} efficiency at {math.exp(free[term]):.0%} (the prior's {center:.0%})"
+                )
+                state.conflicts.append(
+                    f"the data put {what}, outside the prior's 99% band ({z:+.1f} σ): the data win (that prior "
+                    f"is widened {CONFLICT_WIDEN:g}×); check --model/--hardware/--dtype/--tp and the workload"
+                )
+        if self.per_seq_floor == 0.0 and prior.per_seq_floor_s > 0:
+            state.conflicts.append(
+                f"the cost per added sequence the data show ({slope * 1e6:.3g} µs) is below the KV traffic at peak "
+                f"bandwidth ({prior.per_seq_floor_s * 1e6:.3g} µs at a mean context of {prior.context_tokens:g}): "
+                "the context is smaller than stated, or the KV cache is quantised (--kv-dtype); the data win (that "
+                "floor is dropped)"
+            )
+        if self.ctx is not None and self.kv_floor == 0.0 and self.peak.t_kv_token_s > 0:
+            state.conflicts.append(
+                f"the cost per context token the data show ({kv * 1e9:.3g} ns per sequence) is below the KV "
+                f"reads at peak bandwidth ({self.peak.t_kv_token_s * 1e9:.3g} ns): the contexts are smaller than "
+                "stated, or the KV cache is quantised (--kv-dtype); the data win (that floor is dropped)"
+            )
+        self.central = np.asarray(self.solve_full(t, self.centers, self.widen).x)
+        return self.central
+
+
 def prior_structure(
     batch: np.ndarray,
     prior: Prior,
@@ -462,219 +721,9 @@ def prior_structure(
     weight: np.ndarray | None = None,
     context: np.ndarray | None = None,
 ) -> Structure:
-    """The roofline on the upper half with log-normal priors on the efficiencies (MAP, bounded least squares).
-
-    Prior–data conflict: the fit is first made with every prior widened tenfold (the data speak); a term whose
-    value there lies outside its prior's 99% band is named, and its prior stays widened in the final fit.
-    With `context` (each point's effective context, several measured): the cost per sequence at the prior's
-    context plus k per context token, k fitted (at least the KV reads at peak bandwidth), the attention per
-    context token at the fitted compute efficiency.
-    """
-    part = upper_half(batch.size)
-    b, w = batch[part], _cut(weight, part)
-    ctx = None if context is None else context[part]
-    peak = prior.weights_floor
-    kv_floor = {"kv": peak.t_kv_token_s}
-    root = _root(b, w)
-    w_peak = prior.weights_floor.t_weights_s
-    c_peak = prior.step_compute_floor_s
-    centers = {"bandwidth": prior.bandwidth_center, "compute": prior.compute_center, "slope": prior.slope_center_s}
-    sigmas = {"bandwidth": prior.sigma_log_bandwidth, "compute": prior.sigma_log_compute}
-    if prior.sigma_log_slope is not None and prior.slope_center_s > 0:
-        sigmas["slope"] = prior.sigma_log_slope
-    widen = dict.fromkeys(sigmas, 1.0)
-    floor = {"per_seq": prior.per_seq_floor_s}  # dropped when the data's slope lies below it (see `fit`)
-    central: dict[str, np.ndarray] = {}  # the central fit's θ: where each interval sample's fit starts
-
-    def per_seq_ref(theta: np.ndarray) -> float:
-        """The cost per sequence at the prior's context: θ₁ itself, or with several contexts θ₁ (the cost at context
-        0, never negative) plus k per context token."""
-        return float(theta[1]) if ctx is None else float(theta[1] + theta[4] * prior.context_tokens)
-
-    def model(theta: np.ndarray) -> Terms:
-        fixed, _, log_ew, log_ec = theta[:4]
-        return Terms(fixed, math.exp(-log_ew), c_peak / math.exp(log_ec), per_seq_ref(theta))
-
-    def whole(theta: np.ndarray) -> StepModel:
-        """The step model of `theta`: folded at the prior's context, or with several contexts split by its law."""
-        folded = model(theta).step_model(prior)
-        if ctx is None:
-            return folded
-        attn = peak.t_attn_token_s / math.exp(theta[3])
-        return ContextLaw(prior.context_tokens, float(theta[4]), attn).whole(folded)
-
-    def slope_of(theta: np.ndarray) -> float:
-        """The slope per sequence below the knee: the cost per sequence and the compute the GEMMs do not hide."""
-        return per_seq_ref(theta) + (1 - prior.overlap) * c_peak * math.exp(-theta[3])
-
-    def logs(theta: np.ndarray) -> dict[str, float]:
-        """Each prior's variable, in logs: the efficiencies, and the slope per sequence below the knee."""
-        return {"bandwidth": theta[2], "compute": theta[3], "slope": math.log(max(slope_of(theta), 1e-15))}
-
-    # the step time of θ at the support's points in closed form (what `whole(θ).step_time_s(b, ctx)` gives, without
-    # building a StepModel: the optimiser calls it thousands of times per fit)
-    weights_peak_b = peak.weights_time_s(b)  # W(b) at 100% bandwidth; θ₂ scales it
-    compute_peak_b = b * (c_peak if ctx is None else c_peak + peak.t_attn_token_s * (ctx - prior.context_tokens))
-
-    def step_s(theta: np.ndarray) -> np.ndarray:
-        weights = weights_peak_b * math.exp(-theta[2])
-        compute = compute_peak_b * math.exp(-theta[3])
-        per_seq = per_seq_ref(theta) if ctx is None else theta[1] + theta[4] * ctx
-        return theta[0] + matmul_time_s(weights, compute, prior.overlap) + b * per_seq
-
-    def jacobian(theta: np.ndarray, center: dict[str, float], scale: dict[str, float]) -> np.ndarray:
-        """∂(residuals)/∂θ in closed form: the points' log step times, then each prior's pull."""
-        weights = weights_peak_b * math.exp(-theta[2])
-        compute = compute_peak_b * math.exp(-theta[3])
-        o = prior.overlap
-        side = np.sign(weights - compute) * o / 2  # matmul_time_s = (W + C)(1 − o/2) + |W − C|·o/2
-        d_step = np.column_stack(
-            [
-                np.ones_like(b),
-                b,
-                -weights * (1 - o / 2 + side),
-                -compute * (1 - o / 2 - side),
-                *([] if ctx is None else [b * ctx]),
-            ]
-        )
-        rows = [d_step * (root / noise / step_s(theta))[:, None]]
-        slope = slope_of(theta)
-        d_slope = np.zeros(theta.size)
-        if slope > 1e-15:
-            d_slope[1] = 1.0 / slope
-            d_slope[3] = -(1 - o) * c_peak * math.exp(-theta[3]) / slope
-            if ctx is not None:
-                d_slope[4] = prior.context_tokens / slope
-        for key in sigmas:
-            pull = np.zeros(theta.size)
-            if key == "slope":
-                pull = d_slope
-            else:
-                pull[2 if key == "bandwidth" else 3] = 1.0
-            rows.append((pull / (sigmas[key] * scale[key]))[None, :])
-        return np.vstack(rows)
-
-    def solve_full(
-        t: np.ndarray, center: dict[str, float], scale: dict[str, float], start: np.ndarray | None = None
-    ) -> OptimizeResult:
-        def residuals(theta: np.ndarray) -> np.ndarray:
-            values = logs(theta)
-            pulls = [(values[k] - math.log(center[k])) / (sigmas[k] * scale[k]) for k in sigmas]
-            return np.concatenate([np.log(step_s(theta) / t[part]) * root / noise, pulls])
-
-        a, s, k = _line(t)
-        floor_s = floor["per_seq"]
-        if ctx is not None:  # θ₁ is the cost at context 0: its floor the KV write and all-reduce at the peaks
-            s, floor_s = max(s - k * prior.context_tokens, 0.0), peak.t_seq_s if floor_s > 0 else 0.0
-        ew0 = min(center["bandwidth"], 1.0, w_peak / a if a > 0 else 1.0)
-        x0 = np.array(
-            [
-                max(a - w_peak / max(ew0, 1e-6), 0.0),
-                max(s, floor_s),
-                math.log(max(ew0, 1e-6)),
-                math.log(min(center["compute"], 1.0)),
-            ]
-            + ([] if ctx is None else [max(k, kv_floor["kv"])])
-        )
-        least = math.log(MIN_EFFICIENCY)
-        lower = np.array([0.0, floor_s, least, least] + ([] if ctx is None else [kv_floor["kv"]]))
-        upper = np.array([np.inf, np.inf, 0.0, 0.0] + ([] if ctx is None else [np.inf]))
-        starts = [x0] if start is None else [start]
-        compute_s = s - floor_s  # the line's slope as GEMM time, beyond the per-sequence floor
-        if start is None and c_peak > 0 and compute_s > 0 and c_peak / compute_s < math.exp(x0[3]):
-            # from the line's start the knee lies past every point whenever the centre efficiencies put it there, and
-            # then no point moves the compute efficiency: a knee the data show would never be found. The fit also
-            # starts compute-bound (the line's slope as GEMM time, its intercept as the fixed time) and keeps the
-            # better of the two.
-            bound = [max(a, 0.0), floor_s, x0[2], math.log(c_peak / compute_s)]
-            starts.append(np.array(bound + list(x0[4:])))
-        fits = [
-            least_squares(
-                residuals,
-                np.clip(x, lower + 1e-15, upper - 1e-12),
-                jac=lambda theta: jacobian(theta, center, scale),
-                bounds=(lower, upper),
-                x_scale="jac",
-            )
-            for x in starts
-        ]
-        return min(fits, key=lambda r: float(r.cost))
-
-    def _line(t: np.ndarray) -> tuple[float, float, float]:
-        """The memory-bound line of the support: intercept, slope at the prior's context, KV cost per token."""
-        if ctx is None:
-            a, s = fit_line(b, t[part], w)
-            return a, s, 0.0
-        a, s0, k = fit_line_contexts(b, t[part], ctx, w)
-        return a, s0 + k * prior.context_tokens, k
-
-    def solve(
-        t: np.ndarray, center: dict[str, float], scale: dict[str, float], start: np.ndarray | None = None
-    ) -> np.ndarray:
-        return np.asarray(solve_full(t, center, scale, start).x)
-
-    def spread(result: OptimizeResult) -> dict[str, float]:
-        """Standard errors of each prior's variable in the data-led fit (delta method on the Gauss-Newton
-        covariance): a conflict is judged against the data's uncertainty as well as the prior's."""
-        theta, jac = result.x, result.jac
-        cov = np.linalg.pinv(jac.T @ jac)
-        base = logs(theta)
-        out = {}
-        for key in sigmas:
-            grad = np.zeros(theta.size)
-            for i in range(theta.size):
-                step = 1e-6 * max(abs(theta[i]), 1e-9)
-                moved = theta.copy()
-                moved[i] += step
-                grad[i] = (logs(moved)[key] - base[key]) / step
-            out[key] = float(np.sqrt(max(float(grad @ cov @ grad), 0.0)))
-        return out
-
-    def fit(t: np.ndarray, rng: np.random.Generator | None) -> tuple[StepModel, slice]:
-        if rng is None:
-            floor["per_seq"] = prior.per_seq_floor_s
-            _, slope, kv = _line(t)
-            if slope < FLOOR_TOLERANCE * prior.per_seq_floor_s:
-                floor["per_seq"] = 0.0
-            kv_floor["kv"] = peak.t_kv_token_s if kv >= FLOOR_TOLERANCE * peak.t_kv_token_s else 0.0
-            led = solve_full(t, centers, dict.fromkeys(sigmas, CONFLICT_WIDEN))
-            free, se = logs(led.x), spread(led)
-            state.conflicts = []
-            for term, sigma in sigmas.items():
-                z = (free[term] - math.log(centers[term])) / math.hypot(sigma, se[term])
-                widen[term] = CONFLICT_WIDEN if abs(z) > CONFLICT_Z else 1.0
-                if abs(z) > CONFLICT_Z:
-                    what = (
-                        f"the slope per sequence at {math.exp(free[term]) * 1e3:.3g} ms (the prior's "
-                        f"{centers[term] * 1e3:.3g} ms)"
-                        if term == "slope"
-                        else f"the {term} efficiency at {math.exp(free[term]):.0%} (the prior's {centers[term]:.0%})"
-                    )
-                    state.conflicts.append(
-                        f"the data put {what}, outside the prior's 99% band ({z:+.1f} σ): the data win (that prior "
-                        f"is widened {CONFLICT_WIDEN:g}×); check --model/--hardware/--dtype/--tp and the workload"
-                    )
-            if floor["per_seq"] == 0.0 and prior.per_seq_floor_s > 0:
-                state.conflicts.append(
-                    f"the cost per added sequence the data show ({slope * 1e6:.3g} µs) is below the KV traffic at peak "
-                    f"bandwidth ({prior.per_seq_floor_s * 1e6:.3g} µs at a mean context of {prior.context_tokens:g}): "
-                    "the context is smaller than stated, or the KV cache is quantised (--kv-dtype); the data win (that "
-                    "floor is dropped)"
-                )
-            if ctx is not None and kv_floor["kv"] == 0.0 and peak.t_kv_token_s > 0:
-                state.conflicts.append(
-                    f"the cost per context token the data show ({kv * 1e9:.3g} ns per sequence) is below the KV "
-                    f"reads at peak bandwidth ({peak.t_kv_token_s * 1e9:.3g} ns): the contexts are smaller than "
-                    "stated, or the KV cache is quantised (--kv-dtype); the data win (that floor is dropped)"
-                )
-            theta = solve(t, centers, widen)
-            central["theta"] = theta
-        else:
-            drawn = {k: _draw(rng, centers[k], sigmas[k] * widen[k]) for k in sigmas}
-            theta = solve(t, {**centers, **drawn}, widen, central.get("theta"))
-        return whole(theta), part
-
+    """The roofline on the upper half with the physics as a prior: `PriorFitter`'s fit as a structure."""
+    fitter = PriorFitter(batch, prior, noise, state, weight, context)
     why = f"roofline through the upper half of the points with the physics of {prior.label} as a prior"
-    if ctx is not None:
+    if context is not None:
         why += ", the cost per context token fitted across the points' contexts"
-    return Structure(name, 2 if ctx is None else 3, fit, why)
+    return Structure(name, 2 if context is None else 3, fitter.fit, why)
