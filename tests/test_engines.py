@@ -334,3 +334,16 @@ def test_a_bias_correction_is_for_unfitted_profiles_and_bounded(tmp_path: Path) 
     assert fitted_ones and all(load_engine(n).accuracy.bias_correction == 0 for n in [*fitted_ones, "generic"])
     unfitted = [n for n in list_engines() if not load_engine(n).fitted and n != "generic"]
     assert unfitted and all(load_engine(n).accuracy.bias_correction > 0 for n in unfitted)
+
+
+def test_one_set_of_efficiency_fields() -> None:
+    """The step model's Efficiencies, a hardware file's [efficiencies] and an engine file's are the same fields (an
+    engine adds its cost per sequence): a field added to one and not the others would be silently ignored."""
+    from dataclasses import fields
+
+    from tokenroof.specs.engines import EngineEfficiencies
+    from tokenroof.specs.hardware import EfficiencyTerms
+
+    step = {f.name for f in fields(rl.Efficiencies)}
+    assert set(EngineEfficiencies.model_fields) == step
+    assert set(EfficiencyTerms.model_fields) == step - {"overhead_s_per_seq"}  # calibrate does not measure it
