@@ -303,3 +303,76 @@ def test_cpu_taken_by_others_and_the_hypervisor(tmp_path: Path) -> None:
     assert monitor.note(None) == "the hypervisor stole 10% of CPU time during the point"  # a core was left
     monitor.machine_end = MachineCpu(busy_s=4.0 + 4.0, steal_s=1.0, total_s=16.0 + 4.0, cores=2)
     assert monitor.note(None) == "other processes kept 1.5 of 2 cores busy: the client may have waited for a core"
+
+
+def test_machine_cpu_and_contention_by_hand(tmp_path: Path) -> None:
+    """busy = user + nice + system + irq + softirq; a short line is padded with zeros; one `cpu` line and no per-core
+    ones is one core; a first line that is not `cpu` is unreadable."""
+    from tokenroof.measure.http.selfcheck import MachineCpu, contention
+
+    stat, tick = tmp_path / "stat", os.sysconf("SC_CLK_TCK")
+    stat.write_text(f"cpu  {tick} {2 * tick} {4 * tick} {8 * tick} {16 * tick} {32 * tick} {64 * tick} {128 * tick}\n")
+    assert MachineCpu.read(stat) == MachineCpu(busy_s=103.0, steal_s=128.0, total_s=255.0, cores=1)
+    stat.write_text(f"cpu  {3 * tick} 0 {tick} {10 * tick}\n")  # an old kernel: no iowait, irq, softirq or steal
+    assert MachineCpu.read(stat) == MachineCpu(busy_s=4.0, steal_s=0.0, total_s=14.0, cores=1)
+    stat.write_text("intr 1 2 3\ncpu 1 2 3 4 5 6 7 8\n")
+    assert MachineCpu.read(stat) is None
+    stat.write_text("cpu one two\n")
+    assert MachineCpu.read(stat) is None
+    start = MachineCpu(busy_s=0.0, steal_s=0.0, total_s=0.0, cores=2)
+    # half a second of CPU time in all, a tenth of it stolen; 0.3 s busy of which 0.1 s was this process, over 0.5 s
+    steal, others = contention(start, MachineCpu(0.3, 0.05, 0.5, 2), process_cpu_s=0.1, wall_s=0.5)
+    assert steal == pytest.approx(0.1) and others == pytest.approx(0.4)
+    assert contention(start, MachineCpu(0.3, 0.05, 0.5, 2), process_cpu_s=0.5, wall_s=0.5)[1] == 0.0  # never < 0
+    assert contention(start, start, process_cpu_s=0.0, wall_s=0.0) == (None, None)
+
+
+def test_the_client_verdict_and_notes_at_their_thresholds() -> None:
+    from tokenroof.measure.http.selfcheck import LoopMonitor, MachineCpu
+
+    def monitor(lag_ms: float, cpu: float = 0.5) -> LoopMonitor:
+        return LoopMonitor(lags_s=[lag_ms / 1e3] * 10, cpu_end=cpu, wall_end=1.0)
+
+    assert monitor(5.0).verdict(10.0) is None  # half a TPOT exactly: still valid
+    assert monitor(5.1).verdict(10.0) == (
+        "client-bound: event-loop lag p99 5.1 ms exceeds half a TPOT (5.0 ms): the client, not the server, set the "
+        "timing"
+    )
+    assert monitor(6.0).verdict(10.0) is not None and monitor(6.0).verdict(20.0) is None
+    assert monitor(1.0).verdict(10.0) is None and monitor(5.1).verdict(None) is not None  # no TPOT: 5 ms
+    assert monitor(4.9).verdict(None) is None
+    assert monitor(0.0, cpu=0.9).verdict(10.0) is None
+    assert monitor(0.0, cpu=0.95).verdict(10.0) == "client-bound: the client process used 95% of a core"
+    assert monitor(0.5).note(10.0) is None  # 5% of TPOT exactly
+    assert monitor(0.6).note(10.0) == "client loop lag p99 0.6 ms is over 5% of TPOT: ITL percentiles include it"
+    assert monitor(0.6).note(None) is None
+    quiet = MachineCpu(0.0, 0.0, 0.0, 1)
+    stolen = LoopMonitor(cpu_end=0.0, wall_end=1.0, machine_start=quiet, machine_end=MachineCpu(0.0, 0.05, 1.0, 1))
+    assert stolen.note(None) is None  # 5% stolen exactly: no note
+    busy = LoopMonitor(cpu_end=0.0, wall_end=1.0, machine_start=quiet, machine_end=MachineCpu(0.5, 0.0, 1.0, 1))
+    assert busy.note(None) == "other processes kept 0.5 of 1 cores busy: the client may have waited for a core"
+
+
+def test_the_loop_monitor_measures_a_blocked_loop() -> None:
+    """Started in a running loop it wakes every 5 ms; a 60 ms block shows as lag, and stopping ends the task."""
+    import time as clock
+
+    from tokenroof.measure.http.selfcheck import LoopMonitor
+
+    async def main() -> LoopMonitor:
+        monitor = LoopMonitor()
+        monitor.start()
+        await asyncio.sleep(0.03)
+        clock.sleep(0.06)  # the loop is blocked: the monitor wakes ~60 ms late
+        await asyncio.sleep(0.02)
+        await monitor.stop()
+        assert monitor._task is not None and monitor._task.done()
+        return monitor
+
+    monitor = asyncio.run(main())
+    assert len(monitor.lags_s) >= 3 and min(monitor.lags_s) >= 0.0
+    assert max(monitor.lags_s) > 0.04 and monitor.lag_p99_ms > 30
+    assert monitor.wall_end > monitor.wall_start and 0.0 <= monitor.cpu_fraction <= 1.5
+    if Path("/proc/stat").exists():
+        assert monitor.machine_start is not None and monitor.machine_end is not None
+        assert monitor.contention[0] is not None

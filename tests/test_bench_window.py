@@ -53,3 +53,119 @@ def test_a_request_cut_short_joins_the_batch_one_typical_step_before_its_first_t
     records = [stream(i, 0, 40) for i in range(3)] + [stream(3, 28, 3, ok=False)]
     w0, w1 = 10 * STEP_S + 3 * READ_S, 30 * STEP_S + 3 * READ_S
     assert running_batch(records, w0, w1) == pytest.approx(63 / 20)
+
+
+def record(
+    index: int, start: float, chunks: list[float], tokens: int, end: float, ok: bool = True, **kw: object
+) -> RequestRecord:
+    r = RequestRecord(point="p", index=index, start_s=start, chunk_times_s=chunks, ok=ok, **kw)  # type: ignore[arg-type]
+    r.first_token_s = chunks[0] if chunks else None
+    r.output_tokens, r.end_s = tokens, end
+    return r
+
+
+def six_requests() -> list[RequestRecord]:
+    """Two completed in the window [1, 3], one still running at its close, a timeout, a protocol error with one
+    chunk, a cancelled one."""
+    return [
+        record(
+            0, 0.5, [1.0, 1.1, 1.2, 1.3, 1.4], 5, 1.4, prompt_tokens=100, cached_tokens=50, output_tokens_source="usage"
+        ),
+        record(1, 1.0, [1.3, 1.5, 1.7], 3, 1.7, prompt_tokens=100),
+        record(2, 2.0, [2.5, 3.0, 3.5], 3, 3.5, prompt_tokens=300),
+        record(3, 1.5, [], 0, 2.0, ok=False, error_type="timeout", error="read timed out"),
+        record(4, 2.5, [], 0, 2.6, ok=False, error_type="cancelled", error="stop"),
+        record(5, 1.6, [1.7], 0, 1.8, ok=False, error="bad json"),
+    ]
+
+
+def test_a_closed_loop_point_by_hand() -> None:
+    """Latencies of the two requests that ended in [1, 3]; tokens and batch over the window shifted half their median
+    step (0.15 s) earlier, [0.925, 2.925]; the running batch with each request joining one of its own steps before
+    its first token (the failed one: the median step of all three with a TPOT, 0.2 s)."""
+    point = summarise("c4", "concurrency", 4, six_requests(), (1.0, 3.0), ttft_slo_ms=600, tpot_slo_ms=150)
+    d = point.data
+    assert (d["requests_completed"], d["requests_failed"], d["requests_cancelled"]) == (2, 2, 1)
+    assert d["failure_reasons"] == {"timeout": 1, "protocol": 1}
+    assert d["failure_examples"] == ["timeout: read timed out", "protocol: bad json"]
+    # tokens: 5 + 3 + one of request 2's (2.5; 3.0 is past 2.925) + the protocol error's one chunk = 10 over 2 s
+    assert d["throughput_tok_s"] == pytest.approx(5.0)
+    # batch: [0.925, 1.4] 0.475 + [1.1, 1.7] 0.6 + [2.0, 2.925] 0.925 + [1.5, 1.7] 0.2 = 2.2 s over 2 s
+    assert d["batch"] == pytest.approx(1.1)
+    assert d["request_throughput_req_s"] == pytest.approx(1.0)
+    assert d["goodput_req_s"] == pytest.approx(0.5)  # request 0 meets both targets; request 1's TPOT is 200 ms
+    assert d["ttft_ms"] == pytest.approx({"mean": 400.0, "p50": 400.0, "p90": 480.0, "p99": 498.0})
+    assert d["tpot_ms"] == pytest.approx({"mean": 150.0, "p50": 150.0, "p90": 190.0, "p99": 199.0})
+    assert d["itl_ms"] == pytest.approx({"mean": 800 / 6, "p50": 100.0, "p90": 200.0, "p99": 200.0})
+    assert d["e2e_ms"] == pytest.approx({"mean": 800.0, "p50": 800.0, "p90": 880.0, "p99": 898.0})
+    assert (d["output_tokens_mean"], d["output_tokens_source"], d["prompt_tokens_mean"]) == (4.0, "stream+usage", 100.0)
+    assert d["cached_prompt_fraction"] == 0.5  # only request 0 says: 50 of its 100
+    assert point.to_json() == {
+        "type": "point",
+        "point": "c4",
+        "kind": "concurrency",
+        "value": 4,
+        "window_start_s": 1.0,
+        "window_end_s": 3.0,
+        "invalid": None,
+        **d,
+    }
+
+
+def test_an_open_loop_point_by_hand() -> None:
+    """At a rate: the requests sent in [1, 3] (1, 2 and the failures), the window not shifted."""
+    d = summarise("r2", "rate", 2.0, six_requests(), (1.0, 3.0)).data
+    assert (d["requests_completed"], d["requests_failed"]) == (2, 2)
+    assert d["throughput_tok_s"] == pytest.approx((5 + 3 + 2 + 1) / 2)  # request 2's 2.5 and 3.0 both count now
+    assert d["ttft_ms"]["mean"] == pytest.approx((300 + 500) / 2) and d["prompt_tokens_mean"] == 200.0
+    assert d["goodput_req_s"] == pytest.approx(1.0)  # no targets: every completed request is good
+    assert d["cached_prompt_fraction"] is None  # neither says
+
+
+def test_summary_helpers_at_their_edges() -> None:
+    from tokenroof.measure.http.summary import (
+        cached_fraction,
+        describe_failures,
+        failure_examples,
+        tokens_in_window,
+        typical_step_s,
+    )
+
+    failed = [record(i, 0.0, [], 0, 1.0, ok=False, error_type="timeout", error=f"e{i % 4}") for i in range(8)]
+    assert failure_examples(failed) == ["timeout: e0", "timeout: e1", "timeout: e2"]  # three distinct, in order
+    assert failure_examples(failed, limit=5) == ["timeout: e0", "timeout: e1", "timeout: e2", "timeout: e3"]
+    assert describe_failures({"timeout": 3, "server_error": 2}) == "timeout 3, server_error 2"
+    assert typical_step_s([record(0, 0.0, [1.0], 1, 1.0)]) is None  # one token: no TPOT
+    assert typical_step_s([record(0, 0.0, [1.0, 2.0, 4.0], 3, 4.0), record(1, 0, [1.0, 1.2], 2, 1.2)]) == 0.85
+    usage = record(0, 0.0, [1.0, 2.0], 10, 2.0)  # usage counted 10 tokens over 2 chunks: 5 each
+    assert tokens_in_window(usage, 1.5, 2.0) == 5.0 and tokens_in_window(usage, 1.0, 2.0) == 10.0
+    assert tokens_in_window(record(0, 0.0, [], 0, 1.0), 0.0, 9.0) == 0.0
+    assert cached_fraction([record(0, 0, [1.0], 1, 1.0, prompt_tokens=0, cached_tokens=0)]) is None  # no prompt
+    assert (
+        cached_fraction(
+            [
+                record(0, 0, [1.0], 1, 1.0, prompt_tokens=40, cached_tokens=10),
+                record(1, 0, [1.0], 1, 1.0, prompt_tokens=60, cached_tokens=0),
+            ]
+        )
+        == 0.1
+    )
+    assert running_batch(six_requests(), 2.0, 2.0) == 0.0  # an empty window
+
+
+def test_window_edges_and_targets_are_inclusive() -> None:
+    """A request ending (closed loop) or sent (open loop) exactly on either edge is in the window; one exactly at
+    both targets meets them; a 1-token one (no TPOT) meets a TPOT target; a point with nothing completed says 0."""
+    edge = [
+        record(0, 0.0, [0.5, 1.0], 2, 1.0),  # ends at w0: TTFT 500 ms, TPOT 500 ms
+        record(1, 3.0, [3.25], 1, 3.25),  # sent at w1, one token
+        record(2, 2.0, [2.5, 3.0], 2, 3.0),  # ends at w1
+    ]
+    closed = summarise("c", "concurrency", 2, edge, (1.0, 3.0), ttft_slo_ms=500, tpot_slo_ms=500).data
+    assert closed["requests_completed"] == 2 and closed["goodput_req_s"] == pytest.approx(1.0)
+    assert closed["e2e_ms"]["mean"] == pytest.approx(1000.0)
+    opened = summarise("r", "rate", 1.0, edge, (1.0, 3.0), ttft_slo_ms=250, tpot_slo_ms=1).data
+    assert opened["requests_completed"] == 2  # requests 1 and 2: sent in [1, 3]
+    assert opened["goodput_req_s"] == pytest.approx(0.5)  # request 1: TTFT 250 ms exactly and no TPOT
+    empty = summarise("c", "concurrency", 1, edge, (5.0, 6.0)).data
+    assert (empty["requests_completed"], empty["output_tokens_mean"]) == (0, 0.0)
