@@ -9,7 +9,7 @@ import pytest
 
 from tokenroof.errors import TokenroofError
 from tokenroof.model.stepmodel import StepModel
-from tokenroof.serving.simulate import Lengths, Workload, simulate
+from tokenroof.serving.simulate import Lengths, SimResult, Workload, simulate
 
 SM = StepModel(t_fixed_s=2e-3, t_weights_s=8e-3, t_compute_s=50e-6, t_kv_token_s=0.0, t_seq_s=20e-6)
 
@@ -210,3 +210,71 @@ def test_a_window_that_has_not_settled_says_so() -> None:
     assert any("no steady state" in w for w in short["warnings"])
     settled = simulate(sm, Workload(10, Lengths(1000), Lengths(300), num_requests=2000), max_num_seqs=256).summary()
     assert settled["warnings"] == []
+
+
+def hand_result(kv_capacity: int | None = 100) -> SimResult:
+    """Ten requests one second apart, each 5 tokens: queued 50 ms, first token after 0.1 + 0.01·i s, done 1 s after
+    arriving; four steps of the server around them."""
+    from tokenroof.serving.engine.core import Sequence
+
+    seqs = []
+    for i in range(10):
+        s = Sequence(str(i), 10, 5, float(i))
+        s.admitted_s, s.first_token_s, s.finished_s = i + 0.05, i + 0.1 + 0.01 * i, i + 1.0
+        seqs.append(s)
+    return SimResult(
+        sequences=seqs,
+        step_starts_s=np.array([0.5, 2.0, 5.0, 8.8]),
+        step_durations_s=np.array([0.4, 1.0, 2.0, 0.4]),
+        step_batches=np.array([1, 3, 2, 4]),
+        step_kv_tokens=np.array([10, 30, 20, 40]),
+        kv_capacity_tokens=kv_capacity,
+        preemptions=2,
+    )
+
+
+def test_an_open_loop_summary_by_hand() -> None:
+    """Window: from the arrival 10% in (1 s), no sooner than a lifetime (1 s) after the first, to the last arrival
+    (9 s). Latencies over the nine sent in it; rates over the nine finished in it; steps ending in it for tokens
+    and ITL; every step's time inside it for the batch and the KV cache."""
+    result = hand_result()
+    assert result.window_s() == (1.0, 9.0)
+    s = result.summary(ttft_slo_ms=155, tpot_slo_ms=216)
+    assert (s["requests"], s["requests_in_window"], s["simulated_s"]) == (10, 9, 10.0)
+    assert (s["window_start_s"], s["window_end_s"]) == (1.0, 9.0)
+    assert s["ttft_ms"] == pytest.approx({"mean": 150.0, "p50": 150.0, "p90": 182.0, "p99": 189.2})
+    # TPOT (1 s − TTFT) / 4: 222.5 ms for request 1 down to 202.5 for request 9
+    assert s["tpot_ms"] == pytest.approx({"mean": 212.5, "p50": 212.5, "p90": 220.5, "p99": 222.3})
+    assert s["e2e_ms"] == pytest.approx(dict.fromkeys(("mean", "p50", "p90", "p99"), 1000.0))
+    assert s["queue_wait_ms"] == pytest.approx(dict.fromkeys(("mean", "p50", "p90", "p99"), 50.0))
+    # steps ending in [1, 9]: the second (1 s) and third (2 s)
+    assert s["itl_ms"] == pytest.approx({"mean": 1500.0, "p50": 1500.0, "p90": 1900.0, "p99": 1990.0})
+    assert s["throughput_tok_s"] == pytest.approx((3 + 2) / 8)
+    assert s["request_throughput_req_s"] == pytest.approx(9 / 8)
+    assert s["goodput_req_s"] == pytest.approx(2 / 8)  # requests 4 and 5: TTFT ≤ 155 and TPOT ≤ 216 ms
+    # time inside [1, 9]: 0, 1, 2 and 0.2 s of the four steps
+    assert s["running_batch"] == pytest.approx((3 * 1 + 2 * 2 + 4 * 0.2) / 8)
+    assert s["kv_use_mean_fraction"] == pytest.approx((30 * 1 + 20 * 2 + 40 * 0.2) / 8 / 100)
+    assert (s["steps"], s["preemptions"], s["kv_cache_tokens"], s["replicas"]) == (4, 2, 100, 1)
+    assert s["slo"] == {"statistic": "request", "ttft_ms": 155, "tpot_ms": 216}
+    # the batch over [1, 5] is 3/4, over [5, 9] (2·2 + 4·0.2)/4 = 1.2: still growing
+    assert s["warnings"] == [
+        "no steady state: the running batch grew from 0.75 to 1.2 across the window (1–9 s), so TPOT and throughput "
+        "here are lower than the load will settle at: simulate more requests (--num-requests), or the rate is near "
+        "what the server can carry"
+    ]
+    plain = hand_result(kv_capacity=None).summary()
+    assert plain["slo"] is None and plain["kv_use_mean_fraction"] is None
+    assert plain["goodput_req_s"] == pytest.approx(9 / 8)  # no targets: every completed request
+
+
+def test_an_overloaded_open_loop_is_named() -> None:
+    """Nine requests offered at 1 req/s, five finished inside [1, 9] (requests 0-4, at 1-5 s): 0.625 req/s carried."""
+    result = hand_result()
+    for s in result.sequences[5:]:
+        s.finished_s = 20.0 + float(s.request_id)
+    assert result.overload_warnings(1.0, 9.0) == [
+        "overloaded: 1 req/s offered, 0.625 carried: past what the server holds the queue and TTFT grow for as long as "
+        "the run lasts (these figures grow with --num-requests); lower the rate, or add replicas"
+    ]
+    assert hand_result().overload_warnings(1.0, 9.0) == []
