@@ -488,7 +488,7 @@ class PriorFitter:
         self.ctx = None if context is None else context[self.part]
         self.peak = prior.weights_floor
         self.root = _root(self.b, self.w)
-        self.w_peak = prior.weights_floor.t_weights_s
+        self.w_peak = self.peak.t_weights_s
         self.c_peak = prior.step_compute_floor_s
         self.centers = {
             "bandwidth": prior.bandwidth_center,
@@ -507,10 +507,6 @@ class PriorFitter:
         self.weights_peak_b = self.peak.weights_time_s(self.b)  # W(b) at 100% bandwidth; θ's bandwidth scales it
         attention = 0.0 if self.ctx is None else self.peak.t_attn_token_s * (self.ctx - prior.context_tokens)
         self.compute_peak_b = self.b * (self.c_peak + attention)
-
-    @property
-    def parameters(self) -> int:
-        return 4 if self.ctx is None else 5
 
     # -- θ → the step model --------------------------------------------------------------------------------------
     def per_seq_ref(self, theta: np.ndarray) -> float:

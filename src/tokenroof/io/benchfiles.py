@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -10,7 +9,7 @@ from typing import Any
 import numpy as np
 
 from tokenroof.errors import TokenroofError
-from tokenroof.io.table import Row, _batch, _dig, _number
+from tokenroof.io.table import Row, _batch, _dig, _number, loads_json
 from tokenroof.model.stepmodel import mean_context_tokens
 from tokenroof.specs.validate import read_text
 
@@ -22,14 +21,7 @@ def read_jsonl(path: Path) -> list[tuple[int, Any]]:
     for number, line in enumerate(lines, start=1):
         if not line.strip():
             continue
-        try:
-            rows.append((number, json.loads(line)))
-        except json.JSONDecodeError as exc:
-            raise TokenroofError(f"{path}:{number}: not valid JSON ({exc.msg})") from None
-        except ValueError as exc:  # an integer too long to convert
-            raise TokenroofError(f"{path}:{number}: not valid JSON ({exc})") from None
-        except RecursionError:
-            raise TokenroofError(f"{path}:{number}: JSON nested too deeply") from None
+        rows.append((number, loads_json(line, f"{path}:{number}")))
     return rows
 
 

@@ -10,7 +10,6 @@ and GuideLLM JSON reports (one row per benchmark in the sweep).
 
 from __future__ import annotations
 
-import json
 from collections.abc import Mapping, Sequence
 from dataclasses import replace
 from pathlib import Path
@@ -33,6 +32,7 @@ from tokenroof.io.table import (
     _table_rows,
     as_decode_only,
     build_table,
+    loads_json,
     merge_settings,
     pooled,
 )
@@ -139,14 +139,7 @@ def read_table(paths: Sequence[Path | str]) -> MeasurementTable:
             warnings += table.warnings
             parts.append((str(path), {key: getattr(table.semantics, key) for key in table.semantics.stated}))
             continue
-        try:
-            data = json.loads(text)
-        except json.JSONDecodeError as exc:
-            raise TokenroofError(f"{path}: not valid JSON (line {exc.lineno}: {exc.msg})") from None
-        except ValueError as exc:  # an integer too long to convert
-            raise TokenroofError(f"{path}: not valid JSON ({str(exc)[:80]})") from None
-        except RecursionError:
-            raise TokenroofError(f"{path}: JSON nested too deeply") from None
+        data = loads_json(text, str(path), whole_file=True)
         if _is_bench_summary(data):
             new_rows, settings = _bench_summary(data, str(path), warnings)
             new_prov = [f"tokenroof bench summary {path}"]

@@ -52,6 +52,21 @@ SETTINGS = {
 }
 
 
+def loads_json(text: str, where: str, whole_file: bool = False) -> Any:
+    """`json.loads`, each failure one TokenroofError naming `where` (a JSON Lines line, `path:N`; or a whole file,
+    whose message says the line and keeps an over-long integer's reason to 80 characters)."""
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError as exc:
+        at = f"line {exc.lineno}: " if whole_file else ""
+        raise TokenroofError(f"{where}: not valid JSON ({at}{exc.msg})") from None
+    except ValueError as exc:  # an integer too long to convert
+        reason = str(exc)[:80] if whole_file else str(exc)
+        raise TokenroofError(f"{where}: not valid JSON ({reason})") from None
+    except RecursionError:
+        raise TokenroofError(f"{where}: JSON nested too deeply") from None
+
+
 @dataclass(frozen=True)
 class Semantics:
     """What a table's columns mean, and the workload behind it (None: not stated)."""

@@ -41,13 +41,6 @@ class DecodeWorkload:
     def mean_context(self) -> float:
         return mean_context_tokens(self.input_len, self.output_len)
 
-    def describe(self) -> str:
-        lengths = f"{self.input_len:g} in / {self.output_len:g} out tokens"
-        if self.static:
-            return f"{lengths}, a static batch: prompts prefilled together, then decoded to the end"
-        where = "in the decode steps (chunked prefill)" if self.chunked else "in prefill steps of their own"
-        return f"{lengths}, online at each running batch: arriving prompts prefilled {where}"
-
     def to_dict(self) -> dict[str, Any]:
         return {
             "input_len": self.input_len,

@@ -23,23 +23,24 @@ from tokenroof.measure.http.client import RequestRecord
 from tokenroof.measure.http.redact import Redactor
 
 Notice = Callable[[str], None]
-# setting → the flag that sets it (named in the error when --resume finds it changed); the URL is not one of them
-# (a server restarted on another port is the same measurement), though the header keeps it
-SETTINGS = {  # the header's key → the parameter that sets it
-    "endpoint": "endpoint",
-    "model": "model",
-    "input_len": "input_len",
-    "output_len": "output_len",
-    "prompts_sha256": "prompts",
-    "ignore_eos": "ignore_eos",
-    "burstiness": "burstiness",
-    "warmup": "warmup",
-    "requests_per_point": "requests_per_point",
-    "seed": "seed",
-    "ttft_slo_ms": "ttft_slo_ms",
-    "tpot_slo_ms": "tpot_slo_ms",
-    "max_failure_fraction": "max_failure_fraction",
-}
+# the settings --resume checks, each named by the parameter that sets it (the prompts file by its contents' hash);
+# the URL is not one of them (a server restarted on another port is the same measurement), though the header keeps it
+SETTINGS = (
+    "endpoint",
+    "model",
+    "input_len",
+    "output_len",
+    "prompts_sha256",
+    "ignore_eos",
+    "burstiness",
+    "warmup",
+    "requests_per_point",
+    "seed",
+    "ttft_slo_ms",
+    "tpot_slo_ms",
+    "max_failure_fraction",
+)
+HASHED = {"prompts_sha256": "prompts"}  # a setting kept as a hash: the parameter it is the hash of
 
 
 def short(value: Any) -> str:
@@ -142,9 +143,10 @@ def check_settings(previous: Previous, settings: dict[str, Any], path: Path) -> 
             "resume",
             "out",
         )
-    for key, parameter in SETTINGS.items():
+    for key in SETTINGS:
         if old.get(key) != settings.get(key):
-            what = " (file contents)" if key == "prompts_sha256" else ""
+            parameter = HASHED.get(key, key)
+            what = " (file contents)" if key in HASHED else ""
             was, now = short(old.get(key)), short(settings.get(key))
             raise ParameterError(
                 f"{{}}: {{}}{what} was {was} in {path}, now {now}; a resumed run keeps its measurement settings "
