@@ -12,16 +12,20 @@ it at the end (`make real-server`: llama-123m, ~17 minutes on 2 cores):
 4. per load: throughput, running batch, TTFT and TPOT p50/p90/p99, predicted beside measured, and the
    saturation the loads show (what the servers carried at the highest load) beside the predicted one.
 
+`--kv-slots`: the server gives each slot its own KV stream (llama-server `-np N` without `--kv-unified`, its
+default): the fit and the simulations run the scheduler with per-slot streams (a forward pass per run of consecutive
+busy slots), and each load's simulation starts from the slots as the server's GET /slots showed them when the load
+began (OUT/load-F/slots.json; without it, after the sweep's and the earlier loads' arrivals replayed). On
+llama-server TPOT p50 at 60 / 90% load was −50 / −42% without it (the 2026-12-04 run), +1 / +2% with it (the
+2026-12-05 run, examples/llama-server/README.md; the first run's files replayed with their history: +17 / +3%).
+The sweep should meet a freshly started server: its fit assumes fresh slots.
+
 `--precondition N` runs a closed loop of N requests at the slot count before the sweep and before each load
-(discarded, in OUT/precondition-*), so that every phase starts from one server state: llama-server's Poisson-load
-decode steps slowed with use (at 1.96 req/s: 18 ms median ITL fresh, 39 ms right after a 16-stream point).
-Tried on llama-server 2026-12-04 (--precondition 32): saturation −2% either way, the TPOT gap unchanged
-(median |error| below saturation 54% vs 42%), because lockstep streams stay fast after it (c=4: 18.5 ms) while
-Poisson streams at the same batch do not (37.6 ms at 4.9): the gap is lockstep against Poisson, not history.
+(discarded, in OUT/precondition-*), so that every phase starts from one server state.
 
     python benchmarks/real_server.py URL|--serve MODEL [--slots 16] [--concurrency 1,2,4,8,16] [--input-len 128]
         [--output-len 64] [--loads 0.3,0.6,0.9,1.1] [--requests 80] [--out real-server]
-        [--model M --hardware H] [--budget N] [--precondition N]
+        [--model M --hardware H] [--budget N] [--kv-slots] [--precondition N]
 
 Figures print as they arrive and go to OUT/report.json; every request is in OUT/*/requests.jsonl.
 """
@@ -39,6 +43,7 @@ import sys
 import time
 import urllib.request
 from collections.abc import Iterator
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -93,9 +98,27 @@ def sweep(args: argparse.Namespace, out: Path) -> Path:
     return folder
 
 
+def slot_order(url: str) -> list[int] | None:
+    """llama-server's slots from least to most recently used, as its GET /slots shows them (each slot's last task id;
+    never-used slots have none); None where the server has no /slots."""
+    try:
+        with urllib.request.urlopen(f"{url}/slots", timeout=5) as answer:
+            slots = json.loads(answer.read())
+    except (OSError, ValueError):
+        return None
+    if not isinstance(slots, list) or not all(isinstance(s, dict) and "id" in s for s in slots):
+        return None
+    used = sorted((s["id_task"], s["id"]) for s in slots if isinstance(s.get("id_task"), int) and s["id_task"] >= 0)
+    return [slot for _, slot in used]
+
+
 def measure_load(args: argparse.Namespace, rate: float, folder: Path) -> dict[str, Any]:
     if not (folder / "summary.json").exists():
         precondition(args, folder.with_name(f"precondition-{folder.name}"))
+        order = slot_order(args.url)
+        if order is not None:  # the server's slot use as the load begins: where the simulation starts from
+            folder.mkdir(parents=True, exist_ok=True)
+            (folder / "slots.json").write_text(json.dumps({"order": order}))
         cfg = BenchConfig(
             url=args.url,
             rates=[rate],
@@ -111,10 +134,24 @@ def measure_load(args: argparse.Namespace, rate: float, folder: Path) -> dict[st
     return dict(point)
 
 
-def predicted_load(model: Any, folder: Path, slots: int, budget: int | None) -> dict[str, Any]:
-    """The fitted model run on the measured load's own arrivals and lengths."""
+def predicted_load(
+    model: Any, folder: Path, slots: int, budget: int | None, per_slot_kv: bool, history: list[Trace]
+) -> dict[str, Any]:
+    """The fitted model run on the measured load's own arrivals and lengths. With per-slot KV streams the slots a
+    request takes depend on the server's earlier use: the simulation starts from the slots as the server's /slots
+    showed them when the load began (`slots.json`), else after the server's earlier traffic (`history`: the sweep's
+    and the earlier loads' own arrivals, replayed)."""
+    warm = folder.with_name(f"precondition-{folder.name}") / "requests.jsonl"
+    if warm.exists():
+        history.append(Trace.read(warm))
     trace = Trace.read(folder / "requests.jsonl")
-    return simulate(model, trace, slots, 0, None, max_num_batched_tokens=budget).summary()
+    snapshot = folder / "slots.json"
+    order = json.loads(snapshot.read_text())["order"] if per_slot_kv and snapshot.exists() else None
+    run = trace if order is not None else Trace.after(history, trace)
+    history.append(trace)
+    return simulate(
+        model, run, slots, 0, None, max_num_batched_tokens=budget, per_slot_kv=per_slot_kv, slot_order=order
+    ).summary()
 
 
 def row(name: str, got: dict[str, Any]) -> str:
@@ -180,6 +217,11 @@ def main(argv: list[str]) -> None:
     parser.add_argument("--hardware", "-H")
     parser.add_argument("--budget", type=int, help="the server's prompt tokens per step, if known")
     parser.add_argument(
+        "--kv-slots",
+        action="store_true",
+        help="the server gives each slot its own KV stream (llama-server -np N without --kv-unified)",
+    )
+    parser.add_argument(
         "--precondition", type=int, default=0, help="requests at the slot count before each phase (0: none)"
     )
     parser.add_argument("--tpot-slo-ms", type=float, help="5. advise a cap for this p99 TPOT, then bench it")
@@ -200,6 +242,9 @@ def main(argv: list[str]) -> None:
 def run(args: argparse.Namespace) -> None:
     print(f"1. sweep {args.url} at concurrency {args.concurrency} ({args.input_len} in / {args.output_len} out)")
     table = read_table([sweep(args, args.out)])
+    if args.kv_slots:  # llama-server without --kv-unified: one KV stream per slot
+        table = replace(table, semantics=replace(table.semantics, kv_slots=args.slots))
+    per_slot_kv = bool(args.kv_slots)
     physics = Physics(args.model, args.hardware)
     prior = prior_for(table, physics, Measured()) if physics.known else None
     fit = fit_table(table, prior, n_samples=0)
@@ -214,8 +259,10 @@ def run(args: argparse.Namespace) -> None:
     )
     inputs = table.semantics.input_len or args.input_len
     lengths = Lengths(round(inputs)), Lengths(args.output_len)
-    full = at_cap(model, *lengths, args.slots, None, serving.max_num_batched_tokens)
-    saturation = saturation_rate(model, *lengths, args.slots, None, serving.max_num_batched_tokens)
+    full = at_cap(model, *lengths, args.slots, None, serving.max_num_batched_tokens, per_slot_kv=per_slot_kv)
+    saturation = saturation_rate(
+        model, *lengths, args.slots, None, serving.max_num_batched_tokens, per_slot_kv=per_slot_kv
+    )
     print(
         f"   one replica kept full at {args.slots} slots by a closed loop: {full.throughput_tok_s:.1f} tok/s; "
         f"Poisson arrivals past saturation: {saturation:.3f} req/s carried (the loads' 100%)"
@@ -223,12 +270,14 @@ def run(args: argparse.Namespace) -> None:
 
     report: dict[str, Any] = {"url": args.url, "fit": serving.to_dict(), "predicted_saturation_req_s": saturation}
     loads = []
+    warm = args.out / "precondition-sweep" / "requests.jsonl"
+    history = [Trace.read(path) for path in (warm, args.out / "sweep" / "requests.jsonl") if path.exists()]
     for fraction in (float(f) for f in args.loads.split(",")):
         rate = fraction * saturation
         folder = args.out / f"load-{fraction:g}"
         print(f"3. load {fraction:.0%} of the predicted saturation: {rate:.3f} req/s, {args.requests} requests")
         measured = measure_load(args, rate, folder)
-        predicted = predicted_load(model, folder, args.slots, serving.max_num_batched_tokens)
+        predicted = predicted_load(model, folder, args.slots, serving.max_num_batched_tokens, per_slot_kv, history)
         print(row("measured", measured))
         print(row("simulated", predicted))
         if measured.get("invalid"):

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import importlib.util
 import json
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
@@ -141,30 +142,41 @@ def test_the_protocol_runs_against_the_real_engine(tmp_path: Path, capsys) -> No
 LLAMA = ROOT / "examples" / "llama-server"
 
 
-def test_the_real_llama_server_sweep_replays_and_its_loads_are_simulated() -> None:
-    """The one real server in examples/ (llama-server on this CPU, examples/llama-server/README.md). Its closed-loop
-    sweep is replayed within 6.2% (TPOT) and 14.3% (TTFT) rms (before bench's probe stagger was modelled: 22% and
-    46%); its Poisson loads, simulated with their own arrivals, carry the measured throughput within 5%. What is not
-    yet within the issue's targets, pinned so it cannot silently worsen: TPOT at 60-90% load is 40-50% low (the
-    server's decode steps run 1.5-2x slower under open-loop traffic than at the same batch in the sweep)."""
+def test_the_real_llama_server_loads_are_simulated_within_the_issue_targets_on_per_slot_kv_streams() -> None:
+    """The one real server in examples/ (llama-server on this CPU, examples/llama-server/README.md), run with 16 slots
+    and llama.cpp's per-slot KV streams (no --kv-unified). Fitted on its sweep with that stated (kv_slots=16), each
+    Poisson load simulated with its own arrivals from the slots the server's /slots showed as it began: throughput
+    within 5%, TTFT p50 within 20%, the p90s within 25%, TPOT p50 within 10% at 60 and 90% load; at 30% it is
+    pinned at -11% (the step model is a line in the batch; one-sequence steps are not on it). Without the per-slot
+    streams the same fit misses the loaded TPOT by a third or more: the scheduler, not the fit, was what was wrong."""
     from tokenroof.fit.core import fit_table
     from tokenroof.io.measurements import read_table
     from tokenroof.serving.replay import serving_fit
     from tokenroof.serving.simulate import Trace
 
-    table = read_table([LLAMA / "sweep"])
+    swept = read_table([LLAMA / "sweep"])
+    assert swept.semantics.kv_slots is None  # bench cannot tell: the protocol (--kv-slots) or the header says it
+    table = replace(swept, semantics=replace(swept.semantics, kv_slots=16))
     serving = serving_fit(fit_table(table, None, n_samples=0), table)
-    assert serving is not None and serving.client == "staggered"
-    assert serving.tpot_rms < 0.08 and serving.ttft_rms is not None and serving.ttft_rms < 0.2
+    assert serving is not None and serving.kv_slots == 16 and "per-slot KV streams" in serving.describe()
+    assert serving.tpot_rms < 0.16 and serving.ttft_rms is not None and serving.ttft_rms < 0.1
+    unified = serving_fit(fit_table(swept, None, n_samples=0), swept)
+    assert unified is not None
     for fraction in (0.3, 0.6, 0.9):
         folder = LLAMA / f"load-{fraction:g}"
         (measured,) = json.loads((folder / "summary.json").read_text())["points"]
         trace = Trace.read(folder / "requests.jsonl")
-        got = simulate(serving.model, trace, 16, 0, None, max_num_batched_tokens=serving.max_num_batched_tokens)
-        summary = got.summary()
-        assert summary["throughput_tok_s"] == pytest.approx(measured["throughput_tok_s"], rel=0.05)
-        assert summary["ttft_ms"]["p50"] == pytest.approx(measured["ttft_ms"]["p50"], rel=0.55)
-        assert 0.4 < summary["tpot_ms"]["p50"] / measured["tpot_ms"]["p50"] < 1.1
+        order = json.loads((folder / "slots.json").read_text())["order"]
+        got = simulate(serving.model, trace, 16, 0, None, per_slot_kv=True, slot_order=order).summary()
+        assert got["throughput_tok_s"] == pytest.approx(measured["throughput_tok_s"], rel=0.05)
+        assert got["ttft_ms"]["p50"] == pytest.approx(measured["ttft_ms"]["p50"], rel=0.2)
+        for metric in ("ttft_ms", "tpot_ms"):
+            assert got[metric]["p90"] == pytest.approx(measured[metric]["p90"], rel=0.25)
+        tpot = got["tpot_ms"]["p50"] / measured["tpot_ms"]["p50"]
+        assert (0.85 < tpot < 1.0) if fraction == 0.3 else (0.9 < tpot < 1.1)
+        if fraction > 0.5:
+            plain = simulate(unified.model, trace, 16, 0, None).summary()
+            assert plain["tpot_ms"]["p50"] < 0.75 * measured["tpot_ms"]["p50"]
 
 
 SERVE = ROOT / "examples" / "serve-llama-123m"

@@ -76,10 +76,20 @@ def emulate(
     travelling, _ = dep.step_models()
     sm, kv = travelling.step_model, dep.kv_budget_tokens()
     max_num_batched_tokens = dep.prompt_budget(travelling)
+    per_slot_kv = dep.slot_streams(travelling)
     for note in travelling.notes(None):
         err.print(f"note: {note}", highlight=False)
     max_model_len = min(max_model_len, kv or max_model_len)  # a request must fit in the cache on its own
-    emulator = Emulator(sm, max_num_seqs, served_model_name, max_model_len, kv, max_num_batched_tokens, read_timeout)
+    emulator = Emulator(
+        sm,
+        max_num_seqs,
+        served_model_name,
+        max_model_len,
+        kv,
+        max_num_batched_tokens,
+        read_timeout,
+        per_slot_kv=per_slot_kv,
+    )
     err.print(f"emulating {sm} with max_num_seqs={max_num_seqs} on http://{host}:{port}", highlight=False)
     serve(emulator, host, port)
 

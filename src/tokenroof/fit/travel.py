@@ -51,11 +51,13 @@ class Replayed:
     tpot_rms: float  # replay error over the measured points, rms of log(replayed / measured)
     ttft_rms: float | None
     semantics: str  # the workload in words, as every header states it
+    kv_slots: int | None = None  # per-slot KV streams on this many slots (llama-server without --kv-unified)
 
     def to_dict(self) -> dict[str, Any]:
         return {
             "client": self.client,
             "max_num_batched_tokens": self.max_num_batched_tokens,
+            "kv_slots": self.kv_slots,
             "prefill_source": self.prefill_source,
             "tpot_rms": self.tpot_rms,
             "ttft_rms": self.ttft_rms,
@@ -102,6 +104,13 @@ class Travelling:
             f"step model fitted on the scheduler to {self.source} ({r.semantics}): it replays the measured TPOT "
             f"within {r.tpot_rms:.1%} rms{ttft}; {prefill}"
         ]
+        if r.kv_slots is not None:
+            notes.append(
+                f"measured on per-slot KV streams ({r.kv_slots} slots, llama-server's default with -np N): a step runs "
+                "one forward pass per run of consecutive busy slots, so under arrivals at a rate TPOT grows with how "
+                "scattered the slots in use are, worse the longer the server runs; llama-server --kv-unified runs "
+                "every step as one pass (simulated from a fresh server; the --max-num-seqs given is the slot count)"
+            )
         fitted_at = self.context_tokens
         if (
             context_tokens is not None
@@ -313,6 +322,7 @@ class ReplayFields(Section):
     tpot_rms: Annotated[float, PlainValidator(non_negative)] = 0.0
     ttft_rms: Annotated[float, PlainValidator(non_negative)] | None = None
     semantics: Text = ""
+    kv_slots: Annotated[int, PlainValidator(whole(1))] | None = None
 
     def replayed(self) -> Replayed:
         return Replayed(
@@ -322,6 +332,7 @@ class ReplayFields(Section):
             self.tpot_rms,
             self.ttft_rms,
             self.semantics,
+            self.kv_slots,
         )
 
 

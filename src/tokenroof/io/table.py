@@ -49,6 +49,7 @@ SETTINGS = {
     "client": CLIENT_KINDS,
     "input_len": None,
     "output_len": None,
+    "kv_slots": None,
 }
 
 
@@ -79,6 +80,9 @@ class Semantics:
     client: str | None = None  # CLIENT_KINDS; None: not stated
     input_len: float | None = None
     output_len: float | None = None
+    # per-slot KV streams on this many slots (llama-server -np N without --kv-unified): a step runs one forward pass
+    # per run of consecutive busy slots (serving/engine/core.py); None: one KV cache for all (every other server)
+    kv_slots: int | None = None
     stated: tuple[str, ...] = ()  # the settings the source stated (the rest are defaults)
 
     @property
@@ -110,7 +114,7 @@ def parse_settings(lines: Iterable[str], where: str) -> Semantics:
     """`key=value` settings in provenance lines (`# batch_kind=static tpot_kind=e2e input_len=1024 ...`)."""
     found: dict[str, Any] = {}
     for line in lines:
-        for key, value in re.findall(r"\b(batch_kind|tpot_kind|client|input_len|output_len)=([^\s,;]+)", line):
+        for key, value in re.findall(r"\b(batch_kind|tpot_kind|client|input_len|output_len|kv_slots)=([^\s,;]+)", line):
             allowed = SETTINGS[key]
             if allowed is not None:
                 if value not in allowed:
@@ -118,6 +122,10 @@ def parse_settings(lines: Iterable[str], where: str) -> Semantics:
                 found[key] = value
             else:
                 number = _number(value, where, key)
+                if key == "kv_slots":
+                    if number is None or not number.is_integer() or number < 1:
+                        raise TokenroofError(f"{where}: kv_slots={value} must be a whole number of slots, at least 1")
+                    number = int(number)
                 found[key] = number
     return Semantics(**found, stated=tuple(found))
 
@@ -264,6 +272,7 @@ class MeasurementTable:
             "client": self.semantics.client,
             "input_len": self.semantics.input_len,
             "output_len": self.semantics.output_len,
+            "kv_slots": self.semantics.kv_slots,
             "stated": list(self.semantics.stated),
             "points": points,
             "points_pooled_from": None,
@@ -604,7 +613,7 @@ def merge_settings(parts: Sequence[tuple[str, Mapping[str, Any]]], provenance: S
     """One table's semantics from several files: kinds must agree, lengths are averaged."""
     merged: dict[str, Any] = {}
     for where, part in parts:
-        for key in ("batch_kind", "tpot_kind", "client"):
+        for key in ("batch_kind", "tpot_kind", "client", "kv_slots"):
             if key in part and merged.setdefault(key, (part[key], where))[0] != part[key]:
                 raise TokenroofError(
                     f"{where}: {key} {part[key]} differs from {merged[key][0]} in {merged[key][1]}; "

@@ -225,6 +225,7 @@ def advise_with_prefill(
     assert flags.input_len is not None and flags.output_len is not None
     notes: list[str] = []
     client = EVEN  # steady traffic at each cap, unless files say how their client drove the server
+    per_slot_kv = False  # one KV cache for all sequences, unless the files were measured on per-slot streams
     if files:
         from tokenroof.fit.core import fit_table
         from tokenroof.fit.predict import read_with_prior
@@ -258,6 +259,7 @@ def advise_with_prefill(
         source = f"fitted to {table.source}, run on simulate's scheduler"
         replayed = travelling.replayed
         if replayed is not None:
+            per_slot_kv = replayed.kv_slots is not None
             if replayed.client in ("burst", "staggered"):
                 client = replayed.client
             if max_num_batched_tokens is None:
@@ -280,6 +282,7 @@ def advise_with_prefill(
         max_num_batched_tokens,
         source=source,
         client=client,
+        per_slot_kv=per_slot_kv,
     )
     result.warnings = notes + result.warnings
     return {**result.to_dict(), "step_model": sm.to_dict()}

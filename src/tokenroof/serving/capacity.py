@@ -59,7 +59,7 @@ def simulate_concurrencies(dep: Deployment, concurrencies: Sequence[int], traffi
     from tokenroof.serving.saturation import closed_loop
 
     travelling, _ = dep.step_models()
-    dep = replace(dep, max_num_batched_tokens=dep.prompt_budget(travelling))
+    dep = dep.scheduled_as(travelling)
     sm = travelling.step_model
     if dep.input_len is None or dep.output_len is None:
         raise TokenroofError("simulate needs the prompt and output lengths")
@@ -86,7 +86,7 @@ def simulate_rates(
     """One simulation (a rate or a trace) or a sweep over rates: the summary (or `points`), how to plot it, and
     whether it is a sweep."""
     travelling, _ = dep.step_models()
-    dep = replace(dep, max_num_batched_tokens=dep.prompt_budget(travelling))
+    dep = dep.scheduled_as(travelling)
     sm = travelling.step_model
     notes = travelling.notes(dep.mean_context_tokens if trace is None else None)
     if not rates:
@@ -128,6 +128,7 @@ def run_one(
         replicas=traffic.replicas,
         router=traffic.router,
         max_num_batched_tokens=dep.max_num_batched_tokens,
+        per_slot_kv=bool(dep.per_slot_kv),
     )
     return result.summary(traffic.ttft_slo_ms, traffic.tpot_slo_ms), result
 
@@ -196,6 +197,7 @@ def plan_choices(
                 ray_address=search.ray_address,
                 progress=progress,
                 max_num_batched_tokens=budget,
+                per_slot_kv=option.slot_streams(travelling),
             )
             entry = {**result.to_dict(), "hardware": chip, "tp": degree, "gpus_per_replica": degree}
             entry["step_model"] = travelling.step_model.to_dict()

@@ -43,6 +43,7 @@ class Deployment:
     max_num_seqs: int = 256
     kv_cache_tokens: int | None = None
     max_num_batched_tokens: int | None = None
+    per_slot_kv: bool | None = None  # llama-server's per-slot KV streams; None: as the fitted model was measured
 
     def __post_init__(self) -> None:
         if isinstance(self.fit, list | tuple):  # repeated --fit: one table; none given: no fit
@@ -107,6 +108,23 @@ class Deployment:
             return self.max_num_batched_tokens
         replayed = travelling.replayed
         return replayed.max_num_batched_tokens if replayed is not None else None
+
+    def slot_streams(self, travelling: Travelling) -> bool:
+        """Whether the server gives each slot its own KV stream (a step then runs a forward pass per run of
+        consecutive busy slots, serving/engine/core.py): as given, else as the measured server was (the table's
+        `kv_slots`, saved with a model fitted on the scheduler), else not (one KV cache, every other server)."""
+        if self.per_slot_kv is not None:
+            return self.per_slot_kv
+        replayed = travelling.replayed
+        return replayed is not None and replayed.kv_slots is not None
+
+    def scheduled_as(self, travelling: Travelling) -> Deployment:
+        """This deployment with the scheduler settings `travelling` implies where none were given."""
+        return replace(
+            self,
+            max_num_batched_tokens=self.prompt_budget(travelling),
+            per_slot_kv=self.slot_streams(travelling),
+        )
 
     def _prior_of(self, table: MeasurementTable) -> Prior | None:
 

@@ -130,6 +130,7 @@ class Server(NamedTuple):
 
     kv_capacity_tokens: int | None = None
     max_num_batched_tokens: int | None = None
+    per_slot_kv: bool = False  # llama-server's per-slot KV streams (serving/engine/core.py)
 
 
 def run_candidate(args: tuple[Candidate, Sequence[StepModel], Workload, Sequence[int], Server]) -> Outcome:
@@ -146,6 +147,7 @@ def run_candidate(args: tuple[Candidate, Sequence[StepModel], Workload, Sequence
                 replicas=candidate.replicas,
                 router="least-outstanding",
                 max_num_batched_tokens=server.max_num_batched_tokens,
+                per_slot_kv=server.per_slot_kv,
             ).summary()
             outcome.ttft_ms.append(s["ttft_ms"])
             outcome.tpot_ms.append(s["tpot_ms"])
@@ -158,7 +160,10 @@ def run_candidate(args: tuple[Candidate, Sequence[StepModel], Workload, Sequence
 def replica_throughput_tok_s(model: StepModel, workload: Workload, cap: int, server: Server) -> float:
     """What one replica gives kept full at `cap`, its steps also prefilling the prompts (saturation.at_cap: the
     figure advise reports for the same cap)."""
-    return at_cap(model, workload.input_len, workload.output_len, cap, *server).throughput_tok_s
+    kv, budget, per_slot_kv = server
+    return at_cap(
+        model, workload.input_len, workload.output_len, cap, kv, budget, per_slot_kv=per_slot_kv
+    ).throughput_tok_s
 
 
 def replicas_lower_bound(per_replica_tok_s: float, workload: Workload) -> int:
@@ -267,11 +272,12 @@ def make_plan(
     ray_address: str | None = None,
     progress: Callable[[int, int], None] | None = None,
     max_num_batched_tokens: int | None = None,
+    per_slot_kv: bool = False,
 ) -> Plan:
     """Cheapest replica count (then most headroom) meeting both SLOs in every seed × model sample."""
     if not models:
         raise TokenroofError("no step model to plan with")
-    server = Server(kv_capacity_tokens, max_num_batched_tokens)
+    server = Server(kv_capacity_tokens, max_num_batched_tokens, per_slot_kv)
     best_cap, per_replica = max(
         ((cap, replica_throughput_tok_s(models[0], workload, cap, server)) for cap in caps),
         key=lambda pair: pair[1],

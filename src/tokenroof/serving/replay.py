@@ -67,6 +67,7 @@ class Design:
     prefill_sq: np.ndarray  # Σ chunk² of those
     tpot: np.ndarray  # mean TPOT = tpot @ step times
     ttft: np.ndarray  # mean TTFT = ttft @ step times
+    passes: np.ndarray | None = None  # forward passes per step (per-slot KV streams; None: one each)
 
     @classmethod
     def of(cls, result: SimResult, chosen: np.ndarray) -> Design:
@@ -107,6 +108,7 @@ class Design:
             result.step_prefill_sq[used],
             tpot[used],
             ttft[used],
+            None if result.step_passes is None or (result.step_passes <= 1).all() else result.step_passes[used],
         )
 
     @staticmethod
@@ -119,10 +121,18 @@ class Design:
             np.concatenate([d.prefill_sq for d, _ in parts]),
             np.concatenate([d.tpot * w for d, w in parts]),
             np.concatenate([d.ttft * w for d, w in parts]),
+            None
+            if all(d.passes is None for d, _ in parts)
+            else np.concatenate([np.ones(d.batch.size) if d.passes is None else d.passes for d, _ in parts]),
         )
 
     def step_times_s(self, model: StepModel) -> np.ndarray:
-        return model.steps_s(self.batch, self.context, self.prefill, self.prefill_sq)
+        """Each step's time; a step of several forward passes (per-slot KV streams) pays the empty step's cost
+        (`t_fixed` and the weights' read) once per pass past the first, as the scheduler times it."""
+        times = model.steps_s(self.batch, self.context, self.prefill, self.prefill_sq)
+        if self.passes is not None:
+            times = times + (self.passes - 1) * model.step_s(0, 0.0)
+        return times
 
     def tpot_s(self, model: StepModel) -> float:
         return float(self.tpot @ self.step_times_s(model))
@@ -163,23 +173,31 @@ def open_loop_run(
     concurrency: float,
     kv_capacity_tokens: int | None,
     budget: int | None,
+    kv_slots: int | None = None,
 ) -> SimResult:
     """Arrivals at `rate` (Poisson, or evenly spaced for "constant"), about 40 lifetimes of the expected concurrency,
-    against a server whose cap does not bind (the file does not say it)."""
+    against a server whose cap does not bind (the file does not say it) or, with per-slot KV streams, its slots."""
     burstiness = 1.0 if client == "poisson" else math.inf
     n = int(np.clip(40 * concurrency, *OPEN_LOOP_REQUESTS))
     workload = Workload(rate, *lengths, num_requests=n, burstiness=burstiness)
-    return simulate(model, workload, OPEN_LOOP_MAX_NUM_SEQS, 0, kv_capacity_tokens, max_num_batched_tokens=budget)
+    cap = kv_slots or OPEN_LOOP_MAX_NUM_SEQS
+    return simulate(
+        model, workload, cap, 0, kv_capacity_tokens, max_num_batched_tokens=budget, per_slot_kv=kv_slots is not None
+    )
 
 
-def design_at(point: Point, budget: int | None, kv_capacity_tokens: int | None, reference: StepModel) -> Design:
+def design_at(
+    point: Point, budget: int | None, kv_capacity_tokens: int | None, reference: StepModel, kv_slots: int | None = None
+) -> Design:
     """The design of a point. A closed loop is simulated at its concurrency (a fractional one between the two whole
-    ones around it); an open-loop point at its rate, its steps timed by `reference` (their pattern depends on it)."""
+    ones around it); an open-loop point at its rate, its steps timed by `reference` (their pattern depends on it).
+    With per-slot KV streams (`kv_slots`) the server's slots are simulated whatever the concurrency: which slots a
+    loop's requests take, and so how many passes a step runs, depends on all of them."""
     client = point.client
     lengths = Lengths(point.input_len), Lengths(point.output_len)
     if client in ("poisson", "constant"):
         result = open_loop_run(
-            reference, point.rate_req_s, lengths, client, point.concurrency, kv_capacity_tokens, budget
+            reference, point.rate_req_s, lengths, client, point.concurrency, kv_capacity_tokens, budget, kv_slots
         )
         return Design.of(result, result.measured())
     low = max(math.floor(point.concurrency), 1)
@@ -191,8 +209,10 @@ def design_at(point: Point, budget: int | None, kv_capacity_tokens: int | None, 
         loop = closed_loop(c, *lengths, client, point.requests if client == "burst" else None)
         if client == "staggered":  # bench's own window, its requests in flight at both ends
             loop = replace(loop, num_requests=2 * c + bench_window(c), measure=None)
-        cap = min(c, point.server_cap or c)
-        result = simulate(reference, loop, cap, 0, kv_capacity_tokens, max_num_batched_tokens=budget)
+        cap = kv_slots or min(c, point.server_cap or c)
+        result = simulate(
+            reference, loop, cap, 0, kv_capacity_tokens, max_num_batched_tokens=budget, per_slot_kv=kv_slots is not None
+        )
         return Design.of(result, result.measured())
 
     if high == low:
@@ -271,6 +291,7 @@ class ServingFit:
     conflicts: list[str] = field(default_factory=list)
     alternatives: dict[str, tuple[float, float | None]] = field(default_factory=dict)  # budget → (TPOT, TTFT) rms
     problem: Problem | None = None  # what was solved, for the interval samples
+    kv_slots: int | None = None  # per-slot KV streams on this many slots (the table's kv_slots), None: one KV cache
 
     def samples(self, n: int, seed: int = 0) -> list[StepModel]:
         """`n` refits to noisy copies of the replayed points (noise at the replay's own rms, at least 1%): the spread
@@ -317,13 +338,15 @@ class ServingFit:
         client = CLIENTS[self.client] + (
             "" if self.client_stated else " (assumed: the table does not say; '# client=…')"
         )
-        return f"online, {client}, prompts {prefill}{why}"
+        slots = "" if self.kv_slots is None else f", per-slot KV streams on {self.kv_slots} slots (a pass per run)"
+        return f"online, {client}, prompts {prefill}{why}{slots}"
 
     def to_dict(self) -> dict[str, Any]:
         return {
             "step_model": self.model.to_dict(),
             "client": self.client,
             "max_num_batched_tokens": self.max_num_batched_tokens,
+            "kv_slots": self.kv_slots,
             "budget_source": self.budget_source,
             "prefill_source": self.prefill_source,
             "semantics": self.describe(),
@@ -406,6 +429,7 @@ def fit_serving(
     if not points or (not has_ttft and prior is None):
         return None
     client = client_of(table)
+    kv_slots = table.semantics.kv_slots
     # an open loop's steps, and a staggered loop's phases, depend on how long steps take: designed once with the
     # starting model (the decode fit, its prefill priced from the TTFT), once more with the fitted one
     timed = any(p.client != "burst" for p in points)
@@ -421,16 +445,17 @@ def fit_serving(
     for b in candidates:
         if b is not None and (b >= whole_peak or b <= high):
             continue  # no step would chunk (the same replay as whole prompts), or the budget cannot hold the batch
-        designs = [design_at(p, b, kv_capacity_tokens, reference) for p in points]
+        designs = [design_at(p, b, kv_capacity_tokens, reference, kv_slots) for p in points]
         if b is None:
             whole_peak = max(float((d.batch + d.prefill).max()) for d in designs)
         result, cost = _solve(terms, points, designs, fit.sigma_rel)
         if timed:
-            designs = [design_at(p, b, kv_capacity_tokens, terms.model(result)) for p in points]
+            designs = [design_at(p, b, kv_capacity_tokens, terms.model(result), kv_slots) for p in points]
             result, cost = _solve(terms, points, designs, fit.sigma_rel)
         source = "fitted" if isinstance(budget, str) else budget_source
         found = _result(result, terms, points, designs, client, b, source, has_ttft, table.semantics.client is not None)
         found.problem = (terms, list(points), designs, fit.sigma_rel)
+        found.kv_slots = kv_slots
         tried[_budget_name(b)] = (found, cost)
     if not tried:
         raise TokenroofError(
@@ -602,6 +627,7 @@ def travelling_of(replay: ServingFit, fit: Fit, table: MeasurementTable) -> Trav
         replay.tpot_rms,
         replay.ttft_rms,
         replay.describe(),
+        replay.kv_slots,
     )
     return Travelling(replay.model, context, 0.0, True, table.source, prior.label if prior is not None else None, info)
 
@@ -675,7 +701,11 @@ def _closed_loop_at(
     for c in sorted({low, high}):
         if budget is not None and budget <= c:
             return None
-        result = simulate(serving.model, closed_loop(c, *lengths, client), c, 0, kv, max_num_batched_tokens=budget)
+        slots = serving.kv_slots
+        loop = closed_loop(c, *lengths, client)
+        result = simulate(
+            serving.model, loop, slots or c, 0, kv, max_num_batched_tokens=budget, per_slot_kv=slots is not None
+        )
         summary = result.summary()
         runs.append((summary["tpot_ms"]["mean"], summary["ttft_ms"]["mean"], summary["throughput_tok_s"]))
     share = batch - low if high > low else 0.0
@@ -697,7 +727,8 @@ def _open_loop_at(
     summary: dict[str, Any] = {}
     budget = serving.max_num_batched_tokens
     for refined in (False, True):
-        summary = open_loop_run(serving.model, rate, lengths, serving.client, batch, kv, budget).summary()
+        run = open_loop_run(serving.model, rate, lengths, serving.client, batch, kv, budget, serving.kv_slots)
+        summary = run.summary()
         if refined:
             break
         held = summary["request_throughput_req_s"] * summary["e2e_ms"]["mean"] / 1e3  # Little's law

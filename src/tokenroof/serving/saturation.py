@@ -99,6 +99,7 @@ def at_cap(
     seed: int = 0,
     client: str = EVEN,
     requests: int | None = None,
+    per_slot_kv: bool = False,
 ) -> AtCap:
     """Steady-state throughput, TPOT and TTFT of one replica kept full at `max_num_seqs` (see the module doc)."""
     if max_num_seqs < 1:
@@ -109,7 +110,13 @@ def at_cap(
         )
     loop = closed_loop(max_num_seqs, input_len, output_len, client, requests)
     result = simulate(
-        model, loop, max_num_seqs, seed, kv_capacity_tokens, max_num_batched_tokens=max_num_batched_tokens
+        model,
+        loop,
+        max_num_seqs,
+        seed,
+        kv_capacity_tokens,
+        max_num_batched_tokens=max_num_batched_tokens,
+        per_slot_kv=per_slot_kv,
     )
     summary = result.summary()
     return AtCap(
@@ -132,15 +139,31 @@ def saturation_rate(
     burstiness: float = 1.0,
     requests: int = 4000,
     seed: int = 0,
+    per_slot_kv: bool = False,
 ) -> float:
     """The request rate one replica carries under arrivals it cannot keep up with (Poisson by default): what an
     open loop past saturation measures. Below a closed loop's figure where a closed loop's streams line up into
     waves whose prompts share their prefill steps (llama.cpp's whole-prompt prefill does); the rate, not tok/s."""
-    kept_full = at_cap(model, input_len, output_len, max_num_seqs, kv_capacity_tokens, max_num_batched_tokens, seed)
+    kept_full = at_cap(
+        model,
+        input_len,
+        output_len,
+        max_num_seqs,
+        kv_capacity_tokens,
+        max_num_batched_tokens,
+        seed,
+        per_slot_kv=per_slot_kv,
+    )
     offered = 2.0 * kept_full.throughput_tok_s / output_len.mean  # twice what a full closed loop gives: overloaded
     load = Workload(offered, input_len, output_len, num_requests=requests, burstiness=burstiness)
     result = simulate(
-        model, load, max_num_seqs, seed, kv_capacity_tokens, max_num_batched_tokens=max_num_batched_tokens
+        model,
+        load,
+        max_num_seqs,
+        seed,
+        kv_capacity_tokens,
+        max_num_batched_tokens=max_num_batched_tokens,
+        per_slot_kv=per_slot_kv,
     )
     finished = np.sort([s.finished_s or 0.0 for s in result.sequences])
     lo, hi = finished[len(finished) // 5], finished[(4 * len(finished)) // 5]  # the middle of the run: queue full
@@ -186,6 +209,7 @@ def advise_cap(
     limit: int = 4096,
     source: str = "",
     client: str = EVEN,
+    per_slot_kv: bool = False,
 ) -> CapAdvice:
     """Largest cap whose steady-state TPOT (and TTFT) `statistic` meets the targets: caps on a doubling grid, then
     bisection between the last that meets them and the first that does not (TPOT grows with the cap)."""
@@ -202,7 +226,14 @@ def advise_cap(
     def run(cap: int) -> AtCap:
         if cap not in memo:
             memo[cap] = at_cap(
-                model, input_len, output_len, cap, kv_capacity_tokens, max_num_batched_tokens, client=client
+                model,
+                input_len,
+                output_len,
+                cap,
+                kv_capacity_tokens,
+                max_num_batched_tokens,
+                client=client,
+                per_slot_kv=per_slot_kv,
             )
         return memo[cap]
 

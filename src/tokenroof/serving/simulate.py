@@ -143,6 +143,18 @@ class Trace:
 
     records: tuple[tuple[float, int, int], ...]  # (arrival s, prompt tokens, output tokens)
     source: str = ""
+    history: int = 0  # the first `history` records are the server's earlier traffic: run for the state they leave
+    # (which slots llama-server's per-slot KV streams hand out next), not measured
+
+    @classmethod
+    def after(cls, history: list[Trace] | tuple[Trace, ...], trace: Trace, gap_s: float = 30.0) -> Trace:
+        """`trace` as the server met it: after `history` (earlier runs, in order, `gap_s` of idle between)."""
+        records: list[tuple[float, int, int]] = []
+        offset = 0.0
+        for part in (*history, trace):
+            records += [(t + offset, p, o) for t, p, o in part.records]
+            offset = records[-1][0] + gap_s if records else 0.0
+        return cls(tuple(records), trace.source, len(records) - len(trace.records))
 
     @classmethod
     def read(cls, path: Path) -> Trace:
@@ -182,6 +194,8 @@ class SimResult:
     step_prefill: np.ndarray | None = None
     step_prefill_sq: np.ndarray | None = None
     loop: ClosedLoop | None = None  # the closed-loop client that drove it (None: arrivals at a rate, or a trace)
+    step_passes: np.ndarray | None = None  # forward passes per step (more than one only with per-slot KV streams)
+    first_measured: int = 0  # requests before this index are a trace's history: simulated, never summarised
 
     def write(self, out_dir: Path, summary: dict[str, Any]) -> None:
         """requests.jsonl (one line per request), timeseries.csv (per step), summary.json."""
@@ -225,7 +239,7 @@ class SimResult:
             finished = np.array([s.finished_s for s in self.sequences], dtype=float)
             return (finished >= w0) & (finished <= w1)
         arrival = np.array([s.arrival_s for s in self.sequences])
-        return (arrival >= w0) & (arrival <= w1)
+        return (arrival >= w0) & (arrival <= w1) & (np.arange(arrival.size) >= self.first_measured)
 
     def window_s(self) -> tuple[float, float]:
         """The window the figures are taken over. A closed loop's as its tool takes it: a burst's whole run
@@ -236,8 +250,8 @@ class SimResult:
         (median end-to-end) has passed since the first arrival: until then the running batch is still filling, and a
         short run would read low TPOT and throughput. Arrivals that come as a burst — over less time than a typical
         request takes — have no steady state: the window is then the whole run."""
-        arrivals = np.array([s.arrival_s for s in self.sequences])
-        finished = np.array([s.finished_s or 0.0 for s in self.sequences])
+        arrivals = np.array([s.arrival_s for s in self.sequences[self.first_measured :]])
+        finished = np.array([s.finished_s or 0.0 for s in self.sequences[self.first_measured :]])
         if self.loop is not None:
             ends = np.sort(finished)
             if self.loop.client == "burst" or ends.size < 2:
@@ -394,6 +408,8 @@ def simulate(
     replicas: int = 1,
     router: str = "round-robin",
     max_num_batched_tokens: int | None = None,
+    per_slot_kv: bool = False,
+    slot_order: list[int] | None = None,
 ) -> SimResult:
     """Run the workload through `replicas` continuous-batching schedulers behind a router, on a virtual clock.
 
@@ -417,12 +433,17 @@ def simulate(
     replacements: deque[Sequence] = deque()
     next_scheduled = 0
     engines = [
-        Replica(BatchScheduler(model, max_num_seqs, kv_capacity_tokens, block_size, max_num_batched_tokens))
+        Replica(
+            BatchScheduler(model, max_num_seqs, kv_capacity_tokens, block_size, max_num_batched_tokens, per_slot_kv)
+        )
         for _ in range(replicas)
     ]
+    if slot_order is not None:  # per-slot KV streams: the slots as the server had used them
+        for engine in engines:
+            engine.scheduler.restore_slots(slot_order)
     done: list[Sequence] = []
-    # every step, in the order they started, as 7 floats (a flat list: keeping the plans would hold every request
-    # the garbage collector then walks): start, duration, batch, KV held, Σ context, prompt tokens, Σ chunk²
+    # every step, in the order they started, as 8 floats (a flat list: keeping the plans would hold every request
+    # the garbage collector then walks): start, duration, batch, KV held, Σ context, prompt tokens, Σ chunk², passes
     record: list[float] = []
     ends: list[tuple[float, int]] = []  # heap of (step end, replica)
 
@@ -439,6 +460,7 @@ def simulate(
                     plan.context_tokens,
                     plan.prefill_tokens,
                     plan.prefill_sq,
+                    plan.passes,
                 )
             )
             heapq.heappush(ends, (plan.start_s + plan.duration_s, index))
@@ -479,8 +501,8 @@ def simulate(
     done.sort(key=lambda s: int(s.request_id))
     preemptions = sum(e.scheduler.preemptions for e in engines)
     capacity = None if kv_capacity_tokens is None else kv_capacity_tokens * replicas
-    steps = np.array(record, dtype=float).reshape(-1, 7)
-    start, duration, batch, kv, context, prefill, prefill_sq = steps.T
+    steps = np.array(record, dtype=float).reshape(-1, 8)
+    start, duration, batch, kv, context, prefill, prefill_sq, passes = steps.T
     loop = workload if isinstance(workload, ClosedLoop) else None
     return SimResult(
         done,
@@ -495,4 +517,6 @@ def simulate(
         prefill,
         prefill_sq,
         loop,
+        passes.astype(int),
+        workload.history if isinstance(workload, Trace) else 0,
     )

@@ -53,6 +53,7 @@ class Emulator:
     requests_total: int = 0
     errors_total: int = 0
     runner: StepRunner | None = None  # a real engine computing each step (`serve`); None: sleep the model's time
+    per_slot_kv: bool = False  # llama-server's per-slot KV streams: a pass per run of consecutive busy slots
     scheduler: BatchScheduler = field(init=False)
 
     def __post_init__(self) -> None:
@@ -65,7 +66,11 @@ class Emulator:
             )
         check_step_model(self.model, self.max_num_seqs, self.max_model_len)
         self.scheduler = BatchScheduler(
-            self.model, self.max_num_seqs, self.kv_cache_tokens, max_num_batched_tokens=self.max_num_batched_tokens
+            self.model,
+            self.max_num_seqs,
+            self.kv_cache_tokens,
+            max_num_batched_tokens=self.max_num_batched_tokens,
+            per_slot_kv=self.per_slot_kv,
         )
 
     # -- engine -------------------------------------------------------------------

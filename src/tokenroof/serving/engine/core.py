@@ -16,6 +16,12 @@ plan at time `now`, waits `plan.duration_s` (really, for `emulate`; virtually, f
   prompt plus what it had generated (vLLM's default policy). Block use is counted
   as Σ(context + 1) + b·(block_size − 1) tokens, an upper bound on the blocks
   vLLM's allocator holds, kept in O(1).
+- With per-slot KV streams (`per_slot_kv`: llama-server with `-np N` and no `--kv-unified`, its default since
+  2025), every sequence holds one of `max_num_seqs` slots, taken as llama-server takes them (the idle slot least
+  recently released; among never-used ones the highest id), and a step runs one forward pass per run of
+  consecutive busy slot ids among its decoding sequences plus one per run among the prompts it prefills
+  (llama.cpp splits such a batch with `split_equal(sequential)`: each ubatch holds consecutive sequence ids).
+  Each pass past the first costs the step model's empty step (`t_fixed` and the weights' read).
 - Step time: `StepModel.step_s` — `t_fixed + max(t_weights(b + p), (b + p)·t_compute + t_attn·Σctx) + Σctx·t_kv
   + b·t_seq` for b running sequences, p prompt tokens being prefilled and ctx each sequence's current length:
   the DESIGN.md step model with each step's own contexts, from the same object every command uses.
@@ -79,10 +85,18 @@ class StepPlan(NamedTuple):
     preempted: int = 0
     context_tokens: float = 0.0  # Σ context over the running sequences (what the step reads)
     prefill_sq: float = 0.0  # Σ chunk² of the prompt tokens (their causal attention)
+    passes: int = 1  # forward passes the step runs (more than one only with per-slot KV streams)
 
     @property
     def end_s(self) -> float:
         return self.start_s + self.duration_s
+
+
+def slot_runs(slots: list[int]) -> int:
+    """Runs of consecutive ids among `slots` (distinct): the ubatches llama.cpp splits a step's sequences into when
+    each slot has its own KV stream. [0, 1, 2] → 1, [2, 5, 6] → 2, [] → 0."""
+    ordered = sorted(slots)
+    return sum(1 for i, s in enumerate(ordered) if i == 0 or ordered[i - 1] != s - 1)
 
 
 def step_time_s(model: StepModel, contexts: list[int], prefill_tokens: int, prefill_sq_tokens: float) -> float:
@@ -99,6 +113,7 @@ class BatchScheduler:
     kv_capacity_tokens: int | None = None
     block_size: int = 16
     max_num_batched_tokens: int | None = None  # token budget per step (chunked prefill); None: whole prompts
+    per_slot_kv: bool = False  # llama.cpp's per-slot KV streams: a step runs one pass per run of consecutive slots
     waiting: deque[Sequence] = field(default_factory=deque)
     prefilling: deque[Sequence] = field(default_factory=deque)
     running: dict[str, Sequence] = field(default_factory=dict)
@@ -109,8 +124,12 @@ class BatchScheduler:
     _sum_ctx0: int = 0  # Σ context at admission over running sequences
     _sum_admit: int = 0  # Σ admission step over running sequences
     _reserved: int = 0  # KV tokens held by sequences still prefilling
+    _slot_of: dict[str, int] = field(default_factory=dict)  # per-slot KV: the slot each admitted sequence holds
+    _released: list[int] = field(default_factory=list)  # per-slot KV: per slot, the order it was last released in
+    _releases: int = 0
 
     def __post_init__(self) -> None:
+        self._released = [-1] * self.max_num_seqs
         if self.max_num_seqs < 1:
             raise TokenroofError(f"max_num_seqs must be at least 1, got {self.max_num_seqs}")
         if self.kv_capacity_tokens is not None and self.kv_capacity_tokens < self.block_size:
@@ -148,7 +167,9 @@ class BatchScheduler:
         contexts = self._sum_ctx0 + b * self.steps - self._sum_admit
         return contexts + b + b * (self.block_size - 1) + self._reserved + extra
 
-    def _leave(self, seq: Sequence) -> None:
+    def _leave(self, seq: Sequence, release: bool = True) -> None:
+        if release:
+            self._release_slot(seq)
         del self.running[seq.request_id]
         self._sum_ctx0 -= seq.context_at_admission
         self._sum_admit -= seq.admitted_step
@@ -182,12 +203,42 @@ class BatchScheduler:
                 queued.aborted = True
                 if queued in self.prefilling:
                     self._reserved -= self._footprint(queued.context_at_admission + 1)
+                    self._release_slot(queued)
         self.waiting = deque(s for s in self.waiting if not s.aborted)
         self.prefilling = deque(s for s in self.prefilling if not s.aborted)
 
     @property
     def idle(self) -> bool:
         return not self.waiting and not self.running and not self.prefilling
+
+    def restore_slots(self, order: list[int]) -> None:
+        """Start from the slots a running server has used: `order` lists them from least to most recently used
+        (llama-server's GET /slots: each slot's last `id_task`), the rest never used."""
+        if len(set(order)) != len(order) or any(not 0 <= s < self.max_num_seqs for s in order):
+            raise TokenroofError(f"a slot order lists each of slots 0..{self.max_num_seqs - 1} at most once: {order}")
+        for rank, slot in enumerate(order):
+            self._released[slot] = rank
+        self._releases = len(order)
+
+    def slot(self, request_id: str) -> int | None:
+        """The slot a sequence holds (per-slot KV streams; None: none held, or one KV cache for all)."""
+        return self._slot_of.get(request_id)
+
+    def _take_slot(self, seq: Sequence) -> None:
+        """llama-server's choice: the idle slot released longest ago, the last such in id order on a tie (never
+        used: the highest id first)."""
+        busy = set(self._slot_of.values())
+        best = -1
+        for slot, released in enumerate(self._released):
+            if slot not in busy and (best < 0 or released <= self._released[best]):
+                best = slot
+        self._slot_of[seq.request_id] = best
+
+    def _release_slot(self, seq: Sequence) -> None:
+        slot = self._slot_of.pop(seq.request_id, None)
+        if slot is not None:
+            self._released[slot] = self._releases
+            self._releases += 1
 
     def _fits(self, seq: Sequence) -> bool:
         if self.kv_capacity_tokens is None:
@@ -217,10 +268,16 @@ class BatchScheduler:
             seq.prefill_left = seq.context_at_admission
             self._reserved += self._footprint(seq.context_at_admission + 1)
             self.prefilling.append(seq)
+            if self.per_slot_kv:
+                self._take_slot(seq)
         room = math.inf if self.max_num_batched_tokens is None else self.max_num_batched_tokens - len(self.running)
         completed, prefill, prefill_sq = [], 0, 0.0
+        decoding = [self._slot_of[r] for r in self.running] if self.per_slot_kv else []
+        prompts: list[int] = []
         while self.prefilling and room > 0:
             seq = self.prefilling[0]
+            if self.per_slot_kv:
+                prompts.append(self._slot_of[seq.request_id])
             take = int(min(room, seq.prefill_left))
             seq.prefill_left -= take
             room -= take
@@ -237,9 +294,12 @@ class BatchScheduler:
             return None
         total_ctx = float(self._sum_ctx0 + batch * self.steps - self._sum_admit)
         duration = self.model.step_s(batch, total_ctx, prefill, prefill_sq)
+        passes = slot_runs(decoding) + slot_runs(prompts) if self.per_slot_kv else 1
+        if passes > 1:
+            duration += (passes - 1) * self.model.step_s(0, 0.0)
         kv = float(self.kv_tokens_next_step())
         return StepPlan(
-            self.steps, now, duration, batch, tuple(completed), prefill, kv, preempted, total_ctx, prefill_sq
+            self.steps, now, duration, batch, tuple(completed), prefill, kv, preempted, total_ctx, prefill_sq, passes
         )
 
     def complete_step(self, plan: StepPlan) -> list[Sequence]:
@@ -253,8 +313,12 @@ class BatchScheduler:
             if seq.aborted or version != seq.admission or seq.request_id not in self.running:
                 continue
             seq.finished_s = plan.end_s
-            self._leave(seq)
+            self._leave(seq, release=False)
             finished.append(seq)
+        # llama-server releases a step's finished slots in id order: the lower id counts as released first
+        if self.per_slot_kv:
+            for seq in sorted(finished, key=lambda s: self._slot_of.get(s.request_id, 0)):
+                self._release_slot(seq)
         self.steps += 1
         return finished
 
