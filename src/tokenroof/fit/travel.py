@@ -109,7 +109,7 @@ class Travelling:
                 f"measured on per-slot KV streams ({r.kv_slots} slots, llama-server's default with -np N): a step runs "
                 "one forward pass per run of consecutive busy slots, so under arrivals at a rate TPOT grows with how "
                 "scattered the slots in use are, worse the longer the server runs; llama-server --kv-unified runs "
-                "every step as one pass (simulated from a fresh server; the --max-num-seqs given is the slot count)"
+                "every step as one pass (simulated from a freshly started server whose slots are the batch cap)"
             )
         fitted_at = self.context_tokens
         if (
