@@ -207,7 +207,7 @@ def main(argv: list[str]) -> None:
     parser.add_argument("--serve", metavar="MODEL", help="start `tokenroof serve --model MODEL` and measure it")
     parser.add_argument("--slots", type=int, default=16, help="the server's running-batch cap (llama-server -np)")
     parser.add_argument("--concurrency", default="1,2,4,8,16")
-    parser.add_argument("--input-len", type=int, default=128, help="prompt words (one token each on llama's vocab)")
+    parser.add_argument("--input-len", type=int, default=128, help="prompt tokens, as the server counts them")
     parser.add_argument("--output-len", type=int, default=64)
     parser.add_argument("--loads", default="0.3,0.6,0.9,1.1", help="fractions of the predicted saturation rate")
     parser.add_argument("--requests", type=int, default=80, help="requests per load")

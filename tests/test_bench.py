@@ -36,8 +36,11 @@ def fault_app(seen_headers: list[str]) -> web.Application:
         return web.json_response({"data": [{"id": "faulty"}]})
 
     async def completions(request: web.Request) -> web.StreamResponse:
-        seen_headers.append(request.headers.get("Authorization", ""))
-        mode = next(counter) % 5
+        if json.loads(await request.read()).get("max_tokens") == 1:  # bench sizing its prompts: answered well
+            mode = 4
+        else:
+            seen_headers.append(request.headers.get("Authorization", ""))
+            mode = next(counter) % 5
         if mode == 0:
             return web.json_response({"error": {"message": "boom"}}, status=500)
         response = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
@@ -376,3 +379,115 @@ def test_the_loop_monitor_measures_a_blocked_loop() -> None:
     if Path("/proc/stat").exists():
         assert monitor.machine_start is not None and monitor.machine_end is not None
         assert monitor.contention[0] is not None
+
+
+def tokenizing_app(per_word: float, extra: int, status: int = 200) -> tuple[web.Application, list[int]]:
+    """A server that counts a prompt as `per_word` tokens a word plus `extra` (a BOS token, a chat template) and
+    reports it in its usage; the prompt lengths in words it was sent, in order."""
+    words_seen: list[int] = []
+
+    async def models(request: web.Request) -> web.Response:
+        return web.json_response({"data": [{"id": "tok"}]})
+
+    async def completions(request: web.Request) -> web.StreamResponse:
+        body = json.loads(await request.read())
+        words = len(body["prompt"].split())
+        words_seen.append(words)
+        if status != 200:
+            return web.json_response({"error": {"message": "no"}}, status=status)
+        response = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
+        await response.prepare(request)
+        for chunk in good_chunks(body["max_tokens"]):
+            await response.write(chunk)
+        usage = {"prompt_tokens": round(words * per_word) + extra, "completion_tokens": body["max_tokens"]}
+        await response.write(b"data: " + json.dumps({"choices": [], "usage": usage}).encode() + b"\n\n")
+        await response.write(b"data: [DONE]\n\n")
+        return response
+
+    app = web.Application()
+    app.router.add_get("/v1/models", models)
+    app.router.add_post("/v1/completions", completions)
+    return app, words_seen
+
+
+def run_against(app: web.Application, out: Path, input_len: int, resume: bool = False) -> list[dict[str, Any]]:
+    async def main() -> list[dict[str, Any]]:
+        runner, url = await serve_app(app)
+        try:
+            cfg = BenchConfig(
+                url=url,
+                concurrencies=[1],
+                input_len=input_len,
+                output_len=3,
+                warmup=0,
+                requests_per_point=3,
+                out_dir=out,
+                resume=resume,
+            )
+            return await run_bench(cfg)
+        finally:
+            await runner.cleanup()
+
+    return asyncio.run(main())
+
+
+@pytest.mark.parametrize(
+    ("per_word", "extra", "words", "tries"),
+    [
+        (1.0, 0, 100, 1),  # a word a token (the emulator): found at once
+        (1.0, 1, 99, 2),  # llama's BOS: 100 words are 101 tokens, 99 are 100
+        (1.3, 12, 68, 3),  # 1.3 tokens a word and a chat template: 100 words 142 tokens, 70 → 103, 68 → 100
+    ],
+)
+def test_synthetic_prompts_are_sized_in_the_servers_tokens(
+    per_word: float, extra: int, words: int, tries: int, tmp_path: Path
+) -> None:
+    """--input-len counts tokens as the server does (vllm bench serve's random prompts are tokens of the model's
+    tokenizer): bench sends a prompt, reads the server's count from its usage and resizes, up to three tries; the
+    sizing requests are recorded, never measured, and the header says what was found."""
+    app, seen = tokenizing_app(per_word, extra)
+    (point,) = run_against(app, tmp_path, 100)
+    objects = jsonl(tmp_path / "requests.jsonl")
+    calibration = [o for o in objects if o["type"] == "calibration"]
+    assert len(calibration) == tries and all(o["output_tokens"] == 1 for o in calibration)
+    (header,) = [o for o in objects if o["type"] == "header"]
+    assert header["settings"]["prompt_words"] == words
+    assert f"{words} words, 100 prompt tokens" in header["settings"]["prompt_calibration"]
+    assert set(seen[tries:]) == {words}  # every measured prompt (the probe too) has the calibrated length
+    assert point["prompt_tokens_mean"] == pytest.approx(100)
+    # resumed (a point added), the prompts keep their length and nothing is sized again
+    app2, seen2 = tokenizing_app(per_word, extra)
+    objects_before = len(objects)
+
+    async def more() -> list[dict[str, Any]]:
+        runner, url = await serve_app(app2)
+        try:
+            cfg = BenchConfig(
+                url=url,
+                concurrencies=[1, 2],
+                input_len=100,
+                output_len=3,
+                warmup=0,
+                requests_per_point=3,
+                out_dir=tmp_path,
+                resume=True,
+            )
+            return await run_bench(cfg)
+        finally:
+            await runner.cleanup()
+
+    asyncio.run(more())
+    after = jsonl(tmp_path / "requests.jsonl")
+    assert len([o for o in after if o["type"] == "calibration"]) == tries and len(after) > objects_before
+    assert set(seen2) == {words}
+
+
+def test_a_server_that_cannot_size_the_prompts_leaves_a_word_a_token_and_says_so(tmp_path: Path) -> None:
+    app, seen = tokenizing_app(1.0, 1, status=500)
+    (point,) = run_against(app, tmp_path, 50)
+    (header,) = [o for o in jsonl(tmp_path / "requests.jsonl") if o["type"] == "header"]
+    assert header["settings"]["prompt_words"] == 50
+    assert "not calibrated on the server (HTTP 500" in header["settings"]["prompt_calibration"]
+    assert "approximate" in header["settings"]["prompt_calibration"]
+    assert point["invalid"]  # every measured request failed too
+    assert set(seen) == {50}  # the one sizing request and every measured one: a word a token

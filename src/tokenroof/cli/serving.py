@@ -109,7 +109,9 @@ def bench(
     concurrency: Annotated[str, typer.Option(help="Closed-loop concurrencies: '1,8,32,128'.")] = "",
     request_rate: Annotated[str, typer.Option(help="Open-loop request rates (req/s): '2,4,8'.")] = "",
     burstiness: Annotated[float, typer.Option(help="Gamma shape of arrivals: 1 = Poisson.")] = 1.0,
-    input_len: Annotated[int, typer.Option(help="Synthetic prompt length (words).")] = 128,
+    input_len: Annotated[
+        int, typer.Option(help="Synthetic prompt tokens, as the server counts them (bench calibrates on it).")
+    ] = 128,
     output_len: Annotated[int, typer.Option(help="Output tokens per request (ignore_eos, min_tokens).")] = 128,
     endpoint: Annotated[str, typer.Option(help="completions or chat.")] = "completions",
     model: Annotated[str | None, typer.Option(help="Model id (default: the first of /v1/models).")] = None,

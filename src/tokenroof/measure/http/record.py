@@ -68,6 +68,8 @@ class Previous:
         if kind == "header":
             self.header = obj
             return
+        if kind == "calibration":  # the requests that sized the prompts (run.calibrate_words): never measured
+            return
         if not isinstance(label, str):
             raise TokenroofError(
                 f"{where}: a {kind!r} line whose point is {short(label)}, not a name like 'concurrency=8'"
@@ -93,8 +95,8 @@ class Previous:
             self.points[label] = check("bench-point", obj, where)
         else:
             raise TokenroofError(
-                f"{where}: a line of type {short(kind)}; tokenroof bench writes header, start, sent, request and "
-                "point lines"
+                f"{where}: a line of type {short(kind)}; tokenroof bench writes header, calibration, start, sent, "
+                "request and point lines"
             )
 
     def valid_points(self) -> dict[str, dict[str, Any]]:

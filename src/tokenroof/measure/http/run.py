@@ -96,7 +96,8 @@ async def resolve_model(client: Client, cfg: BenchConfig, endpoints: Endpoints, 
 
 @dataclass
 class Prompts:
-    """Synthetic prompts of `input_len` words (one token each on the emulator), or prompts from a JSONL file.
+    """Synthetic prompts of `input_len` tokens as the server counts them (`words_per_prompt` words, sized on it:
+    `calibrate_words`), or prompts from a JSONL file.
 
     A synthetic prompt is drawn from (seed, salt, point, request index): the same request gets the same prompt
     however the run goes (a resumed point included), and a new run's salt gives new prompts, so a server's
@@ -105,6 +106,7 @@ class Prompts:
     config: BenchConfig
     salt: int = 0
     items: list[dict[str, Any]] = field(default_factory=list)
+    words_per_prompt: int | None = None  # None: a word a token, until calibrated
 
     @classmethod
     def load(cls, config: BenchConfig, salt: int = 0) -> Prompts:
@@ -116,12 +118,13 @@ class Prompts:
     def words(self, point: str, index: int) -> str:
         key = int.from_bytes(hashlib.sha256(point.encode()).digest()[:8], "little")
         rng = np.random.default_rng([self.config.seed, self.salt, key, index & 0xFFFFFFFFFFFF])
-        return " ".join(rng.choice(WORDS, size=self.config.input_len))
+        size = self.config.input_len if self.words_per_prompt is None else self.words_per_prompt
+        return " ".join(rng.choice(WORDS, size=size))
 
-    def payload(self, index: int, model: str, point: str = "") -> dict[str, Any]:
+    def payload(self, index: int, model: str, point: str = "", max_tokens: int | None = None) -> dict[str, Any]:
         cfg = self.config
         item = self.items[index % len(self.items)] if self.items else {}
-        max_tokens = int(item.get("max_tokens", cfg.output_len))
+        max_tokens = int(item.get("max_tokens", cfg.output_len)) if max_tokens is None else max_tokens
         text = item.get("prompt") or self.words(point, index)
         body: dict[str, Any] = {
             "model": model,
@@ -137,6 +140,41 @@ class Prompts:
         else:
             body["prompt"] = text
         return body
+
+
+CALIBRATION = "calibration"  # the point label of the requests that find the words per prompt (never measured)
+CALIBRATION_TRIES = 3
+
+
+async def calibrate_words(client: Client, prompts: Prompts, model: str) -> tuple[int, str, list[RequestRecord]]:
+    """Words per synthetic prompt that make `input_len` prompt tokens as the server counts them, and how that was
+    found. `vllm bench serve`'s random prompts are `input_len` tokens of the model's own tokenizer; bench has no
+    tokenizer, so it asks the server: a prompt of n words (max_tokens 1) comes back with its usage's prompt tokens t,
+    and the next try has n × input_len / t words (a BOS token or a chat template's tokens included, as the server
+    prefills them), up to three tries, the closest kept. A server that reports no usage, or fails, leaves one word
+    per token, and the answer says it approximates. The requests are returned to be recorded (never measured)."""
+    target = prompts.config.input_len
+    words, sent = target, []
+    tried: list[tuple[int, int, int]] = []  # (|tokens − input_len|, words, tokens)
+    for attempt in range(CALIBRATION_TRIES):
+        prompts.words_per_prompt = words
+        payload = prompts.payload(attempt, model, CALIBRATION, max_tokens=1)
+        record = await send(client, payload, RequestRecord(CALIBRATION, attempt, client.now()))
+        sent.append(record)
+        if not record.ok or not record.prompt_tokens:
+            why = record.error or "the server reported no prompt tokens (usage)"
+            prompts.words_per_prompt = None if not tried else min(tried)[1]
+            kept = prompts.words_per_prompt or target
+            return kept, f"{kept} words, not calibrated on the server ({why}): prompt tokens approximate", sent
+        tried.append((abs(record.prompt_tokens - target), words, record.prompt_tokens))
+        if record.prompt_tokens == target:
+            break
+        words = max(1, round(words * target / record.prompt_tokens))
+        if any(words == w for _, w, _ in tried):
+            break
+    _, words, tokens = min(tried)
+    prompts.words_per_prompt = words
+    return words, f"{words} words, {tokens} prompt tokens as the server counted them", sent
 
 
 def read_prompts(path: Path) -> list[dict[str, Any]]:
@@ -336,10 +374,16 @@ async def run_bench(
         ) as client:
             model = await resolve_model(client, cfg, endpoints, redactor)
             settings = {**run_settings(cfg, model, redactor.text(endpoints.root)), "prompt_salt": salt}
+            calibration: list[RequestRecord] = []
+            if cfg.prompts_file is None:
+                found, calibration = await prompt_words(client, prompts, model, previous, say)
+                settings.update(found)
             check_settings(previous, settings, path)
             recorder = Recorder(path, redactor)
             if previous.header is None:
                 recorder.write({"type": "header", "tool": "tokenroof bench", "settings": settings})
+            for record in calibration:
+                recorder.write({**record.to_json(), "type": CALIBRATION})
             account_for_crash(previous, recorder, say)
             rng = np.random.default_rng(cfg.seed)
             bench = Bench(cfg, client, endpoints, model, prompts, recorder, redactor, previous, progress, notice, rng)
@@ -373,6 +417,23 @@ def account_for_crash(previous: Previous, recorder: Recorder, say: Notice) -> No
 CACHED_REMARK = 0.05  # a point whose server served more of its prompt tokens from its cache says so
 
 
+async def prompt_words(
+    client: Client, prompts: Prompts, model: str, previous: Previous, say: Notice
+) -> tuple[dict[str, Any], list[RequestRecord]]:
+    """The words per synthetic prompt (header settings `prompt_words`, `prompt_calibration`): a resumed run keeps its
+    own, so every request keeps its prompt; a new one calibrates on the server (`calibrate_words`)."""
+    if previous.header is not None:  # resumed: the prompts it was measured with (uncalibrated files: a word a token)
+        old = previous.header.get("settings")
+        words = old.get("prompt_words") if isinstance(old, dict) else None
+        if not isinstance(old, dict) or not isinstance(words, int) or isinstance(words, bool) or words < 1:
+            return {}, []
+        prompts.words_per_prompt = words
+        return {"prompt_words": words, "prompt_calibration": old.get("prompt_calibration")}, []
+    words, how, sent = await calibrate_words(client, prompts, model)
+    say(f"prompts of {prompts.config.input_len} tokens: {how}")
+    return {"prompt_words": words, "prompt_calibration": how}, sent
+
+
 def prompt_salt(cfg: BenchConfig, previous: Previous) -> int:
     """The run's prompt salt: as given, else the resumed run's, else a fresh one."""
     if cfg.prompt_salt is not None:
@@ -392,13 +453,13 @@ def write_outputs(cfg: BenchConfig, model: str, summaries: list[dict[str, Any]],
     )
     closed = any(s.get("kind") == "concurrency" for s in summaries) or not summaries
     client = "staggered" if closed else ("constant" if math.isinf(cfg.burstiness) else "poisson")
-    # the prompt in tokens as the server counted them (usage), where it said: --input-len counts words
+    # the prompt in tokens as the server counted them (usage), where it said
     counted = [s["prompt_tokens_mean"] for s in summaries if not s.get("invalid") and s.get("prompt_tokens_mean")]
     input_len = f"{np.mean(counted):.6g}" if counted else str(cfg.input_len)
     lines = [
         f"tokenroof bench {url} model={model} endpoint={cfg.endpoint} input_len={input_len} "
         f"batch_kind=running tpot_kind=tpot client={client} "
-        f"output_len={cfg.output_len} (input_len: the server's prompt tokens; --input-len {cfg.input_len} words)",
+        f"output_len={cfg.output_len} (input_len: the server's mean prompt tokens; --input-len {cfg.input_len})",
         "batch = time-averaged running batch (from the server's /metrics gauge where it has one, else from client "
         "timestamps); throughput = output tokens/s in the steady-state window; tpot_ms = mean TPOT excl. the 1st token",
     ]
