@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from tokenroof.fit.predict import Workload, predict_table
+from tokenroof.fit.predict import MeasuredWorkload, predict_table
 from tokenroof.io.measurements import Row, Semantics, build_table
 from tokenroof.model import roofline as rl
 from tokenroof.model.stepmodel import StepModel
@@ -59,7 +59,7 @@ def score(
 ) -> tuple[list[float], list[bool]]:
     model, _ = physics._specs()
     table = table_at(truth, measured, seed, model.effective_context)
-    fit_prior = physics.prior(Workload.from_table(table, decode_only=True)) if prior else None  # type: ignore[arg-type]
+    fit_prior = physics.prior(MeasuredWorkload.from_table(table, decode_only=True)) if prior else None  # type: ignore[arg-type]
     result = predict_table(table, ASKED, fit_prior, n_samples=100, seed=seed, contexts=list(asked))  # type: ignore[arg-type]
     errors, inside = [], []
     for row in result.predictions():

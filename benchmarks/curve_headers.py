@@ -13,7 +13,7 @@ import re
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
-from tokenroof.fit.predict import Workload
+from tokenroof.fit.predict import MeasuredWorkload
 from tokenroof.io.measurements import Semantics
 from tokenroof.specs import DATA, list_models
 
@@ -38,12 +38,12 @@ class CurveSetup:
     model: str | None
     hardware: str | None
     tp: int
-    workload: Workload
+    workload: MeasuredWorkload
     dtype: str = "fp16"
     semantics: Semantics = field(default_factory=Semantics)
 
 
-def find_semantics(text: str, workload: Workload) -> Semantics:
+def find_semantics(text: str, workload: MeasuredWorkload) -> Semantics:
     """What the batch and TPOT columns count, from the header's description of how they were obtained."""
     if re.search(r"static batch|batch = B \(exact", text):
         batch_kind = "static"
@@ -95,7 +95,7 @@ def find_hardware(text: str) -> tuple[str | None, int]:
     return None, tp
 
 
-def find_workload(text: str) -> Workload:
+def find_workload(text: str) -> MeasuredWorkload:
     decode_only = bool(re.search(r"pure decode|decode-only|decode_elapsed|T_TG", text))
     patterns = [
         r"input_len = output_len = (\d+)()",
@@ -108,12 +108,12 @@ def find_workload(text: str) -> Workload:
         if match:
             inp = float(match.group(1))
             out = float(match.group(2) or match.group(1))
-            return Workload(input_len=inp, output_len=out, decode_only=decode_only)
+            return MeasuredWorkload(input_len=inp, output_len=out, decode_only=decode_only)
     share = re.search(r"(\d+) prompts, (\d+) input / ~(\d+)k output tokens", text)
     if share:
         n, inp, out = float(share.group(1)), float(share.group(2)), float(share.group(3)) * 1000
-        return Workload(input_len=inp / n, output_len=out / n, decode_only=decode_only)
-    return Workload(decode_only=decode_only)
+        return MeasuredWorkload(input_len=inp / n, output_len=out / n, decode_only=decode_only)
+    return MeasuredWorkload(decode_only=decode_only)
 
 
 def read_setup(provenance: list[str] | tuple[str, ...]) -> CurveSetup:

@@ -37,7 +37,7 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from accuracy import protocol_k, split
-from tokenroof.fit.predict import Workload, predict_table, prior_from_specs
+from tokenroof.fit.predict import MeasuredWorkload, predict_table, prior_from_specs
 from tokenroof.io.measurements import read_table
 from tokenroof.measure.local.calibrate import Calibration, calibrate, quietest
 from tokenroof.measure.local.local import LocalConfig, run_bench_local
@@ -76,7 +76,9 @@ def linear_baseline(train: Any, batches: np.ndarray) -> np.ndarray:
 def extrapolation(csv: Path, hw, dtype: str, context: float) -> dict[str, np.ndarray]:
     table = read_table([csv])
     train, test = split(table, protocol_k(len(table)))
-    prior = prior_from_specs(load_model(MODEL), hw, Precision.create(dtype), Workload(context, decode_only=True))
+    prior = prior_from_specs(
+        load_model(MODEL), hw, Precision.create(dtype), MeasuredWorkload(context, decode_only=True)
+    )
     out = {"linear": tpot_errors(linear_baseline(train, test.batch), test)}
     for label, p in (("data-only", None), ("calibrated prior", prior)):
         rows = predict_table(train, test.batch, p, n_samples=40).predictions()

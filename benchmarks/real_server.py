@@ -37,10 +37,8 @@ import asyncio
 import contextlib
 import json
 import math
-import socket
 import subprocess
 import sys
-import time
 import urllib.request
 from collections.abc import Iterator
 from dataclasses import replace
@@ -49,12 +47,14 @@ from typing import Any
 
 import numpy as np
 
+from tokenroof.errors import TokenroofError
 from tokenroof.fit.core import fit_table
-from tokenroof.fit.predict import Workload as Measured
+from tokenroof.fit.predict import MeasuredWorkload as Measured
 from tokenroof.fit.predict import prior_for
 from tokenroof.io.measurements import read_table
 from tokenroof.measure.http.run import BenchConfig, run_bench
 from tokenroof.serving.deployment import Physics
+from tokenroof.serving.emulate.process import server_process
 from tokenroof.serving.replay import serving_fit
 from tokenroof.serving.saturation import at_cap, saturation_rate
 from tokenroof.serving.simulate import Lengths, Trace, simulate
@@ -175,30 +175,14 @@ def errors(predicted: dict[str, Any], measured: dict[str, Any]) -> dict[str, flo
 @contextlib.contextmanager
 def served(model: str, slots: int, max_model_len: int, log: Path) -> Iterator[str]:
     """`tokenroof serve MODEL` on a free port in its own process (one torch thread); its URL, stopped after."""
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port = int(sock.getsockname()[1])
-    cmd = [sys.executable, "-m", "tokenroof", "serve", "--model", model, "--max-num-seqs", str(slots)]
-    cmd += ["--max-model-len", str(max_model_len), "--threads", "1", "--port", str(port)]
-    cmd += ["--step-log", str(log.with_name("steps.jsonl"))]
-    url = f"http://127.0.0.1:{port}"
-    with log.open("w") as out:
-        proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT)
-        try:
-            deadline = time.monotonic() + 120
-            while True:
-                try:
-                    with urllib.request.urlopen(url + "/health", timeout=1):
-                        break
-                except OSError:
-                    if proc.poll() is not None or time.monotonic() > deadline:
-                        sys.exit(f"tokenroof serve did not start: {log.read_text().strip()}")
-                    time.sleep(0.2)
+    args = ["serve", "--model", model, "--max-num-seqs", str(slots), "--max-model-len", str(max_model_len)]
+    args += ["--threads", "1", "--step-log", str(log.with_name("steps.jsonl"))]
+    try:
+        with server_process(args, log, start_timeout_s=120) as url:
             print(f"0. {log.read_text().strip()} (log: {log})")
             yield url
-        finally:
-            proc.terminate()
-            proc.wait(timeout=30)
+    except TokenroofError as exc:
+        sys.exit(str(exc))
 
 
 def main(argv: list[str]) -> None:

@@ -28,7 +28,7 @@ from pathlib import Path
 
 import numpy as np
 
-from tokenroof.fit.predict import Workload, predict_table, prior_for
+from tokenroof.fit.predict import MeasuredWorkload, predict_table, prior_for
 from tokenroof.io.measurements import read_table
 from tokenroof.model.stepmodel import StepModel
 from tokenroof.serving.deployment import Physics
@@ -140,7 +140,7 @@ def score(case: Case, prior: bool, verbose: bool) -> dict[str, object]:
         held = measured(case, write_files(case, case.held_at, folder, 2))
         table = read_table(train)
         physics = case.physics if prior else Physics()
-        fitted_prior = prior_for(table, physics, Workload()) if prior else None
+        fitted_prior = prior_for(table, physics, MeasuredWorkload()) if prior else None
         batches = [b for b, _, _ in held]
         result = with_scheduler(predict_table(table, batches, fitted_prior, n_samples=SAMPLES), physics)
         serving = result.serving

@@ -9,7 +9,7 @@ import pytest
 
 from tests.conftest import SEED_TABLE, run_cli, run_json
 from tokenroof.errors import TokenroofError
-from tokenroof.fit.predict import Workload
+from tokenroof.fit.predict import MeasuredWorkload
 from tokenroof.model.stepmodel import StepModel
 from tokenroof.serving.advise import (
     SEARCH_LIMIT,
@@ -217,34 +217,34 @@ def test_targets_statistic() -> None:
 
 def test_advise_answer_refusals() -> None:
     with pytest.raises(TokenroofError, match=r"^give a measurement file, or model and hardware"):
-        advise_answer([], Physics(), Workload(), Targets(30.0))
+        advise_answer([], Physics(), MeasuredWorkload(), Targets(30.0))
     with pytest.raises(TokenroofError, match=r"^context takes one value with input_len/output_len"):
-        advise_answer([], PHYSICS, Workload(input_len=100, output_len=20), Targets(30.0), contexts=[100, 200])
+        advise_answer([], PHYSICS, MeasuredWorkload(input_len=100, output_len=20), Targets(30.0), contexts=[100, 200])
     with pytest.raises(TokenroofError, match=r"^ttft_slo_ms needs input_len and output_len"):
-        advise_answer([], PHYSICS, Workload(), Targets(30.0, ttft_slo_ms=500.0))
+        advise_answer([], PHYSICS, MeasuredWorkload(), Targets(30.0, ttft_slo_ms=500.0))
 
 
 def test_first_principles_decode_only_answer() -> None:
     sm = PHYSICS.step_model()
-    d = advise_answer([], PHYSICS, Workload(), Targets(30.0))
+    d = advise_answer([], PHYSICS, MeasuredWorkload(), Targets(30.0))
     assert d["context_tokens"] == 1024.0  # no context given: 1024
     expected = min(largest_batch_within(sm, 30e-3, 1024.0), PHYSICS.max_batch(1024.0))
     assert d["max_num_seqs"] == expected and d["step_model"] == sm.to_dict()
     assert d["source"].startswith("first principles: llama-3.1-8b on h100-sxm ×1, context 1024, the decode step time")
-    at = advise_answer([], PHYSICS, Workload(context_tokens=300.0), Targets(30.0))
+    at = advise_answer([], PHYSICS, MeasuredWorkload(context_tokens=300.0), Targets(30.0))
     assert at["context_tokens"] == 300.0
     assert at["max_num_seqs"] == min(largest_batch_within(sm, 30e-3, 300.0), PHYSICS.max_batch(300.0))
     # a statistic other than the mean is named as not what this answer bounds
-    warned = advise_answer([], PHYSICS, Workload(), Targets(30.0, statistic="p90"))
+    warned = advise_answer([], PHYSICS, MeasuredWorkload(), Targets(30.0, statistic="p90"))
     assert warned["warnings"][-1].startswith("--slo-statistic p90 needs the scheduler's distribution")
-    assert advise_answer([], PHYSICS, Workload(), Targets(30.0, statistic="mean"))["warnings"] == []
-    several = advise_answer([], PHYSICS, Workload(), Targets(30.0), contexts=[300.0, 4096.0])
+    assert advise_answer([], PHYSICS, MeasuredWorkload(), Targets(30.0, statistic="mean"))["warnings"] == []
+    several = advise_answer([], PHYSICS, MeasuredWorkload(), Targets(30.0), contexts=[300.0, 4096.0])
     assert [c["context_tokens"] for c in several["contexts"]] == [300.0, 4096.0]
     assert several["contexts"][0]["max_num_seqs"] > several["contexts"][1]["max_num_seqs"]
 
 
 def test_first_principles_answer_on_the_scheduler() -> None:
-    flags = Workload(input_len=100, output_len=20)
+    flags = MeasuredWorkload(input_len=100, output_len=20)
     d = advise_answer([], PHYSICS, flags, Targets(40.0))
     sm = PHYSICS.step_model()
     direct = advise_cap(sm, Lengths(100), Lengths(20), 40.0, None, "p99", PHYSICS.kv_pool_tokens(), None)
@@ -257,15 +257,15 @@ def test_first_principles_answer_on_the_scheduler() -> None:
 
 
 def test_fitted_answers(tmp_path: Path) -> None:
-    d = advise_answer([SEED_TABLE], Physics(), Workload(), Targets(30.0), samples=10)
+    d = advise_answer([SEED_TABLE], Physics(), MeasuredWorkload(), Targets(30.0), samples=10)
     assert d["source"].startswith(f"fitted to {SEED_TABLE} (") and "the decode step time" in d["source"]
     assert "context_tokens" not in d and d["max_num_seqs_low"] is not None
     # a table that states its context is advised at another with the physics
     table = tmp_path / "t.csv"
     table.write_text("# input_len=250 output_len=100\n" + SEED_TABLE.read_text())
-    at = advise_answer([table], PHYSICS, Workload(), Targets(30.0), samples=10, contexts=[300.0])
+    at = advise_answer([table], PHYSICS, MeasuredWorkload(), Targets(30.0), samples=10, contexts=[300.0])
     assert at["context_tokens"] == 300.0 and "at context 300;" in at["source"]
-    online = advise_answer([table], PHYSICS, Workload(input_len=250, output_len=100), Targets(40.0))
+    online = advise_answer([table], PHYSICS, MeasuredWorkload(input_len=250, output_len=100), Targets(40.0))
     assert online["source"] == (
         f"fitted on simulate's scheduler to {table} (online, closed loop, streams staggered (assumed: the table does "
         "not say; '# client=…'), prompts prefilled whole (assumed: no TTFT to tell)); each cap kept full by a closed "

@@ -12,7 +12,7 @@ from tests.conftest import SEED_TABLE, run_cli, run_json
 from tests.schemas import validate
 from tokenroof.errors import TokenroofError
 from tokenroof.fit.core import ContextLaw, Curve, fit_table
-from tokenroof.fit.predict import Workload, predict_table
+from tokenroof.fit.predict import MeasuredWorkload, predict_table
 from tokenroof.io.measurements import MeasurementTable, Row, Semantics, build_table, parse_csv, pooled
 from tokenroof.model.stepmodel import StepModel
 from tokenroof.serving.deployment import Physics
@@ -114,7 +114,7 @@ def test_one_context_with_the_physics_moves_by_the_kv_reads() -> None:
     physics = Physics("llama-3.1-8b", "h100-sxm", "bf16")
     truth = physics.step_model()
     table = measured([8192], sm=truth)
-    prior = physics.prior(Workload.from_table(table, decode_only=True))
+    prior = physics.prior(MeasuredWorkload.from_table(table, decode_only=True))
     fit = fit_table(table, prior, n_samples=0)
     law = fit.best.law
     assert fit.context_source == "physics" and law is not None
@@ -142,7 +142,7 @@ def test_a_knee_in_the_data_at_two_contexts_is_found_though_the_prior_puts_it_pa
     base = physics.step_model()
     truth = dataclasses.replace(base, t_compute_s=base.t_compute_s * 8)
     table = measured([4096, 16384], sm=truth)
-    fit = fit_table(table, physics.prior(Workload.from_table(table, decode_only=True)), n_samples=0)
+    fit = fit_table(table, physics.prior(MeasuredWorkload.from_table(table, decode_only=True)), n_samples=0)
     prior = next(c for c in fit.candidates if c.structure == "prior")
     assert prior.law is not None and prior.law.source == "data"
     assert np.max(np.abs(prior.log_resid)) < 0.08
@@ -153,7 +153,7 @@ def test_sliding_window_layers_stop_growing_past_their_window() -> None:
     """Mistral-7B-v0.1 (every layer windowed at 4096): past the window TPOT does not grow with context."""
     physics = Physics("mistral-7b", "h100-sxm", "bf16")
     table = measured([2048], sm=physics.step_model())
-    fit = fit_table(table, physics.prior(Workload.from_table(table, decode_only=True)), n_samples=0)
+    fit = fit_table(table, physics.prior(MeasuredWorkload.from_table(table, decode_only=True)), n_samples=0)
     at = {ctx: fit.evaluate(np.array([32.0]), context=ctx)[0][0] for ctx in (2048, 4096, 16384)}
     assert at[4096] > at[2048] and at[16384] == pytest.approx(at[4096], rel=1e-12)
 
@@ -276,7 +276,7 @@ def test_what_a_review_found_stays_fixed(tmp_path) -> None:
         parse_csv("batch,tpot_ms,context_tokens\n8,7.5,4096\n8,15,16384\n8,22,32768\n")
     physics = Physics("llama-3.1-8b", "h100-sxm", "bf16")
     one = measured([8192], sm=physics.step_model())
-    prior = physics.prior(Workload.from_table(one, decode_only=True))
+    prior = physics.prior(MeasuredWorkload.from_table(one, decode_only=True))
     rows = predict_table(one, [1, 2, 4, 6, 8, 12, 16, 32], prior, n_samples=10, contexts=[262144]).predictions()
     tpot = [r["tpot_ms"] for r in rows]
     assert tpot == sorted(tpot) and rows[-1]["bound"] == "capacity"  # 262k tokens: a handful of sequences fit
@@ -327,7 +327,7 @@ def test_a_sliding_window_model_at_its_measured_context_is_not_extrapolated(tmp_
     data in context (the layers hold the same window)."""
     physics = Physics("mistral-7b", "h100-sxm", "bf16")
     table = measured([8192], sm=physics.step_model())
-    prior = physics.prior(Workload.from_table(table, decode_only=True))
+    prior = physics.prior(MeasuredWorkload.from_table(table, decode_only=True))
     rows = predict_table(table, [32], prior, n_samples=10, contexts=[8192, 16384]).predictions()
     assert [r["extrapolated"] for r in rows] == [False, False]
     assert rows[1]["tpot_ms"] == pytest.approx(rows[0]["tpot_ms"], rel=1e-9)
@@ -336,7 +336,7 @@ def test_a_sliding_window_model_at_its_measured_context_is_not_extrapolated(tmp_
 def test_a_context_past_the_models_positions_is_named() -> None:
     physics = Physics("llama-3.1-8b", "h100-sxm", "bf16")
     table = measured([8192], sm=physics.step_model())
-    prior = physics.prior(Workload.from_table(table, decode_only=True))
+    prior = physics.prior(MeasuredWorkload.from_table(table, decode_only=True))
     warnings = predict_table(table, [8], prior, n_samples=5, contexts=[8192, 200000]).warnings
     assert "context 200000 exceeds the model's maximum of 131072 positions: no request holds that many tokens" in (
         warnings

@@ -9,7 +9,7 @@ import pytest
 
 from tests.conftest import run_cli, run_json
 from tokenroof.errors import TokenroofError
-from tokenroof.fit.predict import Workload, prior_from_specs
+from tokenroof.fit.predict import MeasuredWorkload, prior_from_specs
 from tokenroof.model import roofline as rl
 from tokenroof.serving.deployment import Physics
 from tokenroof.specs import Precision, load_hardware, load_model
@@ -135,7 +135,7 @@ def test_physics_carries_the_engine_to_the_step_model_and_the_prior() -> None:
     assert vllm.step_model().step_time_s(8, 1000) == pytest.approx(PINNED_MS["vllm-v0"] / 1e3, rel=1e-4)
     assert plain.step_model().step_time_s(8, 1000) == pytest.approx(PINNED_MS["generic"] / 1e3, rel=1e-4)
     assert vllm.label().endswith("engine vllm-v0") and "engine" not in plain.label()
-    online = Workload(input_len=1000, output_len=300)
+    online = MeasuredWorkload(input_len=1000, output_len=300)
     prior, base = vllm.prior(online), plain.prior(online)
     assert prior.bandwidth_center == load_engine("vllm-v0").efficiencies["bandwidth"]
     assert prior.slope_center_s > base.slope_center_s  # per-sequence overheads on top of the KV reads
@@ -143,7 +143,7 @@ def test_physics_carries_the_engine_to_the_step_model_and_the_prior() -> None:
     vllm_v0 = load_engine("vllm-v0")
     static, online_prior = (
         prior_from_specs(load_model("llama-2-7b"), load_hardware("h100-sxm"), BF16, w, engine=vllm_v0)
-        for w in (Workload(1000, static=True), Workload(1000))
+        for w in (MeasuredWorkload(1000, static=True), MeasuredWorkload(1000))
     )
     assert static.slope_center_s < online_prior.slope_center_s  # offline decode pays no HTTP server
 

@@ -12,8 +12,8 @@ from tokenroof.errors import TokenroofError
 from tokenroof.fit import intervals
 from tokenroof.fit.core import Candidate, ContextLaw, Curve, Excluded, Fit, Prior, SmallBatch, fit_table
 from tokenroof.fit.predict import (
+    MeasuredWorkload,
     PredictResult,
-    Workload,
     context_doublings,
     data_patterns,
     fit_notes,
@@ -74,7 +74,7 @@ def test_prior_recovers_first_principles_model_past_the_data() -> None:
         float(truth.memory_time_per_seq_s(context)),
     )
     table = synthetic(folded, [1, 8, 16, 32, 64], noise=0.01)
-    prior = prior_from_specs(model, h100, bf16, Workload(context_tokens=context, decode_only=True))
+    prior = prior_from_specs(model, h100, bf16, MeasuredWorkload(context_tokens=context, decode_only=True))
     result = predict_table(table, [128, 256, 512], prior)
     rows = result.predictions()
     expected = folded.step_time_s(np.array([128.0, 256, 512])) * 1e3
@@ -94,7 +94,10 @@ def test_prior_recovers_first_principles_model_past_the_data() -> None:
 def test_prior_fit_never_beats_the_peaks() -> None:
     table = read_table([SEED])
     prior = prior_from_specs(
-        load_model("llama-2-7b"), load_hardware("h100-sxm"), Precision.create("bf16"), Workload(context_tokens=300)
+        load_model("llama-2-7b"),
+        load_hardware("h100-sxm"),
+        Precision.create("bf16"),
+        MeasuredWorkload(context_tokens=300),
     )
     fit = fit_table(table, prior, n_samples=20)
     floor = prior.weights_floor.t_weights_s
@@ -129,7 +132,10 @@ def test_founding_question_data_only_says_roof_not_observed() -> None:
 
 def test_asserted_roof_implied_peak_fraction_warning() -> None:
     prior = prior_from_specs(
-        load_model("llama-2-7b"), load_hardware("h100-sxm"), Precision.create("bf16"), Workload(context_tokens=300)
+        load_model("llama-2-7b"),
+        load_hardware("h100-sxm"),
+        Precision.create("bf16"),
+        MeasuredWorkload(context_tokens=300),
     )
     result = predict_table(read_table([SEED]), [256], prior, critical_batch=128, n_samples=20)
     note = next(w for w in result.warnings if "asserted roof at batch 128" in w)
@@ -189,7 +195,7 @@ def test_queueing_is_named_only_where_tpot_counts_it() -> None:
 
 def test_memory_capacity_caps_the_running_batch() -> None:
     model, a100, bf16 = load_model("llama-2-7b"), load_hardware("a100-40gb"), Precision.create("bf16")
-    prior = prior_from_specs(model, a100, bf16, Workload(input_len=2048, output_len=2048))
+    prior = prior_from_specs(model, a100, bf16, MeasuredWorkload(input_len=2048, output_len=2048))
     assert prior.max_batch == rl.max_batch_by_memory(model, a100, bf16, 3072)
     body = "batch,tpot_ms\n1,14\n2,14.5\n4,15.5\n8,17.5\n"
     asked = [4 * prior.max_batch, 8 * prior.max_batch]
@@ -221,11 +227,13 @@ def test_measured_hardware_sets_the_slope_prior_and_datasheets_do_not(tmp_path) 
     path = tmp_path / "cal.toml"
     path.write_text(CALIBRATED)
     model, bf16 = load_model("llama-2-7b"), Precision.create("bf16")
-    prior = prior_from_specs(model, read_hardware_toml(path), bf16, Workload(context_tokens=1000, decode_only=True))
+    prior = prior_from_specs(
+        model, read_hardware_toml(path), bf16, MeasuredWorkload(context_tokens=1000, decode_only=True)
+    )
     # overlap 1 (not in the file): 512 KiB of KV per token, 1000 tokens read and one written, at 20 GB/s × 0.25
     assert prior.slope_center_s == pytest.approx(2 * 32 * 4096 * 2 * 1001 / 5e9)
     assert prior.sigma_log_slope == pytest.approx(0.3)
-    datasheet = prior_from_specs(model, load_hardware("h100-sxm"), bf16, Workload(context_tokens=1000))
+    datasheet = prior_from_specs(model, load_hardware("h100-sxm"), bf16, MeasuredWorkload(context_tokens=1000))
     assert datasheet.sigma_log_slope is None
 
 
@@ -388,28 +396,28 @@ LINE_TABLE = "batch,tpot_ms\n1,2.5\n2,3\n4,4\n8,6\n"  # T = 2 + 0.5·b ms
 
 def test_workload_from_the_flags_the_column_or_the_stated_lengths() -> None:
     table = parse_csv(LINE_TABLE, "t.csv")
-    assert Workload.from_table(table, context=300.0) == Workload(300.0, None, None, False)
-    assert Workload.from_table(table, input_len=100, output_len=50).mean_context == 125.0
+    assert MeasuredWorkload.from_table(table, context=300.0) == MeasuredWorkload(300.0, None, None, False)
+    assert MeasuredWorkload.from_table(table, input_len=100, output_len=50).mean_context == 125.0
     with pytest.raises(TokenroofError, match=r"^t.csv: the physics prior needs the mean context: give context N"):
-        Workload.from_table(table, input_len=100)
+        MeasuredWorkload.from_table(table, input_len=100)
     with_ctx = parse_csv("batch,tpot_ms,context_tokens\n1,2.5,100\n2,3,300\n", "c.csv")
-    assert Workload.from_table(with_ctx).context_tokens == 200.0
-    assert Workload.from_table(with_ctx, context=50.0).context_tokens == 50.0
+    assert MeasuredWorkload.from_table(with_ctx).context_tokens == 200.0
+    assert MeasuredWorkload.from_table(with_ctx, context=50.0).context_tokens == 50.0
     stated = parse_csv("# input_len=100 output_len=50\n" + LINE_TABLE)
-    w = Workload.from_table(stated)
+    w = MeasuredWorkload.from_table(stated)
     assert (w.input_len, w.output_len, w.context_tokens, w.mean_context) == (100, 50, None, 125.0)
-    assert Workload.from_table(stated, input_len=300).input_len == 300
+    assert MeasuredWorkload.from_table(stated, input_len=300).input_len == 300
     for bad, name in ((0.5, "context"), (float("inf"), "context")):
         with pytest.raises(TokenroofError, match=rf"^the {name} must be a finite number of tokens ≥ 1, got"):
-            Workload.from_table(table, context=bad)
+            MeasuredWorkload.from_table(table, context=bad)
     with pytest.raises(TokenroofError, match=r"^the output length must be a finite number of tokens ≥ 1, got 0$"):
-        Workload.from_table(table, input_len=10, output_len=0)
-    assert Workload.from_table(table, context=1.0).context_tokens == 1.0
+        MeasuredWorkload.from_table(table, input_len=10, output_len=0)
+    assert MeasuredWorkload.from_table(table, context=1.0).context_tokens == 1.0
 
 
 def test_what_the_table_counts_decides_decode_only_and_static() -> None:
     def kinds(head: str) -> tuple[bool, bool]:
-        w = Workload.from_table(parse_csv(head + LINE_TABLE), context=100.0)
+        w = MeasuredWorkload.from_table(parse_csv(head + LINE_TABLE), context=100.0)
         return w.decode_only, w.static
 
     assert kinds("") == (False, False)
@@ -417,19 +425,19 @@ def test_what_the_table_counts_decides_decode_only_and_static() -> None:
     assert kinds("# batch_kind=static tpot_kind=tpot\n") == (True, True)
     assert kinds("# batch_kind=static tpot_kind=itl\n") == (True, True)
     assert kinds("# batch_kind=static tpot_kind=e2e\n") == (False, True)
-    assert Workload.from_table(parse_csv(LINE_TABLE), context=1.0, decode_only=True).decode_only
+    assert MeasuredWorkload.from_table(parse_csv(LINE_TABLE), context=1.0, decode_only=True).decode_only
 
 
 def test_workload_mean_context_and_prefill_ratio() -> None:
-    assert Workload().mean_context == 0.0 and Workload(input_len=100).mean_context == 0.0
-    assert Workload(context_tokens=7.0, input_len=100, output_len=50).mean_context == 7.0
-    assert Workload(input_len=100, output_len=50).prefill_ratio == 2.0
-    assert Workload(input_len=100, output_len=50, decode_only=True).prefill_ratio == 0.0
-    assert Workload(input_len=100).prefill_ratio == 0.0 and Workload(output_len=5).prefill_ratio == 0.0
+    assert MeasuredWorkload().mean_context == 0.0 and MeasuredWorkload(input_len=100).mean_context == 0.0
+    assert MeasuredWorkload(context_tokens=7.0, input_len=100, output_len=50).mean_context == 7.0
+    assert MeasuredWorkload(input_len=100, output_len=50).prefill_ratio == 2.0
+    assert MeasuredWorkload(input_len=100, output_len=50, decode_only=True).prefill_ratio == 0.0
+    assert MeasuredWorkload(input_len=100).prefill_ratio == 0.0 and MeasuredWorkload(output_len=5).prefill_ratio == 0.0
 
 
 def test_prior_from_specs_by_hand() -> None:
-    w = Workload(input_len=100, output_len=50)  # mean context 125, 2 prompt tokens per step per sequence
+    w = MeasuredWorkload(input_len=100, output_len=50)  # mean context 125, 2 prompt tokens per step per sequence
     p = prior_from_specs(TINY, CHIP, BF16, w, eff=EFF)
     peak = rl.step_model_from_specs(TINY, CHIP, BF16, 1, rl.Efficiencies.at_peak(EFF.allreduce_latency_s))
     central = rl.step_model_from_specs(TINY, CHIP, BF16, 1, EFF)
@@ -455,7 +463,7 @@ def test_prior_from_specs_by_hand() -> None:
 
 
 def test_a_static_batch_carries_its_prefill_per_sequence() -> None:
-    w = Workload(input_len=100, output_len=50, static=True)
+    w = MeasuredWorkload(input_len=100, output_len=50, static=True)
     p = prior_from_specs(TINY, CHIP, BF16, w, eff=EFF)
     per_token = (100 * 189440 / 1e9 + 512 / 1e9 * 100**2 / 2) / 100
     assert p.prefill_floor_s == 0.0 and p.prefill_ratio == 0.0
@@ -464,20 +472,20 @@ def test_a_static_batch_carries_its_prefill_per_sequence() -> None:
 
 def test_prior_from_specs_details() -> None:
     # no prompt length: a prompt token costs a decode token's matmuls
-    p = prior_from_specs(TINY, CHIP, BF16, Workload(context_tokens=100.0), eff=EFF)
+    p = prior_from_specs(TINY, CHIP, BF16, MeasuredWorkload(context_tokens=100.0), eff=EFF)
     assert p.prefill_floor_s == 0.0 and p.max_batch == rl.max_batch_by_memory(TINY, CHIP, BF16, 100.0)
-    kv = prior_from_specs(TINY, CHIP, BF16, Workload(100.0), eff=rl.Efficiencies(0.5, 0.25, kv_bandwidth=0.25))
+    kv = prior_from_specs(TINY, CHIP, BF16, MeasuredWorkload(100.0), eff=rl.Efficiencies(0.5, 0.25, kv_bandwidth=0.25))
     assert kv.kv_bandwidth_ratio == 0.5
     small = HardwareSpec("small", 1e5, 1e6, {"bf16": 1e9}, key="small")  # the weights alone fill it
-    assert prior_from_specs(TINY, small, BF16, Workload(100.0), eff=EFF).max_batch is None
+    assert prior_from_specs(TINY, small, BF16, MeasuredWorkload(100.0), eff=EFF).max_batch is None
     measured = HardwareSpec("m", 1e6, 1e6, {"bf16": 1e9}, key="m", efficiencies={"bandwidth": 0.5})
-    assert prior_from_specs(TINY, measured, BF16, Workload(100.0)).sigma_log_slope == 0.3
+    assert prior_from_specs(TINY, measured, BF16, MeasuredWorkload(100.0)).sigma_log_slope == 0.3
     # the default efficiencies: online serving adds an engine's per-sequence cost, a static batch does not
     from tokenroof.specs.engines import load_engine
 
     cpp = load_engine("llama-cpp")
-    online = prior_from_specs(TINY, CHIP, BF16, Workload(input_len=100, output_len=50), engine=cpp)
-    static = prior_from_specs(TINY, CHIP, BF16, Workload(input_len=100, output_len=50, static=True), engine=cpp)
+    online = prior_from_specs(TINY, CHIP, BF16, MeasuredWorkload(input_len=100, output_len=50), engine=cpp)
+    static = prior_from_specs(TINY, CHIP, BF16, MeasuredWorkload(input_len=100, output_len=50, static=True), engine=cpp)
     assert online.label == "tiny on chip ×1 (bf16), engine llama-cpp"
     # the HTTP server's 1e-5 per sequence, slowed with the rest of the unfitted profile
     assert online.slope_center_s - static.slope_center_s == pytest.approx(1e-5 * cpp.accuracy.slowdown, rel=1e-6)
@@ -671,7 +679,7 @@ CONTEXT_MESSAGE = (
 )
 def test_workload_errors_name_the_problem_and_where(source: str, kwargs: dict, message: str) -> None:
     with pytest.raises(TokenroofError) as caught:
-        Workload.from_table(parse_csv(LINE_TABLE, source), **kwargs)
+        MeasuredWorkload.from_table(parse_csv(LINE_TABLE, source), **kwargs)
     assert caught.value.as_flags() == message  # the command line's words
 
 
@@ -680,7 +688,9 @@ LINK = HardwareSpec("Link chip", 1e6, 1e6, {"bf16": 1e9}, 1e6, key="link")  # 1 
 
 def test_prior_from_specs_split_over_two_chips_by_hand() -> None:
     eff = rl.Efficiencies(0.5, 0.25, 1e-3, overlap=0.5, allreduce_latency_s=1e-5)
-    p = prior_from_specs(TINY, LINK, BF16, Workload(context_tokens=100.0), tp=2, eff=eff, memory_utilization=0.5)
+    p = prior_from_specs(
+        TINY, LINK, BF16, MeasuredWorkload(context_tokens=100.0), tp=2, eff=eff, memory_utilization=0.5
+    )
     # the floors are at 100% of the peaks, the links' too, but keep the all-reduce latency: 2 layers × 2 × (10 µs
     # per call + 2 µs for the second GPU in the ring)
     assert p.fixed_floor_s == pytest.approx(4.8e-5, rel=1e-12)
@@ -692,17 +702,20 @@ def test_prior_from_specs_split_over_two_chips_by_hand() -> None:
     # half the memory: 500,000 B less half of the 189,568 B of weights, over 12,800 B per sequence → 31.6
     assert p.max_batch == 31
     nameless = HardwareSpec("Link chip", 1e6, 1e6, {"bf16": 1e9}, 1e6)
-    assert prior_from_specs(TINY, nameless, BF16, Workload(100.0), tp=2, eff=eff).label == "tiny on Link chip ×2 (bf16)"
+    assert (
+        prior_from_specs(TINY, nameless, BF16, MeasuredWorkload(100.0), tp=2, eff=eff).label
+        == "tiny on Link chip ×2 (bf16)"
+    )
 
 
 def test_prior_from_specs_edges_by_hand() -> None:
     # a one-token prompt prefills with its matmuls and attention over half of itself: 189,440 + 512/2 FLOPs at
     # 1 GFLOP/s, a quarter of a prompt token per decode step (1 in, 4 out)
-    p = prior_from_specs(TINY, CHIP, BF16, Workload(input_len=1.0, output_len=4.0), eff=EFF)
+    p = prior_from_specs(TINY, CHIP, BF16, MeasuredWorkload(input_len=1.0, output_len=4.0), eff=EFF)
     assert p.prefill_floor_s == pytest.approx(0.25 * (189440 + 256) / 1e9, rel=1e-12)
     # room for exactly one sequence: 0.9 × 230,000 B − 189,568 B of weights = 17,432 B ≥ 12,800 B (100 tokens × 128)
     one = HardwareSpec("one", 230_000, 1e6, {"bf16": 1e9}, key="one")
-    assert prior_from_specs(TINY, one, BF16, Workload(100.0), eff=EFF).max_batch == 1
+    assert prior_from_specs(TINY, one, BF16, MeasuredWorkload(100.0), eff=EFF).max_batch == 1
 
 
 def handmade(
@@ -1041,7 +1054,7 @@ def test_read_with_prior_takes_the_flags_unless_they_are_the_target(tmp_path: Pa
     path = tmp_path / "t.csv"
     path.write_text("# input_len=100 output_len=50\n" + LINE_TABLE)
     physics = Physics("llama-2-7b", "h100-sxm")
-    flags = Workload(input_len=1000.0, output_len=1000.0)
+    flags = MeasuredWorkload(input_len=1000.0, output_len=1000.0)
     table, prior = read_with_prior([path], physics, flags)
     assert len(table) == 4 and prior is not None
     assert prior.context_tokens == 1500.0  # the flags: 1000 in + half of 1000 out

@@ -411,10 +411,10 @@ def test_number_lists_read_back_exactly(values: list[float], separator: str) -> 
 # -- physics floors ----------------------------------------------------------------------------------------------
 @cache
 def floors_prior() -> Any:
-    from tokenroof.fit.predict import Workload
+    from tokenroof.fit.predict import MeasuredWorkload
     from tokenroof.serving.deployment import Physics
 
-    return Physics("llama-3.1-8b", "h100-sxm").prior(Workload(input_len=1024, output_len=256))
+    return Physics("llama-3.1-8b", "h100-sxm").prior(MeasuredWorkload(input_len=1024, output_len=256))
 
 
 @st.composite

@@ -133,7 +133,7 @@ def test_without_ttft_or_physics_nothing_prices_prefill(tmp_path: Path) -> None:
     assert result.exit_code == 2 and "nothing prices a prompt's prefill" in result.output
     # the physics prices it, and says so
     prior = Physics("llama-3.1-8b", "h100-sxm").prior
-    from tokenroof.fit.predict import Workload as Measured
+    from tokenroof.fit.predict import MeasuredWorkload as Measured
 
     fit = fit_table(table, prior(Measured.from_table(table)), n_samples=0)
     physics_priced = serving_fit(fit, table)

@@ -344,7 +344,7 @@ def labels(fig: Any) -> set[str]:
 def test_the_plots_name_their_inputs_and_draw_the_lines(
     inputs: dict[str, Path], monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from tokenroof.fit.predict import Workload, predict_table
+    from tokenroof.fit.predict import MeasuredWorkload, predict_table
     from tokenroof.report import plots
     from tokenroof.serving.deployment import Deployment, Physics
     from tokenroof.serving.simulate import Lengths
@@ -352,7 +352,7 @@ def test_the_plots_name_their_inputs_and_draw_the_lines(
     figures = drawn_figures(monkeypatch)
     table = load_sources([SEED_TABLE])[0].table
     assert table is not None
-    prior = Physics("llama-2-7b", "h100-sxm").prior(Workload(300.0))
+    prior = Physics("llama-2-7b", "h100-sxm").prior(MeasuredWorkload(300.0))
     plots.plot_prediction(predict_table(table, [256, 512], prior, n_samples=20), Path("p.png"))
     sweep = json.loads(inputs["simulate-sweep"].read_text())
     dep = Deployment(Physics("llama-3.1-8b", "h100-sxm"), None, None, Lengths(1000), Lengths(300))

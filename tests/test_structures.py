@@ -10,7 +10,7 @@ from scipy.optimize import nnls
 import tokenroof.fit.structures as st
 from tests.conftest import central_differences, matches_a_difference
 from tests.test_contexts import measured
-from tokenroof.fit.predict import Workload, predict_table
+from tokenroof.fit.predict import MeasuredWorkload, predict_table
 from tokenroof.model.stepmodel import StepModel
 from tokenroof.serving.deployment import Physics
 
@@ -29,7 +29,7 @@ def test_the_analytic_jacobian_is_the_finite_difference_one(
     # Mixtral-8x7B's 93 GB of bf16 weights need two H100s (one is refused: the weights alone do not fit)
     physics = Physics(model, "h100-sxm", "bf16", tp=2 if model.startswith("mixtral") else 1)
     table = measured(list(contexts or (1150,)), sm=physics.step_model())  # the model's own curve, 2% noise
-    prior = physics.prior(Workload.from_table(table, decode_only=True))
+    prior = physics.prior(MeasuredWorkload.from_table(table, decode_only=True))
     checked = []
 
     def least_squares(fun, x0, jac, **kwargs):  # type: ignore[no-untyped-def]

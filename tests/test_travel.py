@@ -10,7 +10,7 @@ import pytest
 
 from tests.conftest import SEED_TABLE, run_cli, run_json
 from tokenroof.errors import TokenroofError
-from tokenroof.fit.predict import Workload, predict_table, prior_from_specs
+from tokenroof.fit.predict import MeasuredWorkload, predict_table, prior_from_specs
 from tokenroof.fit.travel import portable, read_step_model, split_terms
 from tokenroof.io.measurements import parse_csv, read_table
 from tokenroof.specs import Precision, load_hardware, load_model
@@ -21,7 +21,7 @@ POINTS = "1,13.0\n8,14.1\n32,17.2\n64,21.9\n128,31.5\n"
 
 def physics(table_text: str, decode_only: bool) -> tuple:
     table = parse_csv(table_text)
-    workload = Workload.from_table(table, decode_only=decode_only)
+    workload = MeasuredWorkload.from_table(table, decode_only=decode_only)
     prior = prior_from_specs(load_model("llama-3.1-8b"), load_hardware("h100-sxm"), Precision.create("bf16"), workload)
     return table, prior
 
@@ -248,7 +248,7 @@ def test_a_folded_online_fit_does_not_pay_for_the_prompts_twice(tmp_path: Path) 
 def test_a_split_model_is_exactly_the_fit_at_the_fitted_context() -> None:
     """The KV reads split out never exceed the fitted cost per sequence (the seed at 300 tokens once ran 23% slow)."""
     seed = parse_csv("# batch_kind=static tpot_kind=step\n" + SEED_TABLE.read_text())
-    workload = Workload.from_table(seed, context=300)
+    workload = MeasuredWorkload.from_table(seed, context=300)
     prior = prior_from_specs(load_model("llama-2-7b"), load_hardware("h100-sxm"), Precision.create("bf16"), workload)
     fit = predict_table(seed, [1], prior, n_samples=0).fit
     split = split_terms(fit.step_model, prior)

@@ -11,7 +11,7 @@ import pytest
 from tests.conftest import DATA, SEED_TABLE, run_cli, run_json
 from tokenroof.errors import TokenroofError
 from tokenroof.fit import intervals
-from tokenroof.fit.predict import Workload, predict_table
+from tokenroof.fit.predict import MeasuredWorkload, predict_table
 from tokenroof.io.measurements import parse_csv, read_table
 from tokenroof.model.stepmodel import StepModel
 
@@ -89,7 +89,7 @@ def test_the_interval_constants_are_the_narrowest_at_the_stated_coverage() -> No
 def test_a_prior_without_a_context_is_refused() -> None:
     table = read_table([SEED_TABLE])
     with pytest.raises(TokenroofError, match="needs the mean context"):
-        Workload.from_table(table)
+        MeasuredWorkload.from_table(table)
     result = run_cli(["predict", str(SEED_TABLE), "--batch", "256", "-m", "llama-2-7b", "-H", "h100-sxm"])
     assert result.exit_code == 2 and "--context" in result.stderr
     result = run_cli(["advise", str(SEED_TABLE), "-m", "llama-2-7b", "-H", "h100-sxm"])
@@ -178,7 +178,7 @@ def test_a_cap_from_the_second_point_is_kept_and_a_blip_is_not_a_cap() -> None:
 def test_a_static_batch_measured_above_the_memory_estimate_sets_the_cap_and_says_so() -> None:
     body = "# batch_kind=static tpot_kind=step\nbatch,tpot_ms\n1,12.5\n8,13.3\n32,14.5\n128,20\n"
     table = parse_csv(body)
-    workload = Workload.from_table(table, context=1500)
+    workload = MeasuredWorkload.from_table(table, context=1500)
     from tokenroof.fit.predict import prior_from_specs
     from tokenroof.specs import Precision, load_hardware, load_model
 
@@ -208,7 +208,7 @@ def test_physics_checks_name_a_misdescribed_workload() -> None:
 
     def prior(context: float) -> object:
         model, h100, bf16 = load_model("llama-2-7b"), load_hardware("h100-sxm"), Precision.create("bf16")
-        return prior_from_specs(model, h100, bf16, Workload(context_tokens=context))
+        return prior_from_specs(model, h100, bf16, MeasuredWorkload(context_tokens=context))
 
     # the seed at a stated context of 2,000 tokens: 0.5 MB of KV per token per sequence cannot be read in the
     # 57 µs each added sequence costs; the fit once went 2× wrong inside the measured range without a word
@@ -232,7 +232,7 @@ def test_generated_tables_never_raise_and_every_estimate_lies_inside_its_interva
 
     rng = np.random.default_rng(11)
     model, h100, bf16 = load_model("llama-3.1-8b"), load_hardware("h100-sxm"), Precision.create("bf16")
-    prior = prior_from_specs(model, h100, bf16, Workload(context_tokens=1000))
+    prior = prior_from_specs(model, h100, bf16, MeasuredWorkload(context_tokens=1000))
     shapes = {
         "trend": lambda b: 10 + rng.uniform(0, 0.5) * b + rng.normal(0, 0.3, b.size),
         "flat": lambda b: np.full(b.size, 10.0),

@@ -69,7 +69,7 @@ def predict(
     plot: PlotOpt = None,
 ) -> None:
     """Fit measured points and predict TPOT and throughput at other batches, with 90% intervals."""
-    from tokenroof.fit.predict import Workload, predict_table, prior_for, split_contexts
+    from tokenroof.fit.predict import MeasuredWorkload, predict_table, prior_for, split_contexts
     from tokenroof.io.measurements import read_table
 
     physics = Physics(model, hardware, dtype, kv_dtype, compute_dtype, tp, engine)
@@ -79,7 +79,7 @@ def predict(
 
         table = as_decode_only(table)
     measured_at, contexts = split_contexts(table, parse_numbers(context, "--context") if context else None)
-    prior = prior_for(table, physics, Workload(measured_at, input_len, output_len, decode_only))
+    prior = prior_for(table, physics, MeasuredWorkload(measured_at, input_len, output_len, decode_only))
     lengths = (input_len, output_len) if input_len is not None and output_len is not None else None
     result = predict_table(
         table,
@@ -163,12 +163,14 @@ def advise(
 
     With --input-len and --output-len the answer comes from the scheduler simulate uses (a replica kept full at each
     cap, prefill included); without, from the decode step time alone."""
-    from tokenroof.fit.predict import Workload
+    from tokenroof.fit.predict import MeasuredWorkload
     from tokenroof.serving.advise import Targets, advise_answer
 
     physics = Physics(model, hardware, dtype, kv_dtype, compute_dtype, tp, engine)
     contexts = parse_numbers(context, "--context") if context else None
-    flags = Workload(contexts[0] if contexts and len(contexts) == 1 else None, input_len, output_len, decode_only)
+    flags = MeasuredWorkload(
+        contexts[0] if contexts and len(contexts) == 1 else None, input_len, output_len, decode_only
+    )
     targets = Targets(tpot_slo_ms, ttft_slo_ms, slo_statistic)
     data = advise_answer(files or [], physics, flags, targets, max_num_batched_tokens, samples, contexts)
     finish(data, render.advice_contexts if "contexts" in data else render.advice, json_output)

@@ -10,7 +10,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from tokenroof.errors import ParameterError, TokenroofError
-from tokenroof.fit.prior import Workload, prior_from_specs
+from tokenroof.fit.prior import MeasuredWorkload, prior_from_specs
 
 DEFAULT_MEMORY_FRACTION = 0.9  # vLLM's --gpu-memory-utilization
 
@@ -110,7 +110,7 @@ class Physics:
         eff = default_efficiencies(hardware, self.precision, self.engine_profile())
         return step_model_from_specs(model, hardware, self.precision, self.tp, eff)
 
-    def prior(self, workload: Workload) -> Prior:
+    def prior(self, workload: MeasuredWorkload) -> Prior:
         """The physics prior for a fit of measurements taken under `workload` (centred on the engine profile)."""
         self.require_servable()
         model, hardware = self._specs()

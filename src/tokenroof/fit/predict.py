@@ -14,7 +14,7 @@ from tokenroof.errors import ParameterError
 from tokenroof.fit import intervals
 from tokenroof.fit.core import MAX_POINTS, Excluded, Fit, Prior, fit_table
 from tokenroof.fit.intervals import LEVEL, Calibration
-from tokenroof.fit.prior import SIGMA_LOG_MEASURED_SLOPE, Workload, prior_from_specs
+from tokenroof.fit.prior import SIGMA_LOG_MEASURED_SLOPE, MeasuredWorkload, prior_from_specs
 from tokenroof.fit.travel import online
 from tokenroof.io.measurements import MeasurementTable
 from tokenroof.units import MS_PER_S
@@ -22,7 +22,7 @@ from tokenroof.units import MS_PER_S
 if TYPE_CHECKING:
     from tokenroof.fit.physics import Physics
 
-__all__ = ["SIGMA_LOG_MEASURED_SLOPE", "PredictResult", "Workload", "predict_table", "prior_from_specs"]
+__all__ = ["SIGMA_LOG_MEASURED_SLOPE", "MeasuredWorkload", "PredictResult", "predict_table", "prior_from_specs"]
 
 
 def step_interval_samples(fit: Fit, batch: np.ndarray, context: float | None = None) -> tuple[np.ndarray, np.ndarray]:
@@ -251,13 +251,14 @@ class PredictResult:
 
 
 def read_with_prior(
-    files: list[Path], physics: Physics, flags: Workload, flags_are_target: bool = False
+    files: list[Path], physics: Physics, flags: MeasuredWorkload, flags_are_target: bool = False
 ) -> tuple[MeasurementTable, Prior | None]:
     """The measured table, and the physics prior when the model and hardware are known (None: data only).
 
     The prior's context is --context, else the mean of the table's context_tokens column, else from the lengths
-    (the flags', else the table's): never a silent 0 (Workload.from_table raises). With `flags_are_target` (advise
-    asking about a workload) the lengths the table states win, and the flags only stand in for lengths it lacks.
+    (the flags', else the table's): never a silent 0 (MeasuredWorkload.from_table raises). With `flags_are_target`
+    (advise asking about a workload) the lengths the table states win, and the flags only stand in for lengths it
+    lacks.
     """
     from tokenroof.io.measurements import read_table
 
@@ -266,7 +267,7 @@ def read_with_prior(
 
 
 def prior_for(
-    table: MeasurementTable, physics: Physics, flags: Workload, flags_are_target: bool = False
+    table: MeasurementTable, physics: Physics, flags: MeasuredWorkload, flags_are_target: bool = False
 ) -> Prior | None:
     """`read_with_prior` for a table already read."""
     if not physics.known:
@@ -274,7 +275,7 @@ def prior_for(
     input_len, output_len = flags.input_len, flags.output_len
     if flags_are_target and (table.semantics.mean_context is not None or table.context_tokens is not None):
         input_len = output_len = None
-    workload = Workload.from_table(table, flags.context_tokens, input_len, output_len, flags.decode_only)
+    workload = MeasuredWorkload.from_table(table, flags.context_tokens, input_len, output_len, flags.decode_only)
     return physics.prior(workload)
 
 

@@ -24,7 +24,7 @@ SIGMA_LOG_MEASURED_SLOPE = 0.3
 
 
 @dataclass(frozen=True)
-class Workload:
+class MeasuredWorkload:
     """What the measured server was doing: context per sequence and whether TPOT carries prefill."""
 
     context_tokens: float | None = None
@@ -41,7 +41,7 @@ class Workload:
         input_len: float | None = None,
         output_len: float | None = None,
         decode_only: bool = False,
-    ) -> Workload:
+    ) -> MeasuredWorkload:
         """The workload behind a table: the flags, else the table's context column or its stated lengths.
 
         Raises when nothing gives the context: the physics prior's KV reads and memory cap depend on it, and a
@@ -90,7 +90,7 @@ def prior_from_specs(
     model: ModelSpec,
     hardware: HardwareSpec,
     precision: Precision,
-    workload: Workload,
+    workload: MeasuredWorkload,
     tp: int = 1,
     eff: rl.Efficiencies | None = None,
     memory_utilization: float = 0.9,

@@ -197,11 +197,11 @@ def portable(fit: Fit, table: MeasurementTable) -> Travelling:
         return Travelling(
             split_terms(sm, prior, law), prior.context_tokens, prior.prefill_ratio, True, table.source, prior.label
         )
-    from tokenroof.fit.prior import Workload
+    from tokenroof.fit.prior import MeasuredWorkload
 
     sem = table.semantics
     context = None if table.context_tokens is None else float(table.context_tokens.mean())
-    workload = Workload(context, sem.input_len, sem.output_len, static=sem.batch_kind == "static")
+    workload = MeasuredWorkload(context, sem.input_len, sem.output_len, static=sem.batch_kind == "static")
     stated = context is not None or sem.mean_context is not None
     if law is not None:  # several measured contexts: the KV reads per context token were fitted
         whole = replace(law.whole(sm), prompts_folded=online(table))

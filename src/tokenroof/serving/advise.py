@@ -17,7 +17,7 @@ from tokenroof.units import MS_PER_S
 if TYPE_CHECKING:
     from tokenroof.fit.core import Fit
     from tokenroof.fit.physics import Physics
-    from tokenroof.fit.predict import Workload
+    from tokenroof.fit.predict import MeasuredWorkload
     from tokenroof.io.measurements import MeasurementTable
 
 SEARCH_LIMIT = 1_000_000
@@ -171,7 +171,7 @@ class Targets:
 def advise_answer(
     files: Sequence[Path],
     physics: Physics,
-    flags: Workload,
+    flags: MeasuredWorkload,
     targets: Targets,
     max_num_batched_tokens: int | None = None,
     samples: int = 200,
@@ -212,7 +212,11 @@ def advise_answer(
 
 
 def advise_with_prefill(
-    files: Sequence[Path], physics: Physics, flags: Workload, targets: Targets, max_num_batched_tokens: int | None
+    files: Sequence[Path],
+    physics: Physics,
+    flags: MeasuredWorkload,
+    targets: Targets,
+    max_num_batched_tokens: int | None,
 ) -> dict[str, Any]:
     """advise from the scheduler: the model fitted on it to the files (or first principles), a replica kept full.
 
@@ -291,7 +295,7 @@ def advise_with_prefill(
 def advise_decode_only(
     files: Sequence[Path],
     physics: Physics,
-    flags: Workload,
+    flags: MeasuredWorkload,
     tpot_slo_ms: float,
     samples: int,
     contexts: Sequence[float | None] = (None,),
@@ -349,7 +353,7 @@ def fitted_advice(at: float | None, fit: Fit, table: MeasurementTable, tpot_slo_
 
 
 def first_principles_advice(
-    context: float | None, physics: Physics, flags: Workload, tpot_slo_ms: float
+    context: float | None, physics: Physics, flags: MeasuredWorkload, tpot_slo_ms: float
 ) -> dict[str, Any]:
     ctx = context if context is not None else (flags.mean_context or 1024.0)
     sm = physics.step_model()

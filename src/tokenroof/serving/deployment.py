@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING
 
 from tokenroof.errors import ParameterError
 from tokenroof.fit.physics import Physics
-from tokenroof.fit.prior import Workload
+from tokenroof.fit.prior import MeasuredWorkload
 from tokenroof.model.stepmodel import mean_context_tokens
 
 if TYPE_CHECKING:
@@ -140,7 +140,7 @@ class Deployment:
                 "input_len",
                 "output_len",
             )
-        return self.physics.prior(Workload.from_table(table))
+        return self.physics.prior(MeasuredWorkload.from_table(table))
 
     def with_physics(self, physics: Physics) -> Deployment:
         return replace(self, physics=physics)

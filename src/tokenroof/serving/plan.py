@@ -18,7 +18,7 @@ import os
 from collections.abc import Callable, Sequence
 from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass, field, replace
-from typing import Any, NamedTuple
+from typing import Any
 
 import numpy as np
 
@@ -125,8 +125,10 @@ def _over(
     return None if any(v is None for v in values) else float(pick([v for v in values if v is not None]))
 
 
-class Server(NamedTuple):
-    """What every replica of a candidate has besides its cap: the KV cache and the prompt budget per step."""
+@dataclass(frozen=True)
+class Server:
+    """What every replica of a candidate has besides its cap: the KV cache, the prompt budget per step, and whether
+    each slot has its own KV stream (llama-server). Picklable, for the process and Ray pools."""
 
     kv_capacity_tokens: int | None = None
     max_num_batched_tokens: int | None = None
@@ -160,9 +162,14 @@ def run_candidate(args: tuple[Candidate, Sequence[StepModel], Workload, Sequence
 def replica_throughput_tok_s(model: StepModel, workload: Workload, cap: int, server: Server) -> float:
     """What one replica gives kept full at `cap`, its steps also prefilling the prompts (saturation.at_cap: the
     figure advise reports for the same cap)."""
-    kv, budget, per_slot_kv = server
     return at_cap(
-        model, workload.input_len, workload.output_len, cap, kv, budget, per_slot_kv=per_slot_kv
+        model,
+        workload.input_len,
+        workload.output_len,
+        cap,
+        server.kv_capacity_tokens,
+        server.max_num_batched_tokens,
+        per_slot_kv=server.per_slot_kv,
     ).throughput_tok_s
 
 

@@ -220,7 +220,7 @@ def roofline(body: Any) -> dict[str, Any]:
 
 def predict(body: Any) -> dict[str, Any]:
     """As `tokenroof predict FILE --batch ... --json` (with --model/--hardware/--context when `prior` is set)."""
-    from tokenroof.fit.predict import Workload, predict_table, read_with_prior
+    from tokenroof.fit.predict import MeasuredWorkload, predict_table, read_with_prior
     from tokenroof.serving.replay import with_scheduler
 
     with request_of(body) as req:
@@ -228,7 +228,7 @@ def predict(body: Any) -> dict[str, Any]:
         if not files:
             raise TokenroofError("predict needs a measurement file")
         prior = req.body.prior
-        workload = Workload(req.context() if prior else None)
+        workload = MeasuredWorkload(req.context() if prior else None)
         physics = req.physics(known=prior)
         table, fitted_prior = read_with_prior(files, physics, workload)
         result = with_scheduler(predict_table(table, req.batches(), fitted_prior), physics)
@@ -237,7 +237,7 @@ def predict(body: Any) -> dict[str, Any]:
 
 def advise(body: Any) -> dict[str, Any]:
     """As `tokenroof advise [FILE] --tpot-slo-ms T [--model M --hardware H --context C] --json`."""
-    from tokenroof.fit.predict import Workload
+    from tokenroof.fit.predict import MeasuredWorkload
     from tokenroof.serving.advise import Targets, advise_answer
 
     with request_of(body) as req:
@@ -245,7 +245,7 @@ def advise(body: Any) -> dict[str, Any]:
         known = not files or req.body.prior
         tpot = req.body.tpot_slo_ms if req.body.tpot_slo_ms is not None else 50.0
         check({"tpot_slo_ms": tpot})
-        workload = Workload(req.context() if known else None)
+        workload = MeasuredWorkload(req.context() if known else None)
         return req.answer(advise_answer(files, req.physics(known), workload, Targets(tpot)))
 
 
