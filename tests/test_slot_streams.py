@@ -140,3 +140,23 @@ def test_a_model_fitted_on_per_slot_streams_says_so_and_simulate_follows_it(tmp_
     assert not replace(dep, per_slot_kv=False).slot_streams(back)  # what the user says wins
     plain = Travelling(SM, 200.0, replayed=replace(replayed, kv_slots=None))
     assert not dep.slot_streams(plain)
+
+
+def test_a_server_restored_from_its_slots_hands_out_the_least_recently_used_first() -> None:
+    """GET /slots gives each slot's last task: the simulation starts there, never-used slots first."""
+    sched = BatchScheduler(SM, max_num_seqs=4, per_slot_kv=True)
+    sched.restore_slots([2, 0, 3])  # slot 1 never used; then 2 is the least recently used
+    for name in "abcd":
+        sched.submit(Sequence(name, 8, 3, 0.0))
+    sched.plan_step(0.0)
+    assert [sched.slot(n) for n in "abcd"] == [1, 2, 0, 3]
+    for bad in ([0, 0], [4], [-1]):
+        with pytest.raises(TokenroofError, match="slot order"):
+            BatchScheduler(SM, max_num_seqs=4, per_slot_kv=True).restore_slots(bad)
+    two = Trace(((0.0, 8, 3), (0.0, 8, 3)))
+    restored = simulate(SM, two, 4, 0, None, per_slot_kv=True, slot_order=[3, 1, 2, 0])
+    fresh = simulate(SM, two, 4, 0, None, per_slot_kv=True)
+    assert restored.step_passes is not None and fresh.step_passes is not None
+    # the first prompt alone, then the second's beside the first's decode, then both decoding: in slots 3 and 1
+    # (two runs) from the restored order, in 3 and 2 (one) on a fresh server
+    assert restored.step_passes.tolist()[:3] == [1, 2, 2] and fresh.step_passes.tolist()[:3] == [1, 2, 1]
