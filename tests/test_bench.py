@@ -410,13 +410,15 @@ def tokenizing_app(per_word: float, extra: int, status: int = 200) -> tuple[web.
     return app, words_seen
 
 
-def run_against(app: web.Application, out: Path, input_len: int, resume: bool = False) -> list[dict[str, Any]]:
+def run_against(
+    app: web.Application, out: Path, input_len: int, concurrencies: tuple[int, ...] = (1,), resume: bool = False
+) -> list[dict[str, Any]]:
     async def main() -> list[dict[str, Any]]:
         runner, url = await serve_app(app)
         try:
             cfg = BenchConfig(
                 url=url,
-                concurrencies=[1],
+                concurrencies=list(concurrencies),
                 input_len=input_len,
                 output_len=3,
                 warmup=0,
@@ -458,25 +460,7 @@ def test_synthetic_prompts_are_sized_in_the_servers_tokens(
     # resumed (a point added), the prompts keep their length and nothing is sized again
     app2, seen2 = tokenizing_app(per_word, extra)
     objects_before = len(objects)
-
-    async def more() -> list[dict[str, Any]]:
-        runner, url = await serve_app(app2)
-        try:
-            cfg = BenchConfig(
-                url=url,
-                concurrencies=[1, 2],
-                input_len=100,
-                output_len=3,
-                warmup=0,
-                requests_per_point=3,
-                out_dir=tmp_path,
-                resume=True,
-            )
-            return await run_bench(cfg)
-        finally:
-            await runner.cleanup()
-
-    asyncio.run(more())
+    run_against(app2, tmp_path, 100, (1, 2), resume=True)
     after = jsonl(tmp_path / "requests.jsonl")
     assert len([o for o in after if o["type"] == "calibration"]) == tries and len(after) > objects_before
     assert set(seen2) == {words}
