@@ -133,7 +133,10 @@ def test_config_gives_any_commands_flags_from_toml_and_the_command_line_wins(tmp
     ("text", "says"),
     [
         ("modle = 3\n", "'modle' is neither a command's table nor a flag of any command"),
-        ("[simulate]\nratee = 3\n", "[simulate] ratee: `tokenroof simulate` has no such flag; it has: burstiness,"),
+        (
+            "[simulate]\nratee = 3\n",
+            "[simulate] ratee: `tokenroof simulate` has no such flag; it has: acceptance-rate, burstiness,",
+        ),
         ("model = [\n", "not TOML"),
         ("[roofline]\nbatch = [[1]]\n", "a list of plain values"),
     ],

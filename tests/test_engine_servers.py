@@ -34,6 +34,13 @@ VLLM_METRICS = {
     "waiting": "vllm:num_requests_waiting",
     "preemptions": "vllm:num_preemptions_total",
 }
+VLLM_V1_METRICS = {  # V1's spec-decode counters (vllm/v1/spec_decode/metrics.py)
+    **VLLM_METRICS,
+    "spec_drafts": "vllm:spec_decode_num_drafts_total",
+    "spec_draft_tokens": "vllm:spec_decode_num_draft_tokens_total",
+    "spec_accepted": "vllm:spec_decode_num_accepted_tokens_total",
+    "spec_accepted_by_position": "vllm:spec_decode_num_accepted_tokens_per_pos_total",
+}
 
 # profile → its [server] table as the engines document it; None: no server of its own
 SERVERS: dict[str, dict[str, Any] | None] = {
@@ -48,7 +55,7 @@ SERVERS: dict[str, dict[str, Any] | None] = {
         "name": "vllm",
         "memory_fraction_of": "memory",
         "flags": VLLM_FLAGS,
-        "metrics": VLLM_METRICS,
+        "metrics": VLLM_V1_METRICS,
         "defaults": {"memory_fraction": 0.9},
     },
     "sglang": {
@@ -118,7 +125,19 @@ def test_the_settings_and_metrics_asked_for_are_the_keys_a_file_may_give() -> No
         == tuple(ServerFlags.model_fields)
         == ("max_num_seqs", "max_num_batched_tokens", "memory_fraction")
     )
-    assert get_args(Metric) == tuple(ServerMetrics.model_fields) == ("running", "waiting", "preemptions")
+    assert (
+        get_args(Metric)
+        == tuple(ServerMetrics.model_fields)
+        == (
+            "running",
+            "waiting",
+            "preemptions",
+            "spec_drafts",
+            "spec_draft_tokens",
+            "spec_accepted",
+            "spec_accepted_by_position",
+        )
+    )
 
 
 @pytest.mark.parametrize("key", sorted(SERVERS))

@@ -10,6 +10,7 @@ import typer
 
 from tokenroof.cli import render
 from tokenroof.cli.common import (
+    AcceptanceOpt,
     ComputeOpt,
     DtypeOpt,
     EngineOpt,
@@ -20,6 +21,7 @@ from tokenroof.cli.common import (
     OptModel,
     PlotOpt,
     SloStatisticOpt,
+    SpeculativeOpt,
     StepModelFileOpt,
     TpOpt,
     app,
@@ -29,6 +31,7 @@ from tokenroof.cli.common import (
     parse_numbers,
     progress_bar,
 )
+from tokenroof.cli.common import speculative_config as speculative_config_of
 from tokenroof.errors import TokenroofError
 from tokenroof.params import whole_numbers
 from tokenroof.serving.deployment import Deployment, Physics
@@ -90,7 +93,9 @@ def simulate(
     trace: Annotated[Path | None, typer.Option(help="Replay arrivals and lengths from bench's requests.jsonl.")] = None,
     out: Annotated[Path | None, typer.Option(help="Write requests.jsonl, timeseries.csv, summary.json here.")] = None,
     plot: PlotOpt = None,
-    seed: Annotated[int, typer.Option(help="Seed for arrivals and lengths.")] = 0,
+    seed: Annotated[int, typer.Option(help="Seed for arrivals and lengths (and speculation's acceptance draws).")] = 0,
+    speculative_config: SpeculativeOpt = None,
+    acceptance_rate: AcceptanceOpt = None,
     json_output: JsonOpt = False,
 ) -> None:
     """Simulate a workload on the emulator's scheduler with a virtual clock (thousands of times real time)."""
@@ -111,6 +116,7 @@ def simulate(
         max_num_seqs,
         kv_cache_tokens,
         max_num_batched_tokens,
+        speculative=speculative_config_of(speculative_config, acceptance_rate),
     )
     traffic = Traffic(num_requests, burstiness, replicas, router, seed, ttft_slo_ms, tpot_slo_ms, client)
     if concurrency is not None:

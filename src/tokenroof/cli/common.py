@@ -206,6 +206,35 @@ FitOpt = Annotated[
         "folders (repeat --fit for several)."
     ),
 ]
+SpeculativeOpt = Annotated[
+    str | None,
+    typer.Option(
+        "--speculative-config",
+        help='Speculative decoding, as vLLM\'s flag: \'{"method": "ngram"|"eagle"|"eagle3"|"mtp"|'
+        '"draft_model", "num_speculative_tokens": 3, "model": DRAFT}\' (DRAFT: a preset or config.json).',
+    ),
+]
+AcceptanceOpt = Annotated[
+    str | None,
+    typer.Option(
+        "--acceptance-rate",
+        help="With --speculative-config: the chance a drafted token is accepted, '0.7', or one per drafted position "
+        "'0.8,0.6,0.5' (bench on a speculating vLLM measures it).",
+    ),
+]
+
+
+def speculative_config(text: str | None, acceptance: str | None) -> Any:
+    """--speculative-config and --acceptance-rate as one `SpeculativeConfig` (None: no speculation)."""
+    from tokenroof.model.speculative import parse_speculative_config
+
+    if text is None:
+        if acceptance is not None:
+            raise TokenroofError("--acceptance-rate goes with --speculative-config")
+        return None
+    return parse_speculative_config(text, acceptance)
+
+
 StepModelFileOpt = Annotated[Path | None, typer.Option(help="Step model terms from a JSON file (StepModel fields).")]
 SloStatisticOpt = Annotated[
     str, typer.Option(help="Which statistic of the per-request TTFT/TPOT the targets bound: mean, p50, p90 or p99.")

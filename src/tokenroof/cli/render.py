@@ -60,6 +60,8 @@ def roofline(console: Console, data: dict[str, Any]) -> None:
         console.print(f"workload: {roofline_workload(data['workload'])}", style="dim", highlight=False)
     roofline_summary(console, data)
     roofline_points(console, data)
+    if data.get("speculation"):
+        roofline_speculation(console, data)
 
 
 def roofline_workload(w: dict[str, Any]) -> str:
@@ -139,6 +141,40 @@ def roofline_summary(console: Console, data: dict[str, Any]) -> None:
     console.print(summary)
     if crit is None and data.get("critical_batch_reason"):
         console.print(f"no critical batch: {data['critical_batch_reason']}", style="yellow", highlight=False)
+
+
+def roofline_speculation(console: Console, data: dict[str, Any]) -> None:
+    """Speculative decoding beside the plain decode step: TPOT, throughput and speed-up at each batch, and the batch
+    past which it stops paying."""
+    spec = data["speculation"]
+    rates = ", ".join(f"{a:.3g}" for a in dict.fromkeys(spec["acceptance_by_position"]))
+    proposer = f"proposer {spec['draft']}" if spec["draft"] else "proposer free (n-gram lookup)"
+    even = spec["break_even_batch"]
+    pays = (
+        "it does not pay even at batch 1"
+        if even == 0
+        else "it pays at every batch up to 2^20"
+        if even is None
+        else f"it stops paying past batch {fmt(even)}"
+    )
+    table = Table(
+        title=f"speculative decoding: {spec['method']}, {spec['num_speculative_tokens']} drafts a step, acceptance "
+        f"{rates} (given) → {spec['tokens_per_step']:.3g} tokens a step; {proposer} "
+        f"({spec['draft_share_at_batch_1']:.0%} of a step at batch 1); {pays}",
+        title_justify="left",
+    )
+    for col in ("batch", "decode ms", "spec TPOT ms", "spec tok/s", "speed-up"):
+        table.add_column(col, justify="right")
+    for pt in data["points"]:
+        speedup = pt["speculative_speedup"]
+        table.add_row(
+            fmt(pt["batch"]),
+            fmt(pt["decode_step_ms"]),
+            fmt(pt["speculative_tpot_ms"]),
+            fmt(pt["speculative_throughput_tok_s"]),
+            f"{speedup:.2f}×" if speedup >= 1 else f"[red]{speedup:.2f}×[/]",
+        )
+    console.print(table)
 
 
 def roofline_points(console: Console, data: dict[str, Any]) -> None:

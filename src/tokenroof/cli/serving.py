@@ -9,6 +9,7 @@ import typer
 
 from tokenroof.cli import render
 from tokenroof.cli.common import (
+    AcceptanceOpt,
     ComputeOpt,
     DtypeOpt,
     EngineOpt,
@@ -18,6 +19,7 @@ from tokenroof.cli.common import (
     OptHardware,
     OptModel,
     PlotOpt,
+    SpeculativeOpt,
     StepModelFileOpt,
     TpOpt,
     app,
@@ -27,6 +29,7 @@ from tokenroof.cli.common import (
     parse_numbers,
     progress_bar,
 )
+from tokenroof.cli.common import speculative_config as speculative_config_of
 from tokenroof.errors import TokenroofError
 from tokenroof.serving.deployment import Deployment, Physics
 
@@ -63,6 +66,9 @@ def emulate(
             "an idle keep-alive connection stays open."
         ),
     ] = 30.0,
+    speculative_config: SpeculativeOpt = None,
+    acceptance_rate: AcceptanceOpt = None,
+    seed: Annotated[int, typer.Option(help="Seed of speculation's acceptance draws.")] = 0,
 ) -> None:
     """An OpenAI-compatible server whose decode steps take the step model's time (continuous batching)."""
     from tokenroof.serving.emulate.checks import check_port
@@ -72,12 +78,25 @@ def emulate(
     from tokenroof.serving.emulate.server import Emulator, serve
 
     physics = Physics(model, hardware, dtype, kv_dtype, compute_dtype, tp, engine)
-    dep = Deployment(physics, fit, step_model, None, None, max_num_seqs, kv_cache_tokens, max_num_batched_tokens)
+    speculative = speculative_config_of(speculative_config, acceptance_rate)
+    dep = Deployment(
+        physics,
+        fit,
+        step_model,
+        None,
+        None,
+        max_num_seqs,
+        kv_cache_tokens,
+        max_num_batched_tokens,
+        speculative=speculative,
+    )
     travelling, _ = dep.step_models()
     sm, kv = travelling.step_model, dep.kv_budget_tokens()
     max_num_batched_tokens = dep.prompt_budget(travelling)
     per_slot_kv = dep.slot_streams(travelling)
-    for note in travelling.notes(None):
+    from tokenroof.serving.capacity import speculation_notes
+
+    for note in [*travelling.notes(None), *speculation_notes(dep)]:
         err.print(f"note: {note}", highlight=False)
     max_model_len = min(max_model_len, kv or max_model_len)  # a request must fit in the cache on its own
     emulator = Emulator(
@@ -89,6 +108,8 @@ def emulate(
         max_num_batched_tokens,
         read_timeout,
         per_slot_kv=per_slot_kv,
+        speculation=dep.speculation(),
+        seed=seed,
     )
     err.print(f"emulating {sm} with max_num_seqs={max_num_seqs} on http://{host}:{port}", highlight=False)
     serve(emulator, host, port)

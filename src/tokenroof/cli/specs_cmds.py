@@ -8,6 +8,7 @@ import typer
 
 from tokenroof.cli import render
 from tokenroof.cli.common import (
+    AcceptanceOpt,
     ComputeOpt,
     DtypeOpt,
     EngineOpt,
@@ -16,6 +17,7 @@ from tokenroof.cli.common import (
     KvDtypeOpt,
     ModelOpt,
     PlotOpt,
+    SpeculativeOpt,
     TpOpt,
     app,
     finish,
@@ -23,6 +25,7 @@ from tokenroof.cli.common import (
     out,
     parse_numbers,
 )
+from tokenroof.cli.common import speculative_config as speculative_config_of
 from tokenroof.errors import TokenroofError
 
 
@@ -80,6 +83,8 @@ def roofline(
         float, typer.Option(help="Fraction of memory for weights + KV (vLLM --gpu-memory-utilization).")
     ] = 0.9,
     prompt_tokens: Annotated[float | None, typer.Option(help="Also estimate TTFT for a prompt this long.")] = None,
+    speculative_config: SpeculativeOpt = None,
+    acceptance_rate: AcceptanceOpt = None,
     json_output: JsonOpt = False,
     plot: PlotOpt = None,
 ) -> None:
@@ -115,9 +120,21 @@ def roofline(
     eff = replace(eff, **{k: v for k, v in given.items() if v is not None})
     batches = parse_numbers(batch, "--batch")
     contexts = [workload.mean_context] if workload is not None else parse_numbers(context or "1024", "--context")
+    speculative = speculative_config_of(speculative_config, acceptance_rate)
     results = [
         analyze_roofline(
-            spec, hw, precision, batches, ctx, tp, eff, memory_utilization, prompt_tokens, profile, workload
+            spec,
+            hw,
+            precision,
+            batches,
+            ctx,
+            tp,
+            eff,
+            memory_utilization,
+            prompt_tokens,
+            profile,
+            workload,
+            speculative,
         )
         for ctx in contexts
     ]

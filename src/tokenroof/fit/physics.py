@@ -16,6 +16,7 @@ DEFAULT_MEMORY_FRACTION = 0.9  # vLLM's --gpu-memory-utilization
 
 if TYPE_CHECKING:
     from tokenroof.fit.core import Prior
+    from tokenroof.model.speculative import Speculation, SpeculativeConfig
     from tokenroof.model.stepmodel import StepModel
     from tokenroof.specs import Precision
     from tokenroof.specs.engines import EngineProfile
@@ -110,6 +111,36 @@ class Physics:
         eff = default_efficiencies(hardware, self.precision, self.engine_profile())
         return step_model_from_specs(model, hardware, self.precision, self.tp, eff)
 
+    def speculation(self, config: SpeculativeConfig) -> Speculation:
+        """Speculative decoding on this deployment: the proposer's pass priced from its shapes (the draft model's, or
+        an EAGLE/MTP head's) at this hardware, precision, TP and engine; n-gram drafting needs none of them."""
+        from tokenroof.model.roofline import default_efficiencies
+        from tokenroof.model.speculative import Speculation, speculation_from_specs
+        from tokenroof.specs import load_model
+
+        if config.method == "ngram":
+            return Speculation(config.num_speculative_tokens, config.acceptance, "ngram")
+        if not self.known:
+            raise ParameterError(
+                f"pricing the {config.method} proposer's passes needs {{}} and {{}} (n-gram drafting does not)",
+                "model",
+                "hardware",
+            )
+        model, hardware = self._specs()
+        eff = default_efficiencies(hardware, self.precision, self.engine_profile())
+        draft = load_model(config.model) if config.model is not None else None
+        return speculation_from_specs(
+            model,
+            hardware,
+            self.precision,
+            self.tp,
+            eff,
+            config.method,
+            config.num_speculative_tokens,
+            config.acceptance,
+            draft,
+        )
+
     def prior(self, workload: MeasuredWorkload) -> Prior:
         """The physics prior for a fit of measurements taken under `workload` (centred on the engine profile)."""
         self.require_servable()
@@ -125,19 +156,33 @@ class Physics:
         profile = self.engine_profile()
         return profile.max_num_batched_tokens if profile.prefill == "chunked" else None
 
-    def kv_pool_tokens(self) -> int | None:
+    def kv_pool_tokens(self, speculative: SpeculativeConfig | None = None) -> int | None:
         """The KV-cache pool a server would have: the named engine's default memory fraction as that engine reads it
         (of the whole memory, weights included: vLLM, SGLang, TGI; of the memory the weights leave: TensorRT-LLM,
         LMDeploy), else vLLM's 90% of the whole memory; None without model and hardware. emulate and simulate build
-        the same server from the same flags."""
+        the same server from the same flags. A speculating server's proposer takes its share: a draft model's
+        weights leave the pool, and every token the pool holds keeps the proposer's KV beside the target's (an
+        EAGLE/MTP head: one layer's)."""
         if not self.known:
             return None
-        from tokenroof.model.roofline import kv_cache_tokens
+        from tokenroof.model.roofline import kv_bytes_per_token, kv_cache_tokens, resident_weight_bytes
+        from tokenroof.model.speculative import proposer_spec
+        from tokenroof.specs import load_model
 
         self.require_servable()
         model, hardware = self._specs()
         fraction, of_free = self.memory_fraction()
-        return kv_cache_tokens(model, hardware, self.precision, self.tp, fraction, of_free)
+        tokens = kv_cache_tokens(model, hardware, self.precision, self.tp, fraction, of_free)
+        if speculative is None or speculative.method == "ngram":
+            return tokens
+        draft = load_model(speculative.model) if speculative.model is not None else None
+        shapes = proposer_spec(model, speculative.method, draft)
+        assert shapes is not None
+        per_token = kv_bytes_per_token(model, self.precision, self.tp)
+        room = tokens * per_token
+        if speculative.method == "draft_model":
+            room -= resident_weight_bytes(shapes, self.precision, self.tp)
+        return max(int(room // (per_token + kv_bytes_per_token(shapes, self.precision, self.tp))), 0)
 
     def memory_fraction(self) -> tuple[float, bool]:
         """(fraction, whether of the memory left after the weights) of the named engine's server, by its default

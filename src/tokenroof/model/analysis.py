@@ -10,8 +10,9 @@ import numpy as np
 
 from tokenroof.errors import ParameterError, TokenroofError
 from tokenroof.model import roofline as rl
+from tokenroof.model.speculative import Speculation, SpeculativeConfig, speculation_from_specs
 from tokenroof.model.stepmodel import StepModel, mean_context_tokens
-from tokenroof.specs import HardwareSpec, ModelSpec, Precision
+from tokenroof.specs import HardwareSpec, ModelSpec, Precision, load_model
 from tokenroof.specs.engines import EngineProfile, load_engine
 from tokenroof.units import MS_PER_S
 
@@ -116,6 +117,7 @@ class RooflineResult:
     warnings: list[str] = field(default_factory=list)
     engine: EngineProfile = field(default_factory=load_engine)  # whose efficiencies, and whose error spread
     workload: DecodeWorkload | None = None  # None: the bare decode step at context_tokens
+    speculation: Speculation | None = None  # speculative decoding: its TPOT, throughput and speed-up beside each point
 
     @property
     def kv_context_tokens(self) -> float:
@@ -180,9 +182,36 @@ class RooflineResult:
                     "bytes_activations": float(costs.bytes_activations[i]),
                     "bytes_allreduce": float(costs.bytes_allreduce[i]),
                     "arithmetic_intensity_flops_per_byte": float(costs.arithmetic_intensity_flops_per_byte[i]),
+                    **self.speculative_point(float(batch)),
                 }
             )
         return rows
+
+    def speculative_point(self, batch: float) -> dict[str, Any]:
+        """Speculative decoding at this running batch, on the decode step at the context: TPOT (the step over the
+        tokens a step emits), throughput and speed-up over plain decode; nothing without speculation."""
+        spec = self.speculation
+        if spec is None:
+            return {}
+        tpot = spec.tpot_s(self.step_model, batch, self.kv_context_tokens)
+        return {
+            "speculative_tpot_ms": tpot * MS_PER_S,
+            "speculative_throughput_tok_s": batch / tpot,
+            "speculative_speedup": spec.speedup(self.step_model, batch, self.kv_context_tokens),
+        }
+
+    def speculation_dict(self) -> dict[str, Any] | None:
+        spec = self.speculation
+        if spec is None:
+            return None
+        ctx = self.kv_context_tokens
+        one = spec.step_s(self.step_model, 1.0, ctx)
+        draft_share = spec.draft_s(1.0, ctx) / one
+        return {
+            **spec.to_dict(),
+            "break_even_batch": spec.break_even_batch(self.step_model, ctx),
+            "draft_share_at_batch_1": draft_share,
+        }
 
     def to_dict(self) -> dict[str, Any]:
         sm, ctx = self.step_model, self.kv_context_tokens
@@ -221,6 +250,7 @@ class RooflineResult:
             "step_model": sm.to_dict(),
             "warnings": list(self.warnings),
             "interval_level": self.engine.accuracy.interval_level,
+            "speculation": self.speculation_dict(),
             "points": self.points(),
         }
 
@@ -248,6 +278,7 @@ def analyze_roofline(
     prompt_tokens: float | None = None,
     engine: EngineProfile | None = None,
     workload: DecodeWorkload | None = None,
+    speculation: SpeculativeConfig | None = None,
 ) -> RooflineResult:
     """Build the step model from specs and evaluate it over `batches` at `context_tokens`, or, given a `workload`,
     at its mean context with TPOT counted as a benchmark of it counts it (`served_tpot_s`).
@@ -273,7 +304,21 @@ def analyze_roofline(
     result = RooflineResult(
         model, hardware, precision, tp, float(context_tokens), eff, memory_utilization, sm, arr, prompt_tokens, warnings
     )
-    result = replace(result, engine=engine, workload=workload)
+    spec = None
+    if speculation is not None:
+        draft = load_model(speculation.model) if speculation.model is not None else None
+        spec = speculation_from_specs(
+            model,
+            hardware,
+            precision,
+            tp,
+            eff,
+            speculation.method,
+            speculation.num_speculative_tokens,
+            speculation.acceptance,
+            draft,
+        )
+    result = replace(result, engine=engine, workload=workload, speculation=spec)
     warnings += memory_warnings(result, float(arr.max()))
     return result
 

@@ -119,24 +119,36 @@ class StepModel:
         return prompt_tokens * self.t_compute_s + self.t_attn_token_s * sq / 2
 
     def step_s(
-        self, batch: float, total_context: float, prefill_tokens: float = 0.0, prefill_sq_tokens: float = 0.0
+        self,
+        batch: float,
+        total_context: float,
+        prefill_tokens: float = 0.0,
+        prefill_sq_tokens: float = 0.0,
+        query_tokens: float = 1.0,
     ) -> float:
         """One step as the scheduler runs it, in plain floats (its hot path): `batch` decoding sequences holding
         `total_context` KV tokens in all, plus `prefill_tokens` prompt tokens sharing the step's GEMMs
         (`prefill_sq_tokens` = Σ chunk², for causal attention within the chunks). With equal contexts and no
-        prefill it is `step_time_s(batch, total_context / batch)`."""
+        prefill it is `step_time_s(batch, total_context / batch)`.
+
+        `query_tokens`: tokens each decoding sequence runs through the model this step — 1 for plain decode,
+        γ + 1 for a speculative verify step (the last token and γ drafts): the GEMMs see batch·q tokens, each
+        query attends to the sequence's context (q times the attention FLOPs), the KV cache is read once and q
+        tokens are written per sequence."""
         if self.prompts_folded:  # the terms already carry an average step's prompts
             prefill_tokens = prefill_sq_tokens = 0.0
+        tokens = batch * query_tokens
         weights = self.t_weights_s
         if self.num_experts:
             weights += self.t_expert_s * expected_experts(
-                self.num_experts, self.experts_per_token, batch + prefill_tokens
+                self.num_experts, self.experts_per_token, tokens + prefill_tokens
             )
-        compute = batch * self.t_compute_s + self.t_attn_token_s * total_context
+        compute = tokens * self.t_compute_s + query_tokens * self.t_attn_token_s * total_context
         if prefill_tokens:
             compute += self.prompt_compute_s(prefill_tokens, prefill_sq_tokens)
         matmul = matmul_time_s(weights, compute, self.overlap)
-        return float(self.t_fixed_s + matmul + total_context * self.t_kv_token_s + batch * self.t_seq_s)
+        extra_writes = (tokens - batch) * self.t_kv_token_s  # the drafts' KV, beyond the one token in t_seq
+        return float(self.t_fixed_s + matmul + total_context * self.t_kv_token_s + batch * self.t_seq_s + extra_writes)
 
     def steps_s(
         self, batch: ArrayLike, total_context: ArrayLike, prefill_tokens: ArrayLike, prefill_sq_tokens: ArrayLike

@@ -75,7 +75,7 @@ def simulate_concurrencies(dep: Deployment, concurrencies: Sequence[int], traffi
         rows.append({"concurrency": c, "client": traffic.client, **run_one(dep, sm, loop, traffic)[0]})
     slo = goodput_slo(traffic.ttft_slo_ms, traffic.tpot_slo_ms) if rows[0]["slo"] else None
     unsteady = [f"at concurrency {row['concurrency']}: {w}" for row in rows for w in row["warnings"]]
-    notes = travelling.notes(dep.mean_context_tokens)
+    notes = [*travelling.notes(dep.mean_context_tokens), *speculation_notes(dep)]
     data = {"points": rows, "slo": slo, "step_model": sm.to_dict(), "warnings": [*notes, *unsteady]}
     return Simulated(data, True, rows, None, dep)
 
@@ -88,7 +88,7 @@ def simulate_rates(
     travelling, _ = dep.step_models()
     dep = dep.scheduled_as(travelling)
     sm = travelling.step_model
-    notes = travelling.notes(dep.mean_context_tokens if trace is None else None)
+    notes = [*travelling.notes(dep.mean_context_tokens if trace is None else None), *speculation_notes(dep)]
     if not rates:
         raise ParameterError("{} needs at least one number", "request_rate")
     if any(not 0 < r < math.inf for r in rates):
@@ -110,6 +110,22 @@ def simulate_rates(
     return Simulated(summary, False, [], result, dep)
 
 
+def speculation_notes(dep: Deployment) -> list[str]:
+    """What a speculating deployment's answer rests on: the acceptance given, not measured, and the proposer."""
+    spec = dep.speculation()
+    if spec is None:
+        return []
+    rates = ", ".join(f"{a:.3g}" for a in dict.fromkeys(spec.acceptance))
+    proposer = (
+        f"{spec.draft_name}'s passes priced from its shapes" if spec.draft_name else "drafts free (n-gram lookup)"
+    )
+    return [
+        f"speculative decoding ({spec.method}, {spec.num_tokens} drafts a step) at the acceptance given ({rates}): "
+        f"{spec.tokens_per_step:.3g} tokens a verify step on average; {proposer}; a real proposer's acceptance "
+        "varies with the traffic (bench on the server measures it)"
+    ]
+
+
 def workload(dep: Deployment, rate: float, traffic: Traffic) -> Workload:
     if dep.input_len is None or dep.output_len is None:
         raise TokenroofError("simulate needs the prompt and output lengths")
@@ -129,6 +145,7 @@ def run_one(
         router=traffic.router,
         max_num_batched_tokens=dep.max_num_batched_tokens,
         per_slot_kv=bool(dep.per_slot_kv),
+        speculation=dep.speculation(),
     )
     return result.summary(traffic.ttft_slo_ms, traffic.tpot_slo_ms), result
 

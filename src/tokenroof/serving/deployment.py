@@ -18,6 +18,7 @@ if TYPE_CHECKING:
     from tokenroof.fit.core import Prior
     from tokenroof.fit.travel import Travelling
     from tokenroof.io.measurements import MeasurementTable
+    from tokenroof.model.speculative import Speculation, SpeculativeConfig
     from tokenroof.model.stepmodel import StepModel
     from tokenroof.serving.simulate import Lengths
 
@@ -44,6 +45,7 @@ class Deployment:
     kv_cache_tokens: int | None = None
     max_num_batched_tokens: int | None = None
     per_slot_kv: bool | None = None  # llama-server's per-slot KV streams; None: as the fitted model was measured
+    speculative: SpeculativeConfig | None = None  # speculative decoding (vLLM's --speculative-config)
 
     def __post_init__(self) -> None:
         if isinstance(self.fit, list | tuple):  # repeated --fit: one table; none given: no fit
@@ -79,8 +81,15 @@ class Deployment:
         return mean_context_tokens(self.input_len.mean, self.output_len.mean)
 
     def kv_budget_tokens(self) -> int | None:
-        """The KV-cache capacity the server has: as given, else from the memory `physics` leaves, else None."""
-        return self.kv_cache_tokens if self.kv_cache_tokens is not None else self.physics.kv_pool_tokens()
+        """The KV-cache capacity the server has: as given, else from the memory `physics` leaves (beside a draft
+        model, when one speculates), else None."""
+        if self.kv_cache_tokens is not None:
+            return self.kv_cache_tokens
+        return self.physics.kv_pool_tokens(self.speculative)
+
+    def speculation(self) -> Speculation | None:
+        """The speculative decoding the server runs, its proposer priced on `physics` (None: it does not)."""
+        return None if self.speculative is None else self.physics.speculation(self.speculative)
 
     def step_models(self, n_samples: int = 0) -> tuple[Travelling, list[StepModel]]:
         """The step model (with what it was fitted under) and, for a fit, `n_samples` interval samples."""

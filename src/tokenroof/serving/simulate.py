@@ -20,8 +20,9 @@ import numpy as np
 from tokenroof.errors import TokenroofError
 from tokenroof.io.csvio import write_rows
 from tokenroof.io.measurements import read_jsonl
+from tokenroof.model.speculative import Speculation, measured_acceptance
 from tokenroof.model.stepmodel import StepModel, mean_context_tokens
-from tokenroof.serving.engine.core import BatchScheduler, Sequence, StepPlan
+from tokenroof.serving.engine.core import BatchScheduler, Sequence, SpecCounts, StepPlan
 from tokenroof.stats import arrival_times, percentiles
 
 DISTRIBUTIONS = ("fixed", "uniform", "lognormal")
@@ -196,6 +197,8 @@ class SimResult:
     loop: ClosedLoop | None = None  # the closed-loop client that drove it (None: arrivals at a rate, or a trace)
     step_passes: np.ndarray | None = None  # forward passes per step (more than one only with per-slot KV streams)
     first_measured: int = 0  # requests before this index are a trace's history: simulated, never summarised
+    step_tokens: np.ndarray | None = None  # tokens each step emits (None: one per running sequence)
+    speculation: dict[str, Any] | None = None  # speculative decoding: what was drafted and accepted (vLLM's counters)
 
     def write(self, out_dir: Path, summary: dict[str, Any]) -> None:
         """requests.jsonl (one line per request), timeseries.csv (per step), summary.json."""
@@ -298,6 +301,7 @@ class SimResult:
         def pct(values_s: np.ndarray) -> dict[str, float | None]:
             return percentiles_ms(values_s[sent])
 
+        emitted = self.step_batches if self.step_tokens is None else self.step_tokens
         kv_fraction = None
         if self.kv_capacity_tokens:
             held = float((self.step_kv_tokens * overlap_s).sum()) / span / self.replicas
@@ -313,7 +317,7 @@ class SimResult:
             "e2e_ms": pct(finished - arrival),
             "queue_wait_ms": pct(admitted - arrival),
             "itl_ms": {k: v for k, v in zip(("mean", "p50", "p90", "p99"), self._itl_ms(in_window), strict=True)},
-            "throughput_tok_s": float(self.step_batches[in_window].sum() / span),
+            "throughput_tok_s": float(emitted[in_window].sum() / span),
             "request_throughput_req_s": float(done.sum() / span),
             "goodput_req_s": float(good.sum() / span),
             "replicas": self.replicas,
@@ -324,6 +328,7 @@ class SimResult:
             "kv_use_mean_fraction": kv_fraction,
             "slo": None if ttft_slo_ms is None and tpot_slo_ms is None else goodput_slo(ttft_slo_ms, tpot_slo_ms),
             "warnings": self.steadiness_warnings(w0, w1),
+            **({} if self.speculation is None else {"speculation": self.speculation}),
         }
 
     def steadiness_warnings(self, w0: float, w1: float) -> list[str]:
@@ -410,6 +415,7 @@ def simulate(
     max_num_batched_tokens: int | None = None,
     per_slot_kv: bool = False,
     slot_order: list[int] | None = None,
+    speculation: Speculation | None = None,
 ) -> SimResult:
     """Run the workload through `replicas` continuous-batching schedulers behind a router, on a virtual clock.
 
@@ -434,16 +440,26 @@ def simulate(
     next_scheduled = 0
     engines = [
         Replica(
-            BatchScheduler(model, max_num_seqs, kv_capacity_tokens, block_size, max_num_batched_tokens, per_slot_kv)
+            BatchScheduler(
+                model,
+                max_num_seqs,
+                kv_capacity_tokens,
+                block_size,
+                max_num_batched_tokens,
+                per_slot_kv,
+                speculation=speculation,
+                seed=seed + 1 + index,  # the acceptance draws: one stream per replica, apart from the arrivals'
+            )
         )
-        for _ in range(replicas)
+        for index in range(replicas)
     ]
     if slot_order is not None:  # per-slot KV streams: the slots as the server had used them
         for engine in engines:
             engine.scheduler.restore_slots(slot_order)
     done: list[Sequence] = []
-    # every step, in the order they started, as 8 floats (a flat list: keeping the plans would hold every request
-    # the garbage collector then walks): start, duration, batch, KV held, Σ context, prompt tokens, Σ chunk², passes
+    # every step, in the order they started, as 9 floats (a flat list: keeping the plans would hold every request
+    # the garbage collector then walks): start, duration, batch, KV held, Σ context, prompt tokens, Σ chunk², passes,
+    # tokens emitted
     record: list[float] = []
     ends: list[tuple[float, int]] = []  # heap of (step end, replica)
 
@@ -461,6 +477,7 @@ def simulate(
                     plan.prefill_tokens,
                     plan.prefill_sq,
                     plan.passes,
+                    plan.tokens,
                 )
             )
             heapq.heappush(ends, (plan.start_s + plan.duration_s, index))
@@ -501,8 +518,12 @@ def simulate(
     done.sort(key=lambda s: int(s.request_id))
     preemptions = sum(e.scheduler.preemptions for e in engines)
     capacity = None if kv_capacity_tokens is None else kv_capacity_tokens * replicas
-    steps = np.array(record, dtype=float).reshape(-1, 8)
-    start, duration, batch, kv, context, prefill, prefill_sq, passes = steps.T
+    steps = np.array(record, dtype=float).reshape(-1, 9)
+    start, duration, batch, kv, context, prefill, prefill_sq, passes, tokens = steps.T
+    drafted = None
+    if speculation is not None:
+        counts = [e.scheduler.spec_counts() for e in engines]
+        drafted = speculation_summary(speculation, counts)
     loop = workload if isinstance(workload, ClosedLoop) else None
     return SimResult(
         done,
@@ -519,4 +540,19 @@ def simulate(
         loop,
         passes.astype(int),
         workload.history if isinstance(workload, Trace) else 0,
+        None if speculation is None else tokens,
+        drafted,
     )
+
+
+def speculation_summary(speculation: Speculation, counts: list[SpecCounts | None]) -> dict[str, Any]:
+    """The speculation configured and what the replicas' draws came to, in vLLM's counter terms."""
+    each = [c for c in counts if c is not None]
+    by_position = [sum(c.accepted_by_position[k] for c in each) for k in range(speculation.num_tokens)]
+    measured = measured_acceptance(
+        sum(c.drafts for c in each),
+        sum(c.draft_tokens for c in each),
+        sum(c.accepted_tokens for c in each),
+        by_position,
+    )
+    return {"configured": speculation.to_dict(), "drawn": None if measured is None else measured.to_dict()}

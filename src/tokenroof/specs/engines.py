@@ -59,7 +59,15 @@ DEFAULT_ENGINE = "generic"  # today's defaults, named: one bandwidth and compute
 PREFILL = ("chunked", "separate")
 DEFAULT_LEVEL = 0.9
 Setting = Literal["max_num_seqs", "max_num_batched_tokens", "memory_fraction"]  # the [server.flags] keys
-Metric = Literal["running", "waiting", "preemptions"]  # the [server.metrics] keys
+Metric = Literal[
+    "running",
+    "waiting",
+    "preemptions",
+    "spec_drafts",
+    "spec_draft_tokens",
+    "spec_accepted",
+    "spec_accepted_by_position",
+]  # the [server.metrics] keys
 SERVER_NAME = re.compile(r"[a-z0-9][a-z0-9-]*")
 CLI_FLAG = re.compile(r"--?[A-Za-z][A-Za-z0-9_-]*")
 METRIC_NAME = re.compile(r"[a-zA-Z_:][a-zA-Z0-9_:]*")  # Prometheus exposition format: a metric name
@@ -288,6 +296,12 @@ class ServerMetrics(Section):
     running: MetricName | None = None
     waiting: MetricName | None = None
     preemptions: MetricName | None = None  # a counter: sequences preempted for KV-cache room since the server started
+    # speculative decoding's counters: verify steps × sequences, drafted tokens, accepted tokens, and accepted tokens
+    # by drafted position (one sample per `position` label, 0 first)
+    spec_drafts: MetricName | None = None
+    spec_draft_tokens: MetricName | None = None
+    spec_accepted: MetricName | None = None
+    spec_accepted_by_position: MetricName | None = None
 
 
 class ServerDefaults(Section):

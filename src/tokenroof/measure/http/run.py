@@ -324,6 +324,9 @@ class Bench:
         if server_batch is not None:
             data["batch"] = server_batch
         data["preemptions"] = scraper.preempted_in(*run.window_s)  # None: the server exports no counter
+        drafted = scraper.drafted_in(*run.window_s)  # speculative decoding, where the server speculates
+        if drafted is not None:
+            data["speculation"] = drafted.to_dict()
         summary.invalid = validity(summary, run, monitor, cfg.max_failure_fraction)
         cached = data["cached_prompt_fraction"]
         if cached is not None and cached > CACHED_REMARK:

@@ -20,10 +20,14 @@ from dataclasses import dataclass, field
 
 import aiohttp
 
+from tokenroof.model.speculative import MeasuredAcceptance, measured_acceptance
 from tokenroof.specs.engines import server_metrics
 
 GAUGES = tuple(server_metrics("running").values())  # each server's running-batch gauge, in server-name order
 PREEMPTIONS = tuple(server_metrics("preemptions").values())  # each server's preemption counter, where it has one
+SPEC = ("spec_drafts", "spec_draft_tokens", "spec_accepted")  # speculative decoding's counters, per server
+SPEC_NAMES = {key: tuple(server_metrics(key).values()) for key in SPEC}  # type: ignore[arg-type]
+BY_POSITION = tuple(server_metrics("spec_accepted_by_position").values())
 PERIOD_S = 0.1
 
 
@@ -38,26 +42,55 @@ def running_from_metrics(text: str) -> float | None:
     return None if value is None or math.isnan(value) else value
 
 
-def metrics_from_text(text: str) -> tuple[float | None, float | None]:
-    """The running-batch gauge and the preemption counter (each the first of the known names found, summed over
-    label sets); None where absent, NaN where present but not a finite non-negative number (a bad sample)."""
+def parse_metrics(text: str) -> dict[str, float] | None:
+    """The known samples of a /metrics text, each summed over its label sets (by drafted position apart:
+    `name[k]`); None when the text does not parse."""
     from prometheus_client.parser import text_string_to_metric_families
 
     found: dict[str, float] = {}
-    wanted = set(GAUGES) | set(PREEMPTIONS)
+    wanted = set(GAUGES) | set(PREEMPTIONS) | {n for names in SPEC_NAMES.values() for n in names}
     try:
         for family in text_string_to_metric_families(text):
             for sample in family.samples:
-                if sample.name in wanted:
-                    found[sample.name] = found.get(sample.name, 0.0) + float(sample.value)
+                name = sample.name
+                if name in BY_POSITION:
+                    name = f"{name}[{int(sample.labels.get('position', 0))}]"
+                elif name not in wanted:
+                    continue
+                found[name] = found.get(name, 0.0) + float(sample.value)
     except (ValueError, TypeError, IndexError):
+        return None
+    return found
+
+
+def first_of(found: dict[str, float], names: tuple[str, ...]) -> float | None:
+    """The first of `names` found; NaN where it is not a finite non-negative number (a bad sample)."""
+    value = next((found[n] for n in names if n in found), None)
+    return value if value is None or (math.isfinite(value) and value >= 0) else math.nan
+
+
+def metrics_from_text(text: str) -> tuple[float | None, float | None]:
+    """The running-batch gauge and the preemption counter (each the first of the known names found, summed over
+    label sets); None where absent, NaN where present but not a finite non-negative number (a bad sample)."""
+    found = parse_metrics(text)
+    if found is None:
         return None, None
+    return first_of(found, GAUGES), first_of(found, PREEMPTIONS)
 
-    def first(names: tuple[str, ...]) -> float | None:
-        value = next((found[n] for n in names if n in found), None)
-        return value if value is None or (math.isfinite(value) and value >= 0) else math.nan
 
-    return first(GAUGES), first(PREEMPTIONS)
+def spec_counters(found: dict[str, float]) -> tuple[float, ...] | None:
+    """Speculative decoding's counters — drafts, drafted tokens, accepted tokens, then accepted by position — or None
+    when the server exports none (it does not speculate, or has no such counters) or one is not a count."""
+    values = [first_of(found, SPEC_NAMES[key]) for key in SPEC]
+    if any(v is None or math.isnan(v) for v in values):
+        return None
+    by_position = []
+    for k in range(64):
+        value = next((found[f"{n}[{k}]"] for n in BY_POSITION if f"{n}[{k}]" in found), None)
+        if value is None:
+            break
+        by_position.append(value)
+    return (*values, *by_position)  # type: ignore[arg-type]
 
 
 @dataclass
@@ -67,6 +100,7 @@ class BatchScraper:
     t0: float
     samples: list[tuple[float, float]] = field(default_factory=list)
     preemptions: list[tuple[float, float]] = field(default_factory=list)  # the counter's readings, where it has one
+    speculation: list[tuple[float, tuple[float, ...]]] = field(default_factory=list)  # spec-decode counter readings
     bad: int = 0  # samples of the gauge that were not a count (NaN, negative, infinite): dropped
     _task: asyncio.Task[None] | None = None
 
@@ -76,10 +110,15 @@ class BatchScraper:
                 async with self.session.get(self.url.rstrip("/") + "/metrics") as response:
                     if response.status != 200:
                         return
-                    value, preempted = metrics_from_text(await response.text())
-                if value is None:
+                    found = parse_metrics(await response.text())
+                value = None if found is None else first_of(found, GAUGES)
+                if found is None or value is None:
                     return  # no known gauge: stop asking
+                preempted = first_of(found, PREEMPTIONS)
                 now = time.perf_counter() - self.t0
+                drafted = spec_counters(found)
+                if drafted is not None:
+                    self.speculation.append((now, drafted))
                 if math.isnan(value):
                     self.bad += 1
                 else:
@@ -104,6 +143,15 @@ class BatchScraper:
         if len(inside) < 2:
             return None
         return max(inside[-1] - inside[0], 0.0)
+
+    def drafted_in(self, w0: float, w1: float) -> MeasuredAcceptance | None:
+        """What the server's proposer drafted and had accepted between the readings around [w0, w1] (None: it does
+        not speculate, exports no counters, or fewer than two readings fell in the window)."""
+        inside = [v for t, v in self.speculation if w0 <= t <= w1]
+        if len(inside) < 2 or len(inside[0]) != len(inside[-1]):
+            return None
+        delta = [b - a for a, b in zip(inside[0], inside[-1], strict=True)]
+        return measured_acceptance(delta[0], delta[1], delta[2], delta[3:])
 
     def mean_in(self, w0: float, w1: float, limit: float = math.inf) -> float | None:
         """The gauge's mean over [w0, w1] (None: fewer than 5 samples), samples above `limit` (more sequences than

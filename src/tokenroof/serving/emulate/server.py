@@ -21,6 +21,7 @@ from aiohttp import web
 from aiohttp.http_exceptions import HttpProcessingError
 
 from tokenroof.errors import ParameterError, TokenroofError
+from tokenroof.model.speculative import Speculation
 from tokenroof.model.stepmodel import StepModel
 from tokenroof.serving.emulate import protocol as proto
 from tokenroof.serving.emulate.checks import SHUTDOWN_TIMEOUT_S, bind_failure, check_step_model, start_site
@@ -54,6 +55,8 @@ class Emulator:
     errors_total: int = 0
     runner: StepRunner | None = None  # a real engine computing each step (`serve`); None: sleep the model's time
     per_slot_kv: bool = False  # llama-server's per-slot KV streams: a pass per run of consecutive busy slots
+    speculation: Speculation | None = None  # speculative decoding: several tokens a step, vLLM's counters on /metrics
+    seed: int = 0  # speculation's acceptance draws
     scheduler: BatchScheduler = field(init=False)
 
     def __post_init__(self) -> None:
@@ -71,6 +74,8 @@ class Emulator:
             self.kv_cache_tokens,
             max_num_batched_tokens=self.max_num_batched_tokens,
             per_slot_kv=self.per_slot_kv,
+            speculation=self.speculation,
+            seed=self.seed,
         )
 
     # -- engine -------------------------------------------------------------------
@@ -255,7 +260,19 @@ class Emulator:
                 engine.restarts,
             ),
         ]
+        counts = sched.spec_counts()
+        if counts is not None:  # vLLM V1's spec-decode counters (vllm/v1/spec_decode/metrics.py), under its names
+            lines += [
+                ("vllm:spec_decode_num_drafts_total", "counter", "Verify steps × sequences", counts.drafts),
+                ("vllm:spec_decode_num_draft_tokens_total", "counter", "Drafted tokens", counts.draft_tokens),
+                ("vllm:spec_decode_num_accepted_tokens_total", "counter", "Accepted tokens", counts.accepted_tokens),
+            ]
         text = "".join(f"# HELP {n} {h}\n# TYPE {n} {t}\n{n}{label} {v}\n" for n, t, h, v in lines)
+        if counts is not None:
+            name = "vllm:spec_decode_num_accepted_tokens_per_pos_total"
+            text += f"# HELP {name} Accepted tokens by drafted position\n# TYPE {name} counter\n"
+            for k, value in enumerate(counts.accepted_by_position):
+                text += f'{name}{{model_name="{self.model_name}",position="{k}"}} {value}\n'
         return web.Response(text=text, content_type="text/plain")
 
     def app(self) -> web.Application:

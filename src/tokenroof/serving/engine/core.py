@@ -22,6 +22,12 @@ plan at time `now`, waits `plan.duration_s` (really, for `emulate`; virtually, f
   consecutive busy slot ids among its decoding sequences plus one per run among the prompts it prefills
   (llama.cpp splits such a batch with `split_equal(sequential)`: each ubatch holds consecutive sequence ids).
   Each pass past the first costs the step model's empty step (`t_fixed` and the weights' read).
+- With speculative decoding (`speculation`), a sequence's first token comes from its prefill step as before, and
+  each later step emits a random 1..γ + 1 tokens, drawn when it starts running (`Speculation.emitted_probabilities`,
+  seeded): a sequence finishes at the step its draws reach `max_tokens`. The step costs the verify over b·(γ + 1)
+  tokens plus the proposer's passes (`Speculation.step_s`); the KV the step reads grows by the expected
+  tokens per step, and each running sequence reserves γ + 1 slots for the next. `spec_counts` gives vLLM's
+  spec-decode counters (drafts, drafted and accepted tokens, accepted by position) over what has run.
 - Step time: `StepModel.step_s` — `t_fixed + max(t_weights(b + p), (b + p)·t_compute + t_attn·Σctx) + Σctx·t_kv
   + b·t_seq` for b running sequences, p prompt tokens being prefilled and ctx each sequence's current length:
   the DESIGN.md step model with each step's own contexts, from the same object every command uses.
@@ -40,7 +46,10 @@ from collections import deque
 from dataclasses import dataclass, field
 from typing import NamedTuple
 
+import numpy as np
+
 from tokenroof.errors import TokenroofError
+from tokenroof.model.speculative import Speculation
 from tokenroof.model.stepmodel import StepModel
 
 
@@ -61,6 +70,8 @@ class Sequence:
     first_token_s: float | None = None
     finished_s: float | None = None
     aborted: bool = False
+    draws: np.ndarray | None = None  # speculative decoding: tokens emitted by each decode step of this admission
+    tokens_after: np.ndarray | None = None  # ... and the tokens emitted after each step (its prefill step first)
 
     @property
     def context_at_admission(self) -> int:
@@ -68,6 +79,8 @@ class Sequence:
 
     @property
     def finish_step(self) -> int:
+        if self.tokens_after is not None:
+            return self.admitted_step + len(self.tokens_after) - 1
         return self.admitted_step + self.max_tokens - self.done_tokens - 1
 
 
@@ -86,10 +99,25 @@ class StepPlan(NamedTuple):
     context_tokens: float = 0.0  # Σ context over the running sequences (what the step reads)
     prefill_sq: float = 0.0  # Σ chunk² of the prompt tokens (their causal attention)
     passes: int = 1  # forward passes the step runs (more than one only with per-slot KV streams)
+    emitted: float = -1.0  # tokens the step emits (expected, when speculating); -1: one per running sequence
+
+    @property
+    def tokens(self) -> float:
+        return self.batch if self.emitted < 0 else self.emitted
 
     @property
     def end_s(self) -> float:
         return self.start_s + self.duration_s
+
+
+class SpecCounts(NamedTuple):
+    """Speculative decoding's counters, as vLLM names them: verify steps × sequences (`drafts`), drafted tokens,
+    accepted tokens, and how often each drafted position was accepted."""
+
+    drafts: int
+    draft_tokens: int
+    accepted_tokens: int
+    accepted_by_position: tuple[int, ...]
 
 
 def slot_runs(slots: list[int]) -> int:
@@ -114,6 +142,8 @@ class BatchScheduler:
     block_size: int = 16
     max_num_batched_tokens: int | None = None  # token budget per step (chunked prefill); None: whole prompts
     per_slot_kv: bool = False  # llama.cpp's per-slot KV streams: a step runs one pass per run of consecutive slots
+    speculation: Speculation | None = None  # speculative decoding: γ drafts a step, verified together
+    seed: int = 0  # the acceptance draws of speculative decoding
     waiting: deque[Sequence] = field(default_factory=deque)
     prefilling: deque[Sequence] = field(default_factory=deque)
     running: dict[str, Sequence] = field(default_factory=dict)
@@ -127,9 +157,18 @@ class BatchScheduler:
     _slot_of: dict[str, int] = field(default_factory=dict)  # per-slot KV: the slot each admitted sequence holds
     _released: list[int] = field(default_factory=list)  # per-slot KV: per slot, the order it was last released in
     _releases: int = 0
+    _gain: float = 1.0  # expected tokens a running sequence gains per step (E with speculation)
+    _lookahead: int = 1  # KV slots a running sequence needs for its next step (γ + 1 with speculation)
+    _rng: np.random.Generator | None = None
+    _spec_done: list[int] = field(default_factory=list)  # drafts, accepted, accepted at each position: of departed
 
     def __post_init__(self) -> None:
         self._released = [-1] * self.max_num_seqs
+        if self.speculation is not None:
+            self._gain = self.speculation.tokens_per_step
+            self._lookahead = self.speculation.num_tokens + 1
+            self._rng = np.random.default_rng(self.seed)
+            self._spec_done = [0] * (2 + self.speculation.num_tokens)
         if self.max_num_seqs < 1:
             raise TokenroofError(f"max_num_seqs must be at least 1, got {self.max_num_seqs}")
         if self.kv_capacity_tokens is not None and self.kv_capacity_tokens < self.block_size:
@@ -156,18 +195,64 @@ class BatchScheduler:
         """Tokens a sequence has emitted so far."""
         if seq.admitted_step < 0 or seq.request_id not in self.running:
             return seq.done_tokens if seq.finished_s is None else seq.max_tokens
-        return min(seq.done_tokens + self.steps - seq.admitted_step, seq.max_tokens)
+        ran = self.steps - seq.admitted_step  # steps completed since its admission
+        if seq.tokens_after is None or ran == 0:
+            return min(seq.done_tokens + ran, seq.max_tokens)
+        made = int(seq.tokens_after[min(ran, len(seq.tokens_after)) - 1])
+        return min(seq.done_tokens + made, seq.max_tokens)
+
+    def _draw(self, seq: Sequence) -> None:
+        """Speculative decoding: the tokens each of the sequence's steps will emit, until it has `max_tokens`."""
+        assert self.speculation is not None and self._rng is not None
+        left = seq.max_tokens - seq.done_tokens
+        probs = self.speculation.emitted_probabilities()
+        draws = self._rng.choice(len(probs), size=max(left - 1, 0), p=probs) + 1
+        after = np.concatenate(([1], 1 + np.cumsum(draws)))
+        steps = int(np.searchsorted(after, left)) + 1  # the first step whose tokens reach what is left
+        seq.draws, seq.tokens_after = draws[: steps - 1], after[:steps]
+
+    def _count_drafts(self, seq: Sequence, ran: int) -> None:
+        """Add a departing sequence's verify steps (`ran` steps completed, its prefill step first) to the counts."""
+        if seq.draws is None or ran <= 1:
+            return
+        accepted = seq.draws[: ran - 1] - 1
+        self._spec_done[0] += len(accepted)
+        self._spec_done[1] += int(accepted.sum())
+        for position in range(self.speculation.num_tokens if self.speculation else 0):
+            self._spec_done[2 + position] += int(np.count_nonzero(accepted > position))
+
+    def spec_counts(self) -> SpecCounts | None:
+        """vLLM's spec-decode counters over the steps completed (None without speculation)."""
+        if self.speculation is None:
+            return None
+        done = list(self._spec_done)
+        saved = self._spec_done
+        try:  # the running sequences' steps so far, as if they departed now
+            self._spec_done = done
+            for seq in self.running.values():
+                self._count_drafts(seq, self.steps - seq.admitted_step)
+        finally:
+            self._spec_done = saved
+        return SpecCounts(done[0], done[0] * self.speculation.num_tokens, done[1], tuple(done[2:]))
 
     def _footprint(self, tokens: int) -> int:
         return tokens + self.block_size - 1
 
-    def kv_tokens_next_step(self, extra: int = 0) -> int:
+    def _contexts(self, b: int) -> float:
+        """Σ context over the `b` running sequences (speculating: expected, E tokens a step after the first)."""
+        if self._gain == 1.0:
+            return self._sum_ctx0 + b * self.steps - self._sum_admit
+        return self._sum_ctx0 + self._gain * (b * self.steps - self._sum_admit)
+
+    def kv_tokens_next_step(self, extra: int = 0) -> float:
         """KV tokens held after the next step (upper bound): running sequences, prefill reservations, `extra`."""
         b = len(self.running)
-        contexts = self._sum_ctx0 + b * self.steps - self._sum_admit
-        return contexts + b + b * (self.block_size - 1) + self._reserved + extra
+        return self._contexts(b) + b * self._lookahead + b * (self.block_size - 1) + self._reserved + extra
 
-    def _leave(self, seq: Sequence, release: bool = True) -> None:
+    def _leave(self, seq: Sequence, release: bool = True, ran: int | None = None) -> None:
+        """Take a sequence out of the running batch; `ran`: the steps it completed (default: those before now)."""
+        if seq.draws is not None:
+            self._count_drafts(seq, self.steps - seq.admitted_step if ran is None else ran)
         if release:
             self._release_slot(seq)
         del self.running[seq.request_id]
@@ -180,7 +265,7 @@ class BatchScheduler:
         capacity = self.kv_capacity_tokens
         while capacity is not None and len(self.running) > 1 and self.kv_tokens_next_step() > capacity:
             victim = self.running[next(reversed(self.running))]
-            generated_now = self.steps - victim.admitted_step
+            generated_now = self.generated(victim) - victim.done_tokens
             self._leave(victim)
             victim.done_tokens += generated_now
             victim.admission += 1
@@ -247,6 +332,8 @@ class BatchScheduler:
         return self.kv_tokens_next_step(need) <= self.kv_capacity_tokens
 
     def _start_running(self, seq: Sequence) -> None:
+        if self.speculation is not None:
+            self._draw(seq)
         seq.admitted_step = self.steps
         self.running[seq.request_id] = seq
         self._sum_ctx0 += seq.context_at_admission
@@ -292,14 +379,30 @@ class BatchScheduler:
         batch = len(self.running)
         if batch == 0 and prefill == 0:
             return None
-        total_ctx = float(self._sum_ctx0 + batch * self.steps - self._sum_admit)
-        duration = self.model.step_s(batch, total_ctx, prefill, prefill_sq)
+        total_ctx = float(self._contexts(batch))
+        if self.speculation is None:
+            duration = self.model.step_s(batch, total_ctx, prefill, prefill_sq)
+        else:  # the sequences whose prefill ends now emit their first token, drafting nothing yet
+            verifying = batch - len(completed)
+            duration = self.speculation.step_s(self.model, batch, total_ctx, prefill, prefill_sq, verifying)
         passes = slot_runs(decoding) + slot_runs(prompts) if self.per_slot_kv else 1
         if passes > 1:
             duration += (passes - 1) * self.model.step_s(0, 0.0)
         kv = float(self.kv_tokens_next_step())
+        emitted = -1.0 if self.speculation is None else len(completed) + (batch - len(completed)) * self._gain
         return StepPlan(
-            self.steps, now, duration, batch, tuple(completed), prefill, kv, preempted, total_ctx, prefill_sq, passes
+            self.steps,
+            now,
+            duration,
+            batch,
+            tuple(completed),
+            prefill,
+            kv,
+            preempted,
+            total_ctx,
+            prefill_sq,
+            passes,
+            emitted,
         )
 
     def complete_step(self, plan: StepPlan) -> list[Sequence]:
@@ -313,7 +416,7 @@ class BatchScheduler:
             if seq.aborted or version != seq.admission or seq.request_id not in self.running:
                 continue
             seq.finished_s = plan.end_s
-            self._leave(seq, release=False)
+            self._leave(seq, release=False, ran=self.steps - seq.admitted_step + 1)
             finished.append(seq)
         # llama-server releases a step's finished slots in id order: the lower id counts as released first
         if self.per_slot_kv:

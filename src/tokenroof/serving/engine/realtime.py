@@ -43,7 +43,8 @@ class RealtimeEngine:
         self.scheduler.abort(request_id)
 
     async def run(self) -> None:
-        """Forever: plan a step, sleep until its end, deliver one token per running sequence."""
+        """Forever: plan a step, sleep until its end, deliver each running sequence's new tokens (one a step, or
+        several when speculating)."""
         now = self.clock()
         while True:
             plan = self.scheduler.plan_step(now)
@@ -62,11 +63,13 @@ class RealtimeEngine:
                 plan = plan._replace(start_s=start, duration_s=self.clock() - start)
             self.last_plan = plan
             emitting = self.scheduler.running_sequences()  # the plan's batch, less any aborted meanwhile
+            before = [self.scheduler.generated(seq) for seq in emitting]
             self.scheduler.complete_step(plan)
             self.prompt_tokens_processed += plan.prefill_tokens
-            for seq in emitting:
-                self.tokens_generated += 1
-                self.on_token(seq, self.scheduler.generated(seq), plan.end_s)
+            for seq, made in zip(emitting, before, strict=True):
+                for index in range(made + 1, self.scheduler.generated(seq) + 1):  # more than one when speculating
+                    self.tokens_generated += 1
+                    self.on_token(seq, index, plan.end_s)
             # the next step starts when this one was due to end, not when delivery finished; a driver more
             # than 50 ms behind (an overloaded machine) restarts from now rather than bursting to catch up
             late = self.clock() - plan.end_s
