@@ -55,6 +55,7 @@ from tokenroof.io.measurements import read_table
 from tokenroof.measure.http.run import BenchConfig, run_bench
 from tokenroof.serving.deployment import Physics
 from tokenroof.serving.emulate.process import server_process
+from tokenroof.serving.engine.core import Server
 from tokenroof.serving.replay import serving_fit
 from tokenroof.serving.saturation import at_cap, saturation_rate
 from tokenroof.serving.simulate import Lengths, Trace, simulate
@@ -243,10 +244,9 @@ def run(args: argparse.Namespace) -> None:
     )
     inputs = table.semantics.input_len or args.input_len
     lengths = Lengths(round(inputs)), Lengths(args.output_len)
-    full = at_cap(model, *lengths, args.slots, None, serving.max_num_batched_tokens, per_slot_kv=per_slot_kv)
-    saturation = saturation_rate(
-        model, *lengths, args.slots, None, serving.max_num_batched_tokens, per_slot_kv=per_slot_kv
-    )
+    server = Server(None, serving.max_num_batched_tokens, per_slot_kv)
+    full = at_cap(model, *lengths, args.slots, server)
+    saturation = saturation_rate(model, *lengths, args.slots, server)
     print(
         f"   one replica kept full at {args.slots} slots by a closed loop: {full.throughput_tok_s:.1f} tok/s; "
         f"Poisson arrivals past saturation: {saturation:.3f} req/s carried (the loads' 100%)"

@@ -24,6 +24,7 @@ from tokenroof.serving.advise import (
     throughput_latency_knee,
 )
 from tokenroof.serving.deployment import Physics
+from tokenroof.serving.engine.core import Server
 from tokenroof.serving.saturation import advise_cap
 from tokenroof.serving.simulate import Lengths
 
@@ -247,12 +248,12 @@ def test_first_principles_answer_on_the_scheduler() -> None:
     flags = MeasuredWorkload(input_len=100, output_len=20)
     d = advise_answer([], PHYSICS, flags, Targets(40.0))
     sm = PHYSICS.step_model()
-    direct = advise_cap(sm, Lengths(100), Lengths(20), 40.0, None, "p99", PHYSICS.kv_pool_tokens(), None)
+    direct = advise_cap(sm, Lengths(100), Lengths(20), 40.0, None, "p99", Server(PHYSICS.kv_pool_tokens()))
     assert d["max_num_seqs"] == direct.to_dict()["max_num_seqs"] and d["step_model"] == sm.to_dict()
     assert d["slo"]["statistic"] == "p99"
     assert d["source"] == "first principles: llama-3.1-8b on h100-sxm ×1, run on simulate's scheduler"
     mean = advise_answer([], PHYSICS, flags, Targets(40.0, 5000.0, "mean"), max_num_batched_tokens=8192)
-    direct = advise_cap(sm, Lengths(100), Lengths(20), 40.0, 5000.0, "mean", PHYSICS.kv_pool_tokens(), 8192)
+    direct = advise_cap(sm, Lengths(100), Lengths(20), 40.0, 5000.0, "mean", Server(PHYSICS.kv_pool_tokens(), 8192))
     assert mean["slo"]["statistic"] == "mean" and mean["max_num_seqs"] == direct.to_dict()["max_num_seqs"]
 
 

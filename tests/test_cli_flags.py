@@ -151,3 +151,11 @@ def test_a_bad_config_is_one_line_naming_the_file(tmp_path, capsys, text: str, s
     assert exit_info.value.code == 2
     stderr = capsys.readouterr().err
     assert says in stderr and str(path) in stderr.replace("\n", "") and "Traceback" not in stderr
+
+
+def test_an_integer_too_large_for_a_float_is_refused_in_one_line() -> None:
+    """Found by the ui fuzz test: a 330-digit --tp overflowed the message's %g (an OverflowError, not the error)."""
+    from tokenroof.params import check_flags
+
+    with pytest.raises(TokenroofError, match=r"--tp must be at least 1, got -3\.481e\+307"):
+        check_flags({"tp": -(18**245)})

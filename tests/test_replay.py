@@ -17,6 +17,7 @@ from tokenroof.fit.core import fit_table
 from tokenroof.io.measurements import read_table
 from tokenroof.model.stepmodel import StepModel
 from tokenroof.serving.deployment import Physics
+from tokenroof.serving.engine.core import Server
 from tokenroof.serving.replay import Design, fit_serving, serving_fit
 from tokenroof.serving.saturation import at_cap
 from tokenroof.serving.simulate import ClosedLoop, Lengths, Workload, simulate
@@ -264,8 +265,9 @@ def test_advise_from_vllm_files_is_true_to_them() -> None:
 def test_at_cap_runs_a_closed_loop_of_the_asked_client() -> None:
     """A burst's first wave waits for every prompt before it (the TTFT the vLLM files show); staggered streams do
     not, and the decode steps are the same."""
-    burst = at_cap(EXAMPLES_TRUTH, Lengths(1024), Lengths(256), 64, None, 8192, client="burst")
-    staggered = at_cap(EXAMPLES_TRUTH, Lengths(1024), Lengths(256), 64, None, 8192, client="staggered")
+    budget = Server(None, 8192)
+    burst = at_cap(EXAMPLES_TRUTH, Lengths(1024), Lengths(256), 64, budget, client="burst")
+    staggered = at_cap(EXAMPLES_TRUTH, Lengths(1024), Lengths(256), 64, budget, client="staggered")
     assert burst.ttft_ms["mean"] > 3 * staggered.ttft_ms["mean"]
     assert burst.tpot_ms["mean"] == pytest.approx(staggered.tpot_ms["mean"], rel=0.1)
     with pytest.raises(TokenroofError, match="unknown client"):

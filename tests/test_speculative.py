@@ -215,20 +215,26 @@ def test_a_draft_model_takes_its_share_of_the_kv_pool() -> None:
     assert physics.kv_pool_tokens(ngram) == alone
 
 
-def test_the_emulator_speculates_and_bench_reads_the_acceptance_back(tmp_path: Path) -> None:
-    """The loop closes: an emulator drafting 3 tokens at acceptance 0.8, 0.6, 0.4 exports vLLM's counters; bench's
-    point recovers the acceptance by position and the mean acceptance length within 2%."""
+SPEC = Speculation(3, (0.8, 0.6, 0.4))  # accepted per draft: 0..3 with P 0.2, 0.32, 0.288, 0.192; variance 1.033
+
+
+def bench_speculating_emulator(tmp_path: Path, streams: int, requests: int, output_len: int) -> dict[str, Any]:
+    """bench at one concurrency against an emulator drafting 3 tokens at acceptance 0.8, 0.6, 0.4, 4 ms steps."""
     from tokenroof.measure.http.run import BenchConfig, run_bench
     from tokenroof.serving.emulate.server import Emulator, start
 
-    spec = Speculation(3, (0.8, 0.6, 0.4))
     fast = StepModel(t_fixed_s=2e-3, t_weights_s=2e-3, t_compute_s=0.0, t_kv_token_s=0.0)
 
     async def main() -> list[dict[str, Any]]:
-        runner, url = await start(Emulator(fast, speculation=spec, seed=3))
+        runner, url = await start(Emulator(fast, speculation=SPEC, seed=3))
         try:
             cfg = BenchConfig(
-                url=url, concurrencies=[16], input_len=8, output_len=200, out_dir=tmp_path, requests_per_point=160
+                url=url,
+                concurrencies=[streams],
+                input_len=8,
+                output_len=output_len,
+                out_dir=tmp_path,
+                requests_per_point=requests,
             )
             return await run_bench(cfg)
         finally:
@@ -236,12 +242,42 @@ def test_the_emulator_speculates_and_bench_reads_the_acceptance_back(tmp_path: P
 
     (point,) = asyncio.run(main())
     validate_bench_point(point)
+    return point
+
+
+def check_acceptance_read_back(point: dict[str, Any], tolerance: float | None = None) -> None:
+    """The window's counters against the configured acceptance: the mean acceptance length within `tolerance` (None:
+    4 standard errors of its estimate), each position's rate within 4 binomial standard errors."""
     measured = point["speculation"]
     assert measured["num_speculative_tokens"] == 3
-    assert measured["mean_acceptance_length"] == pytest.approx(spec.tokens_per_step, rel=0.02)
-    assert measured["acceptance_by_position"] == pytest.approx(list(spec.acceptance), rel=0.03)
-    # the tokens arrive in steps of several: TPOT is the step over the tokens a step emits
-    assert point["tpot_ms"]["mean"] == pytest.approx(4.0 / spec.tokens_per_step, rel=0.15)
+    n = measured["drafts"]
+    error = math.sqrt(1.033 / n) / SPEC.tokens_per_step
+    assert measured["mean_acceptance_length"] == pytest.approx(SPEC.tokens_per_step, rel=tolerance or 4 * error)
+    reached = [n, *measured["accepted_by_position"][:-1]]
+    for estimate, truth, k in zip(measured["acceptance_by_position"], SPEC.acceptance, reached, strict=True):
+        assert abs(estimate - truth) < 4 * math.sqrt(truth * (1 - truth) / k)
+
+
+def test_the_emulator_speculates_and_bench_reads_the_acceptance_back(tmp_path: Path) -> None:
+    """The loop closes: the emulator exports vLLM's spec-decode counters, bench differences them over its window
+    (~3,700 drafts here: 0.7% standard error on the mean acceptance length)."""
+    point = bench_speculating_emulator(tmp_path, 8, 80, 120)
+    assert point["speculation"]["drafts"] > 2_000
+    check_acceptance_read_back(point)
+    # a step's tokens arrive in one chunk, as vLLM streams them: the inter-chunk latency is the 4 ms step (one token a
+    # chunk would give 1.6 ms), TPOT the step over the tokens a step emits (plain decode: 4 ms); within 1% alone,
+    # 15% here for a machine shared with other tests (the emulator's steps run late when starved)
+    assert point["itl_ms"]["p50"] == pytest.approx(4.0, rel=0.15)
+    assert point["tpot_ms"]["mean"] == pytest.approx(4.0 / SPEC.tokens_per_step, rel=0.15)
+
+
+@pytest.mark.slow
+def test_bench_reads_the_acceptance_within_two_percent(tmp_path: Path) -> None:
+    """Issue 32's figure: with ~25,000 drafts in the window (0.26% standard error) the mean acceptance length bench
+    reads is within 2% of the configured one."""
+    point = bench_speculating_emulator(tmp_path, 16, 320, 200)
+    assert point["speculation"]["drafts"] > 20_000
+    check_acceptance_read_back(point, tolerance=0.02)
 
 
 def test_the_emulators_metrics_have_vllms_spec_decode_counters() -> None:
@@ -313,3 +349,40 @@ def test_speculation_leaves_plain_runs_alone() -> None:
     a = simulate(TARGET, loop)
     assert a.step_tokens is None and a.speculation is None
     assert np.array_equal(a.step_batches, simulate(TARGET, loop, speculation=None).step_batches)
+
+
+def test_advise_and_plan_weigh_speculation() -> None:
+    """An 8 ms TPOT target on llama-3.1-8b: plain decode meets it only at a cap of 2; EAGLE at acceptance 0.7 (2.53
+    tokens a step) lets a far larger batch meet it. plan weighs the server with and without speculation and picks
+    the cheaper, with vLLM's flags to run it."""
+    from typer.testing import CliRunner
+
+    from tokenroof.cli import app
+
+    runner = CliRunner()
+    deployment = ["-m", "llama-3.1-8b", "-H", "h100-sxm", "--engine", "vllm-v1", "--input-len", "1000"]
+    spec = ["--speculative-config", '{"method": "eagle", "num_speculative_tokens": 3}', "--acceptance-rate", "0.7"]
+    advise = ["advise", *deployment, "--output-len", "300", "--tpot-slo-ms", "8", "--json"]
+    plain, fast = (json.loads(runner.invoke(app, [*advise, *extra]).output) for extra in ([], spec))
+    validate("advise", plain)
+    validate("advise", fast)
+    assert plain["max_num_seqs"] <= 4 < 16 <= fast["max_num_seqs"]
+    assert fast["at_cap"]["tpot_ms"]["p99"] <= 8.0
+    assert fast["engine_flags"] == {
+        "vllm": f"--max-num-seqs {fast['max_num_seqs']} --speculative-config "
+        '\'{"method": "eagle", "num_speculative_tokens": 3}\''
+    }
+    assert any("at the acceptance given (0.7)" in w for w in fast["warnings"])
+    decode_only = runner.invoke(app, ["advise", "-m", "llama-3.1-8b", "-H", "h100-sxm", *spec])
+    assert decode_only.exit_code != 0 and "give --input-len and --output-len" in decode_only.output
+
+    targets = ["--rate", "20", "--output-len", "300", "--tpot-slo-ms", "10", "--ttft-slo-ms", "2000"]
+    search = ["--seeds", "1", "--workers", "1", "--num-requests", "600"]
+    plan = runner.invoke(app, ["plan", *deployment, *targets, *spec, *search, "--json"])
+    assert plan.exit_code == 0, plan.output
+    data = json.loads(plan.output)
+    validate("plan", data)
+    by_method = {c["speculation"]: c for c in data["choices"]}
+    assert set(by_method) == {None, "eagle"}
+    assert by_method["eagle"]["gpus"] < by_method[None]["gpus"]  # 2.5 tokens a step: fewer replicas carry the rate
+    assert data["speculation"]["method"] == "eagle" and "--speculative-config" in data["engine_flags"]["vllm"]

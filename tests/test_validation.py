@@ -75,6 +75,10 @@ def with_line(toml: str, key: str, value: str) -> str:
             {"rope_scaling": {"rope_type": "linear", "factor": -1}},
             "rope_scaling = {…}; factor = -1: must be a finite number, not negative",
         ),
+        (  # found by the property test: a number inside a list (LongRoPE's short_factor) went unchecked
+            {"rope_scaling": {"rope_type": "longrope", "short_factor": [1.0, -1]}},
+            "rope_scaling = {…}; short_factor.1 = -1: must be a finite number, not negative",
+        ),
         ({"rope_parameters": {"rope_theta": -1}}, "rope_parameters.rope_theta = -1; must be a positive number"),
     ],
 )

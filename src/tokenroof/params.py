@@ -87,7 +87,15 @@ def _check_flag(name: str, flag: str, value: Any) -> None:
         bound = f"{'at least' if inclusive else 'above'} {low:g}" + (
             f" and at most {high:g}" if high < math.inf else ""
         )
-        raise TokenroofError(f"{flag} must be {bound}, got {value:g}")
+        raise TokenroofError(f"{flag} must be {bound}, got {shown(value)}")
+
+
+def shown(value: float) -> str:
+    """A number for a message: %g, and an integer too large for a float (%g would overflow) by its digits."""
+    if isinstance(value, float) or abs(value) < 10**15:
+        return f"{value:g}"
+    digits = str(abs(value))
+    return f"{'-' if value < 0 else ''}{digits[0]}.{digits[1:4]}e+{len(digits) - 1}"
 
 
 def whole_numbers(values: Sequence[float], flag: str) -> list[int]:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import replace
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -185,6 +186,15 @@ def plan(
     ray: Annotated[
         str | None, typer.Option("--ray", help="Run the search on a Ray cluster at ADDRESS ('local' starts one here).")
     ] = None,
+    speculative_config: Annotated[
+        str | None,
+        typer.Option(
+            "--speculative-config",
+            help="Weigh speculative decoding too (vLLM's JSON, with --acceptance-rate): the server is planned with "
+            "and without it, and the cheaper wins.",
+        ),
+    ] = None,
+    acceptance_rate: AcceptanceOpt = None,
     json_output: JsonOpt = False,
     plot: PlotOpt = None,
 ) -> None:
@@ -206,6 +216,9 @@ def plan(
         tuple(whole_numbers(parse_numbers(tp_choices, "--tp-choices"), "--tp-choices")) if tp_choices else (tp,),
         tuple(parse_numbers(gpu_cost_per_hour, "--gpu-cost-per-hour")) if gpu_cost_per_hour else (),
     )
+    speculative = speculative_config_of(speculative_config, acceptance_rate)
+    if speculative is not None:
+        choices = replace(choices, speculation=(None, speculative))
     with progress_bar(hidden=json_output, transient=True) as bar:
         task = bar.add_task("planning", total=None)
 

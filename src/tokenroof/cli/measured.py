@@ -9,6 +9,7 @@ import typer
 
 from tokenroof.cli import render
 from tokenroof.cli.common import (
+    AcceptanceOpt,
     ComputeOpt,
     DecodeOnlyOpt,
     DtypeOpt,
@@ -20,6 +21,7 @@ from tokenroof.cli.common import (
     OptModel,
     OutputLenOpt,
     PlotOpt,
+    SpeculativeOpt,
     TpOpt,
     app,
     err,
@@ -27,6 +29,7 @@ from tokenroof.cli.common import (
     handle_errors,
     parse_numbers,
 )
+from tokenroof.cli.common import speculative_config as speculative_config_of
 from tokenroof.errors import TokenroofError
 from tokenroof.fit.physics import Physics
 
@@ -157,6 +160,8 @@ def advise(
     decode_only: DecodeOnlyOpt = False,
     max_num_batched_tokens: Annotated[int | None, typer.Option(help="Token budget per step (chunked prefill).")] = None,
     samples: Annotated[int, typer.Option(help="Samples for the cap's interval.")] = 200,
+    speculative_config: SpeculativeOpt = None,
+    acceptance_rate: AcceptanceOpt = None,
     json_output: JsonOpt = False,
 ) -> None:
     """The largest batch cap (max_num_seqs) that meets a TPOT (and TTFT) target, and the flags to set it.
@@ -172,5 +177,6 @@ def advise(
         contexts[0] if contexts and len(contexts) == 1 else None, input_len, output_len, decode_only
     )
     targets = Targets(tpot_slo_ms, ttft_slo_ms, slo_statistic)
-    data = advise_answer(files or [], physics, flags, targets, max_num_batched_tokens, samples, contexts)
+    speculative = speculative_config_of(speculative_config, acceptance_rate)
+    data = advise_answer(files or [], physics, flags, targets, max_num_batched_tokens, samples, contexts, speculative)
     finish(data, render.advice_contexts if "contexts" in data else render.advice, json_output)

@@ -444,21 +444,30 @@ def workload_line(w: dict[str, Any]) -> str:
 def plan_result(console: Console, data: dict[str, Any]) -> None:
     slo = data["slo"]
     if data.get("choices"):
-        choices = Table(title="hardware and tensor-parallel choices", title_justify="left")
-        for col in ("hardware", "tp", "meets", "GPUs", "cost/hour", "why"):
+        speculating = any(c.get("speculation") for c in data["choices"])
+        title = (
+            "hardware, tensor-parallel and speculation choices"
+            if speculating
+            else "hardware and tensor-parallel choices"
+        )
+        choices = Table(title=title, title_justify="left")
+        for col in ("hardware", "tp", *(["speculation"] if speculating else []), "meets", "GPUs", "cost/hour", "why"):
             choices.add_column(col)
         for c in data["choices"]:
             cost = fmt(c["cost_per_hour"]) if c.get("cost_per_hour") is not None else "—"
             choices.add_row(
                 str(c["hardware"]),
                 str(c["tp"]),
+                *([c.get("speculation") or "none"] if speculating else []),
                 "yes" if c["feasible"] else "no",
                 str(c.get("gpus") or "—"),
                 cost,
                 c["reason"],
             )
         console.print(choices)
-        console.print(f"cheapest: [bold]{data.get('hardware')} ×tp{data.get('tp')}[/]", highlight=False)
+        spec = data.get("speculation")
+        with_spec = f", speculating ({spec['method']}, {spec['num_speculative_tokens']} drafts)" if spec else ""
+        console.print(f"cheapest: [bold]{data.get('hardware')} ×tp{data.get('tp')}{with_spec}[/]", highlight=False)
     stat = slo["statistic"]
     if data.get("workload"):
         console.print(f"workload: {workload_line(data['workload'])}", highlight=False)

@@ -146,6 +146,16 @@ class Speculation:
             return None
         return float(brentq(gain, 1.0, largest, xtol=1e-6, rtol=1e-9))
 
+    def assumption(self) -> str:
+        """What an answer with this speculation rests on, in a sentence: the acceptance given, not measured."""
+        rates = ", ".join(f"{a:.3g}" for a in dict.fromkeys(self.acceptance))
+        proposer = f"{self.draft_name}'s passes priced from its shapes" if self.draft_name else "drafts free (n-gram)"
+        return (
+            f"speculative decoding ({self.method}, {self.num_tokens} drafts a step) at the acceptance given ({rates}): "
+            f"{self.tokens_per_step:.3g} tokens a verify step on average; {proposer}; a real proposer's acceptance "
+            "varies with the traffic (bench on the server measures it)"
+        )
+
     def to_dict(self) -> dict[str, Any]:
         return {
             "method": self.method,
@@ -294,6 +304,15 @@ class SpeculativeConfig:
             raise ParameterError(
                 "a draft model ({}'s \"model\") goes with method 'draft_model', and only with it", "speculative_config"
             )
+
+    def vllm_json(self) -> str:
+        """The same configuration as vLLM's --speculative-config takes it."""
+        import json
+
+        config: dict[str, Any] = {"method": self.method, "num_speculative_tokens": self.num_speculative_tokens}
+        if self.model is not None:
+            config["model"] = self.model
+        return json.dumps(config)
 
 
 def parse_speculative_config(text: str, acceptance: str | None) -> SpeculativeConfig:

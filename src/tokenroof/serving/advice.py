@@ -5,13 +5,18 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
+from tokenroof.model.speculative import SpeculativeConfig
 from tokenroof.specs.engines import server_flags
 
 
-def engine_flags(cap: int) -> dict[str, str]:
+def engine_flags(cap: int, speculative: SpeculativeConfig | None = None) -> dict[str, str]:
     """The same cap in each server's own words: its batch-cap flag from the engines table (specs/data/engines),
-    by server name."""
-    return {server: f"{flag} {cap}" for server, flag in server_flags("max_num_seqs").items()}
+    by server name. With speculative decoding, vLLM's alone, its --speculative-config beside the cap: the one server
+    whose speculation tokenroof spells (SGLang's takes flags of its own, and a cap without them would not speculate)."""
+    flags = {server: f"{flag} {cap}" for server, flag in server_flags("max_num_seqs").items()}
+    if speculative is None:
+        return flags
+    return {"vllm": f"{flags['vllm']} --speculative-config '{speculative.vllm_json()}'"}
 
 
 def advice_dict(

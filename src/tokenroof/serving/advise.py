@@ -12,6 +12,7 @@ from numpy.typing import ArrayLike, NDArray
 
 from tokenroof.errors import ParameterError, TokenroofError, prefixed
 from tokenroof.serving.advice import advice_dict, engine_flags
+from tokenroof.serving.engine.core import Server
 from tokenroof.units import MS_PER_S
 
 if TYPE_CHECKING:
@@ -19,6 +20,7 @@ if TYPE_CHECKING:
     from tokenroof.fit.physics import Physics
     from tokenroof.fit.predict import MeasuredWorkload
     from tokenroof.io.measurements import MeasurementTable
+    from tokenroof.model.speculative import SpeculativeConfig
 
 SEARCH_LIMIT = 1_000_000
 __all__ = ["advice_dict", "advise", "engine_flags", "largest_batch_within"]
@@ -176,6 +178,7 @@ def advise_answer(
     max_num_batched_tokens: int | None = None,
     samples: int = 200,
     contexts: Sequence[float] | None = None,
+    speculative: SpeculativeConfig | None = None,
 ) -> dict[str, Any]:
     """advise's JSON: from the scheduler simulate uses when the lengths are known (prefill included), else from
     the decode step time alone — fitted to `files`, or from first principles — at `contexts` (the decode-only
@@ -194,7 +197,14 @@ def advise_answer(
             "output_len",
         )
     if lengths:
-        return advise_with_prefill(files, physics, flags, targets, max_num_batched_tokens)
+        return advise_with_prefill(files, physics, flags, targets, max_num_batched_tokens, speculative)
+    if speculative is not None:
+        raise ParameterError(
+            "speculative decoding is answered on the scheduler: give {} and {} with {}",
+            "input_len",
+            "output_len",
+            "speculative_config",
+        )
     if targets.ttft_slo_ms is not None:
         raise ParameterError("{} needs {} and {} (the prompts decide TTFT)", "ttft_slo_ms", "input_len", "output_len")
     asked: list[float | None] = list(contexts) if contexts else [None]
@@ -217,6 +227,7 @@ def advise_with_prefill(
     flags: MeasuredWorkload,
     targets: Targets,
     max_num_batched_tokens: int | None,
+    speculative: SpeculativeConfig | None = None,
 ) -> dict[str, Any]:
     """advise from the scheduler: the model fitted on it to the files (or first principles), a replica kept full.
 
@@ -275,6 +286,10 @@ def advise_with_prefill(
     else:
         sm = physics.step_model()
         source = f"first principles: {physics.label()}, run on simulate's scheduler"
+    speculation = None if speculative is None else physics.speculation(speculative)
+    if speculation is not None:
+        notes.append(speculation.assumption())
+    server = Server(physics.kv_pool_tokens(speculative), max_num_batched_tokens, per_slot_kv, speculation)
     result = advise_cap(
         sm,
         Lengths(round(flags.input_len)),
@@ -282,14 +297,14 @@ def advise_with_prefill(
         targets.tpot_slo_ms,
         targets.ttft_slo_ms,
         targets.statistic or "p99",
-        physics.kv_pool_tokens(),
-        max_num_batched_tokens,
+        server,
         source=source,
         client=client,
-        per_slot_kv=per_slot_kv,
     )
     result.warnings = notes + result.warnings
-    return {**result.to_dict(), "step_model": sm.to_dict()}
+    answer = {**result.to_dict(), "step_model": sm.to_dict()}
+    answer["engine_flags"] = engine_flags(answer["max_num_seqs"], speculative)
+    return answer
 
 
 def advise_decode_only(

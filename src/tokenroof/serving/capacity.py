@@ -15,7 +15,11 @@ from pathlib import Path
 from typing import Any, NamedTuple
 
 from tokenroof.errors import ParameterError, TokenroofError
+from tokenroof.model.speculative import SpeculativeConfig
+from tokenroof.model.stepmodel import StepModel
+from tokenroof.serving.advice import engine_flags
 from tokenroof.serving.deployment import Deployment
+from tokenroof.serving.engine.core import Server
 from tokenroof.serving.plan import Slo
 from tokenroof.serving.simulate import ClosedLoop, SimResult, Trace, Workload, goodput_slo, simulate
 
@@ -59,7 +63,7 @@ def simulate_concurrencies(dep: Deployment, concurrencies: Sequence[int], traffi
     from tokenroof.serving.saturation import closed_loop
 
     travelling, _ = dep.step_models()
-    dep = dep.scheduled_as(travelling)
+    server, dep = dep.server(travelling), dep.scheduled_as(travelling)
     sm = travelling.step_model
     if dep.input_len is None or dep.output_len is None:
         raise TokenroofError("simulate needs the prompt and output lengths")
@@ -72,7 +76,9 @@ def simulate_concurrencies(dep: Deployment, concurrencies: Sequence[int], traffi
         loop = closed_loop(c, dep.input_len, dep.output_len, traffic.client, traffic.num_requests)
         if traffic.num_requests is not None:
             loop = replace(loop, num_requests=traffic.num_requests)
-        rows.append({"concurrency": c, "client": traffic.client, **run_one(dep, sm, loop, traffic)[0]})
+        rows.append(
+            {"concurrency": c, "client": traffic.client, **run_one(dep.max_num_seqs, server, sm, loop, traffic)[0]}
+        )
     slo = goodput_slo(traffic.ttft_slo_ms, traffic.tpot_slo_ms) if rows[0]["slo"] else None
     unsteady = [f"at concurrency {row['concurrency']}: {w}" for row in rows for w in row["warnings"]]
     notes = [*travelling.notes(dep.mean_context_tokens), *speculation_notes(dep)]
@@ -86,7 +92,7 @@ def simulate_rates(
     """One simulation (a rate or a trace) or a sweep over rates: the summary (or `points`), how to plot it, and
     whether it is a sweep."""
     travelling, _ = dep.step_models()
-    dep = dep.scheduled_as(travelling)
+    server, dep = dep.server(travelling), dep.scheduled_as(travelling)
     sm = travelling.step_model
     notes = [*travelling.notes(dep.mean_context_tokens if trace is None else None), *speculation_notes(dep)]
     if not rates:
@@ -97,13 +103,16 @@ def simulate_rates(
     if len(rates) > 1:
         if trace is not None or out is not None:
             raise ParameterError("{} and {} take a single {}", "trace", "out", "request_rate")
-        rows = [{"rate_req_s": rate, **run_one(dep, sm, workload(dep, rate, traffic), traffic)[0]} for rate in rates]
+        rows = [
+            {"rate_req_s": rate, **run_one(dep.max_num_seqs, server, sm, workload(dep, rate, traffic), traffic)[0]}
+            for rate in rates
+        ]
         slo = goodput_slo(traffic.ttft_slo_ms, traffic.tpot_slo_ms) if rows[0]["slo"] else None
         unsteady = [f"at {row['rate_req_s']:g} req/s: {w}" for row in rows for w in row["warnings"]]
         data = {"points": rows, "slo": slo, "step_model": sm.to_dict(), "warnings": [*notes, *unsteady]}
         return Simulated(data, True, rows, None, dep)
     offered = Trace.read(trace) if trace is not None else workload(dep, rates[0], traffic)
-    summary, result = run_one(dep, sm, offered, traffic)
+    summary, result = run_one(dep.max_num_seqs, server, sm, offered, traffic)
     summary.update({"step_model": sm.to_dict(), "warnings": [*notes, *summary["warnings"]]})
     if out is not None:
         result.write(out, summary)
@@ -111,19 +120,9 @@ def simulate_rates(
 
 
 def speculation_notes(dep: Deployment) -> list[str]:
-    """What a speculating deployment's answer rests on: the acceptance given, not measured, and the proposer."""
+    """What a speculating deployment's answer rests on (Speculation.assumption); none without speculation."""
     spec = dep.speculation()
-    if spec is None:
-        return []
-    rates = ", ".join(f"{a:.3g}" for a in dict.fromkeys(spec.acceptance))
-    proposer = (
-        f"{spec.draft_name}'s passes priced from its shapes" if spec.draft_name else "drafts free (n-gram lookup)"
-    )
-    return [
-        f"speculative decoding ({spec.method}, {spec.num_tokens} drafts a step) at the acceptance given ({rates}): "
-        f"{spec.tokens_per_step:.3g} tokens a verify step on average; {proposer}; a real proposer's acceptance "
-        "varies with the traffic (bench on the server measures it)"
-    ]
+    return [] if spec is None else [spec.assumption()]
 
 
 def workload(dep: Deployment, rate: float, traffic: Traffic) -> Workload:
@@ -133,19 +132,16 @@ def workload(dep: Deployment, rate: float, traffic: Traffic) -> Workload:
 
 
 def run_one(
-    dep: Deployment, sm: Any, offered: Workload | Trace | ClosedLoop, traffic: Traffic
+    max_num_seqs: int, server: Server, sm: StepModel, offered: Workload | Trace | ClosedLoop, traffic: Traffic
 ) -> tuple[dict[str, Any], SimResult]:
     result = simulate(
         sm,
         offered,
-        dep.max_num_seqs,
+        max_num_seqs,
         traffic.seed,
-        dep.kv_budget_tokens(),
         replicas=traffic.replicas,
         router=traffic.router,
-        max_num_batched_tokens=dep.max_num_batched_tokens,
-        per_slot_kv=bool(dep.per_slot_kv),
-        speculation=dep.speculation(),
+        **server.settings(),
     )
     return result.summary(traffic.ttft_slo_ms, traffic.tpot_slo_ms), result
 
@@ -162,11 +158,13 @@ class Search:
 
 @dataclass(frozen=True)
 class Choices:
-    """What plan compares: hardware names (empty: the deployment's own), tensor-parallel degrees, GPU-hour prices."""
+    """What plan compares: hardware names (empty: the deployment's own), tensor-parallel degrees, GPU-hour prices, and
+    speculative decoding (None: none; given one, plan weighs the server without it and with it)."""
 
     hardware: tuple[str, ...] = ()
     tp: tuple[int, ...] = (1,)
     prices: tuple[float, ...] = ()
+    speculation: tuple[SpeculativeConfig | None, ...] = (None,)
 
     def __post_init__(self) -> None:
         if self.prices and len(self.prices) not in (1, max(len(self.hardware), 1)):
@@ -192,37 +190,43 @@ def plan_choices(
     from tokenroof.serving.plan import make_plan
 
     results, notes, unservable = [], [], []
-    for chip in choices.hardware or (dep.physics.hardware,):
-        for degree in choices.tp:
-            option = dep.with_physics(replace(dep.physics, hardware=chip, tp=degree))
-            why = option.physics.unservable() if option.physics.known else None
-            if why is not None:  # another choice may hold the weights: this one is left out, and says why
-                unservable.append(why)
-                continue
-            travelling, samples = option.step_models(n_samples=4)
-            notes += [n for n in travelling.notes(offered.mean_context_tokens) if n not in notes]
-            budget = option.prompt_budget(travelling)
-            seeds = tuple(range(search.seeds))
-            result = make_plan(
-                [travelling.step_model, *samples],
-                offered,
-                slo,
-                seeds,
-                option.kv_budget_tokens(),
-                search.max_replicas,
-                search.workers,
-                ray_address=search.ray_address,
-                progress=progress,
-                max_num_batched_tokens=budget,
-                per_slot_kv=option.slot_streams(travelling),
-            )
-            entry = {**result.to_dict(), "hardware": chip, "tp": degree, "gpus_per_replica": degree}
-            entry["step_model"] = travelling.step_model.to_dict()
-            if result.chosen is not None:
-                entry["gpus"] = result.chosen.candidate.replicas * degree
-                price = choices.price(chip)
-                entry["cost_per_hour"] = None if price is None else entry["gpus"] * price
-            results.append(entry)
+    options = [
+        (chip, degree, speculative)
+        for chip in choices.hardware or (dep.physics.hardware,)
+        for degree in choices.tp
+        for speculative in choices.speculation
+    ]
+    for chip, degree, speculative in options:  # a hardware, a TP degree, speculation or not
+        option = replace(dep.with_physics(replace(dep.physics, hardware=chip, tp=degree)), speculative=speculative)
+        why = option.physics.unservable() if option.physics.known else None
+        if why is not None:  # another choice may hold the weights: this one is left out, and says why
+            unservable.append(why)
+            continue
+        travelling, samples = option.step_models(n_samples=4)
+        said = [*travelling.notes(offered.mean_context_tokens), *speculation_notes(option)]
+        notes += [n for n in said if n not in notes]
+        result = make_plan(
+            [travelling.step_model, *samples],
+            offered,
+            slo,
+            tuple(range(search.seeds)),
+            option.server(travelling),
+            search.max_replicas,
+            search.workers,
+            ray_address=search.ray_address,
+            progress=progress,
+        )
+        entry = {**result.to_dict(), "hardware": chip, "tp": degree, "gpus_per_replica": degree}
+        entry["step_model"] = travelling.step_model.to_dict()
+        spec = option.speculation()
+        entry["speculation"] = None if spec is None else spec.to_dict()
+        if result.chosen is not None:
+            entry["engine_flags"] = engine_flags(result.chosen.candidate.max_num_seqs, speculative)
+        if result.chosen is not None:
+            entry["gpus"] = result.chosen.candidate.replicas * degree
+            price = choices.price(chip)
+            entry["cost_per_hour"] = None if price is None else entry["gpus"] * price
+        results.append(entry)
     if not results:
         raise TokenroofError(
             unservable[0] if len(unservable) == 1 else "no choice can hold the weights: " + "; ".join(unservable)
@@ -236,5 +240,8 @@ def cheapest(results: list[dict[str, Any]], notes: list[str], priced: bool) -> d
     data = {**data, "warnings": [*data.get("warnings", []), *notes]}
     if len(results) > 1:
         keys = ("hardware", "tp", "feasible", "gpus", "cost_per_hour", "reason")
-        data["choices"] = [{k: r.get(k) for k in keys} for r in results]
+        data["choices"] = [
+            {**{k: r.get(k) for k in keys}, "speculation": r["speculation"] and r["speculation"]["method"]}
+            for r in results
+        ]
     return data

@@ -20,6 +20,7 @@ if TYPE_CHECKING:
     from tokenroof.io.measurements import MeasurementTable
     from tokenroof.model.speculative import Speculation, SpeculativeConfig
     from tokenroof.model.stepmodel import StepModel
+    from tokenroof.serving.engine.core import Server
     from tokenroof.serving.simulate import Lengths
 
 __all__ = ["Deployment", "Physics"]
@@ -126,6 +127,15 @@ class Deployment:
             return self.per_slot_kv
         replayed = travelling.replayed
         return replayed is not None and replayed.kv_slots is not None
+
+    def server(self, travelling: Travelling) -> Server:
+        """Each replica's scheduler settings: the KV budget, the prompt budget and the KV streams (as given, else as
+        `travelling` was measured), and the speculation."""
+        from tokenroof.serving.engine.core import Server
+
+        return Server(
+            self.kv_budget_tokens(), self.prompt_budget(travelling), self.slot_streams(travelling), self.speculation()
+        )
 
     def scheduled_as(self, travelling: Travelling) -> Deployment:
         """This deployment with the scheduler settings `travelling` implies where none were given."""

@@ -25,6 +25,7 @@ import numpy as np
 from tokenroof.errors import ParameterError, TokenroofError
 from tokenroof.model.stepmodel import StepModel
 from tokenroof.serving.advice import engine_flags
+from tokenroof.serving.engine.core import PLAIN, Server
 from tokenroof.serving.saturation import STATISTICS, at_cap
 from tokenroof.serving.simulate import Lengths, Workload, simulate
 
@@ -125,16 +126,6 @@ def _over(
     return None if any(v is None for v in values) else float(pick([v for v in values if v is not None]))
 
 
-@dataclass(frozen=True)
-class Server:
-    """What every replica of a candidate has besides its cap: the KV cache, the prompt budget per step, and whether
-    each slot has its own KV stream (llama-server). Picklable, for the process and Ray pools."""
-
-    kv_capacity_tokens: int | None = None
-    max_num_batched_tokens: int | None = None
-    per_slot_kv: bool = False  # llama-server's per-slot KV streams (serving/engine/core.py)
-
-
 def run_candidate(args: tuple[Candidate, Sequence[StepModel], Workload, Sequence[int], Server]) -> Outcome:
     candidate, models, workload, seeds, server = args
     outcome = Outcome(candidate, workload.num_requests)
@@ -145,11 +136,9 @@ def run_candidate(args: tuple[Candidate, Sequence[StepModel], Workload, Sequence
                 workload,
                 candidate.max_num_seqs,
                 seed,
-                server.kv_capacity_tokens,
                 replicas=candidate.replicas,
                 router="least-outstanding",
-                max_num_batched_tokens=server.max_num_batched_tokens,
-                per_slot_kv=server.per_slot_kv,
+                **server.settings(),
             ).summary()
             outcome.ttft_ms.append(s["ttft_ms"])
             outcome.tpot_ms.append(s["tpot_ms"])
@@ -162,15 +151,7 @@ def run_candidate(args: tuple[Candidate, Sequence[StepModel], Workload, Sequence
 def replica_throughput_tok_s(model: StepModel, workload: Workload, cap: int, server: Server) -> float:
     """What one replica gives kept full at `cap`, its steps also prefilling the prompts (saturation.at_cap: the
     figure advise reports for the same cap)."""
-    return at_cap(
-        model,
-        workload.input_len,
-        workload.output_len,
-        cap,
-        server.kv_capacity_tokens,
-        server.max_num_batched_tokens,
-        per_slot_kv=server.per_slot_kv,
-    ).throughput_tok_s
+    return at_cap(model, workload.input_len, workload.output_len, cap, server).throughput_tok_s
 
 
 def replicas_lower_bound(per_replica_tok_s: float, workload: Workload) -> int:
@@ -272,19 +253,17 @@ def make_plan(
     workload: Workload,
     slo: Slo,
     seeds: Sequence[int] = (0, 1, 2),
-    kv_capacity_tokens: int | None = None,
+    server: Server = PLAIN,
     max_replicas: int = 64,
     workers: int | None = None,
     caps: Sequence[int] = CAPS,
     ray_address: str | None = None,
     progress: Callable[[int, int], None] | None = None,
-    max_num_batched_tokens: int | None = None,
-    per_slot_kv: bool = False,
 ) -> Plan:
-    """Cheapest replica count (then most headroom) meeting both SLOs in every seed × model sample."""
+    """Cheapest replica count (then most headroom) meeting both SLOs in every seed × model sample, each replica a
+    `server` (its KV cache, prompt budget, KV streams and speculation)."""
     if not models:
         raise TokenroofError("no step model to plan with")
-    server = Server(kv_capacity_tokens, max_num_batched_tokens, per_slot_kv)
     best_cap, per_replica = max(
         ((cap, replica_throughput_tok_s(models[0], workload, cap, server)) for cap in caps),
         key=lambda pair: pair[1],

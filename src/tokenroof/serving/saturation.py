@@ -29,6 +29,7 @@ import numpy as np
 from tokenroof.errors import ParameterError, TokenroofError
 from tokenroof.model.stepmodel import StepModel
 from tokenroof.serving.advice import advice_dict
+from tokenroof.serving.engine.core import PLAIN, Server
 from tokenroof.serving.simulate import EVEN, ClosedLoop, Lengths, Workload, simulate
 
 STATISTICS = ("mean", "p50", "p90", "p99")
@@ -94,14 +95,13 @@ def at_cap(
     input_len: Lengths,
     output_len: Lengths,
     max_num_seqs: int,
-    kv_capacity_tokens: int | None = None,
-    max_num_batched_tokens: int | None = None,
+    server: Server = PLAIN,
     seed: int = 0,
     client: str = EVEN,
     requests: int | None = None,
-    per_slot_kv: bool = False,
 ) -> AtCap:
-    """Steady-state throughput, TPOT and TTFT of one replica kept full at `max_num_seqs` (see the module doc)."""
+    """Steady-state throughput, TPOT and TTFT of one replica kept full at `max_num_seqs` (see the module doc), its
+    scheduler a `server` (KV cache, prompt budget, KV streams, speculation)."""
     if max_num_seqs < 1:
         raise TokenroofError(f"max_num_seqs must be at least 1, got {max_num_seqs}")
     if output_len.mean < 2:
@@ -109,15 +109,7 @@ def at_cap(
             f"TPOT needs at least 2 output tokens per request, got {{}} {output_len.mean}", "output_len"
         )
     loop = closed_loop(max_num_seqs, input_len, output_len, client, requests)
-    result = simulate(
-        model,
-        loop,
-        max_num_seqs,
-        seed,
-        kv_capacity_tokens,
-        max_num_batched_tokens=max_num_batched_tokens,
-        per_slot_kv=per_slot_kv,
-    )
+    result = simulate(model, loop, max_num_seqs, seed, **server.settings())
     summary = result.summary()
     return AtCap(
         max_num_seqs,
@@ -134,37 +126,18 @@ def saturation_rate(
     input_len: Lengths,
     output_len: Lengths,
     max_num_seqs: int,
-    kv_capacity_tokens: int | None = None,
-    max_num_batched_tokens: int | None = None,
+    server: Server = PLAIN,
     burstiness: float = 1.0,
     requests: int = 4000,
     seed: int = 0,
-    per_slot_kv: bool = False,
 ) -> float:
     """The request rate one replica carries under arrivals it cannot keep up with (Poisson by default): what an
     open loop past saturation measures. Below a closed loop's figure where a closed loop's streams line up into
     waves whose prompts share their prefill steps (llama.cpp's whole-prompt prefill does); the rate, not tok/s."""
-    kept_full = at_cap(
-        model,
-        input_len,
-        output_len,
-        max_num_seqs,
-        kv_capacity_tokens,
-        max_num_batched_tokens,
-        seed,
-        per_slot_kv=per_slot_kv,
-    )
+    kept_full = at_cap(model, input_len, output_len, max_num_seqs, server, seed)
     offered = 2.0 * kept_full.throughput_tok_s / output_len.mean  # twice what a full closed loop gives: overloaded
     load = Workload(offered, input_len, output_len, num_requests=requests, burstiness=burstiness)
-    result = simulate(
-        model,
-        load,
-        max_num_seqs,
-        seed,
-        kv_capacity_tokens,
-        max_num_batched_tokens=max_num_batched_tokens,
-        per_slot_kv=per_slot_kv,
-    )
+    result = simulate(model, load, max_num_seqs, seed, **server.settings())
     finished = np.sort([s.finished_s or 0.0 for s in result.sequences])
     lo, hi = finished[len(finished) // 5], finished[(4 * len(finished)) // 5]  # the middle of the run: queue full
     return float((4 * len(finished) // 5 - len(finished) // 5) / max(hi - lo, 1e-12))
@@ -204,12 +177,10 @@ def advise_cap(
     tpot_slo_ms: float,
     ttft_slo_ms: float | None = None,
     statistic: str = "p99",
-    kv_capacity_tokens: int | None = None,
-    max_num_batched_tokens: int | None = None,
+    server: Server = PLAIN,
     limit: int = 4096,
     source: str = "",
     client: str = EVEN,
-    per_slot_kv: bool = False,
 ) -> CapAdvice:
     """Largest cap whose steady-state TPOT (and TTFT) `statistic` meets the targets: caps on a doubling grid, then
     bisection between the last that meets them and the first that does not (TPOT grows with the cap)."""
@@ -217,24 +188,16 @@ def advise_cap(
         raise TokenroofError(f"unknown statistic '{statistic}'; known: {', '.join(STATISTICS)}")
     if not 0 < tpot_slo_ms < math.inf or (ttft_slo_ms is not None and not 0 < ttft_slo_ms < math.inf):
         raise TokenroofError("the TPOT and TTFT targets must be positive finite numbers")
-    if kv_capacity_tokens is not None:  # past what the cache holds at full length a larger cap only preempts
-        limit = min(limit, max(2 * kv_capacity_tokens // (input_len.mean + output_len.mean), 1))
-    if max_num_batched_tokens is not None:  # a step holds one token per sequence of its budget, and a prompt's chunk
-        limit = min(limit, max_num_batched_tokens - 1)
+    kv, budget = server.kv_capacity_tokens, server.max_num_batched_tokens
+    if kv is not None:  # past what the cache holds at full length a larger cap only preempts
+        limit = min(limit, max(2 * kv // (input_len.mean + output_len.mean), 1))
+    if budget is not None:  # a step holds one token per sequence of its budget, and a prompt's chunk
+        limit = min(limit, budget - 1)
     memo: dict[int, AtCap] = {}
 
     def run(cap: int) -> AtCap:
         if cap not in memo:
-            memo[cap] = at_cap(
-                model,
-                input_len,
-                output_len,
-                cap,
-                kv_capacity_tokens,
-                max_num_batched_tokens,
-                client=client,
-                per_slot_kv=per_slot_kv,
-            )
+            memo[cap] = at_cap(model, input_len, output_len, cap, server, client=client)
         return memo[cap]
 
     def meets(cap: int) -> bool:

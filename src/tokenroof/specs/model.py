@@ -75,10 +75,20 @@ def _table(value: Any) -> dict[str, Any]:
     finite and not negative."""
     if not isinstance(value, Mapping):
         raise ValueError("must be a JSON object")
-    for key, item in value.items():
-        if isinstance(item, int | float) and not isinstance(item, bool) and not (math.isfinite(item) and item >= 0):
-            raise ValueError(f"{key} = {item}: must be a finite number, not negative")
+    _sane(value)
     return dict(value)
+
+
+def _sane(value: Any, where: str = "") -> None:
+    """Every number in a JSON value, nested lists and objects included (LongRoPE's factor lists), finite and not
+    negative."""
+    items = value.items() if isinstance(value, Mapping) else enumerate(value) if isinstance(value, list) else ()
+    for key, item in items:
+        at = f"{where}{'.' if where else ''}{key}"
+        if isinstance(item, Mapping | list):
+            _sane(item, at)
+        elif isinstance(item, int | float) and not isinstance(item, bool) and not (math.isfinite(item) and item >= 0):
+            raise ValueError(f"{at} = {item}: must be a finite number, not negative")
 
 
 def _layer_type(value: Any) -> str:

@@ -209,17 +209,18 @@ def usage(req: GenerationRequest, completion_tokens: int) -> dict[str, int]:
     }
 
 
-def chunk(req: GenerationRequest, rid: str, index: int, finish: bool) -> bytes:
-    """One SSE event carrying token number `index` (1-based)."""
+def chunk(req: GenerationRequest, rid: str, index: int, finish: bool, tokens: int = 1) -> bytes:
+    """One SSE event carrying `tokens` tokens, the last of them token number `index` (1-based)."""
     reason = "length" if finish else None
+    text = " tok" * tokens
     if req.chat:
-        delta: dict[str, Any] = {"content": " tok"}
-        if index == 1:
+        delta: dict[str, Any] = {"content": text}
+        if index == tokens:  # the first chunk
             delta["role"] = "assistant"
         choice: dict[str, Any] = {"index": 0, "delta": delta, "logprobs": None, "finish_reason": reason}
         obj = "chat.completion.chunk"
     else:
-        choice = {"index": 0, "text": " tok", "logprobs": None, "finish_reason": reason}
+        choice = {"index": 0, "text": text, "logprobs": None, "finish_reason": reason}
         obj = "text_completion"
     return sse({"id": rid, "object": obj, "created": int(time.time()), "model": req.model, "choices": [choice]})
 

@@ -167,8 +167,8 @@ class Emulator:
         try:
             if req.stream:
                 return await self.stream(request, req, rid, queue)
-            for _ in range(req.max_tokens):
-                await self.next_token(queue)
+            while await self.next_token(queue) < req.max_tokens:
+                pass
             return web.json_response(proto.full_response(req, rid, req.max_tokens))
         finally:
             self.queues.pop(rid, None)
@@ -190,11 +190,13 @@ class Emulator:
         self, response: web.StreamResponse, req: proto.GenerationRequest, rid: str, queue: asyncio.Queue[int]
     ) -> None:
         middle = proto.chunk(req, rid, 2, False)  # every token but the first and the last is the same event
+        made = 0
         try:
-            for _ in range(req.max_tokens):
+            while made < req.max_tokens:  # one event a step: one token, or a speculative step's several
                 index = await self.next_token(queue)
-                last = index == req.max_tokens
-                await response.write(middle if index > 1 and not last else proto.chunk(req, rid, index, last))
+                tokens, made, last = index - made, index, index == req.max_tokens
+                plain = tokens == 1 and index > 1 and not last
+                await response.write(middle if plain else proto.chunk(req, rid, index, last, tokens))
             if req.include_usage:
                 await response.write(proto.usage_chunk(req, rid, req.max_tokens))
         except proto.ApiError as exc:  # the engine died mid-stream: the error goes as an event, as vLLM sends it

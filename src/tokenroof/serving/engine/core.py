@@ -44,7 +44,7 @@ import heapq
 import math
 from collections import deque
 from dataclasses import dataclass, field
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 import numpy as np
 
@@ -108,6 +108,31 @@ class StepPlan(NamedTuple):
     @property
     def end_s(self) -> float:
         return self.start_s + self.duration_s
+
+
+@dataclass(frozen=True)
+class Server:
+    """What a replica's scheduler runs with besides its batch cap: the KV cache (tokens; None: unlimited), the prompt
+    tokens a step may prefill (None: whole prompts), whether each slot has its own KV stream (llama-server), and the
+    speculative decoding it does. One object from the flags to every simulation (simulate, advise, plan, emulate);
+    picklable, for the process and Ray pools."""
+
+    kv_capacity_tokens: int | None = None
+    max_num_batched_tokens: int | None = None
+    per_slot_kv: bool = False  # llama-server's per-slot KV streams
+    speculation: Speculation | None = None
+
+    def settings(self) -> dict[str, Any]:
+        """The scheduler's keyword arguments (BatchScheduler's, and simulate's)."""
+        return {
+            "kv_capacity_tokens": self.kv_capacity_tokens,
+            "max_num_batched_tokens": self.max_num_batched_tokens,
+            "per_slot_kv": self.per_slot_kv,
+            "speculation": self.speculation,
+        }
+
+
+PLAIN = Server()  # an unlimited KV cache, whole prompts, one KV stream, no speculation
 
 
 class SpecCounts(NamedTuple):

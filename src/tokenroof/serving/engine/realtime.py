@@ -10,7 +10,7 @@ from typing import Protocol
 
 from tokenroof.serving.engine.core import BatchScheduler, Sequence, StepPlan
 
-TokenCallback = Callable[[Sequence, int, float], None]  # (sequence, token index, time) after each step
+TokenCallback = Callable[[Sequence, int, float], None]  # (sequence, tokens made so far, time) after each step
 
 
 class StepRunner(Protocol):
@@ -43,8 +43,8 @@ class RealtimeEngine:
         self.scheduler.abort(request_id)
 
     async def run(self) -> None:
-        """Forever: plan a step, sleep until its end, deliver each running sequence's new tokens (one a step, or
-        several when speculating)."""
+        """Forever: plan a step, sleep until its end, tell each running sequence how many tokens it has made (one
+        more a step, or several when speculating: one delivery, as vLLM streams a step's tokens in one chunk)."""
         now = self.clock()
         while True:
             plan = self.scheduler.plan_step(now)
@@ -67,9 +67,9 @@ class RealtimeEngine:
             self.scheduler.complete_step(plan)
             self.prompt_tokens_processed += plan.prefill_tokens
             for seq, made in zip(emitting, before, strict=True):
-                for index in range(made + 1, self.scheduler.generated(seq) + 1):  # more than one when speculating
-                    self.tokens_generated += 1
-                    self.on_token(seq, index, plan.end_s)
+                now_made = self.scheduler.generated(seq)  # one token more, or several when speculating
+                self.tokens_generated += now_made - made
+                self.on_token(seq, now_made, plan.end_s)
             # the next step starts when this one was due to end, not when delivery finished; a driver more
             # than 50 ms behind (an overloaded machine) restarts from now rather than bursting to catch up
             late = self.clock() - plan.end_s
