@@ -157,12 +157,13 @@ def roofline_speculation(console: Console, data: dict[str, Any]) -> None:
         if even is None
         else f"it stops paying past batch {fmt(even)}"
     )
-    table = Table(
-        title=f"speculative decoding: {spec['method']}, {spec['num_speculative_tokens']} drafts a step, acceptance "
-        f"{rates} (given) → {spec['tokens_per_step']:.3g} tokens a step; {proposer} "
-        f"({spec['draft_share_at_batch_1']:.0%} of a step at batch 1); {pays}",
-        title_justify="left",
+    console.print(
+        f"speculative decoding: {spec['method']}, {spec['num_speculative_tokens']} drafts a step, acceptance {rates} "
+        f"(given) → {spec['tokens_per_step']:.3g} tokens a step; {proposer} ({spec['draft_share_at_batch_1']:.0%} of "
+        f"a step at batch 1); {pays}",
+        highlight=False,
     )
+    table = Table(title="speculative decoding by batch (the decode step's context)", title_justify="left")
     for col in ("batch", "decode ms", "spec TPOT ms", "spec tok/s", "speed-up"):
         table.add_column(col, justify="right")
     for pt in data["points"]:

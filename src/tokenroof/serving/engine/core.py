@@ -185,6 +185,7 @@ class BatchScheduler:
     _gain: float = 1.0  # expected tokens a running sequence gains per step (E with speculation)
     _lookahead: int = 1  # KV slots a running sequence needs for its next step (γ + 1 with speculation)
     _rng: np.random.Generator | None = None
+    _emitted_cdf: np.ndarray = field(default_factory=lambda: np.zeros(0))
     _spec_done: list[int] = field(default_factory=list)  # drafts, accepted, accepted at each position: of departed
 
     def __post_init__(self) -> None:
@@ -193,6 +194,7 @@ class BatchScheduler:
             self._gain = self.speculation.tokens_per_step
             self._lookahead = self.speculation.num_tokens + 1
             self._rng = np.random.default_rng(self.seed)
+            self._emitted_cdf = np.cumsum(self.speculation.emitted_probabilities())[:-1]  # 1..γ+1 tokens by inversion
             self._spec_done = [0] * (2 + self.speculation.num_tokens)
         if self.max_num_seqs < 1:
             raise TokenroofError(f"max_num_seqs must be at least 1, got {self.max_num_seqs}")
@@ -230,8 +232,7 @@ class BatchScheduler:
         """Speculative decoding: the tokens each of the sequence's steps will emit, until it has `max_tokens`."""
         assert self.speculation is not None and self._rng is not None
         left = seq.max_tokens - seq.done_tokens
-        probs = self.speculation.emitted_probabilities()
-        draws = self._rng.choice(len(probs), size=max(left - 1, 0), p=probs) + 1
+        draws = np.searchsorted(self._emitted_cdf, self._rng.random(max(left - 1, 0)), side="right") + 1
         after = np.concatenate(([1], 1 + np.cumsum(draws)))
         steps = int(np.searchsorted(after, left)) + 1  # the first step whose tokens reach what is left
         seq.draws, seq.tokens_after = draws[: steps - 1], after[:steps]
