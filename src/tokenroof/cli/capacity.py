@@ -97,6 +97,12 @@ def simulate(
     seed: Annotated[int, typer.Option(help="Seed for arrivals and lengths (and speculation's acceptance draws).")] = 0,
     speculative_config: SpeculativeOpt = None,
     acceptance_rate: AcceptanceOpt = None,
+    gpu_cost_per_hour: Annotated[
+        float | None,
+        typer.Option(
+            help="Price of one GPU-hour (US$): the run's $ per million tokens (default: the hardware file's)."
+        ),
+    ] = None,
     json_output: JsonOpt = False,
 ) -> None:
     """Simulate a workload on the emulator's scheduler with a virtual clock (thousands of times real time)."""
@@ -118,6 +124,7 @@ def simulate(
         kv_cache_tokens,
         max_num_batched_tokens,
         speculative=speculative_config_of(speculative_config, acceptance_rate),
+        gpu_cost_per_hour=gpu_cost_per_hour,
     )
     traffic = Traffic(num_requests, burstiness, replicas, router, seed, ttft_slo_ms, tpot_slo_ms, client)
     if concurrency is not None:

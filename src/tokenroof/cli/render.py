@@ -62,6 +62,8 @@ def roofline(console: Console, data: dict[str, Any]) -> None:
     roofline_points(console, data)
     if data.get("speculation"):
         roofline_speculation(console, data)
+    if data["cost"]["price"] or data["cost"]["power"]:
+        roofline_bill(console, data)
 
 
 def roofline_workload(w: dict[str, Any]) -> str:
@@ -176,6 +178,40 @@ def roofline_speculation(console: Console, data: dict[str, Any]) -> None:
             f"{speedup:.2f}×" if speedup >= 1 else f"[red]{speedup:.2f}×[/]",
         )
     console.print(table)
+
+
+def roofline_bill(console: Console, data: dict[str, Any]) -> None:
+    """$ per million tokens at the price, and the board's power and energy per output token, at each batch."""
+    price, power = data["cost"]["price"], data["cost"]["power"]
+    said = []
+    if price:
+        said.append(f"{fmt(price['usd_per_hour'])} US$ per GPU-hour ({price['source']})")
+    if power:
+        said.append(f"power {power['source']}")
+    console.print("the bill: " + "; ".join(said), style="dim", highlight=False)
+    inputs = any(pt["usd_per_million_input_tokens"] is not None for pt in data["points"])
+    table = Table(title="the bill by batch", title_justify="left")
+    columns = ["batch"]
+    if price:
+        columns += ["$/M output", *(["$/M input"] if inputs else [])]
+    if power:
+        columns += ["watts", "J/output token"]
+    for col in columns:
+        table.add_column(col, justify="right")
+    for pt in data["points"]:
+        cells = [fmt(pt["batch"])]
+        if price:
+            cells.append(money(pt["usd_per_million_output_tokens"]))
+            if inputs:
+                cells.append(money(pt["usd_per_million_input_tokens"]))
+        if power:
+            cells += [fmt(pt["power_watts"]), fmt(pt["energy_j_per_output_token"])]
+        table.add_row(*cells)
+    console.print(table)
+
+
+def money(value: float | None) -> str:
+    return "—" if value is None else f"{value:,.3g}"
 
 
 def roofline_points(console: Console, data: dict[str, Any]) -> None:
@@ -418,6 +454,8 @@ def simulation(console: Console, data: dict[str, Any]) -> None:
             f"average, {data['preemptions']:,} preemptions",
             highlight=False,
         )
+    if data.get("cost"):
+        console.print(f"the bill: {bill_line(data['cost'])}", highlight=False)
     table = Table(title="latency (ms)", title_justify="left")
     for col in ("metric", "mean", "p50", "p90", "p99"):
         table.add_column(col, justify="right")
@@ -425,6 +463,24 @@ def simulation(console: Console, data: dict[str, Any]) -> None:
         row = data[key]
         table.add_row(key.removesuffix("_ms"), fmt(row["mean"]), fmt(row["p50"]), fmt(row["p90"]), fmt(row["p99"]))
     console.print(table)
+
+
+def bill_line(cost: dict[str, Any]) -> str:
+    """A simulated run's cost and energy in one line, each with where its figures came from."""
+    parts = []
+    price, power = cost["price"], cost["power"]
+    if price:
+        parts.append(
+            f"{money(cost['usd_per_million_output_tokens'])} US$ per million output tokens, "
+            f"{money(cost['usd_per_million_input_tokens'])} per million prompt tokens ({cost['gpus']} GPUs at "
+            f"{fmt(price['usd_per_hour'])} an hour, {price['source']})"
+        )
+    if power:
+        parts.append(
+            f"{fmt(cost['energy_j_per_output_token'])} J per output token at {fmt(cost['power_watts_mean'])} W "
+            f"(power {power['source']})"
+        )
+    return "; ".join(parts)
 
 
 def lengths_text(x: dict[str, Any]) -> str:

@@ -85,6 +85,10 @@ def roofline(
     prompt_tokens: Annotated[float | None, typer.Option(help="Also estimate TTFT for a prompt this long.")] = None,
     speculative_config: SpeculativeOpt = None,
     acceptance_rate: AcceptanceOpt = None,
+    gpu_cost_per_hour: Annotated[
+        float | None,
+        typer.Option(help="Price of one GPU-hour (US$): $ per million tokens beside each batch (default: the file's)."),
+    ] = None,
     json_output: JsonOpt = False,
     plot: PlotOpt = None,
 ) -> None:
@@ -135,6 +139,7 @@ def roofline(
             profile,
             workload,
             speculative,
+            gpu_cost_per_hour,
         )
         for ctx in contexts
     ]

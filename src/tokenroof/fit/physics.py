@@ -16,6 +16,7 @@ DEFAULT_MEMORY_FRACTION = 0.9  # vLLM's --gpu-memory-utilization
 
 if TYPE_CHECKING:
     from tokenroof.fit.core import Prior
+    from tokenroof.model.cost import PowerModel, Price
     from tokenroof.model.speculative import Speculation, SpeculativeConfig
     from tokenroof.model.stepmodel import StepModel
     from tokenroof.specs import Precision
@@ -140,6 +141,20 @@ class Physics:
             config.acceptance,
             draft,
         )
+
+    def price(self, given: float | None = None) -> Price | None:
+        """What one accelerator costs an hour: as given, else the hardware file's, else None (no bill)."""
+        from tokenroof.model.cost import Price, price_of
+
+        if self.hardware is None:
+            return None if given is None else Price(given, "given")
+        return price_of(self._specs()[1], given)
+
+    def power(self) -> PowerModel | None:
+        """The TDP × utilization power model of the hardware (None: unknown hardware, or a file without a TDP)."""
+        from tokenroof.model.cost import power_model
+
+        return None if self.hardware is None else power_model(self._specs()[1])
 
     def prior(self, workload: MeasuredWorkload) -> Prior:
         """The physics prior for a fit of measurements taken under `workload` (centred on the engine profile)."""

@@ -10,6 +10,7 @@ import numpy as np
 
 from tokenroof.errors import ParameterError, TokenroofError
 from tokenroof.model import roofline as rl
+from tokenroof.model.cost import Price, busy_share, power_model, price_of
 from tokenroof.model.speculative import Speculation, SpeculativeConfig, speculation_from_specs
 from tokenroof.model.stepmodel import StepModel, mean_context_tokens
 from tokenroof.specs import HardwareSpec, ModelSpec, Precision, load_model
@@ -118,6 +119,7 @@ class RooflineResult:
     engine: EngineProfile = field(default_factory=load_engine)  # whose efficiencies, and whose error spread
     workload: DecodeWorkload | None = None  # None: the bare decode step at context_tokens
     speculation: Speculation | None = None  # speculative decoding: its TPOT, throughput and speed-up beside each point
+    price: Price | None = None  # what one accelerator costs an hour: $ per million tokens beside each point
 
     @property
     def kv_context_tokens(self) -> float:
@@ -183,9 +185,36 @@ class RooflineResult:
                     "bytes_allreduce": float(costs.bytes_allreduce[i]),
                     "arithmetic_intensity_flops_per_byte": float(costs.arithmetic_intensity_flops_per_byte[i]),
                     **self.speculative_point(float(batch)),
+                    **self.bill(float(running[i]), float(decode[i]), float(step[i])),
                 }
             )
         return rows
+
+    def bill(self, running: float, decode_s: float, step_s: float) -> dict[str, Any]:
+        """What a point costs: dollars a million output (and, with a workload, prompt) tokens at the price, the
+        board's power and the energy per output token (TDP × utilization, see cost.py); None where unknown.
+
+        Bare decode: a `decode_s` step emits `running` tokens, all of its time theirs. Online: a mean step of
+        `step_s` emits `running` tokens and prefills running/output_len prompts, whose share is what they add to
+        the decode step. Static: a wave of `running` sequences is prefilled together, then decodes output_len − 1
+        steps; the prefill's share goes to the prompts."""
+        w, gpus = self.workload, float(self.tp)
+        wave_s, emitted, prompts, share = decode_s, running, 0.0, 0.0
+        if w is not None and w.static:
+            prefill = self.step_model.step_s(0.0, 0.0, running * w.input_len, running * w.input_len**2)
+            wave_s = prefill + (w.output_len - 1) * decode_s
+            emitted, prompts, share = running * w.output_len, running * w.input_len, prefill / wave_s
+        elif w is not None:
+            wave_s, prompts = step_s, running / w.output_len * w.input_len
+            share = max(1.0 - decode_s / step_s, 0.0)
+        out: dict[str, Any] = {"usd_per_million_output_tokens": None, "usd_per_million_input_tokens": None}
+        if self.price is not None:
+            out.update(self.price.split(gpus, wave_s, share, emitted, prompts))
+        power = power_model(self.hardware)
+        watts = None if power is None else power.watts(busy_share(self.step_model, decode_s)) * gpus
+        out["power_watts"] = watts
+        out["energy_j_per_output_token"] = None if watts is None else watts * wave_s / emitted
+        return out
 
     def speculative_point(self, batch: float) -> dict[str, Any]:
         """Speculative decoding at this running batch, on the decode step at the context: TPOT (the step over the
@@ -215,6 +244,7 @@ class RooflineResult:
 
     def to_dict(self) -> dict[str, Any]:
         sm, ctx = self.step_model, self.kv_context_tokens
+        power = power_model(self.hardware)
         ttft = None
         if self.prompt_tokens:
             ttft = (
@@ -251,6 +281,10 @@ class RooflineResult:
             "warnings": list(self.warnings),
             "interval_level": self.engine.accuracy.interval_level,
             "speculation": self.speculation_dict(),
+            "cost": {
+                "price": None if self.price is None else self.price.to_dict(),
+                "power": None if power is None else power.to_dict(),
+            },
             "points": self.points(),
         }
 
@@ -279,6 +313,7 @@ def analyze_roofline(
     engine: EngineProfile | None = None,
     workload: DecodeWorkload | None = None,
     speculation: SpeculativeConfig | None = None,
+    usd_per_hour: float | None = None,
 ) -> RooflineResult:
     """Build the step model from specs and evaluate it over `batches` at `context_tokens`, or, given a `workload`,
     at its mean context with TPOT counted as a benchmark of it counts it (`served_tpot_s`).
@@ -318,7 +353,8 @@ def analyze_roofline(
             speculation.acceptance,
             draft,
         )
-    result = replace(result, engine=engine, workload=workload, speculation=spec)
+    price = price_of(hardware, usd_per_hour)
+    result = replace(result, engine=engine, workload=workload, speculation=spec, price=price)
     warnings += memory_warnings(result, float(arr.max()))
     return result
 

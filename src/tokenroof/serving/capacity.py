@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any, NamedTuple
 
 from tokenroof.errors import ParameterError, TokenroofError
+from tokenroof.model.cost import Billing, Price, usd_per_million_tokens
 from tokenroof.model.speculative import SpeculativeConfig
 from tokenroof.model.stepmodel import StepModel
 from tokenroof.serving.advice import engine_flags
@@ -63,7 +64,7 @@ def simulate_concurrencies(dep: Deployment, concurrencies: Sequence[int], traffi
     from tokenroof.serving.saturation import closed_loop
 
     travelling, _ = dep.step_models()
-    server, dep = dep.server(travelling), dep.scheduled_as(travelling)
+    server, dep, billing = dep.server(travelling), dep.scheduled_as(travelling), dep.billing()
     sm = travelling.step_model
     if dep.input_len is None or dep.output_len is None:
         raise TokenroofError("simulate needs the prompt and output lengths")
@@ -77,7 +78,11 @@ def simulate_concurrencies(dep: Deployment, concurrencies: Sequence[int], traffi
         if traffic.num_requests is not None:
             loop = replace(loop, num_requests=traffic.num_requests)
         rows.append(
-            {"concurrency": c, "client": traffic.client, **run_one(dep.max_num_seqs, server, sm, loop, traffic)[0]}
+            {
+                "concurrency": c,
+                "client": traffic.client,
+                **run_one(dep.max_num_seqs, server, sm, loop, traffic, billing)[0],
+            }
         )
     slo = goodput_slo(traffic.ttft_slo_ms, traffic.tpot_slo_ms) if rows[0]["slo"] else None
     unsteady = [f"at concurrency {row['concurrency']}: {w}" for row in rows for w in row["warnings"]]
@@ -92,7 +97,7 @@ def simulate_rates(
     """One simulation (a rate or a trace) or a sweep over rates: the summary (or `points`), how to plot it, and
     whether it is a sweep."""
     travelling, _ = dep.step_models()
-    server, dep = dep.server(travelling), dep.scheduled_as(travelling)
+    server, dep, billing = dep.server(travelling), dep.scheduled_as(travelling), dep.billing()
     sm = travelling.step_model
     notes = [*travelling.notes(dep.mean_context_tokens if trace is None else None), *speculation_notes(dep)]
     if not rates:
@@ -104,7 +109,10 @@ def simulate_rates(
         if trace is not None or out is not None:
             raise ParameterError("{} and {} take a single {}", "trace", "out", "request_rate")
         rows = [
-            {"rate_req_s": rate, **run_one(dep.max_num_seqs, server, sm, workload(dep, rate, traffic), traffic)[0]}
+            {
+                "rate_req_s": rate,
+                **run_one(dep.max_num_seqs, server, sm, workload(dep, rate, traffic), traffic, billing)[0],
+            }
             for rate in rates
         ]
         slo = goodput_slo(traffic.ttft_slo_ms, traffic.tpot_slo_ms) if rows[0]["slo"] else None
@@ -112,7 +120,7 @@ def simulate_rates(
         data = {"points": rows, "slo": slo, "step_model": sm.to_dict(), "warnings": [*notes, *unsteady]}
         return Simulated(data, True, rows, None, dep)
     offered = Trace.read(trace) if trace is not None else workload(dep, rates[0], traffic)
-    summary, result = run_one(dep.max_num_seqs, server, sm, offered, traffic)
+    summary, result = run_one(dep.max_num_seqs, server, sm, offered, traffic, billing)
     summary.update({"step_model": sm.to_dict(), "warnings": [*notes, *summary["warnings"]]})
     if out is not None:
         result.write(out, summary)
@@ -132,7 +140,12 @@ def workload(dep: Deployment, rate: float, traffic: Traffic) -> Workload:
 
 
 def run_one(
-    max_num_seqs: int, server: Server, sm: StepModel, offered: Workload | Trace | ClosedLoop, traffic: Traffic
+    max_num_seqs: int,
+    server: Server,
+    sm: StepModel,
+    offered: Workload | Trace | ClosedLoop,
+    traffic: Traffic,
+    billing: Billing | None = None,
 ) -> tuple[dict[str, Any], SimResult]:
     result = simulate(
         sm,
@@ -143,7 +156,10 @@ def run_one(
         router=traffic.router,
         **server.settings(),
     )
-    return result.summary(traffic.ttft_slo_ms, traffic.tpot_slo_ms), result
+    summary = result.summary(traffic.ttft_slo_ms, traffic.tpot_slo_ms)
+    if billing is not None and billing.known:
+        summary["cost"] = result.bill(sm, billing.tp, billing.price, billing.power)
+    return summary, result
 
 
 @dataclass(frozen=True)
@@ -222,16 +238,23 @@ def plan_choices(
         entry["speculation"] = None if spec is None else spec.to_dict()
         if result.chosen is not None:
             entry["engine_flags"] = engine_flags(result.chosen.candidate.max_num_seqs, speculative)
+        entry["usd_per_million_output_tokens"] = None
         if result.chosen is not None:
             entry["gpus"] = result.chosen.candidate.replicas * degree
-            price = choices.price(chip)
-            entry["cost_per_hour"] = None if price is None else entry["gpus"] * price
+            given = choices.price(chip)
+            price = option.physics.price(given) if option.physics.known else None if given is None else given
+            usd = price.usd_per_hour if isinstance(price, Price) else price
+            entry["cost_per_hour"] = None if usd is None else entry["gpus"] * usd
+            if usd is not None:  # the whole bill over the output tokens the offered traffic asks for
+                served = offered.rate_req_s * offered.output_len.mean
+                entry["usd_per_million_output_tokens"] = usd_per_million_tokens(usd, entry["gpus"], served)
         results.append(entry)
     if not results:
         raise TokenroofError(
             unservable[0] if len(unservable) == 1 else "no choice can hold the weights: " + "; ".join(unservable)
         )
-    return cheapest(results, [*notes, *(f"left out: {why}" for why in unservable)], bool(choices.prices))
+    priced = all(r.get("cost_per_hour") is not None for r in results if r["feasible"])
+    return cheapest(results, [*notes, *(f"left out: {why}" for why in unservable)], priced and bool(results))
 
 
 def cheapest(results: list[dict[str, Any]], notes: list[str], priced: bool) -> dict[str, Any]:

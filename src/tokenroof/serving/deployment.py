@@ -18,6 +18,7 @@ if TYPE_CHECKING:
     from tokenroof.fit.core import Prior
     from tokenroof.fit.travel import Travelling
     from tokenroof.io.measurements import MeasurementTable
+    from tokenroof.model.cost import Billing
     from tokenroof.model.speculative import Speculation, SpeculativeConfig
     from tokenroof.model.stepmodel import StepModel
     from tokenroof.serving.engine.core import Server
@@ -47,6 +48,7 @@ class Deployment:
     max_num_batched_tokens: int | None = None
     per_slot_kv: bool | None = None  # llama-server's per-slot KV streams; None: as the fitted model was measured
     speculative: SpeculativeConfig | None = None  # speculative decoding (vLLM's --speculative-config)
+    gpu_cost_per_hour: float | None = None  # US$ per accelerator-hour (None: the hardware file's, if any)
 
     def __post_init__(self) -> None:
         if isinstance(self.fit, list | tuple):  # repeated --fit: one table; none given: no fit
@@ -87,6 +89,13 @@ class Deployment:
         if self.kv_cache_tokens is not None:
             return self.kv_cache_tokens
         return self.physics.kv_pool_tokens(self.speculative)
+
+    def billing(self) -> Billing:
+        """How this deployment's runs are billed: its TP's boards at the price (given, else the hardware file's) and
+        the hardware's power model (cost.py)."""
+        from tokenroof.model.cost import Billing
+
+        return Billing(self.physics.tp, self.physics.price(self.gpu_cost_per_hour), self.physics.power())
 
     def speculation(self) -> Speculation | None:
         """The speculative decoding the server runs, its proposer priced on `physics` (None: it does not)."""

@@ -20,6 +20,7 @@ import numpy as np
 from tokenroof.errors import TokenroofError
 from tokenroof.io.csvio import write_rows
 from tokenroof.io.measurements import read_jsonl
+from tokenroof.model.cost import PowerModel, Price, bill_of_steps
 from tokenroof.model.speculative import Speculation, measured_acceptance
 from tokenroof.model.stepmodel import StepModel, mean_context_tokens
 from tokenroof.serving.engine.core import BatchScheduler, Sequence, SpecCounts, StepPlan
@@ -329,6 +330,27 @@ class SimResult:
             "slo": None if ttft_slo_ms is None and tpot_slo_ms is None else goodput_slo(ttft_slo_ms, tpot_slo_ms),
             "warnings": self.steadiness_warnings(w0, w1),
             **({} if self.speculation is None else {"speculation": self.speculation}),
+        }
+
+    def bill(self, sm: StepModel, tp: int, price: Price | None, power: PowerModel | None) -> dict[str, Any]:
+        """The window's bill (model/cost.py): $ a million output and prompt tokens, mean power, energy per output
+        token, over the steps that ended in the window (those throughput counts)."""
+        w0, w1 = self.window_s()
+        ends = self.step_starts_s + self.step_durations_s
+        inside = (ends >= w0) & (ends <= w1)
+        emitted = self.step_batches if self.step_tokens is None else self.step_tokens
+        steps = {
+            "duration_s": self.step_durations_s[inside],
+            "batch": self.step_batches[inside],
+            "context_tokens": (self.step_contexts if self.step_contexts is not None else np.zeros(ends.size))[inside],
+        }
+        prompts = float(self.step_prefill[inside].sum()) if self.step_prefill is not None else 0.0
+        bill = bill_of_steps(sm, steps, w1 - w0, self.replicas, tp, float(emitted[inside].sum()), prompts, price, power)
+        return {
+            **bill,
+            "price": None if price is None else price.to_dict(),
+            "power": None if power is None else power.to_dict(),
+            "gpus": self.replicas * tp,
         }
 
     def steadiness_warnings(self, w0: float, w1: float) -> list[str]:

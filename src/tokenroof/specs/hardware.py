@@ -39,6 +39,9 @@ class HardwareSpec:
     # measured efficiencies (calibrated files): global keys, and per-weight-dtype tables that override them
     efficiencies: Mapping[str, Any] = field(default_factory=dict)
     measured: Mapping[str, Any] = field(default_factory=dict)
+    tdp_watts: float | None = None  # the board's maximum power (thermal design power), from its datasheet
+    idle_watts: float | None = None  # the board's power with nothing running (None: a share of the TDP, cost.py)
+    usd_per_hour: float | None = None  # what one of it costs an hour (the user's price; presets carry none)
 
     def peak_for(self, dtype: str) -> float:
         """Dense peak FLOP/s for a compute dtype; an error lists the dtypes this chip has."""
@@ -64,6 +67,9 @@ class HardwareSpec:
             "peak_flops_per_s": dict(self.peak_flops_per_s),
             "source": dict(self.source),
             "efficiencies": {k: dict(v) if isinstance(v, Mapping) else v for k, v in self.efficiencies.items()},
+            "tdp_watts": self.tdp_watts,
+            "idle_watts": self.idle_watts,
+            "usd_per_hour": self.usd_per_hour,
         }
 
 
@@ -84,6 +90,10 @@ FLOPS = Plausible(
     (("TFLOP/s", 1e12), ("GFLOP/s", 1e9), ("PFLOP/s", 1e15), ("FLOP/s scaled twice", 1e-12)),
 )
 OVERHEAD_SECONDS = Plausible("seconds", 0.0, 1.0, 1e-3, (("ms", 1e-3), ("µs", 1e-6)))
+WATTS = Plausible("watts", 1.0, 5000.0, 700.0, (("kW", 1e3), ("mW", 1e-3)))
+USD_PER_HOUR = Plausible(
+    "US dollars an hour", 1e-4, 1000.0, 2.5, (("cents an hour", 1e-2), ("dollars a month", 1 / 730))
+)
 
 
 def _dense(value: Any) -> str:
@@ -192,6 +202,15 @@ class HardwareFile(Section):
     efficiencies: Efficiencies = Efficiencies()
     measured: dict[str, Any] = Field(default_factory=dict)  # what `tokenroof calibrate` measured, kept as written
     source: dict[str, Any] = Field(default_factory=dict)
+    tdp_watts: Annotated[float, PlainValidator(WATTS)] | None = None
+    idle_watts: Annotated[float, PlainValidator(WATTS)] | None = None
+    usd_per_hour: Annotated[float, PlainValidator(USD_PER_HOUR)] | None = None
+
+    @model_validator(mode="after")
+    def _idle_below_tdp(self) -> HardwareFile:
+        if self.idle_watts is not None and self.tdp_watts is not None and self.idle_watts >= self.tdp_watts:
+            raise table_error(f"idle_watts ({self.idle_watts:g}) must be below tdp_watts ({self.tdp_watts:g})")
+        return self
 
 
 def hardware_from_dict(data: Mapping[str, Any], origin: str, key: str = "") -> HardwareSpec:
@@ -208,6 +227,9 @@ def hardware_from_dict(data: Mapping[str, Any], origin: str, key: str = "") -> H
         key=key,
         efficiencies=hw.efficiencies.model_dump(exclude_none=True),
         measured=dict(hw.measured),
+        tdp_watts=hw.tdp_watts,
+        idle_watts=hw.idle_watts,
+        usd_per_hour=hw.usd_per_hour,
     )
 
 

@@ -1,0 +1,166 @@
+"""The bill: dollars per million tokens from a price per GPU-hour, joules per token from board power.
+
+Cost. A deployment of `gpus` accelerators at `usd_per_hour` each that emits `tokens_per_s` costs
+usd_per_hour · gpus / 3600 / tokens_per_s dollars a token. Providers price prompt and output tokens apart; the
+honest split is by the time each takes: a step that prefills prompt tokens beside decoding ones costs, on top of
+the decode step, what those prompt tokens add (`step(batch, ctx, prompts) − step(batch, ctx)`), and that share of
+the step's price goes to the prompt tokens, the rest to the output tokens.
+
+Energy. A board draws its idle power while it waits and up to its TDP while it works. Without a meter the model is
+the hardware's TDP × utilization, stated as such:
+
+    P = P_idle + (TDP − P_idle) · u,    u = the busy share of the step (its kernels, not the host's overhead)
+
+and energy per output token = P · T_step / tokens. `bench-local` on a GPU measures the board's power with NVML
+instead and says so (`power_source`).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from tokenroof.errors import ParameterError
+from tokenroof.model.stepmodel import StepModel
+from tokenroof.specs.hardware import HardwareSpec
+
+SECONDS_PER_HOUR = 3600.0
+PER_MILLION = 1e6
+IDLE_SHARE_OF_TDP = 0.1  # an idle H100 SXM draws 60–90 W of its 700 W (nvidia-smi); where a file gives none
+
+
+def usd_per_million_tokens(usd_per_hour: float, gpus: float, tokens_per_s: float) -> float | None:
+    """Dollars a million tokens cost at `tokens_per_s` on `gpus` boards at `usd_per_hour` each (None: no tokens)."""
+    if tokens_per_s <= 0:
+        return None
+    return usd_per_hour * gpus / SECONDS_PER_HOUR / tokens_per_s * PER_MILLION
+
+
+@dataclass(frozen=True)
+class Price:
+    """What one accelerator costs an hour, and where that figure came from."""
+
+    usd_per_hour: float
+    source: str  # "given" (--gpu-cost-per-hour) or the hardware file's
+
+    def __post_init__(self) -> None:
+        if not 0 < self.usd_per_hour < float("inf"):
+            raise ParameterError(
+                f"{{}} must be a positive number of US dollars, got {self.usd_per_hour:g}", "gpu_cost_per_hour"
+            )
+
+    def split(
+        self, gpus: float, step_s: float, prompt_share: float, output_tokens: float, prompt_tokens: float
+    ) -> dict[str, float | None]:
+        """One step's price split by time: `prompt_share` of it to the prompt tokens prefilled in it, the rest to the
+        output tokens it emits ($ a million of each; None where the step has none)."""
+        usd = self.usd_per_hour * gpus / SECONDS_PER_HOUR * step_s
+        return {
+            "usd_per_million_output_tokens": usd * (1 - prompt_share) / output_tokens * PER_MILLION
+            if output_tokens > 0
+            else None,
+            "usd_per_million_input_tokens": usd * prompt_share / prompt_tokens * PER_MILLION
+            if prompt_tokens > 0
+            else None,
+        }
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"usd_per_hour": self.usd_per_hour, "source": self.source}
+
+
+def price_of(hardware: HardwareSpec, given: float | None = None) -> Price | None:
+    """The price per accelerator-hour: as given, else the hardware file's, else None (no bill)."""
+    if given is not None:
+        return Price(given, "given")
+    if hardware.usd_per_hour is not None:
+        return Price(hardware.usd_per_hour, f"the hardware file's ({hardware.key or hardware.name})")
+    return None
+
+
+@dataclass(frozen=True)
+class PowerModel:
+    """Board power from the TDP and the busy share of a step (the module doc's model), per accelerator."""
+
+    tdp_watts: float
+    idle_watts: float
+    source: str
+
+    def watts(self, busy: float) -> float:
+        """Power (W) of a board busy `busy` of the time (clipped to [0, 1])."""
+        return self.idle_watts + (self.tdp_watts - self.idle_watts) * min(max(busy, 0.0), 1.0)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"tdp_watts": self.tdp_watts, "idle_watts": self.idle_watts, "source": self.source}
+
+
+def power_model(hardware: HardwareSpec) -> PowerModel | None:
+    """The TDP × utilization model of this hardware (None: its file gives no TDP)."""
+    if hardware.tdp_watts is None:
+        return None
+    idle = hardware.idle_watts if hardware.idle_watts is not None else IDLE_SHARE_OF_TDP * hardware.tdp_watts
+    said = "its file's idle power" if hardware.idle_watts is not None else f"idle {IDLE_SHARE_OF_TDP:.0%} of it"
+    return PowerModel(
+        hardware.tdp_watts, idle, f"modelled: {hardware.tdp_watts:g} W TDP × the step's busy share, {said}"
+    )
+
+
+def busy_share(sm: StepModel, step_s: float) -> float:
+    """The share of a step its kernels keep the board busy: all of it but the fixed overhead (the host's
+    scheduling, sampling and launches, when the board waits)."""
+    if step_s <= 0:
+        return 0.0
+    return max(step_s - sm.t_fixed_s, 0.0) / step_s
+
+
+def bill_of_steps(
+    sm: StepModel,
+    steps: dict[str, Any],
+    span_s: float,
+    replicas: int,
+    tp: int,
+    output_tokens: float,
+    prompt_tokens: float,
+    price: Price | None,
+    power: PowerModel | None,
+) -> dict[str, Any]:
+    """The bill of a simulated window: `steps` (arrays over the steps of every replica inside it: `duration_s`,
+    `batch`, `context_tokens`) ran on `replicas` × `tp` boards for `span_s` seconds, emitting `output_tokens` and
+    prefilling `prompt_tokens`. A replica's idle time costs as much as its busy time and draws idle power; busy
+    time goes to prompts and outputs by what the prompts added to each step (the step less the decode step of its
+    batch); idle time follows the busy time's split."""
+    import numpy as np
+
+    duration = np.asarray(steps["duration_s"], dtype=float)
+    batch = np.asarray(steps["batch"], dtype=float)
+    zeros = np.zeros_like(duration)
+    decode = np.where(batch > 0, np.minimum(sm.steps_s(batch, steps["context_tokens"], zeros, zeros), duration), 0.0)
+    busy_s = float(duration.sum())
+    share = float(np.clip(duration - decode, 0.0, None).sum()) / busy_s if busy_s > 0 else 0.0
+    idle_s = max(span_s * replicas - busy_s, 0.0)
+    out: dict[str, Any] = {
+        "usd_per_million_output_tokens": None,
+        "usd_per_million_input_tokens": None,
+        "energy_j_per_output_token": None,
+        "power_watts_mean": None,
+    }
+    if price is not None and span_s > 0:
+        out.update(price.split(replicas * tp, span_s, share, output_tokens, prompt_tokens))
+    if power is not None and span_s > 0:
+        watts = np.array([power.watts(busy_share(sm, d)) for d in duration])
+        joules = tp * (float((watts * duration).sum()) + power.idle_watts * idle_s)
+        out["power_watts_mean"] = joules / span_s
+        out["energy_j_per_output_token"] = joules / output_tokens if output_tokens > 0 else None
+    return out
+
+
+@dataclass(frozen=True)
+class Billing:
+    """How a deployment is billed: the boards a replica holds, the price per board-hour and the power model."""
+
+    tp: int = 1
+    price: Price | None = None
+    power: PowerModel | None = None
+
+    @property
+    def known(self) -> bool:
+        return self.price is not None or self.power is not None
