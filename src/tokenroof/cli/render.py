@@ -661,6 +661,10 @@ def bench_local(console: Console, data: dict[str, Any]) -> None:
     if hw:
         for col in ("% of BW", "% of peak", "predicted ms", "error", "bound"):
             table.add_column(col, justify="right")
+    metered = data.get("power_source") is not None
+    if metered:
+        for col in ("watts", "J/token"):
+            table.add_column(col, justify="right")
     for pt in data["points"]:
         row = [
             fmt(pt["batch"]),
@@ -680,8 +684,12 @@ def bench_local(console: Console, data: dict[str, Any]) -> None:
                 f"{error:+.0%}",
                 bound_cell(pt["predicted_bound"]),
             ]
+        if metered:
+            row += [fmt(pt["power_watts"]), fmt(pt["energy_j_per_token"])]
         table.add_row(*row)
     console.print(table)
+    if metered:
+        console.print(f"power {data['power_source']}", style="dim", highlight=False)
     if hw:
         console.print(f"predicted: first principles on {hw['name']}", style="dim", highlight=False)
 

@@ -42,6 +42,7 @@ from tokenroof.measure.local.device import (
     torch_dtype,
 )
 from tokenroof.measure.local.microbench import DRIFT_WARN_RATIO, pass_spread, quietest_median_s
+from tokenroof.measure.local.power import EnergyMeter, energy_meter
 from tokenroof.model import roofline as rl
 from tokenroof.model.stepmodel import StepModel
 from tokenroof.specs import HardwareSpec, ModelSpec, Precision
@@ -100,6 +101,8 @@ class LocalPoint:
     predicted_bound: str | None = None
     bandwidth_fraction: float | None = None  # achieved bytes/s over the hardware's (calibrated) bandwidth
     flops_fraction: float | None = None
+    power_watts: float | None = None  # the board's mean power over the timed steps (NVML; None: no meter)
+    energy_j_per_token: float | None = None  # joules per output token over the timed steps (NVML; None: no meter)
 
     @property
     def throughput_tok_s(self) -> float:
@@ -124,6 +127,7 @@ class LocalResult:
     points: list[LocalPoint] = field(default_factory=list)
     hardware: HardwareSpec | None = None
     warnings: list[str] = field(default_factory=list)
+    power_source: str | None = None  # how the points' power and energy were had (None: not measured)
 
     def provenance(self) -> list[str]:
         c = self.config
@@ -155,6 +159,7 @@ class LocalResult:
             "hardware": None if self.hardware is None else self.hardware.to_dict(),
             "interval_level": 0.8,
             "interval": "_low/_high: p10 and p90 of the timed decode steps",
+            "power_source": self.power_source,
             "points": [p.to_dict() for p in self.points],
             "warnings": self.warnings,
         }
@@ -194,8 +199,11 @@ def build_engine(config: LocalConfig, spec: ModelSpec, device: Any, dtype: Any) 
     return engine
 
 
-def time_batch(engine: Any, config: LocalConfig, batch: int, sync: Callable[[], None]) -> tuple[float, list[float]]:
-    """Prefill one prompt (timed), copy its cache to the batch, warm up, time `steps` decode steps: (TTFT, steps) s."""
+def time_batch(
+    engine: Any, config: LocalConfig, batch: int, sync: Callable[[], None], meter: EnergyMeter | None = None
+) -> tuple[float, list[float], float | None]:
+    """Prefill one prompt (timed), copy its cache to the batch, warm up, time `steps` decode steps: (TTFT, steps) s,
+    and the joules the board drew over the timed steps (None: no meter)."""
     torch = require_torch()
     ctx, device = config.context, engine.device
     gen = torch.Generator().manual_seed(config.seed + batch)
@@ -209,23 +217,36 @@ def time_batch(engine: Any, config: LocalConfig, batch: int, sync: Callable[[], 
     ttft_s = time.perf_counter() - start
     engine.copy_sequence(0, slice(1, batch))
     tokens = logits.argmax(-1, keepdim=True).expand(batch, 1).contiguous()
-    times = []
+    times: list[float] = []
+    drawn_j = None
     for step in range(config.warmup + config.steps):
         sync()
+        if meter is not None and step == config.warmup:
+            drawn_j = -meter.read_j()
         start = time.perf_counter()
         tokens = engine.forward(tokens, ctx + step).argmax(-1, keepdim=True)
         sync()
         if step >= config.warmup:
             times.append(time.perf_counter() - start)
+    if meter is not None and drawn_j is not None:
+        drawn_j += meter.read_j()
     engine.cache = []  # free the KV cache before the next batch allocates its own
-    return ttft_s, times
+    return ttft_s, times, drawn_j
 
 
 def make_point(
-    config: LocalConfig, batch: int, ttfts_s: Sequence[float], rounds_s: Sequence[Sequence[float]]
+    config: LocalConfig,
+    batch: int,
+    ttfts_s: Sequence[float],
+    rounds_s: Sequence[Sequence[float]],
+    drawn_j: Sequence[float] = (),
 ) -> LocalPoint:
-    """TPOT: the lowest per-pass median step; spread over every timed step of this batch (all passes); median TTFT."""
+    """TPOT: the lowest per-pass median step; spread over every timed step of this batch (all passes); median TTFT;
+    energy: every pass's joules over every pass's tokens and time (`drawn_j`, one per pass; none: no meter)."""
     p10, p90, fastest = spread_ms([t for steps in rounds_s for t in steps])
+    seconds = sum(sum(steps) for steps in rounds_s)
+    tokens = batch * sum(len(steps) for steps in rounds_s)
+    joules = sum(drawn_j) if len(drawn_j) == len(rounds_s) and drawn_j else None
     return LocalPoint(
         batch=batch,
         context_tokens=config.context + config.warmup + (config.steps - 1) / 2,
@@ -237,6 +258,8 @@ def make_point(
         steps=sum(len(steps) for steps in rounds_s),
         achieved_bytes_per_s=0.0,
         achieved_flops_per_s=0.0,
+        power_watts=None if joules is None or seconds <= 0 else joules / seconds,
+        energy_j_per_token=None if joules is None or tokens <= 0 else joules / tokens,
     )
 
 
@@ -305,11 +328,16 @@ def run_bench_local(
         config.out.parent.mkdir(parents=True, exist_ok=True)
         write_csv(result, config.out)
     roof = None if hardware is None else rl.step_model_from_specs(spec, hardware, precision)
+    meter, no_meter = energy_meter(device)
+    result.power_source = None if meter is None else meter.source
+    if no_meter is not None:
+        result.warnings.append(no_meter)
     samples: dict[int, tuple[list[float], list[list[float]]]] = {b: ([], []) for b in config.batches}
+    drawn: dict[int, list[float]] = {b: [] for b in config.batches}
     for _ in range(config.rounds):  # round-robin over the batches: drift in machine speed hits every point alike
         for batch in config.batches:
             try:
-                ttft_s, times = time_batch(engine, config, batch, sync)
+                ttft_s, times, drawn_j = time_batch(engine, config, batch, sync, meter)
             except torch.OutOfMemoryError:
                 engine.cache = []
                 raise TokenroofError(
@@ -318,7 +346,9 @@ def run_bench_local(
                 ) from None
             samples[batch][0].append(ttft_s)
             samples[batch][1].append(times)
-            point = make_point(config, batch, *samples[batch])
+            if drawn_j is not None:
+                drawn[batch].append(drawn_j)
+            point = make_point(config, batch, *samples[batch], drawn[batch])
             compare_to_roof(point, spec, precision, hardware, roof)
             result.points = [p for p in result.points if p.batch != batch] + [point]
             if config.out is not None:
