@@ -57,7 +57,7 @@ def test_no_meter_is_said_and_a_cpu_needs_none(monkeypatch: pytest.MonkeyPatch) 
     assert meter is None and why is not None and "could not read the GPU's energy counter" in why
     monkeypatch.setitem(sys.modules, "pynvml", None)  # not installed: import fails
     meter, why = energy_meter(Device("cuda"))
-    assert meter is None and why is not None and "pip install nvidia-ml-py" in why
+    assert meter is None and why is not None and "pip install 'tokenroof[energy]'" in why
 
 
 def test_a_points_energy_by_hand() -> None:

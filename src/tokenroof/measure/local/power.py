@@ -38,7 +38,10 @@ def energy_meter(device: Any) -> tuple[EnergyMeter | None, str | None]:
     try:
         import pynvml  # nvidia-ml-py
     except ImportError:
-        return None, "no power reading: NVML's Python binding is not installed (pip install nvidia-ml-py)"
+        return (
+            None,
+            "no power reading: NVML's Python binding is not installed (pip install 'tokenroof[energy]')",
+        )
     try:
         pynvml.nvmlInit()
         index = device.index if device.index is not None else 0
