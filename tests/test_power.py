@@ -9,6 +9,7 @@ from typing import Any
 
 import pytest
 
+from tokenroof.errors import TokenroofError
 from tokenroof.measure.local.local import LocalConfig, make_point
 from tokenroof.measure.local.power import energy_meter
 
@@ -70,3 +71,54 @@ def test_a_points_energy_by_hand() -> None:
     assert point.energy_j_per_token == pytest.approx(1.75)
     unmetered = make_point(config, 8, [0.1, 0.1], rounds)
     assert unmetered.power_watts is None and unmetered.energy_j_per_token is None
+
+
+def test_the_price_split_and_the_power_model_by_hand() -> None:
+    """$2.50 an hour on 2 GPUs: 1/720 $ a second. A 36 ms step is 5e-5 $; with prompts adding a quarter of it,
+    1.25e-5 $ over 300 prompt tokens (0.0417 $/M) and 3.75e-5 $ over 32 output tokens (1.17 $/M).
+    Power: 700 W TDP, 70 W idle, memory kernels at 0.72: busy 0.9 computing 0.5 → 70 + 630·0.9·0.86 = 557.6 W."""
+    from tokenroof.model.cost import PowerModel, Price, usd_per_million_tokens
+
+    split = Price(2.5, "given").split(2, 0.036, 0.25, 32, 300)
+    assert split["usd_per_million_input_tokens"] == pytest.approx(1.25e-5 / 300 * 1e6)
+    assert split["usd_per_million_output_tokens"] == pytest.approx(3.75e-5 / 32 * 1e6)
+    assert usd_per_million_tokens(2.5, 1, 1000.0) == pytest.approx(2.5 / 3600 / 1000 * 1e6)
+    power = PowerModel(700.0, 70.0, "test", 0.72)
+    assert power.watts(0.9, 0.5) == pytest.approx(70 + 630 * 0.9 * 0.86)
+    assert power.watts(0.0) == 70.0 and power.watts(1.0, 1.0) == 700.0 and power.watts(2.0, 5.0) == 700.0
+    with pytest.raises(TokenroofError, match="gpu_cost_per_hour must be a positive number"):
+        Price(0.0, "given")
+
+
+def test_roofline_simulate_and_plan_carry_the_bill() -> None:
+    """llama-3.1-8b on an H100 (700 W TDP in its file) at $2.50 an hour: at batch 1 a 7 ms step makes 142 tokens a
+    second, $4.9 a million; every command's JSON names the price and the power model it used."""
+    import json
+
+    from typer.testing import CliRunner
+
+    from tests.schemas import validate
+    from tokenroof.cli import app
+
+    runner = CliRunner()
+    deployment = ["-m", "llama-3.1-8b", "-H", "h100-sxm", "--gpu-cost-per-hour", "2.5"]
+    roof = json.loads(runner.invoke(app, ["roofline", *deployment, "--batch", "1,64", "--json"]).output)
+    validate("roofline", roof)
+    one = roof["points"][0]
+    assert one["usd_per_million_output_tokens"] == pytest.approx(2.5 / 3600 / one["throughput_tok_s"] * 1e6)
+    assert roof["cost"]["price"]["source"] == "given" and roof["cost"]["power"]["tdp_watts"] == 700.0
+    assert 70 < one["power_watts"] < roof["points"][1]["power_watts"] <= 700  # busier at batch 64
+    sim = runner.invoke(app, ["simulate", *deployment, "--rate", "2", "--num-requests", "300", "--json"])
+    out = json.loads(sim.output)
+    validate("simulate", out)
+    cost = out["cost"]
+    assert cost["gpus"] == 1 and cost["usd_per_million_output_tokens"] > cost["usd_per_million_input_tokens"] > 0
+    # the whole bill is the output's plus the prompts': 2.5 $/h over the window
+    prompts_per_s = out["request_throughput_req_s"] * 1000
+    spent = (
+        cost["usd_per_million_output_tokens"] * out["throughput_tok_s"]
+        + cost["usd_per_million_input_tokens"] * prompts_per_s
+    )
+    assert spent / 1e6 == pytest.approx(2.5 / 3600, rel=0.05)
+    plain = json.loads(runner.invoke(app, ["roofline", "-m", "llama-3.1-8b", "-H", "a10g", "--json"]).output)
+    assert plain["cost"] == {"price": None, "power": None} and plain["points"][0]["power_watts"] is None

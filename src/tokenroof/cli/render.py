@@ -62,7 +62,7 @@ def roofline(console: Console, data: dict[str, Any]) -> None:
     roofline_points(console, data)
     if data.get("speculation"):
         roofline_speculation(console, data)
-    if data["cost"]["price"] or data["cost"]["power"]:
+    if data["cost"]["price"]:  # the bill when a price is known (--gpu-cost-per-hour); watts and joules in --json
         roofline_bill(console, data)
 
 

@@ -10,7 +10,7 @@ import numpy as np
 
 from tokenroof.errors import ParameterError, TokenroofError
 from tokenroof.model import roofline as rl
-from tokenroof.model.cost import Price, busy_share, power_model, price_of
+from tokenroof.model.cost import Price, busy_share, compute_share, power_model, price_of
 from tokenroof.model.speculative import Speculation, SpeculativeConfig, speculation_from_specs
 from tokenroof.model.stepmodel import StepModel, mean_context_tokens
 from tokenroof.specs import HardwareSpec, ModelSpec, Precision, load_model
@@ -211,7 +211,15 @@ class RooflineResult:
         if self.price is not None:
             out.update(self.price.split(gpus, wave_s, share, emitted, prompts))
         power = power_model(self.hardware)
-        watts = None if power is None else power.watts(busy_share(self.step_model, decode_s)) * gpus
+        watts = None
+        if power is not None:  # the decode step's busy and compute shares, prompts prefilled beside it included
+            sm, ctx = self.step_model, self.kv_context_tokens
+            prompt = 0.0 if w is None or w.static else prompts
+            square = 0.0 if w is None or w.static else prompts * w.input_len
+            compute = compute_share(
+                sm, running, running * ctx, step_s if w and not w.static else decode_s, prompt, square
+            )
+            watts = power.watts(busy_share(sm, decode_s), compute) * gpus
         out["power_watts"] = watts
         out["energy_j_per_output_token"] = None if watts is None else watts * wave_s / emitted
         return out

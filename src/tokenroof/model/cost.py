@@ -9,10 +9,14 @@ the step's price goes to the prompt tokens, the rest to the output tokens.
 Energy. A board draws its idle power while it waits and up to its TDP while it works. Without a meter the model is
 the hardware's TDP × utilization, stated as such:
 
-    P = P_idle + (TDP − P_idle) · u,    u = the busy share of the step (its kernels, not the host's overhead)
+    P = P_idle + (TDP − P_idle) · busy · (a + (1 − a) · c)
 
-and energy per output token = P · T_step / tokens. `bench-local` on a GPU measures the board's power with NVML
-instead and says so (`power_source`).
+busy: the share of the step its kernels run (not the host's overhead); c: the share of the step the tensor
+cores compute (the step's FLOPs at the achieved rate over its time; the rest streams memory); a: the power a
+kernel streaming memory draws, as a fraction of a compute-bound one's (`MEMORY_ACTIVITY`, fitted
+leave-one-model-out to ML.ENERGY's H100 measurements by benchmarks/bill.py). Energy per output token =
+P · T_step / tokens. `bench-local` on a GPU measures the board's power with NVML instead and says so
+(`power_source`).
 """
 
 from __future__ import annotations
@@ -27,6 +31,7 @@ from tokenroof.specs.hardware import HardwareSpec
 SECONDS_PER_HOUR = 3600.0
 PER_MILLION = 1e6
 IDLE_SHARE_OF_TDP = 0.1  # an idle H100 SXM draws 60–90 W of its 700 W (nvidia-smi); where a file gives none
+MEMORY_ACTIVITY = 0.72  # memory-streaming kernels' draw over compute-bound ones' (benchmarks/bill.py --fit)
 
 
 def usd_per_million_tokens(usd_per_hour: float, gpus: float, tokens_per_s: float) -> float | None:
@@ -84,13 +89,22 @@ class PowerModel:
     tdp_watts: float
     idle_watts: float
     source: str
+    memory_activity: float = MEMORY_ACTIVITY
 
-    def watts(self, busy: float) -> float:
-        """Power (W) of a board busy `busy` of the time (clipped to [0, 1])."""
-        return self.idle_watts + (self.tdp_watts - self.idle_watts) * min(max(busy, 0.0), 1.0)
+    def watts(self, busy: float, compute: float = 0.0) -> float:
+        """Power (W) of a board busy `busy` of the time, its tensor cores computing `compute` of it (both clipped to
+        [0, 1])."""
+        busy, compute = min(max(busy, 0.0), 1.0), min(max(compute, 0.0), 1.0)
+        activity = self.memory_activity + (1.0 - self.memory_activity) * compute
+        return self.idle_watts + (self.tdp_watts - self.idle_watts) * busy * activity
 
     def to_dict(self) -> dict[str, Any]:
-        return {"tdp_watts": self.tdp_watts, "idle_watts": self.idle_watts, "source": self.source}
+        return {
+            "tdp_watts": self.tdp_watts,
+            "idle_watts": self.idle_watts,
+            "memory_activity": self.memory_activity,
+            "source": self.source,
+        }
 
 
 def power_model(hardware: HardwareSpec) -> PowerModel | None:
@@ -100,8 +114,22 @@ def power_model(hardware: HardwareSpec) -> PowerModel | None:
     idle = hardware.idle_watts if hardware.idle_watts is not None else IDLE_SHARE_OF_TDP * hardware.tdp_watts
     said = "its file's idle power" if hardware.idle_watts is not None else f"idle {IDLE_SHARE_OF_TDP:.0%} of it"
     return PowerModel(
-        hardware.tdp_watts, idle, f"modelled: {hardware.tdp_watts:g} W TDP × the step's busy share, {said}"
+        hardware.tdp_watts,
+        idle,
+        f"modelled: {hardware.tdp_watts:g} W TDP × the step's busy share, memory-streaming kernels at "
+        f"{MEMORY_ACTIVITY:.0%} of a compute-bound one's draw, {said}",
     )
+
+
+def compute_share(
+    sm: StepModel, batch: float, total_context: float, step_s: float, prefill: float = 0.0, prefill_sq: float = 0.0
+) -> float:
+    """The share of a step the tensor cores compute: its GEMM and attention FLOPs at the achieved rate (decode
+    tokens, and any prompt tokens prefilled in it) over the step's time."""
+    if step_s <= 0 or sm.prompts_folded:
+        return 0.0
+    flops_s = batch * sm.t_compute_s + sm.t_attn_token_s * total_context + sm.prompt_compute_s(prefill, prefill_sq)
+    return min(flops_s / step_s, 1.0)
 
 
 def busy_share(sm: StepModel, step_s: float) -> float:
@@ -146,7 +174,15 @@ def bill_of_steps(
     if price is not None and span_s > 0:
         out.update(price.split(replicas * tp, span_s, share, output_tokens, prompt_tokens))
     if power is not None and span_s > 0:
-        watts = np.array([power.watts(busy_share(sm, d)) for d in duration])
+        context = np.asarray(steps["context_tokens"], dtype=float)
+        prefill = np.asarray(steps.get("prefill_tokens", zeros), dtype=float)
+        square = np.asarray(steps.get("prefill_sq_tokens", zeros), dtype=float)
+        watts = np.array(
+            [
+                power.watts(busy_share(sm, d), compute_share(sm, b, c, d, p, q))
+                for d, b, c, p, q in zip(duration, batch, context, prefill, square, strict=True)
+            ]
+        )
         joules = tp * (float((watts * duration).sum()) + power.idle_watts * idle_s)
         out["power_watts_mean"] = joules / span_s
         out["energy_j_per_output_token"] = joules / output_tokens if output_tokens > 0 else None

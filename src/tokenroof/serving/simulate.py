@@ -343,6 +343,10 @@ class SimResult:
             "duration_s": self.step_durations_s[inside],
             "batch": self.step_batches[inside],
             "context_tokens": (self.step_contexts if self.step_contexts is not None else np.zeros(ends.size))[inside],
+            "prefill_tokens": (self.step_prefill if self.step_prefill is not None else np.zeros(ends.size))[inside],
+            "prefill_sq_tokens": (self.step_prefill_sq if self.step_prefill_sq is not None else np.zeros(ends.size))[
+                inside
+            ],
         }
         prompts = float(self.step_prefill[inside].sum()) if self.step_prefill is not None else 0.0
         bill = bill_of_steps(sm, steps, w1 - w0, self.replicas, tp, float(emitted[inside].sum()), prompts, price, power)
