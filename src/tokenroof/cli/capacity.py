@@ -16,6 +16,7 @@ from tokenroof.cli.common import (
     DtypeOpt,
     EngineOpt,
     FitOpt,
+    GpuCostOpt,
     JsonOpt,
     KvDtypeOpt,
     OptHardware,
@@ -97,12 +98,7 @@ def simulate(
     seed: Annotated[int, typer.Option(help="Seed for arrivals and lengths (and speculation's acceptance draws).")] = 0,
     speculative_config: SpeculativeOpt = None,
     acceptance_rate: AcceptanceOpt = None,
-    gpu_cost_per_hour: Annotated[
-        float | None,
-        typer.Option(
-            help="Price of one GPU-hour (US$): the run's $ per million tokens (default: the hardware file's)."
-        ),
-    ] = None,
+    gpu_cost_per_hour: GpuCostOpt = None,
     json_output: JsonOpt = False,
 ) -> None:
     """Simulate a workload on the emulator's scheduler with a virtual clock (thousands of times real time)."""

@@ -224,6 +224,15 @@ AcceptanceOpt = Annotated[
 ]
 
 
+GpuCostOpt = Annotated[
+    float | None,
+    typer.Option(
+        "--gpu-cost-per-hour",
+        help="Price of one GPU-hour (US$): $ per million output and prompt tokens (default: the hardware file's).",
+    ),
+]
+
+
 def speculative_config(text: str | None, acceptance: str | None) -> Any:
     """--speculative-config and --acceptance-rate as one `SpeculativeConfig` (None: no speculation)."""
     from tokenroof.model.speculative import parse_speculative_config

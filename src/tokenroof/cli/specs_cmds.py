@@ -12,6 +12,7 @@ from tokenroof.cli.common import (
     ComputeOpt,
     DtypeOpt,
     EngineOpt,
+    GpuCostOpt,
     HardwareOpt,
     JsonOpt,
     KvDtypeOpt,
@@ -85,10 +86,7 @@ def roofline(
     prompt_tokens: Annotated[float | None, typer.Option(help="Also estimate TTFT for a prompt this long.")] = None,
     speculative_config: SpeculativeOpt = None,
     acceptance_rate: AcceptanceOpt = None,
-    gpu_cost_per_hour: Annotated[
-        float | None,
-        typer.Option(help="Price of one GPU-hour (US$): $ per million tokens beside each batch (default: the file's)."),
-    ] = None,
+    gpu_cost_per_hour: GpuCostOpt = None,
     json_output: JsonOpt = False,
     plot: PlotOpt = None,
 ) -> None:

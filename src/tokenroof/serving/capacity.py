@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any, NamedTuple
 
 from tokenroof.errors import ParameterError, TokenroofError
-from tokenroof.model.cost import Billing, Price, usd_per_million_tokens
+from tokenroof.model.cost import Billing, usd_per_million_tokens
 from tokenroof.model.speculative import SpeculativeConfig
 from tokenroof.model.stepmodel import StepModel
 from tokenroof.serving.advice import engine_flags
@@ -241,9 +241,8 @@ def plan_choices(
         entry["usd_per_million_output_tokens"] = None
         if result.chosen is not None:
             entry["gpus"] = result.chosen.candidate.replicas * degree
-            given = choices.price(chip)
-            price = option.physics.price(given) if option.physics.known else None if given is None else given
-            usd = price.usd_per_hour if isinstance(price, Price) else price
+            price = option.physics.price(choices.price(chip))  # as given, else the hardware file's
+            usd = None if price is None else price.usd_per_hour
             entry["cost_per_hour"] = None if usd is None else entry["gpus"] * usd
             if usd is not None:  # the whole bill over the output tokens the offered traffic asks for
                 served = offered.rate_req_s * offered.output_len.mean
