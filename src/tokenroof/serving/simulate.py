@@ -21,9 +21,10 @@ from tokenroof.errors import TokenroofError
 from tokenroof.io.csvio import write_rows
 from tokenroof.io.measurements import read_jsonl
 from tokenroof.model.cost import PowerModel, Price, bill_of_steps
+from tokenroof.model.prefix import SharedPrefix
 from tokenroof.model.speculative import Speculation, measured_acceptance
 from tokenroof.model.stepmodel import StepModel, mean_context_tokens
-from tokenroof.serving.engine.core import BatchScheduler, Sequence, SpecCounts, StepPlan
+from tokenroof.serving.engine.core import BatchScheduler, PrefixCounts, Sequence, SpecCounts, StepPlan
 from tokenroof.stats import arrival_times, percentiles
 
 DISTRIBUTIONS = ("fixed", "uniform", "lognormal")
@@ -57,6 +58,24 @@ class Lengths:
 
 
 @dataclass(frozen=True)
+class PromptLengths(Lengths):
+    """Prompt lengths whose first tokens are a shared prefix (model/prefix.py): each prompt starts with one of
+    `prefix.groups` prefixes of `prefix.tokens` tokens (its first min(tokens, prompt − 1) tokens)."""
+
+    prefix: SharedPrefix = SharedPrefix(0)
+
+
+def share_prefixes(seqs: list[Sequence], input_len: Lengths, rng: np.random.Generator) -> None:
+    """Give each request its prompt's shared prefix (drawn after every other draw: a seed's arrivals and lengths
+    stay what they are without prefixes)."""
+    prefix = input_len.prefix if isinstance(input_len, PromptLengths) else None
+    if prefix is None or prefix.tokens == 0:
+        return
+    for seq, group in zip(seqs, prefix.draw(rng, len(seqs)), strict=True):
+        seq.prefix_group, seq.prefix_tokens = int(group), prefix.tokens
+
+
+@dataclass(frozen=True)
 class Workload:
     rate_req_s: float
     input_len: Lengths
@@ -74,10 +93,12 @@ class Workload:
         n = self.num_requests
         times = arrival_times(self.rate_req_s, self.burstiness, n, rng)
         prompts, outputs = self.input_len.sample(rng, n), self.output_len.sample(rng, n)
-        return [
+        seqs = [
             Sequence(str(i), int(p), int(o), float(t))
             for i, (t, p, o) in enumerate(zip(times, prompts, outputs, strict=True))
         ]
+        share_prefixes(seqs, self.input_len, rng)
+        return seqs
 
 
 CLOSED_CLIENTS = ("staggered", "burst")  # the clients a user names (simulate --client)
@@ -127,6 +148,7 @@ class ClosedLoop:
         n = self.num_requests
         prompts, outputs = self.input_len.sample(rng, n), self.output_len.sample(rng, n)
         seqs = [Sequence(str(i), int(p), int(o), 0.0) for i, (p, o) in enumerate(zip(prompts, outputs, strict=True))]
+        share_prefixes(seqs, self.input_len, rng)
         c = min(self.concurrency, n)
         if self.client in ("staggered", EVEN):
             i, o = float(self.input_len.mean), float(self.output_len.mean)
@@ -200,6 +222,7 @@ class SimResult:
     first_measured: int = 0  # requests before this index are a trace's history: simulated, never summarised
     step_tokens: np.ndarray | None = None  # tokens each step emits (None: one per running sequence)
     speculation: dict[str, Any] | None = None  # speculative decoding: what was drafted and accepted (vLLM's counters)
+    prefix_cache: dict[str, Any] | None = None  # prefix caching: prompt tokens looked up and hit (vLLM's counters)
 
     def write(self, out_dir: Path, summary: dict[str, Any]) -> None:
         """requests.jsonl (one line per request), timeseries.csv (per step), summary.json."""
@@ -330,6 +353,7 @@ class SimResult:
             "slo": None if ttft_slo_ms is None and tpot_slo_ms is None else goodput_slo(ttft_slo_ms, tpot_slo_ms),
             "warnings": self.steadiness_warnings(w0, w1),
             **({} if self.speculation is None else {"speculation": self.speculation}),
+            **({} if self.prefix_cache is None else {"prefix_cache": self.prefix_cache}),
         }
 
     def bill(self, sm: StepModel, tp: int, price: Price | None, power: PowerModel | None) -> dict[str, Any]:
@@ -442,6 +466,7 @@ def simulate(
     per_slot_kv: bool = False,
     slot_order: list[int] | None = None,
     speculation: Speculation | None = None,
+    prefix_caching: bool = False,
 ) -> SimResult:
     """Run the workload through `replicas` continuous-batching schedulers behind a router, on a virtual clock.
 
@@ -475,6 +500,7 @@ def simulate(
                 per_slot_kv,
                 speculation=speculation,
                 seed=seed + 1 + index,  # the acceptance draws: one stream per replica, apart from the arrivals'
+                prefix_caching=prefix_caching,
             )
         )
         for index in range(replicas)
@@ -551,6 +577,7 @@ def simulate(
         counts = [e.scheduler.spec_counts() for e in engines]
         drafted = speculation_summary(speculation, counts)
     loop = workload if isinstance(workload, ClosedLoop) else None
+    cached = prefix_summary([e.scheduler.prefix_counts() for e in engines]) if prefix_caching else None
     return SimResult(
         done,
         start,
@@ -568,7 +595,14 @@ def simulate(
         workload.history if isinstance(workload, Trace) else 0,
         None if speculation is None else tokens,
         drafted,
+        cached,
     )
+
+
+def prefix_summary(counts: list[PrefixCounts | None]) -> dict[str, Any]:
+    """The replicas' prefix-cache counters summed, in vLLM's terms (prompt tokens queried and hit), and the rate."""
+    total = PrefixCounts(sum(c.queries for c in counts if c), sum(c.hits for c in counts if c))
+    return {"queries_tokens": total.queries, "hits_tokens": total.hits, "hit_rate": total.hit_rate}
 
 
 def speculation_summary(speculation: Speculation, counts: list[SpecCounts | None]) -> dict[str, Any]:

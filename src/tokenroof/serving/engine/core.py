@@ -28,6 +28,16 @@ plan at time `now`, waits `plan.duration_s` (really, for `emulate`; virtually, f
   tokens plus the proposer's passes (`Speculation.step_s`); the KV the step reads grows by the expected
   tokens per step, and each running sequence reserves γ + 1 slots for the next. `spec_counts` gives vLLM's
   spec-decode counters (drafts, drafted and accepted tokens, accepted by position) over what has run.
+- With prefix caching (`prefix_caching`; model/prefix.py), a sequence's prompt blocks are looked up when it is
+  admitted: its leading blocks still in memory (held by a sequence, or freed but not yet evicted) are hit and skip
+  prefill (whole blocks, never the prompt's last token), and the blocks it computes are kept under their keys from
+  the step that computes them. A block held by several sequences counts once against the KV cache; freed blocks
+  stay cached in free memory and are evicted least recently freed first when an admission or a step needs the room
+  (a sequence's blocks are freed tail first). A sequence's shareable blocks are `Sequence.block_keys` (the
+  emulator hashes its prompt's text) or, for a workload's synthetic prefixes, `prefix_group`/`prefix_tokens`.
+  `prefix_counts` gives vLLM's prefix-cache counters (tokens queried, tokens hit).
+- A prompt chunk of `take` tokens after `offset` tokens already in the KV cache (earlier chunks, cached blocks)
+  attends over take·offset + take²/2 pairs (`chunk_attention_sq`).
 - Step time: `StepModel.step_s` — `t_fixed + max(t_weights(b + p), (b + p)·t_compute + t_attn·Σctx) + Σctx·t_kv
   + b·t_seq` for b running sequences, p prompt tokens being prefilled and ctx each sequence's current length:
   the DESIGN.md step model with each step's own contexts, from the same object every command uses.
@@ -42,13 +52,15 @@ from __future__ import annotations
 
 import heapq
 import math
-from collections import deque
+from collections import OrderedDict, deque
+from collections.abc import Sequence as Keys
 from dataclasses import dataclass, field
 from typing import Any, NamedTuple
 
 import numpy as np
 
 from tokenroof.errors import TokenroofError
+from tokenroof.model.prefix import cacheable_tokens, chunk_attention_sq, prefix_key
 from tokenroof.model.speculative import Speculation
 from tokenroof.model.stepmodel import StepModel
 
@@ -72,6 +84,14 @@ class Sequence:
     aborted: bool = False
     draws: np.ndarray | None = None  # speculative decoding: tokens emitted by each decode step of this admission
     tokens_after: np.ndarray | None = None  # ... and the tokens emitted after each step (its prefill step first)
+    # prefix caching: the prompt's shareable full blocks, as cache keys in order (None: from prefix_group/_tokens)
+    block_keys: Keys[int] | None = None
+    prefix_group: int = -1  # a workload's shared prefix this prompt starts with (−1: none)
+    prefix_tokens: int = 0  # ... and its length in tokens
+    cached_tokens: int = 0  # prompt tokens served from the prefix cache at its latest admission
+    shared_blocks: int = 0  # its leading blocks it holds in the shared cache (counted there, not as its own)
+    reserved: int = 0  # KV tokens it reserves while prefilling
+    sharing: bool = True  # its computed blocks still go into the cache (False once one was there already)
 
     @property
     def context_at_admission(self) -> int:
@@ -121,6 +141,7 @@ class Server:
     max_num_batched_tokens: int | None = None
     per_slot_kv: bool = False  # llama-server's per-slot KV streams
     speculation: Speculation | None = None
+    prefix_caching: bool = False  # vLLM's automatic prefix caching (SGLang's RadixAttention)
 
     def settings(self) -> dict[str, Any]:
         """The scheduler's keyword arguments (BatchScheduler's, and simulate's)."""
@@ -129,10 +150,23 @@ class Server:
             "max_num_batched_tokens": self.max_num_batched_tokens,
             "per_slot_kv": self.per_slot_kv,
             "speculation": self.speculation,
+            "prefix_caching": self.prefix_caching,
         }
 
 
 PLAIN = Server()  # an unlimited KV cache, whole prompts, one KV stream, no speculation
+
+
+class PrefixCounts(NamedTuple):
+    """Prefix caching's counters, as vLLM V1 names them (`vllm:prefix_cache_queries_total`,
+    `vllm:prefix_cache_hits_total`): prompt tokens looked up at admissions, and how many of them were hit."""
+
+    queries: int
+    hits: int
+
+    @property
+    def hit_rate(self) -> float | None:
+        return self.hits / self.queries if self.queries else None
 
 
 class SpecCounts(NamedTuple):
@@ -169,6 +203,7 @@ class BatchScheduler:
     per_slot_kv: bool = False  # llama.cpp's per-slot KV streams: a step runs one pass per run of consecutive slots
     speculation: Speculation | None = None  # speculative decoding: γ drafts a step, verified together
     seed: int = 0  # the acceptance draws of speculative decoding
+    prefix_caching: bool = False  # prompt blocks computed once are kept and shared (vLLM's automatic prefix caching)
     waiting: deque[Sequence] = field(default_factory=deque)
     prefilling: deque[Sequence] = field(default_factory=deque)
     running: dict[str, Sequence] = field(default_factory=dict)
@@ -187,6 +222,11 @@ class BatchScheduler:
     _rng: np.random.Generator | None = None
     _emitted_cdf: np.ndarray = field(default_factory=lambda: np.zeros(0))
     _spec_done: list[int] = field(default_factory=list)  # drafts, accepted, accepted at each position: of departed
+    _refs: dict[int, int] = field(default_factory=dict)  # prefix caching: cached blocks held, by key → holders
+    _free: OrderedDict[int, None] = field(default_factory=OrderedDict)  # ... cached blocks no one holds, LRU first
+    _sum_shared: int = 0  # Σ tokens running sequences hold in shared blocks (counted once, in _refs)
+    _prefix_queries: int = 0
+    _prefix_hits: int = 0
 
     def __post_init__(self) -> None:
         self._released = [-1] * self.max_num_seqs
@@ -198,6 +238,11 @@ class BatchScheduler:
             self._spec_done = [0] * (2 + self.speculation.num_tokens)
         if self.max_num_seqs < 1:
             raise TokenroofError(f"max_num_seqs must be at least 1, got {self.max_num_seqs}")
+        if self.prefix_caching and self.per_slot_kv:
+            raise TokenroofError(
+                "prefix caching is modelled for one shared KV cache (vLLM, SGLang), not llama-server's per-slot KV "
+                "streams (each slot reuses only its own last prompt)"
+            )
         if self.kv_capacity_tokens is not None and self.kv_capacity_tokens < self.block_size:
             raise TokenroofError(f"the KV cache must hold at least one block ({self.block_size} tokens)")
         if self.max_num_batched_tokens is not None and self.max_num_batched_tokens <= self.max_num_seqs:
@@ -273,7 +318,8 @@ class BatchScheduler:
     def kv_tokens_next_step(self, extra: int = 0) -> float:
         """KV tokens held after the next step (upper bound): running sequences, prefill reservations, `extra`."""
         b = len(self.running)
-        return self._contexts(b) + b * self._lookahead + b * (self.block_size - 1) + self._reserved + extra
+        shared = len(self._refs) * self.block_size - self._sum_shared  # shared blocks, once, less their holders' use
+        return self._contexts(b) + b * self._lookahead + b * (self.block_size - 1) + self._reserved + shared + extra
 
     def _leave(self, seq: Sequence, release: bool = True, ran: int | None = None) -> None:
         """Take a sequence out of the running batch; `ran`: the steps it completed (default: those before now)."""
@@ -284,6 +330,8 @@ class BatchScheduler:
         del self.running[seq.request_id]
         self._sum_ctx0 -= seq.context_at_admission
         self._sum_admit -= seq.admitted_step
+        self._sum_shared -= seq.shared_blocks * self.block_size
+        self._unshare(seq)
 
     def _preempt_for_room(self) -> int:
         """Preempt the most recently admitted sequences until the next step's KV fits; returns how many."""
@@ -313,7 +361,9 @@ class BatchScheduler:
             if queued.request_id == request_id:
                 queued.aborted = True
                 if queued in self.prefilling:
-                    self._reserved -= self._footprint(queued.context_at_admission + 1)
+                    self._reserved -= queued.reserved
+                    queued.reserved = 0
+                    self._unshare(queued)
                     self._release_slot(queued)
         self.waiting = deque(s for s in self.waiting if not s.aborted)
         self.prefilling = deque(s for s in self.prefilling if not s.aborted)
@@ -351,10 +401,91 @@ class BatchScheduler:
             self._released[slot] = self._releases
             self._releases += 1
 
-    def _fits(self, seq: Sequence) -> bool:
+    # -- prefix caching -------------------------------------------------------------------
+    def _keys(self, seq: Sequence) -> Keys[int]:
+        """The sequence's shareable prompt blocks, as cache keys (empty without prefix caching)."""
+        if not self.prefix_caching:
+            return ()
+        if seq.block_keys is None:
+            blocks = min(seq.prefix_tokens, seq.prompt_tokens) // self.block_size if seq.prefix_group >= 0 else 0
+            seq.block_keys = [prefix_key(seq.prefix_group, i) for i in range(blocks)]
+        return seq.block_keys
+
+    def _hits(self, seq: Sequence) -> tuple[int, int]:
+        """(blocks hit, of them cached but held by no one): the leading blocks in memory, never the last token."""
+        keys = self._keys(seq)
+        most = cacheable_tokens(seq.prompt_tokens, len(keys) * self.block_size, self.block_size) // self.block_size
+        hit = revived = 0
+        while hit < most:
+            key = keys[hit]
+            if key in self._free:
+                revived += 1
+            elif key not in self._refs:
+                break
+            hit += 1
+        return hit, revived
+
+    def _share(self, seq: Sequence, hit: int) -> None:
+        """Hold the `hit` leading blocks found at admission."""
+        keys = self._keys(seq)
+        for key in keys[:hit]:
+            if key in self._free:
+                del self._free[key]
+                self._refs[key] = 1
+            else:
+                self._refs[key] += 1
+        seq.shared_blocks, seq.sharing = hit, True
+
+    def _cache_computed(self, seq: Sequence, computed_tokens: int) -> None:
+        """Put the sequence's blocks that its prefill has now computed into the cache (until one is there already:
+        computed twice, the second copy stays the sequence's own, and so does the rest of its prompt)."""
+        keys = self._keys(seq)
+        full = min(computed_tokens // self.block_size, len(keys))
+        while seq.sharing and seq.shared_blocks < full:
+            key = keys[seq.shared_blocks]
+            if key in self._refs or key in self._free:
+                seq.sharing = False
+                break
+            self._refs[key] = 1
+            seq.shared_blocks += 1
+            seq.reserved -= self.block_size
+            self._reserved -= self.block_size
+
+    def _unshare(self, seq: Sequence) -> None:
+        """Let go of the sequence's shared blocks, tail first (the last freed is the last evicted)."""
+        if not seq.shared_blocks:
+            return
+        keys = self._keys(seq)
+        for key in reversed(keys[: seq.shared_blocks]):
+            left = self._refs[key] - 1
+            if left:
+                self._refs[key] = left
+            else:
+                del self._refs[key]
+                self._free[key] = None
+        seq.shared_blocks = 0
+
+    def _evict(self, extra: int = 0) -> None:
+        """Evict cached blocks no one holds, least recently freed first, until they fit in the free memory."""
+        if self.kv_capacity_tokens is None or not self._free:
+            return
+        room = self.kv_capacity_tokens - self.kv_tokens_next_step(extra)
+        excess = len(self._free) - max(int(room // self.block_size), 0)
+        for _ in range(max(excess, 0)):
+            self._free.popitem(last=False)
+
+    def prefix_counts(self) -> PrefixCounts | None:
+        """vLLM's prefix-cache counters over the admissions so far (None without prefix caching)."""
+        return PrefixCounts(self._prefix_queries, self._prefix_hits) if self.prefix_caching else None
+
+    def _need(self, seq: Sequence, hit: int, revived: int) -> int:
+        """KV tokens admitting the sequence takes: its own footprint past the blocks it hits, and the hit blocks
+        no one held (back from free memory)."""
+        return self._footprint(seq.context_at_admission + 1) - (hit - revived) * self.block_size
+
+    def _fits(self, seq: Sequence, need: int) -> bool:
         if self.kv_capacity_tokens is None:
             return True
-        need = self._footprint(seq.context_at_admission + 1)
         return self.kv_tokens_next_step(need) <= self.kv_capacity_tokens
 
     def _start_running(self, seq: Sequence) -> None:
@@ -363,6 +494,7 @@ class BatchScheduler:
         seq.admitted_step = self.steps
         self.running[seq.request_id] = seq
         self._sum_ctx0 += seq.context_at_admission
+        self._sum_shared += seq.shared_blocks * self.block_size
         self._sum_admit += seq.admitted_step
         heapq.heappush(self._finishing, (seq.finish_step, self._order, seq.admission, seq))
         self._order += 1
@@ -371,15 +503,24 @@ class BatchScheduler:
         """Preempt if the KV cache overflows, admit what fits, prefill within the token budget, and return the
         next step (None: nothing to run). A sequence whose prefill completes this step emits its first token."""
         preempted = 0 if self.kv_capacity_tokens is None else self._preempt_for_room()
-        while (
-            self.waiting
-            and len(self.running) + len(self.prefilling) < self.max_num_seqs
-            and self._fits(self.waiting[0])
-        ):
-            seq = self.waiting.popleft()
+        self._evict()
+        while self.waiting and len(self.running) + len(self.prefilling) < self.max_num_seqs:
+            seq = self.waiting[0]
+            hit, revived = self._hits(seq) if self.prefix_caching else (0, 0)
+            need = self._need(seq, hit, revived)
+            if not self._fits(seq, need):
+                break
+            self.waiting.popleft()
             seq.admitted_s = seq.admitted_s if seq.admitted_s is not None else now
-            seq.prefill_left = seq.context_at_admission
-            self._reserved += self._footprint(seq.context_at_admission + 1)
+            seq.cached_tokens = hit * self.block_size
+            seq.prefill_left = seq.context_at_admission - seq.cached_tokens
+            seq.reserved = self._footprint(seq.context_at_admission + 1) - seq.cached_tokens
+            self._reserved += seq.reserved
+            if self.prefix_caching:
+                self._share(seq, hit)
+                self._prefix_queries += seq.context_at_admission
+                self._prefix_hits += seq.cached_tokens
+                self._evict()
             self.prefilling.append(seq)
             if self.per_slot_kv:
                 self._take_slot(seq)
@@ -392,14 +533,18 @@ class BatchScheduler:
             if self.per_slot_kv:
                 prompts.append(self._slot_of[seq.request_id])
             take = int(min(room, seq.prefill_left))
+            offset = seq.context_at_admission - seq.prefill_left  # tokens in the KV cache before this chunk
             seq.prefill_left -= take
             room -= take
             prefill += take
-            prefill_sq += float(take) ** 2
+            prefill_sq += chunk_attention_sq(take, offset)
+            if self.prefix_caching:
+                self._cache_computed(seq, offset + take)
             if seq.prefill_left:
                 break  # chunked: the rest of this prompt waits for the next step
             self.prefilling.popleft()
-            self._reserved -= self._footprint(seq.context_at_admission + 1)
+            self._reserved -= seq.reserved
+            seq.reserved = 0
             self._start_running(seq)
             completed.append(seq)
         batch = len(self.running)
