@@ -19,9 +19,12 @@ from tokenroof.cli.common import (
     GpuCostOpt,
     JsonOpt,
     KvDtypeOpt,
+    NumPrefixesOpt,
     OptHardware,
     OptModel,
     PlotOpt,
+    PrefixCachingOpt,
+    PrefixLenOpt,
     SloStatisticOpt,
     SpeculativeOpt,
     StepModelFileOpt,
@@ -32,6 +35,7 @@ from tokenroof.cli.common import (
     handle_errors,
     parse_numbers,
     progress_bar,
+    prompt_lengths,
 )
 from tokenroof.cli.common import speculative_config as speculative_config_of
 from tokenroof.errors import TokenroofError
@@ -75,6 +79,9 @@ def simulate(
     input_dist: Annotated[str, typer.Option(help="fixed, uniform or lognormal.")] = "fixed",
     output_dist: Annotated[str, typer.Option(help="fixed, uniform or lognormal.")] = "fixed",
     spread: Annotated[float, typer.Option(help="Uniform ± fraction, or lognormal sigma.")] = 0.5,
+    prefix_len: PrefixLenOpt = 0,
+    num_prefixes: NumPrefixesOpt = 1,
+    enable_prefix_caching: PrefixCachingOpt = None,
     num_requests: Annotated[
         int | None,
         typer.Option(
@@ -114,13 +121,14 @@ def simulate(
         Physics(model, hardware, dtype, kv_dtype, compute_dtype, tp, engine),
         fit,
         step_model,
-        Lengths(input_len, input_dist, spread),
+        prompt_lengths(input_len, input_dist, spread, prefix_len, num_prefixes),
         Lengths(output_len, output_dist, spread),
         max_num_seqs,
         kv_cache_tokens,
         max_num_batched_tokens,
         speculative=speculative_config_of(speculative_config, acceptance_rate),
         gpu_cost_per_hour=gpu_cost_per_hour,
+        prefix_caching=enable_prefix_caching is not False,
     )
     traffic = Traffic(num_requests, burstiness, replicas, router, seed, ttft_slo_ms, tpot_slo_ms, client)
     if concurrency is not None:
@@ -175,6 +183,9 @@ def plan(
     length_dist: Annotated[
         str | None, typer.Option(hidden=True, help="Both --input-dist and --output-dist (the older spelling).")
     ] = None,
+    prefix_len: PrefixLenOpt = 0,
+    num_prefixes: NumPrefixesOpt = 1,
+    enable_prefix_caching: PrefixCachingOpt = None,
     ttft_slo_ms: Annotated[float, typer.Option(help="TTFT target (ms), on --slo-statistic.")] = 1000.0,
     tpot_slo_ms: Annotated[float, typer.Option(help="TPOT target (ms), on --slo-statistic.")] = 50.0,
     slo_statistic: SloStatisticOpt = "p99",
@@ -210,7 +221,10 @@ def plan(
     chips = tuple(h.strip() for h in hardware.split(",") if h.strip()) if hardware else ()
     if length_dist is not None:
         input_dist = output_dist = length_dist
-    lengths = Lengths(input_len, input_dist, spread), Lengths(output_len, output_dist, spread)
+    lengths = (
+        prompt_lengths(input_len, input_dist, spread, prefix_len, num_prefixes),
+        Lengths(output_len, output_dist, spread),
+    )
     dep = Deployment(
         Physics(model, chips[0] if chips else None, dtype, kv_dtype, compute_dtype, tp, engine), fit, step_model
     )
@@ -222,6 +236,9 @@ def plan(
     speculative = speculative_config_of(speculative_config, acceptance_rate)
     if speculative is not None:
         choices = replace(choices, speculation=(None, speculative))
+    if enable_prefix_caching is not None or prefix_len > 0:  # shared prefixes: caching on and off, unless told
+        caching = (True, False) if enable_prefix_caching is None else (enable_prefix_caching,)
+        choices = replace(choices, prefix_caching=caching)
     with progress_bar(hidden=json_output, transient=True) as bar:
         task = bar.add_task("planning", total=None)
 

@@ -9,14 +9,17 @@ import re
 import sys
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Annotated, Any, TypeVar
+from typing import TYPE_CHECKING, Annotated, Any, TypeVar
 
 import typer
 from rich.console import Console
 from rich.markup import escape
 
-from tokenroof.errors import TokenroofError
+from tokenroof.errors import ParameterError, TokenroofError
 from tokenroof.params import FLAG_RANGES, check_flags, parse_numbers  # noqa: F401 (the commands take them from here)
+
+if TYPE_CHECKING:
+    from tokenroof.serving.simulate import Lengths
 
 app = typer.Typer(
     add_completion=False,
@@ -222,6 +225,42 @@ AcceptanceOpt = Annotated[
         "'0.8,0.6,0.5' (bench on a speculating vLLM measures it).",
     ),
 ]
+
+
+PrefixLenOpt = Annotated[
+    int,
+    typer.Option(
+        "--prefix-len",
+        help="Tokens at the start of each prompt shared with other requests (a system prompt, few-shot examples): "
+        "part of --input-len, as vllm bench serve's prefix_repetition dataset (default 0: none).",
+    ),
+]
+NumPrefixesOpt = Annotated[
+    int, typer.Option("--num-prefixes", help="Distinct shared prefixes, one drawn per request (with --prefix-len).")
+]
+PrefixCachingOpt = Annotated[
+    bool | None,
+    typer.Option(
+        "--enable-prefix-caching/--no-enable-prefix-caching",
+        help="Whether the server keeps computed prompt blocks and shares them (default on, as vLLM V1 and SGLang; "
+        "plan with --prefix-len weighs both).",
+        show_default=False,
+    ),
+]
+
+
+def prompt_lengths(input_len: int, dist: str, spread: float, prefix_len: int, num_prefixes: int) -> Lengths:
+    """The prompts' lengths and shared prefix (simulate.PromptLengths) from the flags."""
+    from tokenroof.model.prefix import SharedPrefix
+    from tokenroof.serving.simulate import PromptLengths
+
+    if prefix_len > 0 and prefix_len >= input_len:
+        raise ParameterError(
+            f"{{}} ({prefix_len}) is part of the prompt: it must be shorter than {{}} ({input_len})",
+            "prefix_len",
+            "input_len",
+        )
+    return PromptLengths(input_len, dist, spread, SharedPrefix(prefix_len, num_prefixes))
 
 
 GpuCostOpt = Annotated[

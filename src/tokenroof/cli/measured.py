@@ -17,10 +17,13 @@ from tokenroof.cli.common import (
     InputLenOpt,
     JsonOpt,
     KvDtypeOpt,
+    NumPrefixesOpt,
     OptHardware,
     OptModel,
     OutputLenOpt,
     PlotOpt,
+    PrefixCachingOpt,
+    PrefixLenOpt,
     SpeculativeOpt,
     TpOpt,
     app,
@@ -162,6 +165,9 @@ def advise(
     samples: Annotated[int, typer.Option(help="Samples for the cap's interval.")] = 200,
     speculative_config: SpeculativeOpt = None,
     acceptance_rate: AcceptanceOpt = None,
+    prefix_len: PrefixLenOpt = 0,
+    num_prefixes: NumPrefixesOpt = 1,
+    enable_prefix_caching: PrefixCachingOpt = None,
     json_output: JsonOpt = False,
 ) -> None:
     """The largest batch cap (max_num_seqs) that meets a TPOT (and TTFT) target, and the flags to set it.
@@ -178,5 +184,20 @@ def advise(
     )
     targets = Targets(tpot_slo_ms, ttft_slo_ms, slo_statistic)
     speculative = speculative_config_of(speculative_config, acceptance_rate)
-    data = advise_answer(files or [], physics, flags, targets, max_num_batched_tokens, samples, contexts, speculative)
+    from tokenroof.model.prefix import SharedPrefix
+
+    if prefix_len and input_len is not None and prefix_len >= input_len:
+        raise TokenroofError(f"--prefix-len ({prefix_len}) is part of the prompt: it must be shorter than --input-len")
+    data = advise_answer(
+        files or [],
+        physics,
+        flags,
+        targets,
+        max_num_batched_tokens,
+        samples,
+        contexts,
+        speculative,
+        SharedPrefix(prefix_len, num_prefixes),
+        enable_prefix_caching is not False,
+    )
     finish(data, render.advice_contexts if "contexts" in data else render.advice, json_output)

@@ -454,6 +454,13 @@ def simulation(console: Console, data: dict[str, Any]) -> None:
             f"average, {data['preemptions']:,} preemptions",
             highlight=False,
         )
+    cached = data.get("prefix_cache")
+    if cached and cached["hits_tokens"]:
+        console.print(
+            f"prefix cache: {cached['hit_rate']:.1%} of prompt tokens served from it ({cached['hits_tokens']:,} of "
+            f"{cached['queries_tokens']:,} looked up)",
+            highlight=False,
+        )
     if data.get("cost"):
         console.print(f"the bill: {bill_line(data['cost'])}", highlight=False)
     table = Table(title="latency (ms)", title_justify="left")

@@ -19,6 +19,7 @@ from tokenroof.cli.common import (
     OptHardware,
     OptModel,
     PlotOpt,
+    PrefixCachingOpt,
     SpeculativeOpt,
     StepModelFileOpt,
     TpOpt,
@@ -69,6 +70,7 @@ def emulate(
     speculative_config: SpeculativeOpt = None,
     acceptance_rate: AcceptanceOpt = None,
     seed: Annotated[int, typer.Option(help="Seed of speculation's acceptance draws.")] = 0,
+    enable_prefix_caching: PrefixCachingOpt = None,
 ) -> None:
     """An OpenAI-compatible server whose decode steps take the step model's time (continuous batching)."""
     from tokenroof.serving.emulate.checks import check_port
@@ -89,6 +91,7 @@ def emulate(
         kv_cache_tokens,
         max_num_batched_tokens,
         speculative=speculative,
+        prefix_caching=enable_prefix_caching is not False,
     )
     travelling, _ = dep.step_models()
     sm, kv = travelling.step_model, dep.kv_budget_tokens()
@@ -110,6 +113,7 @@ def emulate(
         per_slot_kv=per_slot_kv,
         speculation=dep.speculation(),
         seed=seed,
+        prefix_caching=dep.server(travelling).prefix_caching,
     )
     err.print(f"emulating {sm} with max_num_seqs={max_num_seqs} on http://{host}:{port}", highlight=False)
     serve(emulator, host, port)

@@ -22,6 +22,7 @@ the scheduler's Σ chunk² term, which the step model halves).
 
 from __future__ import annotations
 
+from collections.abc import Hashable, Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -40,6 +41,16 @@ def chunk_attention_sq(take: float, offset: float) -> float:
     new tokens after `offset` tokens already in the KV cache attend over take·offset + take²/2 pairs, which is
     (take² + 2·take·offset) / 2. With no offset it is take²."""
     return take * take + 2.0 * take * offset
+
+
+def block_keys(tokens: Sequence[Hashable], block_size: int) -> list[int]:
+    """Cache keys of a prompt's full blocks, each hashing its tokens and its parent's key (vLLM's chained block
+    hash): two prompts share a block's key exactly when they agree on every token up to its end."""
+    keys, parent = [], 0
+    for start in range(0, len(tokens) - block_size + 1, block_size):
+        parent = hash((parent, tuple(tokens[start : start + block_size])))
+        keys.append(parent)
+    return keys
 
 
 def prefix_key(group: int, block: int) -> int:

@@ -20,6 +20,7 @@ if TYPE_CHECKING:
     from tokenroof.fit.physics import Physics
     from tokenroof.fit.predict import MeasuredWorkload
     from tokenroof.io.measurements import MeasurementTable
+    from tokenroof.model.prefix import SharedPrefix
     from tokenroof.model.speculative import SpeculativeConfig
 
 SEARCH_LIMIT = 1_000_000
@@ -179,6 +180,8 @@ def advise_answer(
     samples: int = 200,
     contexts: Sequence[float] | None = None,
     speculative: SpeculativeConfig | None = None,
+    prefix: SharedPrefix | None = None,
+    prefix_caching: bool = True,
 ) -> dict[str, Any]:
     """advise's JSON: from the scheduler simulate uses when the lengths are known (prefill included), else from
     the decode step time alone — fitted to `files`, or from first principles — at `contexts` (the decode-only
@@ -197,7 +200,16 @@ def advise_answer(
             "output_len",
         )
     if lengths:
-        return advise_with_prefill(files, physics, flags, targets, max_num_batched_tokens, speculative)
+        return advise_with_prefill(
+            files, physics, flags, targets, max_num_batched_tokens, speculative, prefix, prefix_caching
+        )
+    if prefix is not None and prefix.tokens:
+        raise ParameterError(
+            "shared prefixes are answered on the scheduler: give {} and {} with {}",
+            "input_len",
+            "output_len",
+            "prefix_len",
+        )
     if speculative is not None:
         raise ParameterError(
             "speculative decoding is answered on the scheduler: give {} and {} with {}",
@@ -228,6 +240,8 @@ def advise_with_prefill(
     targets: Targets,
     max_num_batched_tokens: int | None,
     speculative: SpeculativeConfig | None = None,
+    prefix: SharedPrefix | None = None,
+    prefix_caching: bool = True,
 ) -> dict[str, Any]:
     """advise from the scheduler: the model fitted on it to the files (or first principles), a replica kept full.
 
@@ -235,7 +249,7 @@ def advise_with_prefill(
     once; tokenroof bench staggers them) and prefills as the measured server did (the fitted prompt budget), so the
     answer at the measured workload is what the files show."""
     from tokenroof.serving.saturation import advise_cap
-    from tokenroof.serving.simulate import EVEN, Lengths
+    from tokenroof.serving.simulate import EVEN, Lengths, PromptLengths
 
     assert flags.input_len is not None and flags.output_len is not None
     notes: list[str] = []
@@ -289,10 +303,21 @@ def advise_with_prefill(
     speculation = None if speculative is None else physics.speculation(speculative)
     if speculation is not None:
         notes.append(speculation.assumption())
-    server = Server(physics.kv_pool_tokens(speculative), max_num_batched_tokens, per_slot_kv, speculation)
+    shared = prefix is not None and prefix.tokens > 0
+    caching = prefix_caching and not per_slot_kv
+    if shared:
+        assert prefix is not None
+        notes.append(
+            f"each prompt's first {prefix.tokens} tokens are one of {prefix.groups} shared prefixes (as given); "
+            + ("prefix caching skips their prefill where the KV cache holds them" if caching else "not cached")
+        )
+    server = Server(physics.kv_pool_tokens(speculative), max_num_batched_tokens, per_slot_kv, speculation, caching)
+    prompts = (
+        PromptLengths(round(flags.input_len), prefix=prefix) if shared and prefix else Lengths(round(flags.input_len))
+    )
     result = advise_cap(
         sm,
-        Lengths(round(flags.input_len)),
+        prompts,
         Lengths(round(flags.output_len)),
         targets.tpot_slo_ms,
         targets.ttft_slo_ms,
@@ -303,7 +328,7 @@ def advise_with_prefill(
     )
     result.warnings = notes + result.warnings
     answer = {**result.to_dict(), "step_model": sm.to_dict()}
-    answer["engine_flags"] = engine_flags(answer["max_num_seqs"], speculative)
+    answer["engine_flags"] = engine_flags(answer["max_num_seqs"], speculative, caching or per_slot_kv)
     return answer
 
 

@@ -86,7 +86,7 @@ def simulate_concurrencies(dep: Deployment, concurrencies: Sequence[int], traffi
         )
     slo = goodput_slo(traffic.ttft_slo_ms, traffic.tpot_slo_ms) if rows[0]["slo"] else None
     unsteady = [f"at concurrency {row['concurrency']}: {w}" for row in rows for w in row["warnings"]]
-    notes = [*travelling.notes(dep.mean_context_tokens), *speculation_notes(dep)]
+    notes = [*travelling.notes(dep.mean_context_tokens), *speculation_notes(dep), *dep.prefix_notes(travelling)]
     data = {"points": rows, "slo": slo, "step_model": sm.to_dict(), "warnings": [*notes, *unsteady]}
     return Simulated(data, True, rows, None, dep)
 
@@ -99,7 +99,11 @@ def simulate_rates(
     travelling, _ = dep.step_models()
     server, dep, billing = dep.server(travelling), dep.scheduled_as(travelling), dep.billing()
     sm = travelling.step_model
-    notes = [*travelling.notes(dep.mean_context_tokens if trace is None else None), *speculation_notes(dep)]
+    notes = [
+        *travelling.notes(dep.mean_context_tokens if trace is None else None),
+        *speculation_notes(dep),
+        *dep.prefix_notes(travelling),
+    ]
     if not rates:
         raise ParameterError("{} needs at least one number", "request_rate")
     if any(not 0 < r < math.inf for r in rates):
@@ -181,6 +185,9 @@ class Choices:
     tp: tuple[int, ...] = (1,)
     prices: tuple[float, ...] = ()
     speculation: tuple[SpeculativeConfig | None, ...] = (None,)
+    prefix_caching: tuple[bool, ...] = (
+        True,
+    )  # with shared prefixes plan weighs (True, False): which wins, by how much
 
     def __post_init__(self) -> None:
         if self.prices and len(self.prices) not in (1, max(len(self.hardware), 1)):
@@ -207,26 +214,33 @@ def plan_choices(
 
     results, notes, unservable = [], [], []
     options = [
-        (chip, degree, speculative)
+        (chip, degree, speculative, caching)
         for chip in choices.hardware or (dep.physics.hardware,)
         for degree in choices.tp
         for speculative in choices.speculation
+        for caching in choices.prefix_caching
     ]
-    for chip, degree, speculative in options:  # a hardware, a TP degree, speculation or not
-        option = replace(dep.with_physics(replace(dep.physics, hardware=chip, tp=degree)), speculative=speculative)
+    for chip, degree, speculative, caching in options:  # a hardware, a TP degree, speculation or not, caching or not
+        option = replace(
+            dep.with_physics(replace(dep.physics, hardware=chip, tp=degree)),
+            speculative=speculative,
+            prefix_caching=caching,
+        )
         why = option.physics.unservable() if option.physics.known else None
         if why is not None:  # another choice may hold the weights: this one is left out, and says why
             unservable.append(why)
             continue
         travelling, samples = option.step_models(n_samples=4)
         said = [*travelling.notes(offered.mean_context_tokens), *speculation_notes(option)]
+        said += option.prefix_notes(travelling) if len(choices.prefix_caching) == 1 else []
         notes += [n for n in said if n not in notes]
+        server = option.server(travelling)
         result = make_plan(
             [travelling.step_model, *samples],
             offered,
             slo,
             tuple(range(search.seeds)),
-            option.server(travelling),
+            server,
             search.max_replicas,
             search.workers,
             ray_address=search.ray_address,
@@ -236,8 +250,11 @@ def plan_choices(
         entry["step_model"] = travelling.step_model.to_dict()
         spec = option.speculation()
         entry["speculation"] = None if spec is None else spec.to_dict()
+        entry["prefix_caching"] = server.prefix_caching
         if result.chosen is not None:
-            entry["engine_flags"] = engine_flags(result.chosen.candidate.max_num_seqs, speculative)
+            entry["engine_flags"] = engine_flags(
+                result.chosen.candidate.max_num_seqs, speculative, server.prefix_caching or server.per_slot_kv
+            )
         entry["usd_per_million_output_tokens"] = None
         if result.chosen is not None:
             entry["gpus"] = result.chosen.candidate.replicas * degree
@@ -263,7 +280,11 @@ def cheapest(results: list[dict[str, Any]], notes: list[str], priced: bool) -> d
     if len(results) > 1:
         keys = ("hardware", "tp", "feasible", "gpus", "cost_per_hour", "reason")
         data["choices"] = [
-            {**{k: r.get(k) for k in keys}, "speculation": r["speculation"] and r["speculation"]["method"]}
+            {
+                **{k: r.get(k) for k in keys},
+                "speculation": r["speculation"] and r["speculation"]["method"],
+                "prefix_caching": r["prefix_caching"],
+            }
             for r in results
         ]
     return data

@@ -49,6 +49,7 @@ class Deployment:
     per_slot_kv: bool | None = None  # llama-server's per-slot KV streams; None: as the fitted model was measured
     speculative: SpeculativeConfig | None = None  # speculative decoding (vLLM's --speculative-config)
     gpu_cost_per_hour: float | None = None  # US$ per accelerator-hour (None: the hardware file's, if any)
+    prefix_caching: bool = True  # the server shares computed prompt blocks (vLLM V1's and SGLang's default)
 
     def __post_init__(self) -> None:
         if isinstance(self.fit, list | tuple):  # repeated --fit: one table; none given: no fit
@@ -142,9 +143,30 @@ class Deployment:
         `travelling` was measured), and the speculation."""
         from tokenroof.serving.engine.core import Server
 
+        slots = self.slot_streams(travelling)
         return Server(
-            self.kv_budget_tokens(), self.prompt_budget(travelling), self.slot_streams(travelling), self.speculation()
+            self.kv_budget_tokens(),
+            self.prompt_budget(travelling),
+            slots,
+            self.speculation(),
+            self.prefix_caching and not slots,
         )
+
+    def prefix_notes(self, travelling: Travelling) -> list[str]:
+        """What an answer with shared prefixes rests on (none without them): the prefixes are the workload given, and
+        how the server treats them."""
+        prefix = getattr(self.input_len, "prefix", None)
+        if prefix is None or prefix.tokens == 0:
+            return []
+        shared = f"each prompt's first {prefix.tokens} tokens are one of {prefix.groups} shared prefixes (as given)"
+        if self.slot_streams(travelling):
+            return [f"{shared}; llama-server's per-slot prompt cache is not modelled: every prompt is prefilled whole"]
+        if not self.prefix_caching:
+            return [f"{shared}; prefix caching off: each is prefilled with its prompt"]
+        why = ""
+        if travelling.step_model.prompts_folded:
+            why = ": the fitted model carries prompts in its per-sequence terms, so hits save KV memory, not prefill"
+        return [f"{shared}; prefix caching hits them in the KV cache and skips their prefill{why}"]
 
     def scheduled_as(self, travelling: Travelling) -> Deployment:
         """This deployment with the scheduler settings `travelling` implies where none were given."""

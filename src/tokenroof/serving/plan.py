@@ -166,12 +166,14 @@ def workload_dict(workload: Workload) -> dict[str, Any]:
     def lengths(x: Lengths) -> dict[str, Any]:
         return {"mean": x.mean, "distribution": x.kind, "spread": None if x.kind == "fixed" else x.spread}
 
+    prefix = getattr(workload.input_len, "prefix", None)
     return {
         "request_rate_req_s": workload.rate_req_s,
         "burstiness": workload.burstiness,
         "input_len": lengths(workload.input_len),
         "output_len": lengths(workload.output_len),
         "num_requests": workload.num_requests,
+        "shared_prefix": None if prefix is None or prefix.tokens == 0 else prefix.to_dict(),
     }
 
 

@@ -57,12 +57,15 @@ class Lengths:
         return np.maximum(np.rint(values), 1).astype(int)
 
 
+NO_PREFIX = SharedPrefix(0)
+
+
 @dataclass(frozen=True)
 class PromptLengths(Lengths):
     """Prompt lengths whose first tokens are a shared prefix (model/prefix.py): each prompt starts with one of
     `prefix.groups` prefixes of `prefix.tokens` tokens (its first min(tokens, prompt − 1) tokens)."""
 
-    prefix: SharedPrefix = SharedPrefix(0)
+    prefix: SharedPrefix = NO_PREFIX
 
 
 def share_prefixes(seqs: list[Sequence], input_len: Lengths, rng: np.random.Generator) -> None:

@@ -67,6 +67,7 @@ class GenerationRequest:
     stream: bool
     include_usage: bool
     model: str
+    tokens: tuple[Any, ...] = ()  # the prompt's tokens as the emulator counts them (kept for prefix caching)
 
 
 def is_int(value: Any) -> bool:
@@ -113,6 +114,27 @@ def count_messages(messages: Any) -> int:
             raise ApiError(f"messages[{i}] must be an object with a string role", "messages")
         total += content_words(message.get("content"), f"messages[{i}]") + CHAT_TEMPLATE_TOKENS
     return total
+
+
+def prompt_items(body: dict[str, Any], chat: bool) -> tuple[Any, ...]:
+    """The prompt's tokens as `count_prompt`/`count_messages` count them (a word, a token id, a chat template's
+    role markers), for prefix caching's block hashes. Called on a body those already checked."""
+    if not chat:
+        prompt = body.get("prompt")
+        if isinstance(prompt, list) and len(prompt) == 1 and isinstance(prompt[0], str):
+            prompt = prompt[0]
+        return tuple(prompt.split()) if isinstance(prompt, str) else tuple(prompt or ())
+    items: list[Any] = []
+    for message in body["messages"]:
+        items += [("<|role|>", message["role"])] * CHAT_TEMPLATE_TOKENS
+        content = message.get("content")
+        if isinstance(content, list):
+            for part in content:
+                if part.get("type", "text") == "text":
+                    items += part["text"].split()
+        else:
+            items += (content or "").split()
+    return tuple(items)
 
 
 def load_body(raw: bytes) -> dict[str, Any]:
@@ -186,27 +208,36 @@ def stream_flags(body: dict[str, Any]) -> tuple[bool, bool]:
     return bool(stream), bool(include_usage)
 
 
-def parse_request(raw: bytes, chat: bool, max_model_len: int, model_name: str) -> GenerationRequest:
-    """Validate a /v1/completions or /v1/chat/completions body; raises ApiError (400, or 404 for the model)."""
+def parse_request(
+    raw: bytes, chat: bool, max_model_len: int, model_name: str, keep_tokens: bool = False
+) -> GenerationRequest:
+    """Validate a /v1/completions or /v1/chat/completions body; raises ApiError (400, or 404 for the model).
+    `keep_tokens`: keep the prompt's tokens (prefix caching hashes them)."""
     body = load_body(raw)
     model = check_model(body, model_name)
     prompt_tokens = count_messages(body.get("messages")) if chat else count_prompt(body.get("prompt"))
     check_sampling(body)
     stream, include_usage = stream_flags(body)
     max_tokens = output_tokens(body, prompt_tokens, max_model_len)
-    return GenerationRequest(chat, prompt_tokens, max_tokens, stream, include_usage, model)
+    tokens = prompt_items(body, chat) if keep_tokens else ()
+    return GenerationRequest(chat, prompt_tokens, max_tokens, stream, include_usage, model, tokens)
 
 
 def sse(event: dict[str, Any]) -> bytes:
     return b"data: " + json.dumps(event, separators=(",", ":")).encode() + b"\n\n"
 
 
-def usage(req: GenerationRequest, completion_tokens: int) -> dict[str, int]:
-    return {
+def usage(req: GenerationRequest, completion_tokens: int, cached_tokens: int | None = None) -> dict[str, Any]:
+    """OpenAI's usage; with prefix caching, vLLM's `prompt_tokens_details.cached_tokens` (prompt tokens served from
+    the cache: vLLM sends it with --enable-prompt-tokens-details)."""
+    counts: dict[str, Any] = {
         "prompt_tokens": req.prompt_tokens,
         "completion_tokens": completion_tokens,
         "total_tokens": req.prompt_tokens + completion_tokens,
     }
+    if cached_tokens is not None:
+        counts["prompt_tokens_details"] = {"cached_tokens": cached_tokens}
+    return counts
 
 
 def chunk(req: GenerationRequest, rid: str, index: int, finish: bool, tokens: int = 1) -> bytes:
@@ -225,7 +256,7 @@ def chunk(req: GenerationRequest, rid: str, index: int, finish: bool, tokens: in
     return sse({"id": rid, "object": obj, "created": int(time.time()), "model": req.model, "choices": [choice]})
 
 
-def usage_chunk(req: GenerationRequest, rid: str, completion_tokens: int) -> bytes:
+def usage_chunk(req: GenerationRequest, rid: str, completion_tokens: int, cached_tokens: int | None = None) -> bytes:
     obj = "chat.completion.chunk" if req.chat else "text_completion"
     event = {
         "id": rid,
@@ -233,12 +264,14 @@ def usage_chunk(req: GenerationRequest, rid: str, completion_tokens: int) -> byt
         "created": int(time.time()),
         "model": req.model,
         "choices": [],
-        "usage": usage(req, completion_tokens),
+        "usage": usage(req, completion_tokens, cached_tokens),
     }
     return sse(event)
 
 
-def full_response(req: GenerationRequest, rid: str, completion_tokens: int) -> dict[str, Any]:
+def full_response(
+    req: GenerationRequest, rid: str, completion_tokens: int, cached_tokens: int | None = None
+) -> dict[str, Any]:
     text = " tok" * completion_tokens
     if req.chat:
         choice: dict[str, Any] = {
@@ -257,5 +290,5 @@ def full_response(req: GenerationRequest, rid: str, completion_tokens: int) -> d
         "created": int(time.time()),
         "model": req.model,
         "choices": [choice],
-        "usage": usage(req, completion_tokens),
+        "usage": usage(req, completion_tokens, cached_tokens),
     }

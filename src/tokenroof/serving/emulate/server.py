@@ -21,6 +21,7 @@ from aiohttp import web
 from aiohttp.http_exceptions import HttpProcessingError
 
 from tokenroof.errors import ParameterError, TokenroofError
+from tokenroof.model.prefix import block_keys
 from tokenroof.model.speculative import Speculation
 from tokenroof.model.stepmodel import StepModel
 from tokenroof.serving.emulate import protocol as proto
@@ -57,6 +58,7 @@ class Emulator:
     per_slot_kv: bool = False  # llama-server's per-slot KV streams: a pass per run of consecutive busy slots
     speculation: Speculation | None = None  # speculative decoding: several tokens a step, vLLM's counters on /metrics
     seed: int = 0  # speculation's acceptance draws
+    prefix_caching: bool = False  # vLLM's automatic prefix caching: prompts' blocks hashed from their text, shared
     scheduler: BatchScheduler = field(init=False)
 
     def __post_init__(self) -> None:
@@ -76,6 +78,7 @@ class Emulator:
             per_slot_kv=self.per_slot_kv,
             speculation=self.speculation,
             seed=self.seed,
+            prefix_caching=self.prefix_caching,
         )
 
     # -- engine -------------------------------------------------------------------
@@ -152,13 +155,17 @@ class Emulator:
             raise proto.ApiError(message, status=408) from None
 
     async def generate(self, request: web.Request, chat: bool) -> web.StreamResponse:
-        req = proto.parse_request(await self.read_body(request), chat, self.max_model_len, self.model_name)
+        raw = await self.read_body(request)
+        req = proto.parse_request(raw, chat, self.max_model_len, self.model_name, self.prefix_caching)
         if self.engine_error is not None:
             raise proto.ApiError(self.engine_error, status=500)
         assert self.engine is not None
         rid = f"{'chatcmpl' if chat else 'cmpl'}-{next(self.ids)}"
+        seq = Sequence(rid, req.prompt_tokens, req.max_tokens, asyncio.get_running_loop().time())
+        if self.prefix_caching:
+            seq.block_keys = block_keys(req.tokens, self.scheduler.block_size)
         try:
-            self.engine.submit(Sequence(rid, req.prompt_tokens, req.max_tokens, asyncio.get_running_loop().time()))
+            self.engine.submit(seq)
         except TokenroofError as exc:  # more than the KV cache holds
             raise proto.ApiError(str(exc), "max_tokens") from None
         queue: asyncio.Queue[int] = asyncio.Queue()
@@ -166,29 +173,34 @@ class Emulator:
         self.requests_total += 1
         try:
             if req.stream:
-                return await self.stream(request, req, rid, queue)
+                return await self.stream(request, req, seq, queue)
             while await self.next_token(queue) < req.max_tokens:
                 pass
-            return web.json_response(proto.full_response(req, rid, req.max_tokens))
+            return web.json_response(proto.full_response(req, rid, req.max_tokens, self.cached(seq)))
         finally:
             self.queues.pop(rid, None)
             self.engine.abort(rid)  # a no-op when it finished; frees the slot when the client left
 
+    def cached(self, seq: Sequence) -> int | None:
+        """Prompt tokens the request was served from the prefix cache (None: the emulator does not cache)."""
+        return seq.cached_tokens if self.prefix_caching else None
+
     async def stream(
-        self, request: web.Request, req: proto.GenerationRequest, rid: str, queue: asyncio.Queue[int]
+        self, request: web.Request, req: proto.GenerationRequest, seq: Sequence, queue: asyncio.Queue[int]
     ) -> web.StreamResponse:
         response = web.StreamResponse(headers={"Content-Type": "text/event-stream", "Cache-Control": "no-cache"})
         try:
             await response.prepare(request)
-            await self.stream_tokens(response, req, rid, queue)
+            await self.stream_tokens(response, req, seq, queue)
             await response.write(DONE)
         except ConnectionError:
             return response  # the client went away; generate's finally aborts the sequence
         return response
 
     async def stream_tokens(
-        self, response: web.StreamResponse, req: proto.GenerationRequest, rid: str, queue: asyncio.Queue[int]
+        self, response: web.StreamResponse, req: proto.GenerationRequest, seq: Sequence, queue: asyncio.Queue[int]
     ) -> None:
+        rid = seq.request_id
         middle = proto.chunk(req, rid, 2, False)  # every token but the first and the last is the same event
         made = 0
         try:
@@ -198,7 +210,7 @@ class Emulator:
                 plain = tokens == 1 and index > 1 and not last
                 await response.write(middle if plain else proto.chunk(req, rid, index, last, tokens))
             if req.include_usage:
-                await response.write(proto.usage_chunk(req, rid, req.max_tokens))
+                await response.write(proto.usage_chunk(req, rid, req.max_tokens, self.cached(seq)))
         except proto.ApiError as exc:  # the engine died mid-stream: the error goes as an event, as vLLM sends it
             await response.write(proto.sse(exc.body()))
 
@@ -262,6 +274,17 @@ class Emulator:
                 engine.restarts,
             ),
         ]
+        cache = sched.prefix_counts()
+        if cache is not None:  # vLLM V1's prefix-cache counters (tokens), under its names
+            lines += [
+                (
+                    "vllm:prefix_cache_queries_total",
+                    "counter",
+                    "Prompt tokens looked up in the prefix cache",
+                    cache.queries,
+                ),
+                ("vllm:prefix_cache_hits_total", "counter", "Prompt tokens found in the prefix cache", cache.hits),
+            ]
         counts = sched.spec_counts()
         if counts is not None:  # vLLM V1's spec-decode counters (vllm/v1/spec_decode/metrics.py), under its names
             lines += [
