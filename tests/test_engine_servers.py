@@ -40,6 +40,9 @@ VLLM_V1_METRICS = {  # V1's spec-decode counters (vllm/v1/spec_decode/metrics.py
     "spec_draft_tokens": "vllm:spec_decode_num_draft_tokens_total",
     "spec_accepted": "vllm:spec_decode_num_accepted_tokens_total",
     "spec_accepted_by_position": "vllm:spec_decode_num_accepted_tokens_per_pos_total",
+    # V1's prefix-cache counters (vllm/v1/metrics/loggers.py), in tokens
+    "prefix_cache_queries": "vllm:prefix_cache_queries_total",
+    "prefix_cache_hits": "vllm:prefix_cache_hits_total",
 }
 
 # profile → its [server] table as the engines document it; None: no server of its own
@@ -136,6 +139,8 @@ def test_the_settings_and_metrics_asked_for_are_the_keys_a_file_may_give() -> No
             "spec_draft_tokens",
             "spec_accepted",
             "spec_accepted_by_position",
+            "prefix_cache_queries",
+            "prefix_cache_hits",
         )
     )
 

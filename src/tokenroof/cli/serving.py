@@ -16,10 +16,12 @@ from tokenroof.cli.common import (
     FitOpt,
     JsonOpt,
     KvDtypeOpt,
+    NumPrefixesOpt,
     OptHardware,
     OptModel,
     PlotOpt,
     PrefixCachingOpt,
+    PrefixLenOpt,
     SpeculativeOpt,
     StepModelFileOpt,
     TpOpt,
@@ -164,6 +166,8 @@ def bench(
             "cache never serves a repeated run); give a run's own to repeat its prompts."
         ),
     ] = None,
+    prefix_len: PrefixLenOpt = 0,
+    num_prefixes: NumPrefixesOpt = 1,
     json_output: JsonOpt = False,
     plot: PlotOpt = None,
 ) -> None:
@@ -200,6 +204,8 @@ def bench(
         ignore_eos=ignore_eos,
         seed=seed,
         prompt_salt=prompt_salt,
+        prefix_len=prefix_len,
+        num_prefixes=num_prefixes,
     )
     with progress_bar(json_output) as bar:
         tasks: dict[str, Any] = {}

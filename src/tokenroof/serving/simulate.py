@@ -356,8 +356,17 @@ class SimResult:
             "slo": None if ttft_slo_ms is None and tpot_slo_ms is None else goodput_slo(ttft_slo_ms, tpot_slo_ms),
             "warnings": self.steadiness_warnings(w0, w1),
             **({} if self.speculation is None else {"speculation": self.speculation}),
-            **({} if self.prefix_cache is None else {"prefix_cache": self.prefix_cache}),
+            **({} if self.prefix_cache is None else {"prefix_cache": self.cache_in_window(sent)}),
         }
+
+    def cache_in_window(self, sent: np.ndarray) -> dict[str, Any]:
+        """The prefix cache's counters over the run, and its hit rate over the requests in the window (the prompt
+        tokens they were served from the cache, at their last admission: what bench reads over its window)."""
+        assert self.prefix_cache is not None
+        chosen = [s for s, inside in zip(self.sequences, sent, strict=True) if inside]
+        prompts = sum(s.prompt_tokens for s in chosen)
+        hits = sum(min(s.cached_tokens, s.prompt_tokens) for s in chosen)
+        return {**self.prefix_cache, "hit_rate": hits / prompts if prompts else None}
 
     def bill(self, sm: StepModel, tp: int, price: Price | None, power: PowerModel | None) -> dict[str, Any]:
         """The window's bill (model/cost.py): $ a million output and prompt tokens, mean power, energy per output
@@ -603,7 +612,7 @@ def simulate(
 
 
 def prefix_summary(counts: list[PrefixCounts | None]) -> dict[str, Any]:
-    """The replicas' prefix-cache counters summed, in vLLM's terms (prompt tokens queried and hit), and the rate."""
+    """The replicas' prefix-cache counters summed, in vLLM's terms (prompt tokens queried and hit, the whole run)."""
     total = PrefixCounts(sum(c.queries for c in counts if c), sum(c.hits for c in counts if c))
     return {"queries_tokens": total.queries, "hits_tokens": total.hits, "hit_rate": total.hit_rate}
 

@@ -67,6 +67,8 @@ Metric = Literal[
     "spec_draft_tokens",
     "spec_accepted",
     "spec_accepted_by_position",
+    "prefix_cache_queries",
+    "prefix_cache_hits",
 ]  # the [server.metrics] keys
 SERVER_NAME = re.compile(r"[a-z0-9][a-z0-9-]*")
 CLI_FLAG = re.compile(r"--?[A-Za-z][A-Za-z0-9_-]*")
@@ -302,6 +304,9 @@ class ServerMetrics(Section):
     spec_draft_tokens: MetricName | None = None
     spec_accepted: MetricName | None = None
     spec_accepted_by_position: MetricName | None = None
+    # prefix caching's counters: prompt tokens looked up in the cache at admissions, and how many were hit
+    prefix_cache_queries: MetricName | None = None
+    prefix_cache_hits: MetricName | None = None
 
 
 class ServerDefaults(Section):

@@ -41,6 +41,10 @@ class BenchConfig:
     # the synthetic prompts' salt: None draws one per run (kept by --resume), so a server's prompt cache never
     # serves a second run's prompts; a number repeats a run's prompts (to measure the cache itself)
     prompt_salt: int | None = None
+    # shared prefixes: each synthetic prompt's first `prefix_len` tokens are one of `num_prefixes` prefixes (drawn per
+    # request), as vllm bench serve's prefix_repetition dataset: the server's prefix cache is what is measured
+    prefix_len: int = 0
+    num_prefixes: int = 1
 
 
 def require(ok: bool, template: str, *parameters: str) -> None:
@@ -81,6 +85,16 @@ def check_config(cfg: BenchConfig) -> None:
     require(cfg.seed >= 0, f"{{}} must be ≥ 0, got {cfg.seed}", "seed")
     require(cfg.prompt_salt is None or cfg.prompt_salt >= 0, f"{{}} must be ≥ 0, got {cfg.prompt_salt}", "prompt_salt")
     require(cfg.endpoint in ("completions", "chat"), f"--endpoint must be completions or chat, got {cfg.endpoint!r}")
+    require(
+        0 <= cfg.prefix_len < cfg.input_len,
+        f"{{}} ({cfg.prefix_len}) is part of the prompt: it must be ≥ 0 and shorter than {{}} ({cfg.input_len})",
+        "prefix_len",
+        "input_len",
+    )
+    require(cfg.num_prefixes >= 1, f"{{}} must be ≥ 1, got {cfg.num_prefixes}", "num_prefixes")
+    require(
+        cfg.prefix_len == 0 or cfg.prompts_file is None, "{} shapes synthetic prompts: drop {}", "prefix_len", "prompts"
+    )
 
 
 @dataclass(frozen=True)
@@ -139,4 +153,5 @@ def run_settings(cfg: BenchConfig, model: str, url: str) -> dict[str, Any]:
         "ttft_slo_ms": cfg.ttft_slo_ms,
         "tpot_slo_ms": cfg.tpot_slo_ms,
         "max_failure_fraction": cfg.max_failure_fraction,
+        **({"prefix_len": cfg.prefix_len, "num_prefixes": cfg.num_prefixes} if cfg.prefix_len else {}),
     }

@@ -116,10 +116,18 @@ class Prompts:
         return prompts
 
     def words(self, point: str, index: int) -> str:
+        """Request `index`'s synthetic prompt; with shared prefixes, one of the run's prefixes (drawn per request)
+        and then words of its own, the prefix's words scaled as the calibration scaled the prompt's."""
+        cfg = self.config
         key = int.from_bytes(hashlib.sha256(point.encode()).digest()[:8], "little")
-        rng = np.random.default_rng([self.config.seed, self.salt, key, index & 0xFFFFFFFFFFFF])
-        size = self.config.input_len if self.words_per_prompt is None else self.words_per_prompt
-        return " ".join(rng.choice(WORDS, size=size))
+        rng = np.random.default_rng([cfg.seed, self.salt, key, index & 0xFFFFFFFFFFFF])
+        size = cfg.input_len if self.words_per_prompt is None else self.words_per_prompt
+        if not cfg.prefix_len:
+            return " ".join(rng.choice(WORDS, size=size))
+        shared = min(round(cfg.prefix_len * size / cfg.input_len), size - 1)
+        group = int(rng.integers(cfg.num_prefixes))
+        prefix = np.random.default_rng([cfg.seed, self.salt, PREFIX_STREAM, group]).choice(WORDS, size=shared)
+        return " ".join([*prefix, *rng.choice(WORDS, size=size - shared)])
 
     def payload(self, index: int, model: str, point: str = "", max_tokens: int | None = None) -> dict[str, Any]:
         cfg = self.config
@@ -142,6 +150,7 @@ class Prompts:
         return body
 
 
+PREFIX_STREAM = 0x5052454649580000  # the random stream of the shared prefixes (apart from every point's)
 CALIBRATION = "calibration"  # the point label of the requests that find the words per prompt (never measured)
 CALIBRATION_TRIES = 3
 
@@ -327,6 +336,9 @@ class Bench:
         drafted = scraper.drafted_in(*run.window_s)  # speculative decoding, where the server speculates
         if drafted is not None:
             data["speculation"] = drafted.to_dict()
+        cache = scraper.cached_in(*run.window_s)  # prefix caching, where the server counts its hits
+        if cache is not None:
+            data["prefix_cache"] = cache
         summary.invalid = validity(summary, run, monitor, cfg.max_failure_fraction)
         cached = data["cached_prompt_fraction"]
         if cached is not None and cached > CACHED_REMARK:

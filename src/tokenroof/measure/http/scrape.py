@@ -28,6 +28,8 @@ PREEMPTIONS = tuple(server_metrics("preemptions").values())  # each server's pre
 SPEC = ("spec_drafts", "spec_draft_tokens", "spec_accepted")  # speculative decoding's counters, per server
 SPEC_NAMES = {key: tuple(server_metrics(key).values()) for key in SPEC}  # type: ignore[arg-type]
 BY_POSITION = tuple(server_metrics("spec_accepted_by_position").values())
+CACHE = ("prefix_cache_queries", "prefix_cache_hits")  # prefix caching's counters, per server
+CACHE_NAMES = {key: tuple(server_metrics(key).values()) for key in CACHE}  # type: ignore[arg-type]
 PERIOD_S = 0.1
 
 
@@ -48,7 +50,8 @@ def parse_metrics(text: str) -> dict[str, float] | None:
     from prometheus_client.parser import text_string_to_metric_families
 
     found: dict[str, float] = {}
-    wanted = set(GAUGES) | set(PREEMPTIONS) | {n for names in SPEC_NAMES.values() for n in names}
+    counters = (*SPEC_NAMES.values(), *CACHE_NAMES.values())
+    wanted = set(GAUGES) | set(PREEMPTIONS) | {n for names in counters for n in names}
     try:
         for family in text_string_to_metric_families(text):
             for sample in family.samples:
@@ -93,6 +96,14 @@ def spec_counters(found: dict[str, float]) -> tuple[float, ...] | None:
     return (*values, *by_position)  # type: ignore[arg-type]
 
 
+def cache_counters(found: dict[str, float]) -> tuple[float, float] | None:
+    """Prefix caching's counters — prompt tokens queried, and hit — or None when the server exports none."""
+    queries, hits = (first_of(found, CACHE_NAMES[key]) for key in CACHE)
+    if queries is None or hits is None or math.isnan(queries) or math.isnan(hits):
+        return None
+    return queries, hits
+
+
 @dataclass
 class BatchScraper:
     session: aiohttp.ClientSession
@@ -101,6 +112,7 @@ class BatchScraper:
     samples: list[tuple[float, float]] = field(default_factory=list)
     preemptions: list[tuple[float, float]] = field(default_factory=list)  # the counter's readings, where it has one
     speculation: list[tuple[float, tuple[float, ...]]] = field(default_factory=list)  # spec-decode counter readings
+    prefix_cache: list[tuple[float, tuple[float, float]]] = field(default_factory=list)  # prefix-cache readings
     bad: int = 0  # samples of the gauge that were not a count (NaN, negative, infinite): dropped
     _task: asyncio.Task[None] | None = None
 
@@ -119,6 +131,9 @@ class BatchScraper:
                 drafted = spec_counters(found)
                 if drafted is not None:
                     self.speculation.append((now, drafted))
+                cached = cache_counters(found)
+                if cached is not None:
+                    self.prefix_cache.append((now, cached))
                 if math.isnan(value):
                     self.bad += 1
                 else:
@@ -152,6 +167,15 @@ class BatchScraper:
             return None
         delta = [b - a for a, b in zip(inside[0], inside[-1], strict=True)]
         return measured_acceptance(delta[0], delta[1], delta[2], delta[3:])
+
+    def cached_in(self, w0: float, w1: float) -> dict[str, float | None] | None:
+        """The server's prefix cache between the readings around [w0, w1]: prompt tokens looked up, hit, and the
+        rate (None: no counters, or fewer than two readings in the window)."""
+        inside = [v for t, v in self.prefix_cache if w0 <= t <= w1]
+        if len(inside) < 2:
+            return None
+        queries, hits = (max(b - a, 0.0) for a, b in zip(inside[0], inside[-1], strict=True))
+        return {"queries_tokens": queries, "hits_tokens": hits, "hit_rate": hits / queries if queries else None}
 
     def mean_in(self, w0: float, w1: float, limit: float = math.inf) -> float | None:
         """The gauge's mean over [w0, w1] (None: fewer than 5 samples), samples above `limit` (more sequences than
