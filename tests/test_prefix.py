@@ -273,3 +273,74 @@ def test_emulator_hashes_text_blocks_and_reports_cached_tokens() -> None:
     assert len(req.tokens) == req.prompt_tokens == 12
     assert proto.usage(req, 3, 8)["prompt_tokens_details"] == {"cached_tokens": 8}
     assert "prompt_tokens_details" not in proto.usage(req, 3)
+
+
+def test_roofline_ttft_computes_only_the_uncached_tail() -> None:
+    """TTFT of a 2,000-token prompt whose first 1,800 tokens are cached: 1,792 in whole blocks, 208 computed, each
+    attending over the 1,792 before it and half the 208: t_fixed + max(W, 208·t_c + t_attn·(208² + 2·208·1792)/2)."""
+    from tokenroof.model import roofline as rl
+    from tokenroof.model.analysis import analyze_roofline
+    from tokenroof.specs import Precision, load_hardware, load_model
+
+    model, hw, precision = load_model("llama-3.1-8b"), load_hardware("h100-sxm"), Precision.create("bf16")
+    sm = rl.step_model_from_specs(model, hw, precision)
+    compute = 208 * sm.t_compute_s + sm.t_attn_token_s * (208**2 + 2 * 208 * 1792) / 2
+    by_hand = sm.t_fixed_s + max(sm.t_weights_s, compute)
+    assert float(rl.prefill_time_s(model, hw, precision, 2000, cached_tokens=1792)) == pytest.approx(by_hand)
+    data = analyze_roofline(model, hw, precision, [1], prompt_tokens=2000, prefix_tokens=1800).to_dict()
+    assert data["prefix_cached_tokens"] == 1792
+    assert data["ttft_ms"] == pytest.approx(by_hand * 1e3)
+    assert data["ttft_uncached_ms"] == pytest.approx(float(rl.prefill_time_s(model, hw, precision, 2000)) * 1e3)
+    with pytest.raises(TokenroofError, match="prefix_len"):
+        analyze_roofline(model, hw, precision, [1], prefix_tokens=100)
+
+
+def test_plan_weighs_prefix_caching_on_and_off_and_advise_sets_the_flag() -> None:
+    """A long shared system prompt: plan simulates the server with and without prefix caching and keeps the one
+    needing fewer GPUs, naming both in its choices; with caching off advise gives vLLM's and SGLang's flags for it."""
+    from typer.testing import CliRunner
+
+    from tokenroof.cli import app
+
+    runner = CliRunner()
+    workload = ["-m", "llama-3.1-8b", "-H", "h100-sxm", "--input-len", "3000", "--output-len", "100"]
+    shared = ["--prefix-len", "2800", "--num-prefixes", "2"]
+    result = runner.invoke(
+        app,
+        [
+            "plan",
+            *workload,
+            *shared,
+            "--rate",
+            "20",
+            "--ttft-slo-ms",
+            "300",
+            "--tpot-slo-ms",
+            "40",
+            "--seeds",
+            "1",
+            "--num-requests",
+            "600",
+            "--workers",
+            "1",
+            "--json",
+        ],
+    )
+    assert result.exit_code == 0, result.output
+    import json
+
+    data = json.loads(result.stdout)
+    assert data["prefix_caching"] is True and data["workload"]["shared_prefix"] == {
+        "prefix_tokens": 2800,
+        "num_prefixes": 2,
+    }
+    by_caching = {c["prefix_caching"]: c for c in data["choices"]}
+    assert set(by_caching) == {True, False}
+    off = by_caching[False]
+    assert not off["feasible"] or off["gpus"] > by_caching[True]["gpus"]
+    advised = runner.invoke(
+        app, ["advise", *workload, *shared, "--tpot-slo-ms", "40", "--no-enable-prefix-caching", "--json"]
+    )
+    assert advised.exit_code == 0, advised.output
+    flags = json.loads(advised.stdout)["engine_flags"]
+    assert flags["vllm"].endswith("--no-enable-prefix-caching") and flags["sglang"].endswith("--disable-radix-cache")

@@ -136,7 +136,11 @@ def roofline_summary(console: Console, data: dict[str, Any]) -> None:
         ("KV cache per token", f"{data['kv_bytes_per_token'] / 1024:,.0f} KiB"),
     ]
     if data.get("ttft_ms") is not None:
-        lines.append((f"TTFT for a {fmt(data['prompt_tokens'])}-token prompt", f"{fmt(data['ttft_ms'])} ms"))
+        ttft = f"{fmt(data['ttft_ms'])} ms"
+        if data.get("prefix_cached_tokens") is not None:
+            cached, without = data["prefix_cached_tokens"], fmt(data["ttft_uncached_ms"])
+            ttft += f" ({cached:,} tokens from the prefix cache; {without} ms without)"
+        lines.append((f"TTFT for a {fmt(data['prompt_tokens'])}-token prompt", ttft))
     summary = Table.grid(padding=(0, 2))
     for label, value in lines:
         summary.add_row(label, f"[bold]{value}[/]")
@@ -497,25 +501,60 @@ def lengths_text(x: dict[str, Any]) -> str:
 
 
 def workload_line(w: dict[str, Any]) -> str:
-    """plan's traffic in one line: what the answer assumes (--request-rate, --input-len/--output-len, --*-dist)."""
+    """plan's traffic in one line: what the answer assumes (--request-rate, --input-len/--output-len, --*-dist,
+    --prefix-len/--num-prefixes)."""
     arrivals = "Poisson" if w["burstiness"] == 1 else f"gamma arrivals, burstiness {fmt(w['burstiness'])}"
+    shared = w.get("shared_prefix")
+    prefix = (
+        f" whose first {shared['prefix_tokens']:,} are one of {shared['num_prefixes']} shared prefixes"
+        if shared
+        else ""
+    )
     return (
-        f"{fmt(w['request_rate_req_s'])} req/s ({arrivals}); prompts {lengths_text(w['input_len'])}, "
+        f"{fmt(w['request_rate_req_s'])} req/s ({arrivals}); prompts {lengths_text(w['input_len'])}{prefix}, "
         f"outputs {lengths_text(w['output_len'])}"
     )
+
+
+def caching_line(choices: list[dict[str, Any]]) -> str | None:
+    """Which wins, prefix caching on or off, and by how much (the fewest GPUs, or the cheapest, of each)."""
+    best: dict[bool, dict[str, Any]] = {}
+    for c in choices:
+        if c["feasible"] and (c["prefix_caching"] not in best or c["gpus"] < best[c["prefix_caching"]]["gpus"]):
+            best[c["prefix_caching"]] = c
+    if {c["prefix_caching"] for c in choices} != {True, False}:
+        return None
+    on, off = best.get(True), best.get(False)
+    if on is None and off is None:
+        return "prefix caching: neither on nor off meets the targets"
+    if on is None or off is None:
+        return f"prefix caching: only {'on' if off is None else 'off'} meets the targets"
+    if on["gpus"] == off["gpus"]:
+        return f"prefix caching: on and off both need {gpus(on['gpus'])}"
+    winner, loser = (on, off) if on["gpus"] < off["gpus"] else (off, on)
+    return (
+        f"prefix caching {'on' if winner is on else 'off'} wins: {gpus(winner['gpus'])} against {loser['gpus']} "
+        f"({loser['gpus'] / winner['gpus']:.2g}× as many {'without' if winner is on else 'with'} it)"
+    )
+
+
+def gpus(n: int) -> str:
+    return f"{n} GPU" if n == 1 else f"{n} GPUs"
 
 
 def plan_result(console: Console, data: dict[str, Any]) -> None:
     slo = data["slo"]
     if data.get("choices"):
         speculating = any(c.get("speculation") for c in data["choices"])
+        caching = len({c.get("prefix_caching") for c in data["choices"]}) > 1
         title = (
             "hardware, tensor-parallel and speculation choices"
             if speculating
             else "hardware and tensor-parallel choices"
         )
         choices = Table(title=title, title_justify="left")
-        for col in ("hardware", "tp", *(["speculation"] if speculating else []), "meets", "GPUs", "cost/hour", "why"):
+        extra = [*(["speculation"] if speculating else []), *(["prefix cache"] if caching else [])]
+        for col in ("hardware", "tp", *extra, "meets", "GPUs", "cost/hour", "why"):
             choices.add_column(col)
         for c in data["choices"]:
             cost = fmt(c["cost_per_hour"]) if c.get("cost_per_hour") is not None else "—"
@@ -523,6 +562,7 @@ def plan_result(console: Console, data: dict[str, Any]) -> None:
                 str(c["hardware"]),
                 str(c["tp"]),
                 *([c.get("speculation") or "none"] if speculating else []),
+                *(["on" if c["prefix_caching"] else "off"] if caching else []),
                 "yes" if c["feasible"] else "no",
                 str(c.get("gpus") or "—"),
                 cost,
@@ -532,6 +572,9 @@ def plan_result(console: Console, data: dict[str, Any]) -> None:
         spec = data.get("speculation")
         with_spec = f", speculating ({spec['method']}, {spec['num_speculative_tokens']} drafts)" if spec else ""
         console.print(f"cheapest: [bold]{data.get('hardware')} ×tp{data.get('tp')}{with_spec}[/]", highlight=False)
+        line = caching_line(data["choices"]) if caching else None
+        if line:
+            console.print(line, highlight=False)
     stat = slo["statistic"]
     if data.get("workload"):
         console.print(f"workload: {workload_line(data['workload'])}", highlight=False)

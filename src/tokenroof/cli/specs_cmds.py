@@ -87,6 +87,14 @@ def roofline(
     speculative_config: SpeculativeOpt = None,
     acceptance_rate: AcceptanceOpt = None,
     gpu_cost_per_hour: GpuCostOpt = None,
+    prefix_len: Annotated[
+        int,
+        typer.Option(
+            "--prefix-len",
+            help="With --prompt-tokens (or --input-len): its first tokens a prefix cache holds; TTFT computes the "
+            "rest.",
+        ),
+    ] = 0,
     json_output: JsonOpt = False,
     plot: PlotOpt = None,
 ) -> None:
@@ -138,6 +146,7 @@ def roofline(
             workload,
             speculative,
             gpu_cost_per_hour,
+            prefix_len,
         )
         for ctx in contexts
     ]

@@ -11,6 +11,7 @@ import numpy as np
 from tokenroof.errors import ParameterError, TokenroofError
 from tokenroof.model import roofline as rl
 from tokenroof.model.cost import Price, busy_share, compute_share, power_model, price_of
+from tokenroof.model.prefix import VLLM_BLOCK_SIZE, cacheable_tokens
 from tokenroof.model.speculative import Speculation, SpeculativeConfig, speculation_from_specs
 from tokenroof.model.stepmodel import StepModel, mean_context_tokens
 from tokenroof.specs import HardwareSpec, ModelSpec, Precision, load_model
@@ -120,6 +121,7 @@ class RooflineResult:
     workload: DecodeWorkload | None = None  # None: the bare decode step at context_tokens
     speculation: Speculation | None = None  # speculative decoding: its TPOT, throughput and speed-up beside each point
     price: Price | None = None  # what one accelerator costs an hour: $ per million tokens beside each point
+    prefix_tokens: int = 0  # the prompt's first tokens a prefix cache holds: TTFT computes only the rest
 
     @property
     def kv_context_tokens(self) -> float:
@@ -253,16 +255,12 @@ class RooflineResult:
     def to_dict(self) -> dict[str, Any]:
         sm, ctx = self.step_model, self.kv_context_tokens
         power = power_model(self.hardware)
-        ttft = None
+        ttft = uncached = cached = None
         if self.prompt_tokens:
-            ttft = (
-                float(
-                    rl.prefill_time_s(
-                        self.model, self.hardware, self.precision, self.prompt_tokens, self.tp, self.efficiencies
-                    )
-                )
-                * MS_PER_S
-            )
+            args = (self.model, self.hardware, self.precision, self.prompt_tokens, self.tp, self.efficiencies)
+            uncached = float(rl.prefill_time_s(*args)) * MS_PER_S
+            cached = cacheable_tokens(round(self.prompt_tokens), self.prefix_tokens, VLLM_BLOCK_SIZE)
+            ttft = float(rl.prefill_time_s(*args, cached_tokens=cached)) * MS_PER_S if cached else uncached
         return {
             "model": self.model.to_dict(),
             "hardware": self.hardware.to_dict(),
@@ -284,6 +282,8 @@ class RooflineResult:
             "weight_bytes_per_gpu": rl.resident_weight_bytes(self.model, self.precision, self.tp),
             "prompt_tokens": self.prompt_tokens,
             "ttft_ms": ttft,
+            "prefix_cached_tokens": cached if self.prefix_tokens else None,
+            "ttft_uncached_ms": uncached if self.prefix_tokens else None,
             "workload": None if self.workload is None else self.workload.to_dict(),
             "step_model": sm.to_dict(),
             "warnings": list(self.warnings),
@@ -322,6 +322,7 @@ def analyze_roofline(
     workload: DecodeWorkload | None = None,
     speculation: SpeculativeConfig | None = None,
     usd_per_hour: float | None = None,
+    prefix_tokens: int = 0,
 ) -> RooflineResult:
     """Build the step model from specs and evaluate it over `batches` at `context_tokens`, or, given a `workload`,
     at its mean context with TPOT counted as a benchmark of it counts it (`served_tpot_s`).
@@ -362,7 +363,18 @@ def analyze_roofline(
             draft,
         )
     price = price_of(hardware, usd_per_hour)
-    result = replace(result, engine=engine, workload=workload, speculation=spec, price=price)
+    if prefix_tokens and not prompt_tokens:
+        raise ParameterError(
+            "{} is part of a prompt: give {} (or {}) with it", "prefix_len", "prompt_tokens", "input_len"
+        )
+    if prefix_tokens and prompt_tokens and prefix_tokens >= prompt_tokens:
+        raise ParameterError(
+            f"{{}} ({prefix_tokens}) is part of the prompt: it must be shorter than it ({prompt_tokens:g})",
+            "prefix_len",
+        )
+    result = replace(
+        result, engine=engine, workload=workload, speculation=spec, price=price, prefix_tokens=prefix_tokens
+    )
     warnings += memory_warnings(result, float(arr.max()))
     return result
 

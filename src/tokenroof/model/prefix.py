@@ -29,6 +29,8 @@ import numpy as np
 
 from tokenroof.errors import ParameterError
 
+VLLM_BLOCK_SIZE = 16  # tokens a KV block holds: vLLM's default (--block-size), the scheduler's
+
 
 def cacheable_tokens(prompt_tokens: int, prefix_tokens: int, block_size: int) -> int:
     """Prompt tokens a prefix-cache hit can skip: the shared prefix in whole blocks, never the prompt's last token.

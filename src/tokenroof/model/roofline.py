@@ -15,6 +15,7 @@ import numpy as np
 from numpy.typing import ArrayLike, NDArray
 
 from tokenroof.errors import ParameterError, TokenroofError
+from tokenroof.model.prefix import chunk_attention_sq
 from tokenroof.model.stepmodel import StepModel, expected_experts
 from tokenroof.specs import HardwareSpec, ModelSpec, Precision
 
@@ -388,13 +389,21 @@ def prefill_time_s(
     prompt_tokens: ArrayLike,
     tp: int = 1,
     eff: Efficiencies | None = None,
+    cached_tokens: float = 0.0,
 ) -> Array:
     """TTFT estimate for one prompt alone: the scheduler's own step (`StepModel.step_s`) with no sequence decoding
     and the prompt as one chunk, so roofline's TTFT and simulate's prefill are one formula.
 
     That step is t_fixed + matmul_time(weights, P·t_compute + t_attn·P²/2): each prompt token's 2·params FLOPs and
-    causal attention 2·L·q_dim·P² (half of the full P×P) against the weights streamed once.
+    causal attention 2·L·q_dim·P² (half of the full P×P) against the weights streamed once. With `cached_tokens`
+    of the prompt served from a prefix cache, only the rest is computed, attending over the cached tokens too
+    (prefix.chunk_attention_sq).
     """
     sm = step_model_from_specs(model, hardware, precision, tp, eff)
     p = np.asarray(prompt_tokens, dtype=float)
-    return np.vectorize(lambda tokens: sm.step_s(0.0, 0.0, tokens, tokens * tokens), otypes=[float])(p)
+
+    def one(tokens: float) -> float:
+        rest = tokens - min(cached_tokens, tokens)
+        return sm.step_s(0.0, 0.0, rest, chunk_attention_sq(rest, tokens - rest))
+
+    return np.vectorize(one, otypes=[float])(p)
