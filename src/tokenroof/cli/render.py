@@ -547,11 +547,9 @@ def plan_result(console: Console, data: dict[str, Any]) -> None:
     if data.get("choices"):
         speculating = any(c.get("speculation") for c in data["choices"])
         caching = len({c.get("prefix_caching") for c in data["choices"]}) > 1
-        title = (
-            "hardware, tensor-parallel and speculation choices"
-            if speculating
-            else "hardware and tensor-parallel choices"
-        )
+        weighed = ["hardware", "tensor-parallel", *(["speculation"] if speculating else [])]
+        weighed += ["prefix caching"] if caching else []
+        title = f"{', '.join(weighed[:-1])} and {weighed[-1]} choices"
         choices = Table(title=title, title_justify="left")
         extra = [*(["speculation"] if speculating else []), *(["prefix cache"] if caching else [])]
         for col in ("hardware", "tp", *extra, "meets", "GPUs", "cost/hour", "why"):
