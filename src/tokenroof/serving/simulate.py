@@ -517,6 +517,11 @@ def simulate(
         )
         for index in range(replicas)
     ]
+    prefix = getattr(getattr(workload, "input_len", None), "prefix", None)
+    if prefix_caching and prefix is not None and prefix.tokens:  # warm: a server in service has its prefixes cached
+        for engine in engines:
+            for group in range(prefix.groups):
+                engine.scheduler.warm(group, prefix.tokens)
     if slot_order is not None:  # per-slot KV streams: the slots as the server had used them
         for engine in engines:
             engine.scheduler.restore_slots(slot_order)

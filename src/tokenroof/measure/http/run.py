@@ -115,9 +115,10 @@ class Prompts:
             prompts.items = read_prompts(config.prompts_file)
         return prompts
 
-    def words(self, point: str, index: int) -> str:
-        """Request `index`'s synthetic prompt; with shared prefixes, one of the run's prefixes (drawn per request)
-        and then words of its own, the prefix's words scaled as the calibration scaled the prompt's."""
+    def words(self, point: str, index: int, group: int | None = None) -> str:
+        """Request `index`'s synthetic prompt; with shared prefixes, one of the run's prefixes (drawn per request,
+        unless `group` says which) and then words of its own, the prefix's words scaled as the calibration scaled
+        the prompt's."""
         cfg = self.config
         key = int.from_bytes(hashlib.sha256(point.encode()).digest()[:8], "little")
         rng = np.random.default_rng([cfg.seed, self.salt, key, index & 0xFFFFFFFFFFFF])
@@ -125,15 +126,18 @@ class Prompts:
         if not cfg.prefix_len:
             return " ".join(rng.choice(WORDS, size=size))
         shared = min(round(cfg.prefix_len * size / cfg.input_len), size - 1)
-        group = int(rng.integers(cfg.num_prefixes))
+        drawn = int(rng.integers(cfg.num_prefixes))
+        group = drawn if group is None else group
         prefix = np.random.default_rng([cfg.seed, self.salt, PREFIX_STREAM, group]).choice(WORDS, size=shared)
         return " ".join([*prefix, *rng.choice(WORDS, size=size - shared)])
 
-    def payload(self, index: int, model: str, point: str = "", max_tokens: int | None = None) -> dict[str, Any]:
+    def payload(
+        self, index: int, model: str, point: str = "", max_tokens: int | None = None, group: int | None = None
+    ) -> dict[str, Any]:
         cfg = self.config
         item = self.items[index % len(self.items)] if self.items else {}
         max_tokens = int(item.get("max_tokens", cfg.output_len)) if max_tokens is None else max_tokens
-        text = item.get("prompt") or self.words(point, index)
+        text = item.get("prompt") or self.words(point, index, group)
         body: dict[str, Any] = {
             "model": model,
             "max_tokens": max_tokens,
@@ -184,6 +188,18 @@ async def calibrate_words(client: Client, prompts: Prompts, model: str) -> tuple
     _, words, tokens = min(tried)
     prompts.words_per_prompt = words
     return words, f"{words} words, {tokens} prompt tokens as the server counted them", sent
+
+
+async def warm_prefixes(client: Client, prompts: Prompts, model: str) -> list[RequestRecord]:
+    """With shared prefixes, one request (max_tokens 1) carrying each prefix before the sweep, so every point
+    measures a server whose cache holds them, as one in service does (a point's first request of a prefix would
+    otherwise be a miss the next point never sees). Returned to be recorded, never measured."""
+    sent = []
+    for group in range(prompts.config.num_prefixes if prompts.config.prefix_len else 0):
+        index = CALIBRATION_TRIES + group  # after calibrate_words' requests: prompts of their own
+        payload = prompts.payload(index, model, CALIBRATION, max_tokens=1, group=group)
+        sent.append(await send(client, payload, RequestRecord(CALIBRATION, index, client.now())))
+    return sent
 
 
 def read_prompts(path: Path) -> list[dict[str, Any]]:
@@ -393,6 +409,7 @@ async def run_bench(
             if cfg.prompts_file is None:
                 found, calibration = await prompt_words(client, prompts, model, previous, say)
                 settings.update(found)
+                calibration += await warm_prefixes(client, prompts, model)
             check_settings(previous, settings, path)
             recorder = Recorder(path, redactor)
             if previous.header is None:

@@ -474,6 +474,17 @@ class BatchScheduler:
         for _ in range(max(excess, 0)):
             self._free.popitem(last=False)
 
+    def warm(self, group: int, prefix_tokens: int) -> None:
+        """Start with a workload's shared prefix already computed and cached (free, evictable): a server that has
+        served it before, as one in service has (and as bench's calibration and probe requests leave it)."""
+        if not self.prefix_caching:
+            return
+        for block in range(prefix_tokens // self.block_size):
+            key = prefix_key(group, block)
+            if key not in self._refs:
+                self._free[key] = None
+        self._evict()
+
     def prefix_counts(self) -> PrefixCounts | None:
         """vLLM's prefix-cache counters over the admissions so far (None without prefix caching)."""
         return PrefixCounts(self._prefix_queries, self._prefix_hits) if self.prefix_caching else None
