@@ -309,7 +309,11 @@ def advise_with_prefill(
         assert prefix is not None
         notes.append(
             f"each prompt's first {prefix.tokens} tokens are one of {prefix.groups} shared prefixes (as given); "
-            + ("prefix caching skips their prefill where the KV cache holds them" if caching else "not cached")
+            + (
+                "prefix caching skips their prefill where the KV cache holds them (it starts warm)"
+                if caching
+                else "not cached"
+            )
         )
     server = Server(physics.kv_pool_tokens(speculative), max_num_batched_tokens, per_slot_kv, speculation, caching)
     prompts = (

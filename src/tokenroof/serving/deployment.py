@@ -166,7 +166,10 @@ class Deployment:
         why = ""
         if travelling.step_model.prompts_folded:
             why = ": the fitted model carries prompts in its per-sequence terms, so hits save KV memory, not prefill"
-        return [f"{shared}; prefix caching hits them in the KV cache and skips their prefill{why}"]
+        return [
+            f"{shared}; prefix caching hits them in the KV cache and skips their prefill (the cache starts warm, as a "
+            f"server in service has it){why}"
+        ]
 
     def scheduled_as(self, travelling: Travelling) -> Deployment:
         """This deployment with the scheduler settings `travelling` implies where none were given."""
