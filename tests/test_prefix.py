@@ -13,7 +13,7 @@ from tokenroof.errors import TokenroofError
 from tokenroof.model.prefix import SharedPrefix, cacheable_tokens, chunk_attention_sq
 from tokenroof.model.stepmodel import StepModel
 from tokenroof.serving.engine.core import BatchScheduler, Sequence, StepPlan
-from tokenroof.serving.simulate import ClosedLoop, Lengths, PromptLengths, Workload, simulate
+from tokenroof.serving.simulate import ClosedLoop, Lengths, PromptLengths, Trace, Workload, simulate
 
 SM = StepModel(t_fixed_s=1e-3, t_weights_s=1e-2, t_compute_s=1e-5, t_kv_token_s=0.0, t_attn_token_s=1e-7)
 
@@ -241,6 +241,12 @@ def test_bench_on_the_caching_emulator_reads_the_hit_rate_simulate_predicts(tmp_
     assert cached["prefix_cache"]["hit_rate"] == pytest.approx(predicted, rel=0.02)
     assert cached["cached_prompt_fraction"] == pytest.approx(predicted, rel=0.02)
     assert cached["ttft_ms"]["p50"] < 0.7 * plain["ttft_ms"]["p50"]
+    # bench's records say which prefix each prompt started with: simulate --trace replays them with the same hits
+    trace = Trace.read(tmp_path / "True" / "requests.jsonl")
+    assert trace.prefix == SharedPrefix(96, 4) and len(trace.groups) == len(trace.records)
+    assert set(trace.groups) == {0, 1, 2, 3}
+    replayed = simulate(EMULATED, trace, 256, prefix_caching=True).summary()["prefix_cache"]["hit_rate"]
+    assert replayed == pytest.approx(0.75, rel=0.02)
 
 
 def test_bench_prompts_share_exactly_their_prefix() -> None:

@@ -172,21 +172,35 @@ class Trace:
     source: str = ""
     history: int = 0  # the first `history` records are the server's earlier traffic: run for the state they leave
     # (which slots llama-server's per-slot KV streams hand out next), not measured
+    prefix: SharedPrefix | None = None  # bench's shared prefixes (its header's prefix_len, num_prefixes)
+    groups: tuple[int, ...] = ()  # each record's prefix (bench's prefix_group), with `prefix`
 
     @classmethod
     def after(cls, history: list[Trace] | tuple[Trace, ...], trace: Trace, gap_s: float = 30.0) -> Trace:
         """`trace` as the server met it: after `history` (earlier runs, in order, `gap_s` of idle between)."""
         records: list[tuple[float, int, int]] = []
         offset = 0.0
-        for part in (*history, trace):
+        parts = (*history, trace)
+        for part in parts:
             records += [(t + offset, p, o) for t, p, o in part.records]
             offset = records[-1][0] + gap_s if records else 0.0
-        return cls(tuple(records), trace.source, len(records) - len(trace.records))
+        shared = all(part.groups and part.prefix == trace.prefix for part in parts)
+        groups = tuple(g for part in parts for g in part.groups) if shared else ()
+        prefix = trace.prefix if shared else None
+        return cls(tuple(records), trace.source, len(records) - len(trace.records), prefix, groups)
 
     @classmethod
     def read(cls, path: Path) -> Trace:
+        """The completed requests of a bench requests.jsonl; with its header's shared prefixes (`bench --prefix-len`)
+        each record's prefix too."""
         rows = []
+        prefix: SharedPrefix | None = None
         for _, record in read_jsonl(path):
+            if isinstance(record, dict) and record.get("type") == "header":
+                settings = record.get("settings") or {}
+                tokens, groups = settings.get("prefix_len"), settings.get("num_prefixes")
+                if isinstance(tokens, int) and isinstance(groups, int) and tokens > 0 and groups > 0:
+                    prefix = SharedPrefix(tokens, groups)
             if (
                 not isinstance(record, dict)
                 or record.get("type") != "request"
@@ -195,15 +209,29 @@ class Trace:
             ):
                 continue
             prompt = record.get("prompt_tokens") or 1
-            rows.append((float(record["start_s"]), int(prompt), int(record["output_tokens"])))
+            group = record.get("prefix_group")
+            rows.append(
+                (
+                    float(record["start_s"]),
+                    int(prompt),
+                    int(record["output_tokens"]),
+                    group if isinstance(group, int) and not isinstance(group, bool) else -1,
+                )
+            )
         if not rows:
             raise TokenroofError(f"{path}: no completed requests to replay (an empty trace)")
         rows.sort()
         start = rows[0][0]
-        return cls(tuple((t - start, p, o) for t, p, o in rows), str(path))
+        groups = tuple(g for *_, g in rows) if prefix is not None else ()
+        return cls(tuple((t - start, p, o) for t, p, o, _ in rows), str(path), prefix=prefix, groups=groups)
 
     def arrivals(self, rng: np.random.Generator) -> list[Sequence]:
-        return [Sequence(str(i), p, max(o, 1), t) for i, (t, p, o) in enumerate(self.records)]
+        seqs = [Sequence(str(i), p, max(o, 1), t) for i, (t, p, o) in enumerate(self.records)]
+        if self.prefix is not None:
+            for seq, group in zip(seqs, self.groups, strict=True):
+                if group >= 0:  # as bench sent it: its first prefix.tokens tokens one of the run's prefixes
+                    seq.prefix_group, seq.prefix_tokens = group, self.prefix.tokens
+        return seqs
 
 
 @dataclass
@@ -517,7 +545,7 @@ def simulate(
         )
         for index in range(replicas)
     ]
-    prefix = getattr(getattr(workload, "input_len", None), "prefix", None)
+    prefix = workload.prefix if isinstance(workload, Trace) else getattr(workload.input_len, "prefix", None)
     if prefix_caching and prefix is not None and prefix.tokens:  # warm: a server in service has its prefixes cached
         for engine in engines:
             for group in range(prefix.groups):

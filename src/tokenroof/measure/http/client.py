@@ -78,6 +78,7 @@ class RequestRecord:
     output_tokens_source: str = "stream"
     prompt_tokens: int | None = None
     cached_tokens: int | None = None  # prompt tokens the server served from its cache (where it says)
+    prefix_group: int | None = None  # which of bench's shared prefixes the prompt starts with (--prefix-len)
     retries: int = 0  # resent on a fresh connection after a pooled one failed before any response byte
     chunk_times_s: list[float] = field(default_factory=list)
 

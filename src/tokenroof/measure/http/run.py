@@ -126,10 +126,19 @@ class Prompts:
         if not cfg.prefix_len:
             return " ".join(rng.choice(WORDS, size=size))
         shared = min(round(cfg.prefix_len * size / cfg.input_len), size - 1)
-        drawn = int(rng.integers(cfg.num_prefixes))
+        drawn = int(rng.integers(cfg.num_prefixes))  # the first draw: `group_of` repeats it
         group = drawn if group is None else group
         prefix = np.random.default_rng([cfg.seed, self.salt, PREFIX_STREAM, group]).choice(WORDS, size=shared)
         return " ".join([*prefix, *rng.choice(WORDS, size=size - shared)])
+
+    def group_of(self, point: str, index: int) -> int | None:
+        """Which shared prefix request `index`'s synthetic prompt starts with (None: no prefixes, or a prompts
+        file)."""
+        cfg = self.config
+        if not cfg.prefix_len or self.items:
+            return None
+        key = int.from_bytes(hashlib.sha256(point.encode()).digest()[:8], "little")
+        return int(np.random.default_rng([cfg.seed, self.salt, key, index & 0xFFFFFFFFFFFF]).integers(cfg.num_prefixes))
 
     def payload(
         self, index: int, model: str, point: str = "", max_tokens: int | None = None, group: int | None = None
@@ -283,6 +292,7 @@ class Bench:
             self.say(f"{label}: measuring again, its last attempt did not finish")
 
     async def send_one(self, record: RequestRecord) -> RequestRecord:
+        record.prefix_group = self.prompts.group_of(record.point, record.index)
         return await send(self.client, self.prompts.payload(record.index, self.model, record.point), record)
 
     def on_send(self, attempt: int, record: RequestRecord) -> None:
