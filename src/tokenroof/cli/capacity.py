@@ -82,6 +82,20 @@ def simulate(
     prefix_len: PrefixLenOpt = 0,
     num_prefixes: NumPrefixesOpt = 1,
     enable_prefix_caching: PrefixCachingOpt = None,
+    prefill_replicas: Annotated[
+        int | None,
+        typer.Option(
+            help="Disaggregated prefill: replicas that only prefill (with --decode-replicas; instead of --replicas)."
+        ),
+    ] = None,
+    decode_replicas: Annotated[
+        int | None,
+        typer.Option(help="Disaggregated prefill: replicas that only decode, each prompt's KV sent to them."),
+    ] = None,
+    kv_transfer_gb_s: Annotated[
+        float,
+        typer.Option(help="The link prefill replicas send KV over, GB/s each (default: one 400 Gb/s NIC, 50 GB/s)."),
+    ] = 50.0,
     num_requests: Annotated[
         int | None,
         typer.Option(
@@ -129,6 +143,9 @@ def simulate(
         speculative=speculative_config_of(speculative_config, acceptance_rate),
         gpu_cost_per_hour=gpu_cost_per_hour,
         prefix_caching=enable_prefix_caching is not False,
+        prefill_replicas=prefill_replicas,
+        decode_replicas=decode_replicas,
+        kv_transfer_gb_s=kv_transfer_gb_s,
     )
     traffic = Traffic(num_requests, burstiness, replicas, router, seed, ttft_slo_ms, tpot_slo_ms, client)
     if concurrency is not None:

@@ -458,6 +458,19 @@ def simulation(console: Console, data: dict[str, Any]) -> None:
             f"average, {data['preemptions']:,} preemptions",
             highlight=False,
         )
+    split = data.get("disaggregation")
+    if split:
+        link = split["kv_transfer"]
+        moved = split["kv_transfer_ms"]
+        console.print(
+            f"disaggregated: {split['prefill_replicas']} prefill + {split['decode_replicas']} decode replicas "
+            f"(figures per decode replica), prefill pool busy {fmt_share(split['prefill_busy_fraction'])}; KV over "
+            f"{fmt(link['bandwidth_gb_s'])} GB/s, {fmt(link['bytes_per_token'] / 1024)} KiB a token: transfers "
+            f"{fmt(moved['p50'])} ms p50, {fmt(moved['p99'])} ms p99 (queue included)"
+            if moved
+            else "",
+            highlight=False,
+        )
     cached = data.get("prefix_cache")
     if cached and cached["hits_tokens"]:
         console.print(
@@ -474,6 +487,10 @@ def simulation(console: Console, data: dict[str, Any]) -> None:
         row = data[key]
         table.add_row(key.removesuffix("_ms"), fmt(row["mean"]), fmt(row["p50"]), fmt(row["p90"]), fmt(row["p99"]))
     console.print(table)
+
+
+def fmt_share(value: float | None) -> str:
+    return "—" if value is None else f"{value:.0%}"
 
 
 def bill_line(cost: dict[str, Any]) -> str:

@@ -199,6 +199,16 @@ class Physics:
             room -= resident_weight_bytes(shapes, self.precision, self.tp)
         return max(int(room // (per_token + kv_bytes_per_token(shapes, self.precision, self.tp))), 0)
 
+    def kv_bytes_per_token(self) -> float | None:
+        """KV-cache bytes of one token across the replica's GPUs (what a disaggregated prefill sends); None without
+        model and hardware."""
+        if not self.known:
+            return None
+        from tokenroof.model.roofline import kv_bytes_per_token
+
+        model, _ = self._specs()
+        return kv_bytes_per_token(model, self.precision, self.tp) * self.tp
+
     def memory_fraction(self) -> tuple[float, bool]:
         """(fraction, whether of the memory left after the weights) of the named engine's server, by its default
         (`[server.defaults] memory_fraction`); 0.9 of the whole memory (vLLM's default) when it has none."""

@@ -16,13 +16,22 @@ from typing import Any, NamedTuple
 
 from tokenroof.errors import ParameterError, TokenroofError
 from tokenroof.model.cost import Billing, usd_per_million_tokens
+from tokenroof.model.disagg import Disaggregation
 from tokenroof.model.speculative import SpeculativeConfig
 from tokenroof.model.stepmodel import StepModel
 from tokenroof.serving.advice import engine_flags
 from tokenroof.serving.deployment import Deployment
 from tokenroof.serving.engine.core import Server
 from tokenroof.serving.plan import Slo
-from tokenroof.serving.simulate import ClosedLoop, SimResult, Trace, Workload, goodput_slo, simulate
+from tokenroof.serving.simulate import (
+    ClosedLoop,
+    SimResult,
+    Trace,
+    Workload,
+    goodput_slo,
+    simulate,
+    simulate_disaggregated,
+)
 
 
 class Simulated(NamedTuple):
@@ -81,7 +90,7 @@ def simulate_concurrencies(dep: Deployment, concurrencies: Sequence[int], traffi
             {
                 "concurrency": c,
                 "client": traffic.client,
-                **run_one(dep.max_num_seqs, server, sm, loop, traffic, billing)[0],
+                **run_one(dep.max_num_seqs, server, sm, loop, traffic, billing, dep.disaggregation())[0],
             }
         )
     slo = goodput_slo(traffic.ttft_slo_ms, traffic.tpot_slo_ms) if rows[0]["slo"] else None
@@ -115,7 +124,9 @@ def simulate_rates(
         rows = [
             {
                 "rate_req_s": rate,
-                **run_one(dep.max_num_seqs, server, sm, workload(dep, rate, traffic), traffic, billing)[0],
+                **run_one(
+                    dep.max_num_seqs, server, sm, workload(dep, rate, traffic), traffic, billing, dep.disaggregation()
+                )[0],
             }
             for rate in rates
         ]
@@ -124,7 +135,7 @@ def simulate_rates(
         data = {"points": rows, "slo": slo, "step_model": sm.to_dict(), "warnings": [*notes, *unsteady]}
         return Simulated(data, True, rows, None, dep)
     offered = Trace.read(trace) if trace is not None else workload(dep, rates[0], traffic)
-    summary, result = run_one(dep.max_num_seqs, server, sm, offered, traffic, billing)
+    summary, result = run_one(dep.max_num_seqs, server, sm, offered, traffic, billing, dep.disaggregation())
     summary.update({"step_model": sm.to_dict(), "warnings": [*notes, *summary["warnings"]]})
     if out is not None:
         result.write(out, summary)
@@ -150,7 +161,28 @@ def run_one(
     offered: Workload | Trace | ClosedLoop,
     traffic: Traffic,
     billing: Billing | None = None,
+    disaggregation: Disaggregation | None = None,
 ) -> tuple[dict[str, Any], SimResult]:
+    if disaggregation is not None:
+        if isinstance(offered, ClosedLoop):
+            raise ParameterError("a disaggregated server is simulated at request rates: drop {}", "concurrency")
+        if traffic.replicas != 1:
+            raise ParameterError(
+                "{} and {} size a disaggregated server's pools: drop {}",
+                "prefill_replicas",
+                "decode_replicas",
+                "replicas",
+            )
+        result = simulate_disaggregated(
+            sm,
+            offered,
+            disaggregation,
+            max_num_seqs,
+            traffic.seed,
+            server.kv_capacity_tokens,
+            prefix_caching=server.prefix_caching,
+        )
+        return result.summary(traffic.ttft_slo_ms, traffic.tpot_slo_ms), result
     result = simulate(
         sm,
         offered,

@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING
 from tokenroof.errors import ParameterError
 from tokenroof.fit.physics import Physics
 from tokenroof.fit.prior import MeasuredWorkload
+from tokenroof.model.disagg import DEFAULT_LINK_BYTES_PER_S
 from tokenroof.model.stepmodel import mean_context_tokens
 
 if TYPE_CHECKING:
@@ -19,6 +20,7 @@ if TYPE_CHECKING:
     from tokenroof.fit.travel import Travelling
     from tokenroof.io.measurements import MeasurementTable
     from tokenroof.model.cost import Billing
+    from tokenroof.model.disagg import Disaggregation
     from tokenroof.model.speculative import Speculation, SpeculativeConfig
     from tokenroof.model.stepmodel import StepModel
     from tokenroof.serving.engine.core import Server
@@ -50,6 +52,9 @@ class Deployment:
     speculative: SpeculativeConfig | None = None  # speculative decoding (vLLM's --speculative-config)
     gpu_cost_per_hour: float | None = None  # US$ per accelerator-hour (None: the hardware file's, if any)
     prefix_caching: bool = True  # the server shares computed prompt blocks (vLLM V1's and SGLang's default)
+    prefill_replicas: int | None = None  # disaggregated prefill: replicas of each pool (both, or neither)
+    decode_replicas: int | None = None
+    kv_transfer_gb_s: float = DEFAULT_LINK_BYTES_PER_S / 1e9  # the link from prefill to decode replicas, GB/s
 
     def __post_init__(self) -> None:
         if isinstance(self.fit, list | tuple):  # repeated --fit: one table; none given: no fit
@@ -151,6 +156,27 @@ class Deployment:
             self.speculation(),
             self.prefix_caching and not slots,
         )
+
+    def disaggregation(self) -> Disaggregation | None:
+        """The prefill and decode pools and the link between them (None: colocated, every replica does both)."""
+        from tokenroof.model.disagg import Disaggregation, KvTransfer
+
+        if self.prefill_replicas is None and self.decode_replicas is None:
+            return None
+        if self.prefill_replicas is None or self.decode_replicas is None:
+            raise ParameterError(
+                "give {} and {} together (disaggregated prefill)", "prefill_replicas", "decode_replicas"
+            )
+        per_token = self.physics.kv_bytes_per_token()
+        if per_token is None:
+            raise ParameterError(
+                "a disaggregated server sends each prompt's KV cache: give {} and {} for its bytes per token",
+                "model",
+                "hardware",
+            )
+        link = KvTransfer(per_token, self.kv_transfer_gb_s * 1e9)
+        budget = self.max_num_batched_tokens
+        return Disaggregation(self.prefill_replicas, self.decode_replicas, link, budget)
 
     def prefix_notes(self, travelling: Travelling) -> list[str]:
         """What an answer with shared prefixes rests on (none without them): the prefixes are the workload given, and

@@ -21,6 +21,7 @@ from tokenroof.errors import TokenroofError
 from tokenroof.io.csvio import write_rows
 from tokenroof.io.measurements import read_jsonl
 from tokenroof.model.cost import PowerModel, Price, bill_of_steps
+from tokenroof.model.disagg import Disaggregation
 from tokenroof.model.prefix import SharedPrefix
 from tokenroof.model.speculative import Speculation, measured_acceptance
 from tokenroof.model.stepmodel import StepModel, mean_context_tokens
@@ -254,6 +255,7 @@ class SimResult:
     step_tokens: np.ndarray | None = None  # tokens each step emits (None: one per running sequence)
     speculation: dict[str, Any] | None = None  # speculative decoding: what was drafted and accepted (vLLM's counters)
     prefix_cache: dict[str, Any] | None = None  # prefix caching: prompt tokens looked up and hit (vLLM's counters)
+    disaggregation: dict[str, Any] | None = None  # disaggregated prefill: the pools, the link, its transfers
 
     def write(self, out_dir: Path, summary: dict[str, Any]) -> None:
         """requests.jsonl (one line per request), timeseries.csv (per step), summary.json."""
@@ -385,6 +387,7 @@ class SimResult:
             "warnings": self.steadiness_warnings(w0, w1),
             **({} if self.speculation is None else {"speculation": self.speculation}),
             **({} if self.prefix_cache is None else {"prefix_cache": self.cache_in_window(sent)}),
+            **({} if self.disaggregation is None else {"disaggregation": self.disaggregation}),
         }
 
     def cache_in_window(self, sent: np.ndarray) -> dict[str, Any]:
@@ -661,3 +664,146 @@ def speculation_summary(speculation: Speculation, counts: list[SpecCounts | None
         by_position,
     )
     return {"configured": speculation.to_dict(), "drawn": None if measured is None else measured.to_dict()}
+
+
+def simulate_disaggregated(
+    model: StepModel,
+    workload: Workload | Trace,
+    disaggregation: Disaggregation,
+    max_num_seqs: int = 256,
+    seed: int = 0,
+    kv_capacity_tokens: int | None = None,
+    block_size: int = 16,
+    prefix_caching: bool = False,
+    prefill_model: StepModel | None = None,
+) -> SimResult:
+    """Prefill and decode on pools of their own, joined by a KV transfer (model/disagg.py), on a virtual clock.
+
+    Each prefill replica is a scheduler whose requests make one token (the prefill) with its own prompt budget; a
+    prompt whose prefill ends queues on its replica's link (one transfer at a time); at the transfer's end a decode
+    replica (the fewest outstanding) takes it with its KV in place. The result's steps and batches are the decode
+    pool's (what throughput and TPOT count); `disaggregation` in the summary states the prefill pool's busy share
+    and the transfers' times. The prefill replicas' KV cache is not limited (it holds a prompt until it is sent)."""
+    rng = np.random.default_rng(seed)
+    arrivals = sorted(workload.arrivals(rng), key=lambda s: s.arrival_s)
+    dis = disaggregation
+    prefill_sm = prefill_model or model
+    prefillers = [
+        BatchScheduler(
+            prefill_sm,
+            max_num_seqs=max(max_num_seqs, 1024),
+            max_num_batched_tokens=dis.prefill_budget_tokens,
+            block_size=block_size,
+            prefix_caching=prefix_caching,
+        )
+        for _ in range(dis.prefill_replicas)
+    ]
+    decoders = [BatchScheduler(model, max_num_seqs, kv_capacity_tokens, block_size) for _ in range(dis.decode_replicas)]
+    prefix = workload.prefix if isinstance(workload, Trace) else getattr(workload.input_len, "prefix", None)
+    if prefix_caching and prefix is not None and prefix.tokens:
+        for engine in prefillers:
+            for group in range(prefix.groups):
+                engine.warm(group, prefix.tokens)
+    pools: dict[str, list[BatchScheduler]] = {"prefill": prefillers, "decode": decoders}
+    plans: dict[tuple[str, int], StepPlan | None] = {}
+    events: list[tuple[float, int, str, int, Any]] = []  # (time, order, kind, replica, payload)
+    order = 0
+    link_free = [0.0] * dis.prefill_replicas
+    original: dict[str, Sequence] = {}
+    record: list[float] = []  # the decode pool's steps, as simulate records them
+    prefill_busy_s, transfers_s, done = 0.0, [], []
+
+    def push(t: float, kind: str, replica: int, payload: Any = None) -> None:
+        nonlocal order
+        heapq.heappush(events, (t, order, kind, replica, payload))
+        order += 1
+
+    def start(pool: str, index: int, now: float) -> None:
+        nonlocal prefill_busy_s
+        plan = pools[pool][index].plan_step(now)
+        plans[(pool, index)] = plan
+        if plan is None:
+            return
+        if pool == "decode":
+            record.extend(
+                (
+                    plan.start_s,
+                    plan.duration_s,
+                    plan.batch,
+                    plan.kv_tokens,
+                    plan.context_tokens,
+                    plan.prefill_tokens,
+                    plan.prefill_sq,
+                    plan.passes,
+                    plan.tokens,
+                )
+            )
+        else:
+            prefill_busy_s += plan.duration_s
+        push(plan.end_s, pool, index)
+
+    def outstanding(engine: BatchScheduler) -> int:
+        return len(engine.waiting) + len(engine.prefilling) + len(engine.running)
+
+    for seq in arrivals:
+        push(seq.arrival_s, "arrival", -1, seq)
+    while events:
+        now, _, kind, index, payload = heapq.heappop(events)
+        if kind == "arrival":
+            seq = payload
+            original[seq.request_id] = seq
+            target = min(range(dis.prefill_replicas), key=lambda i: outstanding(prefillers[i]))
+            job = Sequence(seq.request_id, seq.prompt_tokens, 1, seq.arrival_s)
+            job.prefix_group, job.prefix_tokens = seq.prefix_group, seq.prefix_tokens
+            prefillers[target].submit(job)
+            if plans.get(("prefill", target)) is None:
+                start("prefill", target, now)
+        elif kind == "transfer":
+            seq = payload
+            seq.kv_ready = True
+            target = min(range(dis.decode_replicas), key=lambda i: outstanding(decoders[i]))
+            decoders[target].submit(seq)
+            if plans.get(("decode", target)) is None:
+                start("decode", target, now)
+        else:
+            plan = plans[(kind, index)]
+            assert plan is not None
+            finished = pools[kind][index].complete_step(plan)
+            if kind == "prefill":
+                for job in finished:
+                    seq = original[job.request_id]
+                    begin = max(now, link_free[index])
+                    link_free[index] = begin + dis.transfer.time_s(seq.prompt_tokens)
+                    transfers_s.append(link_free[index] - now)
+                    push(link_free[index], "transfer", index, seq)
+            else:
+                done.extend(finished)
+            start(kind, index, now)
+    done.sort(key=lambda s: int(s.request_id))
+    steps = np.array(record, dtype=float).reshape(-1, 9)
+    start_s, duration, batch, kv, context, prefill, prefill_sq, passes, _ = steps.T
+    span = max(s.finished_s or 0.0 for s in done) - min(s.arrival_s for s in done) if done else 0.0
+    waits = np.array(transfers_s)
+    summary = {
+        **dis.to_dict(),
+        "prefill_busy_fraction": prefill_busy_s / span / dis.prefill_replicas if span > 0 else None,
+        "kv_transfer_ms": percentiles(waits) if waits.size else None,
+    }
+    result = SimResult(
+        done,
+        start_s,
+        duration,
+        batch.astype(int),
+        kv,
+        None if kv_capacity_tokens is None else kv_capacity_tokens * dis.decode_replicas,
+        sum(e.preemptions for e in decoders),
+        dis.decode_replicas,
+        context,
+        prefill,
+        prefill_sq,
+        None,
+        passes.astype(int),
+        workload.history if isinstance(workload, Trace) else 0,
+    )
+    result.disaggregation = summary
+    return result

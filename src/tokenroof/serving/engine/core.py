@@ -92,6 +92,7 @@ class Sequence:
     shared_blocks: int = 0  # its leading blocks it holds in the shared cache (counted there, not as its own)
     reserved: int = 0  # KV tokens it reserves while prefilling
     sharing: bool = True  # its computed blocks still go into the cache (False once one was there already)
+    kv_ready: bool = False  # disaggregated decode: its prompt's KV arrived from a prefill replica (1 token recomputed)
 
     @property
     def context_at_admission(self) -> int:
@@ -345,6 +346,7 @@ class BatchScheduler:
             victim.admission += 1
             victim.preemptions += 1
             victim.admitted_step = -1
+            victim.kv_ready = False  # its KV is gone: readmitted, it recomputes here
             self.waiting.appendleft(victim)
             count += 1
         self.preemptions += count
@@ -517,14 +519,15 @@ class BatchScheduler:
         self._evict()
         while self.waiting and len(self.running) + len(self.prefilling) < self.max_num_seqs:
             seq = self.waiting[0]
-            hit, revived = self._hits(seq) if self.prefix_caching else (0, 0)
+            hit, revived = self._hits(seq) if self.prefix_caching and not seq.kv_ready else (0, 0)
             need = self._need(seq, hit, revived)
             if not self._fits(seq, need):
                 break
             self.waiting.popleft()
             seq.admitted_s = seq.admitted_s if seq.admitted_s is not None else now
             seq.cached_tokens = hit * self.block_size
-            seq.prefill_left = seq.context_at_admission - seq.cached_tokens
+            # a sequence whose KV came from a prefill replica recomputes its last token, for its logits (vLLM's P/D)
+            seq.prefill_left = 1 if seq.kv_ready else seq.context_at_admission - seq.cached_tokens
             seq.reserved = self._footprint(seq.context_at_admission + 1) - seq.cached_tokens
             self._reserved += seq.reserved
             if self.prefix_caching:

@@ -1,0 +1,92 @@
+"""Disaggregated prefill and decode (model/disagg.py, simulate_disaggregated): hand-computed times, the link's queue."""
+
+from __future__ import annotations
+
+import pytest
+
+from tokenroof.errors import TokenroofError
+from tokenroof.model.disagg import Disaggregation, KvTransfer
+from tokenroof.model.prefix import chunk_attention_sq
+from tokenroof.model.stepmodel import StepModel
+from tokenroof.serving.simulate import Lengths, Trace, Workload, simulate, simulate_disaggregated
+
+SM = StepModel(t_fixed_s=1e-3, t_weights_s=5e-3, t_compute_s=2e-5, t_kv_token_s=1e-8, t_attn_token_s=1e-8)
+LINK = KvTransfer(bytes_per_token=131_072, bandwidth_bytes_per_s=50e9)  # Llama-3.1-8B bf16 over one 400G NIC
+
+
+def test_transfer_time_is_bytes_over_bandwidth() -> None:
+    # 1,000 tokens × 128 KiB = 131 MB at 50 GB/s: 2.62 ms (+ the latency)
+    assert LINK.time_s(1000) == pytest.approx(1000 * 131_072 / 50e9)
+    assert KvTransfer(100.0, 1e9, latency_s=1e-3).time_s(10) == pytest.approx(1e-3 + 1e-6)
+    with pytest.raises(TokenroofError, match="kv_transfer_gb_s"):
+        KvTransfer(100.0, 0.0)
+    with pytest.raises(TokenroofError, match="prefill_replicas"):
+        Disaggregation(0, 1, LINK)
+
+
+def test_a_lone_request_waits_for_prefill_transfer_and_the_decode_admission() -> None:
+    """TTFT = prefill step (1,000 tokens and the first token's pass, as a colocated step that ends a prefill counts
+    it, no decoding beside them) + transfer + the decode replica's admission step (the last prompt token recomputed
+    over the 999 before it); then one decode step per token."""
+    trace = Trace(((0.0, 1000, 10),))
+    result = simulate_disaggregated(SM, trace, Disaggregation(1, 1, LINK))
+    (seq,) = result.sequences
+    prefill = SM.step_s(1, 1000.0, 1000, 1000**2)
+    admit = SM.step_s(1, 1000.0, 1, chunk_attention_sq(1, 999))
+    assert seq.first_token_s == pytest.approx(prefill + LINK.time_s(1000) + admit)
+    decode = sum(SM.step_s(1, 1000.0 + k) for k in range(1, 10))
+    assert seq.finished_s == pytest.approx(seq.first_token_s + decode)
+    summary = result.summary()
+    assert summary["disaggregation"]["prefill_replicas"] == 1
+    assert summary["disaggregation"]["kv_transfer_ms"]["p50"] == pytest.approx(LINK.time_s(1000) * 1e3)
+
+
+def test_transfers_queue_on_their_prefill_replicas_link() -> None:
+    """Two prompts arriving together: the first is prefilled alone (the step starts as it arrives), the second in
+    the next step, and its transfer waits for the first's on the replica's one link."""
+    slow = KvTransfer(bytes_per_token=1e6, bandwidth_bytes_per_s=1e9)  # 1 ms a token: 0.5 s a prompt
+    trace = Trace(((0.0, 500, 4), (0.0, 500, 4)))
+    result = simulate_disaggregated(SM, trace, Disaggregation(1, 2, slow))
+    second_prefill_ms = SM.step_s(1, 500.0, 500, 500**2) * 1e3
+    waits = result.summary()["disaggregation"]["kv_transfer_ms"]
+    assert waits["mean"] == pytest.approx((500.0 + 1000.0 - second_prefill_ms) / 2)
+    a, b = result.sequences
+    assert b.first_token_s - a.first_token_s == pytest.approx(0.5, rel=0.01)
+
+
+def test_decode_steps_never_carry_long_prompts() -> None:
+    """Colocated, a decode step that admits a 4,000-token prompt stalls every running sequence; disaggregated,
+    the decode pool's steps carry one recomputed token per admission: the p99 step is shorter."""
+    load = Workload(4.0, Lengths(4000), Lengths(200), num_requests=400)
+    colocated = simulate(SM, load, 64, replicas=2).summary()
+    split = simulate_disaggregated(SM, load, Disaggregation(1, 1, LINK), 64).summary()
+    assert split["itl_ms"]["p99"] < 0.5 * colocated["itl_ms"]["p99"]
+    assert split["tpot_ms"]["p99"] < colocated["tpot_ms"]["p99"]
+
+
+def test_simulate_runs_a_disaggregated_server_from_the_command_line() -> None:
+    import json
+
+    from typer.testing import CliRunner
+
+    from tests.schemas import validate
+    from tokenroof.cli import app
+
+    runner = CliRunner()
+    base = ["simulate", "-m", "llama-3.1-8b", "-H", "h100-sxm", "--rate", "4", "--input-len", "2000"]
+    base += ["--output-len", "100", "--num-requests", "300"]
+    result = runner.invoke(app, [*base, "--prefill-replicas", "1", "--decode-replicas", "2", "--json"])
+    assert result.exit_code == 0, result.output
+    data = json.loads(result.stdout)
+    validate("simulate", data)
+    split = data["disaggregation"]
+    assert (split["prefill_replicas"], split["decode_replicas"]) == (1, 2)
+    assert split["kv_transfer"]["bytes_per_token"] == 131_072  # Llama-3.1-8B bf16: 32 layers × 8 heads × 128 × 2 × 2
+    assert split["kv_transfer"]["bandwidth_gb_s"] == 50
+    for flags, message in (
+        (["--prefill-replicas", "1"], "--prefill-replicas and --decode-replicas together"),
+        (["--prefill-replicas", "1", "--decode-replicas", "1", "--replicas", "2"], "drop --replicas"),
+        (["--prefill-replicas", "1", "--decode-replicas", "1", "--kv-transfer-gb-s", "0"], "--kv-transfer-gb-s"),
+    ):
+        bad = runner.invoke(app, [*base, *flags])
+        assert bad.exit_code != 0 and message in bad.output, bad.output
