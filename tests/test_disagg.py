@@ -90,3 +90,31 @@ def test_simulate_runs_a_disaggregated_server_from_the_command_line() -> None:
     ):
         bad = runner.invoke(app, [*base, *flags])
         assert bad.exit_code != 0 and message in bad.output, bad.output
+
+
+def test_plan_weighs_a_disaggregated_split_against_colocation() -> None:
+    """plan --disaggregate: the split it finds meets both targets in its runs, is no smaller than each pool's lower
+    bound, and the answer says which layout needs fewer GPUs."""
+    import json
+
+    from typer.testing import CliRunner
+
+    from tests.schemas import validate
+    from tokenroof.cli import app
+
+    runner = CliRunner()
+    args = ["plan", "-m", "llama-3.1-8b", "-H", "h100-sxm", "--input-len", "4000", "--output-len", "300"]
+    args += ["--rate", "8", "--ttft-slo-ms", "600", "--tpot-slo-ms", "16", "--seeds", "1", "--num-requests", "600"]
+    args += ["--workers", "1", "--disaggregate"]
+    result = runner.invoke(app, [*args, "--json"])
+    assert result.exit_code == 0, result.output
+    data = json.loads(result.stdout)
+    validate("plan", data)
+    split = data["disaggregated"]
+    assert split["feasible"] and split["gpus"] == split["prefill_replicas"] + split["decode_replicas"]
+    assert split["ttft_ms"]["p99"] <= 600 and split["tpot_ms"]["p99"] <= 16
+    assert [split["prefill_replicas"], split["decode_replicas"], True] in split["splits"]
+    assert all(not feasible for p, d, feasible in split["splits"] if p + d < split["gpus"])
+    assert split["kv_transfer"]["bandwidth_gb_s"] == 50
+    text = runner.invoke(app, args)
+    assert "disaggregated: " in text.output and "wins by" in text.output or "the same as colocated" in text.output

@@ -226,6 +226,17 @@ def plan(
         ),
     ] = None,
     acceptance_rate: AcceptanceOpt = None,
+    disaggregate: Annotated[
+        bool,
+        typer.Option(
+            "--disaggregate",
+            help="Also weigh prefill and decode on pools of their own (DistServe): the fewest prefill + decode "
+            "replicas meeting the targets, against the colocated answer.",
+        ),
+    ] = False,
+    kv_transfer_gb_s: Annotated[
+        float, typer.Option(help="With --disaggregate: the link between the pools, GB/s (default: one 400 Gb/s NIC).")
+    ] = 50.0,
     json_output: JsonOpt = False,
     plot: PlotOpt = None,
 ) -> None:
@@ -253,6 +264,8 @@ def plan(
     speculative = speculative_config_of(speculative_config, acceptance_rate)
     if speculative is not None:
         choices = replace(choices, speculation=(None, speculative))
+    if disaggregate:
+        choices = replace(choices, disaggregate=True, kv_transfer_gb_s=kv_transfer_gb_s)
     if enable_prefix_caching is not None or prefix_len > 0:  # shared prefixes: caching on and off, unless told
         caching = (True, False) if enable_prefix_caching is None else (enable_prefix_caching,)
         choices = replace(choices, prefix_caching=caching)

@@ -559,6 +559,25 @@ def gpus(n: int) -> str:
     return f"{n} GPU" if n == 1 else f"{n} GPUs"
 
 
+def layout_line(colocated: dict[str, Any], split: dict[str, Any]) -> str:
+    """Colocated or disaggregated: which needs fewer GPUs, and by how much."""
+    if not split["feasible"]:
+        return split["reason"]
+    pools = f"{split['prefill_replicas']} prefill + {split['decode_replicas']} decode replicas, {gpus(split['gpus'])}"
+    if not colocated.get("feasible") or colocated.get("gpus") is None:
+        return f"{pools}: it meets the targets where colocation does not"
+    ours, theirs = split["gpus"], colocated["gpus"]
+    verdict = (
+        "the same as colocated"
+        if ours == theirs
+        else f"{'fewer' if ours < theirs else 'more'} than colocated's {gpus(theirs)}: "
+        f"{'disaggregated' if ours < theirs else 'colocated'} wins by {abs(theirs - ours)}"
+    )
+    stat = colocated["slo"]["statistic"]
+    met = f"{stat} TTFT {fmt(split['ttft_ms'][stat])} ms, {stat} TPOT {fmt(split['tpot_ms'][stat])} ms"
+    return f"{pools} ({verdict}); {met}"
+
+
 def plan_result(console: Console, data: dict[str, Any]) -> None:
     slo = data["slo"]
     if data.get("choices"):
@@ -590,6 +609,9 @@ def plan_result(console: Console, data: dict[str, Any]) -> None:
         line = caching_line(data["choices"]) if caching else None
         if line:
             console.print(line, highlight=False)
+    split = data.get("disaggregated")
+    if split:
+        console.print(f"disaggregated: {layout_line(data, split)}", highlight=False)
     stat = slo["statistic"]
     if data.get("workload"):
         console.print(f"workload: {workload_line(data['workload'])}", highlight=False)

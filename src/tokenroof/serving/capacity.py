@@ -16,7 +16,7 @@ from typing import Any, NamedTuple
 
 from tokenroof.errors import ParameterError, TokenroofError
 from tokenroof.model.cost import Billing, usd_per_million_tokens
-from tokenroof.model.disagg import Disaggregation
+from tokenroof.model.disagg import DEFAULT_LINK_BYTES_PER_S, Disaggregation
 from tokenroof.model.speculative import SpeculativeConfig
 from tokenroof.model.stepmodel import StepModel
 from tokenroof.serving.advice import engine_flags
@@ -217,9 +217,10 @@ class Choices:
     tp: tuple[int, ...] = (1,)
     prices: tuple[float, ...] = ()
     speculation: tuple[SpeculativeConfig | None, ...] = (None,)
-    prefix_caching: tuple[bool, ...] = (
-        True,
-    )  # with shared prefixes plan weighs (True, False): which wins, by how much
+    # with shared prefixes plan weighs caching on and off (True, False): which wins, by how much
+    prefix_caching: tuple[bool, ...] = (True,)
+    disaggregate: bool = False  # also split each choice into prefill and decode pools (DistServe's question)
+    kv_transfer_gb_s: float = DEFAULT_LINK_BYTES_PER_S / 1e9  # the link between the pools
 
     def __post_init__(self) -> None:
         if self.prices and len(self.prices) not in (1, max(len(self.hardware), 1)):
@@ -283,6 +284,11 @@ def plan_choices(
         spec = option.speculation()
         entry["speculation"] = None if spec is None else spec.to_dict()
         entry["prefix_caching"] = server.prefix_caching
+        entry["disaggregated"] = None
+        if choices.disaggregate and speculative is None:
+            entry["disaggregated"] = disaggregated_entry(
+                option, [travelling.step_model, *samples], offered, slo, search, server, choices.kv_transfer_gb_s
+            )
         if result.chosen is not None:
             entry["engine_flags"] = engine_flags(
                 result.chosen.candidate.max_num_seqs, speculative, server.prefix_caching or server.per_slot_kv
@@ -303,6 +309,37 @@ def plan_choices(
         )
     priced = all(r.get("cost_per_hour") is not None for r in results if r["feasible"])
     return cheapest(results, [*notes, *(f"left out: {why}" for why in unservable)], priced and bool(results))
+
+
+def disaggregated_entry(
+    option: Deployment,
+    models: list[StepModel],
+    offered: Workload,
+    slo: Slo,
+    search: Search,
+    server: Server,
+    kv_transfer_gb_s: float,
+) -> dict[str, Any]:
+    """The same choice with prefill and decode on pools of their own: the split that meets the SLOs with the fewest
+    replicas (plan.plan_disaggregated), its GPUs, and the link it assumed."""
+    from tokenroof.model.disagg import KvTransfer
+    from tokenroof.serving.plan import plan_disaggregated
+
+    per_token = option.physics.kv_bytes_per_token()
+    if per_token is None:
+        raise ParameterError(
+            "weighing disaggregated prefill sends each prompt's KV cache: give {} and {} for its bytes per token",
+            "model",
+            "hardware",
+        )
+    layout = Disaggregation(1, 1, KvTransfer(per_token, kv_transfer_gb_s * 1e9), server.max_num_batched_tokens)
+    answer = plan_disaggregated(
+        models, offered, slo, tuple(range(search.seeds)), server, layout, search.max_replicas, option.max_num_seqs
+    )
+    replicas = answer.pop("gpus_replicas")
+    answer["gpus"] = None if replicas is None else replicas * option.physics.tp
+    answer["kv_transfer"] = layout.transfer.to_dict()
+    return answer
 
 
 def cheapest(results: list[dict[str, Any]], notes: list[str], priced: bool) -> dict[str, Any]:

@@ -23,6 +23,7 @@ from typing import Any
 import numpy as np
 
 from tokenroof.errors import ParameterError, TokenroofError
+from tokenroof.model.disagg import Disaggregation
 from tokenroof.model.stepmodel import StepModel
 from tokenroof.serving.advice import engine_flags
 from tokenroof.serving.engine.core import PLAIN, Server
@@ -364,3 +365,125 @@ def infeasible_reason(tried: Sequence[Outcome], closest: Outcome, slo: Slo, max_
         f"no configuration meets the SLOs: {why}; closest: {closest.candidate.replicas} × max_num_seqs "
         f"{closest.candidate.max_num_seqs}, bound by {closest.binding(slo)}"
     )
+
+
+# -- disaggregated prefill: the prefill:decode split, as DistServe chooses it ---------------------------------------
+BUSY_PREFILL = 0.7  # a prefill pool busier than this is what queues TTFT; below it the decode pool's admission is
+
+
+@dataclass
+class Split:
+    """A prefill:decode split's runs (one per seed × model sample) and how busy its prefill pool was."""
+
+    prefill_replicas: int
+    decode_replicas: int
+    outcome: Outcome
+    prefill_busy: list[float] = field(default_factory=list)
+
+    def to_dict(self, slo: Slo) -> dict[str, Any]:
+        return {
+            **self.outcome.to_dict(slo),
+            "prefill_replicas": self.prefill_replicas,
+            "decode_replicas": self.decode_replicas,
+            "prefill_busy_fraction": _median(self.prefill_busy),
+        }
+
+
+def run_split(
+    models: Sequence[StepModel],
+    workload: Workload,
+    seeds: Sequence[int],
+    server: Server,
+    disaggregation: Disaggregation,
+    cap: int,
+) -> Split:
+    from tokenroof.serving.simulate import simulate_disaggregated
+
+    split = Split(
+        disaggregation.prefill_replicas,
+        disaggregation.decode_replicas,
+        Outcome(Candidate(disaggregation.replicas, cap), workload.num_requests),
+    )
+    for model in models:
+        for seed in seeds:
+            s = simulate_disaggregated(
+                model,
+                workload,
+                disaggregation,
+                cap,
+                seed,
+                server.kv_capacity_tokens,
+                prefix_caching=server.prefix_caching,
+            ).summary()
+            split.outcome.ttft_ms.append(s["ttft_ms"])
+            split.outcome.tpot_ms.append(s["tpot_ms"])
+            split.outcome.throughput_tok_s.append(s["throughput_tok_s"])
+            split.outcome.preemptions.append(s["preemptions"])
+            split.outcome.unsteady.extend(s["warnings"])
+            split.prefill_busy.append(s["disaggregation"]["prefill_busy_fraction"] or 0.0)
+    return split
+
+
+def plan_disaggregated(
+    models: Sequence[StepModel],
+    workload: Workload,
+    slo: Slo,
+    seeds: Sequence[int],
+    server: Server,
+    disaggregation: Disaggregation,
+    max_replicas: int = 64,
+    cap: int = 256,
+) -> dict[str, Any]:
+    """The fewest replicas, split into a prefill and a decode pool, meeting both SLOs in every run (DistServe's
+    question). From each pool's lower bound (the prompt tokens a second the prefill pool must compute; the output
+    tokens a second the decode pool must emit at its cap), one replica is added at a time: to the decode pool while
+    TPOT alone misses (only its batch sets TPOT), else to whichever pool's extra replica gives the more headroom
+    (TTFT queues at either: for a prefill replica, or for room in a decode replica's batch). The first split meeting
+    both wins; the search gives up when eight additions in a row bring no more headroom."""
+    sm = models[0]
+    i, o = float(workload.input_len.mean), float(workload.output_len.mean)
+    per_prompt_s = sm.step_s(0.0, 0.0, 8 * i, 8 * i * i) / 8  # a prompt's share of a step prefilling eight
+    prefill = max(1, math.ceil(workload.rate_req_s * per_prompt_s))
+    decode_tok_s = cap / sm.step_s(cap, cap * (i + o / 2))
+    decode = max(1, math.ceil(workload.rate_req_s * o / decode_tok_s))
+    runs: dict[tuple[int, int], Split] = {}
+
+    def run(p: int, d: int) -> Split:
+        if (p, d) not in runs:
+            layout = replace(disaggregation, prefill_replicas=p, decode_replicas=d)
+            runs[(p, d)] = run_split(models, workload, seeds, server, layout, cap)
+        return runs[(p, d)]
+
+    best, stale = -math.inf, 0
+    while prefill + decode <= max_replicas and stale < 8:
+        split = run(prefill, decode)
+        outcome = split.outcome
+        if outcome.feasible(slo):
+            return {
+                "feasible": True,
+                **split.to_dict(slo),
+                "gpus_replicas": prefill + decode,
+                "splits": [[p, d, r.outcome.feasible(slo)] for (p, d), r in runs.items()],
+                "reason": f"{prefill} prefill + {decode} decode replicas meet both SLOs: the first split found adding "
+                "one replica at a time where the runs gained most",
+            }
+        headroom = outcome.headroom(slo)
+        best, stale = (headroom, 0) if headroom > best * 1.001 else (best, stale + 1)
+        if prefill + decode == max_replicas:
+            break
+        ttft_over = outcome.worst("ttft_ms", slo.statistic) > slo.ttft_ms
+        if not ttft_over:  # TPOT alone misses: only the decode pool's batch sets it
+            decode += 1
+        elif run(prefill + 1, decode).outcome.headroom(slo) >= run(prefill, decode + 1).outcome.headroom(slo):
+            prefill += 1
+        else:
+            decode += 1
+    closest = max(runs.values(), key=lambda t: t.outcome.headroom(slo)) if runs else None
+    return {
+        "feasible": False,
+        **({} if closest is None else closest.to_dict(slo)),
+        "gpus_replicas": None,
+        "splits": [[p, d, r.outcome.feasible(slo)] for (p, d), r in runs.items()],
+        "reason": f"no prefill:decode split up to {max_replicas} replicas meets both SLOs"
+        + ("" if closest is None else f" (closest: {closest.prefill_replicas}P + {closest.decode_replicas}D)"),
+    }
