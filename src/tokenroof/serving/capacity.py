@@ -182,7 +182,10 @@ def run_one(
             server.kv_capacity_tokens,
             prefix_caching=server.prefix_caching,
         )
-        return result.summary(traffic.ttft_slo_ms, traffic.tpot_slo_ms), result
+        summary = result.summary(traffic.ttft_slo_ms, traffic.tpot_slo_ms)
+        if billing is not None and billing.known:
+            summary["warnings"].append("the bill is not priced for a disaggregated server (its two pools) yet")
+        return summary, result
     result = simulate(
         sm,
         offered,
