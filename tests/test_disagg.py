@@ -117,4 +117,5 @@ def test_plan_weighs_a_disaggregated_split_against_colocation() -> None:
     assert all(not feasible for p, d, feasible in split["splits"] if p + d < split["gpus"])
     assert split["kv_transfer"]["bandwidth_gb_s"] == 50
     text = runner.invoke(app, args)
-    assert "disaggregated: " in text.output and "wins by" in text.output or "the same as colocated" in text.output
+    assert "disaggregated: " in text.output
+    assert "wins by" in text.output or "the same as colocated" in text.output

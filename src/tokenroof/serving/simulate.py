@@ -175,6 +175,7 @@ class Trace:
     # (which slots llama-server's per-slot KV streams hand out next), not measured
     prefix: SharedPrefix | None = None  # bench's shared prefixes (its header's prefix_len, num_prefixes)
     groups: tuple[int, ...] = ()  # each record's prefix (bench's prefix_group), with `prefix`
+    warm: bool = True  # the prefixes start cached (bench sends each once before its sweep); False: a cold server
 
     @classmethod
     def after(cls, history: list[Trace] | tuple[Trace, ...], trace: Trace, gap_s: float = 30.0) -> Trace:
@@ -549,7 +550,8 @@ def simulate(
         for index in range(replicas)
     ]
     prefix = workload.prefix if isinstance(workload, Trace) else getattr(workload.input_len, "prefix", None)
-    if prefix_caching and prefix is not None and prefix.tokens:  # warm: a server in service has its prefixes cached
+    warm = workload.warm if isinstance(workload, Trace) else True
+    if prefix_caching and warm and prefix is not None and prefix.tokens:  # a server in service has them cached
         for engine in engines:
             for group in range(prefix.groups):
                 engine.scheduler.warm(group, prefix.tokens)

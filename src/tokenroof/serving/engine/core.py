@@ -93,6 +93,7 @@ class Sequence:
     reserved: int = 0  # KV tokens it reserves while prefilling
     sharing: bool = True  # its computed blocks still go into the cache (False once one was there already)
     kv_ready: bool = False  # disaggregated decode: its prompt's KV arrived from a prefill replica (1 token recomputed)
+    prefill_started: bool = False  # a chunk of its prompt has been scheduled since its admission
 
     @property
     def context_at_admission(self) -> int:
@@ -226,6 +227,7 @@ class BatchScheduler:
     _refs: dict[int, int] = field(default_factory=dict)  # prefix caching: cached blocks held, by key → holders
     _free: OrderedDict[int, None] = field(default_factory=OrderedDict)  # ... cached blocks no one holds, LRU first
     _sum_shared: int = 0  # Σ tokens running sequences hold in shared blocks (counted once, in _refs)
+    _fresh: set[int] = field(default_factory=set)  # blocks the step being planned computes: not hit before it runs
     _prefix_queries: int = 0
     _prefix_hits: int = 0
 
@@ -438,6 +440,33 @@ class BatchScheduler:
                 self._refs[key] += 1
         seq.shared_blocks, seq.sharing = hit, True
 
+    def _hit_more(self, seq: Sequence) -> None:
+        """Before a prompt's first chunk runs, take the blocks computed since it was admitted: vLLM V1 looks a
+        request's prefix up when it schedules its prefill, so a prompt queued behind a token budget hits what the
+        prompts before it computed meanwhile."""
+        keys = self._keys(seq)
+        most = cacheable_tokens(seq.prompt_tokens, len(keys) * self.block_size, self.block_size) // self.block_size
+        extra = 0
+        while seq.shared_blocks < most and seq.sharing:
+            key = keys[seq.shared_blocks]
+            if key in self._fresh:
+                break
+            if key in self._free:
+                del self._free[key]
+                self._refs[key] = 1
+            elif key in self._refs:
+                self._refs[key] += 1
+            else:
+                break
+            seq.shared_blocks += 1
+            extra += self.block_size
+        if extra:
+            seq.cached_tokens += extra
+            seq.prefill_left -= extra
+            seq.reserved -= extra
+            self._reserved -= extra
+            self._prefix_hits += extra
+
     def _cache_computed(self, seq: Sequence, computed_tokens: int) -> None:
         """Put the sequence's blocks that its prefill has now computed into the cache (until one is there already:
         computed twice, the second copy stays the sequence's own, and so does the rest of its prompt)."""
@@ -449,6 +478,7 @@ class BatchScheduler:
                 seq.sharing = False
                 break
             self._refs[key] = 1
+            self._fresh.add(key)
             seq.shared_blocks += 1
             seq.reserved -= self.block_size
             self._reserved -= self.block_size
@@ -516,6 +546,7 @@ class BatchScheduler:
         """Preempt if the KV cache overflows, admit what fits, prefill within the token budget, and return the
         next step (None: nothing to run). A sequence whose prefill completes this step emits its first token."""
         preempted = 0 if self.kv_capacity_tokens is None else self._preempt_for_room()
+        self._fresh.clear()
         self._evict()
         while self.waiting and len(self.running) + len(self.prefilling) < self.max_num_seqs:
             seq = self.waiting[0]
@@ -526,6 +557,7 @@ class BatchScheduler:
             self.waiting.popleft()
             seq.admitted_s = seq.admitted_s if seq.admitted_s is not None else now
             seq.cached_tokens = hit * self.block_size
+            seq.prefill_started = False
             # a sequence whose KV came from a prefill replica recomputes its last token, for its logits (vLLM's P/D)
             seq.prefill_left = 1 if seq.kv_ready else seq.context_at_admission - seq.cached_tokens
             seq.reserved = self._footprint(seq.context_at_admission + 1) - seq.cached_tokens
@@ -546,6 +578,9 @@ class BatchScheduler:
             seq = self.prefilling[0]
             if self.per_slot_kv:
                 prompts.append(self._slot_of[seq.request_id])
+            if self.prefix_caching and not seq.prefill_started and not seq.kv_ready:
+                self._hit_more(seq)
+            seq.prefill_started = True
             take = int(min(room, seq.prefill_left))
             offset = seq.context_at_admission - seq.prefill_left  # tokens in the KV cache before this chunk
             seq.prefill_left -= take
