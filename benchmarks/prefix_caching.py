@@ -9,8 +9,9 @@
 3. Published: vLLM PR #9668 ("[V1] Prefix caching", github.com/vllm-project/vllm/pull/9668),
    `benchmark_prefix_caching.py` on one L40S, neuralmagic/Meta-Llama-3-8B-Instruct-FP8, 200 ShareGPT prompts of
    256-512 tokens each sent twice (400 requests at once, offline), 10 output tokens: 8.56 s without the cache,
-   4.86 s with it (1.76×), a 49% hit rate. Simulated from first principles (llama-3.1-8b's shapes, fp8, l40s, the vllm-v1 profile's 8,192-token
-   budget, 256 sequences, its KV pool), cold, lengths uniform over 256-512, the copies shuffled; three seeds.
+   4.86 s with it (1.76×), a 49% hit rate. Simulated from first principles (llama-3.1-8b's shapes, fp8, l40s,
+   the vllm-v1 profile's 8,192-token budget, 256 sequences, its KV pool), cold, lengths uniform over 256-512, the
+   copies shuffled; three seeds.
 
     python benchmarks/prefix_caching.py
 """
