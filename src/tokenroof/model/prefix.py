@@ -9,8 +9,9 @@ manager applies them:
 - **Whole blocks only**: a hit covers ⌊shared / block_size⌋ blocks, and never the prompt's last token (vLLM
   recomputes at least one token, to have its logits): a 1,000-token shared prefix with 16-token blocks saves 992
   tokens of prefill (`cacheable_tokens`).
-- **Computed blocks only**: a block can be hit once the step that computes it has run; requests admitted in the
-  same step as the first one carrying a prefix all miss.
+- **Computed blocks only, looked up when scheduled**: a request looks its prefix up when its prefill is
+  scheduled (a prompt queued behind the token budget hits what the prompts before it computed meanwhile), and a
+  block can be hit once the step that computes it has run: prompts prefilled in the same step all miss.
 - **Held once**: a block referenced by several running requests counts once against the KV cache.
 - **Evicted least recently freed first**: a block no request holds stays cached in free memory until an
   allocation needs the room; a finished request's blocks are freed tail first, so a prefix is evicted from its end.
