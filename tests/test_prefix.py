@@ -350,3 +350,68 @@ def test_plan_weighs_prefix_caching_on_and_off_and_advise_sets_the_flag() -> Non
     assert advised.exit_code == 0, advised.output
     flags = json.loads(advised.stdout)["engine_flags"]
     assert flags["vllm"].endswith("--no-enable-prefix-caching") and flags["sglang"].endswith("--disable-radix-cache")
+
+
+def test_a_prompt_queued_behind_the_budget_hits_what_ran_before_it() -> None:
+    """vLLM V1 looks a prefix up when it schedules the prefill: with a 100-token budget the twin admitted beside the
+    first prompt gets no budget in the first step, and in the second hits the 4 blocks the first step computed."""
+    sched = BatchScheduler(SM, max_num_seqs=8, max_num_batched_tokens=100, prefix_caching=True)
+    sched.submit(seq("a", 100))
+    sched.submit(seq("b", 100))
+    first = step(sched)
+    assert first.prefill_tokens == 100 and [s.request_id for s in first.admitted] == ["a"]
+    second = step(sched)
+    assert second.prefill_tokens == 36 and sched.running["b"].cached_tokens == 64
+    assert sched.prefix_counts() == (200, 64)
+    # with room for both in one step, both miss: a block is hit only once the step computing it has run
+    together = BatchScheduler(SM, max_num_seqs=8, max_num_batched_tokens=400, prefix_caching=True)
+    together.submit(seq("a", 100))
+    together.submit(seq("b", 100))
+    assert step(together).prefill_tokens == 200
+
+
+def test_kv_accounting_holds_through_random_traffic() -> None:
+    """After every step: the KV the scheduler counts is the sum over its sequences (each running one's context less
+    its shared blocks, plus lookahead and block slack; each prefilling one's reservation) plus every held block
+    once; each held block's count is its holders; no block is both held and free; held and free fit the cache."""
+    rng = np.random.default_rng(7)
+    for trial in range(12):
+        capacity = int(rng.choice([600, 1200, 4000]))
+        sched = BatchScheduler(
+            SM,
+            max_num_seqs=int(rng.integers(2, 9)),
+            kv_capacity_tokens=capacity,
+            max_num_batched_tokens=int(rng.choice([64, 200])) if trial % 2 else None,
+            prefix_caching=True,
+        )
+        if trial % 3 == 0:
+            sched.warm(0, 64)
+        n = 0
+        for _ in range(150):
+            if rng.random() < 0.4:
+                prompt = int(rng.integers(20, 160))
+                s = seq(str(n), prompt, int(rng.integers(1, 30)), int(rng.integers(0, 3)), int(rng.integers(0, 120)))
+                n += 1
+                if s.prompt_tokens + s.max_tokens + 15 <= capacity:
+                    sched.submit(s)
+            if rng.random() < 0.05 and (sched.running or sched.prefilling):
+                victim = rng.choice([*sched.running, *(q.request_id for q in sched.prefilling)])
+                sched.abort(str(victim))
+            plan = sched.plan_step(0.0)
+            if plan is None:
+                continue
+            sched.complete_step(plan)
+            holders: dict[int, int] = {}
+            for q in (*sched.running.values(), *sched.prefilling):
+                for key in sched._keys(q)[: q.shared_blocks]:
+                    holders[key] = holders.get(key, 0) + 1
+            assert holders == sched._refs
+            assert not set(sched._refs) & set(sched._free)
+            bs = sched.block_size
+            running = sum(
+                q.context_at_admission + sched.generated(q) - q.done_tokens - q.shared_blocks * bs + 1 + bs - 1
+                for q in sched.running.values()
+            )
+            expected = running + sum(q.reserved for q in sched.prefilling) + len(sched._refs) * bs
+            assert sched.kv_tokens_next_step() == pytest.approx(expected)
+            assert sched.kv_tokens_next_step() + len(sched._free) * bs <= capacity + bs * len(sched.running) + 1e-9
