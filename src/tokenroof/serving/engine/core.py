@@ -29,13 +29,14 @@ plan at time `now`, waits `plan.duration_s` (really, for `emulate`; virtually, f
   tokens per step, and each running sequence reserves γ + 1 slots for the next. `spec_counts` gives vLLM's
   spec-decode counters (drafts, drafted and accepted tokens, accepted by position) over what has run.
 - With prefix caching (`prefix_caching`; model/prefix.py), a sequence's prompt blocks are looked up when it is
-  admitted and again when its first chunk is scheduled: its leading blocks still in memory (held by a sequence,
-  or freed but not yet evicted) are hit and skip prefill (whole blocks, never the prompt's last token), and the
-  blocks it computes are kept under their keys from the step that computes them (hit only after it has run). A block held by several sequences counts once against the KV cache; freed blocks
-  stay cached in free memory and are evicted least recently freed first when an admission or a step needs the room
-  (a sequence's blocks are freed tail first). A sequence's shareable blocks are `Sequence.block_keys` (the
-  emulator hashes its prompt's text) or, for a workload's synthetic prefixes, `prefix_group`/`prefix_tokens`.
-  `prefix_counts` gives vLLM's prefix-cache counters (tokens queried, tokens hit).
+  admitted and again when its first chunk is scheduled: its leading blocks still in memory (held by a sequence, or
+  freed but not yet evicted) are hit and skip prefill (whole blocks, never the prompt's last token), and the blocks
+  it computes are kept under their keys from the step that computes them (hit only after it has run). A block held
+  by several sequences counts once against the KV cache; freed blocks stay cached in free memory and are evicted
+  least recently freed first when an admission or a step needs the room (a sequence's blocks are freed tail first).
+  A sequence's shareable blocks are `Sequence.block_keys` (the emulator hashes its prompt's text) or, for a
+  workload's synthetic prefixes, `prefix_group`/`prefix_tokens`. `prefix_counts` gives vLLM's prefix-cache counters
+  (tokens queried, tokens hit).
 - A prompt chunk of `take` tokens after `offset` tokens already in the KV cache (earlier chunks, cached blocks)
   attends over take·offset + take²/2 pairs (`chunk_attention_sq`).
 - Step time: `StepModel.step_s` — `t_fixed + max(t_weights(b + p), (b + p)·t_compute + t_attn·Σctx) + Σctx·t_kv
