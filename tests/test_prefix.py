@@ -415,3 +415,19 @@ def test_kv_accounting_holds_through_random_traffic() -> None:
             expected = running + sum(q.reserved for q in sched.prefilling) + len(sched._refs) * bs
             assert sched.kv_tokens_next_step() == pytest.approx(expected)
             assert sched.kv_tokens_next_step() + len(sched._free) * bs <= capacity + bs * len(sched.running) + 1e-9
+
+
+def test_roofline_holds_a_shared_prefix_once_in_memory() -> None:
+    """4,000-token prompts sharing 3,500 (3,488 in whole blocks), 200 out: each sequence's own KV is 4,100 − 3,488
+    tokens, the prefix once: (pool − 3,488) // 612 sequences fit, where 104 fit without the prefix shared."""
+    from tokenroof.model import roofline as rl
+    from tokenroof.model.analysis import DecodeWorkload, analyze_roofline
+    from tokenroof.specs import Precision, load_hardware, load_model
+
+    model, hw, precision = load_model("llama-3.1-8b"), load_hardware("h100-sxm"), Precision.create("bf16")
+    workload = DecodeWorkload(4000, 200)
+    plain = analyze_roofline(model, hw, precision, [1], workload=workload)
+    shared = analyze_roofline(model, hw, precision, [1], workload=workload, prefix_tokens=3500)
+    pool = rl.max_batch_by_memory(model, hw, precision, 1.0)
+    assert plain.max_batch_by_memory == pool // 4100 == 104
+    assert shared.max_batch_by_memory == (pool - 3488) // 612

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
@@ -141,9 +142,16 @@ class RooflineResult:
 
     @property
     def max_batch_by_memory(self) -> int:
-        return rl.max_batch_by_memory(
+        """Sequences whose KV cache fits beside the weights; with a workload whose prompts share a cached prefix, that
+        prefix held once: b = (pool − P) / (context − P) for P shared tokens of each sequence's context."""
+        whole = rl.max_batch_by_memory(
             self.model, self.hardware, self.precision, self.context_tokens, self.tp, self.memory_utilization
         )
+        shared = cacheable_tokens(round(self.prompt_tokens or 0), self.prefix_tokens, VLLM_BLOCK_SIZE)
+        if not shared or self.workload is None or shared >= self.context_tokens:
+            return whole
+        pool = rl.max_batch_by_memory(self.model, self.hardware, self.precision, 1.0, self.tp, self.memory_utilization)
+        return max(whole, math.floor((pool - shared) / (self.context_tokens - shared)))
 
     def points(self) -> list[dict[str, Any]]:
         sm, b, ctx = self.step_model, self.batches, self.kv_context_tokens
