@@ -73,6 +73,15 @@ def emulate(
     acceptance_rate: AcceptanceOpt = None,
     seed: Annotated[int, typer.Option(help="Seed of speculation's acceptance draws.")] = 0,
     enable_prefix_caching: PrefixCachingOpt = None,
+    prefill_replicas: Annotated[
+        int | None, typer.Option(help="Disaggregated: prefill engines behind the one port (with --decode-replicas).")
+    ] = None,
+    decode_replicas: Annotated[
+        int | None, typer.Option(help="Disaggregated: decode engines, each prompt's KV sent to them.")
+    ] = None,
+    kv_transfer_gb_s: Annotated[
+        float, typer.Option(help="Disaggregated: the link from prefill to decode engines, GB/s.")
+    ] = 50.0,
 ) -> None:
     """An OpenAI-compatible server whose decode steps take the step model's time (continuous batching)."""
     from tokenroof.serving.emulate.checks import check_port
@@ -94,8 +103,14 @@ def emulate(
         max_num_batched_tokens,
         speculative=speculative,
         prefix_caching=enable_prefix_caching is not False,
+        prefill_replicas=prefill_replicas,
+        decode_replicas=decode_replicas,
+        kv_transfer_gb_s=kv_transfer_gb_s,
     )
     travelling, _ = dep.step_models()
+    split = dep.disaggregation()
+    if split is not None and (dep.speculative is not None or dep.slot_streams(travelling)):
+        raise TokenroofError("a disaggregated emulator runs plain vLLM-like engines: drop --speculative-config")
     sm, kv = travelling.step_model, dep.kv_budget_tokens()
     max_num_batched_tokens = dep.prompt_budget(travelling)
     per_slot_kv = dep.slot_streams(travelling)
@@ -116,6 +131,7 @@ def emulate(
         speculation=dep.speculation(),
         seed=seed,
         prefix_caching=dep.server(travelling).prefix_caching,
+        disaggregation=split,
     )
     err.print(f"emulating {sm} with max_num_seqs={max_num_seqs} on http://{host}:{port}", highlight=False)
     serve(emulator, host, port)

@@ -21,13 +21,15 @@ from aiohttp import web
 from aiohttp.http_exceptions import HttpProcessingError
 
 from tokenroof.errors import ParameterError, TokenroofError
+from tokenroof.model.disagg import Disaggregation
 from tokenroof.model.prefix import block_keys
 from tokenroof.model.speculative import Speculation
 from tokenroof.model.stepmodel import StepModel
 from tokenroof.serving.emulate import protocol as proto
 from tokenroof.serving.emulate.checks import SHUTDOWN_TIMEOUT_S, bind_failure, check_step_model, start_site
-from tokenroof.serving.engine.core import BatchScheduler, Sequence
+from tokenroof.serving.engine.core import BatchScheduler, PrefixCounts, Sequence
 from tokenroof.serving.engine.realtime import RealtimeEngine, StepRunner
+from tokenroof.serving.engine.split import SplitEngine
 
 LOG = logging.getLogger(__name__)
 DONE = b"data: [DONE]\n\n"
@@ -50,7 +52,7 @@ class Emulator:
     max_body_bytes: int = 64 * 2**20  # larger bodies get 413
     queues: dict[str, asyncio.Queue[int]] = field(default_factory=dict)
     ids: itertools.count[int] = field(default_factory=itertools.count)
-    engine: RealtimeEngine | None = None
+    engine: RealtimeEngine | SplitEngine | None = None
     engine_error: str | None = None  # why the engine task ended; requests fail with 500 from then on
     requests_total: int = 0
     errors_total: int = 0
@@ -59,6 +61,7 @@ class Emulator:
     speculation: Speculation | None = None  # speculative decoding: several tokens a step, vLLM's counters on /metrics
     seed: int = 0  # speculation's acceptance draws
     prefix_caching: bool = False  # vLLM's automatic prefix caching: prompts' blocks hashed from their text, shared
+    disaggregation: Disaggregation | None = None  # prefill and decode engines of their own, joined by a KV link
     scheduler: BatchScheduler = field(init=False)
 
     def __post_init__(self) -> None:
@@ -88,10 +91,31 @@ class Emulator:
             queue.put_nowait(index)
 
     async def start_engine(self, app: web.Application) -> None:
-        self.engine = RealtimeEngine(self.scheduler, self.on_token, runner=self.runner)
+        if self.disaggregation is None:
+            self.engine = RealtimeEngine(self.scheduler, self.on_token, runner=self.runner)
+        else:
+            self.engine = self.split_engine(self.disaggregation)
         task = asyncio.create_task(self.engine.run())
         task.add_done_callback(self.engine_stopped)
         app[ENGINE_TASK] = task
+
+    def split_engine(self, dis: Disaggregation) -> SplitEngine:
+        """Prefill engines (their own token budget, the prefix cache) and decode engines (the batch cap, the KV
+        cache) of this emulator's step model."""
+        budget = dis.prefill_budget_tokens or self.max_num_batched_tokens
+        prefill = [
+            BatchScheduler(
+                self.model,
+                max(self.max_num_seqs, 1024),
+                max_num_batched_tokens=budget,
+                prefix_caching=self.prefix_caching,
+            )
+            for _ in range(dis.prefill_replicas)
+        ]
+        decode = [
+            BatchScheduler(self.model, self.max_num_seqs, self.kv_cache_tokens) for _ in range(dis.decode_replicas)
+        ]
+        return SplitEngine(prefill, decode, dis.transfer, self.on_token)
 
     def engine_stopped(self, task: asyncio.Task[None]) -> None:
         """The engine runs forever unless it fails: record why, log one line, wake every waiting request."""
@@ -183,7 +207,11 @@ class Emulator:
 
     def cached(self, seq: Sequence) -> int | None:
         """Prompt tokens the request was served from the prefix cache (None: the emulator does not cache)."""
-        return seq.cached_tokens if self.prefix_caching else None
+        if not self.prefix_caching:
+            return None
+        if isinstance(self.engine, SplitEngine):  # the prefill engine looked it up
+            return self.engine.cached.pop(seq.request_id, 0)
+        return seq.cached_tokens
 
     async def stream(
         self, request: web.Request, req: proto.GenerationRequest, seq: Sequence, queue: asyncio.Queue[int]
@@ -244,15 +272,21 @@ class Emulator:
         """Prometheus text, with vLLM's metric names so scrapers of vLLM work unchanged."""
         engine = self.engine
         assert engine is not None
-        sched = engine.scheduler
+        scheds = engine.schedulers
         label = f'{{model_name="{self.model_name}"}}'
+        running, waiting = sum(len(s.running) for s in scheds), sum(len(s.waiting) for s in scheds)
         lines = [
-            ("vllm:num_requests_running", "gauge", "Sequences in the running batch", len(sched.running)),
-            ("vllm:num_requests_waiting", "gauge", "Requests queued beyond max_num_seqs", len(sched.waiting)),
+            ("vllm:num_requests_running", "gauge", "Sequences in the running batch", running),
+            ("vllm:num_requests_waiting", "gauge", "Requests queued beyond max_num_seqs", waiting),
             ("vllm:generation_tokens_total", "counter", "Tokens generated", engine.tokens_generated),
             ("vllm:prompt_tokens_total", "counter", "Prompt tokens prefilled", engine.prompt_tokens_processed),
-            ("tokenroof:steps_total", "counter", "Engine steps completed", sched.steps),
-            ("vllm:num_preemptions_total", "counter", "Sequences preempted for KV-cache room", sched.preemptions),
+            ("tokenroof:steps_total", "counter", "Engine steps completed", sum(s.steps for s in scheds)),
+            (
+                "vllm:num_preemptions_total",
+                "counter",
+                "Sequences preempted for KV-cache room",
+                sum(s.preemptions for s in scheds),
+            ),
             ("tokenroof:requests_total", "counter", "Requests accepted", self.requests_total),
             ("tokenroof:request_errors_total", "counter", "Requests refused with 4xx", self.errors_total),
             (
@@ -274,7 +308,8 @@ class Emulator:
                 engine.restarts,
             ),
         ]
-        cache = sched.prefix_counts()
+        each = [c for c in (s.prefix_counts() for s in engine.cache_schedulers) if c is not None]
+        cache = PrefixCounts(sum(c.queries for c in each), sum(c.hits for c in each)) if each else None
         if cache is not None:  # vLLM V1's prefix-cache counters (tokens), under its names
             lines += [
                 (
@@ -285,7 +320,7 @@ class Emulator:
                 ),
                 ("vllm:prefix_cache_hits_total", "counter", "Prompt tokens found in the prefix cache", cache.hits),
             ]
-        counts = sched.spec_counts()
+        counts = scheds[0].spec_counts() if len(scheds) == 1 else None
         if counts is not None:  # vLLM V1's spec-decode counters (vllm/v1/spec_decode/metrics.py), under its names
             lines += [
                 ("vllm:spec_decode_num_drafts_total", "counter", "Verify steps × sequences", counts.drafts),

@@ -256,6 +256,11 @@ class BatchScheduler:
             )
 
     def submit(self, seq: Sequence) -> None:
+        self.check(seq)
+        self.waiting.append(seq)
+
+    def check(self, seq: Sequence) -> None:
+        """Refuse a request this server can never run (no tokens to make, more KV than the cache holds)."""
         if seq.max_tokens < 1:
             raise TokenroofError(f"{seq.request_id}: max_tokens must be at least 1")
         if self.kv_capacity_tokens is not None and self._footprint(seq.prompt_tokens + seq.max_tokens) > (
@@ -265,7 +270,6 @@ class BatchScheduler:
                 f"request {seq.request_id} needs {seq.prompt_tokens + seq.max_tokens} tokens of KV "
                 f"cache; the cache holds {self.kv_capacity_tokens}"
             )
-        self.waiting.append(seq)
 
     def generated(self, seq: Sequence) -> int:
         """Tokens a sequence has emitted so far."""

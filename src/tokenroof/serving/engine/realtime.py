@@ -35,6 +35,16 @@ class RealtimeEngine:
     lateness_sum_s: float = 0.0  # Σ delay, for the mean
     restarts: int = 0  # times the driver fell > 50 ms behind and restarted its schedule
 
+    @property
+    def schedulers(self) -> list[BatchScheduler]:
+        """The schedulers whose batch the clients see (one; a disaggregated engine has its decode pool's)."""
+        return [self.scheduler]
+
+    @property
+    def cache_schedulers(self) -> list[BatchScheduler]:
+        """The schedulers that look prompts up in a prefix cache."""
+        return [self.scheduler]
+
     def submit(self, seq: Sequence) -> None:
         self.scheduler.submit(seq)
         self._wake.set()
