@@ -122,3 +122,24 @@ def test_roofline_simulate_and_plan_carry_the_bill() -> None:
     assert spent / 1e6 == pytest.approx(2.5 / 3600, rel=0.05)
     plain = json.loads(runner.invoke(app, ["roofline", "-m", "llama-3.1-8b", "-H", "a10g", "--json"]).output)
     assert plain["cost"] == {"price": None, "power": None} and plain["points"][0]["power_watts"] is None
+
+
+def test_plan_states_the_answers_energy() -> None:
+    """plan's answer carries its power and energy per output token (one run of the chosen replicas), with the power
+    model's source; on hardware without a TDP, null."""
+    import json
+
+    from typer.testing import CliRunner
+
+    from tests.schemas import validate
+    from tokenroof.cli import app
+
+    runner = CliRunner()
+    args = ["plan", "-m", "llama-3.1-8b", "--rate", "5", "--num-requests", "600", "--seeds", "1", "--workers", "1"]
+    result = runner.invoke(app, [*args, "-H", "h100-sxm", "--json"])
+    assert result.exit_code == 0, result.output
+    data = json.loads(result.stdout)
+    validate("plan", data)
+    energy = data["energy"]
+    assert 0 < energy["energy_j_per_output_token"] < 5 and 70 <= energy["power_watts_mean"] <= 700 * data["gpus"]
+    assert "TDP" in energy["power"]["source"]

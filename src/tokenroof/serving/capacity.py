@@ -297,6 +297,9 @@ def plan_choices(
                 result.chosen.candidate.max_num_seqs, speculative, server.prefix_caching or server.per_slot_kv
             )
         entry["usd_per_million_output_tokens"] = None
+        entry["energy"] = None
+        if result.chosen is not None:
+            entry["energy"] = chosen_energy(option, travelling.step_model, offered, result.chosen.candidate, server)
         if result.chosen is not None:
             entry["gpus"] = result.chosen.candidate.replicas * degree
             price = option.physics.price(choices.price(chip))  # as given, else the hardware file's
@@ -312,6 +315,31 @@ def plan_choices(
         )
     priced = all(r.get("cost_per_hour") is not None for r in results if r["feasible"])
     return cheapest(results, [*notes, *(f"left out: {why}" for why in unservable)], priced and bool(results))
+
+
+def chosen_energy(
+    option: Deployment, sm: StepModel, offered: Workload, candidate: Any, server: Server
+) -> dict[str, Any] | None:
+    """The chosen replicas' power and energy per output token (cost.py's TDP × utilization model), from one run of
+    the answer at the offered rate (seed 0, the central step model); None where the hardware has no TDP."""
+    power = option.physics.power()
+    if power is None:
+        return None
+    result = simulate(
+        sm,
+        offered,
+        candidate.max_num_seqs,
+        0,
+        replicas=candidate.replicas,
+        router="least-outstanding",
+        **server.settings(),
+    )
+    bill = result.bill(sm, option.physics.tp, None, power)
+    return {
+        "energy_j_per_output_token": bill["energy_j_per_output_token"],
+        "power_watts_mean": bill["power_watts_mean"],
+        "power": power.to_dict(),
+    }
 
 
 def disaggregated_entry(
