@@ -431,3 +431,47 @@ def test_roofline_holds_a_shared_prefix_once_in_memory() -> None:
     pool = rl.max_batch_by_memory(model, hw, precision, 1.0)
     assert plain.max_batch_by_memory == pool // 4100 == 104
     assert shared.max_batch_by_memory == (pool - 3488) // 612
+
+
+def test_warm_prefixes_give_way_from_their_end_and_an_unlimited_cache_is_bounded(monkeypatch: Any) -> None:
+    """Warmed as a server frees them (tail first): two 800-token prefixes in a 1,000-token cache keep the first's
+    first 12 blocks, which a request then hits. An unlimited cache keeps at most UNLIMITED_FREE_BLOCKS freed blocks."""
+    from tokenroof.serving.engine import core
+
+    sched = BatchScheduler(SM, max_num_seqs=4, kv_capacity_tokens=1000, prefix_caching=True)
+    sched.warm(0, 800)
+    sched.warm(1, 800)
+    assert len(sched._free) == 1000 // 16
+    sched.submit(seq("a", 900, prefix=800))
+    plan = sched.plan_step(0.0)
+    assert plan is not None and sched.prefix_counts() == (900, 12 * 16)
+    monkeypatch.setattr(core, "UNLIMITED_FREE_BLOCKS", 4)
+    unlimited = BatchScheduler(SM, max_num_seqs=4, prefix_caching=True)
+    for i in range(3):
+        unlimited.submit(Sequence(str(i), 64, 1, 0.0, block_keys=(10 * i, 10 * i + 1, 10 * i + 2)))
+        step(unlimited)
+    unlimited.plan_step(0.0)  # blocks freed by the last step give way when the next is planned
+    assert len(unlimited._free) == 4
+
+
+def test_flag_mistakes_around_prefixes_are_named() -> None:
+    from typer.testing import CliRunner
+
+    from tokenroof.cli import app
+    from tokenroof.serving.advice import engine_flags
+
+    off, on = engine_flags(64, prefix_caching=False), engine_flags(64)
+    assert set(off) == set(on) and off["vllm"] == "--max-num-seqs 64 --no-enable-prefix-caching"
+    assert off["tgi"] == on["tgi"]
+    runner = CliRunner()
+    base = ["simulate", "-m", "llama-3.1-8b", "-H", "h100-sxm"]
+    for args, message in (
+        (["--num-prefixes", "3"], "--num-prefixes counts shared prefixes: give their length, --prefix-len"),
+        (["--trace", "x.jsonl", "--prefix-len", "10"], "drop --prefix-len and --num-prefixes"),
+    ):
+        result = runner.invoke(app, [*base, *args])
+        assert result.exit_code != 0 and message in result.output, result.output
+    bad = runner.invoke(
+        app, ["roofline", "-m", "llama-3.1-8b", "-H", "h100-sxm", "--prompt-tokens", "100", "--prefix-len", "-5"]
+    )
+    assert bad.exit_code != 0 and "--prefix-len must be ≥ 0" in bad.output

@@ -254,6 +254,8 @@ def prompt_lengths(input_len: int, dist: str, spread: float, prefix_len: int, nu
     from tokenroof.model.prefix import SharedPrefix
     from tokenroof.serving.simulate import PromptLengths
 
+    if num_prefixes != 1 and prefix_len == 0:
+        raise ParameterError("{} counts shared prefixes: give their length, {}", "num_prefixes", "prefix_len")
     if prefix_len > 0 and prefix_len >= input_len:
         raise ParameterError(
             f"{{}} ({prefix_len}) is part of the prompt: it must be shorter than {{}} ({input_len})",

@@ -186,6 +186,8 @@ def advise(
     speculative = speculative_config_of(speculative_config, acceptance_rate)
     from tokenroof.model.prefix import SharedPrefix
 
+    if num_prefixes != 1 and not prefix_len:
+        raise TokenroofError("--num-prefixes counts shared prefixes: give their length, --prefix-len")
     if prefix_len and input_len is not None and prefix_len >= input_len:
         raise TokenroofError(f"--prefix-len ({prefix_len}) is part of the prompt: it must be shorter than --input-len")
     data = advise_answer(

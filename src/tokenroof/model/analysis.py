@@ -371,6 +371,8 @@ def analyze_roofline(
             draft,
         )
     price = price_of(hardware, usd_per_hour)
+    if prefix_tokens < 0:
+        raise ParameterError(f"{{}} must be ≥ 0 tokens, got {prefix_tokens}", "prefix_len")
     if prefix_tokens and not prompt_tokens:
         raise ParameterError(
             "{} is part of a prompt: give {} (or {}) with it", "prefix_len", "prompt_tokens", "input_len"

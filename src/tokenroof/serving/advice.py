@@ -15,10 +15,13 @@ def engine_flags(cap: int, speculative: SpeculativeConfig | None = None, prefix_
     """The same cap in each server's own words: its batch-cap flag from the engines table (specs/data/engines),
     by server name. With speculative decoding, vLLM's alone, its --speculative-config beside the cap: the one server
     whose speculation tokenroof spells (SGLang's takes flags of its own, and a cap without them would not speculate).
-    Without prefix caching, vLLM's and SGLang's flags that turn their default (on) off, and theirs alone."""
+    Without prefix caching, vLLM's and SGLang's caps gain the flag that turns their default (on) off."""
     flags = {server: f"{flag} {cap}" for server, flag in server_flags("max_num_seqs").items()}
     if not prefix_caching:
-        flags = {server: f"{flags[server]} {off}" for server, off in NO_PREFIX_CACHING.items()}
+        flags = {
+            server: f"{flag} {NO_PREFIX_CACHING[server]}" if server in NO_PREFIX_CACHING else flag
+            for server, flag in flags.items()
+        }
     if speculative is None:
         return flags
     return {"vllm": f"{flags['vllm']} --speculative-config '{speculative.vllm_json()}'"}

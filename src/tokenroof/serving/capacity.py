@@ -134,7 +134,21 @@ def simulate_rates(
         unsteady = [f"at {row['rate_req_s']:g} req/s: {w}" for row in rows for w in row["warnings"]]
         data = {"points": rows, "slo": slo, "step_model": sm.to_dict(), "warnings": [*notes, *unsteady]}
         return Simulated(data, True, rows, None, dep)
+    prefix = getattr(dep.input_len, "prefix", None)
+    if trace is not None and prefix is not None and prefix.tokens:
+        raise ParameterError(
+            "{} replays the prompts bench sent, with the prefixes it recorded: drop {} and {}",
+            "trace",
+            "prefix_len",
+            "num_prefixes",
+        )
     offered = Trace.read(trace) if trace is not None else workload(dep, rates[0], traffic)
+    if isinstance(offered, Trace) and offered.prefix is not None:
+        caching = "prefix caching hits them (warm, as bench left the server)" if server.prefix_caching else "not cached"
+        notes.append(
+            f"the trace's prompts start with one of {offered.prefix.groups} shared prefixes of {offered.prefix.tokens} "
+            f"tokens (bench's prefix_group); {caching}"
+        )
     summary, result = run_one(dep.max_num_seqs, server, sm, offered, traffic, billing, dep.disaggregation())
     summary.update({"step_model": sm.to_dict(), "warnings": [*notes, *summary["warnings"]]})
     if out is not None:

@@ -702,7 +702,8 @@ def simulate_disaggregated(
     ]
     decoders = [BatchScheduler(model, max_num_seqs, kv_capacity_tokens, block_size) for _ in range(dis.decode_replicas)]
     prefix = workload.prefix if isinstance(workload, Trace) else getattr(workload.input_len, "prefix", None)
-    if prefix_caching and prefix is not None and prefix.tokens:
+    warm = workload.warm if isinstance(workload, Trace) else True
+    if prefix_caching and warm and prefix is not None and prefix.tokens:
         for engine in prefillers:
             for group in range(prefix.groups):
                 engine.warm(group, prefix.tokens)

@@ -93,6 +93,12 @@ def check_config(cfg: BenchConfig) -> None:
     )
     require(cfg.num_prefixes >= 1, f"{{}} must be ≥ 1, got {cfg.num_prefixes}", "num_prefixes")
     require(
+        cfg.num_prefixes == 1 or cfg.prefix_len > 0,
+        "{} counts shared prefixes: give their length, {}",
+        "num_prefixes",
+        "prefix_len",
+    )
+    require(
         cfg.prefix_len == 0 or cfg.prompts_file is None, "{} shapes synthetic prompts: drop {}", "prefix_len", "prompts"
     )
 

@@ -157,6 +157,7 @@ class Server:
         }
 
 
+UNLIMITED_FREE_BLOCKS = 65_536  # freed blocks an unlimited KV cache keeps cached (a million tokens at 16 a block)
 PLAIN = Server()  # an unlimited KV cache, whole prompts, one KV stream, no speculation
 
 
@@ -503,8 +504,13 @@ class BatchScheduler:
         seq.shared_blocks = 0
 
     def _evict(self, extra: int = 0) -> None:
-        """Evict cached blocks no one holds, least recently freed first, until they fit in the free memory."""
-        if self.kv_capacity_tokens is None or not self._free:
+        """Evict cached blocks no one holds, least recently freed first, until they fit in the free memory (an
+        unlimited KV cache keeps at most `UNLIMITED_FREE_BLOCKS` of them: a long run's every prompt is not kept)."""
+        if not self._free:
+            return
+        if self.kv_capacity_tokens is None:
+            for _ in range(len(self._free) - UNLIMITED_FREE_BLOCKS):
+                self._free.popitem(last=False)
             return
         room = self.kv_capacity_tokens - self.kv_tokens_next_step(extra)
         excess = len(self._free) - max(int(room // self.block_size), 0)
@@ -516,10 +522,11 @@ class BatchScheduler:
         served it before, as one in service has (and as bench's calibration and probe requests leave it)."""
         if not self.prefix_caching:
             return
-        for block in range(prefix_tokens // self.block_size):
+        for block in reversed(range(prefix_tokens // self.block_size)):  # freed tail first, as a server frees them
             key = prefix_key(group, block)
             if key not in self._refs:
                 self._free[key] = None
+                self._free.move_to_end(key)
         self._evict()
 
     def prefix_counts(self) -> PrefixCounts | None:
@@ -613,6 +620,8 @@ class BatchScheduler:
         passes = slot_runs(decoding) + slot_runs(prompts) if self.per_slot_kv else 1
         if passes > 1:
             duration += (passes - 1) * self.model.step_s(0, 0.0)
+        if self.prefix_caching:
+            self._evict()  # the step's own growth: cached blocks give way before it runs
         kv = float(self.kv_tokens_next_step())
         emitted = -1.0 if self.speculation is None else len(completed) + (batch - len(completed)) * self._gain
         return StepPlan(
