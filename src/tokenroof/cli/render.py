@@ -612,13 +612,6 @@ def plan_result(console: Console, data: dict[str, Any]) -> None:
     split = data.get("disaggregated")
     if split:
         console.print(f"disaggregated: {layout_line(data, split)}", highlight=False)
-    energy = data.get("energy")
-    if energy and energy["energy_j_per_output_token"] is not None:
-        console.print(
-            f"energy: {fmt(energy['energy_j_per_output_token'])} J per output token at "
-            f"{fmt(energy['power_watts_mean'])} W for the answer's GPUs ({energy['power']['source']})",
-            highlight=False,
-        )
     stat = slo["statistic"]
     if data.get("workload"):
         console.print(f"workload: {workload_line(data['workload'])}", highlight=False)
@@ -638,6 +631,13 @@ def plan_result(console: Console, data: dict[str, Any]) -> None:
             f"binding: {chosen['binding']}",
             highlight=False,
         )
+        energy = data.get("energy")
+        if energy and energy["energy_j_per_output_token"] is not None:
+            console.print(
+                f"energy: {fmt(energy['energy_j_per_output_token'])} J per output token at "
+                f"{fmt(energy['power_watts_mean'])} W for the answer's GPUs ({energy['power']['source']})",
+                highlight=False,
+            )
         console.print(data["reason"], style="dim", highlight=False)
     table = Table(title="candidates tried", title_justify="left")
     for col in (
