@@ -184,7 +184,19 @@ def test_advise_prints_every_servers_batch_cap_flag() -> None:
 def test_the_json_contract_names_exactly_the_servers_advise_prints() -> None:
     every, speculating = load("common")["$defs"]["engine_flags"]["oneOf"]
     assert set(every["properties"]) == set(every["required"]) == set(engine_flags(1))
-    assert set(speculating["required"]) == {"vllm"}  # a speculating answer: vLLM's flags alone
+    from tokenroof.model.speculative import SpeculativeConfig
+
+    spec = SpeculativeConfig("eagle", 3, (0.7,))
+    # a speculating answer: the servers whose speculation tokenroof spells
+    assert (
+        set(speculating["required"])
+        == set(speculating["properties"])
+        == set(engine_flags(1, spec))
+        == {
+            "vllm",
+            "sglang",
+        }
+    )
 
 
 def test_the_scraper_reads_every_servers_running_gauge() -> None:

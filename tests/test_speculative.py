@@ -370,7 +370,9 @@ def test_advise_and_plan_weigh_speculation() -> None:
     assert fast["at_cap"]["tpot_ms"]["p99"] <= 8.0
     assert fast["engine_flags"] == {
         "vllm": f"--max-num-seqs {fast['max_num_seqs']} --speculative-config "
-        '\'{"method": "eagle", "num_speculative_tokens": 3}\''
+        '\'{"method": "eagle", "num_speculative_tokens": 3}\'',
+        "sglang": f"--max-running-requests {fast['max_num_seqs']} --speculative-algorithm EAGLE "
+        "--speculative-num-steps 3 --speculative-eagle-topk 1 --speculative-num-draft-tokens 4",
     }
     assert any("at the acceptance given (0.7)" in w for w in fast["warnings"])
     decode_only = runner.invoke(app, ["advise", "-m", "llama-3.1-8b", "-H", "h100-sxm", *spec])
@@ -386,3 +388,20 @@ def test_advise_and_plan_weigh_speculation() -> None:
     assert set(by_method) == {None, "eagle"}
     assert by_method["eagle"]["gpus"] < by_method[None]["gpus"]  # 2.5 tokens a step: fewer replicas carry the rate
     assert data["speculation"]["method"] == "eagle" and "--speculative-config" in data["engine_flags"]["vllm"]
+
+
+def test_sglang_spells_each_method_as_its_docs_do() -> None:
+    """SGLang's server flags for each method: EAGLE heads and MTP through EAGLE, EAGLE3, a draft model STANDALONE
+    (its path given), n-gram NGRAM; a chain of γ drafts: γ steps, top-k 1, γ + 1 tokens verified."""
+    from tokenroof.model.speculative import SpeculativeConfig
+
+    chain = "--speculative-num-steps 3 --speculative-eagle-topk 1 --speculative-num-draft-tokens 4"
+    assert SpeculativeConfig("eagle", 3, (0.7,)).sglang_flags() == f"--speculative-algorithm EAGLE {chain}"
+    assert SpeculativeConfig("mtp", 3, (0.7,)).sglang_flags() == f"--speculative-algorithm EAGLE {chain}"
+    assert SpeculativeConfig("eagle3", 3, (0.7,)).sglang_flags() == f"--speculative-algorithm EAGLE3 {chain}"
+    assert SpeculativeConfig("draft_model", 3, (0.7,), "llama-3.2-1b").sglang_flags() == (
+        f"--speculative-algorithm STANDALONE --speculative-draft-model-path llama-3.2-1b {chain}"
+    )
+    assert SpeculativeConfig("ngram", 2, (0.5,)).sglang_flags() == (
+        "--speculative-algorithm NGRAM --speculative-num-draft-tokens 3"
+    )

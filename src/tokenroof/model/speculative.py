@@ -305,6 +305,26 @@ class SpeculativeConfig:
                 "a draft model ({}'s \"model\") goes with method 'draft_model', and only with it", "speculative_config"
             )
 
+    def sglang_flags(self) -> str:
+        """The same configuration as SGLang's server flags (docs.sglang.ai, advanced_features/speculative_decoding):
+        its algorithm (EAGLE for EAGLE and MTP heads, EAGLE3, STANDALONE for a draft model, NGRAM) drafting a chain of
+        γ tokens (top-k 1, γ + 1 tokens verified). An EAGLE head's path is the user's to add
+        (--speculative-draft-model-path), as vLLM's "model" is."""
+        algorithm = {
+            "eagle": "EAGLE",
+            "mtp": "EAGLE",
+            "eagle3": "EAGLE3",
+            "draft_model": "STANDALONE",
+            "ngram": "NGRAM",
+        }
+        gamma = self.num_speculative_tokens
+        flags = f"--speculative-algorithm {algorithm[self.method]}"
+        if self.model is not None:
+            flags += f" --speculative-draft-model-path {self.model}"
+        if self.method != "ngram":
+            flags += f" --speculative-num-steps {gamma} --speculative-eagle-topk 1"
+        return flags + f" --speculative-num-draft-tokens {gamma + 1}"
+
     def vllm_json(self) -> str:
         """The same configuration as vLLM's --speculative-config takes it."""
         import json

@@ -13,8 +13,8 @@ NO_PREFIX_CACHING = {"vllm": "--no-enable-prefix-caching", "sglang": "--disable-
 
 def engine_flags(cap: int, speculative: SpeculativeConfig | None = None, prefix_caching: bool = True) -> dict[str, str]:
     """The same cap in each server's own words: its batch-cap flag from the engines table (specs/data/engines),
-    by server name. With speculative decoding, vLLM's alone, its --speculative-config beside the cap: the one server
-    whose speculation tokenroof spells (SGLang's takes flags of its own, and a cap without them would not speculate).
+    by server name. With speculative decoding, vLLM's (its --speculative-config) and SGLang's (its --speculative-*
+    flags) beside the cap: the servers whose speculation tokenroof spells (a cap alone would not speculate).
     Without prefix caching, vLLM's and SGLang's caps gain the flag that turns their default (on) off."""
     flags = {server: f"{flag} {cap}" for server, flag in server_flags("max_num_seqs").items()}
     if not prefix_caching:
@@ -24,7 +24,10 @@ def engine_flags(cap: int, speculative: SpeculativeConfig | None = None, prefix_
         }
     if speculative is None:
         return flags
-    return {"vllm": f"{flags['vllm']} --speculative-config '{speculative.vllm_json()}'"}
+    return {
+        "vllm": f"{flags['vllm']} --speculative-config '{speculative.vllm_json()}'",
+        "sglang": f"{flags['sglang']} {speculative.sglang_flags()}",
+    }
 
 
 def advice_dict(
