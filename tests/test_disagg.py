@@ -86,6 +86,15 @@ def test_simulate_runs_a_disaggregated_server_from_the_command_line() -> None:
     assert (split["prefill_replicas"], split["decode_replicas"]) == (1, 2)
     assert split["kv_transfer"]["bytes_per_token"] == 131_072  # Llama-3.1-8B bf16: 32 layers × 8 heads × 128 × 2 × 2
     assert split["kv_transfer"]["bandwidth_gb_s"] == 50
+    priced = json.loads(
+        runner.invoke(
+            app, [*base, "--prefill-replicas", "1", "--decode-replicas", "2", "--gpu-cost-per-hour", "2.5", "--json"]
+        ).stdout
+    )
+    validate("simulate", priced)
+    # both pools' three GPUs, every hour, over the output tokens: 2.5 × 3 / 3600 / throughput × 10^6
+    expected = 2.5 * 3 / 3600 / priced["throughput_tok_s"] * 1e6
+    assert priced["cost"]["gpus"] == 3 and priced["cost"]["usd_per_million_output_tokens"] == pytest.approx(expected)
     for flags, message in (
         (["--prefill-replicas", "1"], "--prefill-replicas and --decode-replicas together"),
         (["--prefill-replicas", "1", "--decode-replicas", "1", "--replicas", "2"], "drop --replicas"),
