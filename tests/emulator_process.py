@@ -1,16 +1,38 @@
-"""Start `tokenroof emulate` (or `serve`) in its own process (its own core and GIL) for timing tests and benchmarks."""
+"""Start `tokenroof emulate` (or `serve`) in its own process (its own core and GIL) for timing tests and benchmarks;
+or bench one point against an emulator in this process (`bench_in_process`)."""
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import json
 import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 from tokenroof.serving.emulate.process import free_port, server_process
 
-__all__ = ["emulator_health", "emulator_process", "free_port", "server_process"]
+__all__ = ["bench_in_process", "emulator_health", "emulator_process", "free_port", "server_process"]
+
+
+def bench_in_process(emulator: Any, **config: Any) -> dict[str, Any]:
+    """Start `emulator` in this event loop, bench one point against it (BenchConfig's fields as keywords, the URL
+    filled in), stop it, and return the point, checked against the JSON contract."""
+    from tests.schemas import validate_bench_point  # jsonschema: a test dependency, not the benchmarks'
+    from tokenroof.measure.http.run import BenchConfig, run_bench
+    from tokenroof.serving.emulate.server import start
+
+    async def main() -> list[dict[str, Any]]:
+        runner, url = await start(emulator)
+        try:
+            return await run_bench(BenchConfig(url=url, **config))
+        finally:
+            await runner.cleanup()
+
+    (point,) = asyncio.run(main())
+    validate_bench_point(point)
+    return point
 
 
 @contextlib.contextmanager

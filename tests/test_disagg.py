@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
 
 import pytest
 
@@ -137,29 +136,21 @@ def test_bench_on_the_disaggregated_emulator_recovers_the_transfer_and_simulate_
     """emulate with one prefill and one decode engine, a 128 ms link (128 tokens × 1 MB at 1 GB/s): bench's TTFT at
     one stream, less the two steps the model prices (the prefill and the decode admission), is the transfer within
     2%; simulate fed bench's own arrivals predicts its TTFT and TPOT p50 within 5%."""
-    import asyncio
-
-    from tests.schemas import validate_bench_point
-    from tokenroof.measure.http.run import BenchConfig, run_bench
-    from tokenroof.serving.emulate.server import Emulator, start
+    from tests.emulator_process import bench_in_process
+    from tokenroof.serving.emulate.server import Emulator
 
     fast = StepModel(t_fixed_s=2e-3, t_weights_s=2e-3, t_compute_s=1e-4, t_kv_token_s=0.0)
     link = KvTransfer(bytes_per_token=1e6, bandwidth_bytes_per_s=1e9)
     split = Disaggregation(1, 1, link)
 
-    async def main() -> dict[str, Any]:
-        runner, url = await start(Emulator(fast, disaggregation=split))
-        try:
-            cfg = BenchConfig(
-                url=url, concurrencies=[1], input_len=128, output_len=8, out_dir=tmp_path, requests_per_point=12
-            )
-            (point,) = await run_bench(cfg)
-            return point
-        finally:
-            await runner.cleanup()
-
-    point = asyncio.run(main())
-    validate_bench_point(point)
+    point = bench_in_process(
+        Emulator(fast, disaggregation=split),
+        concurrencies=[1],
+        input_len=128,
+        output_len=8,
+        out_dir=tmp_path,
+        requests_per_point=12,
+    )
     prefill = fast.step_s(1, 128.0, 128, 128**2)
     admit = fast.step_s(1, 128.0, 1, chunk_attention_sq(1, 127))
     transfer_ms = point["ttft_ms"]["p50"] - (prefill + admit) * 1e3

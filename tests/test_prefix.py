@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
 from pathlib import Path
 from typing import Any
 
@@ -202,30 +201,19 @@ EMULATED = StepModel(t_fixed_s=2e-3, t_weights_s=2e-3, t_compute_s=1e-4, t_kv_to
 
 
 def bench_caching_emulator(tmp_path: Path, caching: bool, requests: int = 64) -> dict[str, Any]:
-    from tests.schemas import validate_bench_point
-    from tokenroof.measure.http.run import BenchConfig, run_bench
-    from tokenroof.serving.emulate.server import Emulator, start
+    from tests.emulator_process import bench_in_process
+    from tokenroof.serving.emulate.server import Emulator
 
-    async def main() -> list[dict[str, Any]]:
-        runner, url = await start(Emulator(EMULATED, prefix_caching=caching))
-        try:
-            cfg = BenchConfig(
-                url=url,
-                concurrencies=[8],
-                input_len=128,
-                output_len=16,
-                out_dir=tmp_path / str(caching),
-                requests_per_point=requests,
-                prefix_len=96,
-                num_prefixes=4,
-            )
-            return await run_bench(cfg)
-        finally:
-            await runner.cleanup()
-
-    (point,) = asyncio.run(main())
-    validate_bench_point(point)
-    return point
+    return bench_in_process(
+        Emulator(EMULATED, prefix_caching=caching),
+        concurrencies=[8],
+        input_len=128,
+        output_len=16,
+        out_dir=tmp_path / str(caching),
+        requests_per_point=requests,
+        prefix_len=96,
+        num_prefixes=4,
+    )
 
 
 def test_bench_on_the_caching_emulator_reads_the_hit_rate_simulate_predicts(tmp_path: Path) -> None:

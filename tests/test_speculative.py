@@ -12,7 +12,7 @@ from typing import Any
 import numpy as np
 import pytest
 
-from tests.schemas import validate, validate_bench_point
+from tests.schemas import validate
 from tokenroof.errors import TokenroofError
 from tokenroof.model.speculative import (
     MeasuredAcceptance,
@@ -220,29 +220,18 @@ SPEC = Speculation(3, (0.8, 0.6, 0.4))  # accepted per draft: 0..3 with P 0.2, 0
 
 def bench_speculating_emulator(tmp_path: Path, streams: int, requests: int, output_len: int) -> dict[str, Any]:
     """bench at one concurrency against an emulator drafting 3 tokens at acceptance 0.8, 0.6, 0.4, 4 ms steps."""
-    from tokenroof.measure.http.run import BenchConfig, run_bench
-    from tokenroof.serving.emulate.server import Emulator, start
+    from tests.emulator_process import bench_in_process
+    from tokenroof.serving.emulate.server import Emulator
 
     fast = StepModel(t_fixed_s=2e-3, t_weights_s=2e-3, t_compute_s=0.0, t_kv_token_s=0.0)
-
-    async def main() -> list[dict[str, Any]]:
-        runner, url = await start(Emulator(fast, speculation=SPEC, seed=3))
-        try:
-            cfg = BenchConfig(
-                url=url,
-                concurrencies=[streams],
-                input_len=8,
-                output_len=output_len,
-                out_dir=tmp_path,
-                requests_per_point=requests,
-            )
-            return await run_bench(cfg)
-        finally:
-            await runner.cleanup()
-
-    (point,) = asyncio.run(main())
-    validate_bench_point(point)
-    return point
+    return bench_in_process(
+        Emulator(fast, speculation=SPEC, seed=3),
+        concurrencies=[streams],
+        input_len=8,
+        output_len=output_len,
+        out_dir=tmp_path,
+        requests_per_point=requests,
+    )
 
 
 def check_acceptance_read_back(point: dict[str, Any], tolerance: float | None = None) -> None:

@@ -13,16 +13,19 @@ from tokenroof.cli import render
 from tokenroof.cli.common import (
     AcceptanceOpt,
     ComputeOpt,
+    DecodeReplicasOpt,
     DtypeOpt,
     EngineOpt,
     FitOpt,
     GpuCostOpt,
     JsonOpt,
     KvDtypeOpt,
+    KvTransferOpt,
     NumPrefixesOpt,
     OptHardware,
     OptModel,
     PlotOpt,
+    PrefillReplicasOpt,
     PrefixCachingOpt,
     PrefixLenOpt,
     SloStatisticOpt,
@@ -82,20 +85,9 @@ def simulate(
     prefix_len: PrefixLenOpt = 0,
     num_prefixes: NumPrefixesOpt = 1,
     enable_prefix_caching: PrefixCachingOpt = None,
-    prefill_replicas: Annotated[
-        int | None,
-        typer.Option(
-            help="Disaggregated prefill: replicas that only prefill (with --decode-replicas; instead of --replicas)."
-        ),
-    ] = None,
-    decode_replicas: Annotated[
-        int | None,
-        typer.Option(help="Disaggregated prefill: replicas that only decode, each prompt's KV sent to them."),
-    ] = None,
-    kv_transfer_gb_s: Annotated[
-        float,
-        typer.Option(help="The link prefill replicas send KV over, GB/s each (default: one 400 Gb/s NIC, 50 GB/s)."),
-    ] = 50.0,
+    prefill_replicas: PrefillReplicasOpt = None,
+    decode_replicas: DecodeReplicasOpt = None,
+    kv_transfer_gb_s: KvTransferOpt = 50.0,
     num_requests: Annotated[
         int | None,
         typer.Option(
@@ -234,9 +226,7 @@ def plan(
             "replicas meeting the targets, against the colocated answer.",
         ),
     ] = False,
-    kv_transfer_gb_s: Annotated[
-        float, typer.Option(help="With --disaggregate: the link between the pools, GB/s (default: one 400 Gb/s NIC).")
-    ] = 50.0,
+    kv_transfer_gb_s: KvTransferOpt = 50.0,
     json_output: JsonOpt = False,
     plot: PlotOpt = None,
 ) -> None:

@@ -19,6 +19,7 @@ from tokenroof.errors import ParameterError, TokenroofError
 from tokenroof.params import FLAG_RANGES, check_flags, parse_numbers  # noqa: F401 (the commands take them from here)
 
 if TYPE_CHECKING:
+    from tokenroof.model.prefix import SharedPrefix
     from tokenroof.serving.simulate import Lengths
 
 app = typer.Typer(
@@ -249,20 +250,48 @@ PrefixCachingOpt = Annotated[
 ]
 
 
-def prompt_lengths(input_len: int, dist: str, spread: float, prefix_len: int, num_prefixes: int) -> Lengths:
-    """The prompts' lengths and shared prefix (simulate.PromptLengths) from the flags."""
+def shared_prefix(prefix_len: int, num_prefixes: int, input_len: float | None) -> SharedPrefix:
+    """The prompts' shared prefix from the flags (--prefix-len, --num-prefixes), checked against --input-len."""
     from tokenroof.model.prefix import SharedPrefix
-    from tokenroof.serving.simulate import PromptLengths
 
     if num_prefixes != 1 and prefix_len == 0:
         raise ParameterError("{} counts shared prefixes: give their length, {}", "num_prefixes", "prefix_len")
-    if prefix_len > 0 and prefix_len >= input_len:
+    if prefix_len > 0 and input_len is not None and prefix_len >= input_len:
         raise ParameterError(
-            f"{{}} ({prefix_len}) is part of the prompt: it must be shorter than {{}} ({input_len})",
+            f"{{}} ({prefix_len}) is part of the prompt: it must be shorter than {{}} ({input_len:g})",
             "prefix_len",
             "input_len",
         )
-    return PromptLengths(input_len, dist, spread, SharedPrefix(prefix_len, num_prefixes))
+    return SharedPrefix(prefix_len, num_prefixes)
+
+
+def prompt_lengths(input_len: int, dist: str, spread: float, prefix_len: int, num_prefixes: int) -> Lengths:
+    """The prompts' lengths and shared prefix (simulate.PromptLengths) from the flags."""
+    from tokenroof.serving.simulate import PromptLengths
+
+    return PromptLengths(input_len, dist, spread, shared_prefix(prefix_len, num_prefixes, input_len))
+
+
+PrefillReplicasOpt = Annotated[
+    int | None,
+    typer.Option(
+        "--prefill-replicas",
+        help="Disaggregated prefill: replicas that only prefill (with --decode-replicas; instead of --replicas).",
+    ),
+]
+DecodeReplicasOpt = Annotated[
+    int | None,
+    typer.Option(
+        "--decode-replicas", help="Disaggregated prefill: replicas that only decode, each prompt's KV sent to them."
+    ),
+]
+KvTransferOpt = Annotated[
+    float,
+    typer.Option(
+        "--kv-transfer-gb-s",
+        help="Disaggregated prefill: the link prefill replicas send KV over, GB/s each (default: one 400 Gb/s NIC).",
+    ),
+]
 
 
 GpuCostOpt = Annotated[

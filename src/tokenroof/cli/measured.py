@@ -31,6 +31,7 @@ from tokenroof.cli.common import (
     finish,
     handle_errors,
     parse_numbers,
+    shared_prefix,
 )
 from tokenroof.cli.common import speculative_config as speculative_config_of
 from tokenroof.errors import TokenroofError
@@ -184,12 +185,7 @@ def advise(
     )
     targets = Targets(tpot_slo_ms, ttft_slo_ms, slo_statistic)
     speculative = speculative_config_of(speculative_config, acceptance_rate)
-    from tokenroof.model.prefix import SharedPrefix
-
-    if num_prefixes != 1 and not prefix_len:
-        raise TokenroofError("--num-prefixes counts shared prefixes: give their length, --prefix-len")
-    if prefix_len and input_len is not None and prefix_len >= input_len:
-        raise TokenroofError(f"--prefix-len ({prefix_len}) is part of the prompt: it must be shorter than --input-len")
+    prefix = shared_prefix(prefix_len, num_prefixes, input_len)
     data = advise_answer(
         files or [],
         physics,
@@ -199,7 +195,7 @@ def advise(
         samples,
         contexts,
         speculative,
-        SharedPrefix(prefix_len, num_prefixes),
+        prefix,
         enable_prefix_caching is not False,
     )
     finish(data, render.advice_contexts if "contexts" in data else render.advice, json_output)

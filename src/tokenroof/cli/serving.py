@@ -11,15 +11,18 @@ from tokenroof.cli import render
 from tokenroof.cli.common import (
     AcceptanceOpt,
     ComputeOpt,
+    DecodeReplicasOpt,
     DtypeOpt,
     EngineOpt,
     FitOpt,
     JsonOpt,
     KvDtypeOpt,
+    KvTransferOpt,
     NumPrefixesOpt,
     OptHardware,
     OptModel,
     PlotOpt,
+    PrefillReplicasOpt,
     PrefixCachingOpt,
     PrefixLenOpt,
     SpeculativeOpt,
@@ -73,15 +76,9 @@ def emulate(
     acceptance_rate: AcceptanceOpt = None,
     seed: Annotated[int, typer.Option(help="Seed of speculation's acceptance draws.")] = 0,
     enable_prefix_caching: PrefixCachingOpt = None,
-    prefill_replicas: Annotated[
-        int | None, typer.Option(help="Disaggregated: prefill engines behind the one port (with --decode-replicas).")
-    ] = None,
-    decode_replicas: Annotated[
-        int | None, typer.Option(help="Disaggregated: decode engines, each prompt's KV sent to them.")
-    ] = None,
-    kv_transfer_gb_s: Annotated[
-        float, typer.Option(help="Disaggregated: the link from prefill to decode engines, GB/s.")
-    ] = 50.0,
+    prefill_replicas: PrefillReplicasOpt = None,
+    decode_replicas: DecodeReplicasOpt = None,
+    kv_transfer_gb_s: KvTransferOpt = 50.0,
 ) -> None:
     """An OpenAI-compatible server whose decode steps take the step model's time (continuous batching)."""
     from tokenroof.serving.emulate.checks import check_port

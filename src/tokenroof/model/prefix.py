@@ -89,5 +89,21 @@ class SharedPrefix:
         cache that holds them all)."""
         return cacheable_tokens(prompt_tokens, self.tokens, block_size) / prompt_tokens if prompt_tokens else 0.0
 
+    def assumption(self, caching: bool, per_slot: bool = False, prompts_folded: bool = False) -> str:
+        """What an answer on these prefixes rests on: they are the workload given, and how the server treats them
+        (`per_slot`: llama-server's per-slot KV; `prompts_folded`: a fitted model whose terms carry the prompts)."""
+        shared = f"each prompt's first {self.tokens} tokens are one of {self.groups} shared prefixes (as given)"
+        if per_slot:
+            return f"{shared}; llama-server's per-slot prompt cache is not modelled: every prompt is prefilled whole"
+        if not caching:
+            return f"{shared}; prefix caching off: each is prefilled with its prompt"
+        why = ""
+        if prompts_folded:
+            why = ": the fitted model carries prompts in its per-sequence terms, so hits save KV memory, not prefill"
+        return (
+            f"{shared}; prefix caching hits them in the KV cache and skips their prefill (the cache starts warm, as a "
+            f"server in service has it){why}"
+        )
+
     def to_dict(self) -> dict[str, int]:
         return {"prefix_tokens": self.tokens, "num_prefixes": self.groups}

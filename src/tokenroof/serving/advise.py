@@ -303,22 +303,12 @@ def advise_with_prefill(
     speculation = None if speculative is None else physics.speculation(speculative)
     if speculation is not None:
         notes.append(speculation.assumption())
-    shared = prefix is not None and prefix.tokens > 0
     caching = prefix_caching and not per_slot_kv
-    if shared:
-        assert prefix is not None
-        notes.append(
-            f"each prompt's first {prefix.tokens} tokens are one of {prefix.groups} shared prefixes (as given); "
-            + (
-                "prefix caching skips their prefill where the KV cache holds them (it starts warm)"
-                if caching
-                else "not cached"
-            )
-        )
+    prompts: Lengths = Lengths(round(flags.input_len))
+    if prefix is not None and prefix.tokens:
+        notes.append(prefix.assumption(prefix_caching, per_slot_kv, sm.prompts_folded))
+        prompts = PromptLengths(round(flags.input_len), prefix=prefix)
     server = Server(physics.kv_pool_tokens(speculative), max_num_batched_tokens, per_slot_kv, speculation, caching)
-    prompts = (
-        PromptLengths(round(flags.input_len), prefix=prefix) if shared and prefix else Lengths(round(flags.input_len))
-    )
     result = advise_cap(
         sm,
         prompts,

@@ -134,8 +134,7 @@ def simulate_rates(
         unsteady = [f"at {row['rate_req_s']:g} req/s: {w}" for row in rows for w in row["warnings"]]
         data = {"points": rows, "slo": slo, "step_model": sm.to_dict(), "warnings": [*notes, *unsteady]}
         return Simulated(data, True, rows, None, dep)
-    prefix = getattr(dep.input_len, "prefix", None)
-    if trace is not None and prefix is not None and prefix.tokens:
+    if trace is not None and dep.input_len is not None and dep.input_len.shared_prefix is not None:
         raise ParameterError(
             "{} replays the prompts bench sent, with the prefixes it recorded: drop {} and {}",
             "trace",
@@ -388,17 +387,17 @@ def disaggregated_entry(
 ) -> dict[str, Any]:
     """The same choice with prefill and decode on pools of their own: the split that meets the SLOs with the fewest
     replicas (plan.plan_disaggregated), its GPUs, and the link it assumed."""
-    from tokenroof.model.disagg import KvTransfer
     from tokenroof.serving.plan import plan_disaggregated
 
-    per_token = option.physics.kv_bytes_per_token()
-    if per_token is None:
-        raise ParameterError(
-            "weighing disaggregated prefill sends each prompt's KV cache: give {} and {} for its bytes per token",
-            "model",
-            "hardware",
-        )
-    layout = Disaggregation(1, 1, KvTransfer(per_token, kv_transfer_gb_s * 1e9), server.max_num_batched_tokens)
+    split = replace(
+        option,
+        max_num_batched_tokens=server.max_num_batched_tokens,
+        prefill_replicas=1,
+        decode_replicas=1,
+        kv_transfer_gb_s=kv_transfer_gb_s,
+    )
+    layout = split.disaggregation()  # the search starts from each pool's bound: 1 + 1 only names the link
+    assert layout is not None
     answer = plan_disaggregated(
         models, offered, slo, tuple(range(search.seeds)), server, layout, search.max_replicas, option.max_num_seqs
     )

@@ -181,21 +181,11 @@ class Deployment:
     def prefix_notes(self, travelling: Travelling) -> list[str]:
         """What an answer with shared prefixes rests on (none without them): the prefixes are the workload given, and
         how the server treats them."""
-        prefix = getattr(self.input_len, "prefix", None)
-        if prefix is None or prefix.tokens == 0:
+        prefix = None if self.input_len is None else self.input_len.shared_prefix
+        if prefix is None:
             return []
-        shared = f"each prompt's first {prefix.tokens} tokens are one of {prefix.groups} shared prefixes (as given)"
-        if self.slot_streams(travelling):
-            return [f"{shared}; llama-server's per-slot prompt cache is not modelled: every prompt is prefilled whole"]
-        if not self.prefix_caching:
-            return [f"{shared}; prefix caching off: each is prefilled with its prompt"]
-        why = ""
-        if travelling.step_model.prompts_folded:
-            why = ": the fitted model carries prompts in its per-sequence terms, so hits save KV memory, not prefill"
-        return [
-            f"{shared}; prefix caching hits them in the KV cache and skips their prefill (the cache starts warm, as a "
-            f"server in service has it){why}"
-        ]
+        slots = self.slot_streams(travelling)
+        return [prefix.assumption(self.prefix_caching, slots, travelling.step_model.prompts_folded)]
 
     def scheduled_as(self, travelling: Travelling) -> Deployment:
         """This deployment with the scheduler settings `travelling` implies where none were given."""

@@ -73,6 +73,14 @@ class Outcome:
     preemptions: list[int] = field(default_factory=list)
     unsteady: list[str] = field(default_factory=list)  # a run's window had not settled (simulate's warning)
 
+    def add(self, summary: dict[str, Any]) -> None:
+        """One run's figures, from simulate's summary."""
+        self.ttft_ms.append(summary["ttft_ms"])
+        self.tpot_ms.append(summary["tpot_ms"])
+        self.throughput_tok_s.append(summary["throughput_tok_s"])
+        self.preemptions.append(summary["preemptions"])
+        self.unsteady.extend(summary["warnings"])
+
     def worst(self, metric: str, statistic: str) -> float:
         """The largest `statistic` of `metric` over the runs (a run with no value counts as never meeting it)."""
         values = [run[statistic] for run in getattr(self, metric)]
@@ -141,11 +149,7 @@ def run_candidate(args: tuple[Candidate, Sequence[StepModel], Workload, Sequence
                 router="least-outstanding",
                 **server.settings(),
             ).summary()
-            outcome.ttft_ms.append(s["ttft_ms"])
-            outcome.tpot_ms.append(s["tpot_ms"])
-            outcome.throughput_tok_s.append(s["throughput_tok_s"])
-            outcome.preemptions.append(s["preemptions"])
-            outcome.unsteady.extend(s["warnings"])
+            outcome.add(s)
     return outcome
 
 
@@ -167,14 +171,14 @@ def workload_dict(workload: Workload) -> dict[str, Any]:
     def lengths(x: Lengths) -> dict[str, Any]:
         return {"mean": x.mean, "distribution": x.kind, "spread": None if x.kind == "fixed" else x.spread}
 
-    prefix = getattr(workload.input_len, "prefix", None)
+    prefix = workload.input_len.shared_prefix
     return {
         "request_rate_req_s": workload.rate_req_s,
         "burstiness": workload.burstiness,
         "input_len": lengths(workload.input_len),
         "output_len": lengths(workload.output_len),
         "num_requests": workload.num_requests,
-        "shared_prefix": None if prefix is None or prefix.tokens == 0 else prefix.to_dict(),
+        "shared_prefix": None if prefix is None else prefix.to_dict(),
     }
 
 
@@ -415,11 +419,7 @@ def run_split(
                 server.kv_capacity_tokens,
                 prefix_caching=server.prefix_caching,
             ).summary()
-            split.outcome.ttft_ms.append(s["ttft_ms"])
-            split.outcome.tpot_ms.append(s["tpot_ms"])
-            split.outcome.throughput_tok_s.append(s["throughput_tok_s"])
-            split.outcome.preemptions.append(s["preemptions"])
-            split.outcome.unsteady.extend(s["warnings"])
+            split.outcome.add(s)
             split.prefill_busy.append(s["disaggregation"]["prefill_busy_fraction"] or 0.0)
     return split
 

@@ -47,6 +47,11 @@ class Lengths:
         if self.mean < 1 or self.spread < 0:
             raise TokenroofError(f"lengths need a mean ≥ 1 and a spread ≥ 0, got {self.mean} and {self.spread}")
 
+    @property
+    def shared_prefix(self) -> SharedPrefix | None:
+        """The shared prefix these prompts start with (None: none; PromptLengths has one)."""
+        return None
+
     def sample(self, rng: np.random.Generator, n: int) -> np.ndarray:
         if self.kind == "fixed":
             values = np.full(n, float(self.mean))
@@ -68,12 +73,16 @@ class PromptLengths(Lengths):
 
     prefix: SharedPrefix = NO_PREFIX
 
+    @property
+    def shared_prefix(self) -> SharedPrefix | None:
+        return self.prefix if self.prefix.tokens else None
+
 
 def share_prefixes(seqs: list[Sequence], input_len: Lengths, rng: np.random.Generator) -> None:
     """Give each request its prompt's shared prefix (drawn after every other draw: a seed's arrivals and lengths
     stay what they are without prefixes)."""
-    prefix = input_len.prefix if isinstance(input_len, PromptLengths) else None
-    if prefix is None or prefix.tokens == 0:
+    prefix = input_len.shared_prefix
+    if prefix is None:
         return
     for seq, group in zip(seqs, prefix.draw(rng, len(seqs)), strict=True):
         seq.prefix_group, seq.prefix_tokens = int(group), prefix.tokens
@@ -549,39 +558,20 @@ def simulate(
         )
         for index in range(replicas)
     ]
-    prefix = workload.prefix if isinstance(workload, Trace) else getattr(workload.input_len, "prefix", None)
-    warm = workload.warm if isinstance(workload, Trace) else True
-    if prefix_caching and warm and prefix is not None and prefix.tokens:  # a server in service has them cached
-        for engine in engines:
-            for group in range(prefix.groups):
-                engine.scheduler.warm(group, prefix.tokens)
+    if prefix_caching:
+        warm_prefixes([engine.scheduler for engine in engines], workload)
     if slot_order is not None:  # per-slot KV streams: the slots as the server had used them
         for engine in engines:
             engine.scheduler.restore_slots(slot_order)
     done: list[Sequence] = []
-    # every step, in the order they started, as 9 floats (a flat list: keeping the plans would hold every request
-    # the garbage collector then walks): start, duration, batch, KV held, Σ context, prompt tokens, Σ chunk², passes,
-    # tokens emitted
-    record: list[float] = []
+    record: list[float] = []  # every step, in the order they started (step_row)
     ends: list[tuple[float, int]] = []  # heap of (step end, replica)
 
     def start_step(index: int, now: float) -> None:
         engine = engines[index]
         engine.plan = plan = engine.scheduler.plan_step(now)
         if plan is not None:
-            record.extend(
-                (
-                    plan.start_s,
-                    plan.duration_s,
-                    plan.batch,
-                    plan.kv_tokens,
-                    plan.context_tokens,
-                    plan.prefill_tokens,
-                    plan.prefill_sq,
-                    plan.passes,
-                    plan.tokens,
-                )
-            )
+            record.extend(step_row(plan))
             heapq.heappush(ends, (plan.start_s + plan.duration_s, index))
 
     turn = 0
@@ -620,8 +610,7 @@ def simulate(
     done.sort(key=lambda s: int(s.request_id))
     preemptions = sum(e.scheduler.preemptions for e in engines)
     capacity = None if kv_capacity_tokens is None else kv_capacity_tokens * replicas
-    steps = np.array(record, dtype=float).reshape(-1, 9)
-    start, duration, batch, kv, context, prefill, prefill_sq, passes, tokens = steps.T
+    start, duration, batch, kv, context, prefill, prefill_sq, passes, tokens = step_columns(record)
     drafted = None
     if speculation is not None:
         counts = [e.scheduler.spec_counts() for e in engines]
@@ -653,6 +642,42 @@ def prefix_summary(counts: list[PrefixCounts | None]) -> dict[str, Any]:
     """The replicas' prefix-cache counters summed, in vLLM's terms (prompt tokens queried and hit, the whole run)."""
     total = PrefixCounts(sum(c.queries for c in counts if c), sum(c.hits for c in counts if c))
     return {"queries_tokens": total.queries, "hits_tokens": total.hits, "hit_rate": total.hit_rate}
+
+
+def step_row(plan: StepPlan) -> tuple[float, ...]:
+    """What a simulation keeps of a step (a flat row: keeping the plans would hold every request the garbage
+    collector then walks); `step_columns` reads the rows back."""
+    return (
+        plan.start_s,
+        plan.duration_s,
+        plan.batch,
+        plan.kv_tokens,
+        plan.context_tokens,
+        plan.prefill_tokens,
+        plan.prefill_sq,
+        plan.passes,
+        plan.tokens,
+    )
+
+
+def step_columns(record: list[float]) -> np.ndarray:
+    """`step_row`s, flattened, as columns: start, duration, batch, KV held, Σ context, prompt tokens, Σ chunk²,
+    passes, tokens emitted."""
+    return np.array(record, dtype=float).reshape(-1, 9).T
+
+
+def warm_prefixes(schedulers: list[BatchScheduler], workload: Workload | Trace | ClosedLoop) -> None:
+    """Start each scheduler with the workload's shared prefixes cached, as a server in service has them (a trace:
+    as bench left its server, unless the trace says cold)."""
+    if isinstance(workload, Trace):
+        prefix = workload.prefix if workload.warm else None
+    else:
+        prefix = workload.input_len.shared_prefix
+    if prefix is None or not prefix.tokens:
+        return
+    for scheduler in schedulers:
+        for group in range(prefix.groups):
+            scheduler.warm(group, prefix.tokens)
 
 
 def speculation_summary(speculation: Speculation, counts: list[SpecCounts | None]) -> dict[str, Any]:
@@ -701,12 +726,8 @@ def simulate_disaggregated(
         for _ in range(dis.prefill_replicas)
     ]
     decoders = [BatchScheduler(model, max_num_seqs, kv_capacity_tokens, block_size) for _ in range(dis.decode_replicas)]
-    prefix = workload.prefix if isinstance(workload, Trace) else getattr(workload.input_len, "prefix", None)
-    warm = workload.warm if isinstance(workload, Trace) else True
-    if prefix_caching and warm and prefix is not None and prefix.tokens:
-        for engine in prefillers:
-            for group in range(prefix.groups):
-                engine.warm(group, prefix.tokens)
+    if prefix_caching:
+        warm_prefixes(prefillers, workload)
     pools: dict[str, list[BatchScheduler]] = {"prefill": prefillers, "decode": decoders}
     plans: dict[tuple[str, int], StepPlan | None] = {}
     events: list[tuple[float, int, str, int, Any]] = []  # (time, order, kind, replica, payload)
@@ -728,25 +749,10 @@ def simulate_disaggregated(
         if plan is None:
             return
         if pool == "decode":
-            record.extend(
-                (
-                    plan.start_s,
-                    plan.duration_s,
-                    plan.batch,
-                    plan.kv_tokens,
-                    plan.context_tokens,
-                    plan.prefill_tokens,
-                    plan.prefill_sq,
-                    plan.passes,
-                    plan.tokens,
-                )
-            )
+            record.extend(step_row(plan))
         else:
             prefill_busy_s += plan.duration_s
         push(plan.end_s, pool, index)
-
-    def outstanding(engine: BatchScheduler) -> int:
-        return len(engine.waiting) + len(engine.prefilling) + len(engine.running)
 
     for seq in arrivals:
         push(seq.arrival_s, "arrival", -1, seq)
@@ -755,7 +761,7 @@ def simulate_disaggregated(
         if kind == "arrival":
             seq = payload
             original[seq.request_id] = seq
-            target = min(range(dis.prefill_replicas), key=lambda i: outstanding(prefillers[i]))
+            target = min(range(dis.prefill_replicas), key=lambda i: prefillers[i].outstanding)
             job = Sequence(seq.request_id, seq.prompt_tokens, 1, seq.arrival_s)
             job.prefix_group, job.prefix_tokens = seq.prefix_group, seq.prefix_tokens
             prefillers[target].submit(job)
@@ -764,7 +770,7 @@ def simulate_disaggregated(
         elif kind == "transfer":
             seq = payload
             seq.kv_ready = True
-            target = min(range(dis.decode_replicas), key=lambda i: outstanding(decoders[i]))
+            target = min(range(dis.decode_replicas), key=lambda i: decoders[i].outstanding)
             decoders[target].submit(seq)
             if plans.get(("decode", target)) is None:
                 start("decode", target, now)
@@ -783,8 +789,7 @@ def simulate_disaggregated(
                 done.extend(finished)
             start(kind, index, now)
     done.sort(key=lambda s: int(s.request_id))
-    steps = np.array(record, dtype=float).reshape(-1, 9)
-    start_s, duration, batch, kv, context, prefill, prefill_sq, passes, _ = steps.T
+    start_s, duration, batch, kv, context, prefill, prefill_sq, passes, _ = step_columns(record)
     span = max(s.finished_s or 0.0 for s in done) - min(s.arrival_s for s in done) if done else 0.0
     waits = np.array(transfers_s)
     summary = {

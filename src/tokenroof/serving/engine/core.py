@@ -379,6 +379,11 @@ class BatchScheduler:
         self.prefilling = deque(s for s in self.prefilling if not s.aborted)
 
     @property
+    def outstanding(self) -> int:
+        """Requests it holds: queued, prefilling or running (what a least-outstanding router compares)."""
+        return len(self.waiting) + len(self.prefilling) + len(self.running)
+
+    @property
     def idle(self) -> bool:
         return not self.waiting and not self.running and not self.prefilling
 
@@ -421,57 +426,52 @@ class BatchScheduler:
             seq.block_keys = [prefix_key(seq.prefix_group, i) for i in range(blocks)]
         return seq.block_keys
 
-    def _hits(self, seq: Sequence) -> tuple[int, int]:
-        """(blocks hit, of them cached but held by no one): the leading blocks in memory, never the last token."""
+    def _hits(self, seq: Sequence, start: int = 0) -> tuple[int, int]:
+        """(blocks hit from block `start` on, of them cached but held by no one): the leading blocks in memory, never
+        the prompt's last token, never a block the step being planned computes."""
         keys = self._keys(seq)
         most = cacheable_tokens(seq.prompt_tokens, len(keys) * self.block_size, self.block_size) // self.block_size
         hit = revived = 0
-        while hit < most:
-            key = keys[hit]
+        while start + hit < most:
+            key = keys[start + hit]
             if key in self._free:
                 revived += 1
-            elif key not in self._refs:
+            elif key not in self._refs or key in self._fresh:
                 break
             hit += 1
         return hit, revived
 
-    def _share(self, seq: Sequence, hit: int) -> None:
-        """Hold the `hit` leading blocks found at admission."""
-        keys = self._keys(seq)
-        for key in keys[:hit]:
+    def _hold(self, keys: Keys[int]) -> None:
+        """Hold these cached blocks (back from free memory, or one more holder)."""
+        for key in keys:
             if key in self._free:
                 del self._free[key]
                 self._refs[key] = 1
             else:
                 self._refs[key] += 1
+
+    def _share(self, seq: Sequence, hit: int) -> None:
+        """Hold the `hit` leading blocks found at admission."""
+        self._hold(self._keys(seq)[:hit])
         seq.shared_blocks, seq.sharing = hit, True
 
     def _hit_more(self, seq: Sequence) -> None:
         """Before a prompt's first chunk runs, take the blocks computed since it was admitted: vLLM V1 looks a
         request's prefix up when it schedules its prefill, so a prompt queued behind a token budget hits what the
         prompts before it computed meanwhile."""
-        keys = self._keys(seq)
-        most = cacheable_tokens(seq.prompt_tokens, len(keys) * self.block_size, self.block_size) // self.block_size
-        extra = 0
-        while seq.shared_blocks < most and seq.sharing:
-            key = keys[seq.shared_blocks]
-            if key in self._fresh:
-                break
-            if key in self._free:
-                del self._free[key]
-                self._refs[key] = 1
-            elif key in self._refs:
-                self._refs[key] += 1
-            else:
-                break
-            seq.shared_blocks += 1
-            extra += self.block_size
-        if extra:
-            seq.cached_tokens += extra
-            seq.prefill_left -= extra
-            seq.reserved -= extra
-            self._reserved -= extra
-            self._prefix_hits += extra
+        if not seq.sharing:
+            return
+        hit, _ = self._hits(seq, seq.shared_blocks)
+        if not hit:
+            return
+        self._hold(self._keys(seq)[seq.shared_blocks : seq.shared_blocks + hit])
+        seq.shared_blocks += hit
+        extra = hit * self.block_size
+        seq.cached_tokens += extra
+        seq.prefill_left -= extra
+        seq.reserved -= extra
+        self._reserved -= extra
+        self._prefix_hits += extra
 
     def _cache_computed(self, seq: Sequence, computed_tokens: int) -> None:
         """Put the sequence's blocks that its prefill has now computed into the cache (until one is there already:

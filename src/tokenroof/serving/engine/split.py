@@ -18,11 +18,6 @@ from tokenroof.serving.engine.core import BatchScheduler, Sequence
 from tokenroof.serving.engine.realtime import RealtimeEngine, TokenCallback
 
 
-def outstanding(engine: RealtimeEngine) -> int:
-    sched = engine.scheduler
-    return len(sched.waiting) + len(sched.prefilling) + len(sched.running)
-
-
 @dataclass
 class SplitEngine:
     """`prefill` and `decode` schedulers run as realtime engines, a prompt's KV sent over `transfer` between them."""
@@ -82,7 +77,7 @@ class SplitEngine:
     def submit(self, seq: Sequence) -> None:
         """Admission checks (the KV cache holds it) are the decode engine's: made here, on the first, at once."""
         self.decode[0].check(seq)
-        engine = min(self._prefill, key=outstanding)
+        engine = min(self._prefill, key=lambda e: e.scheduler.outstanding)
         job = Sequence(seq.request_id, seq.prompt_tokens, 1, seq.arrival_s, block_keys=seq.block_keys)
         job.prefix_group, job.prefix_tokens = seq.prefix_group, seq.prefix_tokens
         self._waiting[seq.request_id] = seq
@@ -117,7 +112,7 @@ class SplitEngine:
         if self._waiting.pop(seq.request_id, None) is None:
             return  # the client left meanwhile
         seq.kv_ready = True
-        min(self._decode, key=outstanding).submit(seq)
+        min(self._decode, key=lambda e: e.scheduler.outstanding).submit(seq)
 
     async def run(self) -> None:
         await asyncio.gather(*(engine.run() for engine in self.engines))
