@@ -298,3 +298,11 @@ def test_dtype_flag_left_out_says_so() -> None:
     args = ["roofline", "-m", "llama-3.1-8b", "-H", "h100-sxm", "--batch", "1"]
     assert run_json(args)["precision"]["weight_dtype_source"] == "default"
     assert run_json([*args, "--dtype", "bf16"])["precision"]["weight_dtype_source"] == "given"
+
+
+def test_opt_13b_count_by_hand() -> None:
+    # OPT: embed 50272·5120 (tied head) + learned positions (2048 + 2)·5120 + 40 layers·(4·5120² + 4·5120 attention
+    # with biases, 2·5120·20480 + 20480 + 5120 FFN with biases, 2·2·5120 layer norms) + final norm 2·5120
+    layer = 4 * 5120**2 + 4 * 5120 + 2 * 5120 * 20480 + 20480 + 5120 + 4 * 5120
+    expected = 50272 * 5120 + 2050 * 5120 + 40 * layer + 2 * 5120
+    assert load_model("opt-13b").total_params == expected == 12_853_473_280
