@@ -91,9 +91,16 @@ def test_simulate_runs_a_disaggregated_server_from_the_command_line() -> None:
         ).stdout
     )
     validate("simulate", priced)
-    # both pools' three GPUs, every hour, over the output tokens: 2.5 × 3 / 3600 / throughput × 10^6
-    expected = 2.5 * 3 / 3600 / priced["throughput_tok_s"] * 1e6
-    assert priced["cost"]["gpus"] == 3 and priced["cost"]["usd_per_million_output_tokens"] == pytest.approx(expected)
+    # the decode pool's two GPUs, every hour, over the output tokens: 2.5 × 2 / 3600 / throughput × 10^6; the prefill
+    # pool's one over the prompt tokens, 2,000 for each request the window carried
+    cost = priced["cost"]
+    assert cost["gpus"] == 3
+    assert cost["usd_per_million_output_tokens"] == pytest.approx(2.5 * 2 / 3600 / priced["throughput_tok_s"] * 1e6)
+    prompts_tok_s = priced["request_throughput_req_s"] * 2000
+    assert cost["usd_per_million_input_tokens"] == pytest.approx(2.5 * 1 / 3600 / prompts_tok_s * 1e6, rel=0.03)
+    # energy: both pools' boards, between all idle and all at TDP (700 W, idle 10% of it), over the output tokens
+    assert 3 * 70 < cost["power_watts_mean"] < 3 * 700
+    assert cost["energy_j_per_output_token"] == pytest.approx(cost["power_watts_mean"] / priced["throughput_tok_s"])
     for flags, message in (
         (["--prefill-replicas", "1"], "--prefill-replicas and --decode-replicas together"),
         (["--prefill-replicas", "1", "--decode-replicas", "1", "--replicas", "2"], "drop --replicas"),

@@ -164,7 +164,6 @@ def bill_of_steps(
     decode = np.where(batch > 0, np.minimum(sm.steps_s(batch, steps["context_tokens"], zeros, zeros), duration), 0.0)
     busy_s = float(duration.sum())
     share = float(np.clip(duration - decode, 0.0, None).sum()) / busy_s if busy_s > 0 else 0.0
-    idle_s = max(span_s * replicas - busy_s, 0.0)
     out: dict[str, Any] = {
         "usd_per_million_output_tokens": None,
         "usd_per_million_input_tokens": None,
@@ -174,19 +173,33 @@ def bill_of_steps(
     if price is not None and span_s > 0:
         out.update(price.split(replicas * tp, span_s, share, output_tokens, prompt_tokens))
     if power is not None and span_s > 0:
-        context = np.asarray(steps["context_tokens"], dtype=float)
-        prefill = np.asarray(steps.get("prefill_tokens", zeros), dtype=float)
-        square = np.asarray(steps.get("prefill_sq_tokens", zeros), dtype=float)
-        watts = np.array(
-            [
-                power.watts(busy_share(sm, d), compute_share(sm, b, c, d, p, q))
-                for d, b, c, p, q in zip(duration, batch, context, prefill, square, strict=True)
-            ]
-        )
-        joules = tp * (float((watts * duration).sum()) + power.idle_watts * idle_s)
+        joules = pool_joules(sm, steps, span_s, replicas, tp, power)
         out["power_watts_mean"] = joules / span_s
         out["energy_j_per_output_token"] = joules / output_tokens if output_tokens > 0 else None
     return out
+
+
+def pool_joules(
+    sm: StepModel, steps: dict[str, Any], span_s: float, replicas: int, tp: int, power: PowerModel
+) -> float:
+    """Joules `replicas` × `tp` boards draw over `span_s` seconds running `steps` (as bill_of_steps takes them):
+    each step at the power of its busy and compute shares, the rest of the time idle."""
+    import numpy as np
+
+    duration = np.asarray(steps["duration_s"], dtype=float)
+    zeros = np.zeros_like(duration)
+    batch = np.asarray(steps["batch"], dtype=float)
+    context = np.asarray(steps["context_tokens"], dtype=float)
+    prefill = np.asarray(steps.get("prefill_tokens", zeros), dtype=float)
+    square = np.asarray(steps.get("prefill_sq_tokens", zeros), dtype=float)
+    watts = np.array(
+        [
+            power.watts(busy_share(sm, d), compute_share(sm, b, c, d, p, q))
+            for d, b, c, p, q in zip(duration, batch, context, prefill, square, strict=True)
+        ]
+    )
+    idle_s = max(span_s * replicas - float(duration.sum()), 0.0)
+    return tp * (float((watts * duration).sum()) + power.idle_watts * idle_s)
 
 
 @dataclass(frozen=True)

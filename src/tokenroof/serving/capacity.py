@@ -196,12 +196,8 @@ def run_one(
             prefix_caching=server.prefix_caching,
         )
         summary = result.summary(traffic.ttft_slo_ms, traffic.tpot_slo_ms)
-        if billing is not None and billing.price is not None:
-            summary["cost"] = disaggregated_bill(summary, billing, disaggregation)
-            summary["warnings"].append(
-                "a disaggregated server's bill is its two pools' GPU-hours over the output tokens; its energy and the "
-                "prompt tokens' share are not split out yet"
-            )
+        if billing is not None and billing.known:
+            summary["cost"] = result.bill(sm, billing.tp, billing.price, billing.power)
         return summary, result
     result = simulate(
         sm,
@@ -216,23 +212,6 @@ def run_one(
     if billing is not None and billing.known:
         summary["cost"] = result.bill(sm, billing.tp, billing.price, billing.power)
     return summary, result
-
-
-def disaggregated_bill(summary: dict[str, Any], billing: Billing, split: Disaggregation) -> dict[str, Any]:
-    """Both pools' GPU-hours over the output tokens the window carried (every GPU billed, busy or not)."""
-    assert billing.price is not None
-    gpus = split.replicas * billing.tp
-    return {
-        "usd_per_million_output_tokens": usd_per_million_tokens(
-            billing.price.usd_per_hour, gpus, summary["throughput_tok_s"]
-        ),
-        "usd_per_million_input_tokens": None,
-        "energy_j_per_output_token": None,
-        "power_watts_mean": None,
-        "price": billing.price.to_dict(),
-        "power": None,
-        "gpus": gpus,
-    }
 
 
 @dataclass(frozen=True)

@@ -266,6 +266,8 @@ class SimResult:
     speculation: dict[str, Any] | None = None  # speculative decoding: what was drafted and accepted (vLLM's counters)
     prefix_cache: dict[str, Any] | None = None  # prefix caching: prompt tokens looked up and hit (vLLM's counters)
     disaggregation: dict[str, Any] | None = None  # disaggregated prefill: the pools, the link, its transfers
+    prefill_steps: np.ndarray | None = None  # disaggregated prefill: the prefill pool's steps (step_columns)
+    prefill_replicas: int = 0
 
     def write(self, out_dir: Path, summary: dict[str, Any]) -> None:
         """requests.jsonl (one line per request), timeseries.csv (per step), summary.json."""
@@ -413,6 +415,8 @@ class SimResult:
         """The window's bill (model/cost.py): $ a million output and prompt tokens, mean power, energy per output
         token, over the steps that ended in the window (those throughput counts)."""
         w0, w1 = self.window_s()
+        if self.prefill_steps is not None:
+            return self._pools_bill(sm, tp, price, power, w0, w1)
         ends = self.step_starts_s + self.step_durations_s
         inside = (ends >= w0) & (ends <= w1)
         emitted = self.step_batches if self.step_tokens is None else self.step_tokens
@@ -432,6 +436,59 @@ class SimResult:
             "price": None if price is None else price.to_dict(),
             "power": None if power is None else power.to_dict(),
             "gpus": self.replicas * tp,
+        }
+
+    def _pools_bill(
+        self, sm: StepModel, tp: int, price: Price | None, power: PowerModel | None, w0: float, w1: float
+    ) -> dict[str, Any]:
+        """A disaggregated server's bill: the prefill pool's boards (busy or idle) are the prompts' cost, the decode
+        pool's the outputs'; the energy is both pools' over the output tokens."""
+        from tokenroof.model.cost import PER_MILLION, SECONDS_PER_HOUR, pool_joules
+
+        assert self.prefill_steps is not None
+        span = w1 - w0
+        pools = []
+        for columns, replicas in ((self.prefill_steps, self.prefill_replicas), (None, self.replicas)):
+            if columns is None:
+                start, duration, batch = self.step_starts_s, self.step_durations_s, self.step_batches
+                context, prefill, square = self.step_contexts, self.step_prefill, self.step_prefill_sq
+                emitted = self.step_batches if self.step_tokens is None else self.step_tokens
+            else:
+                start, duration, batch, _, context, prefill, square, _, emitted = columns
+            zeros = np.zeros(duration.size)
+            ends = start + duration
+            inside = (ends >= w0) & (ends <= w1)
+            steps = {
+                "duration_s": duration[inside],
+                "batch": batch[inside],
+                "context_tokens": (zeros if context is None else context)[inside],
+                "prefill_tokens": (zeros if prefill is None else prefill)[inside],
+                "prefill_sq_tokens": (zeros if square is None else square)[inside],
+            }
+            tokens = float(emitted[inside].sum()) if columns is None else float(steps["prefill_tokens"].sum())
+            pools.append((steps, replicas, tokens))
+        (_, prefill_replicas, prompts), (_, decode_replicas, outputs) = pools
+
+        def usd_per_million(replicas: int, tokens: float) -> float | None:
+            if price is None or tokens <= 0 or span <= 0:
+                return None
+            return price.usd_per_hour * replicas * tp * span / SECONDS_PER_HOUR / tokens * PER_MILLION
+
+        bill: dict[str, Any] = {
+            "usd_per_million_output_tokens": usd_per_million(decode_replicas, outputs),
+            "usd_per_million_input_tokens": usd_per_million(prefill_replicas, prompts),
+            "energy_j_per_output_token": None,
+            "power_watts_mean": None,
+        }
+        if power is not None and span > 0:
+            joules = sum(pool_joules(sm, steps, span, replicas, tp, power) for steps, replicas, _ in pools)
+            bill["power_watts_mean"] = joules / span
+            bill["energy_j_per_output_token"] = joules / outputs if outputs > 0 else None
+        return {
+            **bill,
+            "price": None if price is None else price.to_dict(),
+            "power": None if power is None else power.to_dict(),
+            "gpus": (prefill_replicas + decode_replicas) * tp,
         }
 
     def steadiness_warnings(self, w0: float, w1: float) -> list[str]:
@@ -735,6 +792,7 @@ def simulate_disaggregated(
     link_free = [0.0] * dis.prefill_replicas
     original: dict[str, Sequence] = {}
     record: list[float] = []  # the decode pool's steps, as simulate records them
+    prefill_record: list[float] = []  # the prefill pool's, for its bill
     prefill_busy_s, transfers_s, done = 0.0, [], []
 
     def push(t: float, kind: str, replica: int, payload: Any = None) -> None:
@@ -751,6 +809,7 @@ def simulate_disaggregated(
         if pool == "decode":
             record.extend(step_row(plan))
         else:
+            prefill_record.extend(step_row(plan))
             prefill_busy_s += plan.duration_s
         push(plan.end_s, pool, index)
 
@@ -814,4 +873,5 @@ def simulate_disaggregated(
         workload.history if isinstance(workload, Trace) else 0,
     )
     result.disaggregation = summary
+    result.prefill_steps, result.prefill_replicas = step_columns(prefill_record), dis.prefill_replicas
     return result
