@@ -205,3 +205,30 @@ def test_the_real_engine_sweep_replays_and_its_loads_are_simulated_within_the_is
         for metric in ("ttft_ms", "tpot_ms"):
             assert summary[metric]["p90"] == pytest.approx(measured[metric]["p90"], rel=0.25)
         assert 0.88 < summary["tpot_ms"]["p50"] / measured["tpot_ms"]["p50"] < 1.02
+
+
+def test_advise_on_a_llama_server_sweep_says_the_cap_is_a_new_server(tmp_path: Path) -> None:
+    """advise's cap on llama-server is a restart with a new -np, and on this CPU that alone changed the prompt time
+    1.6× (examples/llama-server/advised-c14): the answer says to bench the new cap, naming both slot counts."""
+    from tests.conftest import run_json
+
+    lines = (LLAMA / "sweep" / "summary.csv").read_text().splitlines()
+    table = tmp_path / "summary.csv"
+    table.write_text("\n".join([lines[0] + " kv_slots=16", *lines[1:]]) + "\n")
+    answer = run_json(
+        [
+            "advise",
+            str(table),
+            "--tpot-slo-ms",
+            "60",
+            "--ttft-slo-ms",
+            "1000",
+            "--input-len",
+            "129",
+            "--output-len",
+            "64",
+        ]
+    )
+    cap = answer["max_num_seqs"]
+    assert cap != 16
+    assert any(f"-np 16); the cap is a new -np {cap}" in w and "bench the new cap" in w for w in answer["warnings"])

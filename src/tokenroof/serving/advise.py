@@ -255,6 +255,7 @@ def advise_with_prefill(
     notes: list[str] = []
     client = EVEN  # steady traffic at each cap, unless files say how their client drove the server
     per_slot_kv = False  # one KV cache for all sequences, unless the files were measured on per-slot streams
+    slots: int | None = None  # the slots (llama-server -np) the files were measured on, per-slot streams
     if files:
         from tokenroof.fit.core import fit_table
         from tokenroof.fit.predict import read_with_prior
@@ -288,7 +289,7 @@ def advise_with_prefill(
         source = f"fitted to {table.source}, run on simulate's scheduler"
         replayed = travelling.replayed
         if replayed is not None:
-            per_slot_kv = replayed.kv_slots is not None
+            per_slot_kv, slots = replayed.kv_slots is not None, replayed.kv_slots
             if replayed.client in ("burst", "staggered"):
                 client = replayed.client
             if max_num_batched_tokens is None:
@@ -320,6 +321,12 @@ def advise_with_prefill(
         source=source,
         client=client,
     )
+    if slots is not None and result.chosen.max_num_seqs != slots:
+        notes.append(
+            f"measured on {slots} slots (llama-server -np {slots}); the cap is a new -np {result.chosen.max_num_seqs}, "
+            "a restarted server, and llama.cpp's prompt time has been seen to change with -np alone (1.6× on one "
+            "CPU between -np 16 and 14, docs/ACCURACY.md): bench the new cap before relying on it"
+        )
     result.warnings = notes + result.warnings
     answer = {**result.to_dict(), "step_model": sm.to_dict()}
     answer["engine_flags"] = engine_flags(answer["max_num_seqs"], speculative, caching or per_slot_kv)
