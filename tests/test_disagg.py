@@ -166,3 +166,23 @@ def test_bench_on_the_disaggregated_emulator_recovers_the_transfer_and_simulate_
     predicted = simulate_disaggregated(fast, trace, split).summary()
     assert predicted["ttft_ms"]["p50"] == pytest.approx(point["ttft_ms"]["p50"], rel=0.05)
     assert predicted["tpot_ms"]["p50"] == pytest.approx(point["tpot_ms"]["p50"], rel=0.05)
+
+
+def test_the_decode_pool_speculates() -> None:
+    """With speculation the decode replicas verify γ = 3 drafts a step at acceptance 0.7 (n-gram, a free proposer):
+    E = (1 − 0.7⁴) / (1 − 0.7) = 2.53 tokens a sequence a step (less a little: each admission step emits one, a
+    last step stops at max_tokens), its draws come back in vLLM's counters, and the prefill pool is untouched."""
+    from tokenroof.model.speculative import Speculation
+
+    spec = Speculation(3, (0.7,))
+    load = Workload(2.0, Lengths(1000), Lengths(200), 300)
+    plain = simulate_disaggregated(SM, load, Disaggregation(1, 1, LINK))
+    fast = simulate_disaggregated(SM, load, Disaggregation(1, 1, LINK), speculation=spec)
+    assert fast.step_tokens is not None and plain.step_tokens is None
+    assert fast.step_tokens.sum() / fast.step_batches.sum() == pytest.approx(spec.tokens_per_step, rel=0.05)
+    summary = fast.summary()
+    drawn = summary["speculation"]["drawn"]
+    assert drawn["iid_acceptance"] == pytest.approx(0.7, abs=0.02)
+    assert summary["tpot_ms"]["p50"] < 0.6 * plain.summary()["tpot_ms"]["p50"]
+    assert fast.prefill_steps is not None and plain.prefill_steps is not None
+    assert fast.prefill_steps.shape == plain.prefill_steps.shape  # the same prefill pool's steps

@@ -194,6 +194,7 @@ def run_one(
             traffic.seed,
             server.kv_capacity_tokens,
             prefix_caching=server.prefix_caching,
+            speculation=server.speculation,
         )
         summary = result.summary(traffic.ttft_slo_ms, traffic.tpot_slo_ms)
         if billing is not None and billing.known:
@@ -301,7 +302,7 @@ def plan_choices(
         entry["speculation"] = None if spec is None else spec.to_dict()
         entry["prefix_caching"] = server.prefix_caching
         entry["disaggregated"] = None
-        if choices.disaggregate and speculative is None:
+        if choices.disaggregate:
             entry["disaggregated"] = disaggregated_entry(
                 option, [travelling.step_model, *samples], offered, slo, search, server, choices.kv_transfer_gb_s
             )

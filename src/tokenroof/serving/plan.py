@@ -418,6 +418,7 @@ def run_split(
                 seed,
                 server.kv_capacity_tokens,
                 prefix_caching=server.prefix_caching,
+                speculation=server.speculation,
             ).summary()
             split.outcome.add(s)
             split.prefill_busy.append(s["disaggregation"]["prefill_busy_fraction"] or 0.0)
@@ -444,7 +445,11 @@ def plan_disaggregated(
     i, o = float(workload.input_len.mean), float(workload.output_len.mean)
     per_prompt_s = sm.step_s(0.0, 0.0, 8 * i, 8 * i * i) / 8  # a prompt's share of a step prefilling eight
     prefill = max(1, math.ceil(workload.rate_req_s * per_prompt_s))
-    decode_tok_s = cap / sm.step_s(cap, cap * (i + o / 2))
+    spec = server.speculation
+    if spec is None:
+        decode_tok_s = cap / sm.step_s(cap, cap * (i + o / 2))
+    else:  # a verify step of the whole cap, E tokens a sequence
+        decode_tok_s = cap * spec.tokens_per_step / spec.step_s(sm, cap, cap * (i + o / 2), 0.0, 0.0, cap)
     decode = max(1, math.ceil(workload.rate_req_s * o / decode_tok_s))
     runs: dict[tuple[int, int], Split] = {}
 

@@ -760,6 +760,7 @@ def simulate_disaggregated(
     block_size: int = 16,
     prefix_caching: bool = False,
     prefill_model: StepModel | None = None,
+    speculation: Speculation | None = None,
 ) -> SimResult:
     """Prefill and decode on pools of their own, joined by a KV transfer (model/disagg.py), on a virtual clock.
 
@@ -767,7 +768,8 @@ def simulate_disaggregated(
     prompt whose prefill ends queues on its replica's link (one transfer at a time); at the transfer's end a decode
     replica (the fewest outstanding) takes it with its KV in place. The result's steps and batches are the decode
     pool's (what throughput and TPOT count); `disaggregation` in the summary states the prefill pool's busy share
-    and the transfers' times. The prefill replicas' KV cache is not limited (it holds a prompt until it is sent)."""
+    and the transfers' times. The prefill replicas' KV cache is not limited (it holds a prompt until it is sent).
+    With `speculation` the decode replicas speculate (the prefill replicas emit no token to draft from)."""
     rng = np.random.default_rng(seed)
     arrivals = sorted(workload.arrivals(rng), key=lambda s: s.arrival_s)
     dis = disaggregation
@@ -782,7 +784,10 @@ def simulate_disaggregated(
         )
         for _ in range(dis.prefill_replicas)
     ]
-    decoders = [BatchScheduler(model, max_num_seqs, kv_capacity_tokens, block_size) for _ in range(dis.decode_replicas)]
+    decoders = [
+        BatchScheduler(model, max_num_seqs, kv_capacity_tokens, block_size, speculation=speculation, seed=seed + 1 + i)
+        for i in range(dis.decode_replicas)
+    ]
     if prefix_caching:
         warm_prefixes(prefillers, workload)
     pools: dict[str, list[BatchScheduler]] = {"prefill": prefillers, "decode": decoders}
@@ -848,7 +853,7 @@ def simulate_disaggregated(
                 done.extend(finished)
             start(kind, index, now)
     done.sort(key=lambda s: int(s.request_id))
-    start_s, duration, batch, kv, context, prefill, prefill_sq, passes, _ = step_columns(record)
+    start_s, duration, batch, kv, context, prefill, prefill_sq, passes, tokens = step_columns(record)
     span = max(s.finished_s or 0.0 for s in done) - min(s.arrival_s for s in done) if done else 0.0
     waits = np.array(transfers_s)
     summary = {
@@ -871,6 +876,8 @@ def simulate_disaggregated(
         None,
         passes.astype(int),
         workload.history if isinstance(workload, Trace) else 0,
+        None if speculation is None else tokens,
+        None if speculation is None else speculation_summary(speculation, [d.spec_counts() for d in decoders]),
     )
     result.disaggregation = summary
     result.prefill_steps, result.prefill_replicas = step_columns(prefill_record), dis.prefill_replicas
