@@ -120,6 +120,8 @@ def read_setup(provenance: list[str] | tuple[str, ...]) -> CurveSetup:
     text = "\n".join(provenance)
     hardware, tp = find_hardware(text)
     dtype = "bf16" if re.search(r"bf16|bfloat16", text, re.IGNORECASE) else "fp16"
+    if re.search(r"model:[^\n]*\bfp8\b", text, re.IGNORECASE):  # FP8 weights, as the model line states them
+        dtype = "fp8"
     workload = find_workload(text)
     semantics = find_semantics(text, workload)
     workload = replace(

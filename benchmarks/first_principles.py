@@ -153,8 +153,7 @@ def setup_of(table: MeasurementTable) -> CurveSetup:
         static=merged.batch_kind == "static",
         decode_only=w.decode_only or merged.tpot_kind == "step",
     )
-    fp8 = re.search(r"model:[^\n]*\bfp8\b", "\n".join(table.provenance))
-    return replace(setup, workload=workload, semantics=merged, dtype="fp8" if fp8 else setup.dtype)
+    return replace(setup, workload=workload, semantics=merged)  # read_setup reads the dtype (fp8 from the model line)
 
 
 def place(path: Path, as_labelled: bool) -> Curve | str:
