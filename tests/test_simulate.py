@@ -102,8 +102,28 @@ def test_least_outstanding_router_cuts_the_ttft_tail() -> None:
     rr = simulate(SM, workload, max_num_seqs=16, replicas=4, router="round-robin").summary()
     lo = simulate(SM, workload, max_num_seqs=16, replicas=4, router="least-outstanding").summary()
     assert lo["ttft_ms"]["p99"] < rr["ttft_ms"]["p99"]
-    with pytest.raises(TokenroofError, match="unknown router 'random'"):
-        simulate(SM, workload, router="random")
+    with pytest.raises(TokenroofError, match="unknown router 'hash'; known: round-robin, least-outstanding, random"):
+        simulate(SM, workload, router="hash")
+
+
+def test_round_robin_smooths_each_replicas_arrivals_and_a_random_router_does_not() -> None:
+    """Round-robin hands each of 8 replicas every 8th Poisson arrival: gamma gaps of shape 8, so each replica
+    queues as one alone at burstiness 8; a random router leaves each replica's arrivals Poisson, queueing as one
+    alone at burstiness 1 (TTFT's tail many times longer near saturation)."""
+    lengths = (Lengths(300, "lognormal", 0.5), Lengths(100, "lognormal", 0.5))
+
+    def one(burstiness: float) -> dict:
+        return simulate(SM, Workload(40, *lengths, num_requests=3000, burstiness=burstiness)).summary()
+
+    fleet = {
+        r: simulate(SM, Workload(320, *lengths, num_requests=24000), replicas=8, router=r).summary()
+        for r in ("round-robin", "random")
+    }
+    smooth, poisson = one(8.0), one(1.0)
+    for got, alone in ((fleet["round-robin"], smooth), (fleet["random"], poisson)):
+        assert got["running_batch"] == pytest.approx(alone["running_batch"], rel=0.1)
+        assert got["ttft_ms"]["p90"] == pytest.approx(alone["ttft_ms"]["p90"], rel=0.15)
+    assert fleet["random"]["ttft_ms"]["p90"] > 1.5 * fleet["round-robin"]["ttft_ms"]["p90"]
 
 
 def test_trace_replay_and_outputs(tmp_path) -> None:  # type: ignore[no-untyped-def]

@@ -548,7 +548,7 @@ def percentiles_ms(values_s: np.ndarray) -> dict[str, float | None]:
     return percentiles(values_s)
 
 
-ROUTERS = ("round-robin", "least-outstanding")
+ROUTERS = ("round-robin", "least-outstanding", "random")
 
 
 @dataclass
@@ -580,14 +580,18 @@ def simulate(
 ) -> SimResult:
     """Run the workload through `replicas` continuous-batching schedulers behind a router, on a virtual clock.
 
-    Events in time order: an arrival is routed (round-robin, or to the replica with the fewest outstanding
-    requests) and wakes an idle replica; a step end completes that replica's step and plans its next one.
+    Events in time order: an arrival is routed (round-robin; to the replica with the fewest outstanding requests;
+    or to one at random, as kube-proxy's iptables rules spread connections) and wakes an idle replica; a step end
+    completes that replica's step and plans its next one. Round-robin over Poisson arrivals gives each replica every
+    `replicas`-th arrival, gamma-distributed gaps of shape `replicas`: far smoother than Poisson, so its tails are
+    those of one replica at `Workload(burstiness=replicas)`; a random router leaves each replica's arrivals Poisson.
     """
     if replicas < 1:
         raise TokenroofError(f"replicas must be at least 1, got {replicas}")
     if router not in ROUTERS:
         raise TokenroofError(f"unknown router '{router}'; known: {', '.join(ROUTERS)}")
     rng = np.random.default_rng(seed)
+    routing = np.random.default_rng([seed, 1])  # a random router's draws, apart from the arrivals'
     if isinstance(workload, ClosedLoop):
         first, rest = workload.requests(rng, model)
         waiting_to_send: deque[Sequence] = deque(rest)
@@ -659,6 +663,8 @@ def simulate(
             seq = replacements.popleft()
         if router == "round-robin":
             index, turn = turn, (turn + 1) % replicas
+        elif router == "random":
+            index = int(routing.integers(replicas))
         else:
             index = min(range(replicas), key=lambda i: engines[i].outstanding)
         engines[index].scheduler.submit(seq)
