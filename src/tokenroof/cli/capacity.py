@@ -28,6 +28,8 @@ from tokenroof.cli.common import (
     PrefillReplicasOpt,
     PrefixCachingOpt,
     PrefixLenOpt,
+    ReplicasOpt,
+    RouterOpt,
     SloStatisticOpt,
     SpeculativeOpt,
     StepModelFileOpt,
@@ -96,15 +98,9 @@ def simulate(
         ),
     ] = None,
     max_num_seqs: Annotated[int, typer.Option(help="Running-batch cap.")] = 256,
-    replicas: Annotated[int, typer.Option(help="Replicas behind the router.")] = 1,
+    replicas: ReplicasOpt = 1,
     max_num_batched_tokens: Annotated[int | None, typer.Option(help="Token budget per step (chunked prefill).")] = None,
-    router: Annotated[
-        str,
-        typer.Option(
-            help="round-robin, least-outstanding, or random (kube-proxy's spread: each replica's arrivals stay "
-            "Poisson; round-robin smooths them)."
-        ),
-    ] = "round-robin",
+    router: RouterOpt = "round-robin",
     ttft_slo_ms: Annotated[float | None, typer.Option(help="TTFT target for goodput.")] = None,
     tpot_slo_ms: Annotated[float | None, typer.Option(help="TPOT target for goodput.")] = None,
     kv_cache_tokens: Annotated[

@@ -285,6 +285,15 @@ DecodeReplicasOpt = Annotated[
         "--decode-replicas", help="Disaggregated prefill: replicas that only decode, each prompt's KV sent to them."
     ),
 ]
+ReplicasOpt = Annotated[int, typer.Option("--replicas", help="Replicas behind the router.")]
+RouterOpt = Annotated[
+    str,
+    typer.Option(
+        "--router",
+        help="round-robin, least-outstanding, or random (kube-proxy's spread: each replica's arrivals stay Poisson; "
+        "round-robin smooths them).",
+    ),
+]
 KvTransferOpt = Annotated[
     float,
     typer.Option(

@@ -25,6 +25,8 @@ from tokenroof.cli.common import (
     PrefillReplicasOpt,
     PrefixCachingOpt,
     PrefixLenOpt,
+    ReplicasOpt,
+    RouterOpt,
     SpeculativeOpt,
     StepModelFileOpt,
     TpOpt,
@@ -79,6 +81,8 @@ def emulate(
     prefill_replicas: PrefillReplicasOpt = None,
     decode_replicas: DecodeReplicasOpt = None,
     kv_transfer_gb_s: KvTransferOpt = 50.0,
+    replicas: ReplicasOpt = 1,
+    router: RouterOpt = "round-robin",
 ) -> None:
     """An OpenAI-compatible server whose decode steps take the step model's time (continuous batching)."""
     from tokenroof.serving.emulate.checks import check_port
@@ -129,8 +133,11 @@ def emulate(
         seed=seed,
         prefix_caching=dep.server(travelling).prefix_caching,
         disaggregation=split,
+        replicas=replicas,
+        router=router,
     )
-    err.print(f"emulating {sm} with max_num_seqs={max_num_seqs} on http://{host}:{port}", highlight=False)
+    fleet = f" × {replicas} replicas behind {router}" if replicas > 1 else ""
+    err.print(f"emulating {sm} with max_num_seqs={max_num_seqs}{fleet} on http://{host}:{port}", highlight=False)
     serve(emulator, host, port)
 
 

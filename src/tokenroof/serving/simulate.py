@@ -26,6 +26,7 @@ from tokenroof.model.prefix import SharedPrefix
 from tokenroof.model.speculative import Speculation, measured_acceptance
 from tokenroof.model.stepmodel import StepModel, mean_context_tokens
 from tokenroof.serving.engine.core import BatchScheduler, PrefixCounts, Sequence, SpecCounts, StepPlan
+from tokenroof.serving.engine.fleet import ROUTERS
 from tokenroof.stats import arrival_times, percentiles
 
 DISTRIBUTIONS = ("fixed", "uniform", "lognormal")
@@ -546,9 +547,6 @@ def goodput_slo(ttft_slo_ms: float | None, tpot_slo_ms: float | None) -> dict[st
 def percentiles_ms(values_s: np.ndarray) -> dict[str, float | None]:
     """Mean and p50/p90/p99 in ms of durations in seconds (stats.percentiles: as bench summarises its own)."""
     return percentiles(values_s)
-
-
-ROUTERS = ("round-robin", "least-outstanding", "random")
 
 
 @dataclass

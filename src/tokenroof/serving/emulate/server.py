@@ -27,7 +27,8 @@ from tokenroof.model.speculative import Speculation
 from tokenroof.model.stepmodel import StepModel
 from tokenroof.serving.emulate import protocol as proto
 from tokenroof.serving.emulate.checks import SHUTDOWN_TIMEOUT_S, bind_failure, check_step_model, start_site
-from tokenroof.serving.engine.core import BatchScheduler, PrefixCounts, Sequence
+from tokenroof.serving.engine.core import BatchScheduler, PrefixCounts, Sequence, SpecCounts
+from tokenroof.serving.engine.fleet import ROUTERS, FleetEngine
 from tokenroof.serving.engine.realtime import RealtimeEngine, StepRunner
 from tokenroof.serving.engine.split import SplitEngine
 
@@ -36,6 +37,20 @@ DONE = b"data: [DONE]\n\n"
 DEAD = -1  # put on every waiting request's queue when the engine task ends
 ENGINE_TASK = web.AppKey("engine_task", asyncio.Task)
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
+
+
+def spec_total(counts: list[SpecCounts | None]) -> SpecCounts | None:
+    """The replicas' spec-decode counters summed (None: none speculates)."""
+    each = [c for c in counts if c is not None]
+    if not each:
+        return None
+    by_position = tuple(sum(c.accepted_by_position[k] for c in each) for k in range(len(each[0].accepted_by_position)))
+    return SpecCounts(
+        sum(c.drafts for c in each),
+        sum(c.draft_tokens for c in each),
+        sum(c.accepted_tokens for c in each),
+        by_position,
+    )
 
 
 @dataclass
@@ -52,7 +67,7 @@ class Emulator:
     max_body_bytes: int = 64 * 2**20  # larger bodies get 413
     queues: dict[str, asyncio.Queue[int]] = field(default_factory=dict)
     ids: itertools.count[int] = field(default_factory=itertools.count)
-    engine: RealtimeEngine | SplitEngine | None = None
+    engine: RealtimeEngine | SplitEngine | FleetEngine | None = None
     engine_error: str | None = None  # why the engine task ended; requests fail with 500 from then on
     requests_total: int = 0
     errors_total: int = 0
@@ -62,6 +77,8 @@ class Emulator:
     seed: int = 0  # speculation's acceptance draws
     prefix_caching: bool = False  # vLLM's automatic prefix caching: prompts' blocks hashed from their text, shared
     disaggregation: Disaggregation | None = None  # prefill and decode engines of their own, joined by a KV link
+    replicas: int = 1  # engines behind a router, each its own scheduler and KV cache (simulate --replicas)
+    router: str = "round-robin"
     scheduler: BatchScheduler = field(init=False)
 
     def __post_init__(self) -> None:
@@ -73,6 +90,14 @@ class Emulator:
                 f"the read timeout ({{}}) must be positive seconds, got {self.read_timeout_s}", "read_timeout"
             )
         check_step_model(self.model, self.max_num_seqs, self.max_model_len)
+        if isinstance(self.replicas, bool) or self.replicas < 1:
+            raise ParameterError(f"{{}} must be at least 1, got {self.replicas}", "replicas")
+        if self.replicas > 1 and (self.disaggregation is not None or self.runner is not None):
+            raise ParameterError(
+                "{} runs a fleet of emulated engines: not with a disaggregated server or a real engine", "replicas"
+            )
+        if self.router not in ROUTERS:
+            raise ParameterError(f"unknown {{}} '{self.router}'; known: {', '.join(ROUTERS)}", "router")
         self.scheduler = BatchScheduler(
             self.model,
             self.max_num_seqs,
@@ -91,13 +116,34 @@ class Emulator:
             queue.put_nowait(index)
 
     async def start_engine(self, app: web.Application) -> None:
-        if self.disaggregation is None:
-            self.engine = RealtimeEngine(self.scheduler, self.on_token, runner=self.runner)
-        else:
+        if self.disaggregation is not None:
             self.engine = self.split_engine(self.disaggregation)
+        elif self.replicas > 1:
+            self.engine = FleetEngine(
+                [self.scheduler, *(self.replica(i) for i in range(1, self.replicas))],
+                self.on_token,
+                self.router,
+                self.seed,
+            )
+        else:
+            self.engine = RealtimeEngine(self.scheduler, self.on_token, runner=self.runner)
         task = asyncio.create_task(self.engine.run())
         task.add_done_callback(self.engine_stopped)
         app[ENGINE_TASK] = task
+
+    def replica(self, index: int) -> BatchScheduler:
+        """Another replica's scheduler: this one's settings, its own KV cache and acceptance draws (as simulate
+        seeds them: one stream per replica)."""
+        return BatchScheduler(
+            self.model,
+            self.max_num_seqs,
+            self.kv_cache_tokens,
+            max_num_batched_tokens=self.max_num_batched_tokens,
+            per_slot_kv=self.per_slot_kv,
+            speculation=self.speculation,
+            seed=self.seed + index,
+            prefix_caching=self.prefix_caching,
+        )
 
     def split_engine(self, dis: Disaggregation) -> SplitEngine:
         """Prefill engines (their own token budget, the prefix cache) and decode engines (the batch cap, the KV
@@ -320,7 +366,7 @@ class Emulator:
                 ),
                 ("vllm:prefix_cache_hits_total", "counter", "Prompt tokens found in the prefix cache", cache.hits),
             ]
-        counts = scheds[0].spec_counts() if len(scheds) == 1 else None
+        counts = spec_total([s.spec_counts() for s in scheds])
         if counts is not None:  # vLLM V1's spec-decode counters (vllm/v1/spec_decode/metrics.py), under its names
             lines += [
                 ("vllm:spec_decode_num_drafts_total", "counter", "Verify steps × sequences", counts.drafts),
