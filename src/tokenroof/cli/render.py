@@ -497,16 +497,25 @@ def bill_line(cost: dict[str, Any]) -> str:
     """A simulated run's cost and energy in one line, each with where its figures came from."""
     parts = []
     price, power = cost["price"], cost["power"]
-    if price:
+    pools = cost.get("pools")
+    if price and pools:
+        parts.append(
+            f"{money(cost['usd_per_million_output_tokens'])} US$ per million output tokens (the decode pool's "
+            f"{pools['decode_gpus']} GPUs), {money(cost['usd_per_million_input_tokens'])} per million prompt tokens "
+            f"(the prefill pool's {pools['prefill_gpus']}), at {fmt(price['usd_per_hour'])} a GPU-hour, "
+            f"{price['source']}"
+        )
+    elif price:
         parts.append(
             f"{money(cost['usd_per_million_output_tokens'])} US$ per million output tokens, "
             f"{money(cost['usd_per_million_input_tokens'])} per million prompt tokens ({cost['gpus']} GPUs at "
             f"{fmt(price['usd_per_hour'])} an hour, {price['source']})"
         )
     if power:
+        boards = f" across {cost['gpus']} boards" if cost["gpus"] > 1 else ""
         parts.append(
-            f"{fmt(cost['energy_j_per_output_token'])} J per output token at {fmt(cost['power_watts_mean'])} W "
-            f"(power {power['source']})"
+            f"{fmt(cost['energy_j_per_output_token'])} J per output token at {fmt(cost['power_watts_mean'])} W"
+            f"{boards} (power {power['source']})"
         )
     return "; ".join(parts)
 

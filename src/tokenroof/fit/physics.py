@@ -199,15 +199,24 @@ class Physics:
             room -= resident_weight_bytes(shapes, self.precision, self.tp)
         return max(int(room // (per_token + kv_bytes_per_token(shapes, self.precision, self.tp))), 0)
 
-    def kv_bytes_per_token(self) -> float | None:
-        """KV-cache bytes of one token across the replica's GPUs (what a disaggregated prefill sends); None without
-        model and hardware."""
+    def kv_bytes_per_token(self, speculative: SpeculativeConfig | None = None) -> float | None:
+        """KV-cache bytes of one token across the replica's GPUs (what a disaggregated prefill sends: with a proposer
+        of its own, a draft model's or an EAGLE/MTP head's KV beside the target's); None without model and
+        hardware."""
         if not self.known:
             return None
         from tokenroof.model.roofline import kv_bytes_per_token
+        from tokenroof.model.speculative import proposer_spec
+        from tokenroof.specs import load_model
 
         model, _ = self._specs()
-        return kv_bytes_per_token(model, self.precision, self.tp) * self.tp
+        per_token = kv_bytes_per_token(model, self.precision, self.tp)
+        if speculative is not None and speculative.method != "ngram":
+            draft = load_model(speculative.model) if speculative.model is not None else None
+            shapes = proposer_spec(model, speculative.method, draft)
+            assert shapes is not None
+            per_token += kv_bytes_per_token(shapes, self.precision, self.tp)
+        return per_token * self.tp
 
     def memory_fraction(self) -> tuple[float, bool]:
         """(fraction, whether of the memory left after the weights) of the named engine's server, by its default

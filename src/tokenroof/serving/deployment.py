@@ -167,7 +167,7 @@ class Deployment:
             raise ParameterError(
                 "give {} and {} together (disaggregated prefill)", "prefill_replicas", "decode_replicas"
             )
-        per_token = self.physics.kv_bytes_per_token()
+        per_token = self.physics.kv_bytes_per_token(self.speculative)
         if per_token is None:
             raise ParameterError(
                 "a disaggregated server sends each prompt's KV cache: give {} and {} for its bytes per token",

@@ -269,6 +269,7 @@ class SimResult:
     disaggregation: dict[str, Any] | None = None  # disaggregated prefill: the pools, the link, its transfers
     prefill_steps: np.ndarray | None = None  # disaggregated prefill: the prefill pool's steps (step_columns)
     prefill_replicas: int = 0
+    prefill_model: StepModel | None = None  # the step model the prefill pool's steps were timed with
 
     def write(self, out_dir: Path, summary: dict[str, Any]) -> None:
         """requests.jsonl (one line per request), timeseries.csv (per step), summary.json."""
@@ -482,7 +483,11 @@ class SimResult:
             "power_watts_mean": None,
         }
         if power is not None and span > 0:
-            joules = sum(pool_joules(sm, steps, span, replicas, tp, power) for steps, replicas, _ in pools)
+            models = (self.prefill_model or sm, sm)
+            joules = sum(
+                pool_joules(model, steps, span, replicas, tp, power)
+                for model, (steps, replicas, _) in zip(models, pools, strict=True)
+            )
             bill["power_watts_mean"] = joules / span
             bill["energy_j_per_output_token"] = joules / outputs if outputs > 0 else None
         return {
@@ -490,6 +495,7 @@ class SimResult:
             "price": None if price is None else price.to_dict(),
             "power": None if power is None else power.to_dict(),
             "gpus": (prefill_replicas + decode_replicas) * tp,
+            "pools": {"prefill_gpus": prefill_replicas * tp, "decode_gpus": decode_replicas * tp},
         }
 
     def steadiness_warnings(self, w0: float, w1: float) -> list[str]:
@@ -773,7 +779,9 @@ def simulate_disaggregated(
     replica (the fewest outstanding) takes it with its KV in place. The result's steps and batches are the decode
     pool's (what throughput and TPOT count); `disaggregation` in the summary states the prefill pool's busy share
     and the transfers' times. The prefill replicas' KV cache is not limited (it holds a prompt until it is sent).
-    With `speculation` the decode replicas speculate (the prefill replicas emit no token to draft from)."""
+    With `speculation` the decode replicas speculate, and a proposer with weights of its own (a draft model, an
+    EAGLE/MTP head) runs its pass over each prompt on the prefill replica, as colocated; its KV crosses the link with
+    the target's when `disaggregation.transfer` counts it (Deployment.disaggregation does)."""
     rng = np.random.default_rng(seed)
     arrivals = sorted(workload.arrivals(rng), key=lambda s: s.arrival_s)
     dis = disaggregation
@@ -785,6 +793,7 @@ def simulate_disaggregated(
             max_num_batched_tokens=dis.prefill_budget_tokens,
             block_size=block_size,
             prefix_caching=prefix_caching,
+            speculation=None if speculation is None or speculation.draft is None else speculation,
         )
         for _ in range(dis.prefill_replicas)
     ]
@@ -849,6 +858,7 @@ def simulate_disaggregated(
             if kind == "prefill":
                 for job in finished:
                     seq = original[job.request_id]
+                    seq.prefilled_s = now
                     begin = max(now, link_free[index])
                     link_free[index] = begin + dis.transfer.time_s(seq.prompt_tokens)
                     transfers_s.append(link_free[index] - now)
@@ -885,4 +895,5 @@ def simulate_disaggregated(
     )
     result.disaggregation = summary
     result.prefill_steps, result.prefill_replicas = step_columns(prefill_record), dis.prefill_replicas
+    result.prefill_model = prefill_sm
     return result

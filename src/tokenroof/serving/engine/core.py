@@ -94,6 +94,7 @@ class Sequence:
     reserved: int = 0  # KV tokens it reserves while prefilling
     sharing: bool = True  # its computed blocks still go into the cache (False once one was there already)
     kv_ready: bool = False  # disaggregated decode: its prompt's KV arrived from a prefill replica (1 token recomputed)
+    prefilled_s: float | None = None  # disaggregated: when its prefill step ended on the prefill replica
     prefill_started: bool = False  # a chunk of its prompt has been scheduled since its admission
 
     @property
