@@ -90,6 +90,8 @@ def test_sweep_llama_server_and_predict(tmp_path: Path) -> None:
     assert len(valid) >= 3, [p["invalid"] for p in points]
     assert all(p["output_tokens_source"] == "usage" for p in valid)
     table = read_table([tmp_path / "out" / "summary.csv"])
+    assert table.semantics.server == "llama-server"  # bench asked its GET /props (16 slots)
+    assert "llama-server with 16 slots" in (tmp_path / "out" / "summary.csv").read_text()
     result = predict_table(table, [32, 64], n_samples=50)
     for row in result.predictions():
         print(

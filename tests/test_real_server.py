@@ -232,3 +232,20 @@ def test_advise_on_a_llama_server_sweep_says_the_cap_is_a_new_server(tmp_path: P
     cap = answer["max_num_seqs"]
     assert cap != 16
     assert any(f"-np 16); the cap is a new -np {cap}" in w and "bench the new cap" in w for w in answer["warnings"])
+    # a sweep bench ran against llama-server says so itself (server=llama-server, from its GET /props), kv_slots or not
+    table.write_text("\n".join([lines[0] + " server=llama-server", *lines[1:]]) + "\n")
+    said = run_json(
+        [
+            "advise",
+            str(table),
+            "--tpot-slo-ms",
+            "60",
+            "--ttft-slo-ms",
+            "1000",
+            "--input-len",
+            "129",
+            "--output-len",
+            "64",
+        ]
+    )
+    assert any("measured on llama-server; the cap is a new -np" in w for w in said["warnings"])

@@ -9,7 +9,7 @@ from typing import Any
 import numpy as np
 
 from tokenroof.errors import TokenroofError
-from tokenroof.io.table import Row, _batch, _dig, _number, loads_json
+from tokenroof.io.table import SERVERS, Row, _batch, _dig, _number, loads_json
 from tokenroof.model.stepmodel import mean_context_tokens
 from tokenroof.specs.validate import read_text
 
@@ -60,6 +60,8 @@ def _bench_summary(data: Mapping[str, Any], where: str, warnings: list[str]) -> 
     settings: dict[str, Any] = {"batch_kind": "running", "tpot_kind": "tpot", "client": "staggered"}
     if rates and not closed:
         settings["client"] = "poisson"
+    if data.get("server") in SERVERS:  # what the server said of itself (bench's probe_server)
+        settings["server"] = data["server"]
     if lengths:
         settings["input_len"], settings["output_len"] = (float(np.mean(v)) for v in zip(*lengths, strict=True))
     return rows, settings

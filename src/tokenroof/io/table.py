@@ -43,6 +43,8 @@ TPOT_KINDS = ("tpot", "itl", "e2e", "step")
 # --max-concurrency`, GuideLLM's concurrent and throughput strategies), a closed loop whose streams start staggered
 # over a request's life (tokenroof bench), or open-loop arrivals at a request rate (Poisson or evenly spaced).
 CLIENT_KINDS = ("burst", "staggered", "poisson", "constant")
+# The server measured, where the measuring client could tell (bench asks llama-server's GET /props); None: not said.
+SERVERS = ("llama-server",)
 SETTINGS = {
     "batch_kind": BATCH_KINDS,
     "tpot_kind": TPOT_KINDS,
@@ -50,6 +52,7 @@ SETTINGS = {
     "input_len": None,
     "output_len": None,
     "kv_slots": None,
+    "server": SERVERS,
 }
 
 
@@ -83,6 +86,7 @@ class Semantics:
     # per-slot KV streams on this many slots (llama-server -np N without --kv-unified): a step runs one forward pass
     # per run of consecutive busy slots (serving/engine/core.py); None: one KV cache for all (every other server)
     kv_slots: int | None = None
+    server: str | None = None  # SERVERS: which server was measured, where the client could tell
     stated: tuple[str, ...] = ()  # the settings the source stated (the rest are defaults)
 
     @property
@@ -114,7 +118,7 @@ def parse_settings(lines: Iterable[str], where: str) -> Semantics:
     """`key=value` settings in provenance lines (`# batch_kind=static tpot_kind=e2e input_len=1024 ...`)."""
     found: dict[str, Any] = {}
     for line in lines:
-        for key, value in re.findall(r"\b(batch_kind|tpot_kind|client|input_len|output_len|kv_slots)=([^\s,;]+)", line):
+        for key, value in re.findall(rf"\b({'|'.join(SETTINGS)})=([^\s,;]+)", line):
             allowed = SETTINGS[key]
             if allowed is not None:
                 if value not in allowed:
@@ -273,6 +277,7 @@ class MeasurementTable:
             "input_len": self.semantics.input_len,
             "output_len": self.semantics.output_len,
             "kv_slots": self.semantics.kv_slots,
+            "server": self.semantics.server,
             "stated": list(self.semantics.stated),
             "points": points,
             "points_pooled_from": None,
@@ -613,7 +618,7 @@ def merge_settings(parts: Sequence[tuple[str, Mapping[str, Any]]], provenance: S
     """One table's semantics from several files: kinds must agree, lengths are averaged."""
     merged: dict[str, Any] = {}
     for where, part in parts:
-        for key in ("batch_kind", "tpot_kind", "client", "kv_slots"):
+        for key in ("batch_kind", "tpot_kind", "client", "kv_slots", "server"):
             if key in part and merged.setdefault(key, (part[key], where))[0] != part[key]:
                 raise TokenroofError(
                     f"{where}: {key} {part[key]} differs from {merged[key][0]} in {merged[key][1]}; "

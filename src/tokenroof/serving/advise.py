@@ -256,6 +256,7 @@ def advise_with_prefill(
     client = EVEN  # steady traffic at each cap, unless files say how their client drove the server
     per_slot_kv = False  # one KV cache for all sequences, unless the files were measured on per-slot streams
     slots: int | None = None  # the slots (llama-server -np) the files were measured on, per-slot streams
+    llama_server = False  # the files say they measured llama-server (bench asked its /props)
     if files:
         from tokenroof.fit.core import fit_table
         from tokenroof.fit.predict import read_with_prior
@@ -272,6 +273,7 @@ def advise_with_prefill(
                 "context",
             )
         fit = fit_table(table, prior, n_samples=0)
+        llama_server = table.semantics.server == "llama-server"
         measured = (flags.input_len, flags.output_len)
         travelling = portable_model(fit, table, physics.kv_pool_tokens(), measured, physics.prompt_budget())
         if targets.ttft_slo_ms is not None and not travelling.prices_prefill:
@@ -321,11 +323,13 @@ def advise_with_prefill(
         source=source,
         client=client,
     )
-    if slots is not None and result.chosen.max_num_seqs != slots:
+    cap = result.chosen.max_num_seqs
+    if (slots is not None and cap != slots) or (slots is None and llama_server):
+        said = f"measured on {slots} slots (llama-server -np {slots})" if slots else "measured on llama-server"
         notes.append(
-            f"measured on {slots} slots (llama-server -np {slots}); the cap is a new -np {result.chosen.max_num_seqs}, "
-            "a restarted server, and llama.cpp's prompt time has been seen to change with -np alone (1.6× on one "
-            "CPU between -np 16 and 14, docs/ACCURACY.md): bench the new cap before relying on it"
+            f"{said}; the cap is a new -np {cap}, a restarted server, and llama.cpp's prompt time has been seen "
+            "to change with -np alone (1.6× on one CPU between -np 16 and 14, docs/ACCURACY.md): bench the new cap "
+            "before relying on it"
         )
     result.warnings = notes + result.warnings
     answer = {**result.to_dict(), "step_model": sm.to_dict()}

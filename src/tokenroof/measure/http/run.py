@@ -94,6 +94,25 @@ async def resolve_model(client: Client, cfg: BenchConfig, endpoints: Endpoints, 
         raise TokenroofError(f"cannot list models at {where}: the answer is not an OpenAI model list; {hint}") from None
 
 
+async def probe_server(client: Client, endpoints: Endpoints, timeout_s: float) -> dict[str, Any]:
+    """What the server says of itself where it can: llama-server answers GET /props with its slots (`-np`), which a
+    batch cap for it changes (advise says so). Empty for any other server, or when the probe fails: it is optional."""
+    try:
+        async with (
+            asyncio.timeout(min(timeout_s, 10.0)),
+            client.session.get(endpoints.root + "/props", headers=client.headers) as r,
+        ):
+            if r.status != 200:
+                return {}
+            props = json.loads(await r.read())
+    except (aiohttp.ClientError, TimeoutError, OSError, ValueError):
+        return {}
+    slots = props.get("total_slots") if isinstance(props, dict) else None
+    if isinstance(slots, int) and not isinstance(slots, bool) and slots >= 1:
+        return {"server": "llama-server", "server_slots": slots}
+    return {}
+
+
 @dataclass
 class Prompts:
     """Synthetic prompts of `input_len` tokens as the server counts them (`words_per_prompt` words, sized on it:
@@ -261,6 +280,7 @@ class Bench:
     progress: ProgressHook | None = None
     notice: Notice | None = None
     rng: np.random.Generator = field(default_factory=lambda: np.random.default_rng(0))
+    server: dict[str, Any] = field(default_factory=dict)  # what the server said of itself (probe_server)
 
     def say(self, text: str) -> None:
         if self.notice is not None:
@@ -280,8 +300,8 @@ class Bench:
                 continue
             self.explain_rerun(label)
             summaries.append(await self.measure(kind, value))
-            write_outputs(cfg, self.model, summaries, self.redactor)
-        write_outputs(cfg, self.model, summaries, self.redactor)
+            write_outputs(cfg, self.model, summaries, self.redactor, self.server)
+        write_outputs(cfg, self.model, summaries, self.redactor, self.server)
         return summaries
 
     def explain_rerun(self, label: str) -> None:
@@ -414,7 +434,8 @@ async def run_bench(
             api_headers(key),
         ) as client:
             model = await resolve_model(client, cfg, endpoints, redactor)
-            settings = {**run_settings(cfg, model, redactor.text(endpoints.root)), "prompt_salt": salt}
+            server = await probe_server(client, endpoints, cfg.timeout_s)
+            settings = {**run_settings(cfg, model, redactor.text(endpoints.root)), "prompt_salt": salt, **server}
             calibration: list[RequestRecord] = []
             if cfg.prompts_file is None:
                 found, calibration = await prompt_words(client, prompts, model, previous, say)
@@ -429,6 +450,7 @@ async def run_bench(
             account_for_crash(previous, recorder, say)
             rng = np.random.default_rng(cfg.seed)
             bench = Bench(cfg, client, endpoints, model, prompts, recorder, redactor, previous, progress, notice, rng)
+            bench.server = server
             return await bench.sweep()
     except aiohttp.ClientError as exc:
         raise TokenroofError(redactor.text(f"{cfg.url}: {exc}")) from None
@@ -487,24 +509,36 @@ def prompt_salt(cfg: BenchConfig, previous: Previous) -> int:
     return secrets.randbits(48)
 
 
-def write_outputs(cfg: BenchConfig, model: str, summaries: list[dict[str, Any]], redactor: Redactor) -> None:
+def write_outputs(
+    cfg: BenchConfig,
+    model: str,
+    summaries: list[dict[str, Any]],
+    redactor: Redactor,
+    server: dict[str, Any] | None = None,
+) -> None:
     """summary.json (everything) and summary.csv (valid points, DESIGN.md format, read by `predict`)."""
     url = redactor.text(Endpoints.of(cfg.url).root)
     (cfg.out_dir / "summary.json").write_text(
-        json.dumps(redactor.value({"url": url, "model": model, "points": summaries}), indent=2)
+        json.dumps(redactor.value({"url": url, "model": model, **(server or {}), "points": summaries}), indent=2)
     )
     closed = any(s.get("kind") == "concurrency" for s in summaries) or not summaries
     client = "staggered" if closed else ("constant" if math.isinf(cfg.burstiness) else "poisson")
     # the prompt in tokens as the server counted them (usage), where it said
     counted = [s["prompt_tokens_mean"] for s in summaries if not s.get("invalid") and s.get("prompt_tokens_mean")]
     input_len = f"{np.mean(counted):.6g}" if counted else str(cfg.input_len)
+    said = f"server={server['server']} " if server else ""
     lines = [
         f"tokenroof bench {url} model={model} endpoint={cfg.endpoint} input_len={input_len} "
-        f"batch_kind=running tpot_kind=tpot client={client} "
+        f"batch_kind=running tpot_kind=tpot client={client} {said}"
         f"output_len={cfg.output_len} (input_len: the server's mean prompt tokens; --input-len {cfg.input_len})",
         "batch = time-averaged running batch (from the server's /metrics gauge where it has one, else from client "
         "timestamps); throughput = output tokens/s in the steady-state window; tpot_ms = mean TPOT excl. the 1st token",
     ]
+    if server:
+        lines.append(
+            f"the server: llama-server with {server['server_slots']} slots (its GET /props); a batch cap for it is "
+            "a restart with a new -np. Add kv_slots=N here if it ran without --kv-unified (per-slot KV streams)"
+        )
     rows = []
     for s in summaries:
         if s.get("invalid"):
