@@ -120,7 +120,8 @@ def read_setup(provenance: list[str] | tuple[str, ...]) -> CurveSetup:
     text = "\n".join(provenance)
     hardware, tp = find_hardware(text)
     dtype = "bf16" if re.search(r"bf16|bfloat16", text, re.IGNORECASE) else "fp16"
-    if re.search(r"model:[^\n]*\bfp8\b", text, re.IGNORECASE):  # FP8 weights, as the model line states them
+    field = re.search(r"model:([^;\n]*)", text)  # the model field: up to the first ';' (the GPU and engine follow)
+    if field and re.search(r"\bfp8\b(?![ -]?kv)", field.group(1), re.IGNORECASE):  # FP8 weights, not an FP8 KV cache
         dtype = "fp8"
     workload = find_workload(text)
     semantics = find_semantics(text, workload)

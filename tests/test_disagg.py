@@ -100,6 +100,12 @@ def test_simulate_runs_a_disaggregated_server_from_the_command_line() -> None:
     prompts_tok_s = priced["request_throughput_req_s"] * 2000
     assert cost["usd_per_million_input_tokens"] == pytest.approx(2.5 * 1 / 3600 / prompts_tok_s * 1e6, rel=0.03)
     assert cost["pools"] == {"prefill_gpus": 1, "decode_gpus": 2}
+    text = runner.invoke(
+        app, [*base, "--prefill-replicas", "1", "--decode-replicas", "2", "--gpu-cost-per-hour", "2.5"]
+    )
+    line = " ".join(text.output.split())
+    assert "US$ per million output tokens (the decode pool's 2 GPUs)" in line and "(the prefill pool's 1)" in line
+    assert "W across 3 boards" in line
     for flags, message in (
         (["--prefill-replicas", "1"], "--prefill-replicas and --decode-replicas together"),
         (["--prefill-replicas", "1", "--decode-replicas", "1", "--replicas", "2"], "drop --replicas"),
@@ -188,13 +194,16 @@ def test_the_decode_pool_speculates() -> None:
 
 
 def test_a_disaggregated_bill_counts_both_pools_energy() -> None:
-    """Energy: each pool's steps at the power of their busy and compute shares, every other second of each board
-    idle; a bill that left out the prefill pool (one board, busy a good share of the time) would come out lower."""
+    """Energy: each pool's steps, on the step model that timed them (the prefill pool's own here), at the power of
+    their busy and compute shares, every other second of each board idle; a bill that left out the prefill pool (one
+    board, busy a good share of the time) would come out lower."""
     from tokenroof.model.cost import PowerModel, pool_joules
 
     power = PowerModel(tdp_watts=700.0, idle_watts=70.0, memory_activity=0.72, source="test")
     load = Workload(3.0, Lengths(2000), Lengths(100), 300)
-    result = simulate_disaggregated(SM, load, Disaggregation(1, 2, LINK))
+    prefill_sm = StepModel(t_fixed_s=1e-3, t_weights_s=5e-3, t_compute_s=6e-5, t_kv_token_s=1e-8, t_attn_token_s=1e-8)
+    result = simulate_disaggregated(SM, load, Disaggregation(1, 2, LINK), prefill_model=prefill_sm)
+    assert result.prefill_model is prefill_sm
     w0, w1 = result.window_s()
     bill = result.bill(SM, 1, None, power)
 
@@ -218,7 +227,8 @@ def test_a_disaggregated_bill_counts_both_pools_energy() -> None:
             result.step_batches,
         ]
     )
-    prefill_j = pool_joules(SM, pool(result.prefill_steps), w1 - w0, 1, 1, power)
+    prefill_j = pool_joules(prefill_sm, pool(result.prefill_steps), w1 - w0, 1, 1, power)
+    assert prefill_j != pytest.approx(pool_joules(SM, pool(result.prefill_steps), w1 - w0, 1, 1, power))
     decode_j = pool_joules(SM, pool(decode), w1 - w0, 2, 1, power)
     assert prefill_j > 1.2 * 70.0 * (w1 - w0)  # the prefill board is busy, not idle
     assert bill["power_watts_mean"] == pytest.approx((prefill_j + decode_j) / (w1 - w0))

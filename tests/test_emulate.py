@@ -150,7 +150,9 @@ def test_a_client_stalled_mid_upload_does_not_hold_the_server_open() -> None:
 def test_a_fleet_behind_one_port_is_what_simulate_says_of_the_same_fleet(tmp_path: Path) -> None:
     """emulate --replicas 4: four engines, each its own scheduler, behind a round-robin router; bench at a Poisson
     rate near one engine's comfort × 4, and simulate fed bench's own arrivals with the same fleet: TTFT and TPOT p50
-    within 8% and 5%, the running gauge summed over the replicas. A least-outstanding fleet serves too."""
+    within 8% and 5%; the running gauge is the fleet's sum, 4 × simulate's per-replica batch. Least-outstanding
+    spreads four streams two and two (a step model whose steps grow with the batch tells); a random router serves,
+    and every request ended leaves the router's books."""
     from tests.emulator_process import bench_in_process
     from tokenroof.serving.emulate.server import Emulator
     from tokenroof.serving.simulate import Trace, simulate
@@ -169,15 +171,24 @@ def test_a_fleet_behind_one_port_is_what_simulate_says_of_the_same_fleet(tmp_pat
     # TTFT carries the request's own trip through HTTP and the event loop (about 2 ms of a 38 ms TTFT here)
     assert predicted["ttft_ms"]["p50"] == pytest.approx(point["ttft_ms"]["p50"], rel=0.08)
     assert predicted["tpot_ms"]["p50"] == pytest.approx(point["tpot_ms"]["p50"], rel=0.05)
-    assert point["batch"] > 1.5  # the gauge sums the four replicas' running batches
-    lo = bench_in_process(
-        Emulator(sm, max_num_seqs=8, replicas=2, router="least-outstanding"),
-        concurrencies=[4],
-        input_len=32,
-        output_len=16,
-        out_dir=tmp_path / "lo",
-    )
-    assert lo["tpot_ms"]["p50"] == pytest.approx(sm.step_s(2, 2 * 40.0) * 1e3, rel=0.25)  # two each
+    assert point["batch_source"] == "server /metrics"
+    assert point["batch"] == pytest.approx(4 * predicted["running_batch"], rel=0.15)  # the gauges summed
+    growing = StepModel(t_fixed_s=5e-3, t_weights_s=5e-3, t_compute_s=10e-3, t_kv_token_s=0.0)  # 10 ms a sequence
+    fleets = {}
+    for router in ("least-outstanding", "random"):
+        fleets[router] = Emulator(growing, max_num_seqs=8, replicas=2, router=router)
+        point = bench_in_process(
+            fleets[router],
+            concurrencies=[4],
+            input_len=4,
+            output_len=8,
+            out_dir=tmp_path / router,
+            requests_per_point=8,
+        )
+        if router == "least-outstanding":  # two each: 5 + max(5, 2 × 10) = 25 ms a step (and the prompts' share),
+            assert point["tpot_ms"]["p50"] < 35.0  # not 5 + 40 = 45 for four on one
+        engine = fleets[router].engine
+        assert engine is not None and not engine._where  # type: ignore[union-attr]
     with pytest.raises(TokenroofError, match="unknown router 'hash'"):
         Emulator(sm, replicas=2, router="hash")
     with pytest.raises(TokenroofError, match="replicas must be at least 1"):

@@ -9,7 +9,7 @@ import pytest
 
 from tokenroof.errors import TokenroofError
 from tokenroof.model.stepmodel import StepModel
-from tokenroof.serving.simulate import Lengths, SimResult, Workload, simulate
+from tokenroof.serving.simulate import Lengths, SimResult, Trace, Workload, simulate
 
 SM = StepModel(t_fixed_s=2e-3, t_weights_s=8e-3, t_compute_s=50e-6, t_kv_token_s=0.0, t_seq_s=20e-6)
 
@@ -298,3 +298,14 @@ def test_an_overloaded_open_loop_is_named() -> None:
         "the run lasts (these figures grow with --num-requests); lower the rate, or add replicas"
     ]
     assert hand_result().overload_warnings(1.0, 9.0) == []
+
+
+def test_least_outstanding_counts_a_prompt_being_chunked_as_work_in_hand() -> None:
+    """Two replicas with a 64-token budget: a 2,000-token prompt arrives first (32 steps of chunks on replica 0), a
+    16-token one a millisecond later. Least-outstanding sends the second to the idle replica 1 (replica 0 holds one
+    request, prefilling), so its TTFT is one short step, not the long prompt's 32 steps."""
+    trace = Trace(((0.0, 2000, 4), (0.001, 16, 4)))
+    result = simulate(SM, trace, 8, replicas=2, router="least-outstanding", max_num_batched_tokens=64)
+    long, short = result.sequences
+    assert short.first_token_s is not None and long.first_token_s is not None
+    assert short.first_token_s - short.arrival_s < 0.2 * (long.first_token_s - long.arrival_s)

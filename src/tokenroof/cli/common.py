@@ -290,8 +290,8 @@ RouterOpt = Annotated[
     str,
     typer.Option(
         "--router",
-        help="round-robin, least-outstanding, or random (kube-proxy's spread: each replica's arrivals stay Poisson; "
-        "round-robin smooths them).",
+        help="round-robin, least-outstanding, or random (each request to a replica at random: Poisson arrivals stay "
+        "Poisson at each replica, where round-robin smooths them).",
     ),
 ]
 KvTransferOpt = Annotated[

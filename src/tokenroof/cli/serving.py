@@ -76,7 +76,7 @@ def emulate(
     ] = 30.0,
     speculative_config: SpeculativeOpt = None,
     acceptance_rate: AcceptanceOpt = None,
-    seed: Annotated[int, typer.Option(help="Seed of speculation's acceptance draws.")] = 0,
+    seed: Annotated[int, typer.Option(help="Seed of speculation's acceptance draws and of a random router.")] = 0,
     enable_prefix_caching: PrefixCachingOpt = None,
     prefill_replicas: PrefillReplicasOpt = None,
     decode_replicas: DecodeReplicasOpt = None,

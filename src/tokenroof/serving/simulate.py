@@ -564,7 +564,9 @@ class Replica:
 
     @property
     def outstanding(self) -> int:
-        return len(self.scheduler.waiting) + len(self.scheduler.running)
+        """What a least-outstanding router compares: queued, prefilling (a long prompt chunked over several steps
+        is work in hand) and running, as the emulator's fleet counts it."""
+        return self.scheduler.outstanding
 
 
 def simulate(
@@ -585,10 +587,11 @@ def simulate(
     """Run the workload through `replicas` continuous-batching schedulers behind a router, on a virtual clock.
 
     Events in time order: an arrival is routed (round-robin; to the replica with the fewest outstanding requests;
-    or to one at random, as kube-proxy's iptables rules spread connections) and wakes an idle replica; a step end
-    completes that replica's step and plans its next one. Round-robin over Poisson arrivals gives each replica every
-    `replicas`-th arrival, gamma-distributed gaps of shape `replicas`: far smoother than Poisson, so its tails are
-    those of one replica at `Workload(burstiness=replicas)`; a random router leaves each replica's arrivals Poisson.
+    or to one uniformly at random, request by request: what an L4 balancer gives when each request opens its own
+    connection) and wakes an idle replica; a step end completes that replica's step and plans its next one.
+    Round-robin over Poisson arrivals gives each replica every `replicas`-th arrival, gamma-distributed gaps of shape
+    `replicas`: far smoother than Poisson, so its tails are those of one replica at `Workload(burstiness=replicas)`;
+    a random router leaves each replica's arrivals Poisson (for Poisson input).
     """
     if replicas < 1:
         raise TokenroofError(f"replicas must be at least 1, got {replicas}")

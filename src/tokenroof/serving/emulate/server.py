@@ -120,7 +120,7 @@ class Emulator:
             self.engine = self.split_engine(self.disaggregation)
         elif self.replicas > 1:
             self.engine = FleetEngine(
-                [self.scheduler, *(self.replica(i) for i in range(1, self.replicas))],
+                [self.replica(i) for i in range(self.replicas)],
                 self.on_token,
                 self.router,
                 self.seed,
@@ -132,8 +132,8 @@ class Emulator:
         app[ENGINE_TASK] = task
 
     def replica(self, index: int) -> BatchScheduler:
-        """Another replica's scheduler: this one's settings, its own KV cache and acceptance draws (as simulate
-        seeds them: one stream per replica)."""
+        """A fleet replica's scheduler: this one's settings, its own KV cache and acceptance draws (seeded as simulate
+        seeds replica `index`: seed + 1 + index)."""
         return BatchScheduler(
             self.model,
             self.max_num_seqs,
@@ -141,7 +141,7 @@ class Emulator:
             max_num_batched_tokens=self.max_num_batched_tokens,
             per_slot_kv=self.per_slot_kv,
             speculation=self.speculation,
-            seed=self.seed + index,
+            seed=self.seed + 1 + index,
             prefix_caching=self.prefix_caching,
         )
 
@@ -168,6 +168,8 @@ class Emulator:
         if task.cancelled():
             return  # shut down with the server
         exc = task.exception()
+        while isinstance(exc, BaseExceptionGroup) and exc.exceptions:  # a fleet's or a split's engines: the first
+            exc = exc.exceptions[0]
         reason = f": {type(exc).__name__}: {' '.join(str(exc).split())}" if exc else ""
         self.engine_error = f"the emulator's engine stopped{reason}"
         LOG.error("%s; requests now fail with 500", self.engine_error)

@@ -1,9 +1,11 @@
 """Replicas behind a router on the wall clock: several engines, each with its own scheduler and KV cache, behind the
 one `submit`/`abort` the emulator calls (`simulate --replicas --router` is the same fleet on a virtual clock).
 
-The router sends each request round-robin, to the engine with the fewest outstanding requests, or to one at random
-(kube-proxy's spread), with the rules and the draws of `simulate`'s router. The engines share one event loop: a
-fleet of many replicas, or fast steps, can make the loop the bottleneck; the emulator's lateness gauges say so.
+The router sends each request round-robin, to the engine with the fewest outstanding requests (queued, prefilling
+or running), or to one at random, request by request, with the rules and the draws of `simulate`'s router. The
+engines share one event loop: a fleet of many replicas, or fast steps, can make the loop the bottleneck; the
+emulator's lateness gauges say so. /metrics sums the engines' gauges, so bench's batch against a fleet is the
+fleet's running batch, N times the per-replica `running_batch` simulate reports.
 """
 
 from __future__ import annotations
@@ -94,6 +96,9 @@ class FleetEngine:
             self._engines[index].abort(request_id)
 
     async def run(self) -> None:
+        """Every engine until one fails (then the rest are cancelled and the failure surfaces) or all are cancelled."""
         import asyncio
 
-        await asyncio.gather(*(engine.run() for engine in self._engines))
+        async with asyncio.TaskGroup() as group:
+            for engine in self._engines:
+                group.create_task(engine.run())

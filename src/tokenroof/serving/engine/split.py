@@ -115,4 +115,7 @@ class SplitEngine:
         min(self._decode, key=lambda e: e.scheduler.outstanding).submit(seq)
 
     async def run(self) -> None:
-        await asyncio.gather(*(engine.run() for engine in self.engines))
+        """Every engine until one fails (then the rest are cancelled and the failure surfaces) or all are cancelled."""
+        async with asyncio.TaskGroup() as group:
+            for engine in self.engines:
+                group.create_task(engine.run())
