@@ -281,3 +281,38 @@ def test_plan_splits_a_speculating_server_too() -> None:
     assert plain["disaggregated"]["feasible"] and fast["disaggregated"]["feasible"]
     assert fast["speculation"]["method"] == "ngram"
     assert fast["disaggregated"]["decode_replicas"] < plain["disaggregated"]["decode_replicas"]
+
+
+def test_a_prefill_pool_of_its_own_tensor_parallelism() -> None:
+    """--prefill-tp: the prefill pool runs Llama-3.1-70B at TP 2 beside a TP 4 decode pool. Its prefill is slower
+    than at TP 4 (about twice: compute-bound), TPOT is the decode pool's either way, the bill counts 1 × 2 + 1 × 4
+    GPUs and prices prompts on the prefill pool's two; the link's bytes are the model's whatever the TP."""
+    from tests.conftest import run_json
+
+    base = ["simulate", "-m", "llama-3.1-70b", "-H", "h100-sxm", "--tp", "4", "--rate", "1", "--input-len", "4000"]
+    base += ["--output-len", "100", "--num-requests", "200", "--prefill-replicas", "1", "--decode-replicas", "1"]
+    base += ["--gpu-cost-per-hour", "2"]
+    runs = {tp: run_json([*base, "--prefill-tp", str(tp)]) for tp in (2, 4)}
+    assert runs[2]["ttft_ms"]["p50"] > 1.5 * runs[4]["ttft_ms"]["p50"]
+    assert runs[2]["tpot_ms"]["p50"] == pytest.approx(runs[4]["tpot_ms"]["p50"], rel=0.02)
+    assert runs[2]["cost"]["gpus"] == 6 and runs[2]["cost"]["pools"] == {"prefill_gpus": 2, "decode_gpus": 4}
+    assert runs[2]["disaggregation"]["prefill_tp"] == 2
+    assert runs[2]["disaggregation"]["kv_transfer"] == runs[4]["disaggregation"]["kv_transfer"]
+    assert runs[2]["cost"]["usd_per_million_input_tokens"] < runs[4]["cost"]["usd_per_million_input_tokens"]
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["--prefill-tp", "2"], "--prefill-tp sizes a disaggregated server's prefill pool: give --prefill-replicas"),
+        (["--prefill-tp", "0", "--prefill-replicas", "1", "--decode-replicas", "1"], "--prefill-tp must be at least 1"),
+    ],
+)
+def test_prefill_tp_is_refused_where_it_means_nothing(args: list[str], message: str) -> None:
+    from typer.testing import CliRunner
+
+    from tokenroof.cli import app
+
+    base = ["simulate", "-m", "llama-3.1-8b", "-H", "h100-sxm", "--rate", "1", "--input-len", "100"]
+    result = CliRunner().invoke(app, [*base, "--output-len", "10", "--num-requests", "20", *args])
+    assert result.exit_code != 0 and message in " ".join(result.output.split()), result.output

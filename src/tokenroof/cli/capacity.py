@@ -26,6 +26,7 @@ from tokenroof.cli.common import (
     OptModel,
     PlotOpt,
     PrefillReplicasOpt,
+    PrefillTpOpt,
     PrefixCachingOpt,
     PrefixLenOpt,
     ReplicasOpt,
@@ -88,6 +89,7 @@ def simulate(
     num_prefixes: NumPrefixesOpt = 1,
     enable_prefix_caching: PrefixCachingOpt = None,
     prefill_replicas: PrefillReplicasOpt = None,
+    prefill_tp: PrefillTpOpt = None,
     decode_replicas: DecodeReplicasOpt = None,
     kv_transfer_gb_s: KvTransferOpt = 50.0,
     num_requests: Annotated[
@@ -140,7 +142,10 @@ def simulate(
         prefill_replicas=prefill_replicas,
         decode_replicas=decode_replicas,
         kv_transfer_gb_s=kv_transfer_gb_s,
+        prefill_tp=prefill_tp,
     )
+    if prefill_tp is not None and prefill_replicas is None:
+        raise TokenroofError("--prefill-tp sizes a disaggregated server's prefill pool: give --prefill-replicas too")
     traffic = Traffic(num_requests, burstiness, replicas, router, seed, ttft_slo_ms, tpot_slo_ms, client)
     if concurrency is not None:
         if trace is not None or out is not None:
@@ -229,6 +234,7 @@ def plan(
         ),
     ] = False,
     kv_transfer_gb_s: KvTransferOpt = 50.0,
+    prefill_tp: PrefillTpOpt = None,
     json_output: JsonOpt = False,
     plot: PlotOpt = None,
 ) -> None:
@@ -246,8 +252,13 @@ def plan(
         Lengths(output_len, output_dist, spread),
     )
     dep = Deployment(
-        Physics(model, chips[0] if chips else None, dtype, kv_dtype, compute_dtype, tp, engine), fit, step_model
+        Physics(model, chips[0] if chips else None, dtype, kv_dtype, compute_dtype, tp, engine),
+        fit,
+        step_model,
+        prefill_tp=prefill_tp,
     )
+    if prefill_tp is not None and not disaggregate:
+        raise TokenroofError("--prefill-tp sizes the prefill pool of a disaggregated answer: give --disaggregate too")
     choices = Choices(
         chips,
         tuple(whole_numbers(parse_numbers(tp_choices, "--tp-choices"), "--tp-choices")) if tp_choices else (tp,),

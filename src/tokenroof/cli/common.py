@@ -272,6 +272,14 @@ def prompt_lengths(input_len: int, dist: str, spread: float, prefix_len: int, nu
     return PromptLengths(input_len, dist, spread, shared_prefix(prefix_len, num_prefixes, input_len))
 
 
+PrefillTpOpt = Annotated[
+    int | None,
+    typer.Option(
+        "--prefill-tp",
+        help="Disaggregated prefill: the prefill pool's tensor parallelism (default: --tp, the decode pool's); "
+        "first principles only.",
+    ),
+]
 PrefillReplicasOpt = Annotated[
     int | None,
     typer.Option(

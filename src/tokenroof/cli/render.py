@@ -463,8 +463,9 @@ def simulation(console: Console, data: dict[str, Any]) -> None:
         link = split["kv_transfer"]
         moved = split["kv_transfer_ms"]
         console.print(
-            f"disaggregated: {split['prefill_replicas']} prefill + {split['decode_replicas']} decode replicas "
-            f"(figures per decode replica), prefill pool busy {fmt_share(split['prefill_busy_fraction'])}; KV over "
+            f"disaggregated: {split['prefill_replicas']} prefill{prefill_tp_text(split)} + {split['decode_replicas']} "
+            f"decode replicas (figures per decode replica), prefill pool busy "
+            f"{fmt_share(split['prefill_busy_fraction'])}; KV over "
             f"{fmt(link['bandwidth_gb_s'])} GB/s, {fmt(link['bytes_per_token'] / 1024)} KiB a token: transfers "
             f"{fmt(moved['p50'])} ms p50, {fmt(moved['p99'])} ms p99 (queue included)"
             if moved
@@ -568,11 +569,19 @@ def gpus(n: int) -> str:
     return f"{n} GPU" if n == 1 else f"{n} GPUs"
 
 
+def prefill_tp_text(split: dict[str, Any]) -> str:
+    """' (TP n)' where the prefill pool has a tensor parallelism of its own, else nothing."""
+    return f" (TP {split['prefill_tp']})" if split.get("prefill_tp") else ""
+
+
 def layout_line(colocated: dict[str, Any], split: dict[str, Any]) -> str:
     """Colocated or disaggregated: which needs fewer GPUs, and by how much."""
     if not split["feasible"]:
         return split["reason"]
-    pools = f"{split['prefill_replicas']} prefill + {split['decode_replicas']} decode replicas, {gpus(split['gpus'])}"
+    pools = (
+        f"{split['prefill_replicas']} prefill{prefill_tp_text(split)} + {split['decode_replicas']} decode replicas, "
+        f"{gpus(split['gpus'])}"
+    )
     if not colocated.get("feasible") or colocated.get("gpus") is None:
         return f"{pools}: it meets the targets where colocation does not"
     ours, theirs = split["gpus"], colocated["gpus"]

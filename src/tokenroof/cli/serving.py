@@ -23,6 +23,7 @@ from tokenroof.cli.common import (
     OptModel,
     PlotOpt,
     PrefillReplicasOpt,
+    PrefillTpOpt,
     PrefixCachingOpt,
     PrefixLenOpt,
     ReplicasOpt,
@@ -79,6 +80,7 @@ def emulate(
     seed: Annotated[int, typer.Option(help="Seed of speculation's acceptance draws and of a random router.")] = 0,
     enable_prefix_caching: PrefixCachingOpt = None,
     prefill_replicas: PrefillReplicasOpt = None,
+    prefill_tp: PrefillTpOpt = None,
     decode_replicas: DecodeReplicasOpt = None,
     kv_transfer_gb_s: KvTransferOpt = 50.0,
     replicas: ReplicasOpt = 1,
@@ -107,6 +109,7 @@ def emulate(
         prefill_replicas=prefill_replicas,
         decode_replicas=decode_replicas,
         kv_transfer_gb_s=kv_transfer_gb_s,
+        prefill_tp=prefill_tp,
     )
     travelling, _ = dep.step_models()
     split = dep.disaggregation()

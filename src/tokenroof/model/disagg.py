@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from tokenroof.errors import ParameterError, TokenroofError
+from tokenroof.model.stepmodel import StepModel
 
 # one 400 Gb/s RDMA NIC per GPU (InfiniBand NDR, ConnectX-7): 50 GB/s each way, the inter-node link DistServe and
 # Splitwise assume; NVLink within a node (H100: 450 GB/s each way) is nine times more
@@ -60,6 +61,10 @@ class Disaggregation:
     decode_replicas: int
     transfer: KvTransfer
     prefill_budget_tokens: int | None = None
+    # a prefill pool of its own tensor parallelism (DistServe chooses each pool's): its step model and TP (None: the
+    # decode pool's model and TP)
+    prefill_model: StepModel | None = None
+    prefill_tp: int | None = None
 
     def __post_init__(self) -> None:
         if self.prefill_replicas < 1 or self.decode_replicas < 1:
@@ -79,5 +84,6 @@ class Disaggregation:
             "prefill_replicas": self.prefill_replicas,
             "decode_replicas": self.decode_replicas,
             "prefill_budget_tokens": self.prefill_budget_tokens,
+            "prefill_tp": self.prefill_tp,
             "kv_transfer": self.transfer.to_dict(),
         }

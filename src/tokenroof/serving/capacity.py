@@ -382,7 +382,12 @@ def disaggregated_entry(
         models, offered, slo, tuple(range(search.seeds)), server, layout, search.max_replicas, option.max_num_seqs
     )
     replicas = answer.pop("gpus_replicas")
-    answer["gpus"] = None if replicas is None else replicas * option.physics.tp
+    prefill_tp = layout.prefill_tp or option.physics.tp
+    gpus = None
+    if replicas is not None:
+        gpus = answer["prefill_replicas"] * prefill_tp + answer["decode_replicas"] * option.physics.tp
+    answer["gpus"] = gpus
+    answer["prefill_tp"] = layout.prefill_tp
     answer["kv_transfer"] = layout.transfer.to_dict()
     return answer
 

@@ -55,6 +55,7 @@ class Deployment:
     prefill_replicas: int | None = None  # disaggregated prefill: replicas of each pool (both, or neither)
     decode_replicas: int | None = None
     kv_transfer_gb_s: float = DEFAULT_LINK_BYTES_PER_S / 1e9  # the link from prefill to decode replicas, GB/s
+    prefill_tp: int | None = None  # the prefill pool's tensor parallelism (None: `physics.tp`, the decode pool's)
 
     def __post_init__(self) -> None:
         if isinstance(self.fit, list | tuple):  # repeated --fit: one table; none given: no fit
@@ -75,6 +76,7 @@ class Deployment:
                 "give one step-model source: {}/{}, {} FILE or {} JSON", "model", "hardware", "fit", "step_model"
             )
         for name, value in (
+            ("prefill_tp", self.prefill_tp),
             ("max_num_seqs", self.max_num_seqs),
             ("kv_cache_tokens", self.kv_cache_tokens),
             ("max_num_batched_tokens", self.max_num_batched_tokens),
@@ -176,7 +178,22 @@ class Deployment:
             )
         link = KvTransfer(per_token, self.kv_transfer_gb_s * 1e9)
         budget = self.max_num_batched_tokens
-        return Disaggregation(self.prefill_replicas, self.decode_replicas, link, budget)
+        prefill_model = None
+        if self.prefill_tp is not None and self.prefill_tp != self.physics.tp:
+            if self.fit is not None or self.step_model_file is not None:
+                raise ParameterError(
+                    "{} prices the prefill pool from first principles: give {}/{} as the step model's source, not "
+                    "{} or {}",
+                    "prefill_tp",
+                    "model",
+                    "hardware",
+                    "fit",
+                    "step_model",
+                )
+            prefill = replace(self.physics, tp=self.prefill_tp)
+            prefill.require_servable()
+            prefill_model = prefill.step_model()
+        return Disaggregation(self.prefill_replicas, self.decode_replicas, link, budget, prefill_model, self.prefill_tp)
 
     def prefix_notes(self, travelling: Travelling) -> list[str]:
         """What an answer with shared prefixes rests on (none without them): the prefixes are the workload given, and

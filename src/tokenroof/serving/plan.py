@@ -443,7 +443,8 @@ def plan_disaggregated(
     both wins; the search gives up when eight additions in a row bring no more headroom."""
     sm = models[0]
     i, o = float(workload.input_len.mean), float(workload.output_len.mean)
-    per_prompt_s = sm.step_s(0.0, 0.0, 8 * i, 8 * i * i) / 8  # a prompt's share of a step prefilling eight
+    prefill_sm = disaggregation.prefill_model or sm  # a prefill pool of its own TP has its own step model
+    per_prompt_s = prefill_sm.step_s(0.0, 0.0, 8 * i, 8 * i * i) / 8  # a prompt's share of a step prefilling eight
     prefill = max(1, math.ceil(workload.rate_req_s * per_prompt_s))
     spec = server.speculation
     if spec is None:

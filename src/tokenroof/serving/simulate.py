@@ -270,6 +270,7 @@ class SimResult:
     prefill_steps: np.ndarray | None = None  # disaggregated prefill: the prefill pool's steps (step_columns)
     prefill_replicas: int = 0
     prefill_model: StepModel | None = None  # the step model the prefill pool's steps were timed with
+    prefill_tp: int | None = None  # the prefill pool's TP (None: the decode pool's)
 
     def write(self, out_dir: Path, summary: dict[str, Any]) -> None:
         """requests.jsonl (one line per request), timeseries.csv (per step), summary.json."""
@@ -471,22 +472,24 @@ class SimResult:
             pools.append((steps, replicas, tokens))
         (_, prefill_replicas, prompts), (_, decode_replicas, outputs) = pools
 
-        def usd_per_million(replicas: int, tokens: float) -> float | None:
+        prefill_tp = self.prefill_tp or tp
+
+        def usd_per_million(gpus: int, tokens: float) -> float | None:
             if price is None or tokens <= 0 or span <= 0:
                 return None
-            return price.usd_per_hour * replicas * tp * span / SECONDS_PER_HOUR / tokens * PER_MILLION
+            return price.usd_per_hour * gpus * span / SECONDS_PER_HOUR / tokens * PER_MILLION
 
         bill: dict[str, Any] = {
-            "usd_per_million_output_tokens": usd_per_million(decode_replicas, outputs),
-            "usd_per_million_input_tokens": usd_per_million(prefill_replicas, prompts),
+            "usd_per_million_output_tokens": usd_per_million(decode_replicas * tp, outputs),
+            "usd_per_million_input_tokens": usd_per_million(prefill_replicas * prefill_tp, prompts),
             "energy_j_per_output_token": None,
             "power_watts_mean": None,
         }
         if power is not None and span > 0:
-            models = (self.prefill_model or sm, sm)
+            models, tps = (self.prefill_model or sm, sm), (prefill_tp, tp)
             joules = sum(
-                pool_joules(model, steps, span, replicas, tp, power)
-                for model, (steps, replicas, _) in zip(models, pools, strict=True)
+                pool_joules(model, steps, span, replicas, boards, power)
+                for model, boards, (steps, replicas, _) in zip(models, tps, pools, strict=True)
             )
             bill["power_watts_mean"] = joules / span
             bill["energy_j_per_output_token"] = joules / outputs if outputs > 0 else None
@@ -494,8 +497,8 @@ class SimResult:
             **bill,
             "price": None if price is None else price.to_dict(),
             "power": None if power is None else power.to_dict(),
-            "gpus": (prefill_replicas + decode_replicas) * tp,
-            "pools": {"prefill_gpus": prefill_replicas * tp, "decode_gpus": decode_replicas * tp},
+            "gpus": prefill_replicas * prefill_tp + decode_replicas * tp,
+            "pools": {"prefill_gpus": prefill_replicas * prefill_tp, "decode_gpus": decode_replicas * tp},
         }
 
     def steadiness_warnings(self, w0: float, w1: float) -> list[str]:
@@ -788,7 +791,7 @@ def simulate_disaggregated(
     rng = np.random.default_rng(seed)
     arrivals = sorted(workload.arrivals(rng), key=lambda s: s.arrival_s)
     dis = disaggregation
-    prefill_sm = prefill_model or model
+    prefill_sm = prefill_model or disaggregation.prefill_model or model
     prefillers = [
         BatchScheduler(
             prefill_sm,
@@ -898,5 +901,5 @@ def simulate_disaggregated(
     )
     result.disaggregation = summary
     result.prefill_steps, result.prefill_replicas = step_columns(prefill_record), dis.prefill_replicas
-    result.prefill_model = prefill_sm
+    result.prefill_model, result.prefill_tp = prefill_sm, dis.prefill_tp
     return result

@@ -151,7 +151,7 @@ class Emulator:
         budget = dis.prefill_budget_tokens or self.max_num_batched_tokens
         prefill = [
             BatchScheduler(
-                self.model,
+                dis.prefill_model or self.model,  # a prefill pool of its own TP has its own step model
                 max(self.max_num_seqs, 1024),
                 max_num_batched_tokens=budget,
                 prefix_caching=self.prefix_caching,
