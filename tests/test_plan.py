@@ -7,6 +7,7 @@ from collections.abc import Callable
 import pytest
 
 from tests.conftest import run_cli, run_json
+from tests.schemas import validate
 from tokenroof.errors import TokenroofError
 from tokenroof.model.stepmodel import StepModel
 from tokenroof.serving.plan import SETTLE_FACTOR, Candidate, Outcome, Plan, Slo, make_plan, settled_best
@@ -202,3 +203,18 @@ def test_a_winner_that_had_not_settled_runs_again_and_is_judged_on_the_longer_ru
     # nothing feasible: None, and nothing runs again
     calls.clear()
     assert settled_best([outcome(8, 900.0, unsteady=True)], [], slo, longer_from({}), 16000) is None and not calls
+
+
+def test_plan_judges_the_fleet_behind_the_router_given() -> None:
+    """plan --router: each candidate fleet is simulated behind that router and the answer says which; a random
+    spread (Poisson at each replica) needs at least as much as round-robin (each replica's arrivals smoothed)."""
+    base = ["plan", "-m", "llama-3.1-8b", "-H", "h100-sxm", "--input-len", "1000", "--output-len", "300"]
+    base += ["--rate", "40", "--ttft-slo-ms", "500", "--tpot-slo-ms", "30", "--seeds", "1", "--num-requests", "800"]
+    base += ["--workers", "1"]
+    answers = {r: run_json([*base, "--router", r]) for r in ("round-robin", "random")}
+    for router, answer in answers.items():
+        validate("plan", answer)
+        assert answer["router"] == router and answer["feasible"]
+    assert answers["random"]["gpus"] >= answers["round-robin"]["gpus"]
+    text = run_cli([*base, "--router", "random"])
+    assert "behind a random router" in " ".join(text.output.split())

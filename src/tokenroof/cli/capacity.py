@@ -235,6 +235,7 @@ def plan(
     ] = False,
     kv_transfer_gb_s: KvTransferOpt = 50.0,
     prefill_tp: PrefillTpOpt = None,
+    router: RouterOpt = "least-outstanding",
     json_output: JsonOpt = False,
     plot: PlotOpt = None,
 ) -> None:
@@ -283,7 +284,7 @@ def plan(
             Workload(request_rate, *lengths, num_requests),
             Slo(ttft_slo_ms, tpot_slo_ms, slo_statistic),
             choices,
-            Search(seeds, max_replicas, workers, ray),
+            Search(seeds, max_replicas, workers, ray, router),
             progress,
         )
     from tokenroof.report.plots import plot_plan

@@ -642,6 +642,9 @@ def plan_result(console: Console, data: dict[str, Any]) -> None:
     else:
         gpus = chosen["replicas"] * data.get("gpus_per_replica", 1)
         cost = f", {data['cost_per_hour']:.2f} per hour" if data.get("cost_per_hour") is not None else ""
+        router = data.get("router", "least-outstanding")
+        if router != "least-outstanding" and chosen["replicas"] > 1:
+            cost += f", behind a {router} router"
         console.print(
             f"[bold]{chosen['replicas']} replicas × max_num_seqs {chosen['max_num_seqs']}[/] ({gpus} GPUs{cost}): "
             f"{stat} TTFT {fmt(chosen['ttft_ms_low'][stat])}–{fmt(chosen['ttft_ms_high'][stat])} ms, {stat} TPOT "

@@ -223,6 +223,7 @@ class Search:
     max_replicas: int = 64
     workers: int | None = None
     ray_address: str | None = None
+    router: str = "least-outstanding"  # the fleet's router: plan judges whole fleets behind it
 
 
 @dataclass(frozen=True)
@@ -295,6 +296,7 @@ def plan_choices(
             search.workers,
             ray_address=search.ray_address,
             progress=progress,
+            router=search.router,
         )
         entry = {**result.to_dict(), "hardware": chip, "tp": degree, "gpus_per_replica": degree}
         entry["step_model"] = travelling.step_model.to_dict()
@@ -345,7 +347,7 @@ def chosen_energy(
         candidate.max_num_seqs,
         0,
         replicas=candidate.replicas,
-        router="least-outstanding",
+        router=candidate.router,
         **server.settings(),
     )
     bill = result.bill(sm, option.physics.tp, None, power)

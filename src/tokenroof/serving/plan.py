@@ -59,6 +59,7 @@ class Slo:
 class Candidate:
     replicas: int
     max_num_seqs: int
+    router: str = "least-outstanding"  # the fleet's router (simulate's)
 
 
 @dataclass
@@ -146,7 +147,7 @@ def run_candidate(args: tuple[Candidate, Sequence[StepModel], Workload, Sequence
                 candidate.max_num_seqs,
                 seed,
                 replicas=candidate.replicas,
-                router="least-outstanding",
+                router=candidate.router,
                 **server.settings(),
             ).summary()
             outcome.add(s)
@@ -190,11 +191,13 @@ class Plan:
     reason: str
     replica: tuple[int, float] = (0, 0.0)  # the cap at which one replica kept full gives the most, and that tok/s
     workload: Workload | None = None  # the traffic planned for (stated in the answer: it is an assumption)
+    router: str = "least-outstanding"  # the fleet's router (an assumption too: round-robin smooths, random does not)
 
     def to_dict(self) -> dict[str, Any]:
         return {
             "feasible": self.chosen is not None,
             "workload": None if self.workload is None else workload_dict(self.workload),
+            "router": self.router,
             "reference": {"max_num_seqs": self.replica[0], "throughput_tok_s": self.replica[1]},
             "chosen": None if self.chosen is None else self.chosen.to_dict(self.slo),
             "reason": self.reason,
@@ -266,9 +269,10 @@ def make_plan(
     caps: Sequence[int] = CAPS,
     ray_address: str | None = None,
     progress: Callable[[int, int], None] | None = None,
+    router: str = "least-outstanding",
 ) -> Plan:
     """Cheapest replica count (then most headroom) meeting both SLOs in every seed × model sample, each replica a
-    `server` (its KV cache, prompt budget, KV streams and speculation)."""
+    `server` (its KV cache, prompt budget, KV streams and speculation), the fleet behind `router`."""
     if not models:
         raise TokenroofError("no step model to plan with")
     best_cap, per_replica = max(
@@ -291,7 +295,7 @@ def make_plan(
             return rerun(pool, o, models, workload, seeds, server)
 
         for replicas in range(start, max_replicas + 1):
-            jobs = [(Candidate(replicas, cap), models, workload, seeds, server) for cap in caps]
+            jobs = [(Candidate(replicas, cap, router), models, workload, seeds, server) for cap in caps]
             outcomes = list(pool.map(run_candidate, jobs))
             tried.extend(outcomes)
             if progress is not None:
@@ -314,12 +318,18 @@ def make_plan(
                     reason += (
                         f"; its runs had not settled at {workload.num_requests:,} requests: judged on {best.requests:,}"
                     )
-                return Plan(slo, best, tried, reason, (best_cap, per_replica), workload)
+                return Plan(slo, best, tried, reason, (best_cap, per_replica), workload, router)
             if all(o.worst("tpot_ms", slo.statistic) > slo.tpot_ms for o in outcomes) and replicas > start + 1:
                 break  # more replicas do not lower TPOT once queueing is gone: the step itself is too slow
     closest = max(tried, key=lambda o: o.headroom(slo))
     return Plan(
-        slo, None, tried, infeasible_reason(tried, closest, slo, max_replicas), (best_cap, per_replica), workload
+        slo,
+        None,
+        tried,
+        infeasible_reason(tried, closest, slo, max_replicas),
+        (best_cap, per_replica),
+        workload,
+        router,
     )
 
 
