@@ -214,38 +214,17 @@ def test_advise_on_a_llama_server_sweep_says_the_cap_is_a_new_server(tmp_path: P
 
     lines = (LLAMA / "sweep" / "summary.csv").read_text().splitlines()
     table = tmp_path / "summary.csv"
-    table.write_text("\n".join([lines[0] + " kv_slots=16", *lines[1:]]) + "\n")
-    answer = run_json(
-        [
-            "advise",
-            str(table),
-            "--tpot-slo-ms",
-            "60",
-            "--ttft-slo-ms",
-            "1000",
-            "--input-len",
-            "129",
-            "--output-len",
-            "64",
-        ]
-    )
+    targets = ["--tpot-slo-ms", "60", "--ttft-slo-ms", "1000", "--input-len", "129", "--output-len", "64"]
+
+    def advise(setting: str) -> dict:
+        """advise on the sweep with `setting` added to its header."""
+        table.write_text("\n".join([f"{lines[0]} {setting}", *lines[1:]]) + "\n")
+        return run_json(["advise", str(table), *targets])
+
+    answer = advise("kv_slots=16")
     cap = answer["max_num_seqs"]
     assert cap != 16
     assert any(f"-np 16); the cap is a new -np {cap}" in w and "bench the new cap" in w for w in answer["warnings"])
     # a sweep bench ran against llama-server says so itself (server=llama-server, from its GET /props), kv_slots or not
-    table.write_text("\n".join([lines[0] + " server=llama-server", *lines[1:]]) + "\n")
-    said = run_json(
-        [
-            "advise",
-            str(table),
-            "--tpot-slo-ms",
-            "60",
-            "--ttft-slo-ms",
-            "1000",
-            "--input-len",
-            "129",
-            "--output-len",
-            "64",
-        ]
-    )
+    said = advise("server=llama-server")
     assert any("measured on llama-server; the cap is a new -np" in w for w in said["warnings"])

@@ -19,7 +19,7 @@ if TYPE_CHECKING:
     from tokenroof.model.cost import PowerModel, Price
     from tokenroof.model.speculative import Speculation, SpeculativeConfig
     from tokenroof.model.stepmodel import StepModel
-    from tokenroof.specs import Precision
+    from tokenroof.specs import ModelSpec, Precision
     from tokenroof.specs.engines import EngineProfile
 
 
@@ -181,18 +181,14 @@ class Physics:
         if not self.known:
             return None
         from tokenroof.model.roofline import kv_bytes_per_token, kv_cache_tokens, resident_weight_bytes
-        from tokenroof.model.speculative import proposer_spec
-        from tokenroof.specs import load_model
 
         self.require_servable()
         model, hardware = self._specs()
         fraction, of_free = self.memory_fraction()
         tokens = kv_cache_tokens(model, hardware, self.precision, self.tp, fraction, of_free)
-        if speculative is None or speculative.method == "ngram":
+        shapes = self._proposer(speculative)
+        if speculative is None or shapes is None:
             return tokens
-        draft = load_model(speculative.model) if speculative.model is not None else None
-        shapes = proposer_spec(model, speculative.method, draft)
-        assert shapes is not None
         per_token = kv_bytes_per_token(model, self.precision, self.tp)
         room = tokens * per_token
         if speculative.method == "draft_model":
@@ -206,17 +202,27 @@ class Physics:
         if not self.known:
             return None
         from tokenroof.model.roofline import kv_bytes_per_token
+
+        model, _ = self._specs()
+        per_token = kv_bytes_per_token(model, self.precision, self.tp)
+        shapes = self._proposer(speculative)
+        if shapes is not None:
+            per_token += kv_bytes_per_token(shapes, self.precision, self.tp)
+        return per_token * self.tp
+
+    def _proposer(self, speculative: SpeculativeConfig | None) -> ModelSpec | None:
+        """The shapes of a proposer with weights of its own (a draft model, an EAGLE/MTP head); None for n-gram or
+        no speculation."""
+        if speculative is None or speculative.method == "ngram":
+            return None
         from tokenroof.model.speculative import proposer_spec
         from tokenroof.specs import load_model
 
         model, _ = self._specs()
-        per_token = kv_bytes_per_token(model, self.precision, self.tp)
-        if speculative is not None and speculative.method != "ngram":
-            draft = load_model(speculative.model) if speculative.model is not None else None
-            shapes = proposer_spec(model, speculative.method, draft)
-            assert shapes is not None
-            per_token += kv_bytes_per_token(shapes, self.precision, self.tp)
-        return per_token * self.tp
+        draft = load_model(speculative.model) if speculative.model is not None else None
+        shapes = proposer_spec(model, speculative.method, draft)
+        assert shapes is not None
+        return shapes
 
     def memory_fraction(self) -> tuple[float, bool]:
         """(fraction, whether of the memory left after the weights) of the named engine's server, by its default

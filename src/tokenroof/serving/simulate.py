@@ -26,7 +26,7 @@ from tokenroof.model.prefix import SharedPrefix
 from tokenroof.model.speculative import Speculation, measured_acceptance
 from tokenroof.model.stepmodel import StepModel, mean_context_tokens
 from tokenroof.serving.engine.core import BatchScheduler, PrefixCounts, Sequence, SpecCounts, StepPlan
-from tokenroof.serving.engine.fleet import ROUTERS
+from tokenroof.serving.engine.fleet import Router
 from tokenroof.stats import arrival_times, percentiles
 
 DISTRIBUTIONS = ("fixed", "uniform", "lognormal")
@@ -420,20 +420,9 @@ class SimResult:
         w0, w1 = self.window_s()
         if self.prefill_steps is not None:
             return self._pools_bill(sm, tp, price, power, w0, w1)
-        ends = self.step_starts_s + self.step_durations_s
-        inside = (ends >= w0) & (ends <= w1)
-        emitted = self.step_batches if self.step_tokens is None else self.step_tokens
-        steps = {
-            "duration_s": self.step_durations_s[inside],
-            "batch": self.step_batches[inside],
-            "context_tokens": (self.step_contexts if self.step_contexts is not None else np.zeros(ends.size))[inside],
-            "prefill_tokens": (self.step_prefill if self.step_prefill is not None else np.zeros(ends.size))[inside],
-            "prefill_sq_tokens": (self.step_prefill_sq if self.step_prefill_sq is not None else np.zeros(ends.size))[
-                inside
-            ],
-        }
-        prompts = float(self.step_prefill[inside].sum()) if self.step_prefill is not None else 0.0
-        bill = bill_of_steps(sm, steps, w1 - w0, self.replicas, tp, float(emitted[inside].sum()), prompts, price, power)
+        steps, outputs = self._decode_steps(w0, w1)
+        prompts = float(steps["prefill_tokens"].sum())
+        bill = bill_of_steps(sm, steps, w1 - w0, self.replicas, tp, outputs, prompts, price, power)
         return {
             **bill,
             "price": None if price is None else price.to_dict(),
@@ -450,28 +439,12 @@ class SimResult:
 
         assert self.prefill_steps is not None
         span = w1 - w0
-        pools = []
-        for columns, replicas in ((self.prefill_steps, self.prefill_replicas), (None, self.replicas)):
-            if columns is None:
-                start, duration, batch = self.step_starts_s, self.step_durations_s, self.step_batches
-                context, prefill, square = self.step_contexts, self.step_prefill, self.step_prefill_sq
-                emitted = self.step_batches if self.step_tokens is None else self.step_tokens
-            else:
-                start, duration, batch, _, context, prefill, square, _, emitted = columns
-            zeros = np.zeros(duration.size)
-            ends = start + duration
-            inside = (ends >= w0) & (ends <= w1)
-            steps = {
-                "duration_s": duration[inside],
-                "batch": batch[inside],
-                "context_tokens": (zeros if context is None else context)[inside],
-                "prefill_tokens": (zeros if prefill is None else prefill)[inside],
-                "prefill_sq_tokens": (zeros if square is None else square)[inside],
-            }
-            tokens = float(emitted[inside].sum()) if columns is None else float(steps["prefill_tokens"].sum())
-            pools.append((steps, replicas, tokens))
-        (_, prefill_replicas, prompts), (_, decode_replicas, outputs) = pools
-
+        start, duration, batch, _, context, prefill, square, _, _ = self.prefill_steps
+        prefill_pool = window_steps(start, duration, batch, context, prefill, square, w0, w1)
+        decode_pool, outputs = self._decode_steps(w0, w1)
+        prompts = float(prefill_pool["prefill_tokens"].sum())
+        pools = ((prefill_pool, self.prefill_replicas), (decode_pool, self.replicas))
+        prefill_replicas, decode_replicas = self.prefill_replicas, self.replicas
         prefill_tp = self.prefill_tp or tp
 
         def usd_per_million(gpus: int, tokens: float) -> float | None:
@@ -489,7 +462,7 @@ class SimResult:
             models, tps = (self.prefill_model or sm, sm), (prefill_tp, tp)
             joules = sum(
                 pool_joules(model, steps, span, replicas, boards, power)
-                for model, boards, (steps, replicas, _) in zip(models, tps, pools, strict=True)
+                for model, boards, (steps, replicas) in zip(models, tps, pools, strict=True)
             )
             bill["power_watts_mean"] = joules / span
             bill["energy_j_per_output_token"] = joules / outputs if outputs > 0 else None
@@ -500,6 +473,22 @@ class SimResult:
             "gpus": prefill_replicas * prefill_tp + decode_replicas * tp,
             "pools": {"prefill_gpus": prefill_replicas * prefill_tp, "decode_gpus": decode_replicas * tp},
         }
+
+    def _decode_steps(self, w0: float, w1: float) -> tuple[dict[str, np.ndarray], float]:
+        """The (decode) steps that ended in [w0, w1], as bill_of_steps takes them, and the tokens they emitted."""
+        ends = self.step_starts_s + self.step_durations_s
+        emitted = self.step_batches if self.step_tokens is None else self.step_tokens
+        steps = window_steps(
+            self.step_starts_s,
+            self.step_durations_s,
+            self.step_batches,
+            self.step_contexts,
+            self.step_prefill,
+            self.step_prefill_sq,
+            w0,
+            w1,
+        )
+        return steps, float(emitted[(ends >= w0) & (ends <= w1)].sum())
 
     def steadiness_warnings(self, w0: float, w1: float) -> list[str]:
         """A window whose running batch still grows (a short run, or a load near saturation, where the queue relaxes
@@ -598,10 +587,8 @@ def simulate(
     """
     if replicas < 1:
         raise TokenroofError(f"replicas must be at least 1, got {replicas}")
-    if router not in ROUTERS:
-        raise TokenroofError(f"unknown router '{router}'; known: {', '.join(ROUTERS)}")
+    routing = Router(router, replicas, seed)
     rng = np.random.default_rng(seed)
-    routing = np.random.default_rng([seed, 1])  # a random router's draws, apart from the arrivals'
     if isinstance(workload, ClosedLoop):
         first, rest = workload.requests(rng, model)
         waiting_to_send: deque[Sequence] = deque(rest)
@@ -645,7 +632,6 @@ def simulate(
             record.extend(step_row(plan))
             heapq.heappush(ends, (plan.start_s + plan.duration_s, index))
 
-    turn = 0
     while True:
         arrival_s = times[next_scheduled]
         from_scheduled = not replacements or arrival_s <= replacements[0].arrival_s
@@ -671,12 +657,7 @@ def simulate(
             next_scheduled += 1
         else:
             seq = replacements.popleft()
-        if router == "round-robin":
-            index, turn = turn, (turn + 1) % replicas
-        elif router == "random":
-            index = int(routing.integers(replicas))
-        else:
-            index = min(range(replicas), key=lambda i: engines[i].outstanding)
+        index = routing.pick(lambda i: engines[i].outstanding)
         engines[index].scheduler.submit(seq)
         if engines[index].plan is None:
             start_step(index, seq.arrival_s)
@@ -715,6 +696,29 @@ def prefix_summary(counts: list[PrefixCounts | None]) -> dict[str, Any]:
     """The replicas' prefix-cache counters summed, in vLLM's terms (prompt tokens queried and hit, the whole run)."""
     total = PrefixCounts(sum(c.queries for c in counts if c), sum(c.hits for c in counts if c))
     return {"queries_tokens": total.queries, "hits_tokens": total.hits, "hit_rate": total.hit_rate}
+
+
+def window_steps(
+    start: np.ndarray,
+    duration: np.ndarray,
+    batch: np.ndarray,
+    context: np.ndarray | None,
+    prefill: np.ndarray | None,
+    square: np.ndarray | None,
+    w0: float,
+    w1: float,
+) -> dict[str, np.ndarray]:
+    """The steps that ended in [w0, w1], as model.cost's bill_of_steps and pool_joules take them (a column not
+    recorded counts as zeros)."""
+    inside = (start + duration >= w0) & (start + duration <= w1)
+    zeros = np.zeros(duration.size)
+    return {
+        "duration_s": duration[inside],
+        "batch": batch[inside],
+        "context_tokens": (zeros if context is None else context)[inside],
+        "prefill_tokens": (zeros if prefill is None else prefill)[inside],
+        "prefill_sq_tokens": (zeros if square is None else square)[inside],
+    }
 
 
 def step_row(plan: StepPlan) -> tuple[float, ...]:
@@ -817,7 +821,7 @@ def simulate_disaggregated(
     original: dict[str, Sequence] = {}
     record: list[float] = []  # the decode pool's steps, as simulate records them
     prefill_record: list[float] = []  # the prefill pool's, for its bill
-    prefill_busy_s, transfers_s, done = 0.0, [], []
+    transfers_s, done = [], []
 
     def push(t: float, kind: str, replica: int, payload: Any = None) -> None:
         nonlocal order
@@ -825,16 +829,11 @@ def simulate_disaggregated(
         order += 1
 
     def start(pool: str, index: int, now: float) -> None:
-        nonlocal prefill_busy_s
         plan = pools[pool][index].plan_step(now)
         plans[(pool, index)] = plan
         if plan is None:
             return
-        if pool == "decode":
-            record.extend(step_row(plan))
-        else:
-            prefill_record.extend(step_row(plan))
-            prefill_busy_s += plan.duration_s
+        (record if pool == "decode" else prefill_record).extend(step_row(plan))
         push(plan.end_s, pool, index)
 
     for seq in arrivals:
@@ -874,6 +873,8 @@ def simulate_disaggregated(
             start(kind, index, now)
     done.sort(key=lambda s: int(s.request_id))
     start_s, duration, batch, kv, context, prefill, prefill_sq, passes, tokens = step_columns(record)
+    prefill_steps = step_columns(prefill_record)
+    prefill_busy_s = float(prefill_steps[1].sum())  # the prefill pool's step durations
     span = max(s.finished_s or 0.0 for s in done) - min(s.arrival_s for s in done) if done else 0.0
     waits = np.array(transfers_s)
     summary = {
@@ -900,6 +901,6 @@ def simulate_disaggregated(
         None if speculation is None else speculation_summary(speculation, [d.spec_counts() for d in decoders]),
     )
     result.disaggregation = summary
-    result.prefill_steps, result.prefill_replicas = step_columns(prefill_record), dis.prefill_replicas
+    result.prefill_steps, result.prefill_replicas = prefill_steps, dis.prefill_replicas
     result.prefill_model, result.prefill_tp = prefill_sm, dis.prefill_tp
     return result

@@ -28,7 +28,7 @@ from tokenroof.model.stepmodel import StepModel
 from tokenroof.serving.emulate import protocol as proto
 from tokenroof.serving.emulate.checks import SHUTDOWN_TIMEOUT_S, bind_failure, check_step_model, start_site
 from tokenroof.serving.engine.core import BatchScheduler, PrefixCounts, Sequence, SpecCounts
-from tokenroof.serving.engine.fleet import ROUTERS, FleetEngine
+from tokenroof.serving.engine.fleet import FleetEngine, Router
 from tokenroof.serving.engine.realtime import RealtimeEngine, StepRunner
 from tokenroof.serving.engine.split import SplitEngine
 
@@ -96,18 +96,8 @@ class Emulator:
             raise ParameterError(
                 "{} runs a fleet of emulated engines: not with a disaggregated server or a real engine", "replicas"
             )
-        if self.router not in ROUTERS:
-            raise ParameterError(f"unknown {{}} '{self.router}'; known: {', '.join(ROUTERS)}", "router")
-        self.scheduler = BatchScheduler(
-            self.model,
-            self.max_num_seqs,
-            self.kv_cache_tokens,
-            max_num_batched_tokens=self.max_num_batched_tokens,
-            per_slot_kv=self.per_slot_kv,
-            speculation=self.speculation,
-            seed=self.seed,
-            prefix_caching=self.prefix_caching,
-        )
+        Router(self.router, self.replicas)  # an unknown router fails here, before the server binds
+        self.scheduler = self.new_scheduler(self.seed)
 
     # -- engine -------------------------------------------------------------------
     def on_token(self, seq: Sequence, index: int, at: float) -> None:
@@ -120,7 +110,7 @@ class Emulator:
             self.engine = self.split_engine(self.disaggregation)
         elif self.replicas > 1:
             self.engine = FleetEngine(
-                [self.replica(i) for i in range(self.replicas)],
+                [self.new_scheduler(self.seed + 1 + i) for i in range(self.replicas)],
                 self.on_token,
                 self.router,
                 self.seed,
@@ -131,9 +121,9 @@ class Emulator:
         task.add_done_callback(self.engine_stopped)
         app[ENGINE_TASK] = task
 
-    def replica(self, index: int) -> BatchScheduler:
-        """A fleet replica's scheduler: this one's settings, its own KV cache and acceptance draws (seeded as simulate
-        seeds replica `index`: seed + 1 + index)."""
+    def new_scheduler(self, seed: int) -> BatchScheduler:
+        """A scheduler with this emulator's settings, its own KV cache, and acceptance draws from `seed` (a fleet's
+        replica `i` takes seed + 1 + i, as simulate seeds its replicas)."""
         return BatchScheduler(
             self.model,
             self.max_num_seqs,
@@ -141,7 +131,7 @@ class Emulator:
             max_num_batched_tokens=self.max_num_batched_tokens,
             per_slot_kv=self.per_slot_kv,
             speculation=self.speculation,
-            seed=self.seed + 1 + index,
+            seed=seed,
             prefix_caching=self.prefix_caching,
         )
 

@@ -10,19 +10,41 @@ fleet's running batch, N times the per-replica `running_batch` simulate reports.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import numpy as np
 
 from tokenroof.errors import ParameterError
 from tokenroof.serving.engine.core import BatchScheduler, Sequence
-from tokenroof.serving.engine.realtime import RealtimeEngine, TokenCallback
+from tokenroof.serving.engine.realtime import EngineGroup, RealtimeEngine, TokenCallback
 
 ROUTERS = ("round-robin", "least-outstanding", "random")  # simulate's routers too
 
 
+class Router:
+    """Which of `replicas` takes the next request: round-robin, the fewest outstanding (the lowest index of the
+    tied), or uniformly at random, request by request (draws seeded apart from the arrivals'). One router for
+    simulate's fleets and emulate's."""
+
+    def __init__(self, kind: str, replicas: int, seed: int = 0) -> None:
+        if kind not in ROUTERS:
+            raise ParameterError(f"unknown {{}} '{kind}'; known: {', '.join(ROUTERS)}", "router")
+        self.kind, self.replicas, self._turn = kind, replicas, 0
+        self._rng = np.random.default_rng([seed, 1])
+
+    def pick(self, outstanding: Callable[[int], int]) -> int:
+        """The replica for the next request; `outstanding(i)`: what replica i holds (least-outstanding reads it)."""
+        if self.kind == "round-robin":
+            index, self._turn = self._turn, (self._turn + 1) % self.replicas
+            return index
+        if self.kind == "random":
+            return int(self._rng.integers(self.replicas))
+        return min(range(self.replicas), key=outstanding)
+
+
 @dataclass
-class FleetEngine:
+class FleetEngine(EngineGroup):
     """`replicas` schedulers run as realtime engines behind `router`."""
 
     replicas: list[BatchScheduler]
@@ -30,15 +52,12 @@ class FleetEngine:
     router: str = "round-robin"
     seed: int = 0
     _engines: list[RealtimeEngine] = field(default_factory=list)
-    _turn: int = 0
     _where: dict[str, int] = field(default_factory=dict)  # request → its replica, until the emulator lets it go
-    _rng: np.random.Generator = field(init=False)
+    _router: Router = field(init=False)
 
     def __post_init__(self) -> None:
-        if self.router not in ROUTERS:
-            raise ParameterError(f"unknown {{}} '{self.router}'; known: {', '.join(ROUTERS)}", "router")
+        self._router = Router(self.router, len(self.replicas), self.seed)
         self._engines = [RealtimeEngine(s, self.on_token) for s in self.replicas]
-        self._rng = np.random.default_rng([self.seed, 1])  # as simulate draws a random router's choices
 
     # -- what the emulator reads -------------------------------------------------------------------------------
     @property
@@ -61,31 +80,10 @@ class FleetEngine:
     def prompt_tokens_processed(self) -> int:
         return sum(e.prompt_tokens_processed for e in self._engines)
 
-    @property
-    def lateness_s(self) -> float:
-        return max(e.lateness_s for e in self._engines)
-
-    @property
-    def lateness_sum_s(self) -> float:
-        return sum(e.lateness_sum_s for e in self._engines)
-
-    @property
-    def restarts(self) -> int:
-        return sum(e.restarts for e in self._engines)
-
     # -- requests -----------------------------------------------------------------------------------------------
-    def route(self) -> int:
-        """The replica the next request goes to."""
-        if self.router == "round-robin":
-            index, self._turn = self._turn, (self._turn + 1) % len(self.replicas)
-            return index
-        if self.router == "random":
-            return int(self._rng.integers(len(self.replicas)))
-        return min(range(len(self.replicas)), key=lambda i: self.replicas[i].outstanding)
-
     def submit(self, seq: Sequence) -> None:
         self.replicas[0].check(seq)  # every replica holds the same cache: refuse before routing
-        index = self.route()
+        index = self._router.pick(lambda i: self.replicas[i].outstanding)
         self._engines[index].submit(seq)
         self._where[seq.request_id] = index
 
@@ -94,11 +92,3 @@ class FleetEngine:
         index = self._where.pop(request_id, None)
         if index is not None:
             self._engines[index].abort(request_id)
-
-    async def run(self) -> None:
-        """Every engine until one fails (then the rest are cancelled and the failure surfaces) or all are cancelled."""
-        import asyncio
-
-        async with asyncio.TaskGroup() as group:
-            for engine in self._engines:
-                group.create_task(engine.run())

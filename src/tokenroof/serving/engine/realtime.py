@@ -88,3 +88,30 @@ class RealtimeEngine:
             if late > 0.05:
                 self.restarts += 1
             now = self.clock() if late > 0.05 else plan.end_s
+
+
+class EngineGroup:
+    """Several realtime engines behind one `submit`/`abort` (a fleet, a split of prefill and decode): what the
+    emulator reads of all of them, and running them together. Subclasses say which engines (`engines`)."""
+
+    @property
+    def engines(self) -> list[RealtimeEngine]:
+        raise NotImplementedError
+
+    @property
+    def lateness_s(self) -> float:
+        return max(e.lateness_s for e in self.engines)
+
+    @property
+    def lateness_sum_s(self) -> float:
+        return sum(e.lateness_sum_s for e in self.engines)
+
+    @property
+    def restarts(self) -> int:
+        return sum(e.restarts for e in self.engines)
+
+    async def run(self) -> None:
+        """Every engine until one fails (then the rest are cancelled and the failure surfaces) or all are cancelled."""
+        async with asyncio.TaskGroup() as group:
+            for engine in self.engines:
+                group.create_task(engine.run())

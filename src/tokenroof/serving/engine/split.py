@@ -15,11 +15,11 @@ from dataclasses import dataclass, field
 
 from tokenroof.model.disagg import KvTransfer
 from tokenroof.serving.engine.core import BatchScheduler, Sequence
-from tokenroof.serving.engine.realtime import RealtimeEngine, TokenCallback
+from tokenroof.serving.engine.realtime import EngineGroup, RealtimeEngine, TokenCallback
 
 
 @dataclass
-class SplitEngine:
+class SplitEngine(EngineGroup):
     """`prefill` and `decode` schedulers run as realtime engines, a prompt's KV sent over `transfer` between them."""
 
     prefill: list[BatchScheduler]
@@ -61,18 +61,6 @@ class SplitEngine:
     def prompt_tokens_processed(self) -> int:
         return sum(e.prompt_tokens_processed for e in self._prefill)
 
-    @property
-    def lateness_s(self) -> float:
-        return max(e.lateness_s for e in self.engines)
-
-    @property
-    def lateness_sum_s(self) -> float:
-        return sum(e.lateness_sum_s for e in self.engines)
-
-    @property
-    def restarts(self) -> int:
-        return sum(e.restarts for e in self.engines)
-
     # -- requests -----------------------------------------------------------------------------------------------
     def submit(self, seq: Sequence) -> None:
         """Admission checks (the KV cache holds it) are the decode engine's: made here, on the first, at once."""
@@ -113,9 +101,3 @@ class SplitEngine:
             return  # the client left meanwhile
         seq.kv_ready = True
         min(self._decode, key=lambda e: e.scheduler.outstanding).submit(seq)
-
-    async def run(self) -> None:
-        """Every engine until one fails (then the rest are cancelled and the failure surfaces) or all are cancelled."""
-        async with asyncio.TaskGroup() as group:
-            for engine in self.engines:
-                group.create_task(engine.run())
