@@ -1,10 +1,12 @@
 from __future__ import annotations
 
 import functools
+import io
 import json
 import os
 from collections.abc import Callable, Sequence
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
@@ -36,6 +38,16 @@ def run_json(args: Sequence[str]) -> dict:
     result = run_cli([*args, "--json"])
     assert result.exit_code == 0, result.output
     return json.loads(result.stdout)
+
+
+def rendered(table: Callable[[Any, dict[str, Any]], None], data: dict[str, Any]) -> str:
+    """The text a command prints for its answer `data` (its table, as cli.common.finish prints it), words separated
+    by single spaces: a command's JSON and text from one run instead of two (plan's runs take seconds)."""
+    from rich.console import Console
+
+    console = Console(file=io.StringIO(), record=True, width=100)
+    table(console, data)
+    return " ".join(console.export_text().split())
 
 
 # 2 layers, hidden 64, 4 heads of 16, 1 KV head, gated MLP 176, tied embeddings of 100 tokens

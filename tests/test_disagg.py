@@ -122,8 +122,9 @@ def test_plan_weighs_a_disaggregated_split_against_colocation() -> None:
 
     from typer.testing import CliRunner
 
+    from tests.conftest import rendered
     from tests.schemas import validate
-    from tokenroof.cli import app
+    from tokenroof.cli import app, render
 
     runner = CliRunner()
     args = ["plan", "-m", "llama-3.1-8b", "-H", "h100-sxm", "--input-len", "4000", "--output-len", "300"]
@@ -139,9 +140,9 @@ def test_plan_weighs_a_disaggregated_split_against_colocation() -> None:
     assert [split["prefill_replicas"], split["decode_replicas"], True] in split["splits"]
     assert all(not feasible for p, d, feasible in split["splits"] if p + d < split["gpus"])
     assert split["kv_transfer"]["bandwidth_gb_s"] == 50
-    text = runner.invoke(app, args)
-    assert "disaggregated: " in text.output
-    assert "wins by" in text.output or "the same as colocated" in text.output
+    text = rendered(render.plan_result, data)
+    assert "disaggregated: " in text
+    assert "wins by" in text or "the same as colocated" in text
 
 
 def test_bench_on_the_disaggregated_emulator_recovers_the_transfer_and_simulate_agrees(tmp_path: Path) -> None:

@@ -6,8 +6,9 @@ from collections.abc import Callable
 
 import pytest
 
-from tests.conftest import run_cli, run_json
+from tests.conftest import rendered, run_cli, run_json
 from tests.schemas import validate
+from tokenroof.cli import render
 from tokenroof.errors import TokenroofError
 from tokenroof.model.stepmodel import StepModel
 from tokenroof.serving.plan import SETTLE_FACTOR, Candidate, Outcome, Plan, Slo, make_plan, settled_best
@@ -216,5 +217,4 @@ def test_plan_judges_the_fleet_behind_the_router_given() -> None:
         validate("plan", answer)
         assert answer["router"] == router and answer["feasible"]
     assert answers["random"]["gpus"] >= answers["round-robin"]["gpus"]
-    text = run_cli([*base, "--router", "random"])
-    assert "behind a random router" in " ".join(text.output.split())
+    assert "behind a random router" in rendered(render.plan_result, answers["random"])
