@@ -216,5 +216,8 @@ def test_plan_judges_the_fleet_behind_the_router_given() -> None:
     for router, answer in answers.items():
         validate("plan", answer)
         assert answer["router"] == router and answer["feasible"]
+        search = answer["search"]  # how long the answer took, and over how many candidate fleets
+        assert search["candidates_simulated"] == len(answer["points"]) and search["wall_s"] > 0
+        assert search["workers"] == 1 and search["ray"] is False
     assert answers["random"]["gpus"] >= answers["round-robin"]["gpus"]
     assert "behind a random router" in rendered(render.plan_result, answers["random"])

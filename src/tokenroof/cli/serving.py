@@ -191,6 +191,13 @@ def bench(
     ] = None,
     prefix_len: PrefixLenOpt = 0,
     num_prefixes: NumPrefixesOpt = 1,
+    workers: Annotated[
+        int,
+        typer.Option(
+            help="Client processes on this host sending the requests (one schedule planned here, every record in "
+            "one file): for more streams than one process can time."
+        ),
+    ] = 1,
     json_output: JsonOpt = False,
     plot: PlotOpt = None,
 ) -> None:
@@ -229,6 +236,7 @@ def bench(
         prompt_salt=prompt_salt,
         prefix_len=prefix_len,
         num_prefixes=num_prefixes,
+        workers=workers,
     )
     with progress_bar(json_output) as bar:
         tasks: dict[str, Any] = {}

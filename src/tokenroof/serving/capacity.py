@@ -261,8 +261,11 @@ def plan_choices(
     progress: Callable[[int, int], None] | None = None,
 ) -> dict[str, Any]:
     """plan for each hardware × tp choice; the cheapest feasible one (GPUs, or cost with prices) is the answer."""
+    import time
+
     from tokenroof.serving.plan import make_plan
 
+    started = time.perf_counter()
     results, notes, unservable = [], [], []
     options = [
         (chip, degree, speculative, caching)
@@ -330,7 +333,14 @@ def plan_choices(
             unservable[0] if len(unservable) == 1 else "no choice can hold the weights: " + "; ".join(unservable)
         )
     priced = all(r.get("cost_per_hour") is not None for r in results if r["feasible"])
-    return cheapest(results, [*notes, *(f"left out: {why}" for why in unservable)], priced and bool(results))
+    data = cheapest(results, [*notes, *(f"left out: {why}" for why in unservable)], priced and bool(results))
+    data["search"] = {  # what the answer cost: candidate fleets simulated (every choice's), wall time, processes
+        "candidates_simulated": sum(len(r["points"]) for r in results),
+        "wall_s": time.perf_counter() - started,
+        "workers": search.workers,
+        "ray": search.ray_address is not None,
+    }
+    return data
 
 
 def chosen_energy(

@@ -45,6 +45,7 @@ class BenchConfig:
     # request), as vllm bench serve's prefix_repetition dataset: the server's prefix cache is what is measured
     prefix_len: int = 0
     num_prefixes: int = 1
+    workers: int = 1  # client processes on this host (measure.http.workers): one schedule, every record in one file
 
 
 def require(ok: bool, template: str, *parameters: str) -> None:
@@ -92,6 +93,7 @@ def check_config(cfg: BenchConfig) -> None:
         "input_len",
     )
     require(cfg.num_prefixes >= 1, f"{{}} must be ≥ 1, got {cfg.num_prefixes}", "num_prefixes")
+    require(cfg.workers >= 1, f"{{}} must be ≥ 1, got {cfg.workers}", "workers")
     require(
         cfg.num_prefixes == 1 or cfg.prefix_len > 0,
         "{} counts shared prefixes: give their length, {}",

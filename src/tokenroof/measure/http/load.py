@@ -35,6 +35,7 @@ class PointRun:
     window_s: tuple[float, float] = (0.0, 0.0)
     note: str = ""
     remarks: list[str] = field(default_factory=list)
+    clients: list[dict[str, Any]] = field(default_factory=list)  # bench --workers: each worker's self-check
 
 
 @dataclass
@@ -166,12 +167,20 @@ async def closed_loop(
             await asyncio.gather(*workers, return_exceptions=True)
 
     fired = await inflight.watched(body(), deadline_s)
-    run = inflight.run
-    end = progress.w1 if progress.w1 is not None else min(inflight.now(), deadline_s)
+    return closed_window(inflight.run, progress, started, fired, deadline_s, inflight.now(), warmup)
+
+
+def closed_window(
+    run: PointRun, progress: Progress, started: float, fired: bool, deadline_s: float, now: float, warmup: int
+) -> PointRun:
+    """A closed loop's window: from the warm-up's end to the window's last request (or the watchdog)."""
+    end = progress.w1 if progress.w1 is not None else min(now, deadline_s)
     if progress.w0 is None:
         run.note = "warm-up did not finish within --max-duration: the window includes ramp-up"
     elif fired:
-        run.remarks.append(f"stopped at --max-duration after {progress.done - warmup} of {measure} window requests")
+        run.remarks.append(
+            f"stopped at --max-duration after {progress.done - warmup} of {progress.measure} window requests"
+        )
     run.window_s = (progress.w0 if progress.w0 is not None else started, end)
     return run
 
@@ -200,7 +209,12 @@ async def open_loop(
         await inflight.wait_all()
 
     fired = await inflight.watched(body(), deadline_s)
-    run = inflight.run
+    return open_window(inflight.run, sent, fired, n)
+
+
+def open_window(run: PointRun, sent: list[float], fired: bool, n: int) -> PointRun:
+    """An open loop's window from its arrivals' scheduled times (`sent`, in order): after the first 10% up to the
+    last; cut at the first request the watchdog cancelled."""
     if not sent:
         run.note = "the watchdog fired before the first arrival: raise --max-duration"
         return run

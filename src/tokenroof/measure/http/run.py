@@ -26,8 +26,9 @@ from tokenroof.measure.http.load import Inflight, PointRun, closed_loop, open_lo
 from tokenroof.measure.http.record import Notice, Previous, Recorder, check_settings, read_previous
 from tokenroof.measure.http.redact import Redactor
 from tokenroof.measure.http.scrape import BatchScraper
-from tokenroof.measure.http.selfcheck import LoopMonitor
+from tokenroof.measure.http.selfcheck import LoopMonitor, client_bound
 from tokenroof.measure.http.summary import PointSummary, describe_failures, summarise
+from tokenroof.measure.http.workers import WorkerPool, WorkerSetup, closed_split, open_split
 from tokenroof.model.stepmodel import mean_context_tokens
 
 # synthetic prompts: random common English words (one token each in most tokenizers; exactly one on the emulator)
@@ -248,6 +249,8 @@ def read_prompts(path: Path) -> list[dict[str, Any]]:
 
 def validity(summary: PointSummary, run: PointRun, monitor: LoopMonitor, max_failure_fraction: float) -> str | None:
     data = summary.data
+    if any(w.get("exited") for w in run.clients):  # part of the client went: it explains whatever else is wrong
+        return run.note
     total = data["requests_completed"] + data["requests_failed"]
     if total and data["requests_failed"] / total > max_failure_fraction:
         return (
@@ -256,7 +259,11 @@ def validity(summary: PointSummary, run: PointRun, monitor: LoopMonitor, max_fai
         )
     if data["requests_completed"] < 3:
         return f"only {data['requests_completed']} requests completed in the window"
-    client = monitor.verdict(data["tpot_ms"]["p50"])
+    tpot = data["tpot_ms"]["p50"]
+    client = monitor.verdict(tpot)
+    for worker in run.clients:  # bench --workers: each client process checked on its own
+        who = f"worker {worker['worker']} of {len(run.clients)}"
+        client = client or client_bound(worker["lag_p99_ms"], worker["cpu_fraction"], tpot, who)
     if client:
         return client
     return run.note or None
@@ -281,6 +288,7 @@ class Bench:
     notice: Notice | None = None
     rng: np.random.Generator = field(default_factory=lambda: np.random.default_rng(0))
     server: dict[str, Any] = field(default_factory=dict)  # what the server said of itself (probe_server)
+    pool: WorkerPool | None = None  # bench --workers N (N > 1): the client processes that send the requests
 
     def say(self, text: str) -> None:
         if self.notice is not None:
@@ -348,13 +356,18 @@ class Bench:
         monitor.start()
         scraper.start()
         try:
-            if kind == "concurrency":
+            if self.pool is not None and kind == "concurrency":
+                run = await closed_split(self.pool, inflight, int(value), warmup, measure, deadline_s, -attempt)
+            elif self.pool is not None:
+                run = await open_split(self.pool, inflight, value, cfg.burstiness, expected, self.rng, deadline_s)
+            elif kind == "concurrency":
                 run = await closed_loop(inflight, int(value), warmup, measure, deadline_s, probe_index=-attempt)
             else:
                 run = await open_loop(inflight, value, cfg.burstiness, expected, self.rng, deadline_s)
         finally:
             await monitor.stop()
             await scraper.stop()
+        monitor.helpers_cpu_s = sum(w["cpu_s"] for w in run.clients)
         summary = self.point_summary(label, kind, value, run, monitor, scraper)
         summary["attempt"] = attempt
         self.recorder.write(summary)
@@ -393,9 +406,21 @@ class Bench:
                 "a prefill's (a repeated --prompt-salt, or prompts sharing a prefix)"
             )
         data["remarks"] = run.remarks
-        data["client_loop_lag_p99_ms"] = monitor.lag_p99_ms
+        # with worker processes: the worst of them and the coordinator, each one in client_workers
+        data["client_loop_lag_p99_ms"] = max([monitor.lag_p99_ms, *(w["lag_p99_ms"] for w in run.clients)])
         data["client_note"] = monitor.note(data["tpot_ms"]["p50"])
-        data["client_cpu_fraction"] = monitor.cpu_fraction
+        data["client_cpu_fraction"] = max([monitor.cpu_fraction, *(w["cpu_fraction"] for w in run.clients)])
+        if run.clients:
+            data["client_workers"] = [
+                {
+                    "worker": w["worker"],
+                    "requests_sent": w["requests"],
+                    "client_loop_lag_p99_ms": w["lag_p99_ms"],
+                    "client_cpu_fraction": w["cpu_fraction"],
+                    "exited": bool(w.get("exited", False)),
+                }
+                for w in run.clients
+            ]
         data["cpu_steal_fraction"], data["other_processes_busy_cores"] = monitor.contention
         return dict(self.redactor.value(summary.to_json()))
 
@@ -451,7 +476,21 @@ async def run_bench(
             rng = np.random.default_rng(cfg.seed)
             bench = Bench(cfg, client, endpoints, model, prompts, recorder, redactor, previous, progress, notice, rng)
             bench.server = server
-            return await bench.sweep()
+            if cfg.workers == 1:
+                return await bench.sweep()
+            setups = [
+                WorkerSetup(
+                    i, cfg.workers, client.url, cfg.timeout_s, client.t0, client.headers, prompts, model, redactor
+                )
+                for i in range(cfg.workers)
+            ]
+            bench.pool = WorkerPool(setups)
+            try:
+                await bench.pool.start()
+                say(f"{cfg.workers} client worker processes started (clocks checked)")
+                return await bench.sweep()
+            finally:
+                await asyncio.shield(bench.pool.close())
     except aiohttp.ClientError as exc:
         raise TokenroofError(redactor.text(f"{cfg.url}: {exc}")) from None
     finally:
@@ -518,8 +557,11 @@ def write_outputs(
 ) -> None:
     """summary.json (everything) and summary.csv (valid points, DESIGN.md format, read by `predict`)."""
     url = redactor.text(Endpoints.of(cfg.url).root)
+    processes = {"client_workers": cfg.workers} if cfg.workers > 1 else {}
     (cfg.out_dir / "summary.json").write_text(
-        json.dumps(redactor.value({"url": url, "model": model, **(server or {}), "points": summaries}), indent=2)
+        json.dumps(
+            redactor.value({"url": url, "model": model, **(server or {}), **processes, "points": summaries}), indent=2
+        )
     )
     closed = any(s.get("kind") == "concurrency" for s in summaries) or not summaries
     client = "staggered" if closed else ("constant" if math.isinf(cfg.burstiness) else "poisson")

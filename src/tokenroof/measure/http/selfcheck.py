@@ -65,6 +65,7 @@ class LoopMonitor:
     wall_end: float = 0.0
     machine_start: MachineCpu | None = None
     machine_end: MachineCpu | None = None
+    helpers_cpu_s: float = 0.0  # CPU seconds the client's worker processes used over the point (bench --workers)
     _task: asyncio.Task[None] | None = None
 
     async def _run(self) -> None:
@@ -97,29 +98,17 @@ class LoopMonitor:
 
     @property
     def contention(self) -> tuple[float | None, float | None]:
-        """(steal fraction, cores busy with other processes) during the point; None where unknown."""
+        """(steal fraction, cores busy with other processes) during the point; None where unknown. The client's own
+        worker processes (`helpers_cpu_s`, bench --workers) are not others."""
         if self.machine_start is None or self.machine_end is None:
             return None, None
         wall = self.wall_end - self.wall_start
-        return contention(self.machine_start, self.machine_end, self.cpu_end - self.cpu_start, wall)
+        own = self.cpu_end - self.cpu_start + self.helpers_cpu_s
+        return contention(self.machine_start, self.machine_end, own, wall)
 
     def verdict(self, tpot_ms: float | None) -> str | None:
-        """A reason the point is invalid because of the client, or None.
-
-        A late loop delays every chunk it reads. TPOT averages over a whole request,
-        so it survives lag well below one step; once the lag reaches half a step the
-        client is reading tokens later than the server sends them, and a client near
-        a full core cannot keep up at all.
-        """
-        limit_ms = 0.5 * tpot_ms if tpot_ms else 5.0
-        if self.lag_p99_ms > limit_ms:
-            return (
-                f"client-bound: event-loop lag p99 {self.lag_p99_ms:.1f} ms exceeds half a TPOT "
-                f"({limit_ms:.1f} ms): the client, not the server, set the timing"
-            )
-        if self.cpu_fraction > 0.9:
-            return f"client-bound: the client process used {self.cpu_fraction:.0%} of a core"
-        return None
+        """A reason the point is invalid because of the client, or None (`client_bound`)."""
+        return client_bound(self.lag_p99_ms, self.cpu_fraction, tpot_ms)
 
     def note(self, tpot_ms: float | None) -> str | None:
         """Caveats that do not invalidate the point: ITL percentiles carry the client's lag; other processes or the
@@ -136,3 +125,22 @@ class LoopMonitor:
                 f"other processes kept {others:.1f} of {cores} cores busy: the client may have waited for a core"
             )
         return "; ".join(notes) or None
+
+
+def client_bound(lag_p99_ms: float, cpu_fraction: float, tpot_ms: float | None, who: str = "the client") -> str | None:
+    """A reason a point is invalid because of the client (one process of it: `who`), or None.
+
+    A late loop delays every chunk it reads. TPOT averages over a whole request, so it survives lag well below one
+    step; once the lag reaches half a step the client is reading tokens later than the server sends them, and a
+    client near a full core cannot keep up at all.
+    """
+    limit_ms = 0.5 * tpot_ms if tpot_ms else 5.0
+    if lag_p99_ms > limit_ms:
+        return (
+            f"client-bound: {'' if who == 'the client' else who + ': '}event-loop lag p99 {lag_p99_ms:.1f} ms exceeds "
+            f"half a TPOT ({limit_ms:.1f} ms): the client, not the server, set the timing"
+        )
+    if cpu_fraction > 0.9:
+        process = "the client process" if who == "the client" else who
+        return f"client-bound: {process} used {cpu_fraction:.0%} of a core"
+    return None
