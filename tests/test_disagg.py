@@ -317,3 +317,97 @@ def test_prefill_tp_is_refused_where_it_means_nothing(args: list[str], message: 
     base = ["simulate", "-m", "llama-3.1-8b", "-H", "h100-sxm", "--rate", "1", "--input-len", "100"]
     result = CliRunner().invoke(app, [*base, "--output-len", "10", "--num-requests", "20", *args])
     assert result.exit_code != 0 and message in " ".join(result.output.split()), result.output
+
+
+def test_a_prefill_pool_on_hardware_of_its_own_is_timed_and_billed_as_that_hardware() -> None:
+    """--prefill-hardware (Splitwise's prompt machines): Llama-3.1-8B decoding on A100s, prefilling on an H100. The
+    prefill pool's steps are the H100's first-principles model (its prefill faster than the A100's, compute-bound:
+    989 against 312 dense TFLOP/s), TPOT is the A100 pool's either way; the bill prices prompts at the H100's price
+    on its one GPU and outputs at the A100's on two, by hand from the window's tokens, and names both powers."""
+    from tests.conftest import run_json
+    from tests.schemas import validate
+    from tokenroof.model.cost import SECONDS_PER_HOUR
+    from tokenroof.serving.deployment import Deployment, Physics
+
+    base = ["simulate", "-m", "llama-3.1-8b", "-H", "a100-sxm-80gb", "--rate", "2", "--input-len", "4000"]
+    base += ["--output-len", "100", "--num-requests", "300", "--prefill-replicas", "1", "--decode-replicas", "2"]
+    base += ["--gpu-cost-per-hour", "1.5"]
+    own = run_json([*base, "--prefill-hardware", "h100-sxm", "--prefill-gpu-cost-per-hour", "2.5"])
+    same = run_json(base)
+    validate("simulate", own)
+    assert (
+        own["disaggregation"]["prefill_hardware"] == "h100-sxm" and same["disaggregation"]["prefill_hardware"] is None
+    )
+    assert own["ttft_ms"]["p50"] < 0.7 * same["ttft_ms"]["p50"]  # a 4,000-token prefill: compute-bound
+    assert own["tpot_ms"]["p50"] == pytest.approx(same["tpot_ms"]["p50"], rel=0.03)
+    pools = own["cost"]["pools"]
+    assert (pools["prefill_gpus"], pools["decode_gpus"]) == (1, 2)
+    assert pools["prefill_price"]["usd_per_hour"] == 2.5 and own["cost"]["price"]["usd_per_hour"] == 1.5
+    assert pools["prefill_power"]["tdp_watts"] == 700.0 and own["cost"]["power"]["tdp_watts"] == 400.0
+
+    # by hand: the library's run, its window, its tokens
+    dep = Deployment(
+        Physics("llama-3.1-8b", "a100-sxm-80gb"),
+        prefill_replicas=1,
+        decode_replicas=2,
+        prefill_hardware="h100-sxm",
+        gpu_cost_per_hour=1.5,
+        prefill_gpu_cost_per_hour=2.5,
+    )
+    split = dep.disaggregation()
+    assert split is not None and split.prefill_model == Physics("llama-3.1-8b", "h100-sxm").step_model()
+    result = simulate_disaggregated(dep.physics.step_model(), Workload(2.0, Lengths(4000), Lengths(100), 300), split)
+    billing = dep.billing()
+    assert billing.prefill is not None and billing.prefill.price is not None
+    bill = result.bill(dep.physics.step_model(), 1, billing.price, billing.power, billing.prefill)
+    w0, w1 = result.window_s()
+    assert result.prefill_steps is not None
+    start, duration, *_ = result.prefill_steps
+    ended = (start + duration >= w0) & (start + duration <= w1)
+    prompts = float(result.prefill_steps[5][ended].sum())
+    want = 2.5 * 1 * (w1 - w0) / SECONDS_PER_HOUR / prompts * 1e6
+    assert bill["usd_per_million_input_tokens"] == pytest.approx(want)
+    colocated_price = result.bill(dep.physics.step_model(), 1, billing.price, billing.power)
+    assert colocated_price["usd_per_million_input_tokens"] == pytest.approx(want * 1.5 / 2.5)
+
+
+def test_plan_prices_a_split_across_two_kinds_of_gpu() -> None:
+    """plan --disaggregate --prefill-hardware: the split's cost per hour is each pool's GPUs at its own price, and the
+    answer's line compares the two layouts by cost (GPUs of two kinds are not counted as equals)."""
+    from tests.conftest import rendered, run_json
+    from tests.schemas import validate
+    from tokenroof.cli import render
+
+    args = ["plan", "-m", "llama-3.1-8b", "-H", "a100-sxm-80gb", "--input-len", "4000", "--output-len", "300"]
+    args += ["--rate", "8", "--ttft-slo-ms", "600", "--tpot-slo-ms", "30", "--seeds", "1", "--num-requests", "600"]
+    args += ["--workers", "1", "--disaggregate", "--prefill-hardware", "h100-sxm", "--gpu-cost-per-hour", "1.5"]
+    data = run_json([*args, "--prefill-gpu-cost-per-hour", "2.5"])
+    validate("plan", data)
+    split = data["disaggregated"]
+    assert split["feasible"] and split["prefill_hardware"] == "h100-sxm"
+    assert split["cost_per_hour"] == pytest.approx(split["prefill_replicas"] * 2.5 + split["decode_replicas"] * 1.5)
+    text = rendered(render.plan_result, data)
+    assert f"{split['cost_per_hour']:.2f} per hour against colocated's {data['cost_per_hour']:.2f}" in text
+    assert "prefill (h100-sxm)" in text
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["--prefill-hardware", "h100-sxm"], "--prefill-hardware sizes a disaggregated server's prefill pool"),
+        (
+            ["--prefill-gpu-cost-per-hour", "2"],
+            "--prefill-gpu-cost-per-hour prices a prefill pool on --prefill-hardware",
+        ),
+        (
+            ["--prefill-hardware", "h999", "--prefill-replicas", "1", "--decode-replicas", "1"],
+            "unknown hardware 'h999'",
+        ),
+    ],
+)
+def test_prefill_hardware_is_refused_where_it_means_nothing(args: list[str], message: str) -> None:
+    from tests.conftest import run_cli
+
+    base = ["simulate", "-m", "llama-3.1-8b", "-H", "a100-sxm-80gb", "--rate", "1", "--input-len", "100"]
+    result = run_cli([*base, "--output-len", "10", "--num-requests", "20", *args])
+    assert result.exit_code != 0 and message in " ".join(result.output.split()), result.output

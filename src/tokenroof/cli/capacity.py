@@ -25,6 +25,8 @@ from tokenroof.cli.common import (
     OptHardware,
     OptModel,
     PlotOpt,
+    PrefillGpuCostOpt,
+    PrefillHardwareOpt,
     PrefillReplicasOpt,
     PrefillTpOpt,
     PrefixCachingOpt,
@@ -90,6 +92,7 @@ def simulate(
     enable_prefix_caching: PrefixCachingOpt = None,
     prefill_replicas: PrefillReplicasOpt = None,
     prefill_tp: PrefillTpOpt = None,
+    prefill_hardware: PrefillHardwareOpt = None,
     decode_replicas: DecodeReplicasOpt = None,
     kv_transfer_gb_s: KvTransferOpt = 50.0,
     num_requests: Annotated[
@@ -116,6 +119,7 @@ def simulate(
     speculative_config: SpeculativeOpt = None,
     acceptance_rate: AcceptanceOpt = None,
     gpu_cost_per_hour: GpuCostOpt = None,
+    prefill_gpu_cost_per_hour: PrefillGpuCostOpt = None,
     json_output: JsonOpt = False,
 ) -> None:
     """Simulate a workload on the emulator's scheduler with a virtual clock (thousands of times real time)."""
@@ -138,14 +142,19 @@ def simulate(
         max_num_batched_tokens,
         speculative=speculative_config_of(speculative_config, acceptance_rate),
         gpu_cost_per_hour=gpu_cost_per_hour,
+        prefill_gpu_cost_per_hour=prefill_gpu_cost_per_hour,
         prefix_caching=enable_prefix_caching is not False,
         prefill_replicas=prefill_replicas,
         decode_replicas=decode_replicas,
         kv_transfer_gb_s=kv_transfer_gb_s,
         prefill_tp=prefill_tp,
+        prefill_hardware=prefill_hardware,
     )
-    if prefill_tp is not None and prefill_replicas is None:
-        raise TokenroofError("--prefill-tp sizes a disaggregated server's prefill pool: give --prefill-replicas too")
+    if prefill_gpu_cost_per_hour is not None and prefill_hardware is None:
+        raise TokenroofError("--prefill-gpu-cost-per-hour prices a prefill pool on --prefill-hardware: give it too")
+    for flag, given in (("--prefill-tp", prefill_tp), ("--prefill-hardware", prefill_hardware)):
+        if given is not None and prefill_replicas is None:
+            raise TokenroofError(f"{flag} sizes a disaggregated server's prefill pool: give --prefill-replicas too")
     traffic = Traffic(num_requests, burstiness, replicas, router, seed, ttft_slo_ms, tpot_slo_ms, client)
     if concurrency is not None:
         if trace is not None or out is not None:
@@ -211,6 +220,7 @@ def plan(
     gpu_cost_per_hour: Annotated[
         str | None, typer.Option(help="Price of one GPU-hour: one for every --hardware choice, or one each: '2.5,1.2'.")
     ] = None,
+    prefill_gpu_cost_per_hour: PrefillGpuCostOpt = None,
     tp_choices: Annotated[str | None, typer.Option(help="Tensor-parallel degrees to compare: '1,2,4'.")] = None,
     workers: Annotated[int | None, typer.Option(help="Parallel processes (default: one per core).")] = None,
     ray: Annotated[
@@ -235,6 +245,7 @@ def plan(
     ] = False,
     kv_transfer_gb_s: KvTransferOpt = 50.0,
     prefill_tp: PrefillTpOpt = None,
+    prefill_hardware: PrefillHardwareOpt = None,
     router: RouterOpt = "least-outstanding",
     json_output: JsonOpt = False,
     plot: PlotOpt = None,
@@ -257,9 +268,14 @@ def plan(
         fit,
         step_model,
         prefill_tp=prefill_tp,
+        prefill_hardware=prefill_hardware,
+        prefill_gpu_cost_per_hour=prefill_gpu_cost_per_hour,
     )
-    if prefill_tp is not None and not disaggregate:
-        raise TokenroofError("--prefill-tp sizes the prefill pool of a disaggregated answer: give --disaggregate too")
+    if prefill_gpu_cost_per_hour is not None and prefill_hardware is None:
+        raise TokenroofError("--prefill-gpu-cost-per-hour prices a prefill pool on --prefill-hardware: give it too")
+    for flag, given in (("--prefill-tp", prefill_tp), ("--prefill-hardware", prefill_hardware)):
+        if given is not None and not disaggregate:
+            raise TokenroofError(f"{flag} sizes the prefill pool of a disaggregated answer: give --disaggregate too")
     choices = Choices(
         chips,
         tuple(whole_numbers(parse_numbers(tp_choices, "--tp-choices"), "--tp-choices")) if tp_choices else (tp,),

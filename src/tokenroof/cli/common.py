@@ -280,6 +280,14 @@ PrefillTpOpt = Annotated[
         "first principles only.",
     ),
 ]
+PrefillHardwareOpt = Annotated[
+    str | None,
+    typer.Option(
+        "--prefill-hardware",
+        help="Disaggregated prefill: the prefill pool's hardware, preset or TOML (default: --hardware, the decode "
+        "pool's; Splitwise's compute-rich prompt machines); first principles only, billed at its own price and power.",
+    ),
+]
 PrefillReplicasOpt = Annotated[
     int | None,
     typer.Option(
@@ -316,6 +324,13 @@ GpuCostOpt = Annotated[
     typer.Option(
         "--gpu-cost-per-hour",
         help="Price of one GPU-hour (US$): $ per million output and prompt tokens (default: the hardware file's).",
+    ),
+]
+PrefillGpuCostOpt = Annotated[
+    float | None,
+    typer.Option(
+        "--prefill-gpu-cost-per-hour",
+        help="With --prefill-hardware: the price of one of its GPU-hours (US$; default: its hardware file's).",
     ),
 ]
 

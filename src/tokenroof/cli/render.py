@@ -500,11 +500,17 @@ def bill_line(cost: dict[str, Any]) -> str:
     price, power = cost["price"], cost["power"]
     pools = cost.get("pools")
     if price and pools:
+        own = pools.get("prefill_price")  # a prefill pool on hardware of its own, at its own price
+        at = (
+            f"at {fmt(price['usd_per_hour'])} a decode GPU-hour ({price['source']}) and "
+            f"{fmt(own['usd_per_hour'])} a prefill one ({own['source']})"
+            if own
+            else f"at {fmt(price['usd_per_hour'])} a GPU-hour, {price['source']}"
+        )
         parts.append(
             f"{money(cost['usd_per_million_output_tokens'])} US$ per million output tokens (the decode pool's "
             f"{pools['decode_gpus']} GPUs), {money(cost['usd_per_million_input_tokens'])} per million prompt tokens "
-            f"(the prefill pool's {pools['prefill_gpus']}), at {fmt(price['usd_per_hour'])} a GPU-hour, "
-            f"{price['source']}"
+            f"(the prefill pool's {pools['prefill_gpus']}), {at}"
         )
     elif price:
         parts.append(
@@ -514,9 +520,11 @@ def bill_line(cost: dict[str, Any]) -> str:
         )
     if power:
         boards = f" across {cost['gpus']} boards" if cost["gpus"] > 1 else ""
+        other = (pools or {}).get("prefill_power")
+        source = power["source"] if not other else f"decode boards {power['source']}; prefill boards {other['source']}"
         parts.append(
             f"{fmt(cost['energy_j_per_output_token'])} J per output token at {fmt(cost['power_watts_mean'])} W"
-            f"{boards} (power {power['source']})"
+            f"{boards} (power {source})"
         )
     return "; ".join(parts)
 
@@ -570,8 +578,10 @@ def gpus(n: int) -> str:
 
 
 def prefill_tp_text(split: dict[str, Any]) -> str:
-    """' (TP n)' where the prefill pool has a tensor parallelism of its own, else nothing."""
-    return f" (TP {split['prefill_tp']})" if split.get("prefill_tp") else ""
+    """' (TP n)', ' (hardware)' or ' (hardware, TP n)' where the prefill pool has its own, else nothing."""
+    own = [*([split["prefill_hardware"]] if split.get("prefill_hardware") else [])]
+    own += [f"TP {split['prefill_tp']}"] if split.get("prefill_tp") else []
+    return f" ({', '.join(own)})" if own else ""
 
 
 def layout_line(colocated: dict[str, Any], split: dict[str, Any]) -> str:
@@ -591,6 +601,13 @@ def layout_line(colocated: dict[str, Any], split: dict[str, Any]) -> str:
         else f"{'fewer' if ours < theirs else 'more'} than colocated's {gpus(theirs)}: "
         f"{'disaggregated' if ours < theirs else 'colocated'} wins by {abs(theirs - ours)}"
     )
+    ours_usd, theirs_usd = split.get("cost_per_hour"), colocated.get("cost_per_hour")
+    if split.get("prefill_hardware") and ours_usd is not None and theirs_usd is not None:  # GPUs of two kinds: cost
+        cheaper = "disaggregated" if ours_usd < theirs_usd else "colocated"
+        verdict = (
+            f"{ours_usd:.2f} per hour against colocated's {theirs_usd:.2f} ({gpus(theirs)}): {cheaper} costs "
+            f"{abs(theirs_usd - ours_usd) / max(ours_usd, theirs_usd):.0%} less"
+        )
     stat = colocated["slo"]["statistic"]
     met = f"{stat} TTFT {fmt(split['ttft_ms'][stat])} ms, {stat} TPOT {fmt(split['tpot_ms'][stat])} ms"
     return f"{pools} ({verdict}); {met}"

@@ -22,6 +22,7 @@ from tokenroof.cli.common import (
     OptHardware,
     OptModel,
     PlotOpt,
+    PrefillHardwareOpt,
     PrefillReplicasOpt,
     PrefillTpOpt,
     PrefixCachingOpt,
@@ -81,6 +82,7 @@ def emulate(
     enable_prefix_caching: PrefixCachingOpt = None,
     prefill_replicas: PrefillReplicasOpt = None,
     prefill_tp: PrefillTpOpt = None,
+    prefill_hardware: PrefillHardwareOpt = None,
     decode_replicas: DecodeReplicasOpt = None,
     kv_transfer_gb_s: KvTransferOpt = 50.0,
     replicas: ReplicasOpt = 1,
@@ -110,7 +112,11 @@ def emulate(
         decode_replicas=decode_replicas,
         kv_transfer_gb_s=kv_transfer_gb_s,
         prefill_tp=prefill_tp,
+        prefill_hardware=prefill_hardware,
     )
+    for flag, given in (("--prefill-tp", prefill_tp), ("--prefill-hardware", prefill_hardware)):
+        if given is not None and prefill_replicas is None:
+            raise TokenroofError(f"{flag} sizes a disaggregated server's prefill pool: give --prefill-replicas too")
     travelling, _ = dep.step_models()
     split = dep.disaggregation()
     if split is not None and (dep.speculative is not None or dep.slot_streams(travelling)):

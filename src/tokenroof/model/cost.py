@@ -209,6 +209,7 @@ class Billing:
     tp: int = 1
     price: Price | None = None
     power: PowerModel | None = None
+    prefill: Billing | None = None  # a disaggregated server's prefill pool on other hardware (None: as this one)
 
     @property
     def known(self) -> bool:

@@ -61,10 +61,11 @@ class Disaggregation:
     decode_replicas: int
     transfer: KvTransfer
     prefill_budget_tokens: int | None = None
-    # a prefill pool of its own tensor parallelism (DistServe chooses each pool's): its step model and TP (None: the
-    # decode pool's model and TP)
+    # a prefill pool of its own tensor parallelism (DistServe chooses each pool's) or hardware (Splitwise's prompt
+    # machines): its step model, TP and hardware (None: the decode pool's)
     prefill_model: StepModel | None = None
     prefill_tp: int | None = None
+    prefill_hardware: str | None = None
 
     def __post_init__(self) -> None:
         if self.prefill_replicas < 1 or self.decode_replicas < 1:
@@ -85,5 +86,6 @@ class Disaggregation:
             "decode_replicas": self.decode_replicas,
             "prefill_budget_tokens": self.prefill_budget_tokens,
             "prefill_tp": self.prefill_tp,
+            "prefill_hardware": self.prefill_hardware,
             "kv_transfer": self.transfer.to_dict(),
         }

@@ -198,7 +198,7 @@ def run_one(
         )
         summary = result.summary(traffic.ttft_slo_ms, traffic.tpot_slo_ms)
         if billing is not None and billing.known:
-            summary["cost"] = result.bill(sm, billing.tp, billing.price, billing.power)
+            summary["cost"] = result.bill(sm, billing.tp, billing.price, billing.power, billing.prefill)
         return summary, result
     result = simulate(
         sm,
@@ -309,7 +309,7 @@ def plan_choices(
         entry["disaggregated"] = None
         if choices.disaggregate:
             entry["disaggregated"] = disaggregated_entry(
-                option, [travelling.step_model, *samples], offered, slo, search, server, choices.kv_transfer_gb_s
+                option, [travelling.step_model, *samples], offered, slo, search, server, choices
             )
         if result.chosen is not None:
             entry["engine_flags"] = engine_flags(
@@ -375,10 +375,12 @@ def disaggregated_entry(
     slo: Slo,
     search: Search,
     server: Server,
-    kv_transfer_gb_s: float,
+    choices: Choices,
 ) -> dict[str, Any]:
     """The same choice with prefill and decode on pools of their own: the split that meets the SLOs with the fewest
-    replicas (plan.plan_disaggregated), its GPUs, and the link it assumed."""
+    replicas (plan.plan_disaggregated), its GPUs, the link it assumed, and with both pools' prices its cost per hour
+    (a prefill pool on other hardware at that hardware's price: --gpu-cost-per-hour where it is one of --hardware,
+    else its file's)."""
     from tokenroof.serving.plan import plan_disaggregated
 
     split = replace(
@@ -386,7 +388,7 @@ def disaggregated_entry(
         max_num_batched_tokens=server.max_num_batched_tokens,
         prefill_replicas=1,
         decode_replicas=1,
-        kv_transfer_gb_s=kv_transfer_gb_s,
+        kv_transfer_gb_s=choices.kv_transfer_gb_s,
     )
     layout = split.disaggregation()  # the search starts from each pool's bound: 1 + 1 only names the link
     assert layout is not None
@@ -400,7 +402,20 @@ def disaggregated_entry(
         gpus = answer["prefill_replicas"] * prefill_tp + answer["decode_replicas"] * option.physics.tp
     answer["gpus"] = gpus
     answer["prefill_tp"] = layout.prefill_tp
+    answer["prefill_hardware"] = layout.prefill_hardware
     answer["kv_transfer"] = layout.transfer.to_dict()
+    answer["cost_per_hour"] = None
+    prefill = split.prefill_physics() or option.physics
+    decode_price = option.physics.price(choices.price(option.physics.hardware))
+    given = option.prefill_gpu_cost_per_hour
+    if given is None and prefill.hardware in choices.hardware:
+        given = choices.price(prefill.hardware)
+    prefill_price = prefill.price(given) if prefill is not option.physics else decode_price
+    if gpus is not None and decode_price is not None and prefill_price is not None:
+        answer["cost_per_hour"] = (
+            answer["prefill_replicas"] * prefill_tp * prefill_price.usd_per_hour
+            + answer["decode_replicas"] * option.physics.tp * decode_price.usd_per_hour
+        )
     return answer
 
 

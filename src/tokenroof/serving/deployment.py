@@ -56,6 +56,8 @@ class Deployment:
     decode_replicas: int | None = None
     kv_transfer_gb_s: float = DEFAULT_LINK_BYTES_PER_S / 1e9  # the link from prefill to decode replicas, GB/s
     prefill_tp: int | None = None  # the prefill pool's tensor parallelism (None: `physics.tp`, the decode pool's)
+    prefill_hardware: str | None = None  # the prefill pool's hardware (None: `physics.hardware`, the decode pool's)
+    prefill_gpu_cost_per_hour: float | None = None  # US$ per prefill-hardware GPU-hour (None: its file's, if any)
 
     def __post_init__(self) -> None:
         if isinstance(self.fit, list | tuple):  # repeated --fit: one table; none given: no fit
@@ -103,7 +105,11 @@ class Deployment:
         the hardware's power model (cost.py)."""
         from tokenroof.model.cost import Billing
 
-        return Billing(self.physics.tp, self.physics.price(self.gpu_cost_per_hour), self.physics.power())
+        prefill = self.prefill_physics() if self.prefill_hardware is not None else None
+        pool = None
+        if prefill is not None:
+            pool = Billing(prefill.tp, prefill.price(self.prefill_gpu_cost_per_hour), prefill.power())
+        return Billing(self.physics.tp, self.physics.price(self.gpu_cost_per_hour), self.physics.power(), pool)
 
     def speculation(self) -> Speculation | None:
         """The speculative decoding the server runs, its proposer priced on `physics` (None: it does not)."""
@@ -178,22 +184,39 @@ class Deployment:
             )
         link = KvTransfer(per_token, self.kv_transfer_gb_s * 1e9)
         budget = self.max_num_batched_tokens
+        prefill = self.prefill_physics()
         prefill_model = None
-        if self.prefill_tp is not None and self.prefill_tp != self.physics.tp:
+        if prefill is not None:
             if self.fit is not None or self.step_model_file is not None:
+                flag = "prefill_hardware" if self.prefill_hardware is not None else "prefill_tp"
                 raise ParameterError(
                     "{} prices the prefill pool from first principles: give {}/{} as the step model's source, not "
                     "{} or {}",
-                    "prefill_tp",
+                    flag,
                     "model",
                     "hardware",
                     "fit",
                     "step_model",
                 )
-            prefill = replace(self.physics, tp=self.prefill_tp)
             prefill.require_servable()
             prefill_model = prefill.step_model()
-        return Disaggregation(self.prefill_replicas, self.decode_replicas, link, budget, prefill_model, self.prefill_tp)
+        return Disaggregation(
+            self.prefill_replicas,
+            self.decode_replicas,
+            link,
+            budget,
+            prefill_model,
+            self.prefill_tp,
+            prefill.hardware if prefill is not None and self.prefill_hardware is not None else None,
+        )
+
+    def prefill_physics(self) -> Physics | None:
+        """A disaggregated prefill pool of its own TP or hardware (None: the decode pool's physics serve both)."""
+        tp = self.prefill_tp if self.prefill_tp is not None else self.physics.tp
+        hardware = self.prefill_hardware if self.prefill_hardware is not None else self.physics.hardware
+        if tp == self.physics.tp and hardware == self.physics.hardware:
+            return None
+        return replace(self.physics, tp=tp, hardware=hardware)
 
     def prefix_notes(self, travelling: Travelling) -> list[str]:
         """What an answer with shared prefixes rests on (none without them): the prefixes are the workload given, and

@@ -20,7 +20,7 @@ import numpy as np
 from tokenroof.errors import TokenroofError
 from tokenroof.io.csvio import write_rows
 from tokenroof.io.measurements import read_jsonl
-from tokenroof.model.cost import PowerModel, Price, bill_of_steps
+from tokenroof.model.cost import Billing, PowerModel, Price, bill_of_steps
 from tokenroof.model.disagg import Disaggregation
 from tokenroof.model.prefix import SharedPrefix
 from tokenroof.model.speculative import Speculation, measured_acceptance
@@ -414,12 +414,20 @@ class SimResult:
         hits = sum(min(s.cached_tokens, s.prompt_tokens) for s in chosen)
         return {**self.prefix_cache, "hit_rate": hits / prompts if prompts else None}
 
-    def bill(self, sm: StepModel, tp: int, price: Price | None, power: PowerModel | None) -> dict[str, Any]:
+    def bill(
+        self,
+        sm: StepModel,
+        tp: int,
+        price: Price | None,
+        power: PowerModel | None,
+        prefill_billing: Billing | None = None,
+    ) -> dict[str, Any]:
         """The window's bill (model/cost.py): $ a million output and prompt tokens, mean power, energy per output
-        token, over the steps that ended in the window (those throughput counts)."""
+        token, over the steps that ended in the window (those throughput counts). `prefill_billing`: a disaggregated
+        server's prefill pool on hardware of its own (its price and power; None: the decode pool's)."""
         w0, w1 = self.window_s()
         if self.prefill_steps is not None:
-            return self._pools_bill(sm, tp, price, power, w0, w1)
+            return self._pools_bill(sm, tp, price, power, w0, w1, prefill_billing)
         steps, outputs = self._decode_steps(w0, w1)
         prompts = float(steps["prefill_tokens"].sum())
         bill = bill_of_steps(sm, steps, w1 - w0, self.replicas, tp, outputs, prompts, price, power)
@@ -431,10 +439,18 @@ class SimResult:
         }
 
     def _pools_bill(
-        self, sm: StepModel, tp: int, price: Price | None, power: PowerModel | None, w0: float, w1: float
+        self,
+        sm: StepModel,
+        tp: int,
+        price: Price | None,
+        power: PowerModel | None,
+        w0: float,
+        w1: float,
+        prefill_billing: Billing | None = None,
     ) -> dict[str, Any]:
         """A disaggregated server's bill: the prefill pool's boards (busy or idle) are the prompts' cost, the decode
-        pool's the outputs'; the energy is both pools' over the output tokens."""
+        pool's the outputs'; the energy is both pools' over the output tokens, each pool's boards at their own power
+        (a prefill pool on other hardware: its own price and power model)."""
         from tokenroof.model.cost import PER_MILLION, SECONDS_PER_HOUR, pool_joules
 
         assert self.prefill_steps is not None
@@ -447,31 +463,42 @@ class SimResult:
         prefill_replicas, decode_replicas = self.prefill_replicas, self.replicas
         prefill_tp = self.prefill_tp or tp
 
-        def usd_per_million(gpus: int, tokens: float) -> float | None:
-            if price is None or tokens <= 0 or span <= 0:
+        prefill_price, prefill_power = (
+            (price, power) if prefill_billing is None else (prefill_billing.price, prefill_billing.power)
+        )
+
+        def usd_per_million(pool_price: Price | None, gpus: int, tokens: float) -> float | None:
+            if pool_price is None or tokens <= 0 or span <= 0:
                 return None
-            return price.usd_per_hour * gpus * span / SECONDS_PER_HOUR / tokens * PER_MILLION
+            return pool_price.usd_per_hour * gpus * span / SECONDS_PER_HOUR / tokens * PER_MILLION
 
         bill: dict[str, Any] = {
-            "usd_per_million_output_tokens": usd_per_million(decode_replicas * tp, outputs),
-            "usd_per_million_input_tokens": usd_per_million(prefill_replicas * prefill_tp, prompts),
+            "usd_per_million_output_tokens": usd_per_million(price, decode_replicas * tp, outputs),
+            "usd_per_million_input_tokens": usd_per_million(prefill_price, prefill_replicas * prefill_tp, prompts),
             "energy_j_per_output_token": None,
             "power_watts_mean": None,
         }
-        if power is not None and span > 0:
-            models, tps = (self.prefill_model or sm, sm), (prefill_tp, tp)
+        if power is not None and prefill_power is not None and span > 0:
+            models, tps, powers = (self.prefill_model or sm, sm), (prefill_tp, tp), (prefill_power, power)
             joules = sum(
-                pool_joules(model, steps, span, replicas, boards, power)
-                for model, boards, (steps, replicas) in zip(models, tps, pools, strict=True)
+                pool_joules(model, steps, span, replicas, boards, pool_power)
+                for model, boards, pool_power, (steps, replicas) in zip(models, tps, powers, pools, strict=True)
             )
             bill["power_watts_mean"] = joules / span
             bill["energy_j_per_output_token"] = joules / outputs if outputs > 0 else None
+        pool_sizes: dict[str, Any] = {
+            "prefill_gpus": prefill_replicas * prefill_tp,
+            "decode_gpus": decode_replicas * tp,
+        }
+        if prefill_billing is not None:  # on hardware of its own: what its boards cost and draw
+            pool_sizes["prefill_price"] = None if prefill_price is None else prefill_price.to_dict()
+            pool_sizes["prefill_power"] = None if prefill_power is None else prefill_power.to_dict()
         return {
             **bill,
             "price": None if price is None else price.to_dict(),
             "power": None if power is None else power.to_dict(),
             "gpus": prefill_replicas * prefill_tp + decode_replicas * tp,
-            "pools": {"prefill_gpus": prefill_replicas * prefill_tp, "decode_gpus": decode_replicas * tp},
+            "pools": pool_sizes,
         }
 
     def _decode_steps(self, w0: float, w1: float) -> tuple[dict[str, np.ndarray], float]:
