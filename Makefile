@@ -55,10 +55,10 @@ MUTATION_ARGS ?=
 mutation: $(STAMP)
 	$(BIN)/python scripts/mutation_score.py --max-children $(MUTATION_CHILDREN) $(MUTATION_ARGS)
 
-# plan's --ray search on a local Ray cluster (Ray is an optional extra, ~80 MB)
+# plan's --ray search and bench --ray's workers on a local Ray cluster (Ray is an optional extra, ~80 MB)
 test-ray: $(STAMP)
 	$(BIN)/python -m pip install -q 'ray>=2.9'
-	$(BIN)/pytest -q tests/test_plan.py
+	$(BIN)/pytest -q -m ray
 
 # needs scripts/build_llama_server.sh run once (builds llama.cpp's llama-server, ~11 minutes on 2 cores)
 test-integration: $(STAMP)

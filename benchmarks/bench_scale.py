@@ -8,6 +8,7 @@ process's self-check (event-loop lag p99, CPU share). A slow step keeps the toke
 two cores stream: the question is whether the client can hold that many connections and time them.
 
     python benchmarks/bench_scale.py [--streams 10000] [--workers 1,4] [--replicas 64] [--step-s 1.0] [--output-len 8]
+                                     [--ray local]   (each client size once more as Ray actors: bench --ray)
 """
 
 from __future__ import annotations
@@ -36,6 +37,7 @@ def main() -> None:
     parser.add_argument("--replicas", type=int, default=64)
     parser.add_argument("--step-s", type=float, default=1.0)
     parser.add_argument("--output-len", type=int, default=8)
+    parser.add_argument("--ray", default=None, help="also run each client size as Ray actors on this cluster")
     args = parser.parse_args()
     step = args.step_s
     per_replica = -(-args.streams // args.replicas)
@@ -53,8 +55,10 @@ def main() -> None:
             f"{'requests':>8} {'once':>5} {'lag p99 ms':>11} {'CPU':>5} {'wall s':>7}  status"
         )
         print(header)
-        for workers in (int(w) for w in args.workers.split(",")):
-            out = Path(tmp) / f"w{workers}"
+        runs = [(int(w), None) for w in args.workers.split(",")]
+        runs += [(workers, args.ray) for workers, _ in runs] if args.ray else []
+        for workers, ray in runs:
+            out = Path(tmp) / f"w{workers}{'-ray' if ray else ''}"
             with server_process(emulate) as url:
                 cfg = BenchConfig(
                     url=url,
@@ -63,6 +67,7 @@ def main() -> None:
                     output_len=args.output_len,
                     out_dir=out,
                     workers=workers,
+                    ray_address=ray,
                     max_duration_s=600,
                     timeout_s=600,
                 )
@@ -80,7 +85,8 @@ def main() -> None:
             lag = max([point["client_loop_lag_p99_ms"], *(w["client_loop_lag_p99_ms"] for w in shares)])
             cpu = max([point["client_cpu_fraction"], *(w["client_cpu_fraction"] for w in shares)])
             print(
-                f"{workers:7d} {point['batch']:8.1f} {tpot:8.1f} {tpot / (step * 1e3) - 1:+7.2%} "
+                f"{workers:5d}{'/R' if ray else '  '} {point['batch']:8.1f} {tpot:8.1f} "
+                f"{tpot / (step * 1e3) - 1:+7.2%} "
                 f"{point['throughput_tok_s']:8.0f} {truth:8.0f} {point['throughput_tok_s'] / truth - 1:+7.2%} "
                 f"{len(ended):8d} {'yes' if once else 'NO':>5} {lag:11.1f} {cpu:5.0%} {wall:7.1f}  "
                 f"{point['invalid'] or 'ok'}"

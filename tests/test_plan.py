@@ -65,6 +65,7 @@ def test_cli_plan_from_a_preset() -> None:
     assert result.exit_code == 2 and "give one step-model source" in result.stderr
 
 
+@pytest.mark.ray
 def test_plan_on_a_local_ray_cluster() -> None:
     pytest.importorskip("ray")
     processes = make_plan([SM], WORKLOAD, Slo(ttft_ms=500, tpot_ms=20), seeds=(0,), workers=1).to_dict()

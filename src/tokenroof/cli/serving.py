@@ -210,6 +210,14 @@ def bench(
             "one file): for more streams than one process can time."
         ),
     ] = 1,
+    ray: Annotated[
+        str | None,
+        typer.Option(
+            "--ray",
+            help="Run the --workers as Ray actors spread over this cluster ('local' starts one here; needs "
+            "tokenroof[ray]); each one's clock set and checked by the coordinator.",
+        ),
+    ] = None,
     json_output: JsonOpt = False,
     plot: PlotOpt = None,
 ) -> None:
@@ -249,6 +257,7 @@ def bench(
         prefix_len=prefix_len,
         num_prefixes=num_prefixes,
         workers=workers,
+        ray_address=ray,
     )
     with progress_bar(json_output) as bar:
         tasks: dict[str, Any] = {}

@@ -46,6 +46,7 @@ class BenchConfig:
     prefix_len: int = 0
     num_prefixes: int = 1
     workers: int = 1  # client processes on this host (measure.http.workers): one schedule, every record in one file
+    ray_address: str | None = None  # the workers as Ray actors on this cluster ("local" starts one) instead
 
 
 def require(ok: bool, template: str, *parameters: str) -> None:

@@ -28,7 +28,7 @@ from tokenroof.measure.http.redact import Redactor
 from tokenroof.measure.http.scrape import BatchScraper
 from tokenroof.measure.http.selfcheck import LoopMonitor, client_bound
 from tokenroof.measure.http.summary import PointSummary, describe_failures, summarise
-from tokenroof.measure.http.workers import WorkerPool, WorkerSetup, closed_split, open_split
+from tokenroof.measure.http.workers import RayWorkerPool, WorkerPool, WorkerSetup, closed_split, open_split
 from tokenroof.model.stepmodel import mean_context_tokens
 
 # synthetic prompts: random common English words (one token each in most tokenizers; exactly one on the emulator)
@@ -308,9 +308,13 @@ class Bench:
                 continue
             self.explain_rerun(label)
             summaries.append(await self.measure(kind, value))
-            write_outputs(cfg, self.model, summaries, self.redactor, self.server)
-        write_outputs(cfg, self.model, summaries, self.redactor, self.server)
+            write_outputs(cfg, self.model, summaries, self.redactor, self.server, self.client_info())
+        write_outputs(cfg, self.model, summaries, self.redactor, self.server, self.client_info())
         return summaries
+
+    def client_info(self) -> dict[str, Any]:
+        """summary.json's word on the client: its worker processes and their clock check (none: one process)."""
+        return {} if self.pool is None else self.pool.client()
 
     def explain_rerun(self, label: str) -> None:
         last = self.previous.points.get(label)
@@ -408,7 +412,8 @@ class Bench:
         data["remarks"] = run.remarks
         # with worker processes: the worst of them and the coordinator, each one in client_workers
         data["client_loop_lag_p99_ms"] = max([monitor.lag_p99_ms, *(w["lag_p99_ms"] for w in run.clients)])
-        data["client_note"] = monitor.note(data["tpot_ms"]["p50"])
+        readers = [w["lag_p99_ms"] for w in run.clients]  # with workers, they read the streams: their lag is the ITL's
+        data["client_note"] = monitor.note(data["tpot_ms"]["p50"], max(readers) if readers else None)
         data["client_cpu_fraction"] = max([monitor.cpu_fraction, *(w["cpu_fraction"] for w in run.clients)])
         if run.clients:
             data["client_workers"] = [
@@ -476,7 +481,7 @@ async def run_bench(
             rng = np.random.default_rng(cfg.seed)
             bench = Bench(cfg, client, endpoints, model, prompts, recorder, redactor, previous, progress, notice, rng)
             bench.server = server
-            if cfg.workers == 1:
+            if cfg.workers == 1 and cfg.ray_address is None:
                 return await bench.sweep()
             setups = [
                 WorkerSetup(
@@ -484,10 +489,13 @@ async def run_bench(
                 )
                 for i in range(cfg.workers)
             ]
-            bench.pool = WorkerPool(setups)
+            bench.pool = (
+                WorkerPool(setups) if cfg.ray_address is None else RayWorkerPool(setups, address=cfg.ray_address)
+            )
             try:
                 await bench.pool.start()
-                say(f"{cfg.workers} client worker processes started (clocks checked)")
+                where = "processes" if cfg.ray_address is None else f"Ray actors ({cfg.ray_address})"
+                say(f"{cfg.workers} client worker {where} started (clocks checked)")
                 return await bench.sweep()
             finally:
                 await asyncio.shield(bench.pool.close())
@@ -554,10 +562,12 @@ def write_outputs(
     summaries: list[dict[str, Any]],
     redactor: Redactor,
     server: dict[str, Any] | None = None,
+    pool: dict[str, Any] | None = None,
 ) -> None:
-    """summary.json (everything) and summary.csv (valid points, DESIGN.md format, read by `predict`)."""
+    """summary.json (everything) and summary.csv (valid points, DESIGN.md format, read by `predict`); `pool`: the
+    worker pool's description (WorkerPool.client), when bench ran one."""
     url = redactor.text(Endpoints.of(cfg.url).root)
-    processes = {"client_workers": cfg.workers} if cfg.workers > 1 else {}
+    processes = {f"client_{key}": value for key, value in (pool or {}).items()}
     (cfg.out_dir / "summary.json").write_text(
         json.dumps(
             redactor.value({"url": url, "model": model, **(server or {}), **processes, "points": summaries}), indent=2

@@ -24,9 +24,11 @@ from __future__ import annotations
 import asyncio
 import itertools
 import multiprocessing
+import os
 import signal
 import time
-from dataclasses import dataclass, field
+from collections.abc import Callable
+from dataclasses import dataclass, field, replace
 from multiprocessing.connection import Connection
 from typing import Any, Protocol
 
@@ -62,6 +64,7 @@ START_TIMEOUT_S = 120.0  # a worker imports the client and opens its pools (spaw
 CLOCK_TOLERANCE_S = 1e-3  # a worker's reading may fall this far outside the coordinator's send/receive span
 LEAD_S = 0.05  # a point's first send after its plan went out: the plans reach every worker before it
 GRACE_S = 10.0  # how long stopped workers get to record their cancelled requests
+Send = Callable[[tuple[Any, ...]], None]  # a worker's way to the coordinator
 
 
 @dataclass(frozen=True)
@@ -83,35 +86,41 @@ def worker_main(conn: Connection, setup: WorkerSetup) -> None:
     """A worker process: the coordinator ends the run (Ctrl-C included) and records what was in flight."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     REDACTION.set(setup.redactor.text)
-    asyncio.run(_serve(conn, setup))
+
+    async def main() -> None:
+        loop = asyncio.get_running_loop()
+        inbox: asyncio.Queue[tuple[Any, ...]] = asyncio.Queue()
+
+        def readable() -> None:
+            try:
+                inbox.put_nowait(conn.recv())
+            except (EOFError, OSError):  # the coordinator is gone: stop
+                loop.remove_reader(conn.fileno())
+                inbox.put_nowait(("exit",))
+
+        loop.add_reader(conn.fileno(), readable)
+        await serve_plans(inbox, conn.send, setup)
+
+    asyncio.run(main())
 
 
-async def _serve(conn: Connection, setup: WorkerSetup) -> None:
-    loop = asyncio.get_running_loop()
-    inbox: asyncio.Queue[tuple[Any, ...]] = asyncio.Queue()
-
-    def readable() -> None:
-        try:
-            inbox.put_nowait(conn.recv())
-        except (EOFError, OSError):  # the coordinator is gone: stop
-            loop.remove_reader(conn.fileno())
-            inbox.put_nowait(("exit",))
-
-    loop.add_reader(conn.fileno(), readable)
+async def serve_plans(inbox: asyncio.Queue[tuple[Any, ...]], tell: Send, setup: WorkerSetup) -> None:
+    """A worker's life, whatever carries its messages (a pipe, a Ray actor): answer the clock check, run each point's
+    share as it is planned, stop at "exit"."""
     async with open_client(setup.url, setup.timeout_s, setup.t0, setup.headers) as client:
         while True:
             message = await inbox.get()
             if message[0] == "exit":
                 return
             if message[0] == "clock":
-                conn.send(("clock", setup.index, client.now()))
+                tell(("clock", setup.index, client.now()))
             elif message[0] in ("closed", "open"):
-                await _run_share(conn, inbox, client, setup, message)
+                await _run_share(tell, inbox, client, setup, message)
             # anything else ("stop" for a point this worker already finished) is late: ignored
 
 
 async def _run_share(
-    conn: Connection, inbox: asyncio.Queue[tuple[Any, ...]], client: Client, setup: WorkerSetup, plan: tuple[Any, ...]
+    tell: Send, inbox: asyncio.Queue[tuple[Any, ...]], client: Client, setup: WorkerSetup, plan: tuple[Any, ...]
 ) -> None:
     """This worker's share of one point: its streams (closed loop) or its arrivals (open loop), until they end or the
     coordinator says stop; then its self-check, in a "done" message."""
@@ -121,25 +130,24 @@ async def _run_share(
     def on_send(record: RequestRecord) -> None:
         nonlocal count
         count += 1
-        conn.send(("sent", setup.index, record.index, record.start_s, label))
+        tell(("sent", setup.index, record.index, record.start_s, label))
 
     async def send_one(record: RequestRecord) -> RequestRecord:
         record.prefix_group = setup.prompts.group_of(record.point, record.index)
         return await send(client, setup.prompts.payload(record.index, setup.model, record.point), record)
 
-    inflight = Inflight(label, send_one, lambda record: conn.send(("record", setup.index, record)), setup.t0)
+    inflight = Inflight(label, send_one, lambda record: tell(("record", setup.index, record)), setup.t0)
     inflight.on_send = on_send
     monitor = LoopMonitor()
     monitor.start()
     body = asyncio.ensure_future(_streams(inflight, plan, setup) if kind == "closed" else _arrivals(inflight, plan))
-    stop = asyncio.ensure_future(inbox.get())
+    stop = asyncio.ensure_future(_stop_of(inbox, label))
     try:
         await asyncio.wait([body, stop], return_when=asyncio.FIRST_COMPLETED)
     finally:
         reason = WINDOW_CLOSED
         if stop.done():
-            message = stop.result()
-            reason = message[2] if message[0] == "stop" else reason
+            reason = stop.result()
         else:
             stop.cancel()
         body.cancel()
@@ -148,7 +156,19 @@ async def _run_share(
         await monitor.stop()
         stats = {"lag_p99_ms": monitor.lag_p99_ms, "cpu_s": monitor.cpu_end - monitor.cpu_start, "requests": count}
         stats["cpu_fraction"] = monitor.cpu_fraction
-        conn.send(("done", setup.index, stats, label))
+        tell(("done", setup.index, stats, label))
+
+
+async def _stop_of(inbox: asyncio.Queue[tuple[Any, ...]], label: str) -> str:
+    """The reason the coordinator stops point `label`: its "stop"; an "exit" stops it too and is put back for the
+    serve loop; anything else (a late stop of an earlier point) is ignored."""
+    while True:
+        message = await inbox.get()
+        if message[0] == "stop" and message[1] == label:
+            return str(message[2])
+        if message[0] == "exit":
+            inbox.put_nowait(message)
+            return INTERRUPTED
 
 
 async def _streams(inflight: Inflight, plan: tuple[Any, ...], setup: WorkerSetup) -> None:
@@ -203,6 +223,13 @@ class WorkerPool:
             self.conns.append(parent)
             self.alive.append(True)
             loop.add_reader(parent.fileno(), self._readable, setup.index)
+        for _ in range(2):  # the first round's span holds each worker's start-up; the second is the check's own
+            self.clock_span_ms = 0.0
+            await self.check_clocks(CLOCK_TOLERANCE_S, "this host's processes do not share a monotonic clock")
+
+    async def check_clocks(self, tolerance_s: float, why: str) -> None:
+        """Each worker's clock, read through its own message channel, must fall between the coordinator's sending the
+        check and reading the answer (within `tolerance_s`)."""
         t0 = self.setups[0].t0
         for index in range(self.count):
             sent = _now(t0)
@@ -210,10 +237,10 @@ class WorkerPool:
             message = await self.expect(index, "clock", START_TIMEOUT_S)
             received = _now(t0)
             reading = float(message[2])
-            if not sent - CLOCK_TOLERANCE_S <= reading <= received + CLOCK_TOLERANCE_S:
+            if not sent - tolerance_s <= reading <= received + tolerance_s:
                 raise TokenroofError(
                     f"bench worker {index}'s clock read {reading:.6f} s, outside the coordinator's {sent:.6f}–"
-                    f"{received:.6f} s: this host's processes do not share a monotonic clock"
+                    f"{received:.6f} s: {why}"
                 )
             self.clock_span_ms = max(self.clock_span_ms, (received - sent) * 1e3)
 
@@ -244,6 +271,14 @@ class WorkerPool:
             except (BrokenPipeError, OSError):
                 self.alive[index] = False
 
+    def retire(self, index: int) -> None:
+        """Worker `index` no longer answers: killed, and counted gone (the next point refuses to run without it)."""
+        if self.alive[index]:
+            self.alive[index] = False
+            asyncio.get_running_loop().remove_reader(self.conns[index].fileno())
+        if self.processes[index].is_alive():
+            self.processes[index].kill()
+
     async def expect(self, index: int, kind: str, timeout_s: float) -> tuple[Any, ...]:
         """The next message, which must be worker `index`'s `kind` (used only before any point runs)."""
         try:
@@ -270,8 +305,122 @@ class WorkerPool:
             conn.close()
 
     def client(self) -> dict[str, Any]:
-        """What summary.json says of the client: how many processes, and the clock check."""
+        """What summary.json says of the client: how many processes, and the clock check (the widest span between
+        sending a worker the check and reading its answer: how far apart their clocks could be unnoticed)."""
         return {"workers": self.count, "clock_check_span_ms": self.clock_span_ms}
+
+
+class RayWorker:
+    """A bench worker as a Ray actor (asynchronous: one event loop): the coordinator tells it messages and drains
+    what it said; its clock is set from the coordinator's by one exchange (Ray workers may sit on other hosts)."""
+
+    def __init__(self, setup: WorkerSetup) -> None:
+        self.setup = setup
+        self.outbox: list[tuple[Any, ...]] = []
+        self.inbox: asyncio.Queue[tuple[Any, ...]] | None = None
+        self.task: asyncio.Task[None] | None = None
+
+    async def raw_clock(self) -> float:
+        return time.perf_counter()
+
+    async def start(self, t0: float) -> None:
+        """Serve with `t0` as zero: this host's perf_counter at the coordinator's zero."""
+        REDACTION.set(self.setup.redactor.text)
+        self.inbox = asyncio.Queue()
+        setup = replace(self.setup, t0=t0)
+        self.task = asyncio.get_running_loop().create_task(serve_plans(self.inbox, self.outbox.append, setup))
+
+    async def tell(self, message: tuple[Any, ...]) -> None:
+        assert self.inbox is not None
+        self.inbox.put_nowait(message)
+
+    async def drain(self) -> list[tuple[Any, ...]]:
+        said, self.outbox[:] = list(self.outbox), []
+        if self.task is not None and self.task.done() and not said and self.task.exception() is not None:
+            raise RuntimeError(f"bench worker failed: {self.task.exception()!r}")
+        return said
+
+
+POLL_S = 0.01  # how often the coordinator drains its Ray workers' reports
+
+
+@dataclass
+class RayWorkerPool(WorkerPool):
+    """`bench --ray ADDRESS`: the workers as Ray actors spread over a cluster ("local" starts one here). Each one's
+    clock is set by one exchange (its reading at the coordinator's midpoint) and checked like a process's, within
+    half that exchange's round trip."""
+
+    address: str = "local"
+    actors: list[Any] = field(default_factory=list)
+    poller: asyncio.Task[None] | None = None
+
+    async def start(self) -> None:
+        try:
+            import ray
+        except ImportError:
+            raise ParameterError("{} needs Ray: pip install 'tokenroof[ray]'", "ray") from None
+        if not ray.is_initialized():
+            if self.address == "local":
+                ray.init(num_cpus=os.cpu_count(), include_dashboard=False, log_to_driver=False)
+            else:
+                ray.init(address=self.address, log_to_driver=False)
+        actor: Any = ray.remote(RayWorker).options(num_cpus=0, scheduling_strategy="SPREAD")
+        t0 = self.setups[0].t0
+        uncertainty = 0.0
+        for setup in self.setups:
+            handle = actor.remote(setup)
+            sent = _now(t0)
+            raw = float(await handle.raw_clock.remote())
+            received = _now(t0)
+            uncertainty = max(uncertainty, (received - sent) / 2)
+            await handle.start.remote(raw - (sent + received) / 2)
+            self.actors.append(handle)
+            self.alive.append(True)
+        self.poller = asyncio.get_running_loop().create_task(self._poll())
+        for _ in range(2):
+            self.clock_span_ms = 0.0
+            await self.check_clocks(CLOCK_TOLERANCE_S + uncertainty, "its clock drifted from the coordinator's")
+
+    async def _poll(self) -> None:
+        import ray
+
+        while True:
+            for index, handle in enumerate(self.actors):
+                if not self.alive[index]:
+                    continue
+                try:
+                    said = await handle.drain.remote()
+                except (ray.exceptions.RayError, RuntimeError):
+                    self.alive[index] = False
+                    said = [("gone",)]
+                for message in said:
+                    self.inbox.put_nowait((index, message))
+            await asyncio.sleep(POLL_S)
+
+    def tell(self, index: int, message: tuple[Any, ...]) -> None:
+        if self.alive[index]:
+            self.actors[index].tell.remote(message)
+
+    def retire(self, index: int) -> None:
+        import ray
+
+        self.alive[index] = False
+        ray.kill(self.actors[index])
+
+    async def close(self) -> None:
+        import ray
+
+        for index in range(self.count):
+            self.tell(index, ("exit",))
+        await asyncio.sleep(POLL_S)
+        if self.poller is not None:
+            self.poller.cancel()
+            await asyncio.gather(self.poller, return_exceptions=True)
+        for handle in self.actors:
+            ray.kill(handle)
+
+    def client(self) -> dict[str, Any]:
+        return {**super().client(), "ray": self.address}
 
 
 def _now(t0: float) -> float:
@@ -289,6 +438,14 @@ class SplitPoint:
     stats: dict[int, dict[str, Any]] = field(default_factory=dict)  # worker → its "done" report
     sent_indices: list[int] = field(default_factory=list)
     lost: list[int] = field(default_factory=list)  # workers that died mid-point
+    planned: set[int] = field(default_factory=set)  # workers sent a share (one with none has nothing to report)
+    sent_by: dict[int, int] = field(default_factory=dict)  # worker → requests it reported sent
+
+    def plan(self, who: int, message: tuple[Any, ...], share: int) -> None:
+        """Send worker `who` its share of the point (`share` streams or arrivals); a worker with none gets no plan."""
+        if share:
+            self.planned.add(who)
+            self.pool.tell(who, message)
 
     def handle(self, who: int, message: tuple[Any, ...]) -> RequestRecord | None:
         """Record one message; returns the record of a request that ended (None for anything else). A message of
@@ -301,6 +458,7 @@ class SplitPoint:
             _, _, index, start_s, _ = message
             self.outstanding.setdefault(who, {})[index] = start_s
             self.sent_indices.append(index)
+            self.sent_by[who] = self.sent_by.get(who, 0) + 1
             if self.inflight.on_send is not None:
                 self.inflight.on_send(RequestRecord(self.inflight.label, index, start_s))
             return None
@@ -312,11 +470,18 @@ class SplitPoint:
             return record
         if kind == "done":
             self.stats[who] = message[2]
-        elif kind == "gone" and who not in self.stats:
-            self.lost.append(who)
-            self.cut(who, f"cancelled: client worker {who} exited mid-point")
-            self.stats[who] = {"lag_p99_ms": 0.0, "cpu_s": 0.0, "cpu_fraction": 0.0, "requests": 0, "exited": True}
+        elif kind == "gone" and who in self.planned and who not in self.stats:
+            self.lose(who, f"cancelled: client worker {who} exited mid-point")
         return None
+
+    def lose(self, who: int, reason: str) -> None:
+        """Worker `who` is gone or stuck: its requests in flight recorded as cut for `reason`, the worker retired (the
+        next point refuses to run without it), its share of the point marked lost."""
+        self.cut(who, reason)
+        self.pool.retire(who)
+        self.lost.append(who)
+        sent = self.sent_by.get(who, 0)
+        self.stats[who] = {"lag_p99_ms": 0.0, "cpu_s": 0.0, "cpu_fraction": 0.0, "requests": sent, "exited": True}
 
     def cut(self, who: int, reason: str) -> None:
         """Record worker `who`'s requests still in flight as cancelled for `reason` (it cannot report them)."""
@@ -327,8 +492,8 @@ class SplitPoint:
             self.inflight.on_record(record)
 
     def busy(self) -> list[int]:
-        """The workers whose share of the point has not ended."""
-        return [w for w in range(self.pool.count) if w not in self.stats]
+        """The workers sent a share whose share has not ended."""
+        return [w for w in sorted(self.planned) if w not in self.stats]
 
     async def next_message(self) -> tuple[int, tuple[Any, ...]]:
         return await self.pool.inbox.get()
@@ -343,9 +508,7 @@ class SplitPoint:
                     self.handle(*await self.next_message())
         except TimeoutError:
             for w in self.busy():
-                self.cut(w, f"cancelled: client worker {w} did not stop within {GRACE_S:.0f} s ({reason})")
-                self.stats[w] = {"lag_p99_ms": 0.0, "cpu_s": 0.0, "cpu_fraction": 0.0, "requests": 0, "exited": True}
-                self.lost.append(w)
+                self.lose(w, f"cancelled: client worker {w} did not stop within {GRACE_S:.0f} s ({reason})")
 
     def finish(self, run: PointRun) -> None:
         """The workers' self-checks and losses into the point's run."""
@@ -382,15 +545,16 @@ async def closed_split(
             base = inflight.next_index
             for w in range(pool.count):
                 starts = [begin + j * stagger for j in range(w, concurrency, pool.count)]
-                pool.tell(w, ("closed", inflight.label, base, starts))
+                split.plan(w, ("closed", inflight.label, base, starts), len(starts))
             while not progress.stop.is_set() and split.busy():
                 who, message = await split.next_message()
                 ended = split.handle(who, message)
-                if ended is not None:
-                    progress.ended(inflight.now())
+                if ended is not None:  # at its own end (a Ray worker's report arrives a poll later)
+                    progress.ended(ended.end_s if ended.end_s is not None else inflight.now())
     except TimeoutError:
         fired = scope.expired()
         if not fired:
+            await asyncio.shield(_interrupted(split))
             raise
     except BaseException:
         await asyncio.shield(_interrupted(split))
@@ -420,7 +584,7 @@ async def open_split(
     split = SplitPoint(pool, inflight)
     for w in range(pool.count):
         share = [(first + j, base + float(times[j])) for j in range(w, n, pool.count)]
-        pool.tell(w, ("open", inflight.label, share))
+        split.plan(w, ("open", inflight.label, share), len(share))
     fired = False
     try:
         async with asyncio.timeout(max(deadline_s - inflight.now(), 0.0)) as scope:
@@ -429,6 +593,7 @@ async def open_split(
     except TimeoutError:
         fired = scope.expired()
         if not fired:
+            await asyncio.shield(_interrupted(split))
             raise
     except BaseException:
         await asyncio.shield(_interrupted(split))
@@ -441,5 +606,7 @@ async def open_split(
 
 
 async def _interrupted(split: SplitPoint) -> None:
-    """Ctrl-C (the coordinator's task cancelled): every worker told to stop; what they had in flight recorded."""
+    """Ctrl-C (the coordinator's task cancelled): every worker told to stop; what they had in flight recorded, the
+    coordinator's own probe included."""
     await split.stop(INTERRUPTED)
+    await split.inflight.cancel_all(INTERRUPTED)
