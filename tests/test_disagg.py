@@ -379,7 +379,7 @@ def test_plan_prices_a_split_across_two_kinds_of_gpu() -> None:
     from tokenroof.cli import render
 
     args = ["plan", "-m", "llama-3.1-8b", "-H", "a100-sxm-80gb", "--input-len", "4000", "--output-len", "300"]
-    args += ["--rate", "8", "--ttft-slo-ms", "600", "--tpot-slo-ms", "30", "--seeds", "1", "--num-requests", "600"]
+    args += ["--rate", "4", "--ttft-slo-ms", "600", "--tpot-slo-ms", "30", "--seeds", "1", "--num-requests", "300"]
     args += ["--workers", "1", "--disaggregate", "--prefill-hardware", "h100-sxm", "--gpu-cost-per-hour", "1.5"]
     data = run_json([*args, "--prefill-gpu-cost-per-hour", "2.5"])
     validate("plan", data)
