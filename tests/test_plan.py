@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable
 
 import pytest
@@ -222,3 +223,16 @@ def test_plan_judges_the_fleet_behind_the_router_given() -> None:
         assert search["workers"] == 1 and search["ray"] is False
     assert answers["random"]["gpus"] >= answers["round-robin"]["gpus"]
     assert "behind a random router" in rendered(render.plan_result, answers["random"])
+
+
+def test_plan_at_a_terminal_says_how_long_it_searched(monkeypatch: pytest.MonkeyPatch) -> None:
+    """At a terminal plan ends with its search's size and time (the JSON's `search`); on a pipe, where its text is
+    compared run to run (the README's examples), it does not."""
+    from rich.console import Console
+
+    args = ["plan", "-m", "llama-3.1-8b", "-H", "h100-sxm", "--rate", "5", "--seeds", "1", "--num-requests", "300"]
+    args += ["--workers", "1"]
+    assert "searched" not in run_cli(args).output
+    monkeypatch.setattr(Console, "is_terminal", property(lambda self: True))
+    said = run_cli(args).stderr
+    assert re.search(r"searched \d+ candidate fleets in \d+\.\d s", said), said

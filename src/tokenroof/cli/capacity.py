@@ -306,6 +306,12 @@ def plan(
     from tokenroof.report.plots import plot_plan
 
     finish(data, render.plan_result, json_output, plot, lambda path: plot_plan(data, path))
+    if err.is_terminal and not json_output:  # how long the answer took (the JSON's `search`; not on a pipe, where
+        # output is compared run to run)
+        search = data["search"]
+        err.print(
+            f"searched {search['candidates_simulated']} candidate fleets in {search['wall_s']:.1f} s", highlight=False
+        )
     if data["chosen"] is None:  # the candidates are the answer's evidence: printed, then a status a script can test
         from rich.markup import escape
 
