@@ -288,7 +288,7 @@ class Bench:
     notice: Notice | None = None
     rng: np.random.Generator = field(default_factory=lambda: np.random.default_rng(0))
     server: dict[str, Any] = field(default_factory=dict)  # what the server said of itself (probe_server)
-    pool: WorkerPool | None = None  # bench --workers N (N > 1): the client processes that send the requests
+    pool: WorkerPool | None = None  # bench --workers N > 1 or --ray: the client processes that send the requests
 
     def say(self, text: str) -> None:
         if self.notice is not None:
