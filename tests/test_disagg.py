@@ -369,6 +369,32 @@ def test_a_prefill_pool_on_hardware_of_its_own_is_timed_and_billed_as_that_hardw
     assert bill["usd_per_million_input_tokens"] == pytest.approx(want)
     colocated_price = result.bill(dep.physics.step_model(), 1, billing.price, billing.power)
     assert colocated_price["usd_per_million_input_tokens"] == pytest.approx(want * 1.5 / 2.5)
+    # the outputs at the A100's price on the decode pool's two GPUs; the energy each pool's boards at their own power
+    from tokenroof.model.cost import pool_joules
+    from tokenroof.serving.simulate import window_steps
+
+    ends = result.step_starts_s + result.step_durations_s
+    outputs = float(result.step_batches[(ends >= w0) & (ends <= w1)].sum())
+    assert bill["usd_per_million_output_tokens"] == pytest.approx(
+        1.5 * 2 * (w1 - w0) / SECONDS_PER_HOUR / outputs * 1e6
+    )
+    start, duration, batch, _, context, prefill, square, _, _ = result.prefill_steps
+    prefill_pool = window_steps(start, duration, batch, context, prefill, square, w0, w1)
+    decode_pool = window_steps(
+        result.step_starts_s,
+        result.step_durations_s,
+        result.step_batches,
+        result.step_contexts,
+        result.step_prefill,
+        result.step_prefill_sq,
+        w0,
+        w1,
+    )
+    assert billing.prefill.power is not None and billing.power is not None
+    joules = pool_joules(split.prefill_model, prefill_pool, w1 - w0, 1, 1, billing.prefill.power)
+    joules += pool_joules(dep.physics.step_model(), decode_pool, w1 - w0, 2, 1, billing.power)
+    assert bill["power_watts_mean"] == pytest.approx(joules / (w1 - w0))
+    assert billing.prefill.power.tdp_watts == 700 and billing.power.tdp_watts == 400
 
 
 def test_plan_prices_a_split_across_two_kinds_of_gpu() -> None:
@@ -389,6 +415,74 @@ def test_plan_prices_a_split_across_two_kinds_of_gpu() -> None:
     text = rendered(render.plan_result, data)
     assert f"{split['cost_per_hour']:.2f} per hour against colocated's {data['cost_per_hour']:.2f}" in text
     assert "prefill (h100-sxm)" in text
+    cheaper = "disaggregated" if split["cost_per_hour"] < data["cost_per_hour"] else "colocated"
+    assert f"{cheaper} costs" in text
+
+
+def test_plan_keeps_each_choices_split_and_a_choice_whose_prefill_pool_cannot_serve_is_out_alone() -> None:
+    """Several --hardware choices with --prefill-hardware: every choice's split is in its row (pools, GPUs, cost), so
+    an A100 decode pool behind H100 prompt machines is not lost when the cheapest colocated choice is the H100; and a
+    prefill pool that cannot hold the weights (Llama-2-13B on one A10G) rules out that choice's split, not the plan."""
+    from tests.conftest import rendered, run_json
+    from tests.schemas import validate
+    from tokenroof.cli import render
+
+    args = ["plan", "-m", "llama-3.1-8b", "-H", "a100-sxm-80gb,h100-sxm", "--gpu-cost-per-hour", "1.5,2.5"]
+    args += ["--input-len", "4000", "--output-len", "300", "--rate", "4", "--ttft-slo-ms", "600", "--tpot-slo-ms", "30"]
+    args += [
+        "--seeds",
+        "1",
+        "--num-requests",
+        "300",
+        "--workers",
+        "1",
+        "--disaggregate",
+        "--prefill-hardware",
+        "h100-sxm",
+    ]
+    data = run_json(args)
+    validate("plan", data)
+    rows = {c["hardware"]: c["disaggregated"] for c in data["choices"]}
+    a100 = rows["a100-sxm-80gb"]
+    assert a100["feasible"] and a100["prefill_hardware"] == "h100-sxm"
+    assert a100["cost_per_hour"] == pytest.approx(a100["prefill_replicas"] * 2.5 + a100["decode_replicas"] * 1.5)
+    assert rows["h100-sxm"]["prefill_hardware"] is None  # its prefill pool is its own hardware
+    assert "(h100-sxm) + " in rendered(render.plan_result, data)
+
+    small = ["plan", "-m", "llama-2-13b", "-H", "h100-sxm", "--tp-choices", "1,2", "--input-len", "2000"]
+    small += ["--output-len", "100", "--rate", "1", "--seeds", "1", "--num-requests", "200", "--workers", "1"]
+    small += ["--disaggregate", "--prefill-hardware", "a10g"]
+    data = run_json(small)
+    validate("plan", data)
+    rows = {c["tp"]: c["disaggregated"] for c in data["choices"]}
+    assert not rows[1]["feasible"] and rows[2]["feasible"]
+
+
+def test_the_bill_and_the_verdict_say_what_is_known_of_each_pool() -> None:
+    """The bill's line names each pool's price, or that the prefill hardware has none; plan's verdict between GPUs
+    of two kinds is by cost, in the right direction, the same when equal, and refused without both prices."""
+    from tokenroof.cli.render import bill_line, layout_line
+
+    a100 = {"usd_per_hour": 1.5, "source": "given"}
+    cost = {
+        "usd_per_million_output_tokens": 0.37,
+        "usd_per_million_input_tokens": None,
+        "energy_j_per_output_token": None,
+        "power_watts_mean": None,
+        "price": a100,
+        "power": None,
+        "gpus": 3,
+        "pools": {"prefill_gpus": 1, "decode_gpus": 2, "prefill_price": None, "prefill_power": None},
+    }
+    line = bill_line(cost)
+    assert "1.5 a decode GPU-hour (given)" in line and "the prefill hardware has no price" in line
+    colocated = {"feasible": True, "gpus": 10, "cost_per_hour": 15.0, "slo": {"statistic": "p99"}}
+    split = {"feasible": True, "prefill_replicas": 2, "decode_replicas": 2, "gpus": 4, "prefill_hardware": "h100-sxm"}
+    split |= {"ttft_ms": {"p99": 200.0}, "tpot_ms": {"p99": 20.0}}
+    assert "disaggregated costs 47% less" in layout_line(colocated, {**split, "cost_per_hour": 8.0})
+    assert "colocated costs 20% less" in layout_line(colocated, {**split, "cost_per_hour": 18.75})
+    assert "the same as colocated's" in layout_line(colocated, {**split, "cost_per_hour": 15.0})
+    assert "cannot be compared" in layout_line(colocated, {**split, "cost_per_hour": None})
 
 
 @pytest.mark.parametrize(
@@ -398,6 +492,15 @@ def test_plan_prices_a_split_across_two_kinds_of_gpu() -> None:
         (
             ["--prefill-gpu-cost-per-hour", "2"],
             "--prefill-gpu-cost-per-hour prices a prefill pool on --prefill-hardware",
+        ),
+        (
+            ["--prefill-hardware", "a100-sxm-80gb", "--prefill-gpu-cost-per-hour", "2"],
+            "give its price in --gpu-cost-per-hour",
+        ),
+        (["--prefill-hardware", "h100-sxm", "--prefill-gpu-cost-per-hour", "-1"], "must be a positive number, got -1"),
+        (
+            ["--prefill-hardware", "a10g", "--prefill-replicas", "1", "--decode-replicas", "1", "-m", "llama-2-13b"],
+            "the prefill pool (a10g ×1, --prefill-hardware/--prefill-tp)",
         ),
         (
             ["--prefill-hardware", "h999", "--prefill-replicas", "1", "--decode-replicas", "1"],

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import replace
 from pathlib import Path
 from typing import Annotated, Any
@@ -150,8 +150,7 @@ def simulate(
         prefill_tp=prefill_tp,
         prefill_hardware=prefill_hardware,
     )
-    if prefill_gpu_cost_per_hour is not None and prefill_hardware is None:
-        raise TokenroofError("--prefill-gpu-cost-per-hour prices a prefill pool on --prefill-hardware: give it too")
+    prefill_price_flags(prefill_gpu_cost_per_hour, prefill_hardware, [hardware] if hardware else [])
     for flag, given in (("--prefill-tp", prefill_tp), ("--prefill-hardware", prefill_hardware)):
         if given is not None and prefill_replicas is None:
             raise TokenroofError(f"{flag} sizes a disaggregated server's prefill pool: give --prefill-replicas too")
@@ -271,8 +270,7 @@ def plan(
         prefill_hardware=prefill_hardware,
         prefill_gpu_cost_per_hour=prefill_gpu_cost_per_hour,
     )
-    if prefill_gpu_cost_per_hour is not None and prefill_hardware is None:
-        raise TokenroofError("--prefill-gpu-cost-per-hour prices a prefill pool on --prefill-hardware: give it too")
+    prefill_price_flags(prefill_gpu_cost_per_hour, prefill_hardware, chips)
     for flag, given in (("--prefill-tp", prefill_tp), ("--prefill-hardware", prefill_hardware)):
         if given is not None and not disaggregate:
             raise TokenroofError(f"{flag} sizes the prefill pool of a disaggregated answer: give --disaggregate too")
@@ -318,3 +316,19 @@ def plan(
         if json_output:
             err.print(escape(f"infeasible: {data['reason']}"), highlight=False, soft_wrap=True)
         raise typer.Exit(1)
+
+
+def prefill_price_flags(price: float | None, prefill_hardware: str | None, hardware: Sequence[str]) -> None:
+    """--prefill-gpu-cost-per-hour prices a prefill pool on hardware of its own: refused without one, on the decode
+    pool's hardware (whose price --gpu-cost-per-hour gives), or not a positive number."""
+    if price is None:
+        return
+    if prefill_hardware is None:
+        raise TokenroofError("--prefill-gpu-cost-per-hour prices a prefill pool on --prefill-hardware: give it too")
+    if prefill_hardware in hardware:
+        raise TokenroofError(
+            f"--prefill-hardware {prefill_hardware} is a --hardware choice: give its price in --gpu-cost-per-hour, "
+            "not --prefill-gpu-cost-per-hour"
+        )
+    if not 0 < price < float("inf"):
+        raise TokenroofError(f"--prefill-gpu-cost-per-hour must be a positive number, got {price:g}")

@@ -499,14 +499,20 @@ def bill_line(cost: dict[str, Any]) -> str:
     parts = []
     price, power = cost["price"], cost["power"]
     pools = cost.get("pools")
-    if price and pools:
-        own = pools.get("prefill_price")  # a prefill pool on hardware of its own, at its own price
-        at = (
-            f"at {fmt(price['usd_per_hour'])} a decode GPU-hour ({price['source']}) and "
-            f"{fmt(own['usd_per_hour'])} a prefill one ({own['source']})"
-            if own
-            else f"at {fmt(price['usd_per_hour'])} a GPU-hour, {price['source']}"
-        )
+    other = pools is not None and "prefill_price" in pools  # a prefill pool on hardware of its own
+    own_price = pools.get("prefill_price") if pools else None
+    if pools and (price or own_price):
+        if other:
+            decode_at = f"{fmt(price['usd_per_hour'])} a decode GPU-hour ({price['source']})" if price else None
+            prefill_at = (
+                f"{fmt(own_price['usd_per_hour'])} a prefill one ({own_price['source']})"
+                if own_price
+                else "the prefill hardware has no price (--prefill-gpu-cost-per-hour)"
+            )
+            at = "at " + " and ".join(x for x in (decode_at or "no decode price (--gpu-cost-per-hour)", prefill_at))
+        else:
+            assert price is not None
+            at = f"at {fmt(price['usd_per_hour'])} a GPU-hour, {price['source']}"
         parts.append(
             f"{money(cost['usd_per_million_output_tokens'])} US$ per million output tokens (the decode pool's "
             f"{pools['decode_gpus']} GPUs), {money(cost['usd_per_million_input_tokens'])} per million prompt tokens "
@@ -518,10 +524,16 @@ def bill_line(cost: dict[str, Any]) -> str:
             f"{money(cost['usd_per_million_input_tokens'])} per million prompt tokens ({cost['gpus']} GPUs at "
             f"{fmt(price['usd_per_hour'])} an hour, {price['source']})"
         )
-    if power:
+    if power and other and pools is not None and pools.get("prefill_power") is None:
+        parts.append("energy unknown: the prefill hardware has no TDP (tdp_watts in its file)")
+    elif power:
         boards = f" across {cost['gpus']} boards" if cost["gpus"] > 1 else ""
-        other = (pools or {}).get("prefill_power")
-        source = power["source"] if not other else f"decode boards {power['source']}; prefill boards {other['source']}"
+        own_power = (pools or {}).get("prefill_power")
+        source = (
+            power["source"]
+            if not own_power
+            else f"decode boards {power['source']}; prefill boards {own_power['source']}"
+        )
         parts.append(
             f"{fmt(cost['energy_j_per_output_token'])} J per output token at {fmt(cost['power_watts_mean'])} W"
             f"{boards} (power {source})"
@@ -577,6 +589,17 @@ def gpus(n: int) -> str:
     return f"{n} GPU" if n == 1 else f"{n} GPUs"
 
 
+def split_cell(split: dict[str, Any] | None) -> str:
+    """A choice's split in the choices table: 'P (hardware) + D, N GPUs, $/hour', or why there is none."""
+    if not split:
+        return "—"
+    if not split["feasible"] or split["gpus"] is None:
+        return "none meets"
+    own = f" ({split['prefill_hardware']})" if split.get("prefill_hardware") else ""
+    cost = f", {fmt(split['cost_per_hour'])}/h" if split.get("cost_per_hour") is not None else ""
+    return f"{split['prefill_replicas']}{own} + {split['decode_replicas']}, {split['gpus']} GPUs{cost}"
+
+
 def prefill_tp_text(split: dict[str, Any]) -> str:
     """' (TP n)', ' (hardware)' or ' (hardware, TP n)' where the prefill pool has its own, else nothing."""
     own = [*([split["prefill_hardware"]] if split.get("prefill_hardware") else [])]
@@ -602,12 +625,17 @@ def layout_line(colocated: dict[str, Any], split: dict[str, Any]) -> str:
         f"{'disaggregated' if ours < theirs else 'colocated'} wins by {abs(theirs - ours)}"
     )
     ours_usd, theirs_usd = split.get("cost_per_hour"), colocated.get("cost_per_hour")
-    if split.get("prefill_hardware") and ours_usd is not None and theirs_usd is not None:  # GPUs of two kinds: cost
-        cheaper = "disaggregated" if ours_usd < theirs_usd else "colocated"
-        verdict = (
-            f"{ours_usd:.2f} per hour against colocated's {theirs_usd:.2f} ({gpus(theirs)}): {cheaper} costs "
-            f"{abs(theirs_usd - ours_usd) / max(ours_usd, theirs_usd):.0%} less"
-        )
+    if split.get("prefill_hardware"):  # GPUs of two kinds are not equals: compare by cost, or say it cannot
+        if ours_usd is None or theirs_usd is None:
+            verdict = f"colocated: {gpus(theirs)}; GPUs of two kinds without both prices cannot be compared"
+        elif ours_usd == theirs_usd:
+            verdict = f"{ours_usd:.2f} per hour, the same as colocated's ({gpus(theirs)})"
+        else:
+            cheaper = "disaggregated" if ours_usd < theirs_usd else "colocated"
+            verdict = (
+                f"{ours_usd:.2f} per hour against colocated's {theirs_usd:.2f} ({gpus(theirs)}): {cheaper} costs "
+                f"{abs(theirs_usd - ours_usd) / max(ours_usd, theirs_usd):.0%} less"
+            )
     stat = colocated["slo"]["statistic"]
     met = f"{stat} TTFT {fmt(split['ttft_ms'][stat])} ms, {stat} TPOT {fmt(split['tpot_ms'][stat])} ms"
     return f"{pools} ({verdict}); {met}"
@@ -623,7 +651,17 @@ def plan_result(console: Console, data: dict[str, Any]) -> None:
         title = f"{', '.join(weighed[:-1])} and {weighed[-1]} choices"
         choices = Table(title=title, title_justify="left")
         extra = [*(["speculation"] if speculating else []), *(["prefix cache"] if caching else [])]
-        for col in ("hardware", "tp", *extra, "meets", "GPUs", "cost/hour", "why"):
+        splits = any(c.get("disaggregated") for c in data["choices"])
+        for col in (
+            "hardware",
+            "tp",
+            *extra,
+            "meets",
+            "GPUs",
+            "cost/hour",
+            *(["disaggregated"] if splits else []),
+            "why",
+        ):
             choices.add_column(col)
         for c in data["choices"]:
             cost = fmt(c["cost_per_hour"]) if c.get("cost_per_hour") is not None else "—"
@@ -635,6 +673,7 @@ def plan_result(console: Console, data: dict[str, Any]) -> None:
                 "yes" if c["feasible"] else "no",
                 str(c.get("gpus") or "—"),
                 cost,
+                *([split_cell(c.get("disaggregated"))] if splits else []),
                 c["reason"],
             )
         console.print(choices)

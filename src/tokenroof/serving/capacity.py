@@ -148,11 +148,30 @@ def simulate_rates(
             f"the trace's prompts start with one of {offered.prefix.groups} shared prefixes of {offered.prefix.tokens} "
             f"tokens (bench's prefix_group); {caching}"
         )
-    summary, result = run_one(dep.max_num_seqs, server, sm, offered, traffic, billing, dep.disaggregation())
+    split = dep.disaggregation()
+    summary, result = run_one(dep.max_num_seqs, server, sm, offered, traffic, billing, split)
+    if split is not None:
+        notes += prefill_room_notes(dep, result)
     summary.update({"step_model": sm.to_dict(), "warnings": [*notes, *summary["warnings"]]})
     if out is not None:
         result.write(out, summary)
     return Simulated(summary, False, [], result, dep)
+
+
+def prefill_room_notes(dep: Deployment, result: SimResult) -> list[str]:
+    """A prefill replica holds a prompt's KV cache until it has crossed the link: a prompt longer than that pool's
+    KV cache cannot be prefilled there (the simulated prefill pool does not run out of KV; say so where it would)."""
+    room = dep.prefill_kv_tokens()
+    if room is None:
+        return []
+    longest = max((s.prompt_tokens for s in result.sequences), default=0)
+    if longest <= room:
+        return []
+    over = sum(s.prompt_tokens > room for s in result.sequences)
+    return [
+        f"a prefill replica holds {room:,} KV tokens, and {over} of the run's prompts are longer (up to {longest:,}): "
+        "a real one could not prefill them (simulated as if it could); a larger or more parallel prefill pool can"
+    ]
 
 
 def speculation_notes(dep: Deployment) -> list[str]:
@@ -390,7 +409,20 @@ def disaggregated_entry(
         decode_replicas=1,
         kv_transfer_gb_s=choices.kv_transfer_gb_s,
     )
-    layout = split.disaggregation()  # the search starts from each pool's bound: 1 + 1 only names the link
+    try:
+        layout = split.disaggregation()  # the search starts from each pool's bound: 1 + 1 only names the link
+    except TokenroofError as exc:  # this choice's prefill pool cannot serve (its hardware or TP): it alone is out
+        prefill = split.prefill_physics()
+        return {
+            "feasible": False,
+            "gpus": None,
+            "splits": [],
+            "kv_transfer": {},
+            "reason": f"disaggregated: {exc.as_flags()}",
+            "prefill_tp": option.prefill_tp,
+            "prefill_hardware": None if prefill is None else option.prefill_hardware,
+            "cost_per_hour": None,
+        }
     assert layout is not None
     answer = plan_disaggregated(
         models, offered, slo, tuple(range(search.seeds)), server, layout, search.max_replicas, option.max_num_seqs
@@ -430,7 +462,20 @@ def cheapest(results: list[dict[str, Any]], notes: list[str], priced: bool) -> d
                 **{k: r.get(k) for k in keys},
                 "speculation": r["speculation"] and r["speculation"]["method"],
                 "prefix_caching": r["prefix_caching"],
+                **({} if r.get("disaggregated") is None else {"disaggregated": split_row(r["disaggregated"])}),
             }
             for r in results
         ]
     return data
+
+
+def split_row(split: dict[str, Any]) -> dict[str, Any]:
+    """A choice's disaggregated split as the choices table shows it: its pools, GPUs and cost per hour."""
+    return {
+        "feasible": split["feasible"],
+        "prefill_replicas": split.get("prefill_replicas"),
+        "decode_replicas": split.get("decode_replicas"),
+        "prefill_hardware": split.get("prefill_hardware"),
+        "gpus": split["gpus"],
+        "cost_per_hour": split.get("cost_per_hour"),
+    }

@@ -105,7 +105,7 @@ class Deployment:
         the hardware's power model (cost.py)."""
         from tokenroof.model.cost import Billing
 
-        prefill = self.prefill_physics() if self.prefill_hardware is not None else None
+        prefill = self.prefill_physics() if self.prefill_hardware is not None and self.physics.known else None
         pool = None
         if prefill is not None:
             pool = Billing(prefill.tp, prefill.price(self.prefill_gpu_cost_per_hour), prefill.power())
@@ -198,7 +198,20 @@ class Deployment:
                     "fit",
                     "step_model",
                 )
-            prefill.require_servable()
+            why = prefill.unservable()
+            if why is not None:  # the prefill pool's own hardware or TP: say so, and name its flags
+                raise ParameterError(
+                    f"the prefill pool ({prefill.hardware} ×{prefill.tp}, {{}}/{{}}): {why}",
+                    "prefill_hardware",
+                    "prefill_tp",
+                )
+            proposer = self.speculative is not None and self.speculative.method != "ngram"
+            if self.prefill_hardware is not None and proposer:
+                raise ParameterError(
+                    "a proposer with weights prefills beside the target on the prefill pool, which is not modelled on "
+                    "hardware of its own: drop {} or use n-gram speculation",
+                    "prefill_hardware",
+                )
             prefill_model = prefill.step_model()
         return Disaggregation(
             self.prefill_replicas,
@@ -209,6 +222,12 @@ class Deployment:
             self.prefill_tp,
             prefill.hardware if prefill is not None and self.prefill_hardware is not None else None,
         )
+
+    def prefill_kv_tokens(self) -> int | None:
+        """The KV tokens a prefill replica holds (its own hardware and TP, else the decode pool's): the longest prompt
+        it can prefill (None: unknown)."""
+        prefill = self.prefill_physics() or self.physics
+        return prefill.kv_pool_tokens() if prefill.known else None
 
     def prefill_physics(self) -> Physics | None:
         """A disaggregated prefill pool of its own TP or hardware (None: the decode pool's physics serve both)."""
