@@ -74,48 +74,53 @@ def test_two_workers_send_one_schedule_and_every_request_is_recorded_once(tmp_pa
     assert np.mean(spread < 0.02) >= 0.9, spread  # arrivals dealt to the wrong times would be ~33 ms apart
 
 
-def test_a_worker_that_dies_mid_point_is_accounted_for_and_the_sweep_stops(tmp_path: Path) -> None:
-    """Worker 1 killed while its requests stall: they are recorded as cut by its exit, the point is invalid and says
-    why, nothing sent goes unrecorded, and the next point refuses to run with half its client gone."""
-    server = FakeServer(probe_then_stall)
-    killed: list[int] = []
+def signal_worker_one(
+    server: FakeServer, tmp_path: Path, sig: signal.Signals, after_requests: int, **overrides: Any
+) -> tuple[str, dict[str, Any], list[dict[str, Any]]]:
+    """A sweep of two points from two workers, worker 1 sent `sig` once the server has seen `after_requests`: what
+    the run raised (as the command line shows it), the first point's summary, and every request record; each sent
+    request is recorded exactly once, whatever happened."""
+    signalled: list[int] = []
 
-    def killer() -> None:
+    def signaller() -> None:
         deadline = time.monotonic() + 30
-        while server.requests < 3 and time.monotonic() < deadline:
-            time.sleep(0.02)
-        workers = sorted(multiprocessing.active_children(), key=lambda p: p.name)
-        victim = next(p for p in workers if p.name == "bench-1")
+        while server.requests < after_requests and time.monotonic() < deadline:
+            time.sleep(0.01)
+        victim = next(p for p in multiprocessing.active_children() if p.name == "bench-1")
         assert victim.pid is not None
-        os.kill(victim.pid, signal.SIGKILL)
-        killed.append(victim.pid)
+        os.kill(victim.pid, sig)
+        signalled.append(victim.pid)
 
     async def main() -> list[dict[str, Any]]:
         runner, url = await serve(server)
         try:
-            cfg = config(url, tmp_path, concurrencies=[4, 5], workers=2, max_duration_s=3.0, timeout_s=30.0)
-            return await run_bench(cfg)
+            return await run_bench(config(url, tmp_path, concurrencies=[4, 5], workers=2, **overrides))
         finally:
             await runner.cleanup()
 
-    thread = threading.Thread(target=killer, daemon=True)
+    thread = threading.Thread(target=signaller, daemon=True)
     thread.start()
     with pytest.raises(TokenroofError) as raised:
         asyncio.run(main())
-    assert (
-        raised.value.as_flags()
-        == "bench client worker(s) 1 exited: the sweep stops here (--resume continues with fresh workers)"
-    )
     thread.join(5)
-    assert killed
+    assert signalled
     (point,) = json.loads((tmp_path / "summary.json").read_text())["points"]
-    assert point["point"] == "concurrency=4" and "client worker(s) 1 stopped answering mid-point" in point["invalid"]
-    assert [w["exited"] for w in point["client_workers"]] == [False, True]
     records = lines(tmp_path)
-    cut = [r for r in records if "client worker 1 exited mid-point" in (r["error"] or "")]
-    assert cut and all(r["error_type"] == "cancelled" for r in cut)
     sent = [(s["point"], s["index"]) for _, s in read_jsonl(tmp_path / "requests.jsonl") if s.get("type") == "sent"]
     assert sorted(sent) == sorted((r["point"], r["index"]) for r in records)  # each one once
+    return raised.value.as_flags(), point, records
+
+
+def test_a_worker_that_dies_mid_point_is_accounted_for_and_the_sweep_stops(tmp_path: Path) -> None:
+    """Worker 1 killed while its requests stall: they are recorded as cut by its exit, the point is invalid and says
+    why, nothing sent goes unrecorded, and the next point refuses to run with half its client gone."""
+    server = FakeServer(probe_then_stall)
+    said, point, records = signal_worker_one(server, tmp_path, signal.SIGKILL, 3, max_duration_s=3.0, timeout_s=30.0)
+    assert said == "bench client worker(s) 1 exited: the sweep stops here (--resume continues with fresh workers)"
+    assert point["point"] == "concurrency=4" and "client worker(s) 1 stopped answering mid-point" in point["invalid"]
+    assert [w["exited"] for w in point["client_workers"]] == [False, True]
+    cut = [r for r in records if "client worker 1 exited mid-point" in (r["error"] or "")]
+    assert cut and all(r["error_type"] == "cancelled" for r in cut)
 
 
 def test_workers_must_be_at_least_one(tmp_path: Path) -> None:
@@ -239,33 +244,7 @@ def test_a_worker_that_stops_answering_is_retired_and_the_sweep_stops(tmp_path: 
     from tests.test_bench_faults import good
 
     server = FakeServer(good)
-    paused: list[int] = []
-
-    def pauser() -> None:
-        deadline = time.monotonic() + 30
-        while server.requests < 4 and time.monotonic() < deadline:
-            time.sleep(0.01)
-        victim = next(p for p in multiprocessing.active_children() if p.name == "bench-1")
-        assert victim.pid is not None
-        os.kill(victim.pid, signal.SIGSTOP)
-        paused.append(victim.pid)
-
-    async def main() -> list[dict[str, Any]]:
-        runner, url = await serve(server)
-        try:
-            cfg = config(url, tmp_path, concurrencies=[4, 5], workers=2, requests_per_point=40, warmup=2)
-            return await run_bench(cfg)
-        finally:
-            await runner.cleanup()
-
-    thread = threading.Thread(target=pauser, daemon=True)
-    thread.start()
-    with pytest.raises(TokenroofError) as raised:
-        asyncio.run(main())
-    thread.join(5)
-    assert paused and "client worker(s) 1 exited: the sweep stops here" in raised.value.as_flags()
-    (point,) = json.loads((tmp_path / "summary.json").read_text())["points"]
+    said, point, _ = signal_worker_one(server, tmp_path, signal.SIGSTOP, 4, requests_per_point=40, warmup=2)
+    assert "client worker(s) 1 exited: the sweep stops here" in said
     assert "client worker(s) 1 stopped answering mid-point" in point["invalid"]
     assert [w["exited"] for w in point["client_workers"]] == [False, True]
-    sent = [(s["point"], s["index"]) for _, s in read_jsonl(tmp_path / "requests.jsonl") if s.get("type") == "sent"]
-    assert sorted(sent) == sorted((r["point"], r["index"]) for r in lines(tmp_path))

@@ -27,7 +27,7 @@ import multiprocessing
 import os
 import signal
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Coroutine
 from dataclasses import dataclass, field, replace
 from multiprocessing.connection import Connection
 from typing import Any, Protocol
@@ -534,31 +534,24 @@ async def closed_split(
     started = inflight.now()
     progress = Progress(warmup, measure)
     split = SplitPoint(pool, inflight)
-    fired = False
-    try:
-        async with asyncio.timeout(max(deadline_s - inflight.now(), 0.0)) as scope:
-            probe = inflight.start(probe_index)
-            await asyncio.wait([probe])
-            record = probe.result()
-            stagger = ((record.end_s or record.start_s) - record.start_s) / concurrency
-            begin = inflight.now() + LEAD_S
-            base = inflight.next_index
-            for w in range(pool.count):
-                starts = [begin + j * stagger for j in range(w, concurrency, pool.count)]
-                split.plan(w, ("closed", inflight.label, base, starts), len(starts))
-            while not progress.stop.is_set() and split.busy():
-                who, message = await split.next_message()
-                ended = split.handle(who, message)
-                if ended is not None:  # at its own end (a Ray worker's report arrives a poll later)
-                    progress.ended(ended.end_s if ended.end_s is not None else inflight.now())
-    except TimeoutError:
-        fired = scope.expired()
-        if not fired:
-            await asyncio.shield(_interrupted(split))
-            raise
-    except BaseException:
-        await asyncio.shield(_interrupted(split))
-        raise
+
+    async def body() -> None:
+        probe = inflight.start(probe_index)
+        await asyncio.wait([probe])
+        record = probe.result()
+        stagger = ((record.end_s or record.start_s) - record.start_s) / concurrency
+        begin = inflight.now() + LEAD_S
+        base = inflight.next_index
+        for w in range(pool.count):
+            starts = [begin + j * stagger for j in range(w, concurrency, pool.count)]
+            split.plan(w, ("closed", inflight.label, base, starts), len(starts))
+        while not progress.stop.is_set() and split.busy():
+            who, message = await split.next_message()
+            ended = split.handle(who, message)
+            if ended is not None:  # at its own end (a Ray worker's report arrives a poll later)
+                progress.ended(ended.end_s if ended.end_s is not None else inflight.now())
+
+    fired = await _watched(split, body(), deadline_s)
     await split.stop("point reached --max-duration" if fired else WINDOW_CLOSED)
     await inflight.cancel_all("point reached --max-duration" if fired else WINDOW_CLOSED)  # the probe, if running
     run = closed_window(inflight.run, progress, started, fired, deadline_s, inflight.now(), warmup)
@@ -585,24 +578,34 @@ async def open_split(
     for w in range(pool.count):
         share = [(first + j, base + float(times[j])) for j in range(w, n, pool.count)]
         split.plan(w, ("open", inflight.label, share), len(share))
-    fired = False
-    try:
-        async with asyncio.timeout(max(deadline_s - inflight.now(), 0.0)) as scope:
-            while split.busy():
-                split.handle(*await split.next_message())
-    except TimeoutError:
-        fired = scope.expired()
-        if not fired:
-            await asyncio.shield(_interrupted(split))
-            raise
-    except BaseException:
-        await asyncio.shield(_interrupted(split))
-        raise
+
+    async def body() -> None:
+        while split.busy():
+            split.handle(*await split.next_message())
+
+    fired = await _watched(split, body(), deadline_s)
     await split.stop("point reached --max-duration")
     sent = sorted(base + float(times[i - first]) for i in split.sent_indices)
     run = open_window(inflight.run, sent, fired, n)
     split.finish(run)
     return run
+
+
+async def _watched(split: SplitPoint, body: Coroutine[Any, Any, None], deadline_s: float) -> bool:
+    """Run a point's `body` until it returns or its watchdog fires at `deadline_s` (True); anything else that ends
+    it (Ctrl-C, an error) first stops every worker and records what was in flight."""
+    try:
+        async with asyncio.timeout(max(deadline_s - split.inflight.now(), 0.0)) as scope:
+            await body
+    except TimeoutError:
+        if not scope.expired():
+            await asyncio.shield(_interrupted(split))
+            raise
+        return True
+    except BaseException:
+        await asyncio.shield(_interrupted(split))
+        raise
+    return False
 
 
 async def _interrupted(split: SplitPoint) -> None:
