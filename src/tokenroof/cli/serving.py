@@ -147,9 +147,7 @@ def emulate(
     )
     fleet = f" × {replicas} replicas behind {router}" if replicas > 1 else ""
     if split is not None:  # the pools, and a prefill pool's own step model where it has one
-        own = [*([split.prefill_hardware] if split.prefill_hardware else [])]
-        own += [f"TP {split.prefill_tp}"] if split.prefill_tp else []
-        pool = f" ({', '.join(own)})" if own else ""
+        pool = render.prefill_tp_text(split.to_dict())
         fleet = f", disaggregated: {split.prefill_replicas} prefill{pool} + {split.decode_replicas} decode replicas"
         fleet += f", the prefill pool's steps {split.prefill_model}" if split.prefill_model is not None else ""
     err.print(f"emulating {sm} with max_num_seqs={max_num_seqs}{fleet} on http://{host}:{port}", highlight=False)

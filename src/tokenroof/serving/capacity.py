@@ -418,7 +418,7 @@ def disaggregated_entry(
             "gpus": None,
             "splits": [],
             "kv_transfer": {},
-            "reason": f"disaggregated: {exc.as_flags()}",
+            "reason": exc.as_flags(),
             "prefill_tp": option.prefill_tp,
             "prefill_hardware": None if prefill is None else option.prefill_hardware,
             "cost_per_hour": None,
