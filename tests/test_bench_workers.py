@@ -248,3 +248,35 @@ def test_a_worker_that_stops_answering_is_retired_and_the_sweep_stops(tmp_path: 
     assert "client worker(s) 1 exited: the sweep stops here" in said
     assert "client worker(s) 1 stopped answering mid-point" in point["invalid"]
     assert [w["exited"] for w in point["client_workers"]] == [False, True]
+
+
+def test_bench_on_ray_without_ray_is_a_clear_error_and_sends_nothing(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """--ray where Ray is not installed: one line naming the extra (the command line shows --ray), before anything
+    is sent or written."""
+    import builtins
+
+    from tests.test_bench_faults import good
+
+    real_import = builtins.__import__
+
+    def no_ray(name: str, *args: object, **kwargs: object) -> object:
+        if name == "ray":
+            raise ImportError("no ray")
+        return real_import(name, *args, **kwargs)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(builtins, "__import__", no_ray)
+    server = FakeServer(good)
+
+    async def main() -> None:
+        runner, url = await serve(server)
+        try:
+            await run_bench(config(url, tmp_path, ray_address="local"))
+        finally:
+            await runner.cleanup()
+
+    with pytest.raises(TokenroofError) as raised:
+        asyncio.run(main())
+    assert raised.value.as_flags() == "--ray needs Ray: pip install 'tokenroof[ray]'"
+    assert server.requests == server.calibrations == 0 and not (tmp_path / "requests.jsonl").exists()

@@ -28,7 +28,14 @@ from tokenroof.measure.http.redact import Redactor
 from tokenroof.measure.http.scrape import BatchScraper
 from tokenroof.measure.http.selfcheck import LoopMonitor, client_bound
 from tokenroof.measure.http.summary import PointSummary, describe_failures, summarise
-from tokenroof.measure.http.workers import RayWorkerPool, WorkerPool, WorkerSetup, closed_split, open_split
+from tokenroof.measure.http.workers import (
+    RayWorkerPool,
+    WorkerPool,
+    WorkerSetup,
+    closed_split,
+    open_split,
+    require_ray,
+)
 from tokenroof.model.stepmodel import mean_context_tokens
 
 # synthetic prompts: random common English words (one token each in most tokenizers; exactly one on the emulator)
@@ -444,6 +451,8 @@ async def run_bench(
     recorded as cancelled before the cancellation goes on.
     """
     check_config(cfg)
+    if cfg.ray_address is not None:
+        require_ray()
     endpoints = Endpoints.of(cfg.url)
     key = api_key(cfg)
     redactor = Redactor.of(cfg.url, key)

@@ -355,10 +355,9 @@ class RayWorkerPool(WorkerPool):
     poller: asyncio.Task[None] | None = None
 
     async def start(self) -> None:
-        try:
-            import ray
-        except ImportError:
-            raise ParameterError("{} needs Ray: pip install 'tokenroof[ray]'", "ray") from None
+        require_ray()
+        import ray
+
         if not ray.is_initialized():
             if self.address == "local":
                 ray.init(num_cpus=os.cpu_count(), include_dashboard=False, log_to_driver=False)
@@ -408,6 +407,8 @@ class RayWorkerPool(WorkerPool):
         ray.kill(self.actors[index])
 
     async def close(self) -> None:
+        if not self.actors:  # never started (Ray missing, or the cluster refused): nothing to stop
+            return
         import ray
 
         for index in range(self.count):
@@ -421,6 +422,14 @@ class RayWorkerPool(WorkerPool):
 
     def client(self) -> dict[str, Any]:
         return {**super().client(), "ray": self.address}
+
+
+def require_ray() -> None:
+    """--ray needs the optional extra: say so before anything is sent."""
+    try:
+        import ray  # noqa: F401
+    except ImportError:
+        raise ParameterError("{} needs Ray: pip install 'tokenroof[ray]'", "ray") from None
 
 
 def _now(t0: float) -> float:
