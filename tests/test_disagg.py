@@ -449,8 +449,8 @@ def test_plan_keeps_each_choices_split_and_a_choice_whose_prefill_pool_cannot_se
     assert rows["h100-sxm"]["prefill_hardware"] is None  # its prefill pool is its own hardware
     assert "(h100-sxm) + " in rendered(render.plan_result, data)
 
-    small = ["plan", "-m", "llama-2-13b", "-H", "h100-sxm", "--tp-choices", "1,2", "--input-len", "2000"]
-    small += ["--output-len", "100", "--rate", "1", "--seeds", "1", "--num-requests", "200", "--workers", "1"]
+    small = ["plan", "-m", "llama-2-13b", "-H", "h100-sxm", "--tp-choices", "1,2", "--input-len", "500"]
+    small += ["--output-len", "50", "--rate", "1", "--seeds", "1", "--num-requests", "100", "--workers", "1"]
     small += ["--disaggregate", "--prefill-hardware", "a10g"]
     data = run_json(small)
     validate("plan", data)
