@@ -193,3 +193,44 @@ def test_a_fleet_behind_one_port_is_what_simulate_says_of_the_same_fleet(tmp_pat
         Emulator(sm, replicas=2, router="hash")
     with pytest.raises(TokenroofError, match="replicas must be at least 1"):
         Emulator(sm, replicas=0)
+
+
+def test_a_fleet_exports_each_replicas_gauges_beside_vllms_sums() -> None:
+    """emulate --replicas 3 behind round-robin with three slow requests in flight: each replica runs one
+    (tokenroof:replica_requests_running, by replica), and vLLM's gauge is their sum, so a scraper that adds up a vLLM
+    name's series reads the fleet either way."""
+
+    async def main() -> dict[str, float]:
+        slow = StepModel(t_fixed_s=0.2, t_weights_s=0.0, t_compute_s=0.0, t_kv_token_s=0.0)
+        runner, url = await start(Emulator(slow, replicas=3, router="round-robin"))
+        try:
+            async with aiohttp.ClientSession() as session:
+                body = {"model": "tokenroof-emulator", "prompt": "a", "max_tokens": 20, "stream": True}
+
+                async def one() -> None:
+                    async with session.post(url + "/v1/completions", json=body) as response:
+                        await response.read()
+
+                requests = [asyncio.create_task(one()) for _ in range(3)]
+                await asyncio.sleep(0.6)  # past every admission, well before the 20 steps end
+                async with session.get(url + "/metrics") as response:
+                    text = await response.text()
+                for task in requests:
+                    task.cancel()
+                await asyncio.gather(*requests, return_exceptions=True)
+        finally:
+            await runner.cleanup()
+        return {
+            line.rsplit(" ", 1)[0]: float(line.rsplit(" ", 1)[1])
+            for line in text.splitlines()
+            if line and not line.startswith("#")
+        }
+
+    values = asyncio.run(main())
+
+    def replica(name: str, k: int) -> float:
+        return values[f'tokenroof:replica_requests_{name}{{model_name="tokenroof-emulator",replica="{k}"}}']
+
+    assert [replica("running", k) for k in range(3)] == [1.0, 1.0, 1.0]
+    assert [replica("waiting", k) for k in range(3)] == [0.0, 0.0, 0.0]
+    assert values['vllm:num_requests_running{model_name="tokenroof-emulator"}'] == 3

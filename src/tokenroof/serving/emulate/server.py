@@ -366,6 +366,15 @@ class Emulator:
                 ("vllm:spec_decode_num_accepted_tokens_total", "counter", "Accepted tokens", counts.accepted_tokens),
             ]
         text = "".join(f"# HELP {n} {h}\n# TYPE {n} {t}\n{n}{label} {v}\n" for n, t, h, v in lines)
+        if len(scheds) > 1:  # a fleet: each replica's batch and queue under names of their own (vLLM's are the sums,
+            # so a scraper that adds up every series of a vLLM name still reads the fleet's)
+            for name, what, of in (
+                ("tokenroof:replica_requests_running", "Sequences in a replica's running batch", "running"),
+                ("tokenroof:replica_requests_waiting", "Requests queued at a replica", "waiting"),
+            ):
+                text += f"# HELP {name} {what}\n# TYPE {name} gauge\n"
+                for k, sched in enumerate(scheds):
+                    text += f'{name}{{model_name="{self.model_name}",replica="{k}"}} {len(getattr(sched, of))}\n'
         if counts is not None:
             name = "vllm:spec_decode_num_accepted_tokens_per_pos_total"
             text += f"# HELP {name} Accepted tokens by drafted position\n# TYPE {name} counter\n"
