@@ -25,7 +25,9 @@ import asyncio
 import itertools
 import multiprocessing
 import os
+import queue
 import signal
+import threading
 import time
 from collections.abc import Callable, Coroutine
 from dataclasses import dataclass, field, replace
@@ -99,9 +101,26 @@ def worker_main(conn: Connection, setup: WorkerSetup) -> None:
                 inbox.put_nowait(("exit",))
 
         loop.add_reader(conn.fileno(), readable)
-        await serve_plans(inbox, conn.send, setup)
+        await serve_plans(inbox, outbox.put_nowait, setup)
 
-    asyncio.run(main())
+    # reports leave through a thread of their own: a coordinator that falls behind fills the pipe and blocks that
+    # thread, never the event loop timing the streams
+    outbox: queue.SimpleQueue[tuple[Any, ...] | None] = queue.SimpleQueue()
+
+    def writer() -> None:
+        while (message := outbox.get()) is not None:
+            try:
+                conn.send(message)
+            except (BrokenPipeError, OSError):  # the coordinator is gone: nothing to report to
+                return
+
+    thread = threading.Thread(target=writer, name="bench-reports", daemon=True)
+    thread.start()
+    try:
+        asyncio.run(main())
+    finally:
+        outbox.put(None)  # every report written before the process ends
+        thread.join()
 
 
 async def serve_plans(inbox: asyncio.Queue[tuple[Any, ...]], tell: Send, setup: WorkerSetup) -> None:
