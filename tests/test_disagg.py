@@ -514,3 +514,28 @@ def test_prefill_hardware_is_refused_where_it_means_nothing(args: list[str], mes
     base = ["simulate", "-m", "llama-3.1-8b", "-H", "a100-sxm-80gb", "--rate", "1", "--input-len", "100"]
     result = run_cli([*base, "--output-len", "10", "--num-requests", "20", *args])
     assert result.exit_code != 0 and message in " ".join(result.output.split()), result.output
+
+
+def test_plan_weighs_several_prefill_hardware_and_keeps_the_cheapest_split() -> None:
+    """plan --prefill-hardware a100-sxm-80gb,h100-sxm (Splitwise's question, asked of every choice): each choice's
+    split is tried with each prefill hardware, every outcome is in `prefill_choices`, and the split kept is the
+    cheapest that meets the targets (both priced by --gpu-cost-per-hour beside --hardware)."""
+    from tests.conftest import rendered, run_json
+    from tests.schemas import validate
+    from tokenroof.cli import render
+
+    args = ["plan", "-m", "llama-3.1-8b", "-H", "a100-sxm-80gb,h100-sxm", "--gpu-cost-per-hour", "1.5,2.5"]
+    args += ["--input-len", "4000", "--output-len", "300", "--rate", "4", "--ttft-slo-ms", "600", "--tpot-slo-ms", "30"]
+    args += ["--seeds", "1", "--num-requests", "300", "--workers", "1", "--disaggregate"]
+    data = run_json([*args, "--prefill-hardware", "a100-sxm-80gb,h100-sxm"])
+    validate("plan", data)
+    split = data["disaggregated"]
+    weighed = {c["prefill_hardware"]: c for c in split["prefill_choices"]}
+    assert set(weighed) == {"a100-sxm-80gb", "h100-sxm"}
+    met = [c for c in weighed.values() if c["feasible"] and c["cost_per_hour"] is not None]
+    assert met and split["cost_per_hour"] == min(c["cost_per_hour"] for c in met)
+    assert "prefill hardware weighed: a100-sxm-80gb" in rendered(render.plan_result, data)
+    from tests.conftest import run_cli
+
+    refused = run_cli([*args, "--prefill-hardware", "a100-sxm-80gb,h100-sxm", "--prefill-gpu-cost-per-hour", "2"])
+    assert refused.exit_code != 0 and "prices one prefill hardware" in " ".join(refused.output.split())

@@ -256,6 +256,7 @@ def plan(
     from tokenroof.serving.simulate import Lengths, Workload
 
     chips = tuple(h.strip() for h in hardware.split(",") if h.strip()) if hardware else ()
+    prefill_chips = tuple(h.strip() for h in prefill_hardware.split(",") if h.strip()) if prefill_hardware else ()
     if length_dist is not None:
         input_dist = output_dist = length_dist
     lengths = (
@@ -267,10 +268,16 @@ def plan(
         fit,
         step_model,
         prefill_tp=prefill_tp,
-        prefill_hardware=prefill_hardware,
+        prefill_hardware=prefill_chips[0] if len(prefill_chips) == 1 else None,
         prefill_gpu_cost_per_hour=prefill_gpu_cost_per_hour,
     )
-    prefill_price_flags(prefill_gpu_cost_per_hour, prefill_hardware, chips)
+    if len(prefill_chips) > 1 and prefill_gpu_cost_per_hour is not None:
+        raise TokenroofError(
+            "--prefill-gpu-cost-per-hour prices one prefill hardware: with several, give their prices in "
+            "--gpu-cost-per-hour beside --hardware, or in their files"
+        )
+    for prefill_chip in prefill_chips:
+        prefill_price_flags(prefill_gpu_cost_per_hour, prefill_chip, chips)
     for flag, given in (("--prefill-tp", prefill_tp), ("--prefill-hardware", prefill_hardware)):
         if given is not None and not disaggregate:
             raise TokenroofError(f"{flag} sizes the prefill pool of a disaggregated answer: give --disaggregate too")
@@ -284,6 +291,8 @@ def plan(
         choices = replace(choices, speculation=(None, speculative))
     if disaggregate:
         choices = replace(choices, disaggregate=True, kv_transfer_gb_s=kv_transfer_gb_s)
+    if len(prefill_chips) > 1:  # plan weighs each for the prefill pool (Splitwise's question)
+        choices = replace(choices, prefill_hardware=prefill_chips)
     if enable_prefix_caching is not None or prefix_len > 0:  # shared prefixes: caching on and off, unless told
         caching = (True, False) if enable_prefix_caching is None else (enable_prefix_caching,)
         choices = replace(choices, prefix_caching=caching)

@@ -285,7 +285,8 @@ PrefillHardwareOpt = Annotated[
     typer.Option(
         "--prefill-hardware",
         help="Disaggregated prefill: the prefill pool's hardware, preset or TOML (default: --hardware, the decode "
-        "pool's; Splitwise's compute-rich prompt machines); first principles only, billed at its own price and power.",
+        "pool's; Splitwise's compute-rich prompt machines); first principles only, billed at its own price and power. "
+        "plan weighs several, comma-separated, and keeps the cheapest split.",
     ),
 ]
 PrefillReplicasOpt = Annotated[

@@ -638,6 +638,18 @@ def layout_line(colocated: dict[str, Any], split: dict[str, Any]) -> str:
             )
     stat = colocated["slo"]["statistic"]
     met = f"{stat} TTFT {fmt(split['ttft_ms'][stat])} ms, {stat} TPOT {fmt(split['tpot_ms'][stat])} ms"
+    weighed = split.get("prefill_choices")  # several prefill hardware weighed: what each came to
+    if weighed:
+        each = [
+            f"{c['prefill_hardware']} "
+            + (
+                "none meets"
+                if not c["feasible"] or c["gpus"] is None
+                else f"{c['gpus']} GPUs" + (f", {c['cost_per_hour']:.2f}/h" if c["cost_per_hour"] is not None else "")
+            )
+            for c in weighed
+        ]
+        met += f"; prefill hardware weighed: {'; '.join(each)}"
     return f"{pools} ({verdict}); {met}"
 
 

@@ -258,6 +258,9 @@ class Choices:
     prefix_caching: tuple[bool, ...] = (True,)
     disaggregate: bool = False  # also split each choice into prefill and decode pools (DistServe's question)
     kv_transfer_gb_s: float = DEFAULT_LINK_BYTES_PER_S / 1e9  # the link between the pools
+    # the prefill pool's hardware to weigh for each split (Splitwise's question; empty: the deployment's own
+    # prefill_hardware, else the choice's hardware); the cheapest split that meets the targets is kept
+    prefill_hardware: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
         if self.prices and len(self.prices) not in (1, max(len(self.hardware), 1)):
@@ -327,8 +330,22 @@ def plan_choices(
         entry["prefix_caching"] = server.prefix_caching
         entry["disaggregated"] = None
         if choices.disaggregate:
-            entry["disaggregated"] = disaggregated_entry(
-                option, [travelling.step_model, *samples], offered, slo, search, server, choices
+            entry["disaggregated"] = best_split(
+                [
+                    (
+                        prefill or chip,
+                        disaggregated_entry(
+                            replace(option, prefill_hardware=prefill),
+                            [travelling.step_model, *samples],
+                            offered,
+                            slo,
+                            search,
+                            server,
+                            choices,
+                        ),
+                    )
+                    for prefill in choices.prefill_hardware or (option.prefill_hardware,)
+                ]
             )
         if result.chosen is not None:
             entry["engine_flags"] = engine_flags(
@@ -467,6 +484,24 @@ def cheapest(results: list[dict[str, Any]], notes: list[str], priced: bool) -> d
             for r in results
         ]
     return data
+
+
+def best_split(splits: list[tuple[str | None, dict[str, Any]]]) -> dict[str, Any]:
+    """Of one choice's splits (one per prefill hardware weighed, by name), the cheapest that meets the targets: by
+    cost per hour when every feasible one is priced, else by GPUs; with several, each one's outcome in
+    `prefill_choices`."""
+    if len(splits) == 1:
+        return splits[0][1]
+    feasible = [s for _, s in splits if s["feasible"] and s["gpus"] is not None]
+    priced = bool(feasible) and all(s["cost_per_hour"] is not None for s in feasible)
+    best = min(feasible, key=lambda s: s["cost_per_hour" if priced else "gpus"]) if feasible else splits[0][1]
+    return {
+        **best,
+        "prefill_choices": [
+            {"prefill_hardware": name, **{k: s.get(k) for k in ("feasible", "gpus", "cost_per_hour", "reason")}}
+            for name, s in splits
+        ],
+    }
 
 
 def split_row(split: dict[str, Any]) -> dict[str, Any]:
