@@ -106,3 +106,18 @@ def matches_a_difference(jacobian: np.ndarray, fun: Callable[[np.ndarray], np.nd
     """Every element of a closed-form Jacobian is the central difference, or at a kink one side's (rel 1e-3)."""
     close = [np.isclose(jacobian, d, rtol=1e-3, atol=1e-3) for d in one_sided_differences(fun, theta)]
     return bool(np.logical_or.reduce(close).all())
+
+
+@pytest.fixture
+def without_ray(monkeypatch: pytest.MonkeyPatch) -> None:
+    """`import ray` fails, as where the optional extra is not installed."""
+    import builtins
+
+    real_import = builtins.__import__
+
+    def no_ray(name: str, *args: object, **kwargs: object) -> object:
+        if name == "ray":
+            raise ImportError("no ray")
+        return real_import(name, *args, **kwargs)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(builtins, "__import__", no_ray)

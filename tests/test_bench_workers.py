@@ -250,23 +250,12 @@ def test_a_worker_that_stops_answering_is_retired_and_the_sweep_stops(tmp_path: 
     assert [w["exited"] for w in point["client_workers"]] == [False, True]
 
 
-def test_bench_on_ray_without_ray_is_a_clear_error_and_sends_nothing(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
+@pytest.mark.usefixtures("without_ray")
+def test_bench_on_ray_without_ray_is_a_clear_error_and_sends_nothing(tmp_path: Path) -> None:
     """--ray where Ray is not installed: one line naming the extra (the command line shows --ray), before anything
     is sent or written."""
-    import builtins
-
     from tests.test_bench_faults import good
 
-    real_import = builtins.__import__
-
-    def no_ray(name: str, *args: object, **kwargs: object) -> object:
-        if name == "ray":
-            raise ImportError("no ray")
-        return real_import(name, *args, **kwargs)  # type: ignore[arg-type]
-
-    monkeypatch.setattr(builtins, "__import__", no_ray)
     server = FakeServer(good)
 
     async def main() -> None:

@@ -74,17 +74,8 @@ def test_plan_on_a_local_ray_cluster() -> None:
     assert on_ray.to_dict()["chosen"] == processes["chosen"]  # same search, same answer
 
 
-def test_ray_missing_is_a_clear_error(monkeypatch: pytest.MonkeyPatch) -> None:
-    import builtins
-
-    real_import = builtins.__import__
-
-    def no_ray(name: str, *args: object, **kwargs: object) -> object:
-        if name == "ray":
-            raise ImportError("no ray")
-        return real_import(name, *args, **kwargs)  # type: ignore[arg-type]
-
-    monkeypatch.setattr(builtins, "__import__", no_ray)
+@pytest.mark.usefixtures("without_ray")
+def test_ray_missing_is_a_clear_error() -> None:
     with pytest.raises(TokenroofError, match="pip install 'tokenroof\\[ray\\]'"):
         make_plan([SM], WORKLOAD, Slo(500, 20), seeds=(0,), ray_address="local")
 
