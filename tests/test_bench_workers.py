@@ -59,10 +59,11 @@ def test_two_workers_send_one_schedule_and_every_request_is_recorded_once(tmp_pa
     assert 0 < clock < 1000  # the second round's span: how far apart the clocks could be, unnoticed
     rate = 30.0
     opened = run("open", rates=[rate], requests_per_point=60)
-    # closed loop: the running batch is the 8 streams (less a step between each stream's requests, one in 17 of a
-    # 16-token request's), each step the emulator's at that batch (1 prompt token each admission: b/16 a step)
+    # closed loop: the running batch is the 8 streams, less the gaps between each stream's requests (a step of a
+    # 16-token request's 17 when nothing is late; more on a loaded machine), each step the emulator's at that batch
+    # (1 prompt token each admission: b/16 a step)
     batch = closed["batch"]
-    assert batch == pytest.approx(8 * 16 / 17, rel=0.05)
+    assert 0.8 * 8 <= batch <= 8
     want = STEP.step_s(batch, 0.0, batch / 16) * 1e3
     # 10%: the emulator shares this process (and the machine) with the test run; bench_scale.py measures closely
     assert closed["tpot_ms"]["mean"] == pytest.approx(want, rel=0.10)

@@ -212,9 +212,13 @@ def test_a_fleet_exports_each_replicas_gauges_beside_vllms_sums() -> None:
                         await response.read()
 
                 requests = [asyncio.create_task(one()) for _ in range(3)]
-                await asyncio.sleep(0.6)  # past every admission, well before the 20 steps end
-                async with session.get(url + "/metrics") as response:
-                    text = await response.text()
+                for _ in range(30):  # until every request is admitted (a loaded machine is slow to send them), well
+                    # before their 20 steps of 0.2 s end
+                    await asyncio.sleep(0.1)
+                    async with session.get(url + "/metrics") as response:
+                        text = await response.text()
+                    if 'vllm:num_requests_running{model_name="tokenroof-emulator"} 3' in text:
+                        break
                 for task in requests:
                     task.cancel()
                 await asyncio.gather(*requests, return_exceptions=True)
