@@ -4,6 +4,7 @@ as long as the runner takes to compute it (a real engine: `tokenroof serve`)."""
 from __future__ import annotations
 
 import asyncio
+from abc import ABC, abstractmethod
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Protocol
@@ -90,13 +91,14 @@ class RealtimeEngine:
             now = self.clock() if late > 0.05 else plan.end_s
 
 
-class EngineGroup:
+class EngineGroup(ABC):
     """Several realtime engines behind one `submit`/`abort` (a fleet, a split of prefill and decode): what the
     emulator reads of all of them, and running them together. Subclasses say which engines (`engines`)."""
 
     @property
+    @abstractmethod
     def engines(self) -> list[RealtimeEngine]:
-        raise NotImplementedError
+        """Every engine of the group, in the order they are run."""
 
     @property
     def lateness_s(self) -> float:
