@@ -407,7 +407,7 @@ def test_kv_accounting_holds_through_random_traffic() -> None:
 
 def test_roofline_holds_a_shared_prefix_once_in_memory() -> None:
     """4,000-token prompts sharing 3,500 (3,488 in whole blocks), 200 out: each sequence's own KV is 4,100 − 3,488
-    tokens, the prefix once: (pool − 3,488) // 612 sequences fit, where 104 fit without the prefix shared."""
+    tokens, the prefix once: (pool − 3,488) // 612 sequences fit, where 113 fit without the prefix shared."""
     from tokenroof.model import roofline as rl
     from tokenroof.model.analysis import DecodeWorkload, analyze_roofline
     from tokenroof.specs import Precision, load_hardware, load_model
@@ -417,7 +417,7 @@ def test_roofline_holds_a_shared_prefix_once_in_memory() -> None:
     plain = analyze_roofline(model, hw, precision, [1], workload=workload)
     shared = analyze_roofline(model, hw, precision, [1], workload=workload, prefix_tokens=3500)
     pool = rl.max_batch_by_memory(model, hw, precision, 1.0)
-    assert plain.max_batch_by_memory == pool // 4100 == 104
+    assert plain.max_batch_by_memory == pool // 4100 == 113
     assert shared.max_batch_by_memory == (pool - 3488) // 612
 
 

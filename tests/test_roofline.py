@@ -116,8 +116,9 @@ def test_tensor_parallel_splits_and_adds_allreduce(llama7b, h100) -> None:
 
 
 def test_max_batch_by_memory_by_hand(llama7b, h100) -> None:
-    # (80e9 · 0.9 − 6,738,415,616 · 2) / (524,288 · 2048) = 54.5 → 54
-    assert rl.max_batch_by_memory(llama7b, h100, BF16, context=2048) == 54
+    # (81,559 MiB · 0.9 − 6,738,415,616 · 2) / (524,288 · 2048) = (76,968,728,985.6 − 13,476,831,232) / 1,073,741,824
+    # = 59.1 → 59
+    assert rl.max_batch_by_memory(llama7b, h100, BF16, context=2048) == 59
     assert rl.max_batch_by_memory(load_model("llama-2-70b"), h100, BF16, context=2048) == 0
 
 

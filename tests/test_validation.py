@@ -222,7 +222,7 @@ def test_deeply_nested_toml_is_refused(tmp_path: Path, content: str) -> None:
 def test_hardware_must_be_utf8_and_may_start_with_a_bom(tmp_path: Path) -> None:
     path = tmp_path / "chip.toml"
     path.write_bytes(b"\xef\xbb\xbf" + H100.encode())
-    assert load_hardware(str(path)).memory_bytes == 80e9
+    assert load_hardware(str(path)).memory_bytes == 81_559 * 2**20
     path.write_bytes(H100.encode().replace(b"NVIDIA", b"NV\xe9IDIA"))
     assert error_of(load_chip, path) == "not UTF-8 text (byte 0xe9 at offset 10, line 1); save it as UTF-8"
 
