@@ -45,11 +45,34 @@ VLLM_V1_METRICS = {  # V1's spec-decode counters (vllm/v1/spec_decode/metrics.py
     "prefix_cache_hits": "vllm:prefix_cache_hits_total",
 }
 
+VLLM_RESERVE = {  # vLLM's start-up profile (what determine_available_memory subtracts), per GPU
+    "driver_bytes": 0.64e9,
+    "non_torch_bytes": 0.1e9,
+    "non_torch_bytes_per_tp_doubling": 0.7e9,
+    "profile_tokens": 2048,
+    "profile_seqs": 256,
+    "large_gpu_bytes": None,
+    "large_gpu_profile_tokens": None,
+    "large_gpu_profile_seqs": None,
+    "large_gpu_excludes": [],
+}
+VLLM_V0_RESERVE = {**VLLM_RESERVE, "sampler_bytes_per_logit": 4.0, "whole_context_up_to": 32768}
+VLLM_V1_RESERVE = {
+    **VLLM_RESERVE,
+    "sampler_bytes_per_logit": 12.0,
+    "whole_context_up_to": None,
+    "large_gpu_bytes": 75.16e9,  # 70 GiB, A100s aside: 8,192 tokens and 1,024 sequences
+    "large_gpu_profile_tokens": 8192,
+    "large_gpu_profile_seqs": 1024,
+    "large_gpu_excludes": ["A100"],
+}
+
 # profile → its [server] table as the engines document it; None: no server of its own
 SERVERS: dict[str, dict[str, Any] | None] = {
     "vllm-v0": {
         "name": "vllm",
         "memory_fraction_of": "memory",
+        "reserve": VLLM_V0_RESERVE,
         "flags": VLLM_FLAGS,
         "metrics": VLLM_METRICS,
         "defaults": {"max_num_seqs": 256, "memory_fraction": 0.9},
@@ -57,6 +80,7 @@ SERVERS: dict[str, dict[str, Any] | None] = {
     "vllm-v1": {
         "name": "vllm",
         "memory_fraction_of": "memory",
+        "reserve": VLLM_V1_RESERVE,
         "flags": VLLM_FLAGS,
         "metrics": VLLM_V1_METRICS,
         "defaults": {"memory_fraction": 0.9},
@@ -64,6 +88,7 @@ SERVERS: dict[str, dict[str, Any] | None] = {
     "sglang": {
         "name": "sglang",
         "memory_fraction_of": "memory",
+        "reserve": None,
         "flags": {
             "max_num_seqs": "--max-running-requests",
             "max_num_batched_tokens": "--chunked-prefill-size",
@@ -75,6 +100,7 @@ SERVERS: dict[str, dict[str, Any] | None] = {
     "tgi": {
         "name": "tgi",
         "memory_fraction_of": "memory",
+        "reserve": None,
         "flags": {
             "max_num_seqs": "--max-batch-size",
             "max_num_batched_tokens": "--max-batch-prefill-tokens",
@@ -86,6 +112,7 @@ SERVERS: dict[str, dict[str, Any] | None] = {
     "tensorrt-llm": {
         "name": "tensorrt-llm",
         "memory_fraction_of": "free",
+        "reserve": None,
         "flags": {
             "max_num_seqs": "--max_batch_size",
             "max_num_batched_tokens": "--max_num_tokens",
@@ -97,6 +124,7 @@ SERVERS: dict[str, dict[str, Any] | None] = {
     "llama-cpp": {
         "name": "llama-cpp",
         "memory_fraction_of": "memory",
+        "reserve": None,
         "flags": {"max_num_seqs": "--parallel", "max_num_batched_tokens": "--batch-size"},
         "metrics": {"running": "llamacpp:requests_processing", "waiting": "llamacpp:requests_deferred"},
         "defaults": {"max_num_seqs": 1},
@@ -104,6 +132,7 @@ SERVERS: dict[str, dict[str, Any] | None] = {
     "lmdeploy": {
         "name": "lmdeploy",
         "memory_fraction_of": "free",
+        "reserve": None,
         "flags": {
             "max_num_seqs": "--max-batch-size",
             "max_num_batched_tokens": "--max-prefill-token-num",

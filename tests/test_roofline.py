@@ -122,6 +122,84 @@ def test_max_batch_by_memory_by_hand(llama7b, h100) -> None:
     assert rl.max_batch_by_memory(load_model("llama-2-70b"), h100, BF16, context=2048) == 0
 
 
+def test_server_reserve_by_hand_and_in_the_memory_cap(h100) -> None:
+    """vLLM V1 on an H100 (80 GiB class: 8,192 profile tokens, 1,024 sequences), Llama-3.1-8B in bf16: the driver's
+    0.64e9 + 0.1e9 outside PyTorch + 8,192 · (3 · 14,336 + 4,096) · 2 = 771,751,936 of MLP activations + 1,024 ·
+    128,256 · 12 = 1,576,009,728 of sampler = 3,087,761,664 bytes; the pool loses them, and at --tp 2 each GPU
+    holds 0.7e9 more buffers and half the MLP."""
+    model = load_model("llama-3.1-8b")
+    reserve = load_engine("vllm-v1").server.reserve
+    assert rl.server_reserved_bytes(model, h100, BF16, 1, reserve) == 3_087_761_664
+    assert rl.server_reserved_bytes(model, h100, BF16, 2, reserve) == 3_087_761_664 + 0.7e9 - 8192 * 3 * 7168 * 2
+    assert rl.server_reserved_bytes(model, h100, BF16, 1, None) == 0.0
+    # an A100 80GB is large but excluded (2,048 tokens, 256 sequences); an L40S is small
+    a100 = load_hardware("a100-sxm-80gb")
+    assert reserve.profile(a100.memory_bytes, a100.name, None) == (2048, 256)
+    assert reserve.profile(h100.memory_bytes, h100.name, None) == (8192, 1024)
+    l40s = load_hardware("l40s")
+    assert reserve.profile(l40s.memory_bytes, l40s.name, None) == (2048, 256)
+    # V0 profiles a whole context of the model's up to 32K (llama-2-7b: 4,096), the chunk budget past it
+    v0 = load_engine("vllm-v0").server.reserve
+    assert v0.profile(h100.memory_bytes, h100.name, 4096) == (4096, 256)
+    assert v0.profile(h100.memory_bytes, h100.name, 131072) == (2048, 256)
+    # (0.9 · 85,520,809,984 − 16,060,522,496 − 3,087,761,664) / (131,072 · 2048) = 215.5 → 215
+    weights = rl.resident_weight_bytes(model, BF16)
+    assert weights == 16_060_522_496
+    assert rl.max_batch_by_memory(model, h100, BF16, 2048, reserved_bytes=3_087_761_664) == 215
+    tokens = rl.kv_cache_tokens(model, h100, BF16, reserved_bytes=3_087_761_664)
+    assert tokens == int((0.9 * h100.memory_bytes - weights - 3_087_761_664) // 131_072)
+    free = rl.kv_cache_tokens(model, h100, BF16, memory_utilization=0.9, of_free=True, reserved_bytes=1e9)
+    assert free == int((h100.memory_bytes - weights - 1e9) * 0.9 // 131_072)
+
+
+QWEN3_4B = {  # huggingface.co/Qwen/Qwen3-4B config.json, the shapes the profile reads
+    "model_type": "qwen3",
+    "hidden_size": 2560,
+    "intermediate_size": 9728,
+    "num_hidden_layers": 36,
+    "num_attention_heads": 32,
+    "num_key_value_heads": 8,
+    "head_dim": 128,
+    "vocab_size": 151936,
+    "max_position_embeddings": 40960,
+    "tie_word_embeddings": True,
+}
+
+
+@pytest.mark.parametrize(
+    ("model", "tokens", "logged_gib"),
+    [
+        # 'PyTorch activation peak memory takes 0.74GiB' (max_model_len 10,000, 256 sequences, V0 worker.py)
+        (QWEN3_4B, 10_000, 0.74),
+        # 'PyTorch activation peak memory takes 1.09GiB' (Qwen2-7B, max_model_len 8,192, 256 sequences, V0)
+        ("qwen2-7b", 8192, 1.09),
+    ],
+)
+def test_vllm_v0_profile_peak_matches_published_start_up_logs(h100, model, tokens, logged_gib) -> None:
+    """The V0 profile's activations and sampler against what vLLM logged (the logs' own max_model_len): within 3%."""
+    from dataclasses import replace
+
+    spec = model_from_config(model, "Qwen3-4B") if isinstance(model, dict) else load_model(model)
+    reserve = replace(load_engine("vllm-v0").server.reserve, driver_bytes=0.0, non_torch_bytes=0.0)
+    reserve = replace(reserve, profile_tokens=tokens, whole_context_up_to=None)
+    peak = rl.server_reserved_bytes(spec, h100, BF16, 1, reserve)
+    assert peak / 2**30 == pytest.approx(logged_gib, rel=0.03)
+
+
+def test_vllm_v1_pool_on_a_published_start_up_log() -> None:
+    """vLLM 0.15.1 (V1), Llama-3.1-8B-Instruct bf16 on one A100 40GB (GCE a2-highgpu-1g), the LLM class (8,192
+    tokens, 256 sequences), gpu_memory_utilization 0.9: 'Available KV cache memory: 19.28 GiB'. The sampler's bytes
+    per logit were set from this log, so this pins the arithmetic, not an independent check."""
+    from dataclasses import replace
+
+    model, a100 = load_model("llama-3.1-8b"), load_hardware("a100-40gb")
+    reserve = replace(load_engine("vllm-v1").server.reserve, profile_tokens=8192)
+    reserved = rl.server_reserved_bytes(model, a100, BF16, 1, reserve)
+    pool = rl.kv_cache_tokens(model, a100, BF16, reserved_bytes=reserved) * 131_072
+    assert pool / 2**30 == pytest.approx(19.28, rel=0.01)
+    assert rl.kv_cache_tokens(model, a100, BF16) * 131_072 / 2**30 > 20.9  # without the reserve: 9% too many
+
+
 def test_prefill_time_compute_bound_for_long_prompts(llama7b, h100) -> None:
     p = 4096.0
     flops = 2 * p * llama7b.matmul_params_per_token + 2 * 32 * 4096 * p**2

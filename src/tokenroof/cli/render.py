@@ -132,6 +132,16 @@ def roofline_summary(console: Console, data: dict[str, Any]) -> None:
         ("weights-only critical batch (context 0)", fmt(data["critical_batch_weights_only"])),
         ("ridge point", f"{fmt(data['ridge_flops_per_byte'])} FLOP/byte"),
         ("largest batch that fits in memory", fmt(data["max_batch_by_memory"])),
+        *(
+            [
+                (
+                    "reserved beside weights and KV",
+                    f"{data['reserved_bytes_per_gpu'] / 1e9:,.2f} GB per GPU (activations, sampler, buffers)",
+                )
+            ]
+            if data.get("reserved_bytes_per_gpu")
+            else []
+        ),
         ("throughput asymptote", f"{fmt(data['throughput_asymptote_tok_s'])} tok/s"),
         ("KV cache per token", f"{data['kv_bytes_per_token'] / 1024:,.0f} KiB"),
     ]

@@ -185,7 +185,7 @@ class Physics:
         self.require_servable()
         model, hardware = self._specs()
         fraction, of_free = self.memory_fraction()
-        tokens = kv_cache_tokens(model, hardware, self.precision, self.tp, fraction, of_free)
+        tokens = kv_cache_tokens(model, hardware, self.precision, self.tp, fraction, of_free, self.reserved_bytes())
         shapes = self._proposer(speculative)
         if speculative is None or shapes is None:
             return tokens
@@ -232,11 +232,25 @@ class Physics:
             return DEFAULT_MEMORY_FRACTION, False
         return float(server.defaults["memory_fraction"]), server.memory_fraction_of == "free"
 
+    def reserved_bytes(self) -> float:
+        """What the named engine's server holds per GPU beside weights and KV cache (its `[server.reserve]`: the
+        start-up profile's activations and sampler, buffers, the driver's share); 0 with no engine or none given."""
+        if self.engine is None or not self.known:
+            return 0.0
+        from tokenroof.model.roofline import server_reserved_bytes
+
+        server = self.engine_profile().server
+        model, hardware = self._specs()
+        reserve = server.reserve if server is not None else None
+        return server_reserved_bytes(model, hardware, self.precision, self.tp, reserve)
+
     def max_batch(self, context_tokens: float) -> int:
         from tokenroof.model.roofline import max_batch_by_memory
 
         model, hardware = self._specs()
-        return max_batch_by_memory(model, hardware, self.precision, context_tokens, self.tp)
+        return max_batch_by_memory(
+            model, hardware, self.precision, context_tokens, self.tp, reserved_bytes=self.reserved_bytes()
+        )
 
     def label(self) -> str:
         engine = f", engine {self.engine_profile().key}" if self.engine is not None else ""

@@ -126,7 +126,9 @@ def prior_from_specs(
     # prefilled once before decoding, which an end-to-end TPOT spreads over the steps as cost per sequence
     prefill_peak = workload.prefill_ratio * prefill_per_token_s(peak)
     # paged KV caches (vLLM, SGLang, TGI) hold each sequence's current length, on average the mean context
-    cap = rl.max_batch_by_memory(model, hardware, precision, workload.mean_context, tp, memory_utilization)
+    reserve = engine.server.reserve if engine is not None and engine.server is not None else None
+    reserved = rl.server_reserved_bytes(model, hardware, precision, tp, reserve)
+    cap = rl.max_batch_by_memory(model, hardware, precision, workload.mean_context, tp, memory_utilization, reserved)
     return Prior(
         weights_floor=peak,
         compute_floor_s=float(peak.compute_time_per_seq_s(ctx)),

@@ -141,16 +141,27 @@ class RooflineResult:
         return self.step_model.no_critical_batch_reason(self.kv_context_tokens)
 
     @property
+    def reserved_bytes(self) -> float:
+        """What the engine's server holds per GPU beside weights and KV cache (0 for a profile with no
+        `[server.reserve]`)."""
+        reserve = self.engine.server.reserve if self.engine.server is not None else None
+        return rl.server_reserved_bytes(self.model, self.hardware, self.precision, self.tp, reserve)
+
+    @property
     def max_batch_by_memory(self) -> int:
-        """Sequences whose KV cache fits beside the weights; with a workload whose prompts share a cached prefix, that
-        prefix held once: b = (pool − P) / (context − P) for P shared tokens of each sequence's context."""
+        """Sequences whose KV cache fits beside the weights and what the server reserves; with a workload whose
+        prompts share a cached prefix, that prefix held once: b = (pool − P) / (context − P) for P shared tokens of
+        each sequence's context."""
+        reserved = self.reserved_bytes
         whole = rl.max_batch_by_memory(
-            self.model, self.hardware, self.precision, self.context_tokens, self.tp, self.memory_utilization
+            self.model, self.hardware, self.precision, self.context_tokens, self.tp, self.memory_utilization, reserved
         )
         shared = cacheable_tokens(round(self.prompt_tokens or 0), self.prefix_tokens, VLLM_BLOCK_SIZE)
         if not shared or self.workload is None or shared >= self.context_tokens:
             return whole
-        pool = rl.max_batch_by_memory(self.model, self.hardware, self.precision, 1.0, self.tp, self.memory_utilization)
+        pool = rl.max_batch_by_memory(
+            self.model, self.hardware, self.precision, 1.0, self.tp, self.memory_utilization, reserved
+        )
         return max(whole, math.floor((pool - shared) / (self.context_tokens - shared)))
 
     def points(self) -> list[dict[str, Any]]:
@@ -285,6 +296,7 @@ class RooflineResult:
             "knee_batch": sm.knee_batch(ctx),
             "ridge_flops_per_byte": self.hardware.ridge_flops_per_byte(self.precision.compute_dtype),
             "max_batch_by_memory": self.max_batch_by_memory,
+            "reserved_bytes_per_gpu": self.reserved_bytes,
             "throughput_asymptote_tok_s": sm.throughput_asymptote_tok_s(ctx),
             "kv_bytes_per_token": rl.kv_bytes_per_token(self.model, self.precision, self.tp),
             "weight_bytes_per_gpu": rl.resident_weight_bytes(self.model, self.precision, self.tp),

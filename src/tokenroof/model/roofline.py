@@ -20,7 +20,7 @@ from tokenroof.model.stepmodel import StepModel, expected_experts
 from tokenroof.specs import HardwareSpec, ModelSpec, Precision
 
 if TYPE_CHECKING:
-    from tokenroof.specs.engines import EngineProfile
+    from tokenroof.specs.engines import EngineProfile, MemoryReserve
 
 Array = NDArray[np.float64]
 
@@ -340,6 +340,25 @@ def allreduce_call_s(eff: Efficiencies, tp: int) -> float:
     return eff.allreduce_latency_s + (tp - 1) * eff.allreduce_step_latency_s
 
 
+def server_reserved_bytes(
+    model: ModelSpec, hardware: HardwareSpec, precision: Precision, tp: int, reserve: MemoryReserve | None
+) -> float:
+    """Bytes per GPU a server holds beside its weights and KV cache (MemoryReserve): the driver's share, memory
+    outside PyTorch (NCCL's buffers growing with each doubling of `tp`), and the peak of its start-up profile step —
+    T tokens through the widest MLP, T·(3·I/tp + hidden) 16-bit activations, and the logits of S sequences sampled,
+    S·vocab·(bytes per logit). 0 without a reserve."""
+    if reserve is None:
+        return 0.0
+    tokens, seqs = reserve.profile(hardware.memory_bytes, hardware.name, model.max_position_embeddings)
+    routed = model.experts_per_token * model.intermediate_size + model.shared_intermediate_size
+    widest = max(routed if model.is_moe else model.intermediate_size, model.dense_intermediate_size)
+    act_bytes = 4.0 if precision.compute_dtype == "fp32" else 2.0
+    peak = tokens * (3 * widest / tp + model.hidden_size) * act_bytes
+    sampler = seqs * model.vocab_size * reserve.sampler_bytes_per_logit
+    outside = reserve.non_torch_bytes + reserve.non_torch_bytes_per_tp_doubling * math.log2(tp)
+    return reserve.driver_bytes + outside + peak + sampler
+
+
 def max_batch_by_memory(
     model: ModelSpec,
     hardware: HardwareSpec,
@@ -347,12 +366,14 @@ def max_batch_by_memory(
     context: float,
     tp: int = 1,
     memory_utilization: float = 0.9,
+    reserved_bytes: float = 0.0,
 ) -> int:
     """Largest batch whose weights plus KV cache (`context` tokens each, a sliding-window layer holding only its
-    window: `ModelSpec.effective_context`) fit in `memory_utilization` of memory."""
+    window: `ModelSpec.effective_context`) fit in `memory_utilization` of memory, less what the server reserves
+    beside them (`server_reserved_bytes`)."""
     if not 0 < memory_utilization <= 1:
         raise TokenroofError(f"memory utilisation must be in (0, 1], got {memory_utilization}")
-    free = hardware.memory_bytes * memory_utilization - resident_weight_bytes(model, precision, tp)
+    free = hardware.memory_bytes * memory_utilization - resident_weight_bytes(model, precision, tp) - reserved_bytes
     if free <= 0:
         return 0
     held = float(model.effective_context(max(context, 1.0)))
@@ -368,17 +389,19 @@ def kv_cache_tokens(
     tp: int = 1,
     memory_utilization: float = 0.9,
     of_free: bool = False,
+    reserved_bytes: float = 0.0,
 ) -> int:
-    """Tokens of KV cache that fit beside the weights in `memory_utilization` of memory (vLLM's pool, roughly), or,
-    `of_free`, in that fraction of the memory the weights leave (TensorRT-LLM's and LMDeploy's reading).
+    """Tokens of KV cache that fit beside the weights in `memory_utilization` of memory (vLLM's pool), or, `of_free`,
+    in that fraction of the memory the weights leave (TensorRT-LLM's and LMDeploy's reading); less what the server
+    reserves beside them (`server_reserved_bytes`: activations, sampler, buffers).
 
     Counted at every layer's cost per token: with sliding windows a sequence past its window holds fewer bytes
     per context token, so for such models the pool holds more context than this (a conservative count)."""
     weights = resident_weight_bytes(model, precision, tp)
     if of_free:
-        free = (hardware.memory_bytes - weights) * memory_utilization
+        free = (hardware.memory_bytes - weights - reserved_bytes) * memory_utilization
     else:
-        free = hardware.memory_bytes * memory_utilization - weights
+        free = hardware.memory_bytes * memory_utilization - weights - reserved_bytes
     return max(int(free // kv_bytes_per_token(model, precision, tp)), 0)
 
 

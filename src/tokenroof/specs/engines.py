@@ -121,6 +121,68 @@ class Accuracy:
 
 
 @dataclass(frozen=True)
+class MemoryReserve:
+    """What a server holds on each GPU besides the weights and the KV cache, as vLLM measures it at start-up
+    (gpu_worker.determine_available_memory, the KV cache getting the rest of gpu_memory_utilization × memory):
+
+    - the peak activations of its profile step: `profile_tokens` tokens through the MLP (gate and up projections'
+      output beside the activation's, 3 × intermediate, and the residual stream) in 16-bit;
+    - the profile's sampling of `profile_seqs` sequences: their logits over the vocabulary, `sampler_bytes_per_logit`
+      each (fp32 logits and the sampler's copies);
+    - memory outside PyTorch's allocator (`non_torch_bytes` on one GPU, `non_torch_bytes_per_tp_doubling` more each
+      time --tp doubles: NCCL's and the custom all-reduce's buffers);
+    - the driver's own share of the device (`driver_bytes`: nvidia-smi's total less CUDA's, which is what the
+      fraction multiplies).
+
+    vLLM sizes its profile step by the GPU (EngineArgs.get_batch_defaults): `large_gpu_profile_tokens` and
+    `large_gpu_profile_seqs` on GPUs of `large_gpu_bytes` or more whose name has none of `large_gpu_excludes`;
+    V0 without chunked prefill profiles a whole context of the model's when it is at most
+    `whole_context_up_to` tokens."""
+
+    driver_bytes: float = 0.0
+    non_torch_bytes: float = 0.0
+    non_torch_bytes_per_tp_doubling: float = 0.0
+    profile_tokens: int = 0
+    profile_seqs: int = 0
+    sampler_bytes_per_logit: float = 0.0
+    large_gpu_bytes: float | None = None
+    large_gpu_profile_tokens: int | None = None
+    large_gpu_profile_seqs: int | None = None
+    large_gpu_excludes: tuple[str, ...] = ()
+    whole_context_up_to: int | None = None
+
+    def profile(self, memory_bytes: float, hardware_name: str, model_context: int | None) -> tuple[int, int]:
+        """(tokens, sequences) of the profile step this server runs on that GPU for that model."""
+        tokens, seqs = self.profile_tokens, self.profile_seqs
+        name = hardware_name.lower()
+        if (
+            self.large_gpu_bytes is not None
+            and memory_bytes >= self.large_gpu_bytes
+            and not any(x.lower() in name for x in self.large_gpu_excludes)
+        ):
+            tokens = self.large_gpu_profile_tokens or tokens
+            seqs = self.large_gpu_profile_seqs or seqs
+        if self.whole_context_up_to is not None and model_context and model_context <= self.whole_context_up_to:
+            tokens = max(tokens, model_context)
+        return tokens, seqs
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "driver_bytes": self.driver_bytes,
+            "non_torch_bytes": self.non_torch_bytes,
+            "non_torch_bytes_per_tp_doubling": self.non_torch_bytes_per_tp_doubling,
+            "profile_tokens": self.profile_tokens,
+            "profile_seqs": self.profile_seqs,
+            "sampler_bytes_per_logit": self.sampler_bytes_per_logit,
+            "large_gpu_bytes": self.large_gpu_bytes,
+            "large_gpu_profile_tokens": self.large_gpu_profile_tokens,
+            "large_gpu_profile_seqs": self.large_gpu_profile_seqs,
+            "large_gpu_excludes": list(self.large_gpu_excludes),
+            "whole_context_up_to": self.whole_context_up_to,
+        }
+
+
+@dataclass(frozen=True)
 class Server:
     """How an engine's server is driven and watched: its flag for each of tokenroof's settings (`Setting`), its
     Prometheus gauges (`Metric`), and the defaults it starts with (absent where they depend on the hardware)."""
@@ -130,6 +192,7 @@ class Server:
     metrics: Mapping[str, str] = field(default_factory=dict)
     defaults: Mapping[str, float] = field(default_factory=dict)
     memory_fraction_of: str = "memory"  # "memory": weights and KV cache share the fraction; "free": after weights
+    reserve: MemoryReserve | None = None  # what it holds beside weights and KV cache (None: not modelled)
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -138,6 +201,7 @@ class Server:
             "metrics": dict(self.metrics),
             "defaults": dict(self.defaults),
             "memory_fraction_of": self.memory_fraction_of,
+            "reserve": None if self.reserve is None else self.reserve.to_dict(),
         }
 
 
@@ -317,6 +381,22 @@ class ServerDefaults(Section):
     memory_fraction: Annotated[float, PlainValidator(_memory_fraction)] | None = None
 
 
+class ServerReserve(Section):
+    """`[server.reserve]`: what the server holds on each GPU beside weights and KV cache (MemoryReserve)."""
+
+    driver_bytes: Annotated[float, PlainValidator(non_negative)] = 0.0
+    non_torch_bytes: Annotated[float, PlainValidator(non_negative)] = 0.0
+    non_torch_bytes_per_tp_doubling: Annotated[float, PlainValidator(non_negative)] = 0.0
+    profile_tokens: Count = 0
+    profile_seqs: Count = 0
+    sampler_bytes_per_logit: Annotated[float, PlainValidator(non_negative)] = 0.0
+    large_gpu_bytes: Annotated[float, PlainValidator(non_negative)] | None = None
+    large_gpu_profile_tokens: Count | None = None
+    large_gpu_profile_seqs: Count | None = None
+    large_gpu_excludes: list[Annotated[str, PlainValidator(text)]] = Field(default_factory=list)
+    whole_context_up_to: Count | None = None
+
+
 class ServerTable(Section):
     """`[server]`: the server's name (shared by the profiles of its versions), flags, metrics and defaults."""
 
@@ -327,6 +407,7 @@ class ServerTable(Section):
     flags: ServerFlags = ServerFlags()
     metrics: ServerMetrics = ServerMetrics()
     defaults: ServerDefaults = ServerDefaults()
+    reserve: ServerReserve | None = None
 
     @model_validator(mode="after")
     def _flagged(self) -> Self:
@@ -389,7 +470,14 @@ def _server(table: ServerTable) -> Server:
         metrics=MappingProxyType(table.metrics.model_dump(exclude_none=True)),
         defaults=MappingProxyType(table.defaults.model_dump(exclude_none=True)),
         memory_fraction_of=table.memory_fraction_of,
+        reserve=None if table.reserve is None else _reserve(table.reserve),
     )
+
+
+def _reserve(table: ServerReserve) -> MemoryReserve:
+    values = table.model_dump()
+    values["large_gpu_excludes"] = tuple(values["large_gpu_excludes"])
+    return MemoryReserve(**values)
 
 
 # -- presets -------------------------------------------------------------------------
