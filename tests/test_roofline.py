@@ -8,7 +8,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from tests.conftest import TINY_CONFIG, run_json
+from tests.conftest import TINY_CONFIG, run_cli, run_json
 from tokenroof.errors import TokenroofError
 from tokenroof.model import roofline as rl
 from tokenroof.model.stepmodel import StepModel
@@ -150,6 +150,53 @@ def test_server_reserve_by_hand_and_in_the_memory_cap(h100) -> None:
     assert tokens == int((0.9 * h100.memory_bytes - weights - 3_087_761_664) // 131_072)
     free = rl.kv_cache_tokens(model, h100, BF16, memory_utilization=0.9, of_free=True, reserved_bytes=1e9)
     assert free == int((h100.memory_bytes - weights - 1e9) * 0.9 // 131_072)
+
+
+def test_server_reserve_of_moe_models_and_at_tp_8(h100) -> None:
+    """The widest MLP a token passes through: DeepSeek-V2-Lite's 6 routed experts of 1,408 and its 2,816 shared
+    (11,264, past its dense layer's 10,944): 0.74e9 + 8,192 · (3 · 11,264 + 2,048) · 2 + 1,024 · 102,400 · 12 =
+    2,585,493,760. Qwen3-30B-A3B at --tp 8: 8 experts of 768 split eight ways, three doublings of NCCL buffers:
+    0.74e9 + 3 · 0.7e9 + 8,192 · (3 · 6,144 / 8 + 2,048) · 2 + 1,024 · 151,936 · 12 = 4,778,292,736."""
+    reserve = load_engine("vllm-v1").server.reserve
+    lite = load_model("deepseek-v2-lite")
+    assert rl.server_reserved_bytes(lite, h100, BF16, 1, reserve) == pytest.approx(2_585_493_760, abs=1)
+    a3b = load_model("qwen3-30b-a3b")
+    assert rl.server_reserved_bytes(a3b, h100, BF16, 8, reserve) == pytest.approx(4_778_292_736, abs=1)
+
+
+def test_every_cap_of_a_named_vllm_engine_holds_its_reserve() -> None:
+    """roofline --engine vllm-v1 (its JSON and text), the prior's cap, Physics's batch and pool: one reserve, the
+    3,087,761,664 bytes of Llama-3.1-8B on an H100 (test above), so 215 sequences of 2,048 tokens where 226 fit
+    without it."""
+    from tokenroof.fit.physics import Physics
+    from tokenroof.fit.prior import MeasuredWorkload, prior_from_specs
+
+    args = ["roofline", "-m", "llama-3.1-8b", "-H", "h100-sxm", "--context", "2048", "--batch", "1"]
+    named = run_json([*args, "--engine", "vllm-v1"])
+    assert named["reserved_bytes_per_gpu"] == 3_087_761_664 and named["max_batch_by_memory"] == 215
+    plain = run_json(args)
+    assert plain["reserved_bytes_per_gpu"] == 0 and plain["max_batch_by_memory"] == 226
+    physics = Physics("llama-3.1-8b", "h100-sxm", "bf16", engine="vllm-v1")
+    assert physics.reserved_bytes() == 3_087_761_664 and physics.max_batch(2048) == 215
+    assert Physics("llama-3.1-8b", "h100-sxm", "bf16").max_batch(2048) == 226
+    model, hw = load_model("llama-3.1-8b"), load_hardware("h100-sxm")
+    workload = MeasuredWorkload(context_tokens=2048)
+    assert prior_from_specs(model, hw, BF16, workload, engine=load_engine("vllm-v1")).max_batch == 215
+    assert prior_from_specs(model, hw, BF16, workload).max_batch == 226
+
+
+def test_a_deployment_whose_weights_fit_but_not_beside_the_reserve_is_unservable() -> None:
+    """gpt-20b at --tp 2 on A10Gs: 20.3 GB of weights per GPU fit in 90% of 24.15 GB (21.7), but not beside vLLM
+    V1's 1.8 GB reserve; plan refuses it and says why, where before it failed on a KV pool of 0 (with --tp-choices
+    2,4 it leaves tp 2 out with that warning and plans tp 4)."""
+    from tokenroof.fit.physics import Physics
+
+    assert Physics("gpt-20b", "a10g", "bf16", tp=2).unservable() is None
+    why = Physics("gpt-20b", "a10g", "bf16", tp=2, engine="vllm-v1").unservable()
+    assert why is not None and "beside the 1.8 GB its server reserves" in why
+    plan = ["plan", "-m", "gpt-20b", "-H", "a10g", "--tp-choices", "2", "--engine", "vllm-v1", "--rate", "2"]
+    result = run_cli([*plan, "--tpot-slo-ms", "100"])
+    assert result.exit_code == 2 and "at --tp 2 beside the 1.8 GB its server reserves" in result.stderr
 
 
 QWEN3_4B = {  # huggingface.co/Qwen/Qwen3-4B config.json, the shapes the profile reads

@@ -195,8 +195,8 @@ def test_proposers_are_priced_from_their_shapes() -> None:
 
 
 def test_a_draft_model_takes_its_share_of_the_kv_pool() -> None:
-    """80 GB × 0.9 − 16.06 GB of llama-3.1-8b weights = 55.94 GB at 128 KiB a token; a llama-3.2-1b draft takes
-    2.47 GB of weights and adds 32 KiB a token: (55.94 − 2.47) GB / 160 KiB."""
+    """85.52 GB × 0.9 − 16.06 GB of llama-3.1-8b weights = 60.91 GB at 128 KiB a token; a llama-3.2-1b draft takes
+    2.47 GB of weights and adds 32 KiB a token: (60.91 − 2.47) GB / 160 KiB."""
     from tokenroof.fit.physics import Physics
     from tokenroof.model.roofline import kv_bytes_per_token, resident_weight_bytes
     from tokenroof.specs import Precision, load_model

@@ -136,7 +136,7 @@ def roofline_summary(console: Console, data: dict[str, Any]) -> None:
             [
                 (
                     "reserved beside weights and KV",
-                    f"{data['reserved_bytes_per_gpu'] / 1e9:,.2f} GB per GPU (activations, sampler, buffers)",
+                    f"{data['reserved_bytes_per_gpu'] / 1e9:,.2f} GB per GPU (activations, sampler, buffers, driver)",
                 )
             ]
             if data.get("reserved_bytes_per_gpu")

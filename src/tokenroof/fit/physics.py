@@ -85,13 +85,15 @@ class Physics:
         model, hardware = self._specs()
         precision = self.precision
         weights = resident_weight_bytes(model, precision, self.tp)
+        reserved = self.reserved_bytes()
         usable = hardware.memory_bytes * memory_utilization
-        if weights < usable:
+        if weights + reserved < usable:
             return None
-        needed = math.ceil(weights * self.tp / usable)
+        needed = math.ceil(weights * self.tp / max(usable - reserved, 1.0))
+        beside = f" beside the {reserved / 1e9:,.1f} GB its server reserves" if reserved else ""
         return (
             f"{model.name} in {precision.weight_dtype} holds {weights / 1e9:,.0f} GB of weights per GPU at --tp "
-            f"{self.tp}; {hardware.key or hardware.name} has {hardware.memory_bytes / 1e9:,.0f} GB, "
+            f"{self.tp}{beside}; {hardware.key or hardware.name} has {hardware.memory_bytes / 1e9:,.0f} GB, "
             f"{memory_utilization:.0%} of it "
             f"usable: it cannot be served (give --tp {needed} or more, a smaller --dtype, or a larger --hardware)"
         )

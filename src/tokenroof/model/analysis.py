@@ -415,18 +415,22 @@ def memory_warnings(result: RooflineResult, largest_batch: float) -> list[str]:
     limit_b = result.max_batch_by_memory
     if limit_b == 0:
         weights_gb = rl.resident_weight_bytes(result.model, result.precision, result.tp) / 1e9
-        return [
-            f"the weights alone ({weights_gb:.1f} GB per GPU) "
-            f"do not fit in {result.memory_utilization:.0%} of {result.hardware.name}'s memory"
-        ]
+        reserved_gb = result.reserved_bytes / 1e9
+        what = (
+            f"the weights ({weights_gb:.1f} GB per GPU) and what the engine reserves beside them ({reserved_gb:.1f} GB)"
+            if reserved_gb
+            else f"the weights alone ({weights_gb:.1f} GB per GPU)"
+        )
+        return [f"{what} do not fit in {result.memory_utilization:.0%} of {result.hardware.name}'s memory"]
     if largest_batch > limit_b:
         static = result.workload is not None and result.workload.static
+        held = "weights + KV cache + the engine's reserve" if result.reserved_bytes else "weights + KV cache"
         return [
-            f"batches above {limit_b} do not fit in memory at context {result.context_tokens:g} "
+            f"batches above {limit_b} do not fit in memory at context {result.context_tokens:g} ({held}); "
             + (
-                f"(weights + KV cache); a static batch runs in waves of {limit_b} (fits_in_memory=false)"
+                f"a static batch runs in waves of {limit_b} (fits_in_memory=false)"
                 if static
-                else "(weights + KV cache); they are computed anyway and marked fits_in_memory=false"
+                else "they are computed anyway and marked fits_in_memory=false"
             )
         ]
     return []
