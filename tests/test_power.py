@@ -143,3 +143,106 @@ def test_plan_states_the_answers_energy() -> None:
     energy = data["energy"]
     assert 0 < energy["energy_j_per_output_token"] < 5 and 70 <= energy["power_watts_mean"] <= 700 * data["gpus"]
     assert "TDP" in energy["power"]["source"]
+
+
+# -- the server's boards, read by bench: dcgm-exporter's counters (the emulator exports them from its power model)
+DCGM_TEXT = """# HELP DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION Total energy consumption since boot (in mJ).
+# TYPE DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION counter
+DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION{gpu="0",UUID="GPU-a",modelName="NVIDIA H100 80GB HBM3"} 1500000
+DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION{gpu="1",UUID="GPU-b",modelName="NVIDIA H100 80GB HBM3"} 2500000
+# HELP DCGM_FI_DEV_POWER_USAGE Power draw (in W).
+# TYPE DCGM_FI_DEV_POWER_USAGE gauge
+DCGM_FI_DEV_POWER_USAGE{gpu="0",UUID="GPU-a",modelName="NVIDIA H100 80GB HBM3"} 410.5
+DCGM_FI_DEV_POWER_USAGE{gpu="1",UUID="GPU-b",modelName="NVIDIA H100 80GB HBM3"} 389.5
+"""
+
+
+def test_dcgm_meters_by_hand() -> None:
+    """Two boards: 1,500,000 + 2,500,000 mJ = 4,000 J since boot, 410.5 + 389.5 = 800 W now. Over a window whose
+    readings 2 s apart rose 1,600 J the mean is 800 W; with no counter, the gauges' mean; a counter that went back
+    (an exporter restarted) is not read as negative energy."""
+    from tokenroof.measure.http.scrape import parse_metrics, power_in, power_reading
+
+    found = parse_metrics(DCGM_TEXT)
+    assert found is not None and power_reading(found) == (4000.0, 800.0, 2)
+    readings = [(0.5, (4000.0, 800.0, 2)), (1.5, (4800.0, 790.0, 2)), (2.5, (5600.0, 810.0, 2)), (9.0, (9e9, 0.0, 2))]
+    power = power_in(readings, 0.0, 3.0, "http://h:9400/")
+    assert power is not None and power["watts_mean"] == pytest.approx(800.0) and power["gpus"] == 2
+    assert "DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION" in power["source"] and "http://h:9400/metrics" in power["source"]
+    gauges = [(0.5, (None, 800.0, 2)), (1.5, (None, 790.0, 2)), (2.5, (None, 810.0, 2))]
+    assert power_in(gauges, 0.0, 3.0, "u")["watts_mean"] == pytest.approx(800.0)  # type: ignore[index]
+    back = [(0.5, (5000.0, 800.0, 2)), (1.5, (10.0, 790.0, 2))]
+    assert power_in(back, 0.0, 3.0, "u")["watts_mean"] == pytest.approx(795.0)  # type: ignore[index]
+    assert power_in(readings[:1], 0.0, 3.0, "u") is None
+    assert power_reading(parse_metrics('DCGM_FI_DEV_POWER_USAGE{gpu="0"} NaN\n') or {}) is None
+    assert power_reading(parse_metrics("vllm:num_requests_running 3\n") or {}) is None
+
+
+def test_bench_reads_the_boards_energy_the_emulator_meters_and_simulate_agrees(tmp_path: Any) -> None:
+    """The emulator's replica on two boards of 700 W TDP (idle 100 W) exports DCGM's counters from the power model;
+    bench reads them back over its window (from the server's /metrics, and from --power-metrics pointed at it), and
+    simulate's bill on bench's own requests predicts the mean power and the energy per output token within 2%."""
+    import asyncio
+
+    from tests.schemas import validate_bench_point
+    from tokenroof.measure.http.run import BenchConfig, run_bench
+    from tokenroof.model.cost import PowerModel
+    from tokenroof.model.stepmodel import StepModel
+    from tokenroof.serving.emulate.server import Emulator, start
+    from tokenroof.serving.simulate import Trace, simulate
+
+    power = PowerModel(700.0, 100.0, "given")
+    sm = StepModel(t_fixed_s=4e-3, t_weights_s=16e-3, t_compute_s=1e-4, t_kv_token_s=0.0)
+
+    async def main() -> list[dict[str, Any]]:
+        runner, url = await start(Emulator(sm, max_num_seqs=8, power=power, tp=2))
+        try:
+            common = {"concurrencies": [4], "input_len": 32, "output_len": 16, "requests_per_point": 24}
+            own = await run_bench(BenchConfig(url=url, out_dir=tmp_path / "own", **common))
+            beside = await run_bench(BenchConfig(url=url, out_dir=tmp_path / "dcgm", power_metrics_url=url, **common))
+            return [*own, *beside]
+        finally:
+            await runner.cleanup()
+
+    own, beside = asyncio.run(main())
+    for point, folder in ((own, "own"), (beside, "dcgm")):
+        validate_bench_point(point)
+        measured = point["power"]
+        assert measured is not None and measured["gpus"] == 2, point["remarks"]
+        assert "DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION" in measured["source"]  # the counters, not the gauges
+        predicted = simulate(sm, Trace.read(tmp_path / folder / "requests.jsonl"), 8).bill(sm, 2, None, power)
+        assert measured["watts_mean"] == pytest.approx(predicted["power_watts_mean"], rel=0.02)
+        per_token = predicted["energy_j_per_output_token"]
+        assert measured["energy_j_per_output_token"] == pytest.approx(per_token, rel=0.03)
+    # busy 16 of a 20.4 ms step at batch 4, its tensor cores 2% of it: each board well above idle, below the TDP
+    assert 2 * 100 < own["power"]["watts_mean"] < 2 * 700
+    from tests.conftest import rendered
+    from tokenroof.cli import render
+
+    text = rendered(render.bench, {"out": str(tmp_path / "own"), "points": [own], "slo": None})
+    assert "J/token" in text and "power: measured: DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION" in text
+
+
+def test_a_power_endpoint_without_meters_is_a_remark_not_a_failure(tmp_path: Any) -> None:
+    """--power-metrics at an endpoint with no DCGM series: the point is measured, its power null, and a remark says
+    why."""
+    import asyncio
+
+    from tokenroof.measure.http.run import BenchConfig, run_bench
+    from tokenroof.model.stepmodel import StepModel
+    from tokenroof.serving.emulate.server import Emulator, start
+
+    sm = StepModel(t_fixed_s=4e-3, t_weights_s=6e-3, t_compute_s=1e-4, t_kv_token_s=0.0)
+
+    async def main() -> list[dict[str, Any]]:
+        runner, url = await start(Emulator(sm, max_num_seqs=8))
+        try:
+            config = BenchConfig(url=url, concurrencies=[2], input_len=8, output_len=8, requests_per_point=8)
+            config.out_dir, config.power_metrics_url = tmp_path, url
+            return await run_bench(config)
+        finally:
+            await runner.cleanup()
+
+    (point,) = asyncio.run(main())
+    assert point["power"] is None and not point["invalid"]
+    assert any("no power reading" in r and "DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION" in r for r in point["remarks"])

@@ -422,8 +422,13 @@ def bench(console: Console, data: dict[str, Any]) -> None:
     table = Table(title=f"bench: steady-state windows (records in {data['out']})", title_justify="left")
     goodput = data.get("slo") is not None
     preempt = any(p.get("preemptions") is not None for p in data["points"])
+    metered = any(p.get("power") for p in data["points"])
     columns = ("point", "batch", "tok/s", "TPOT ms p50/p90", "TTFT ms p50/p90", "req/s")
-    extra = (*(("goodput",) if goodput else ()), *(("preempt",) if preempt else ()))
+    extra = (
+        *(("goodput",) if goodput else ()),
+        *(("preempt",) if preempt else ()),
+        *(("W", "J/token") if metered else ()),
+    )
     for col in (*columns, *extra, "ok/failed", "status"):
         table.add_column(col, justify="right")
     for p in data["points"]:
@@ -441,6 +446,7 @@ def bench(console: Console, data: dict[str, Any]) -> None:
             fmt(p["request_throughput_req_s"]),
             *((fmt(p["goodput_req_s"]),) if goodput else ()),
             *(("—" if preempted is None else f"{preempted:,.0f}",) if preempt else ()),
+            *(power_cells(p.get("power")) if metered else ()),
             f"{p['requests_completed']}/{p['requests_failed']}",
             status,
         )
@@ -452,7 +458,18 @@ def bench(console: Console, data: dict[str, Any]) -> None:
             style="yellow",
             highlight=False,
         )
+    sources = list(dict.fromkeys(p["power"]["source"] for p in data["points"] if p.get("power")))
+    for source in sources:  # where the watts come from, once
+        console.print(f"power: {source}", style="dim", highlight=False)
     console.print(f"for predict: {data['out']}/summary.csv", style="dim", highlight=False)
+
+
+def power_cells(power: dict[str, Any] | None) -> tuple[str, str]:
+    """A point's mean power (all its GPUs) and energy per output token, or dashes where no meter was read."""
+    if not power:
+        return "—", "—"
+    per_token = power.get("energy_j_per_output_token")
+    return fmt(power["watts_mean"]), "—" if per_token is None else fmt(per_token)
 
 
 def simulation(console: Console, data: dict[str, Any]) -> None:

@@ -144,12 +144,20 @@ def emulate(
         disaggregation=split,
         replicas=replicas,
         router=router,
+        power=None if split is not None else physics.power(),  # a split's pools may be other boards: not metered
+        tp=tp,
     )
     fleet = f" × {replicas} replicas behind {router}" if replicas > 1 else ""
     if split is not None:  # the pools, and a prefill pool's own step model where it has one
         pool = render.prefill_tp_text(split.to_dict())
         fleet = f", disaggregated: {split.prefill_replicas} prefill{pool} + {split.decode_replicas} decode replicas"
         fleet += f", the prefill pool's steps {split.prefill_model}" if split.prefill_model is not None else ""
+    if emulator.power is not None:
+        err.print(
+            "note: /metrics carries dcgm-exporter's DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION and DCGM_FI_DEV_POWER_USAGE "
+            f"for each of its {replicas * tp} board(s), {emulator.power.source}",
+            highlight=False,
+        )
     err.print(f"emulating {sm} with max_num_seqs={max_num_seqs}{fleet} on http://{host}:{port}", highlight=False)
     serve(emulator, host, port)
 
@@ -216,6 +224,13 @@ def bench(
             "tokenroof[ray]); each one's clock set and checked by the coordinator.",
         ),
     ] = None,
+    power_metrics: Annotated[
+        str | None,
+        typer.Option(
+            help="The GPUs' dcgm-exporter (e.g. http://host:9400): each point's mean power and energy per output "
+            "token from their energy counters (default: from the server's own /metrics where it carries them)."
+        ),
+    ] = None,
     json_output: JsonOpt = False,
     plot: PlotOpt = None,
 ) -> None:
@@ -256,6 +271,7 @@ def bench(
         num_prefixes=num_prefixes,
         workers=workers,
         ray_address=ray,
+        power_metrics_url=power_metrics,
     )
     with progress_bar(json_output) as bar:
         tasks: dict[str, Any] = {}

@@ -179,6 +179,44 @@ def bill_of_steps(
     return out
 
 
+@dataclass
+class EnergyCounter:
+    """The energy counter of one replica's `tp` boards, as DCGM keeps it (DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION): each
+    step at the power of its busy and compute shares (pool_joules' model, step by step), idle power between steps.
+    `joules(now)` is the total since `started_s`; `watts` the draw of the last step (idle when none runs)."""
+
+    power: PowerModel
+    tp: int
+    started_s: float
+    busy_joules: float = 0.0
+    busy_s: float = 0.0
+    watts: float = 0.0
+
+    def __post_init__(self) -> None:
+        self.watts = self.power.idle_watts
+
+    def add_step(
+        self,
+        sm: StepModel,
+        duration_s: float,
+        batch: float,
+        context: float,
+        prefill: float = 0.0,
+        prefill_sq: float = 0.0,
+    ) -> None:
+        """One step of `duration_s` on every board of the replica."""
+        self.watts = self.power.watts(
+            busy_share(sm, duration_s), compute_share(sm, batch, context, duration_s, prefill, prefill_sq)
+        )
+        self.busy_joules += self.watts * duration_s
+        self.busy_s += duration_s
+
+    def joules(self, now_s: float) -> float:
+        """One board's joules since the counter started (a replica's boards draw alike)."""
+        idle_s = max(now_s - self.started_s - self.busy_s, 0.0)
+        return self.busy_joules + self.power.idle_watts * idle_s
+
+
 def pool_joules(
     sm: StepModel, steps: dict[str, Any], span_s: float, replicas: int, tp: int, power: PowerModel
 ) -> float:

@@ -47,6 +47,9 @@ class BenchConfig:
     num_prefixes: int = 1
     workers: int = 1  # client processes on this host (measure.http.workers): one schedule, every record in one file
     ray_address: str | None = None  # the workers as Ray actors on this cluster ("local" starts one) instead
+    # the boards' meters (dcgm-exporter's DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION) at a Prometheus endpoint of their own;
+    # None: read them from the server's /metrics where it carries them
+    power_metrics_url: str | None = None
 
 
 def require(ok: bool, template: str, *parameters: str) -> None:

@@ -25,7 +25,7 @@ from tokenroof.measure.http.config import BenchConfig, Endpoints, api_key, check
 from tokenroof.measure.http.load import Inflight, PointRun, closed_loop, open_loop
 from tokenroof.measure.http.record import Notice, Previous, Recorder, check_settings, read_previous
 from tokenroof.measure.http.redact import Redactor
-from tokenroof.measure.http.scrape import BatchScraper
+from tokenroof.measure.http.scrape import BatchScraper, PowerScraper
 from tokenroof.measure.http.selfcheck import LoopMonitor, client_bound
 from tokenroof.measure.http.summary import PointSummary, describe_failures, summarise
 from tokenroof.measure.http.workers import (
@@ -364,6 +364,10 @@ class Bench:
         deadline_s = inflight.now() + cfg.max_duration_s
         monitor = LoopMonitor()
         scraper = BatchScraper(self.client.session, self.endpoints.root, self.client.t0)
+        meters = None
+        if cfg.power_metrics_url is not None:
+            meters = PowerScraper(self.client.session, cfg.power_metrics_url, self.client.t0)
+            meters.start()
         monitor.start()
         scraper.start()
         try:
@@ -378,14 +382,39 @@ class Bench:
         finally:
             await monitor.stop()
             await scraper.stop()
+            if meters is not None:
+                await meters.stop()
         monitor.helpers_cpu_s = sum(w["cpu_s"] for w in run.clients)
-        summary = self.point_summary(label, kind, value, run, monitor, scraper)
+        summary = self.point_summary(label, kind, value, run, monitor, scraper, meters)
         summary["attempt"] = attempt
         self.recorder.write(summary)
         return summary
 
+    @staticmethod
+    def power_of(
+        data: dict[str, Any], run: PointRun, scraper: BatchScraper, meters: PowerScraper | None
+    ) -> dict[str, Any] | None:
+        """The boards' mean power over the window and the energy per output token it makes (None: no meter read);
+        from --power-metrics where given (a remark says why it gave nothing), else the server's own /metrics."""
+        power = scraper.power_in(*run.window_s) if meters is None else meters.power_in(*run.window_s)
+        if meters is not None and power is None:
+            why = meters.failure or "fewer than two readings fell in the window"
+            run.remarks.append(f"no power reading: {why}")
+        if power is None:
+            return None
+        tokens_s = data.get("throughput_tok_s") or 0.0
+        power["energy_j_per_output_token"] = power["watts_mean"] / tokens_s if tokens_s > 0 else None
+        return power
+
     def point_summary(
-        self, label: str, kind: str, value: float, run: PointRun, monitor: LoopMonitor, scraper: BatchScraper
+        self,
+        label: str,
+        kind: str,
+        value: float,
+        run: PointRun,
+        monitor: LoopMonitor,
+        scraper: BatchScraper,
+        meters: PowerScraper | None = None,
     ) -> dict[str, Any]:
         cfg = self.cfg
         summary = summarise(label, kind, value, run.records, run.window_s, cfg.ttft_slo_ms, cfg.tpot_slo_ms)
@@ -409,6 +438,7 @@ class Bench:
         cache = scraper.cached_in(*run.window_s)  # prefix caching, where the server counts its hits
         if cache is not None:
             data["prefix_cache"] = cache
+        data["power"] = self.power_of(data, run, scraper, meters)
         summary.invalid = validity(summary, run, monitor, cfg.max_failure_fraction)
         cached = data["cached_prompt_fraction"]
         if cached is not None and cached > CACHED_REMARK:

@@ -17,6 +17,7 @@ import asyncio
 import math
 import time
 from dataclasses import dataclass, field
+from typing import Any
 
 import aiohttp
 
@@ -31,6 +32,11 @@ BY_POSITION = tuple(server_metrics("spec_accepted_by_position").values())
 CACHE = ("prefix_cache_queries", "prefix_cache_hits")  # prefix caching's counters, per server
 CACHE_NAMES = {key: tuple(server_metrics(key).values()) for key in CACHE}  # type: ignore[arg-type]
 PERIOD_S = 0.1
+# the boards' own meters as NVIDIA's dcgm-exporter names them (its default counters): energy since boot in mJ (a
+# counter, one series per GPU), and the power draw in W (a gauge); summed over the GPUs a scrape finds
+ENERGY_MJ = "DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION"
+POWER_W = "DCGM_FI_DEV_POWER_USAGE"
+MJ_PER_J = 1e3
 
 
 def running_from_metrics(text: str) -> float | None:
@@ -51,15 +57,18 @@ def parse_metrics(text: str) -> dict[str, float] | None:
 
     found: dict[str, float] = {}
     counters = (*SPEC_NAMES.values(), *CACHE_NAMES.values())
-    wanted = set(GAUGES) | set(PREEMPTIONS) | {n for names in counters for n in names}
+    wanted = set(GAUGES) | set(PREEMPTIONS) | {n for names in counters for n in names} | {ENERGY_MJ, POWER_W}
     try:
         for family in text_string_to_metric_families(text):
             for sample in family.samples:
-                name = sample.name
+                # the parser names a counter's samples <name>_total; DCGM's counter has no such suffix
+                name = ENERGY_MJ if sample.name == f"{ENERGY_MJ}_total" else sample.name
                 if name in BY_POSITION:
                     name = f"{name}[{int(sample.labels.get('position', 0))}]"
                 elif name not in wanted:
                     continue
+                elif name in (ENERGY_MJ, POWER_W):  # one series per GPU: count them
+                    found[f"{name}#gpus"] = found.get(f"{name}#gpus", 0.0) + 1
                 found[name] = found.get(name, 0.0) + float(sample.value)
     except (ValueError, TypeError, IndexError):
         return None
@@ -104,6 +113,82 @@ def cache_counters(found: dict[str, float]) -> tuple[float, float] | None:
     return queries, hits
 
 
+def power_reading(found: dict[str, float]) -> tuple[float | None, float | None, int] | None:
+    """The boards' meters in one scrape: (joules since boot, watts now, GPUs), summed over the GPUs; None when the
+    text has neither DCGM series or a value is not a finite non-negative number."""
+    energy, watts = first_of(found, (ENERGY_MJ,)), first_of(found, (POWER_W,))
+    if (energy is None and watts is None) or any(v is not None and math.isnan(v) for v in (energy, watts)):
+        return None
+    gpus = int(found.get(f"{ENERGY_MJ}#gpus", 0) or found.get(f"{POWER_W}#gpus", 0))
+    return (None if energy is None else energy / MJ_PER_J), watts, gpus
+
+
+def power_in(
+    readings: list[tuple[float, tuple[float | None, float | None, int]]], w0: float, w1: float, url: str
+) -> dict[str, Any] | None:
+    """The boards' mean power over [w0, w1]: the energy counters' rise over the time between the first and last
+    readings inside it (what DCGM's counter integrates), else the mean of the power gauge's readings; None with
+    fewer than two readings, or a counter that went back (a restarted exporter)."""
+    inside = [(t, r) for t, r in readings if w0 <= t <= w1]
+    if len(inside) < 2:
+        return None
+    (t_a, (j_a, _, gpus)), (t_b, (j_b, _, _)) = inside[0], inside[-1]
+    where = f"{url.rstrip('/')}/metrics"
+    if j_a is not None and j_b is not None and t_b > t_a and j_b >= j_a:
+        watts = (j_b - j_a) / (t_b - t_a)
+        source = f"measured: {ENERGY_MJ} (the boards' energy counters) at {where}, {gpus} GPU(s), over the window"
+    else:
+        gauge = [w for _, (_, w, _) in inside if w is not None]
+        if not gauge:
+            return None
+        watts = sum(gauge) / len(gauge)
+        source = f"measured: {POWER_W} (the boards' power gauges) at {where}, {gpus} GPU(s), {len(gauge)} readings"
+    return {"watts_mean": watts, "gpus": gpus, "source": source}
+
+
+@dataclass
+class PowerScraper:
+    """The boards' meters from a Prometheus endpoint of their own (dcgm-exporter beside the server: `bench
+    --power-metrics URL`), read every 100 ms while a point runs."""
+
+    session: aiohttp.ClientSession
+    url: str
+    t0: float
+    readings: list[tuple[float, tuple[float | None, float | None, int]]] = field(default_factory=list)
+    failure: str | None = None  # why it stopped reading (None: it read, or was stopped)
+    _task: asyncio.Task[None] | None = None
+
+    async def _run(self) -> None:
+        where = f"{self.url.rstrip('/')}/metrics"
+        while True:
+            try:
+                async with self.session.get(where) as response:
+                    if response.status != 200:
+                        self.failure = f"{where} answered HTTP {response.status}"
+                        return
+                    found = parse_metrics(await response.text())
+            except (aiohttp.ClientError, TimeoutError, ValueError) as exc:
+                self.failure = f"{where} could not be read ({type(exc).__name__})"
+                return
+            reading = None if found is None else power_reading(found)
+            if reading is None:
+                self.failure = f"{where} has no {ENERGY_MJ} or {POWER_W} series"
+                return
+            self.readings.append((time.perf_counter() - self.t0, reading))
+            await asyncio.sleep(PERIOD_S)
+
+    def start(self) -> None:
+        self._task = asyncio.create_task(self._run())
+
+    async def stop(self) -> None:
+        if self._task is not None:
+            self._task.cancel()
+            await asyncio.gather(self._task, return_exceptions=True)
+
+    def power_in(self, w0: float, w1: float) -> dict[str, Any] | None:
+        return power_in(self.readings, w0, w1, self.url)
+
+
 @dataclass
 class BatchScraper:
     session: aiohttp.ClientSession
@@ -113,6 +198,7 @@ class BatchScraper:
     preemptions: list[tuple[float, float]] = field(default_factory=list)  # the counter's readings, where it has one
     speculation: list[tuple[float, tuple[float, ...]]] = field(default_factory=list)  # spec-decode counter readings
     prefix_cache: list[tuple[float, tuple[float, float]]] = field(default_factory=list)  # prefix-cache readings
+    power: list[tuple[float, tuple[float | None, float | None, int]]] = field(default_factory=list)  # DCGM meters
     bad: int = 0  # samples of the gauge that were not a count (NaN, negative, infinite): dropped
     _task: asyncio.Task[None] | None = None
 
@@ -134,6 +220,9 @@ class BatchScraper:
                 cached = cache_counters(found)
                 if cached is not None:
                     self.prefix_cache.append((now, cached))
+                metered = power_reading(found)
+                if metered is not None:
+                    self.power.append((now, metered))
                 if math.isnan(value):
                     self.bad += 1
                 else:
@@ -176,6 +265,10 @@ class BatchScraper:
             return None
         queries, hits = (max(b - a, 0.0) for a, b in zip(inside[0], inside[-1], strict=True))
         return {"queries_tokens": queries, "hits_tokens": hits, "hit_rate": hits / queries if queries else None}
+
+    def power_in(self, w0: float, w1: float) -> dict[str, Any] | None:
+        """The boards' mean power over [w0, w1] where the server's own /metrics carries DCGM's series (None: not)."""
+        return power_in(self.power, w0, w1, self.url)
 
     def mean_in(self, w0: float, w1: float, limit: float = math.inf) -> float | None:
         """The gauge's mean over [w0, w1] (None: fewer than 5 samples), samples above `limit` (more sequences than

@@ -21,6 +21,7 @@ from aiohttp import web
 from aiohttp.http_exceptions import HttpProcessingError
 
 from tokenroof.errors import ParameterError, TokenroofError
+from tokenroof.model.cost import EnergyCounter, PowerModel
 from tokenroof.model.disagg import Disaggregation
 from tokenroof.model.prefix import block_keys
 from tokenroof.model.speculative import Speculation
@@ -79,6 +80,8 @@ class Emulator:
     disaggregation: Disaggregation | None = None  # prefill and decode engines of their own, joined by a KV link
     replicas: int = 1  # engines behind a router, each its own scheduler and KV cache (simulate --replicas)
     router: str = "round-robin"
+    power: PowerModel | None = None  # boards' power: DCGM's energy counter and power gauge on /metrics, per board
+    tp: int = 1  # boards per replica (each draws the replica's power)
     scheduler: BatchScheduler = field(init=False)
 
     def __post_init__(self) -> None:
@@ -117,9 +120,37 @@ class Emulator:
             )
         else:
             self.engine = RealtimeEngine(self.scheduler, self.on_token, runner=self.runner)
+        if self.power is not None:
+            now = asyncio.get_running_loop().time()
+            for each in self.engines():
+                each.meter = EnergyCounter(self.power, self.tp, now)
         task = asyncio.create_task(self.engine.run())
         task.add_done_callback(self.engine_stopped)
         app[ENGINE_TASK] = task
+
+    def engines(self) -> list[RealtimeEngine]:
+        """Every realtime engine running: the one, a fleet's replicas, a split's prefill and decode engines."""
+        engine = self.engine
+        assert engine is not None
+        return [engine] if isinstance(engine, RealtimeEngine) else list(engine.engines)
+
+    def power_metrics(self) -> str:
+        """DCGM exporter's names (dcgm-exporter's default counters) for every board: its energy since the emulator
+        started (mJ, a counter) and the last step's draw (W), labelled gpu="0", "1", … in replica order."""
+        meters = [e.meter for e in self.engines() if e.meter is not None]
+        if not meters:
+            return ""
+        now = asyncio.get_running_loop().time()
+        energy, power = "DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION", "DCGM_FI_DEV_POWER_USAGE"
+        text = f"# HELP {energy} Total energy consumption since boot (in mJ).\n# TYPE {energy} counter\n"
+        gauge = f"# HELP {power} Power draw (in W).\n# TYPE {power} gauge\n"
+        board = 0
+        for meter in meters:
+            for _ in range(meter.tp):
+                text += f'{energy}{{gpu="{board}"}} {meter.joules(now) * 1e3:.3f}\n'
+                gauge += f'{power}{{gpu="{board}"}} {meter.watts:.3f}\n'
+                board += 1
+        return text + gauge
 
     def new_scheduler(self, seed: int) -> BatchScheduler:
         """A scheduler with this emulator's settings, its own KV cache, and acceptance draws from `seed` (a fleet's
@@ -380,6 +411,7 @@ class Emulator:
             text += f"# HELP {name} Accepted tokens by drafted position\n# TYPE {name} counter\n"
             for k, value in enumerate(counts.accepted_by_position):
                 text += f'{name}{{model_name="{self.model_name}",position="{k}"}} {value}\n'
+        text += self.power_metrics()
         return web.Response(text=text, content_type="text/plain")
 
     def app(self) -> web.Application:

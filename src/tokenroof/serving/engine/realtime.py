@@ -9,6 +9,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Protocol
 
+from tokenroof.model.cost import EnergyCounter
 from tokenroof.serving.engine.core import BatchScheduler, Sequence, StepPlan
 
 TokenCallback = Callable[[Sequence, int, float], None]  # (sequence, tokens made so far, time) after each step
@@ -35,6 +36,7 @@ class RealtimeEngine:
     lateness_s: float = 0.0  # worst delay of a step's end behind its plan
     lateness_sum_s: float = 0.0  # Σ delay, for the mean
     restarts: int = 0  # times the driver fell > 50 ms behind and restarted its schedule
+    meter: EnergyCounter | None = None  # its boards' energy, step by step (the emulator's DCGM counters)
 
     @property
     def schedulers(self) -> list[BatchScheduler]:
@@ -77,6 +79,15 @@ class RealtimeEngine:
             before = [self.scheduler.generated(seq) for seq in emitting]
             self.scheduler.complete_step(plan)
             self.prompt_tokens_processed += plan.prefill_tokens
+            if self.meter is not None:
+                self.meter.add_step(
+                    self.scheduler.model,
+                    plan.duration_s,
+                    plan.batch,
+                    plan.context_tokens,
+                    plan.prefill_tokens,
+                    plan.prefill_sq,
+                )
             for seq, made in zip(emitting, before, strict=True):
                 now_made = self.scheduler.generated(seq)  # one token more, or several when speculating
                 self.tokens_generated += now_made - made
