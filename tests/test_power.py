@@ -158,24 +158,82 @@ DCGM_FI_DEV_POWER_USAGE{gpu="1",UUID="GPU-b",modelName="NVIDIA H100 80GB HBM3"} 
 
 
 def test_dcgm_meters_by_hand() -> None:
-    """Two boards: 1,500,000 + 2,500,000 mJ = 4,000 J since boot, 410.5 + 389.5 = 800 W now. Over a window whose
-    readings 2 s apart rose 1,600 J the mean is 800 W; with no counter, the gauges' mean; a counter that went back
-    (an exporter restarted) is not read as negative energy."""
+    """Two boards: 1,500 and 2,500 J since boot, 410.5 and 389.5 W now. Over a window whose new counter values 2 s
+    apart rose 800 J a board the mean is 400 W a board, 800 W in all; a board instance repeated under one UUID (MIG)
+    counts once; a board whose series appears mid-window adds nothing of its energy since boot."""
     from tokenroof.measure.http.scrape import parse_metrics, power_in, power_reading
 
     found = parse_metrics(DCGM_TEXT)
-    assert found is not None and power_reading(found) == (4000.0, 800.0, 2)
-    readings = [(0.5, (4000.0, 800.0, 2)), (1.5, (4800.0, 790.0, 2)), (2.5, (5600.0, 810.0, 2)), (9.0, (9e9, 0.0, 2))]
-    power = power_in(readings, 0.0, 3.0, "http://h:9400/")
-    assert power is not None and power["watts_mean"] == pytest.approx(800.0) and power["gpus"] == 2
+    assert found is not None and power_reading(found) == {"GPU-a": (1500.0, 410.5), "GPU-b": (2500.0, 389.5)}
+    mig = DCGM_TEXT + 'DCGM_FI_DEV_POWER_USAGE{gpu="0",UUID="GPU-a",GPU_I_ID="1"} 410.5\n'
+    assert power_reading(parse_metrics(mig) or {}) == power_reading(found)
+
+    def two(a: float, b: float) -> dict[str, tuple[float | None, float | None]]:
+        return {"GPU-a": (a, 400.0), "GPU-b": (b, 400.0)}
+
+    readings = [(0.25, two(1000, 2000)), (0.5, two(1200, 2200)), (1.5, two(1600, 2600)), (2.5, two(2000, 3000))]
+    power, why = power_in(readings, 0.0, 3.0, "http://h:9400/metrics")
+    assert why is None and power is not None
+    assert power["watts_mean"] == pytest.approx(800.0) and power["gpus"] == 2
     assert "DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION" in power["source"] and "http://h:9400/metrics" in power["source"]
-    gauges = [(0.5, (None, 800.0, 2)), (1.5, (None, 790.0, 2)), (2.5, (None, 810.0, 2))]
-    assert power_in(gauges, 0.0, 3.0, "u")["watts_mean"] == pytest.approx(800.0)  # type: ignore[index]
-    back = [(0.5, (5000.0, 800.0, 2)), (1.5, (10.0, 790.0, 2))]
-    assert power_in(back, 0.0, 3.0, "u")["watts_mean"] == pytest.approx(795.0)  # type: ignore[index]
-    assert power_in(readings[:1], 0.0, 3.0, "u") is None
-    assert power_reading(parse_metrics('DCGM_FI_DEV_POWER_USAGE{gpu="0"} NaN\n') or {}) is None
-    assert power_reading(parse_metrics("vllm:num_requests_running 3\n") or {}) is None
+    # board b appears at 1.5 s with 5 MJ since boot: one new value of its own in the window, too few to time, so the
+    # gauges answer for both (400 + 400 W), never 5 MJ over a second
+    late = [(0.5, {"GPU-a": (1200.0, 400.0)}), (1.5, two(1600, 5e6)), (2.5, two(2000, 5e6 + 400))]
+    power, _ = power_in(late, 0.0, 3.0, "u")
+    assert power is not None and power["watts_mean"] == pytest.approx(800.0)
+    assert "DCGM_FI_DEV_POWER_USAGE" in power["source"]
+
+
+def test_a_counter_refreshed_every_collect_interval_is_timed_from_its_new_values() -> None:
+    """dcgm-exporter refreshes its counter every collect interval (30 s unless told): scraped every 0.1 s at a steady
+    800 W with a 1 s interval, the mean over any window is 800 W (timed between new values, not scrapes); with the
+    30 s default a 20 s window sees no new value and the power gauges answer, saying why; a counter that goes back
+    (a GPU reset) starts the count again after it."""
+    from tokenroof.measure.http.scrape import power_in
+
+    def stair(interval: float) -> list[tuple[float, dict[str, tuple[float | None, float | None]]]]:
+        return [(k / 10, {"GPU-a": (800.0 * interval * (k // (10 * interval)), 800.0)}) for k in range(700)]
+
+    for w0, w1 in ((5.0, 25.0), (25.3, 45.7), (2.05, 61.95)):
+        power, why = power_in(stair(1.0), w0, w1, "u")
+        assert why is None and power is not None and power["watts_mean"] == pytest.approx(800.0, rel=1e-9)
+    power, why = power_in(stair(30.0), 5.0, 25.0, "u")
+    assert power is not None and power["watts_mean"] == pytest.approx(800.0)
+    assert "DCGM_FI_DEV_POWER_USAGE" in power["source"] and "-c 1000" in power["source"]
+    flat = [(k / 10, {"GPU-a": (100.0, None)}) for k in range(50)]
+    power, why = power_in(flat, 0.0, 5.0, "u")
+    assert power is None and why is not None and "did not move" in why
+    reset = [(0.5, {"GPU-a": (900.0, 0.0)}), (1.0, {"GPU-a": (10.0, 0.0)}), (2.0, {"GPU-a": (410.0, 0.0)})]
+    power, _ = power_in(reset, 0.0, 3.0, "u")
+    assert power is not None and power["watts_mean"] == pytest.approx(400.0)
+    assert power_in([], 0.0, 1.0, "u")[0] is None
+
+
+def test_the_emulators_boards_idle_when_nothing_runs() -> None:
+    """After its last step an engine waiting for requests draws idle power on its gauge, as its counter does."""
+    import asyncio
+
+    from tokenroof.model.cost import EnergyCounter, PowerModel
+    from tokenroof.model.stepmodel import StepModel
+    from tokenroof.serving.engine.core import BatchScheduler, Sequence
+    from tokenroof.serving.engine.realtime import RealtimeEngine
+
+    sm = StepModel(t_fixed_s=1e-3, t_weights_s=4e-3, t_compute_s=1e-4, t_kv_token_s=0.0)
+
+    async def main() -> tuple[float, float]:
+        engine = RealtimeEngine(BatchScheduler(sm, 8), lambda *_: None)
+        engine.meter = EnergyCounter(PowerModel(700.0, 100.0, "given"), 1, asyncio.get_running_loop().time())
+        task = asyncio.create_task(engine.run())
+        engine.submit(Sequence("a", 4, 4, asyncio.get_running_loop().time()))
+        await asyncio.sleep(0.01)
+        busy = engine.meter.watts
+        await asyncio.sleep(0.1)
+        task.cancel()
+        await asyncio.gather(task, return_exceptions=True)
+        return busy, engine.meter.watts
+
+    busy, idle = asyncio.run(main())
+    assert busy > 100.0 and idle == 100.0
 
 
 def test_bench_reads_the_boards_energy_the_emulator_meters_and_simulate_agrees(tmp_path: Any) -> None:

@@ -152,6 +152,9 @@ def emulate(
         pool = render.prefill_tp_text(split.to_dict())
         fleet = f", disaggregated: {split.prefill_replicas} prefill{pool} + {split.decode_replicas} decode replicas"
         fleet += f", the prefill pool's steps {split.prefill_model}" if split.prefill_model is not None else ""
+    if emulator.power is None and physics.known:
+        why = "a disaggregated server's pools may be other boards" if split is not None else "its hardware has no TDP"
+        err.print(f"note: /metrics carries no power counters: {why}", highlight=False)
     if emulator.power is not None:
         err.print(
             "note: /metrics carries dcgm-exporter's DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION and DCGM_FI_DEV_POWER_USAGE "
@@ -227,8 +230,9 @@ def bench(
     power_metrics: Annotated[
         str | None,
         typer.Option(
-            help="The GPUs' dcgm-exporter (e.g. http://host:9400): each point's mean power and energy per output "
-            "token from their energy counters (default: from the server's own /metrics where it carries them)."
+            help="The GPUs' dcgm-exporter (e.g. http://host:9400, with or without /metrics; every GPU it lists is "
+            "counted, so the server's own; run it with -c 1000 or less): each point's mean power and energy per "
+            "output token from their energy counters (default: from the server's own /metrics where it carries them)."
         ),
     ] = None,
     json_output: JsonOpt = False,

@@ -183,7 +183,8 @@ def bill_of_steps(
 class EnergyCounter:
     """The energy counter of one replica's `tp` boards, as DCGM keeps it (DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION): each
     step at the power of its busy and compute shares (pool_joules' model, step by step), idle power between steps.
-    `joules(now)` is the total since `started_s`; `watts` the draw of the last step (idle when none runs)."""
+    `joules(now)` is the total since `started_s`; `watts` the draw of the last step (the engine sets it to idle
+    when it waits for requests)."""
 
     power: PowerModel
     tp: int

@@ -396,10 +396,11 @@ class Bench:
     ) -> dict[str, Any] | None:
         """The boards' mean power over the window and the energy per output token it makes (None: no meter read);
         from --power-metrics where given (a remark says why it gave nothing), else the server's own /metrics."""
-        power = scraper.power_in(*run.window_s) if meters is None else meters.power_in(*run.window_s)
-        if meters is not None and power is None:
-            why = meters.failure or "fewer than two readings fell in the window"
+        power, why = scraper.power_in(*run.window_s) if meters is None else meters.power_in(*run.window_s)
+        if why is not None:
             run.remarks.append(f"no power reading: {why}")
+        if meters is not None and meters.failures and power is not None:
+            run.remarks.append(f"{meters.failures} scrape(s) of the power endpoint failed (last: {meters.failure})")
         if power is None:
             return None
         tokens_s = data.get("throughput_tok_s") or 0.0

@@ -67,8 +67,11 @@ def parse_metrics(text: str) -> dict[str, float] | None:
                     name = f"{name}[{int(sample.labels.get('position', 0))}]"
                 elif name not in wanted:
                     continue
-                elif name in (ENERGY_MJ, POWER_W):  # one series per GPU: count them
-                    found[f"{name}#gpus"] = found.get(f"{name}#gpus", 0.0) + 1
+                elif name in (ENERGY_MJ, POWER_W):  # one series per board, kept apart (a MIG instance repeats its
+                    # board's device-level reading under the same UUID: kept once)
+                    board = sample.labels.get("UUID") or sample.labels.get("gpu") or ""
+                    found[f"{name}@{board}"] = float(sample.value)
+                    continue
                 found[name] = found.get(name, 0.0) + float(sample.value)
     except (ValueError, TypeError, IndexError):
         return None
@@ -113,68 +116,109 @@ def cache_counters(found: dict[str, float]) -> tuple[float, float] | None:
     return queries, hits
 
 
-def power_reading(found: dict[str, float]) -> tuple[float | None, float | None, int] | None:
-    """The boards' meters in one scrape: (joules since boot, watts now, GPUs), summed over the GPUs; None when the
-    text has neither DCGM series or a value is not a finite non-negative number."""
-    energy, watts = first_of(found, (ENERGY_MJ,)), first_of(found, (POWER_W,))
-    if (energy is None and watts is None) or any(v is not None and math.isnan(v) for v in (energy, watts)):
+PowerReading = dict[str, tuple[float | None, float | None]]  # board → (joules since boot, watts now)
+
+
+def power_reading(found: dict[str, float]) -> PowerReading | None:
+    """The boards' meters in one scrape, by board (UUID, else the gpu label): joules since boot and watts now, None
+    where a board lacks the series or its value is not a finite non-negative number; None when there is no board."""
+    boards: dict[str, list[float | None]] = {}
+    for key, value in found.items():
+        name, at, board = key.partition("@")
+        if at and name in (ENERGY_MJ, POWER_W):
+            slot = boards.setdefault(board, [None, None])
+            usable = math.isfinite(value) and value >= 0
+            slot[0 if name == ENERGY_MJ else 1] = (value / MJ_PER_J if name == ENERGY_MJ else value) if usable else None
+    return {b: (v[0], v[1]) for b, v in boards.items()} or None
+
+
+def counter_watts(readings: list[tuple[float, PowerReading]], board: str, w0: float, w1: float) -> float | None:
+    """One board's mean power over [w0, w1] from its energy counter: the rise between the first and last times a new
+    value appeared inside the window (an exporter refreshes its counter every collect interval, 30 s by default for
+    dcgm-exporter: the time of a scrape that read an old value says nothing), over the time between them; after a
+    drop (a GPU or driver reset) only the readings after it count. None: fewer than two new values in the window."""
+    changes: list[tuple[float, float]] = []
+    previous = None
+    for t, reading in readings:
+        joules = reading.get(board, (None, None))[0]
+        if joules is None:
+            continue
+        if previous is not None and joules != previous and w0 <= t <= w1:
+            if changes and joules < changes[-1][1]:
+                changes = []  # the counter went back: start again after it
+            changes.append((t, joules))
+        previous = joules
+    if len(changes) < 2 or changes[-1][0] <= changes[0][0]:
         return None
-    gpus = int(found.get(f"{ENERGY_MJ}#gpus", 0) or found.get(f"{POWER_W}#gpus", 0))
-    return (None if energy is None else energy / MJ_PER_J), watts, gpus
+    return (changes[-1][1] - changes[0][1]) / (changes[-1][0] - changes[0][0])
 
 
 def power_in(
-    readings: list[tuple[float, tuple[float | None, float | None, int]]], w0: float, w1: float, url: str
-) -> dict[str, Any] | None:
-    """The boards' mean power over [w0, w1]: the energy counters' rise over the time between the first and last
-    readings inside it (what DCGM's counter integrates), else the mean of the power gauge's readings; None with
-    fewer than two readings, or a counter that went back (a restarted exporter)."""
-    inside = [(t, r) for t, r in readings if w0 <= t <= w1]
-    if len(inside) < 2:
-        return None
-    (t_a, (j_a, _, gpus)), (t_b, (j_b, _, _)) = inside[0], inside[-1]
-    where = f"{url.rstrip('/')}/metrics"
-    if j_a is not None and j_b is not None and t_b > t_a and j_b >= j_a:
-        watts = (j_b - j_a) / (t_b - t_a)
-        source = f"measured: {ENERGY_MJ} (the boards' energy counters) at {where}, {gpus} GPU(s), over the window"
-    else:
-        gauge = [w for _, (_, w, _) in inside if w is not None]
+    readings: list[tuple[float, PowerReading]], w0: float, w1: float, url: str
+) -> tuple[dict[str, Any] | None, str | None]:
+    """The boards' mean power over [w0, w1], summed over the boards the endpoint lists (every board's counter, as
+    `counter_watts`; where any board's counter did not move, the power gauges' means instead), and why there is
+    none where there is none."""
+    boards = sorted({b for _, r in readings for b in r})
+    where = metrics_url(url)
+    if not boards:
+        return None, f"{where} had no {ENERGY_MJ} or {POWER_W} series in the window"
+    each = [counter_watts(readings, b, w0, w1) for b in boards]
+    if all(w is not None for w in each):
+        source = f"measured: {ENERGY_MJ} (the boards' energy counters) at {where}, {len(boards)} GPU(s)"
+        return {"watts_mean": sum(w for w in each if w is not None), "gpus": len(boards), "source": source}, None
+    means = []
+    for board in boards:
+        gauge = [r[board][1] for t, r in readings if w0 <= t <= w1 and board in r and r[board][1] is not None]
         if not gauge:
-            return None
-        watts = sum(gauge) / len(gauge)
-        source = f"measured: {POWER_W} (the boards' power gauges) at {where}, {gpus} GPU(s), {len(gauge)} readings"
-    return {"watts_mean": watts, "gpus": gpus, "source": source}
+            return None, (
+                f"{where}: the energy counter of board {board} did not move in the window and it has no "
+                f"{POWER_W} reading (dcgm-exporter collects every 30 s unless told: run it with -c 1000 or less)"
+            )
+        means.append(sum(g for g in gauge if g is not None) / len(gauge))
+    stale = "" if all(w is None for w in each) else "some of "
+    source = (
+        f"measured: {POWER_W} (the boards' power gauges, mean of the scrapes) at {where}, {len(boards)} GPU(s): "
+        f"{stale}the energy counters did not move in the window (dcgm-exporter collects every 30 s unless told: "
+        "run it with -c 1000 or less)"
+    )
+    return {"watts_mean": sum(means), "gpus": len(boards), "source": source}, None
+
+
+def metrics_url(url: str) -> str:
+    """The /metrics address of a base URL (given with or without /metrics)."""
+    base = url.rstrip("/")
+    return base if base.endswith("/metrics") else f"{base}/metrics"
 
 
 @dataclass
 class PowerScraper:
     """The boards' meters from a Prometheus endpoint of their own (dcgm-exporter beside the server: `bench
-    --power-metrics URL`), read every 100 ms while a point runs."""
+    --power-metrics URL`), read every 100 ms while a point runs; a failed scrape is counted and the next one tried."""
 
     session: aiohttp.ClientSession
     url: str
     t0: float
-    readings: list[tuple[float, tuple[float | None, float | None, int]]] = field(default_factory=list)
-    failure: str | None = None  # why it stopped reading (None: it read, or was stopped)
+    readings: list[tuple[float, PowerReading]] = field(default_factory=list)
+    failures: int = 0
+    failure: str | None = None  # the last failed scrape's reason
     _task: asyncio.Task[None] | None = None
 
     async def _run(self) -> None:
-        where = f"{self.url.rstrip('/')}/metrics"
+        where = metrics_url(self.url)
         while True:
             try:
-                async with self.session.get(where) as response:
-                    if response.status != 200:
-                        self.failure = f"{where} answered HTTP {response.status}"
-                        return
-                    found = parse_metrics(await response.text())
-            except (aiohttp.ClientError, TimeoutError, ValueError) as exc:
-                self.failure = f"{where} could not be read ({type(exc).__name__})"
-                return
+                async with self.session.get(where, timeout=aiohttp.ClientTimeout(total=2.0)) as response:
+                    found = parse_metrics(await response.text()) if response.status == 200 else None
+                    why = f"{where} answered HTTP {response.status}" if response.status != 200 else None
+            except (aiohttp.ClientError, TimeoutError, ValueError, UnicodeDecodeError) as exc:
+                found, why = None, f"{where} could not be read ({type(exc).__name__})"
             reading = None if found is None else power_reading(found)
             if reading is None:
-                self.failure = f"{where} has no {ENERGY_MJ} or {POWER_W} series"
-                return
-            self.readings.append((time.perf_counter() - self.t0, reading))
+                self.failures += 1
+                self.failure = why or f"{where} has no {ENERGY_MJ} or {POWER_W} series"
+            else:
+                self.readings.append((time.perf_counter() - self.t0, reading))
             await asyncio.sleep(PERIOD_S)
 
     def start(self) -> None:
@@ -185,8 +229,11 @@ class PowerScraper:
             self._task.cancel()
             await asyncio.gather(self._task, return_exceptions=True)
 
-    def power_in(self, w0: float, w1: float) -> dict[str, Any] | None:
-        return power_in(self.readings, w0, w1, self.url)
+    def power_in(self, w0: float, w1: float) -> tuple[dict[str, Any] | None, str | None]:
+        power, why = power_in(self.readings, w0, w1, self.url)
+        if power is None and not self.readings:
+            why = self.failure or why
+        return power, why
 
 
 @dataclass
@@ -198,7 +245,7 @@ class BatchScraper:
     preemptions: list[tuple[float, float]] = field(default_factory=list)  # the counter's readings, where it has one
     speculation: list[tuple[float, tuple[float, ...]]] = field(default_factory=list)  # spec-decode counter readings
     prefix_cache: list[tuple[float, tuple[float, float]]] = field(default_factory=list)  # prefix-cache readings
-    power: list[tuple[float, tuple[float | None, float | None, int]]] = field(default_factory=list)  # DCGM meters
+    power: list[tuple[float, PowerReading]] = field(default_factory=list)  # DCGM's meters, where /metrics has them
     bad: int = 0  # samples of the gauge that were not a count (NaN, negative, infinite): dropped
     _task: asyncio.Task[None] | None = None
 
@@ -210,7 +257,8 @@ class BatchScraper:
                         return
                     found = parse_metrics(await response.text())
                 value = None if found is None else first_of(found, GAUGES)
-                if found is None or value is None:
+                metered = None if found is None else power_reading(found)
+                if found is None or (value is None and metered is None):
                     return  # no known gauge: stop asking
                 preempted = first_of(found, PREEMPTIONS)
                 now = time.perf_counter() - self.t0
@@ -220,10 +268,11 @@ class BatchScraper:
                 cached = cache_counters(found)
                 if cached is not None:
                     self.prefix_cache.append((now, cached))
-                metered = power_reading(found)
                 if metered is not None:
                     self.power.append((now, metered))
-                if math.isnan(value):
+                if value is None:
+                    pass  # the boards' meters without a running-batch gauge: the batch is the client's
+                elif math.isnan(value):
                     self.bad += 1
                 else:
                     self.samples.append((now, value))
@@ -266,8 +315,10 @@ class BatchScraper:
         queries, hits = (max(b - a, 0.0) for a, b in zip(inside[0], inside[-1], strict=True))
         return {"queries_tokens": queries, "hits_tokens": hits, "hit_rate": hits / queries if queries else None}
 
-    def power_in(self, w0: float, w1: float) -> dict[str, Any] | None:
+    def power_in(self, w0: float, w1: float) -> tuple[dict[str, Any] | None, str | None]:
         """The boards' mean power over [w0, w1] where the server's own /metrics carries DCGM's series (None: not)."""
+        if not self.power:
+            return None, None
         return power_in(self.power, w0, w1, self.url)
 
     def mean_in(self, w0: float, w1: float, limit: float = math.inf) -> float | None:

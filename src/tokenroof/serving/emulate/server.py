@@ -100,6 +100,8 @@ class Emulator:
                 "{} runs a fleet of emulated engines: not with a disaggregated server or a real engine", "replicas"
             )
         Router(self.router, self.replicas)  # an unknown router fails here, before the server binds
+        if self.power is not None and self.disaggregation is not None:
+            raise ParameterError("a disaggregated emulator's pools may be other boards: it meters no {}", "power")
         self.scheduler = self.new_scheduler(self.seed)
 
     # -- engine -------------------------------------------------------------------

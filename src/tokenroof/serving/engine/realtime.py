@@ -62,6 +62,8 @@ class RealtimeEngine:
         while True:
             plan = self.scheduler.plan_step(now)
             if plan is None:
+                if self.meter is not None:
+                    self.meter.watts = self.meter.power.idle_watts  # nothing runs: the boards idle
                 self._wake.clear()
                 await self._wake.wait()
                 now = self.clock()
