@@ -110,6 +110,7 @@ bench: $(STAMP)
 	$(BIN)/python benchmarks/client_overhead.py
 	$(BIN)/python benchmarks/simulate_speed.py
 	$(BIN)/python benchmarks/local_roofline.py
+	$(BIN)/python benchmarks/bench_power.py
 
 # simulate against a real engine (issue 28): `tokenroof serve` (llama-123m, one CPU thread) swept, fitted, loaded
 real-server: $(STAMP)

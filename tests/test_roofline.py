@@ -176,6 +176,9 @@ def test_every_cap_of_a_named_vllm_engine_holds_its_reserve() -> None:
     assert named["reserved_bytes_per_gpu"] == 3_087_761_664 and named["max_batch_by_memory"] == 215
     plain = run_json(args)
     assert plain["reserved_bytes_per_gpu"] == 0 and plain["max_batch_by_memory"] == 226
+    # no server named: the cap says what vLLM V1 would hold, the named engine's answer does not repeat it
+    assert plain["max_batch_by_memory_vllm_v1"] == 215 and named["max_batch_by_memory_vllm_v1"] is None
+    assert "226 (215 beside vLLM V1's reserve: --engine vllm-v1)" in run_cli(args).stdout
     physics = Physics("llama-3.1-8b", "h100-sxm", "bf16", engine="vllm-v1")
     assert physics.reserved_bytes() == 3_087_761_664 and physics.max_batch(2048) == 215
     assert Physics("llama-3.1-8b", "h100-sxm", "bf16").max_batch(2048) == 226

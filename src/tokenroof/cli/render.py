@@ -123,6 +123,14 @@ def roofline_contexts(console: Console, data: dict[str, Any]) -> None:
     console.print(table)
 
 
+def fits_in_memory(data: dict[str, Any]) -> str:
+    """The memory cap, and where no engine's server is named, what it is once vLLM V1 reserves its share."""
+    cap, vllm = data["max_batch_by_memory"], data.get("max_batch_by_memory_vllm_v1")
+    if not vllm or vllm == cap:  # none, the same, or nothing fits beside it (a CPU file, a toy chip): unsaid
+        return fmt(cap)
+    return f"{fmt(cap)} ({fmt(vllm)} beside vLLM V1's reserve: --engine vllm-v1)"
+
+
 def roofline_summary(console: Console, data: dict[str, Any]) -> None:
     """The characteristic batches and memory figures of a roofline, and why there is no critical batch if none."""
     crit = data["critical_batch"]
@@ -131,7 +139,7 @@ def roofline_summary(console: Console, data: dict[str, Any]) -> None:
         ("critical batch (whole step compute-bound)", fmt(crit) if crit is not None else "none"),
         ("weights-only critical batch (context 0)", fmt(data["critical_batch_weights_only"])),
         ("ridge point", f"{fmt(data['ridge_flops_per_byte'])} FLOP/byte"),
-        ("largest batch that fits in memory", fmt(data["max_batch_by_memory"])),
+        ("largest batch that fits in memory", fits_in_memory(data)),
         *(
             [
                 (

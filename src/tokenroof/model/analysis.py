@@ -148,6 +148,21 @@ class RooflineResult:
         return rl.server_reserved_bytes(self.model, self.hardware, self.precision, self.tp, reserve)
 
     @property
+    def max_batch_under_vllm(self) -> int | None:
+        """For a profile with no server of its own (whose memory is sized as vLLM's 90%, without a server's
+        reservations): the largest batch once vLLM V1 reserves what it does (`--engine vllm-v1`); None otherwise."""
+        if self.engine.server is not None:
+            return None
+        from tokenroof.specs.engines import load_engine
+
+        server = load_engine("vllm-v1").server
+        reserve = server.reserve if server is not None else None
+        reserved = rl.server_reserved_bytes(self.model, self.hardware, self.precision, self.tp, reserve)
+        return rl.max_batch_by_memory(
+            self.model, self.hardware, self.precision, self.context_tokens, self.tp, self.memory_utilization, reserved
+        )
+
+    @property
     def max_batch_by_memory(self) -> int:
         """Sequences whose KV cache fits beside the weights and what the server reserves; with a workload whose
         prompts share a cached prefix, that prefix held once: b = (pool − P) / (context − P) for P shared tokens of
@@ -297,6 +312,7 @@ class RooflineResult:
             "ridge_flops_per_byte": self.hardware.ridge_flops_per_byte(self.precision.compute_dtype),
             "max_batch_by_memory": self.max_batch_by_memory,
             "reserved_bytes_per_gpu": self.reserved_bytes,
+            "max_batch_by_memory_vllm_v1": self.max_batch_under_vllm,
             "throughput_asymptote_tok_s": sm.throughput_asymptote_tok_s(ctx),
             "kv_bytes_per_token": rl.kv_bytes_per_token(self.model, self.precision, self.tp),
             "weight_bytes_per_gpu": rl.resident_weight_bytes(self.model, self.precision, self.tp),
