@@ -157,17 +157,17 @@ class RooflineResult:
 
         server = load_engine("vllm-v1").server
         reserve = server.reserve if server is not None else None
-        reserved = rl.server_reserved_bytes(self.model, self.hardware, self.precision, self.tp, reserve)
-        return rl.max_batch_by_memory(
-            self.model, self.hardware, self.precision, self.context_tokens, self.tp, self.memory_utilization, reserved
-        )
+        return self.cap_beside(rl.server_reserved_bytes(self.model, self.hardware, self.precision, self.tp, reserve))
 
     @property
     def max_batch_by_memory(self) -> int:
-        """Sequences whose KV cache fits beside the weights and what the server reserves; with a workload whose
+        """Sequences whose KV cache fits beside the weights and what the server reserves (`cap_beside`)."""
+        return self.cap_beside(self.reserved_bytes)
+
+    def cap_beside(self, reserved: float) -> int:
+        """Sequences whose KV cache fits beside the weights and `reserved` bytes per GPU; with a workload whose
         prompts share a cached prefix, that prefix held once: b = (pool − P) / (context − P) for P shared tokens of
         each sequence's context."""
-        reserved = self.reserved_bytes
         whole = rl.max_batch_by_memory(
             self.model, self.hardware, self.precision, self.context_tokens, self.tp, self.memory_utilization, reserved
         )
