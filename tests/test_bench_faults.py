@@ -628,6 +628,20 @@ def test_resume_refuses_a_header_whose_settings_are_not_an_object(tmp_path: Path
         check_settings(previous, {"model": "m"}, path)
 
 
+def test_resume_names_a_setting_whose_recorded_value_holds_braces(tmp_path: Path) -> None:
+    """The fuzz run's find: a header whose recorded setting is {} (or a folder named with braces) made the refusal
+    itself fail (the message's '{}' taken for a parameter's place: ValueError, a traceback) instead of naming it."""
+    from tokenroof.measure.http.record import check_settings, read_previous
+
+    path = tmp_path / "run{}" / "requests.jsonl"
+    path.parent.mkdir()
+    path.write_text('{"type": "header", "tool": "tokenroof bench", "settings": {"model": {}}}\n')
+    previous = read_previous(path, lambda _: None)
+    with pytest.raises(TokenroofError) as caught:
+        check_settings(previous, {"model": "m"}, path)
+    assert "resume: model was {} in " in str(caught.value) and "run{}" in str(caught.value)
+
+
 def test_jsonl_lines_end_on_newline_only(tmp_path: Path) -> None:
     """Issue 33: a valid prompts file with a raw U+2028 or U+0085 inside a string was refused as 'not valid JSON'."""
     from tokenroof.io.measurements import read_jsonl

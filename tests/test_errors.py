@@ -86,3 +86,11 @@ def test_every_parameter_error_has_one_placeholder_per_parameter() -> None:
                     assert text.count("{}") == n, f"{path.relative_to(SRC)}:{node.lineno}: {text!r} for {n}"
                     calls += 1
     assert calls >= 70
+
+
+def test_a_value_with_braces_stays_as_it_is() -> None:
+    """`verbatim` keeps a value's own '{}' out of the template's parameter places, and shows it unchanged."""
+    from tokenroof.errors import verbatim
+
+    error = ParameterError(f"{verbatim('a{}b')} and {{}}", "max_num_seqs")
+    assert str(error) == "a{}b and max_num_seqs" and error.as_flags() == "a{}b and --max-num-seqs"

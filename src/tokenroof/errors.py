@@ -27,10 +27,19 @@ class TokenroofError(Exception):
         return str(self)
 
 
+VERBATIM_BRACES = "\ue000"  # a private-use character standing for "{}" inside a value put in a template
+
+
+def verbatim(value: object) -> str:
+    """`value` as text to put in a ParameterError template: a `{}` in it (a file's value, a path) is not taken for a
+    parameter's place, and shows as itself."""
+    return str(value).replace("{}", VERBATIM_BRACES)
+
+
 class ParameterError(TokenroofError):
     """A value passed for named parameters is wrong. `template` holds one `{}` per parameter, in order (nothing
-    else in it is special: a path or a value with braces stays as it is): `str()` fills them with the parameters'
-    names, `as_flags()` with their command-line flags."""
+    else in it is special: a path or a value with braces stays as it is, but a `{}` in a value put there must go
+    through `verbatim`): `str()` fills them with the parameters' names, `as_flags()` with their command-line flags."""
 
     def __init__(self, template: str, *parameters: str) -> None:
         if template.count("{}") != len(parameters):
@@ -40,7 +49,8 @@ class ParameterError(TokenroofError):
 
     def _filled(self, words: tuple[str, ...]) -> str:
         parts = self.template.split("{}")
-        return parts[0] + "".join(w + part for w, part in zip(words, parts[1:], strict=True))
+        text = parts[0] + "".join(w + part for w, part in zip(words, parts[1:], strict=True))
+        return text.replace(VERBATIM_BRACES, "{}")
 
     def as_flags(self) -> str:
         return self._filled(tuple(flag_of(p) for p in self.parameters))

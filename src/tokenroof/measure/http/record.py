@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from tokenroof.errors import ParameterError, TokenroofError
+from tokenroof.errors import ParameterError, TokenroofError, verbatim
 from tokenroof.io.measurements import read_jsonl
 from tokenroof.measure.http.client import RequestRecord
 from tokenroof.measure.http.redact import Redactor
@@ -131,7 +131,7 @@ def check_settings(previous: Previous, settings: dict[str, Any], path: Path) -> 
     if previous.header is None:
         if previous.lines:
             raise ParameterError(
-                f"{path} has no settings header (an older tokenroof wrote it), so {{}} cannot check it: "
+                f"{verbatim(path)} has no settings header (an older tokenroof wrote it), so {{}} cannot check it: "
                 "give another {}",
                 "resume",
                 "out",
@@ -140,7 +140,8 @@ def check_settings(previous: Previous, settings: dict[str, Any], path: Path) -> 
     old = previous.header.get("settings", {})
     if not isinstance(old, dict):
         raise ParameterError(
-            f"{path}: its header's settings are {type(old).__name__}, not an object: {{}} cannot check them (give "
+            f"{verbatim(path)}: its header's settings are {type(old).__name__}, not an object: {{}} cannot check them "
+            "(give "
             "another {})",
             "resume",
             "out",
@@ -149,9 +150,9 @@ def check_settings(previous: Previous, settings: dict[str, Any], path: Path) -> 
         if old.get(key) != settings.get(key):
             parameter = HASHED.get(key, key)
             what = " (file contents)" if key in HASHED else ""
-            was, now = short(old.get(key)), short(settings.get(key))
+            was, now, where = verbatim(short(old.get(key))), verbatim(short(settings.get(key))), verbatim(path)
             raise ParameterError(
-                f"{{}}: {{}}{what} was {was} in {path}, now {now}; a resumed run keeps its measurement settings "
+                f"{{}}: {{}}{what} was {was} in {where}, now {now}; a resumed run keeps its measurement settings "
                 "(give another {} to measure with new ones)",
                 "resume",
                 parameter,
