@@ -67,6 +67,8 @@ def check_recovery(points: list[dict[str, Any]], output: int = OUTPUT) -> None:
         assert abs(b - p["value"]) / p["value"] < 0.05  # the running batch is the concurrency
 
 
+@pytest.mark.slow  # a 2% timing check against a subprocess: on a machine loaded by the parallel default run the
+# emulator's steps ran 3.3% long at 64 streams (23.87 against 23.10 ms), alone within 0.1%; the serial slow run holds it
 def test_bench_recovers_tpot_and_throughput(tmp_path: Path) -> None:
     """32-token requests at 16 and 64 with bench's default windows (every first request replaced, then two per
     worker: 64 steps). Concurrencies 1 and 4, where the pause before each next request costs 32-token requests
