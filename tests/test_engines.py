@@ -293,6 +293,8 @@ def test_the_kv_pool_follows_the_named_engines_memory_fraction_as_that_engine_re
         physics = Physics("llama-3.1-8b", "h100-sxm", "bf16", engine=engine)
         assert physics.memory_fraction() == (fraction, of_free), engine
         assert physics.kv_pool_tokens() == int(tokens), engine
+        # advise's first-principles cap reads the same pool (it held vLLM's 90% for every engine)
+        assert physics.max_batch(2048) == int(tokens) // 2048, engine
 
 
 def test_the_kv_cache_is_what_the_engine_keeps_under_the_weights_and_the_answer_says_so() -> None:

@@ -247,12 +247,15 @@ class Physics:
         return server_reserved_bytes(model, hardware, self.precision, self.tp, reserve)
 
     def max_batch(self, context_tokens: float) -> int:
-        from tokenroof.model.roofline import max_batch_by_memory
+        """Sequences of `context_tokens` whose KV cache fits in the pool `kv_pool_tokens` sizes (the engine's memory
+        fraction as it reads it, less its reserve), a sliding-window layer holding only its window."""
+        from tokenroof.model.roofline import kv_cache_tokens
 
         model, hardware = self._specs()
-        return max_batch_by_memory(
-            model, hardware, self.precision, context_tokens, self.tp, reserved_bytes=self.reserved_bytes()
-        )
+        fraction, of_free = self.memory_fraction()
+        tokens = kv_cache_tokens(model, hardware, self.precision, self.tp, fraction, of_free, self.reserved_bytes())
+        held = float(model.effective_context(max(context_tokens, 1.0)))
+        return math.floor(tokens / held * (1 + 1e-12))
 
     def label(self) -> str:
         engine = f", engine {self.engine_profile().key}" if self.engine is not None else ""
