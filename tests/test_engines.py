@@ -273,6 +273,7 @@ def test_the_kv_pool_follows_the_named_engines_memory_fraction_as_that_engine_re
     """Issue 30: the profiles' memory fraction was recorded and never read (simulate --engine tgi sized vLLM's
     pool). Llama-3.1-8B in bf16 on an 80 GB H100: 16.06 GB of weights, 131,072 bytes of KV per token."""
     from tokenroof.fit.physics import Physics
+    from tokenroof.fit.prior import MeasuredWorkload
     from tokenroof.model.roofline import kv_bytes_per_token, resident_weight_bytes
     from tokenroof.specs import Precision, load_hardware, load_model
 
@@ -293,8 +294,9 @@ def test_the_kv_pool_follows_the_named_engines_memory_fraction_as_that_engine_re
         physics = Physics("llama-3.1-8b", "h100-sxm", "bf16", engine=engine)
         assert physics.memory_fraction() == (fraction, of_free), engine
         assert physics.kv_pool_tokens() == int(tokens), engine
-        # advise's first-principles cap reads the same pool (it held vLLM's 90% for every engine)
+        # advise's first-principles cap and the prior's read the same pool (they held vLLM's 90% for every engine)
         assert physics.max_batch(2048) == int(tokens) // 2048, engine
+        assert physics.prior(MeasuredWorkload(context_tokens=2048)).max_batch == int(tokens) // 2048, engine
 
 
 def test_the_kv_cache_is_what_the_engine_keeps_under_the_weights_and_the_answer_says_so() -> None:

@@ -163,7 +163,10 @@ class Physics:
         self.require_servable()
         model, hardware = self._specs()
         profile = self.engine_profile() if self.engine is not None else None
-        return prior_from_specs(model, hardware, self.precision, workload, self.tp, engine=profile)
+        fraction, of_free = self.memory_fraction()  # the memory cap as the engine sizes its pool
+        return prior_from_specs(
+            model, hardware, self.precision, workload, self.tp, None, fraction, engine=profile, of_free=of_free
+        )
 
     def prompt_budget(self) -> int | str | None:
         """How the named engine prefills measured prompts: its chunk budget per step, None for whole prompts (its own

@@ -95,6 +95,7 @@ def prior_from_specs(
     eff: rl.Efficiencies | None = None,
     memory_utilization: float = 0.9,
     engine: EngineProfile | None = None,
+    of_free: bool = False,
 ) -> Prior:
     """Floors at 100% of the peaks and prior centres at the efficiencies: `eff`, else the engine profile's (the
     default engine when None) under the hardware file's measured ones (roofline.default_efficiencies). The profile's
@@ -128,7 +129,12 @@ def prior_from_specs(
     # paged KV caches (vLLM, SGLang, TGI) hold each sequence's current length, on average the mean context
     reserve = engine.server.reserve if engine is not None and engine.server is not None else None
     reserved = rl.server_reserved_bytes(model, hardware, precision, tp, reserve)
-    cap = rl.max_batch_by_memory(model, hardware, precision, workload.mean_context, tp, memory_utilization, reserved)
+    context = workload.mean_context
+    if of_free:  # the fraction is of the memory the weights leave (TensorRT-LLM, LMDeploy): the pool it sizes
+        tokens = rl.kv_cache_tokens(model, hardware, precision, tp, memory_utilization, True, reserved)
+        cap = math.floor(tokens / float(model.effective_context(max(context, 1.0))) * (1 + 1e-12))
+    else:
+        cap = rl.max_batch_by_memory(model, hardware, precision, context, tp, memory_utilization, reserved)
     return Prior(
         weights_floor=peak,
         compute_floor_s=float(peak.compute_time_per_seq_s(ctx)),
