@@ -352,3 +352,14 @@ def test_one_set_of_efficiency_fields() -> None:
     step = {f.name for f in fields(rl.Efficiencies)}
     assert set(EngineEfficiencies.model_fields) == step
     assert set(EfficiencyTerms.model_fields) == step - {"overhead_s_per_seq"}  # calibrate does not measure it
+
+
+def test_vllm_v1s_prompt_budget_follows_the_gpu_as_vllm_serve_does() -> None:
+    """`vllm serve` V1 chunks prompts at 8,192 tokens a step on GPUs of 70 GiB or more other than A100s, else 2,048
+    (EngineArgs.get_batch_defaults): a fit replaying a named vllm-v1 server takes the budget of its GPU."""
+    from tokenroof.fit.physics import Physics
+
+    assert Physics("llama-3.1-8b", "h100-sxm", "bf16", engine="vllm-v1").prompt_budget() == 8192
+    assert Physics("llama-3.1-8b", "a100-sxm-80gb", "bf16", engine="vllm-v1").prompt_budget() == 2048
+    assert Physics("llama-3.1-8b", "l40s", "bf16", engine="vllm-v1").prompt_budget() == 2048
+    assert Physics("llama-3.1-8b", "l40s", "bf16").prompt_budget() == "fit"

@@ -174,7 +174,15 @@ class Physics:
         if self.engine is None:
             return "fit"
         profile = self.engine_profile()
-        return profile.max_num_batched_tokens if profile.prefill == "chunked" else None
+        if profile.prefill != "chunked":
+            return None
+        reserve = profile.server.reserve if profile.server is not None else None
+        if reserve is not None and reserve.large_gpu_bytes is not None and self.known:
+            # the server's default budget follows the GPU (vLLM V1: 8,192 on GPUs of 70 GiB or more, A100s aside,
+            # else 2,048): the same rule its start-up profile follows
+            _, hardware = self._specs()
+            return reserve.profile(hardware.memory_bytes, hardware.name, None)[0]
+        return profile.max_num_batched_tokens
 
     def kv_pool_tokens(self, speculative: SpeculativeConfig | None = None) -> int | None:
         """The KV-cache pool a server would have: the named engine's default memory fraction as that engine reads it
