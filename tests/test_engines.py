@@ -363,3 +363,23 @@ def test_vllm_v1s_prompt_budget_follows_the_gpu_as_vllm_serve_does() -> None:
     assert Physics("llama-3.1-8b", "a100-sxm-80gb", "bf16", engine="vllm-v1").prompt_budget() == 2048
     assert Physics("llama-3.1-8b", "l40s", "bf16", engine="vllm-v1").prompt_budget() == 2048
     assert Physics("llama-3.1-8b", "l40s", "bf16").prompt_budget() == "fit"
+
+
+def test_simulate_chunks_prompts_at_a_named_engines_budget_and_says_so() -> None:
+    """simulate with --engine vllm-v1 on an L40S prefills a 6,000-token prompt in 2,048-token chunks, the engine's
+    default there (before, first principles prefilled whole prompts whatever the engine), and says it assumed so;
+    a budget given wins, and with no engine named prompts go whole."""
+    from tests.conftest import run_json
+
+    args = ["simulate", "-m", "llama-3.1-8b", "-H", "l40s", "--rate", "0.2", "--input-len", "6000"]
+    args += ["--output-len", "20", "--num-requests", "20"]
+    named = run_json([*args, "--engine", "vllm-v1"])
+    said = [w for w in named["warnings"] if "prompts chunked at 2,048 tokens a step: vllm-v1's default" in w]
+    assert said
+    given = run_json([*args, "--engine", "vllm-v1", "--max-num-batched-tokens", "8192"])
+    assert not any("prompts chunked" in w for w in given["warnings"])
+    # three chunks of a lone prompt take longer than one whole prefill step (each chunk its own step's fixed cost
+    # and the weights' read)
+    assert named["ttft_ms"]["p50"] > given["ttft_ms"]["p50"]
+    plain = run_json(args)
+    assert not any("prompts chunked" in w for w in plain["warnings"])

@@ -73,6 +73,7 @@ def simulate_concurrencies(dep: Deployment, concurrencies: Sequence[int], traffi
     from tokenroof.serving.saturation import closed_loop
 
     travelling, _ = dep.step_models()
+    budget = dep.budget_notes(travelling)  # before the scheduler's settings are filled in
     server, dep, billing = dep.server(travelling), dep.scheduled_as(travelling), dep.billing()
     sm = travelling.step_model
     if dep.input_len is None or dep.output_len is None:
@@ -95,7 +96,12 @@ def simulate_concurrencies(dep: Deployment, concurrencies: Sequence[int], traffi
         )
     slo = goodput_slo(traffic.ttft_slo_ms, traffic.tpot_slo_ms) if rows[0]["slo"] else None
     unsteady = [f"at concurrency {row['concurrency']}: {w}" for row in rows for w in row["warnings"]]
-    notes = [*travelling.notes(dep.mean_context_tokens), *speculation_notes(dep), *dep.prefix_notes(travelling)]
+    notes = [
+        *travelling.notes(dep.mean_context_tokens),
+        *speculation_notes(dep),
+        *dep.prefix_notes(travelling),
+        *budget,
+    ]
     data = {"points": rows, "slo": slo, "step_model": sm.to_dict(), "warnings": [*notes, *unsteady]}
     return Simulated(data, True, rows, None, dep)
 
@@ -106,12 +112,14 @@ def simulate_rates(
     """One simulation (a rate or a trace) or a sweep over rates: the summary (or `points`), how to plot it, and
     whether it is a sweep."""
     travelling, _ = dep.step_models()
+    budget = dep.budget_notes(travelling)  # before the scheduler's settings are filled in
     server, dep, billing = dep.server(travelling), dep.scheduled_as(travelling), dep.billing()
     sm = travelling.step_model
     notes = [
         *travelling.notes(dep.mean_context_tokens if trace is None else None),
         *speculation_notes(dep),
         *dep.prefix_notes(travelling),
+        *budget,
     ]
     if not rates:
         raise ParameterError("{} needs at least one number", "request_rate")

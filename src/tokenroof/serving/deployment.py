@@ -136,11 +136,15 @@ class Deployment:
 
     def prompt_budget(self, travelling: Travelling) -> int | None:
         """The prompt tokens per step the server prefills: as given, else what the measured server was fitted with
-        (a model fitted on the scheduler), else whole prompts (None)."""
+        (a model fitted on the scheduler), else the named engine's default (a chunked one's budget on this GPU:
+        `Physics.prompt_budget`), else whole prompts (None)."""
         if self.max_num_batched_tokens is not None:
             return self.max_num_batched_tokens
         replayed = travelling.replayed
-        return replayed.max_num_batched_tokens if replayed is not None else None
+        if replayed is not None:
+            return replayed.max_num_batched_tokens
+        budget = self.physics.prompt_budget() if self.physics.engine is not None else None
+        return budget if isinstance(budget, int) else None
 
     def slot_streams(self, travelling: Travelling) -> bool:
         """Whether the server gives each slot its own KV stream (a step then runs a forward pass per run of
@@ -236,6 +240,18 @@ class Deployment:
         if tp == self.physics.tp and hardware == self.physics.hardware:
             return None
         return replace(self.physics, tp=tp, hardware=hardware)
+
+    def budget_notes(self, travelling: Travelling) -> list[str]:
+        """The prompt budget an answer assumes when it is the named engine's default (not given, not measured)."""
+        if self.max_num_batched_tokens is not None or travelling.replayed is not None:
+            return []
+        budget = self.prompt_budget(travelling)
+        if budget is None or self.physics.engine is None:
+            return []
+        return [
+            f"prompts chunked at {budget:,} tokens a step: {self.physics.engine}'s default on this GPU "
+            "(--max-num-batched-tokens to change it)"
+        ]
 
     def prefix_notes(self, travelling: Travelling) -> list[str]:
         """What an answer with shared prefixes rests on (none without them): the prefixes are the workload given, and
