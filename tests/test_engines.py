@@ -383,3 +383,11 @@ def test_simulate_chunks_prompts_at_a_named_engines_budget_and_says_so() -> None
     assert named["ttft_ms"]["p50"] > given["ttft_ms"]["p50"]
     plain = run_json(args)
     assert not any("prompts chunked" in w for w in plain["warnings"])
+    # a batch cap past the engine's default budget: refused by name, as vLLM refuses to start
+    from tests.conftest import run_cli
+
+    refused = run_cli([*args, "--engine", "vllm-v1", "--max-num-seqs", "4096"])
+    assert refused.exit_code == 2
+    assert "--max-num-batched-tokens is 2,048 by default for vllm-v1 on this GPU: it must exceed --max-num-seqs" in (
+        refused.stderr
+    )

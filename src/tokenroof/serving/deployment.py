@@ -144,7 +144,17 @@ class Deployment:
         if replayed is not None:
             return replayed.max_num_batched_tokens
         budget = self.physics.prompt_budget() if self.physics.engine is not None else None
-        return budget if isinstance(budget, int) else None
+        if not isinstance(budget, int):
+            return None
+        if budget <= self.max_num_seqs:  # the server would refuse to start, as vLLM does
+            raise ParameterError(
+                f"{{}} is {budget:,} by default for {self.physics.engine} on this GPU: it must exceed {{}} "
+                f"({self.max_num_seqs:,}), every running sequence taking a token of it; give a larger {{}}",
+                "max_num_batched_tokens",
+                "max_num_seqs",
+                "max_num_batched_tokens",
+            )
+        return budget
 
     def slot_streams(self, travelling: Travelling) -> bool:
         """Whether the server gives each slot its own KV stream (a step then runs a forward pass per run of
