@@ -16,6 +16,7 @@ from __future__ import annotations
 import asyncio
 import math
 import time
+from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -191,8 +192,26 @@ def metrics_url(url: str) -> str:
     return base if base.endswith("/metrics") else f"{base}/metrics"
 
 
+class Poller(ABC):
+    """A /metrics scrape loop run as a task while a point runs: `start` it, `stop` it (cancelled, never raising)."""
+
+    _task: asyncio.Task[None] | None
+
+    @abstractmethod
+    async def _run(self) -> None:
+        """Scrape every PERIOD_S until cancelled (or until there is nothing to read)."""
+
+    def start(self) -> None:
+        self._task = asyncio.create_task(self._run())
+
+    async def stop(self) -> None:
+        if self._task is not None:
+            self._task.cancel()
+            await asyncio.gather(self._task, return_exceptions=True)
+
+
 @dataclass
-class PowerScraper:
+class PowerScraper(Poller):
     """The boards' meters from a Prometheus endpoint of their own (dcgm-exporter beside the server: `bench
     --power-metrics URL`), read every 100 ms while a point runs; a failed scrape is counted and the next one tried."""
 
@@ -221,14 +240,6 @@ class PowerScraper:
                 self.readings.append((time.perf_counter() - self.t0, reading))
             await asyncio.sleep(PERIOD_S)
 
-    def start(self) -> None:
-        self._task = asyncio.create_task(self._run())
-
-    async def stop(self) -> None:
-        if self._task is not None:
-            self._task.cancel()
-            await asyncio.gather(self._task, return_exceptions=True)
-
     def power_in(self, w0: float, w1: float) -> tuple[dict[str, Any] | None, str | None]:
         power, why = power_in(self.readings, w0, w1, self.url)
         if power is None and not self.readings:
@@ -237,7 +248,7 @@ class PowerScraper:
 
 
 @dataclass
-class BatchScraper:
+class BatchScraper(Poller):
     session: aiohttp.ClientSession
     url: str
     t0: float
@@ -281,14 +292,6 @@ class BatchScraper:
             except (aiohttp.ClientError, TimeoutError, ValueError, IndexError):
                 return
             await asyncio.sleep(PERIOD_S)
-
-    def start(self) -> None:
-        self._task = asyncio.create_task(self._run())
-
-    async def stop(self) -> None:
-        if self._task is not None:
-            self._task.cancel()
-            await asyncio.gather(self._task, return_exceptions=True)
 
     def preempted_in(self, w0: float, w1: float) -> float | None:
         """Sequences the server preempted between the readings around [w0, w1] (None: it has no counter)."""
