@@ -176,7 +176,7 @@ class Physics:
         profile = self.engine_profile()
         if profile.prefill != "chunked":
             return None
-        reserve = profile.server.reserve if profile.server is not None else None
+        reserve = profile.reserve
         if reserve is not None and reserve.large_gpu_bytes is not None and self.known:
             # the server's default budget follows the GPU (vLLM V1: 8,192 on GPUs of 70 GiB or more, A100s aside,
             # else 2,048): the same rule its start-up profile follows
@@ -252,21 +252,16 @@ class Physics:
             return 0.0
         from tokenroof.model.roofline import server_reserved_bytes
 
-        server = self.engine_profile().server
         model, hardware = self._specs()
-        reserve = server.reserve if server is not None else None
-        return server_reserved_bytes(model, hardware, self.precision, self.tp, reserve)
+        return server_reserved_bytes(model, hardware, self.precision, self.tp, self.engine_profile().reserve)
 
     def max_batch(self, context_tokens: float) -> int:
         """Sequences of `context_tokens` whose KV cache fits in the pool `kv_pool_tokens` sizes (the engine's memory
         fraction as it reads it, less its reserve), a sliding-window layer holding only its window."""
-        from tokenroof.model.roofline import kv_cache_tokens
+        from tokenroof.model.roofline import batch_in_pool
 
-        model, hardware = self._specs()
-        fraction, of_free = self.memory_fraction()
-        tokens = kv_cache_tokens(model, hardware, self.precision, self.tp, fraction, of_free, self.reserved_bytes())
-        held = float(model.effective_context(max(context_tokens, 1.0)))
-        return math.floor(tokens / held * (1 + 1e-12))
+        model, _ = self._specs()
+        return batch_in_pool(model, self.kv_pool_tokens() or 0, context_tokens)
 
     def label(self) -> str:
         engine = f", engine {self.engine_profile().key}" if self.engine is not None else ""

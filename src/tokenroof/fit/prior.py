@@ -127,12 +127,12 @@ def prior_from_specs(
     # prefilled once before decoding, which an end-to-end TPOT spreads over the steps as cost per sequence
     prefill_peak = workload.prefill_ratio * prefill_per_token_s(peak)
     # paged KV caches (vLLM, SGLang, TGI) hold each sequence's current length, on average the mean context
-    reserve = engine.server.reserve if engine is not None and engine.server is not None else None
-    reserved = rl.server_reserved_bytes(model, hardware, precision, tp, reserve)
+    reserved = rl.server_reserved_bytes(model, hardware, precision, tp, engine.reserve if engine else None)
     context = workload.mean_context
     if of_free:  # the fraction is of the memory the weights leave (TensorRT-LLM, LMDeploy): the pool it sizes
-        tokens = rl.kv_cache_tokens(model, hardware, precision, tp, memory_utilization, True, reserved)
-        cap = math.floor(tokens / float(model.effective_context(max(context, 1.0))) * (1 + 1e-12))
+        cap = rl.batch_in_pool(
+            model, rl.kv_cache_tokens(model, hardware, precision, tp, memory_utilization, True, reserved), context
+        )
     else:
         cap = rl.max_batch_by_memory(model, hardware, precision, context, tp, memory_utilization, reserved)
     return Prior(

@@ -144,8 +144,7 @@ class RooflineResult:
     def reserved_bytes(self) -> float:
         """What the engine's server holds per GPU beside weights and KV cache (0 for a profile with no
         `[server.reserve]`)."""
-        reserve = self.engine.server.reserve if self.engine.server is not None else None
-        return rl.server_reserved_bytes(self.model, self.hardware, self.precision, self.tp, reserve)
+        return rl.server_reserved_bytes(self.model, self.hardware, self.precision, self.tp, self.engine.reserve)
 
     @property
     def max_batch_under_vllm(self) -> int | None:
@@ -155,8 +154,7 @@ class RooflineResult:
             return None
         from tokenroof.specs.engines import load_engine
 
-        server = load_engine("vllm-v1").server
-        reserve = server.reserve if server is not None else None
+        reserve = load_engine("vllm-v1").reserve
         return self.cap_beside(rl.server_reserved_bytes(self.model, self.hardware, self.precision, self.tp, reserve))
 
     @property

@@ -140,6 +140,19 @@ def busy_share(sm: StepModel, step_s: float) -> float:
     return max(step_s - sm.t_fixed_s, 0.0) / step_s
 
 
+def step_watts(
+    power: PowerModel,
+    sm: StepModel,
+    duration_s: float,
+    batch: float,
+    context: float,
+    prefill: float = 0.0,
+    prefill_sq: float = 0.0,
+) -> float:
+    """A board's power through one step: its busy and compute shares (busy_share, compute_share)."""
+    return power.watts(busy_share(sm, duration_s), compute_share(sm, batch, context, duration_s, prefill, prefill_sq))
+
+
 def bill_of_steps(
     sm: StepModel,
     steps: dict[str, Any],
@@ -206,9 +219,7 @@ class EnergyCounter:
         prefill_sq: float = 0.0,
     ) -> None:
         """One step of `duration_s` on every board of the replica."""
-        self.watts = self.power.watts(
-            busy_share(sm, duration_s), compute_share(sm, batch, context, duration_s, prefill, prefill_sq)
-        )
+        self.watts = step_watts(self.power, sm, duration_s, batch, context, prefill, prefill_sq)
         self.busy_joules += self.watts * duration_s
         self.busy_s += duration_s
 
@@ -233,7 +244,7 @@ def pool_joules(
     square = np.asarray(steps.get("prefill_sq_tokens", zeros), dtype=float)
     watts = np.array(
         [
-            power.watts(busy_share(sm, d), compute_share(sm, b, c, d, p, q))
+            step_watts(power, sm, d, b, c, p, q)
             for d, b, c, p, q in zip(duration, batch, context, prefill, square, strict=True)
         ]
     )

@@ -382,6 +382,13 @@ def max_batch_by_memory(
     return math.floor(free / (kv_bytes_per_token(model, precision, tp) * held) * (1 + 1e-12))
 
 
+def batch_in_pool(model: ModelSpec, pool_tokens: float, context: float) -> int:
+    """Sequences of `context` tokens a KV pool of `pool_tokens` holds (a sliding-window layer holding only its window:
+    `ModelSpec.effective_context`); a batch that fits exactly is not lost to rounding."""
+    held = float(model.effective_context(max(context, 1.0)))
+    return math.floor(pool_tokens / held * (1 + 1e-12))
+
+
 def kv_cache_tokens(
     model: ModelSpec,
     hardware: HardwareSpec,

@@ -223,6 +223,11 @@ class EngineProfile:
     # the KV-cache dtype it keeps when none is given, by weight dtype (absent: the model's 16-bit dtype)
     kv_dtype_by_weights: Mapping[str, str] = field(default_factory=dict)
 
+    @property
+    def reserve(self) -> MemoryReserve | None:
+        """What its server holds beside weights and KV cache (`[server.reserve]`; None: not modelled, or no server)."""
+        return self.server.reserve if self.server is not None else None
+
     def efficiency_values(self, serving: bool = True) -> dict[str, float]:
         """The `Efficiencies` fields this profile sets; `serving` adds the HTTP server's cost per sequence."""
         values = dict(self.efficiencies)
