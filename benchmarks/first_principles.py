@@ -72,9 +72,13 @@ ENGINES = [
     (r"SGLang", "sglang"),
     (r"lmdeploy|TurboMind", "lmdeploy"),
     (r"text-generation-inference|\bTGI\b", "tgi"),
-    (r"vLLM[^;]*V1 engine|vLLM V1", "vllm-v1"),
+    (r"vLLM.*\bV1 engine|vLLM V1", "vllm-v1"),
     (r"vLLM", "vllm-v0"),
 ]
+
+# The engine ran without CUDA graphs (its profile's [eager] applies: `--enforce-eager`): the flag, or a vLLM release
+# from before them (0.2.5, 2023-12-17)
+EAGER = r"enforce.eager|--enforce-eager|without CUDA graphs|vLLM 0\.(1\.\d+|2\.[0-4])\b"
 
 # Hardware a header names that no preset describes: the preset it is labelled with, corrected to what ran.
 HARDWARE_AS_RUN = [
@@ -116,6 +120,7 @@ class Curve:
     batch: np.ndarray
     tpot_s: np.ndarray
     chunked: bool  # arriving prompts share the decode steps (chunked prefill), else steps of their own
+    eager: bool = False  # no CUDA graphs: the host's launches per layer (the profile's [eager]) bound small batches
 
     @property
     def online(self) -> bool:
@@ -127,6 +132,11 @@ def engine_of(text: str) -> str | None:
     match = re.search(r"engine:\s*([^\n]*)", text)
     field = match.group(1) if match else ""
     return next((key for pattern, key in ENGINES if re.search(pattern, field)), None)
+
+
+def eager_of(text: str) -> bool:
+    match = re.search(r"engine:\s*([^\n]*)", text)
+    return bool(match and re.search(EAGER, match.group(1)))
 
 
 def hardware_of(setup: CurveSetup, text: str, as_labelled: bool) -> HardwareSpec:
@@ -183,6 +193,7 @@ def place(path: Path, as_labelled: bool) -> Curve | str:
         table.batch[:keep].astype(float),
         table.tpot_ms[:keep] / 1e3,
         chunked,
+        eager_of(text) and profile.eager is not None,
     )
 
 
@@ -210,6 +221,7 @@ def step_model(curve: Curve, values: dict[str, float]) -> StepModel:
         allreduce_step_latency_s=values["allreduce_step_latency_s"],
         overhead_s_per_seq=per_seq,
         **{k: values[k] for k in ("overhead_s_per_layer", "interconnect", "overlap") if k in values},
+        host_s_per_layer=eager.host_s_per_layer if curve.eager and (eager := load_engine(curve.engine).eager) else 0.0,
     )
     return rl.step_model_from_specs(curve.model, curve.hardware, curve.precision, curve.setup.tp, eff)
 

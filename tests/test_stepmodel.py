@@ -137,6 +137,7 @@ def test_numpy_scalars_become_plain_numbers() -> None:
         "experts_per_token": 2,
         "overlap": 1.0,
         "prompts_folded": False,
+        "t_host_s": 0.0,
     }
 
 

@@ -12,6 +12,7 @@ FLAGS = {
     "context_tokens": "--context",
     "rate_req_s": "--request-rate",
     "engine_file": "--engine",
+    "eager": "--enforce-eager",
     "concurrencies": "--concurrency",
     "rates": "--request-rate",
     "timeout_s": "--timeout",

@@ -3,7 +3,7 @@ one per bound label (StepModel.bound), and how a number is printed."""
 
 from __future__ import annotations
 
-BOUND_STYLE = {"overhead": "magenta", "weights": "cyan", "compute": "red", "kv": "yellow"}
+BOUND_STYLE = {"overhead": "magenta", "weights": "cyan", "compute": "red", "kv": "yellow", "host": "blue"}
 
 
 def fmt(value: float | None, digits: int = 3) -> str:

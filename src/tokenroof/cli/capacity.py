@@ -15,6 +15,7 @@ from tokenroof.cli.common import (
     ComputeOpt,
     DecodeReplicasOpt,
     DtypeOpt,
+    EagerOpt,
     EngineOpt,
     FitOpt,
     GpuCostOpt,
@@ -63,6 +64,7 @@ def simulate(
     compute_dtype: ComputeOpt = None,
     tp: TpOpt = 1,
     engine: EngineOpt = None,
+    enforce_eager: EagerOpt = False,
     request_rate: Annotated[
         str,
         typer.Option("--request-rate", "--rate", help="Request rate(s) (req/s): '10', or a sweep '5,10,20,40'."),
@@ -132,7 +134,7 @@ def simulate(
         raise TokenroofError(f"--num-requests must be at least 1, got {num_requests}")
 
     dep = Deployment(
-        Physics(model, hardware, dtype, kv_dtype, compute_dtype, tp, engine),
+        Physics(model, hardware, dtype, kv_dtype, compute_dtype, tp, engine, enforce_eager),
         fit,
         step_model,
         prompt_lengths(input_len, input_dist, spread, prefix_len, num_prefixes),
@@ -196,6 +198,7 @@ def plan(
     compute_dtype: ComputeOpt = None,
     tp: TpOpt = 1,
     engine: EngineOpt = None,
+    enforce_eager: EagerOpt = False,
     request_rate: Annotated[
         float, typer.Option("--request-rate", "--rate", help="Target request rate (req/s), Poisson arrivals.")
     ] = 10.0,
@@ -264,7 +267,7 @@ def plan(
         Lengths(output_len, output_dist, spread),
     )
     dep = Deployment(
-        Physics(model, chips[0] if chips else None, dtype, kv_dtype, compute_dtype, tp, engine),
+        Physics(model, chips[0] if chips else None, dtype, kv_dtype, compute_dtype, tp, engine, enforce_eager),
         fit,
         step_model,
         prefill_tp=prefill_tp,

@@ -203,6 +203,14 @@ EngineOpt = Annotated[
         "per-step and per-sequence overheads, and the spread of the intervals.",
     ),
 ]
+EagerOpt = Annotated[
+    bool,
+    typer.Option(
+        "--enforce-eager",
+        help="The engine without CUDA graphs, as vLLM's flag (and vLLM before 0.2.5): the host launches every "
+        "layer's kernels each step and binds at small batch and high --tp. An estimate: the interval widens.",
+    ),
+]
 FitOpt = Annotated[
     list[Path] | None,
     typer.Option(

@@ -13,6 +13,7 @@ from tokenroof.cli.common import (
     ComputeOpt,
     DecodeOnlyOpt,
     DtypeOpt,
+    EagerOpt,
     EngineOpt,
     InputLenOpt,
     JsonOpt,
@@ -53,6 +54,7 @@ def predict(
     compute_dtype: ComputeOpt = None,
     tp: TpOpt = 1,
     engine: EngineOpt = None,
+    enforce_eager: EagerOpt = False,
     context: Annotated[
         str | None,
         typer.Option(
@@ -79,7 +81,7 @@ def predict(
     from tokenroof.fit.predict import MeasuredWorkload, predict_table, prior_for, split_contexts
     from tokenroof.io.measurements import read_table
 
-    physics = Physics(model, hardware, dtype, kv_dtype, compute_dtype, tp, engine)
+    physics = Physics(model, hardware, dtype, kv_dtype, compute_dtype, tp, engine, enforce_eager)
     table = read_table(files)
     if decode_only:  # TPOT of pure decode steps, whatever the file's own kinds say
         from tokenroof.io.measurements import as_decode_only
@@ -151,6 +153,7 @@ def advise(
     compute_dtype: ComputeOpt = None,
     tp: TpOpt = 1,
     engine: EngineOpt = None,
+    enforce_eager: EagerOpt = False,
     context: Annotated[
         str | None,
         typer.Option(
@@ -178,7 +181,7 @@ def advise(
     from tokenroof.fit.predict import MeasuredWorkload
     from tokenroof.serving.advise import Targets, advise_answer
 
-    physics = Physics(model, hardware, dtype, kv_dtype, compute_dtype, tp, engine)
+    physics = Physics(model, hardware, dtype, kv_dtype, compute_dtype, tp, engine, enforce_eager)
     contexts = parse_numbers(context, "--context") if context else None
     flags = MeasuredWorkload(
         contexts[0] if contexts and len(contexts) == 1 else None, input_len, output_len, decode_only

@@ -37,6 +37,13 @@ def engine_line(engine: dict[str, Any], level: float) -> str:
         )
     else:
         text += "; not fitted (physically motivated defaults)"
+    if engine.get("eager_enforced") and engine.get("eager"):
+        e = engine["eager"]
+        text += (
+            f"; eager (--enforce-eager): {e['host_s_per_layer'] * 1e3:.2g} ms of launches per layer, estimated, not "
+            f"fitted (those figures had CUDA graphs), so the interval widens by the host's spread, "
+            f"×{math.exp(-e['log_spread_faster']):.2g}–×{math.exp(e['log_spread_slower']):.2g}"
+        )
     return text + f"; {level:.0%} interval from its spread across curves"
 
 
@@ -51,7 +58,12 @@ def roofline(console: Console, data: dict[str, Any]) -> None:
     console.print(
         f"assumed: {eff['bandwidth']:.0%} of peak bandwidth, {eff['compute']:.0%} of dense peak FLOP/s, "
         f"{eff['overhead_s'] * 1e3:.3g} ms fixed overhead per step"
-        + (f", {eff['overhead_s_per_seq'] * 1e6:.3g} µs per sequence" if eff.get("overhead_s_per_seq") else ""),
+        + (f", {eff['overhead_s_per_seq'] * 1e6:.3g} µs per sequence" if eff.get("overhead_s_per_seq") else "")
+        + (
+            f", {eff['host_s_per_layer'] * 1e3:.2g} ms of launches per layer (the GPU's work runs under them)"
+            if eff.get("host_s_per_layer")
+            else ""
+        ),
         style="dim",
         highlight=False,
     )

@@ -13,6 +13,7 @@ from tokenroof.cli.common import (
     ComputeOpt,
     DecodeReplicasOpt,
     DtypeOpt,
+    EagerOpt,
     EngineOpt,
     FitOpt,
     JsonOpt,
@@ -56,6 +57,7 @@ def emulate(
     compute_dtype: ComputeOpt = None,
     tp: TpOpt = 1,
     engine: EngineOpt = None,
+    enforce_eager: EagerOpt = False,
     max_num_seqs: Annotated[int, typer.Option(help="Running-batch cap; requests beyond it queue.")] = 256,
     max_model_len: Annotated[int, typer.Option(help="Longest prompt + output accepted.")] = 32768,
     served_model_name: Annotated[str, typer.Option(help="Model id the server reports.")] = "tokenroof-emulator",
@@ -95,7 +97,7 @@ def emulate(
     require_http()
     from tokenroof.serving.emulate.server import Emulator, serve
 
-    physics = Physics(model, hardware, dtype, kv_dtype, compute_dtype, tp, engine)
+    physics = Physics(model, hardware, dtype, kv_dtype, compute_dtype, tp, engine, enforce_eager)
     speculative = speculative_config_of(speculative_config, acceptance_rate)
     dep = Deployment(
         physics,

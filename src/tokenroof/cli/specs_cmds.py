@@ -11,6 +11,7 @@ from tokenroof.cli.common import (
     AcceptanceOpt,
     ComputeOpt,
     DtypeOpt,
+    EagerOpt,
     EngineOpt,
     GpuCostOpt,
     HardwareOpt,
@@ -64,6 +65,7 @@ def roofline(
     compute_dtype: ComputeOpt = None,
     tp: TpOpt = 1,
     engine: EngineOpt = None,
+    enforce_eager: EagerOpt = False,
     bandwidth_efficiency: Annotated[
         float | None,
         typer.Option(
@@ -108,6 +110,7 @@ def roofline(
     from tokenroof.specs.engines import load_engine
 
     spec, hw, profile = load_model(model), load_hardware(hardware), load_engine(engine)
+    profile = profile.enforce_eager() if enforce_eager else profile
     workload = None
     if (input_len is None) != (output_len is None):
         raise TokenroofError("--input-len and --output-len go together: give both, or neither")

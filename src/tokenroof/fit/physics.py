@@ -29,6 +29,7 @@ class Physics:
 
     `engine` names an engine profile (specs/data/engines/); None is the default profile (`generic`, the
     profile-free defaults). It shapes every first-principles answer: the step model, the physics prior of a fit.
+    `eager` runs it without CUDA graphs (vLLM's --enforce-eager), where its profile says what that costs.
     """
 
     model: str | None = None
@@ -38,14 +39,18 @@ class Physics:
     compute_dtype: str | None = None
     tp: int = 1
     engine: str | None = None
+    eager: bool = False  # --enforce-eager: the engine without CUDA graphs (EngineProfile.enforce_eager)
 
     def __post_init__(self) -> None:
         if (self.model is None) != (self.hardware is None):
             raise ParameterError("give both {} and {} (or neither, for the data alone)", "model", "hardware")
-        if self.engine is not None:
+        if self.engine is not None or self.eager:
             if self.model is None:
                 raise ParameterError(
-                    "{} shapes first principles: give {} and {} with it", "engine", "model", "hardware"
+                    "{} shapes first principles: give {} and {} with it",
+                    "engine" if self.engine is not None else "eager",
+                    "model",
+                    "hardware",
                 )
             self.engine_profile()  # an unknown name or a bad file fails here, in one line
 
@@ -73,10 +78,11 @@ class Physics:
         return load_model(self.model), load_hardware(self.hardware)
 
     def engine_profile(self) -> EngineProfile:
-        """The engine profile named (the default one when none is)."""
+        """The engine profile named (the default one when none is), eager when `eager`."""
         from tokenroof.specs.engines import load_engine
 
-        return load_engine(self.engine)
+        profile = load_engine(self.engine)
+        return profile.enforce_eager() if self.eager else profile
 
     def unservable(self, memory_utilization: float = 0.9) -> str | None:
         """Why the weights alone do not fit in the memory the server may use (None: they fit)."""

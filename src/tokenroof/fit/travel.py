@@ -288,6 +288,7 @@ class StepModelFields(Section):
     experts_per_token: Count = 0
     overlap: Annotated[float, PlainValidator(unit_interval)] = 1.0
     prompts_folded: Flag = False
+    t_host_s: Seconds = 0.0
 
     @model_validator(mode="after")
     def _routing(self) -> Self:

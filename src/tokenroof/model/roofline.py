@@ -52,6 +52,7 @@ class Efficiencies:
     kv_bandwidth: float | None = None  # fraction of peak bandwidth reading the KV cache (None: `bandwidth`)
     overlap: float = 1.0  # fraction of the smaller of weight streaming and compute hidden under the larger
     overhead_s_per_seq: float = 0.0  # per sequence per step: scheduling, sampling, detokenisation (engine profiles)
+    host_s_per_layer: float = 0.0  # an eager engine's launches per layer; the GPU's work runs under them
 
     @classmethod
     def at_peak(cls, allreduce_latency_s: float = 8e-6, allreduce_step_latency_s: float = 2e-6) -> Efficiencies:
@@ -77,7 +78,8 @@ class Efficiencies:
         if not 0 <= self.overlap <= 1:
             raise TokenroofError(f"overlap must be in [0, 1], got {self.overlap}")
         latencies = (self.allreduce_latency_s, self.allreduce_step_latency_s)
-        if min(self.overhead_s, *latencies, self.overhead_s_per_layer, self.overhead_s_per_seq) < 0:
+        overheads = (self.overhead_s, self.overhead_s_per_layer, self.overhead_s_per_seq, self.host_s_per_layer)
+        if min(*overheads, *latencies) < 0:
             raise TokenroofError("overheads and all-reduce latency must be non-negative")
 
     def step_overhead_s(self, num_layers: int) -> float:
@@ -99,6 +101,7 @@ class Efficiencies:
             overhead_s=self.overhead_s * factor,
             overhead_s_per_layer=self.overhead_s_per_layer * factor,
             overhead_s_per_seq=self.overhead_s_per_seq * factor,
+            host_s_per_layer=self.host_s_per_layer * factor,
             allreduce_latency_s=self.allreduce_latency_s * factor,
             allreduce_step_latency_s=self.allreduce_step_latency_s * factor,
         )
@@ -331,6 +334,9 @@ def step_model_from_specs(
         num_experts=model.num_experts,
         experts_per_token=model.experts_per_token,
         overlap=eff.overlap,
+        # the all-reduces are GPU work the launches hide too: fixed + max(all-reduce + G, host) = fixed + all-reduce +
+        # max(G, host − all-reduce)
+        t_host_s=max(eff.host_s_per_layer * model.num_layers - t_allreduce_fixed, 0.0),
     )
 
 

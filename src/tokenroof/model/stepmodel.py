@@ -1,7 +1,8 @@
 """The one decode step-time model every command uses (DESIGN.md, "One model at the centre").
 
-    T_step(b, ctx) = t_fixed + max(t_weights(b), b · t_compute(ctx)) + b · (ctx · t_kv_token + t_seq)
-                     [+ (1 − overlap) · min(t_weights(b), b · t_compute(ctx))]
+    T_step(b, ctx) = t_fixed + max(G(b, ctx), t_host)
+    G(b, ctx) = max(t_weights(b), b · t_compute(ctx)) + b · (ctx · t_kv_token + t_seq)
+                [+ (1 − overlap) · min(t_weights(b), b · t_compute(ctx))]
 
 - t_fixed: per-step overhead (scheduler, launches, sampling; all-reduce latency).
 - t_weights(b): streaming the weights once; constant for dense models, and for
@@ -9,6 +10,9 @@
 - t_compute(ctx): matmul time per sequence plus attention FLOPs per context token.
 - t_kv_token: reading one context token's K and V for one sequence.
 - t_seq: per-sequence time outside the max (KV-cache write, all-reduce bytes).
+- t_host: the host's time to launch one step's kernels one by one (an eager engine: no CUDA graphs). Launches
+  are asynchronous, so the GPU's work G runs under it: the step takes the longer of the two, and the host
+  binds while G is shorter (a small batch, a model split over many GPUs). 0 for CUDA-graph servers.
 - prompts_folded: a model fitted to online steps carries the arriving prompts' cost
   in its per-sequence terms, so `step_s` adds none on top (travel.py splits them out
   where the physics is known).
@@ -29,7 +33,7 @@ import numpy as np
 from numpy.typing import ArrayLike, NDArray
 from scipy.optimize import brentq
 
-BOUNDS = ("overhead", "weights", "compute", "kv")
+BOUNDS = ("overhead", "weights", "compute", "kv", "host")
 
 
 def mean_context_tokens(input_len: float, output_len: float) -> float:
@@ -43,6 +47,11 @@ def expected_experts(num_experts: int, experts_per_token: int, tokens: Any) -> A
     if num_experts == 0:
         return tokens * 0.0
     return num_experts * (1.0 - (1.0 - experts_per_token / num_experts) ** tokens)
+
+
+def under_host(gpu_s: Any, host_s: float) -> Any:
+    """The GPU's work of a step, or the host's launches when they take longer (floats or arrays)."""
+    return gpu_s if host_s <= 0 else np.maximum(gpu_s, host_s) if isinstance(gpu_s, np.ndarray) else max(gpu_s, host_s)
 
 
 def matmul_time_s(weights_s: Any, compute_s: Any, overlap: float) -> Any:
@@ -69,6 +78,7 @@ class StepModel:
     experts_per_token: int = 0
     overlap: float = 1.0
     prompts_folded: bool = False  # fitted to online steps: the prompts' cost is already in the per-sequence terms
+    t_host_s: float = 0.0  # an eager engine's kernel launches per step, which the GPU's work runs under
 
     def __post_init__(self) -> None:
         """Plain Python numbers (fits hand over numpy scalars): readable reprs and JSON."""
@@ -96,7 +106,8 @@ class StepModel:
         return self.t_kv_token_s * np.asarray(context, dtype=float) + self.t_seq_s
 
     def components_s(self, batch: ArrayLike, context: ArrayLike) -> dict[str, NDArray[np.float64]]:
-        """The step time split into overhead, matmul (weights or compute, the larger) and KV."""
+        """The step time split into overhead, matmul (weights or compute, the larger), KV and the host's launches
+        (which the rest but the overhead runs under)."""
         b, ctx = np.broadcast_arrays(np.asarray(batch, dtype=float), np.asarray(context, dtype=float))
         weights = self.weights_time_s(b)
         compute = b * self.compute_time_per_seq_s(ctx)
@@ -105,12 +116,14 @@ class StepModel:
             "weights": weights,
             "compute": compute,
             "kv": b * self.memory_time_per_seq_s(ctx),
+            "host": np.full_like(b, self.t_host_s),
         }
 
     def step_time_s(self, batch: ArrayLike, context: ArrayLike = 0.0) -> NDArray[np.float64]:
         """T_step(b, ctx) in seconds; broadcasts over arrays of batch and context."""
         c = self.components_s(batch, context)
-        return c["overhead"] + matmul_time_s(c["weights"], c["compute"], self.overlap) + c["kv"]
+        gpu = matmul_time_s(c["weights"], c["compute"], self.overlap) + c["kv"]
+        return c["overhead"] + under_host(gpu, self.t_host_s)
 
     def prompt_compute_s(self, prompt_tokens: float, prompt_sq_tokens: float | None = None) -> float:
         """GEMM and attention time of prefilling prompt tokens: each token's matmuls, and causal attention over
@@ -148,7 +161,8 @@ class StepModel:
             compute += self.prompt_compute_s(prefill_tokens, prefill_sq_tokens)
         matmul = matmul_time_s(weights, compute, self.overlap)
         extra_writes = (tokens - batch) * self.t_kv_token_s  # the drafts' KV, beyond the one token in t_seq
-        return float(self.t_fixed_s + matmul + total_context * self.t_kv_token_s + batch * self.t_seq_s + extra_writes)
+        gpu = matmul + total_context * self.t_kv_token_s + batch * self.t_seq_s + extra_writes
+        return float(self.t_fixed_s + (gpu if gpu >= self.t_host_s else self.t_host_s))
 
     def steps_s(
         self, batch: ArrayLike, total_context: ArrayLike, prefill_tokens: ArrayLike, prefill_sq_tokens: ArrayLike
@@ -168,20 +182,25 @@ class StepModel:
         )
         compute = b * self.t_compute_s + self.t_attn_token_s * ctx + p * self.t_compute_s + self.t_attn_token_s * sq / 2
         matmul = matmul_time_s(weights, compute, self.overlap)
-        return np.asarray(self.t_fixed_s + matmul + ctx * self.t_kv_token_s + b * self.t_seq_s, dtype=float)
+        gpu = np.asarray(matmul + ctx * self.t_kv_token_s + b * self.t_seq_s, dtype=float)
+        return np.asarray(self.t_fixed_s + under_host(gpu, self.t_host_s), dtype=float)
 
     def throughput_tok_s(self, batch: ArrayLike, context: ArrayLike = 0.0) -> NDArray[np.float64]:
         return np.asarray(batch, dtype=float) / self.step_time_s(batch, context)
 
     def bound(self, batch: ArrayLike, context: ArrayLike = 0.0) -> NDArray[np.str_]:
-        """Which term dominates each step: overhead, weights, compute or kv."""
+        """Which term dominates each step: overhead, weights, compute or kv; host where the launches take longer than
+        the GPU's whole work (an eager engine at small batch)."""
         c = self.components_s(batch, context)
         matmul_is_compute = c["compute"] > c["weights"]
         matmul = np.maximum(c["weights"], c["compute"])
         stacked = np.stack([c["overhead"], matmul, c["kv"]])
         winner = np.argmax(stacked, axis=0)
         labels = np.where(winner == 0, "overhead", np.where(winner == 2, "kv", "weights"))
-        return np.where((winner == 1) & matmul_is_compute, "compute", labels)
+        labels = np.where((winner == 1) & matmul_is_compute, "compute", labels)
+        gpu = matmul_time_s(c["weights"], c["compute"], self.overlap) + c["kv"]
+        host_binds = (c["host"] > gpu) & (c["host"] > c["overhead"])
+        return np.where(host_binds, "host", labels)
 
     # -- characteristic batches -----------------------------------------------------
     def _crossing(self, per_seq_s: float) -> float | None:

@@ -26,6 +26,7 @@ BOUND_COLOUR = {
     "weights": "#17becf",
     "compute": "#d62728",
     "kv": "#bcbd22",
+    "host": "#1f77b4",
     "capacity": "#7f7f7f",
 }
 PALETTE = ("#1f77b4", "#ff7f0e", "#2ca02c", "#9467bd", "#8c564b", "#e377c2", "#17becf", "#bcbd22")

@@ -32,7 +32,7 @@ import functools
 import math
 import re
 from collections.abc import Callable, Iterable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from importlib import resources
 from pathlib import Path
 from types import MappingProxyType
@@ -40,7 +40,7 @@ from typing import Annotated, Any, Literal, Self
 
 from pydantic import Field, PlainValidator, model_validator
 
-from tokenroof.errors import TokenroofError
+from tokenroof.errors import ParameterError, TokenroofError, verbatim
 from tokenroof.specs.hardware import EfficiencyTerms, Overhead
 from tokenroof.specs.precision import canonical_dtype
 from tokenroof.specs.validate import (
@@ -206,6 +206,24 @@ class Server:
 
 
 @dataclass(frozen=True)
+class Eager:
+    """`[eager]`: the engine run without CUDA graphs. The host launches every layer's kernels from Python each step;
+    the launches are asynchronous, so the step takes the longer of them and the GPU's work, and the host binds at
+    small batch and high --tp. Not fitted: an estimate, whose spread on either side widens the interval."""
+
+    host_s_per_layer: float
+    log_spread_faster: float  # log of how much faster a host may launch than the estimate
+    log_spread_slower: float  # and slower
+
+    def to_dict(self) -> dict[str, float]:
+        return {
+            "host_s_per_layer": self.host_s_per_layer,
+            "log_spread_faster": self.log_spread_faster,
+            "log_spread_slower": self.log_spread_slower,
+        }
+
+
+@dataclass(frozen=True)
 class EngineProfile:
     """One engine and version family: efficiencies, overheads, prefill scheduling, accuracy, sources."""
 
@@ -222,6 +240,34 @@ class EngineProfile:
     server: Server | None = None  # None: no server of its own (a framework, or tokenroof's defaults)
     # the KV-cache dtype it keeps when none is given, by weight dtype (absent: the model's 16-bit dtype)
     kv_dtype_by_weights: Mapping[str, str] = field(default_factory=dict)
+    eager: Eager | None = None  # what --enforce-eager costs (None: the engine has no eager mode tokenroof knows)
+    eager_enforced: bool = False
+
+    def enforce_eager(self) -> EngineProfile:
+        """This engine without CUDA graphs (`--enforce-eager`, or a release from before them): every layer's kernels
+        launched from Python each step, the GPU's work running under those launches (StepModel.t_host_s), and the
+        interval widened by how far a host's speed is from the estimate."""
+        if self.eager is None:
+            known = ", ".join(k for k in list_engines() if load_engine(k).eager is not None)
+            raise ParameterError(
+                f"engine '{verbatim(self.key)}' has no eager mode in its profile ([eager]); {{}} applies to {known}",
+                "eager",
+            )
+        if self.eager_enforced:
+            return self
+        acc = self.accuracy
+        return replace(
+            self,
+            name=f"{self.name}, eager",
+            efficiencies=MappingProxyType({**self.efficiencies, "host_s_per_layer": self.eager.host_s_per_layer}),
+            accuracy=replace(
+                acc,
+                # the host's spread and the profile's own, independent: their logs add in quadrature
+                log_error_low=-math.hypot(min(acc.log_error_low, 0.0), self.eager.log_spread_faster),
+                log_error_high=math.hypot(max(acc.log_error_high, 0.0), self.eager.log_spread_slower),
+            ),
+            eager_enforced=True,
+        )
 
     @property
     def reserve(self) -> MemoryReserve | None:
@@ -250,6 +296,8 @@ class EngineProfile:
             "source": dict(self.source),
             "server": None if self.server is None else self.server.to_dict(),
             "kv_dtype_by_weights": dict(self.kv_dtype_by_weights),
+            "eager": None if self.eager is None else self.eager.to_dict(),
+            "eager_enforced": self.eager_enforced,
         }
 
 
@@ -313,9 +361,25 @@ Count = Annotated[int, PlainValidator(whole(0))]
 
 
 class EngineEfficiencies(EfficiencyTerms):
-    """The hardware file's efficiency terms, plus the engine's cost per sequence per step."""
+    """The hardware file's efficiency terms, plus the engine's cost per sequence per step and, for an engine that only
+    runs eagerly, its launches per layer (an engine with CUDA graphs keeps those in [eager], for --enforce-eager)."""
 
     overhead_s_per_seq: Overhead | None = None
+    host_s_per_layer: Overhead | None = None
+
+
+class EagerTable(Section):
+    """`[eager]`: what --enforce-eager costs per layer, and how uncertain it is."""
+
+    host_s_per_layer: Overhead
+    log_spread_faster: Annotated[float, PlainValidator(number)] = 0.0
+    log_spread_slower: Annotated[float, PlainValidator(number)] = 0.0
+
+    @model_validator(mode="after")
+    def _spreads(self) -> Self:
+        if min(self.log_spread_faster, self.log_spread_slower) < 0:
+            raise table_error("log_spread_faster and log_spread_slower are widths: non-negative logs")
+        return self
 
 
 class ServingTerms(Section):
@@ -437,6 +501,7 @@ class EngineFile(Section):
     accuracy: AccuracyTable
     server: ServerTable | None = None
     kv_dtype_by_weights: Annotated[dict[str, str], PlainValidator(_kv_dtypes)] = Field(default_factory=dict)
+    eager: EagerTable | None = None
     source: Annotated[dict[str, str], PlainValidator(_sources)] = Field(default_factory=dict)
 
     @model_validator(mode="after")
@@ -465,6 +530,7 @@ def engine_from_dict(data: Mapping[str, Any], origin: str, key: str = "") -> Eng
         source=MappingProxyType(dict(spec.source)),
         server=None if spec.server is None else _server(spec.server),
         kv_dtype_by_weights=MappingProxyType(dict(spec.kv_dtype_by_weights)),
+        eager=None if spec.eager is None else Eager(**spec.eager.model_dump()),
     )
 
 
