@@ -8,8 +8,9 @@ import numpy as np
 import pytest
 
 from tokenroof.errors import TokenroofError
+from tokenroof.model.prefix import SharedPrefix
 from tokenroof.model.stepmodel import StepModel
-from tokenroof.serving.simulate import Lengths, SimResult, Trace, Workload, simulate
+from tokenroof.serving.simulate import ClosedLoop, Lengths, PromptLengths, SimResult, Trace, Workload, simulate
 
 SM = StepModel(t_fixed_s=2e-3, t_weights_s=8e-3, t_compute_s=50e-6, t_kv_token_s=0.0, t_seq_s=20e-6)
 
@@ -309,3 +310,75 @@ def test_least_outstanding_counts_a_prompt_being_chunked_as_work_in_hand() -> No
     long, short = result.sequences
     assert short.first_token_s is not None and long.first_token_s is not None
     assert short.first_token_s - short.arrival_s < 0.2 * (long.first_token_s - long.arrival_s)
+
+
+QUIET_CASES = {
+    "poisson, fixed lengths": (Workload(2.0, Lengths(200), Lengths(128), 200), {}),
+    "poisson, a small KV cache that preempts": (
+        Workload(40.0, Lengths(500, "uniform"), Lengths(300, "uniform"), 400),
+        {"kv_capacity_tokens": 40_000, "max_num_seqs": 64},
+    ),
+    "two replicas, least outstanding": (
+        Workload(5.0, Lengths(300, "lognormal"), Lengths(200, "lognormal"), 300),
+        {"replicas": 2, "router": "least-outstanding"},
+    ),
+    "a closed loop on three replicas": (ClosedLoop(16, Lengths(200), Lengths(128, "lognormal"), 200), {"replicas": 3}),
+    "chunked prompts": (
+        Workload(6.0, Lengths(3000, "lognormal"), Lengths(200, "lognormal"), 200),
+        {"max_num_batched_tokens": 2048},
+    ),
+    "per-slot KV streams": (
+        Workload(3.0, Lengths(200), Lengths(100, "lognormal"), 200),
+        {"per_slot_kv": True, "max_num_seqs": 16},
+    ),
+    "prefix caching under memory pressure": (
+        Workload(20.0, PromptLengths(800, "fixed", prefix=SharedPrefix(512, 4)), Lengths(200, "lognormal"), 300),
+        {"prefix_caching": True, "kv_capacity_tokens": 30_000},
+    ),
+}
+
+
+@pytest.mark.parametrize("case", QUIET_CASES)
+def test_quiet_runs_taken_at_once_change_nothing(case: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Steps in which nothing happens but the contexts' growth are planned as one run (BatchScheduler.plan_quiet_run):
+    every step, request time, counter and summary is what planning them one at a time gives."""
+    from tokenroof.serving.engine.core import BatchScheduler
+
+    workload, settings = QUIET_CASES[case]
+    sm = StepModel(
+        t_fixed_s=2e-3, t_weights_s=8e-3, t_compute_s=4e-5, t_kv_token_s=2e-8, t_seq_s=5e-5, t_attn_token_s=1e-8
+    )
+    runs: list[int] = []
+    quiet = BatchScheduler.plan_quiet_run
+
+    def counted(self: BatchScheduler, now: float, until_s: float):  # type: ignore[no-untyped-def]
+        run = quiet(self, now, until_s)
+        runs.append(0 if run is None else run.start_s.size)
+        return run
+
+    monkeypatch.setattr(BatchScheduler, "plan_quiet_run", counted)
+    at_once = simulate(sm, workload, seed=3, **settings)
+    monkeypatch.setattr(BatchScheduler, "plan_quiet_run", lambda self, now, until_s: None)
+    one_by_one = simulate(sm, workload, seed=3, **settings)
+    # runs were taken: many at light load, some under preemption; none on a closed loop over several replicas, where
+    # any replica's step end may send a request
+    expected = 0.0 if "closed" in case else 0.05 if "preempts" in case else 0.3
+    assert sum(runs) >= expected * one_by_one.step_starts_s.size
+    for name in ("step_starts_s", "step_durations_s", "step_batches", "step_kv_tokens"):
+        assert getattr(at_once, name) == pytest.approx(getattr(one_by_one, name), rel=1e-12, abs=1e-12), name
+
+    def times(result: SimResult) -> np.ndarray:
+        return np.array([(s.first_token_s, s.finished_s, s.preemptions) for s in result.sequences], dtype=float)
+
+    assert np.allclose(times(at_once), times(one_by_one), rtol=1e-12, atol=1e-9)
+    assert at_once.preemptions == one_by_one.preemptions
+
+    def leaves(value: object) -> list[object]:
+        if isinstance(value, dict):
+            return [leaf for key in sorted(value) for leaf in leaves(value[key])]
+        return [leaf for item in value for leaf in leaves(item)] if isinstance(value, list) else [value]
+
+    ours, theirs = leaves(at_once.summary()), leaves(one_by_one.summary())
+    assert [type(v) for v in ours] == [type(v) for v in theirs]
+    for a, b in zip(ours, theirs, strict=True):
+        assert a == (pytest.approx(b, rel=1e-9) if isinstance(b, float) else b)

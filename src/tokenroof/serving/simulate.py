@@ -25,7 +25,15 @@ from tokenroof.model.disagg import Disaggregation
 from tokenroof.model.prefix import SharedPrefix
 from tokenroof.model.speculative import Speculation, measured_acceptance
 from tokenroof.model.stepmodel import StepModel, mean_context_tokens
-from tokenroof.serving.engine.core import BatchScheduler, PrefixCounts, Sequence, SpecCounts, StepPlan
+from tokenroof.serving.engine.core import (
+    QUIET_RUN_LEAST,
+    BatchScheduler,
+    PrefixCounts,
+    QuietRun,
+    Sequence,
+    SpecCounts,
+    StepPlan,
+)
 from tokenroof.serving.engine.fleet import Router
 from tokenroof.stats import arrival_times, percentiles
 
@@ -576,10 +584,11 @@ def percentiles_ms(values_s: np.ndarray) -> dict[str, float | None]:
 
 @dataclass
 class Replica:
-    """One engine: its scheduler and the step in flight (None when idle)."""
+    """One engine: its scheduler and the step in flight (None when idle), or the run of quiet steps in flight."""
 
     scheduler: BatchScheduler
     plan: StepPlan | None = None
+    run: QuietRun | None = None
 
     @property
     def outstanding(self) -> int:
@@ -649,11 +658,32 @@ def simulate(
         for engine in engines:
             engine.scheduler.restore_slots(slot_order)
     done: list[Sequence] = []
-    record: list[float] = []  # every step, in the order they started (step_row)
+    record: list[float] = []  # every step, in the order they were planned (step_row), since the last quiet run
+    blocks: list[np.ndarray] = []  # the steps before it, as rows: the steps one at a time, and each quiet run
     ends: list[tuple[float, int]] = []  # heap of (step end, replica)
+
+    closed_fleet = isinstance(workload, ClosedLoop) and replicas > 1
+
+    def next_event_s() -> float:
+        """The earliest event that could change a replica's next step: an arrival (scheduled, or a closed loop's
+        replacement; with several replicas another's step end may send one)."""
+        soonest = min(times[next_scheduled], replacements[0].arrival_s if replacements else math.inf)
+        return min(soonest, ends[0][0]) if closed_fleet and ends else soonest
 
     def start_step(index: int, now: float) -> None:
         engine = engines[index]
+        scheduler = engine.scheduler
+        # the next scheduled arrival bounds the next event: no quiet run when it is a few steps away (the hot path)
+        quiet = now + QUIET_RUN_LEAST * scheduler.last_step_s < times[next_scheduled]
+        engine.run = run = scheduler.plan_quiet_run(now, next_event_s()) if quiet else None
+        if run is not None:  # steps in which nothing changes, taken at once
+            engine.plan = run.last
+            if record:
+                blocks.append(step_columns(record).T)
+                record.clear()
+            blocks.append(quiet_rows(run))
+            heapq.heappush(ends, (run.end_s, index))
+            return
         engine.plan = plan = engine.scheduler.plan_step(now)
         if plan is not None:
             record.extend(step_row(plan))
@@ -668,7 +698,10 @@ def simulate(
             end_s, index = heapq.heappop(ends)
             engine = engines[index]
             assert engine.plan is not None
-            finished = engine.scheduler.complete_step(engine.plan)
+            if engine.run is not None:
+                finished = engine.scheduler.complete_quiet_run(engine.run)
+            else:
+                finished = engine.scheduler.complete_step(engine.plan)
             done.extend(finished)
             for _ in finished:  # a closed loop sends the next request as one ends (after this replica plans on)
                 if waiting_to_send:
@@ -691,7 +724,10 @@ def simulate(
     done.sort(key=lambda s: int(s.request_id))
     preemptions = sum(e.scheduler.preemptions for e in engines)
     capacity = None if kv_capacity_tokens is None else kv_capacity_tokens * replicas
-    start, duration, batch, kv, context, prefill, prefill_sq, passes, tokens = step_columns(record)
+    columns = np.concatenate([*blocks, step_columns(record).T]).T
+    if replicas > 1:  # a quiet run records its steps when it starts: the replicas' rows in order of start
+        columns = columns[:, np.argsort(columns[0], kind="stable")]
+    start, duration, batch, kv, context, prefill, prefill_sq, passes, tokens = columns
     drafted = None
     if speculation is not None:
         counts = [e.scheduler.spec_counts() for e in engines]
@@ -762,6 +798,15 @@ def step_row(plan: StepPlan) -> tuple[float, ...]:
         plan.passes,
         plan.tokens,
     )
+
+
+def quiet_rows(run: QuietRun) -> np.ndarray:
+    """A quiet run's steps as rows of `step_row`'s columns (no prompts, every sequence one token)."""
+    rows = np.zeros((run.start_s.size, 9))
+    rows[:, 0], rows[:, 1], rows[:, 3], rows[:, 4] = run.start_s, run.duration_s, run.kv_tokens, run.context_tokens
+    rows[:, 2] = rows[:, 8] = run.batch
+    rows[:, 7] = run.passes
+    return rows
 
 
 def step_columns(record: list[float]) -> np.ndarray:

@@ -46,7 +46,9 @@ plan at time `now`, waits `plan.duration_s` (really, for `emulate`; virtually, f
 Bookkeeping is O(1) per step plus O(1) per admission and finish: a sequence
 admitted at step k with n tokens to make finishes at step k + n − 1, and the sum
 of contexts is kept from running sums, so a simulator never touches every
-sequence every step.
+sequence every step. Between events nothing changes but the contexts' growth: a
+simulator asks for those steps as one quiet run (`plan_quiet_run`), their
+durations from the step model over arrays, and completes them at once.
 """
 
 from __future__ import annotations
@@ -106,6 +108,27 @@ class Sequence:
         if self.tokens_after is not None:
             return self.admitted_step + len(self.tokens_after) - 1
         return self.admitted_step + self.max_tokens - self.done_tokens - 1
+
+
+QUIET_RUN_STEPS = 4096  # the most steps one quiet run coalesces
+QUIET_RUN_LEAST = 8  # and the fewest: shorter runs cost more as arrays than one step at a time
+
+
+class QuietRun(NamedTuple):
+    """Consecutive steps in which nothing changes but the contexts' growth (BatchScheduler.plan_quiet_run): a
+    simulator takes them in one go. Columns per step, as StepPlan holds them one at a time."""
+
+    start_s: np.ndarray
+    duration_s: np.ndarray
+    batch: int
+    kv_tokens: np.ndarray
+    context_tokens: np.ndarray
+    passes: int  # forward passes each step runs (more than one only with per-slot KV streams)
+    last: StepPlan  # the run's last step, which completes it
+
+    @property
+    def end_s(self) -> float:
+        return self.last.end_s
 
 
 class StepPlan(NamedTuple):
@@ -233,6 +256,7 @@ class BatchScheduler:
     _fresh: set[int] = field(default_factory=set)  # blocks the step being planned computes: not hit before it runs
     _prefix_queries: int = 0
     _prefix_hits: int = 0
+    last_step_s: float = 0.0  # the duration of the step planned last (whether a quiet run may be worth trying)
 
     def __post_init__(self) -> None:
         self._released = [-1] * self.max_num_seqs
@@ -621,6 +645,7 @@ class BatchScheduler:
         passes = slot_runs(decoding) + slot_runs(prompts) if self.per_slot_kv else 1
         if passes > 1:
             duration += (passes - 1) * self.model.step_s(0, 0.0)
+        self.last_step_s = duration
         if self.prefix_caching:
             self._evict()  # the step's own growth: cached blocks give way before it runs
         kv = float(self.kv_tokens_next_step())
@@ -639,6 +664,61 @@ class BatchScheduler:
             passes,
             emitted,
         )
+
+    def plan_quiet_run(self, now: float, until_s: float) -> QuietRun | None:
+        """The steps from `now` on in which nothing changes but the contexts' growth, as one run: none admitted (no
+        queue, or no room under the batch cap), no prompt in flight, no finish before the run's last step, no
+        preemption, and none starting at or after `until_s` (the next event the caller knows of: an arrival).
+        Their durations come from the step model over arrays, the same formula term for term, and each step
+        starts where the one before ended, as when planned one at a time. Prefix caching's evictions as the KV
+        grows touch only blocks no one holds, which the next admission's plan_step evicts to the same point. None
+        when fewer than `QUIET_RUN_LEAST` steps are quiet, or with speculation (each step's tokens are drawn)."""
+        if self.speculation is not None or self.prefilling or not self._finishing:
+            return None
+        if until_s - now < QUIET_RUN_LEAST * self.last_step_s:  # the next event is a few steps away (a guess)
+            return None
+        steps = self._finishing[0][0] - self.steps + 1  # the first finish ends the run (a stale entry: sooner)
+        batch = len(self.running)
+        if steps < QUIET_RUN_LEAST or batch == 0 or (self.waiting and batch < self.max_num_seqs):
+            return None
+        context0 = self._contexts(batch)
+        passes = slot_runs([self._slot_of[r] for r in self.running]) if self.per_slot_kv else 1
+        extra_s = (passes - 1) * self.model.step_s(0, 0.0) if passes > 1 else 0.0
+        first_s = self.model.step_s(batch, context0) + extra_s
+        # steps only lengthen as the contexts grow: the first's duration bounds how many start before `until_s`
+        if until_s < math.inf:
+            steps = min(steps, int((until_s - now) / first_s) + 1)
+        kv = float(self.kv_tokens_next_step())
+        if self.kv_capacity_tokens is not None:
+            if kv > self.kv_capacity_tokens:
+                return None
+            steps = min(steps, int((self.kv_capacity_tokens - kv) // batch) + 1)  # each step holds `batch` more
+        steps = min(steps, QUIET_RUN_STEPS)
+        if steps < QUIET_RUN_LEAST:
+            return None
+        k = np.arange(steps, dtype=float)
+        context = context0 + batch * k
+        duration = self.model.steps_s(np.full(steps, float(batch)), context, np.zeros(steps), np.zeros(steps))
+        if passes > 1:
+            duration += extra_s
+        start = np.empty(steps)
+        start[0] = now
+        np.cumsum(duration[:-1], out=start[1:])
+        start[1:] += now
+        ran = int(np.searchsorted(start, until_s, side="left"))  # steps starting before the next event
+        if ran < QUIET_RUN_LEAST:
+            return None
+        self._fresh.clear()  # as plan_step begins: the blocks computed before now are hit from here on
+        self._evict()
+        self.last_step_s = float(duration[ran - 1])
+        last = StepPlan(self.steps + ran - 1, float(start[ran - 1]), float(duration[ran - 1]), batch, (), 0)
+        last = last._replace(kv_tokens=kv + batch * (ran - 1), context_tokens=float(context[ran - 1]), passes=passes)
+        return QuietRun(start[:ran], duration[:ran], batch, kv + batch * k[:ran], context[:ran], passes, last)
+
+    def complete_quiet_run(self, run: QuietRun) -> list[Sequence]:
+        """Complete every step of a quiet run: the finishes come at its last."""
+        self.steps += run.start_s.size - 1
+        return self.complete_step(run.last)
 
     def complete_step(self, plan: StepPlan) -> list[Sequence]:
         """Every running sequence emits a token; returns those that finished at this step."""
