@@ -164,21 +164,26 @@ def test_dcgm_meters_by_hand() -> None:
     from tokenroof.measure.http.scrape import parse_metrics, power_in, power_reading
 
     found = parse_metrics(DCGM_TEXT)
-    assert found is not None and power_reading(found) == {"GPU-a": (1500.0, 410.5), "GPU-b": (2500.0, 389.5)}
+    assert found is not None and power_reading(found) == {"0|GPU-a": (1500.0, 410.5), "1|GPU-b": (2500.0, 389.5)}
     mig = DCGM_TEXT + 'DCGM_FI_DEV_POWER_USAGE{gpu="0",UUID="GPU-a",GPU_I_ID="1"} 410.5\n'
     assert power_reading(parse_metrics(mig) or {}) == power_reading(found)
+    # --power-gpus: the server's boards among those the exporter lists, by index or by UUID
+    assert power_reading(found, frozenset({"1"})) == {"1|GPU-b": (2500.0, 389.5)}
+    assert power_reading(found, frozenset({"GPU-a", "7"})) == {"0|GPU-a": (1500.0, 410.5)}
+    assert power_reading(found, frozenset({"7"})) is None
 
     def two(a: float, b: float) -> dict[str, tuple[float | None, float | None]]:
-        return {"GPU-a": (a, 400.0), "GPU-b": (b, 400.0)}
+        return {"0|GPU-a": (a, 400.0), "1|GPU-b": (b, 400.0)}
 
     readings = [(0.25, two(1000, 2000)), (0.5, two(1200, 2200)), (1.5, two(1600, 2600)), (2.5, two(2000, 3000))]
     power, why = power_in(readings, 0.0, 3.0, "http://h:9400/metrics")
     assert why is None and power is not None
     assert power["watts_mean"] == pytest.approx(800.0) and power["gpus"] == 2
     assert "DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION" in power["source"] and "http://h:9400/metrics" in power["source"]
+    assert "2 GPUs: GPU 0 (GPU-a), GPU 1 (GPU-b)" in power["source"]
     # board b appears at 1.5 s with 5 MJ since boot: one new value of its own in the window, too few to time, so the
     # gauges answer for both (400 + 400 W), never 5 MJ over a second
-    late = [(0.5, {"GPU-a": (1200.0, 400.0)}), (1.5, two(1600, 5e6)), (2.5, two(2000, 5e6 + 400))]
+    late = [(0.5, {"0|GPU-a": (1200.0, 400.0)}), (1.5, two(1600, 5e6)), (2.5, two(2000, 5e6 + 400))]
     power, _ = power_in(late, 0.0, 3.0, "u")
     assert power is not None and power["watts_mean"] == pytest.approx(800.0)
     assert "DCGM_FI_DEV_POWER_USAGE" in power["source"]
@@ -304,3 +309,42 @@ def test_a_power_endpoint_without_meters_is_a_remark_not_a_failure(tmp_path: Any
     (point,) = asyncio.run(main())
     assert point["power"] is None and not point["invalid"]
     assert any("no power reading" in r and "DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION" in r for r in point["remarks"])
+
+
+def test_power_gpus_counts_only_the_servers_boards_and_names_the_ones_listed(tmp_path: Any) -> None:
+    """dcgm-exporter lists every board of its host: `--power-gpus 1` counts board 1 alone (half of the emulator's two
+    equal boards); a name no board has leaves the point's power null, and the remark lists the boards there are."""
+    import asyncio
+
+    from tokenroof.measure.http.run import BenchConfig, run_bench
+    from tokenroof.model.cost import PowerModel
+    from tokenroof.model.stepmodel import StepModel
+    from tokenroof.serving.emulate.server import Emulator, start
+
+    sm = StepModel(t_fixed_s=4e-3, t_weights_s=16e-3, t_compute_s=1e-4, t_kv_token_s=0.0)
+
+    async def main() -> list[dict[str, Any]]:
+        runner, url = await start(Emulator(sm, max_num_seqs=8, power=PowerModel(700.0, 100.0, "given"), tp=2))
+        try:
+            common = {"url": url, "concurrencies": [2], "input_len": 8, "output_len": 8, "requests_per_point": 8}
+            points = []
+            for name, gpus in (("all", None), ("one", ("1",)), ("none", ("GPU-x",))):
+                config = BenchConfig(out_dir=tmp_path / name, power_metrics_url=url, power_gpus=gpus, **common)
+                points.extend(await run_bench(config))
+            return points
+        finally:
+            await runner.cleanup()
+
+    every, one, none = asyncio.run(main())
+    assert every["power"]["gpus"] == 2 and one["power"]["gpus"] == 1
+    assert one["power"]["watts_mean"] == pytest.approx(every["power"]["watts_mean"] / 2, rel=0.05)
+    assert "1 GPU: GPU 1" in one["power"]["source"]
+    assert none["power"] is None and not none["invalid"]
+    assert any("--power-gpus names (GPU-x)" in r and "GPU 0, GPU 1" in r for r in none["remarks"]), none["remarks"]
+
+
+def test_power_gpus_on_the_command_line_is_a_list_of_names() -> None:
+    from tests.conftest import run_cli
+
+    result = run_cli(["bench", "http://127.0.0.1:9", "--concurrency", "1", "--power-gpus", "0,,1"])
+    assert result.exit_code != 0 and "--power-gpus: give GPU indices or UUIDs separated by commas" in result.output

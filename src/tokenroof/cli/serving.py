@@ -167,6 +167,16 @@ def emulate(
     serve(emulator, host, port)
 
 
+def gpu_list(text: str | None) -> tuple[str, ...] | None:
+    """`--power-gpus 0,1` (indices or UUIDs, comma-separated) as a tuple; None when not given."""
+    if text is None:
+        return None
+    gpus = tuple(part.strip() for part in text.split(","))
+    if not all(gpus):
+        raise TokenroofError(f"--power-gpus: give GPU indices or UUIDs separated by commas ('0,1'), got {text!r}")
+    return gpus
+
+
 def require_http() -> None:
     try:
         import aiohttp  # noqa: F401
@@ -233,8 +243,16 @@ def bench(
         str | None,
         typer.Option(
             help="The GPUs' dcgm-exporter (e.g. http://host:9400, with or without /metrics; every GPU it lists is "
-            "counted, so the server's own; run it with -c 1000 or less): each point's mean power and energy per "
-            "output token from their energy counters (default: from the server's own /metrics where it carries them)."
+            "counted unless --power-gpus names the server's; run it with -c 1000 or less): each point's mean power "
+            "and energy per output token from their energy counters (default: from the server's own /metrics where "
+            "it carries them)."
+        ),
+    ] = None,
+    power_gpus: Annotated[
+        str | None,
+        typer.Option(
+            help="The server's GPUs among those the exporter lists, by index or UUID as DCGM labels them "
+            "('0,1', 'GPU-5f3e...'; CUDA_VISIBLE_DEVICES' list): only their power counts.",
         ),
     ] = None,
     json_output: JsonOpt = False,
@@ -278,6 +296,7 @@ def bench(
         workers=workers,
         ray_address=ray,
         power_metrics_url=power_metrics,
+        power_gpus=gpu_list(power_gpus),
     )
     with progress_bar(json_output) as bar:
         tasks: dict[str, Any] = {}

@@ -50,6 +50,8 @@ class BenchConfig:
     # the boards' meters (dcgm-exporter's DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION) at a Prometheus endpoint of their own;
     # None: read them from the server's /metrics where it carries them
     power_metrics_url: str | None = None
+    # the boards whose meters count, by DCGM's gpu index or UUID (--power-gpus; None: every board listed)
+    power_gpus: tuple[str, ...] | None = None
 
 
 def require(ok: bool, template: str, *parameters: str) -> None:

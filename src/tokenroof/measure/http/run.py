@@ -363,10 +363,11 @@ class Bench:
         inflight.on_send = functools.partial(self.on_send, attempt)
         deadline_s = inflight.now() + cfg.max_duration_s
         monitor = LoopMonitor()
-        scraper = BatchScraper(self.client.session, self.endpoints.root, self.client.t0)
+        gpus = None if cfg.power_gpus is None else frozenset(cfg.power_gpus)
+        scraper = BatchScraper(self.client.session, self.endpoints.root, self.client.t0, gpus=gpus)
         meters = None
         if cfg.power_metrics_url is not None:
-            meters = PowerScraper(self.client.session, cfg.power_metrics_url, self.client.t0)
+            meters = PowerScraper(self.client.session, cfg.power_metrics_url, self.client.t0, gpus)
             meters.start()
         monitor.start()
         scraper.start()

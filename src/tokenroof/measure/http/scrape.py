@@ -70,7 +70,7 @@ def parse_metrics(text: str) -> dict[str, float] | None:
                     continue
                 elif name in (ENERGY_MJ, POWER_W):  # one series per board, kept apart (a MIG instance repeats its
                     # board's device-level reading under the same UUID: kept once)
-                    board = sample.labels.get("UUID") or sample.labels.get("gpu") or ""
+                    board = board_key(sample.labels.get("gpu", ""), sample.labels.get("UUID", ""))
                     found[f"{name}@{board}"] = float(sample.value)
                     continue
                 found[name] = found.get(name, 0.0) + float(sample.value)
@@ -120,13 +120,36 @@ def cache_counters(found: dict[str, float]) -> tuple[float, float] | None:
 PowerReading = dict[str, tuple[float | None, float | None]]  # board → (joules since boot, watts now)
 
 
-def power_reading(found: dict[str, float]) -> PowerReading | None:
-    """The boards' meters in one scrape, by board (UUID, else the gpu label): joules since boot and watts now, None
-    where a board lacks the series or its value is not a finite non-negative number; None when there is no board."""
+def board_key(gpu: str, uuid: str) -> str:
+    """A board's key in a reading: DCGM's `gpu` index and `UUID` labels, as 'index|UUID' (either may be empty)."""
+    return f"{gpu}|{uuid}"
+
+
+def board_name(board: str) -> str:
+    """A board as a person reads it: 'GPU 0 (GPU-5f3e…)', or whichever of the two it has."""
+    gpu, _, uuid = board.partition("|")
+    if gpu and uuid:
+        return f"GPU {gpu} ({uuid})"
+    return f"GPU {gpu}" if gpu else uuid or "the unlabelled board"
+
+
+def board_chosen(board: str, gpus: frozenset[str] | None) -> bool:
+    """Whether `--power-gpus` counts this board: every board without a choice, else one whose index or UUID is named
+    (dcgm-exporter lists every GPU of its host, the server's and its neighbours')."""
+    if gpus is None:
+        return True
+    gpu, _, uuid = board.partition("|")
+    return gpu in gpus or uuid in gpus
+
+
+def power_reading(found: dict[str, float], gpus: frozenset[str] | None = None) -> PowerReading | None:
+    """The boards' meters in one scrape, by board ('index|UUID'; only those `gpus` names, where given): joules since
+    boot and watts now, None where a board lacks the series or its value is not a finite non-negative number; None
+    when there is no board."""
     boards: dict[str, list[float | None]] = {}
     for key, value in found.items():
         name, at, board = key.partition("@")
-        if at and name in (ENERGY_MJ, POWER_W):
+        if at and name in (ENERGY_MJ, POWER_W) and board_chosen(board, gpus):
             slot = boards.setdefault(board, [None, None])
             usable = math.isfinite(value) and value >= 0
             slot[0 if name == ENERGY_MJ else 1] = (value / MJ_PER_J if name == ENERGY_MJ else value) if usable else None
@@ -166,30 +189,46 @@ def power_in(
         return None, f"{where} had no {ENERGY_MJ} or {POWER_W} series in the window"
     each = [counter_watts(readings, b, w0, w1) for b in boards]
     if all(w is not None for w in each):
-        source = f"measured: {ENERGY_MJ} (the boards' energy counters) at {where}, {len(boards)} GPU(s)"
+        source = f"measured: {ENERGY_MJ} (the boards' energy counters) at {where}, {counted(boards)}"
         return {"watts_mean": sum(w for w in each if w is not None), "gpus": len(boards), "source": source}, None
     means = []
     for board in boards:
         gauge = [r[board][1] for t, r in readings if w0 <= t <= w1 and board in r and r[board][1] is not None]
         if not gauge:
             return None, (
-                f"{where}: the energy counter of board {board} did not move in the window and it has no "
+                f"{where}: the energy counter of {board_name(board)} did not move in the window and it has no "
                 f"{POWER_W} reading (dcgm-exporter collects every 30 s unless told: run it with -c 1000 or less)"
             )
         means.append(sum(g for g in gauge if g is not None) / len(gauge))
     stale = "" if all(w is None for w in each) else "some of "
     source = (
-        f"measured: {POWER_W} (the boards' power gauges, mean of the scrapes) at {where}, {len(boards)} GPU(s): "
+        f"measured: {POWER_W} (the boards' power gauges, mean of the scrapes) at {where}, {counted(boards)}: "
         f"{stale}the energy counters did not move in the window (dcgm-exporter collects every 30 s unless told: "
         "run it with -c 1000 or less)"
     )
     return {"watts_mean": sum(means), "gpus": len(boards), "source": source}, None
 
 
+def counted(boards: list[str]) -> str:
+    """The boards a power figure sums, named: '2 GPUs: GPU 0 (GPU-…), GPU 1 (GPU-…)'."""
+    return f"{len(boards)} GPU{'s' if len(boards) != 1 else ''}: {', '.join(board_name(b) for b in boards)}"
+
+
 def metrics_url(url: str) -> str:
     """The /metrics address of a base URL (given with or without /metrics)."""
     base = url.rstrip("/")
     return base if base.endswith("/metrics") else f"{base}/metrics"
+
+
+def no_boards(found: dict[str, float] | None, where: str, gpus: frozenset[str] | None) -> str:
+    """Why a scrape gave no board: no DCGM series at all, or none of the boards --power-gpus names (those listed)."""
+    listed = sorted({k.partition("@")[2] for k in found or {} if k.partition("@")[0] in (ENERGY_MJ, POWER_W)})
+    if gpus is None or not listed:
+        return f"{where} has no {ENERGY_MJ} or {POWER_W} series"
+    return (
+        f"{where} lists no board --power-gpus names ({', '.join(sorted(gpus))}); it lists "
+        f"{', '.join(board_name(b) for b in listed)}"
+    )
 
 
 class Poller(ABC):
@@ -218,6 +257,7 @@ class PowerScraper(Poller):
     session: aiohttp.ClientSession
     url: str
     t0: float
+    gpus: frozenset[str] | None = None  # --power-gpus: the boards counted, by index or UUID (None: every one listed)
     readings: list[tuple[float, PowerReading]] = field(default_factory=list)
     failures: int = 0
     failure: str | None = None  # the last failed scrape's reason
@@ -232,10 +272,10 @@ class PowerScraper(Poller):
                     why = f"{where} answered HTTP {response.status}" if response.status != 200 else None
             except (aiohttp.ClientError, TimeoutError, ValueError, UnicodeDecodeError) as exc:
                 found, why = None, f"{where} could not be read ({type(exc).__name__})"
-            reading = None if found is None else power_reading(found)
+            reading = None if found is None else power_reading(found, self.gpus)
             if reading is None:
                 self.failures += 1
-                self.failure = why or f"{where} has no {ENERGY_MJ} or {POWER_W} series"
+                self.failure = why or no_boards(found, where, self.gpus)
             else:
                 self.readings.append((time.perf_counter() - self.t0, reading))
             await asyncio.sleep(PERIOD_S)
@@ -257,6 +297,7 @@ class BatchScraper(Poller):
     speculation: list[tuple[float, tuple[float, ...]]] = field(default_factory=list)  # spec-decode counter readings
     prefix_cache: list[tuple[float, tuple[float, float]]] = field(default_factory=list)  # prefix-cache readings
     power: list[tuple[float, PowerReading]] = field(default_factory=list)  # DCGM's meters, where /metrics has them
+    gpus: frozenset[str] | None = None  # --power-gpus: the boards counted (None: every one listed)
     bad: int = 0  # samples of the gauge that were not a count (NaN, negative, infinite): dropped
     _task: asyncio.Task[None] | None = None
 
@@ -268,7 +309,7 @@ class BatchScraper(Poller):
                         return
                     found = parse_metrics(await response.text())
                 value = None if found is None else first_of(found, GAUGES)
-                metered = None if found is None else power_reading(found)
+                metered = None if found is None else power_reading(found, self.gpus)
                 if found is None or (value is None and metered is None):
                     return  # no known gauge: stop asking
                 preempted = first_of(found, PREEMPTIONS)
