@@ -804,8 +804,7 @@ def quiet_rows(run: QuietRun) -> np.ndarray:
     """A quiet run's steps as rows of `step_row`'s columns (no prompts, every sequence one token)."""
     rows = np.zeros((run.start_s.size, 9))
     rows[:, 0], rows[:, 1], rows[:, 3], rows[:, 4] = run.start_s, run.duration_s, run.kv_tokens, run.context_tokens
-    rows[:, 2] = rows[:, 8] = run.batch
-    rows[:, 7] = run.passes
+    rows[:, 2], rows[:, 7], rows[:, 8] = run.batch, run.passes, run.last.tokens
     return rows
 
 

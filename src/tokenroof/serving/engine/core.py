@@ -671,9 +671,11 @@ class BatchScheduler:
         preemption, and none starting at or after `until_s` (the next event the caller knows of: an arrival).
         Their durations come from the step model over arrays, the same formula term for term, and each step
         starts where the one before ended, as when planned one at a time. Prefix caching's evictions as the KV
-        grows touch only blocks no one holds, which the next admission's plan_step evicts to the same point. None
-        when fewer than `QUIET_RUN_LEAST` steps are quiet, or with speculation (each step's tokens are drawn)."""
-        if self.speculation is not None or self.prefilling or not self._finishing:
+        grows touch only blocks no one holds, which the next admission's plan_step evicts to the same point.
+        Speculating, each sequence's tokens a step were drawn when it started running (its finish step with them)
+        and the KV grows by the expected tokens a step, as plan_step counts them; each step's cost is then
+        Speculation.step_s, one at a time. None when fewer than `QUIET_RUN_LEAST` steps are quiet."""
+        if self.prefilling or not self._finishing:
             return None
         if until_s - now < QUIET_RUN_LEAST * self.last_step_s:  # the next event is a few steps away (a guess)
             return None
@@ -682,9 +684,12 @@ class BatchScheduler:
         if steps < QUIET_RUN_LEAST or batch == 0 or (self.waiting and batch < self.max_num_seqs):
             return None
         context0 = self._contexts(batch)
+        growth = batch * self._gain  # KV tokens the running sequences gain a step (expected, speculating)
         passes = slot_runs([self._slot_of[r] for r in self.running]) if self.per_slot_kv else 1
         extra_s = (passes - 1) * self.model.step_s(0, 0.0) if passes > 1 else 0.0
-        first_s = self.model.step_s(batch, context0) + extra_s
+        spec = self.speculation
+        first_s = self.model.step_s(batch, context0) if spec is None else spec.step_s(self.model, batch, context0)
+        first_s += extra_s
         # steps only lengthen as the contexts grow: the first's duration bounds how many start before `until_s`
         if until_s < math.inf:
             steps = min(steps, int((until_s - now) / first_s) + 1)
@@ -692,13 +697,16 @@ class BatchScheduler:
         if self.kv_capacity_tokens is not None:
             if kv > self.kv_capacity_tokens:
                 return None
-            steps = min(steps, int((self.kv_capacity_tokens - kv) // batch) + 1)  # each step holds `batch` more
+            steps = min(steps, int((self.kv_capacity_tokens - kv) // growth) + 1)  # each step holds `growth` more
         steps = min(steps, QUIET_RUN_STEPS)
         if steps < QUIET_RUN_LEAST:
             return None
         k = np.arange(steps, dtype=float)
-        context = context0 + batch * k
-        duration = self.model.steps_s(np.full(steps, float(batch)), context, np.zeros(steps), np.zeros(steps))
+        context = context0 + growth * k
+        if spec is None:
+            duration = self.model.steps_s(np.full(steps, float(batch)), context, np.zeros(steps), np.zeros(steps))
+        else:
+            duration = np.array([spec.step_s(self.model, batch, c) for c in context.tolist()])
         if passes > 1:
             duration += extra_s
         start = np.empty(steps)
@@ -711,9 +719,12 @@ class BatchScheduler:
         self._fresh.clear()  # as plan_step begins: the blocks computed before now are hit from here on
         self._evict()
         self.last_step_s = float(duration[ran - 1])
+        emitted = -1.0 if spec is None else growth
         last = StepPlan(self.steps + ran - 1, float(start[ran - 1]), float(duration[ran - 1]), batch, (), 0)
-        last = last._replace(kv_tokens=kv + batch * (ran - 1), context_tokens=float(context[ran - 1]), passes=passes)
-        return QuietRun(start[:ran], duration[:ran], batch, kv + batch * k[:ran], context[:ran], passes, last)
+        last = last._replace(
+            kv_tokens=kv + growth * (ran - 1), context_tokens=float(context[ran - 1]), passes=passes, emitted=emitted
+        )
+        return QuietRun(start[:ran], duration[:ran], batch, kv + growth * k[:ran], context[:ran], passes, last)
 
     def complete_quiet_run(self, run: QuietRun) -> list[Sequence]:
         """Complete every step of a quiet run: the finishes come at its last."""
