@@ -228,7 +228,7 @@ def test_one_sequence_step_by_step() -> None:
     first = sched.plan_step(5.0)
     assert first is not None
     assert (first.step, first.start_s, first.batch, first.prefill_tokens, first.preempted) == (0, 5.0, 1, 6, 0)
-    assert first.admitted == (seq,) and seq.admitted_s == 5.0 and seq.admitted_step == 0
+    assert first.admitted == (seq,) and seq.admitted_s == 5.0 and seq.admitted_step == sched.clock == 1  # decode clock
     # the prefilled sequence decodes in its first step at context 6: 1 + 6·0.01 + 0.1
     assert first.duration_s == pytest.approx(1.16)
     # after the step it holds 7 tokens, in blocks: 7 + (4 − 1)

@@ -11,6 +11,7 @@ from tokenroof.errors import TokenroofError
 from tokenroof.model.prefix import SharedPrefix
 from tokenroof.model.speculative import Speculation
 from tokenroof.model.stepmodel import StepModel
+from tokenroof.serving.engine.core import BatchScheduler, Sequence
 from tokenroof.serving.simulate import ClosedLoop, Lengths, PromptLengths, SimResult, Trace, Workload, simulate
 
 SM = StepModel(t_fixed_s=2e-3, t_weights_s=8e-3, t_compute_s=50e-6, t_kv_token_s=0.0, t_seq_s=20e-6)
@@ -344,6 +345,10 @@ QUIET_CASES = {
             "max_num_seqs": 64,
         },
     ),
+    "prompts prefilled in steps of their own, lognormal lengths": (
+        Workload(4.0, Lengths(400, "lognormal"), Lengths(150, "lognormal"), 300),
+        {"separate_prefill": True, "max_num_batched_tokens": 2048},
+    ),
     "prefix caching under memory pressure": (
         Workload(20.0, PromptLengths(800, "fixed", prefix=SharedPrefix(512, 4)), Lengths(200, "lognormal"), 300),
         {"prefix_caching": True, "kv_capacity_tokens": 30_000},
@@ -395,3 +400,78 @@ def test_quiet_runs_taken_at_once_change_nothing(case: str, monkeypatch: pytest.
     assert [type(v) for v in ours] == [type(v) for v in theirs]
     for a, b in zip(ours, theirs, strict=True):
         assert a == (pytest.approx(b, rel=1e-9) if isinstance(b, float) else b)
+
+
+def drive(scheduler: BatchScheduler, arrivals: list[Sequence]) -> list[tuple[float, int, bool]]:
+    """Run a scheduler by hand as simulate does: (step end, batch, decoding) of every step."""
+    pending, steps, now = sorted(arrivals, key=lambda s: s.arrival_s), [], 0.0
+    while pending or not scheduler.idle:
+        while pending and pending[0].arrival_s <= now:
+            scheduler.submit(pending.pop(0))
+        plan = scheduler.plan_step(now)
+        if plan is None:
+            now = pending[0].arrival_s
+            continue
+        scheduler.complete_step(plan)
+        steps.append((plan.end_s, plan.batch, plan.decoding))
+        now = plan.end_s
+    return steps
+
+
+def test_a_separate_prefill_step_pauses_the_running_sequences_by_hand() -> None:
+    """vLLM V0 and TGI prefill waiting prompts in steps of their own. Step model: 1 ms fixed, 10 ms of weights, 0.1
+    ms of compute a token. A (100-token prompt, 5 tokens) arrives at 0: its prefill step, max(10, 100 × 0.1 + 0.1) +
+    1 = 11.1 ms, gives its first token; a decode step at batch 1 is 11 ms (A's 2nd token at 22.1). B (100, 3)
+    arrives at 20 ms: at 22.1 its prefill step runs alone, 11.1 ms, A waiting (33.2: B's first token, A still at 2);
+    then decode steps of both, 11 ms each: 44.2 (A 3, B 2), 55.2 (A 4, B 3: done), 66.2 (A 5: done).
+    Mixed into the decode step (llama.cpp's way, and the default) B's prefill shares A's step instead: A's third
+    token and B's first at 22.1 + 11.2 = 33.3, and A is done at 55.3."""
+    sm = StepModel(t_fixed_s=1e-3, t_weights_s=10e-3, t_compute_s=1e-4, t_kv_token_s=0.0)
+
+    def run(separate: bool) -> tuple[list[Sequence], list[tuple[float, int, bool]]]:
+        a, b = Sequence("a", 100, 5, 0.0), Sequence("b", 100, 3, 0.020)
+        return [a, b], drive(BatchScheduler(sm, separate_prefill=separate), [a, b])
+
+    (a, b), steps = run(True)
+    assert [round(t * 1e3, 6) for t, _, _ in steps] == [11.1, 22.1, 33.2, 44.2, 55.2, 66.2]
+    assert [decoding for _, _, decoding in steps] == [False, True, False, True, True, True]
+    assert (a.first_token_s, a.finished_s) == pytest.approx((11.1e-3, 66.2e-3))
+    assert (b.first_token_s, b.finished_s) == pytest.approx((33.2e-3, 55.2e-3))
+    (a, b), steps = run(False)
+    assert (a.first_token_s, a.finished_s, b.first_token_s, b.finished_s) == pytest.approx(
+        (11.1e-3, 55.3e-3, 33.3e-3, 55.3e-3)
+    )
+    # simulate runs the same scheduler; its ITL counts the gap A waited through B's prefill step: 11.1 + 11 ms
+    result = simulate(sm, Trace(((0.0, 100, 5), (0.020, 100, 3))), separate_prefill=True)
+    assert result.step_durations_s * 1e3 == pytest.approx([11.1, 11, 11.1, 11, 11, 11])
+    assert result.step_decoding is not None and result.step_decoding.tolist() == [False, True, False, True, True, True]
+    itl = result.summary()["itl_ms"]
+    assert itl["p99"] == pytest.approx(22.1, rel=0.02)  # not 11.1, the longest step: A waited through two
+
+
+def test_a_separate_prefill_step_takes_whole_prompts_within_the_budget_and_counts_tokens_once() -> None:
+    """Three 600-token prompts at once under a 1,000-token budget: two prefill steps (600, then 600 + 600 would
+    pass it: one each), never a chunk; each sequence makes exactly max_tokens, its first token from its prefill step,
+    and a one-token request finishes at its prefill step."""
+    sm = StepModel(t_fixed_s=1e-3, t_weights_s=10e-3, t_compute_s=1e-5, t_kv_token_s=0.0)
+    seqs = [Sequence("0", 600, 4, 0.0), Sequence("1", 600, 1, 0.0), Sequence("2", 600, 3, 0.0)]
+    scheduler = BatchScheduler(sm, max_num_batched_tokens=1000, separate_prefill=True)
+    for seq in seqs:
+        scheduler.submit(seq)
+    plans = []
+    now = 0.0
+    while not scheduler.idle:
+        plan = scheduler.plan_step(now)
+        assert plan is not None
+        plans.append((plan.prefill_tokens, plan.decoding, [s.request_id for s in plan.admitted]))
+        emitted = {s.request_id: scheduler.generated(s) for s in scheduler.running_sequences()}
+        scheduler.complete_step(plan)
+        for s in scheduler.running_sequences():  # a token a decode step, none while a prefill step runs alone
+            assert scheduler.generated(s) - emitted.get(s.request_id, 0) == (1 if plan.decoding else 0) or (
+                s.request_id in [a.request_id for a in plan.admitted] and scheduler.generated(s) == 1
+            )
+        now = plan.end_s
+    assert plans[:3] == [(600, False, ["0"]), (600, False, ["1"]), (600, False, ["2"])]
+    assert all(decoding and not prefill for prefill, decoding, _ in plans[3:])
+    assert seqs[1].finished_s == seqs[1].first_token_s  # one token: done at its prefill step
+    assert [scheduler.steps, scheduler.clock] == [3 + 3, 1 + 3]  # three decode steps: "0" needs 3 more, "2" 2

@@ -143,6 +143,7 @@ def emulate(
         speculation=dep.speculation(),
         seed=seed,
         prefix_caching=dep.server(travelling).prefix_caching,
+        separate_prefill=split is None and dep.server(travelling).separate_prefill,
         disaggregation=split,
         replicas=replicas,
         router=router,

@@ -257,6 +257,7 @@ def advise_with_prefill(
     per_slot_kv = False  # one KV cache for all sequences, unless the files were measured on per-slot streams
     slots: int | None = None  # the slots (llama-server -np) the files were measured on, per-slot streams
     llama_server = False  # the files say they measured llama-server (bench asked its /props)
+    separate = False  # prompts prefilled in steps of their own (a named engine's scheduling, from first principles)
     if files:
         from tokenroof.fit.core import fit_table
         from tokenroof.fit.predict import read_with_prior
@@ -303,6 +304,12 @@ def advise_with_prefill(
     else:
         sm = physics.step_model()
         source = f"first principles: {physics.label()}, run on simulate's scheduler"
+        separate = physics.engine is not None and physics.engine_profile().prefill == "separate"
+        if separate:
+            notes.append(
+                f"prompts prefilled in steps of their own, the running sequences waiting: {physics.engine}'s "
+                "scheduling (vLLM V0 without --enable-chunked-prefill, TGI)"
+            )
     speculation = None if speculative is None else physics.speculation(speculative)
     if speculation is not None:
         notes.append(speculation.assumption())
@@ -311,7 +318,9 @@ def advise_with_prefill(
     if prefix is not None and prefix.tokens:
         notes.append(prefix.assumption(prefix_caching, per_slot_kv, sm.prompts_folded))
         prompts = PromptLengths(round(flags.input_len), prefix=prefix)
-    server = Server(physics.kv_pool_tokens(speculative), max_num_batched_tokens, per_slot_kv, speculation, caching)
+    server = Server(
+        physics.kv_pool_tokens(speculative), max_num_batched_tokens, per_slot_kv, speculation, caching, separate
+    )
     result = advise_cap(
         sm,
         prompts,

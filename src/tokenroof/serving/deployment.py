@@ -177,7 +177,16 @@ class Deployment:
             slots,
             self.speculation(),
             self.prefix_caching and not slots,
+            self.separate_prefill(travelling),
         )
+
+    def separate_prefill(self, travelling: Travelling) -> bool:
+        """Whether the server prefills prompts in steps of their own, its running sequences waiting: the named
+        engine's scheduling (vLLM V0 without chunked prefill, TGI: `prefill = "separate"` in its profile) on a step
+        model from first principles; a model fitted on the scheduler keeps the scheduling it was fitted with."""
+        if self.physics.engine is None or self.fit is not None or self.step_model_file is not None:
+            return False
+        return travelling.replayed is None and self.physics.engine_profile().prefill == "separate"
 
     def disaggregation(self) -> Disaggregation | None:
         """The prefill and decode pools and the link between them (None: colocated, every replica does both)."""
@@ -252,7 +261,13 @@ class Deployment:
         return replace(self.physics, tp=tp, hardware=hardware)
 
     def budget_notes(self, travelling: Travelling) -> list[str]:
-        """The prompt budget an answer assumes when it is the named engine's default (not given, not measured)."""
+        """The prompt budget an answer assumes when it is the named engine's default (not given, not measured), and
+        the engine's scheduling where it prefills in steps of their own."""
+        if self.separate_prefill(travelling):
+            return [
+                f"prompts prefilled in steps of their own, the running sequences waiting: {self.physics.engine}'s "
+                "scheduling (vLLM V0 without --enable-chunked-prefill, TGI)"
+            ]
         if self.max_num_batched_tokens is not None or travelling.replayed is not None:
             return []
         budget = self.prompt_budget(travelling)

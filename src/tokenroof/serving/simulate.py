@@ -279,6 +279,7 @@ class SimResult:
     prefill_replicas: int = 0
     prefill_model: StepModel | None = None  # the step model the prefill pool's steps were timed with
     prefill_tp: int | None = None  # the prefill pool's TP (None: the decode pool's)
+    step_decoding: np.ndarray | None = None  # whether each step decodes (None: every one; False: a prefill step alone)
 
     def write(self, out_dir: Path, summary: dict[str, Any]) -> None:
         """requests.jsonl (one line per request), timeseries.csv (per step), summary.json."""
@@ -568,7 +569,19 @@ class SimResult:
         ]
 
     def _itl_ms(self, in_window: np.ndarray) -> list[float]:
-        steps = self.step_durations_s[in_window] if in_window.any() else self.step_durations_s
+        """The gaps between a running sequence's tokens: each decode step's duration, with any prefill steps of their
+        own before it (the running sequences wait through them; in a fleet, the steps before it in start order)."""
+        durations = self.step_durations_s
+        if self.step_decoding is not None:
+            waited = np.cumsum(np.where(self.step_decoding, 0.0, durations))
+            decode = np.flatnonzero(self.step_decoding)
+            before = np.concatenate(([0.0], waited[decode][:-1])) if decode.size else np.zeros(0)
+            durations = np.zeros_like(durations)
+            durations[decode] = self.step_durations_s[decode] + waited[decode] - before
+            in_window = in_window & self.step_decoding
+            if not in_window.any():
+                in_window = self.step_decoding
+        steps = durations[in_window] if in_window.any() else durations
         return [float(steps.mean() * 1e3), *(float(np.percentile(steps, q) * 1e3) for q in (50, 90, 99))]
 
 
@@ -611,6 +624,7 @@ def simulate(
     slot_order: list[int] | None = None,
     speculation: Speculation | None = None,
     prefix_caching: bool = False,
+    separate_prefill: bool = False,
 ) -> SimResult:
     """Run the workload through `replicas` continuous-batching schedulers behind a router, on a virtual clock.
 
@@ -648,6 +662,7 @@ def simulate(
                 speculation=speculation,
                 seed=seed + 1 + index,  # the acceptance draws: one stream per replica, apart from the arrivals'
                 prefix_caching=prefix_caching,
+                separate_prefill=separate_prefill,
             )
         )
         for index in range(replicas)
@@ -727,7 +742,7 @@ def simulate(
     columns = np.concatenate([*blocks, step_columns(record).T]).T
     if replicas > 1:  # a quiet run records its steps when it starts: the replicas' rows in order of start
         columns = columns[:, np.argsort(columns[0], kind="stable")]
-    start, duration, batch, kv, context, prefill, prefill_sq, passes, tokens = columns
+    start, duration, batch, kv, context, prefill, prefill_sq, passes, tokens, decoding = columns
     drafted = None
     if speculation is not None:
         counts = [e.scheduler.spec_counts() for e in engines]
@@ -752,6 +767,7 @@ def simulate(
         None if speculation is None else tokens,
         drafted,
         cached,
+        step_decoding=None if decoding.all() else decoding.astype(bool),
     )
 
 
@@ -797,21 +813,26 @@ def step_row(plan: StepPlan) -> tuple[float, ...]:
         plan.prefill_sq,
         plan.passes,
         plan.tokens,
+        plan.decoding,
     )
 
 
 def quiet_rows(run: QuietRun) -> np.ndarray:
     """A quiet run's steps as rows of `step_row`'s columns (no prompts, every sequence one token)."""
-    rows = np.zeros((run.start_s.size, 9))
+    rows = np.zeros((run.start_s.size, STEP_COLUMNS))
+    rows[:, 9] = 1.0  # every step decodes
     rows[:, 0], rows[:, 1], rows[:, 3], rows[:, 4] = run.start_s, run.duration_s, run.kv_tokens, run.context_tokens
     rows[:, 2], rows[:, 7], rows[:, 8] = run.batch, run.passes, run.last.tokens
     return rows
 
 
+STEP_COLUMNS = 10  # step_row's
+
+
 def step_columns(record: list[float]) -> np.ndarray:
     """`step_row`s, flattened, as columns: start, duration, batch, KV held, Σ context, prompt tokens, Σ chunk²,
     passes, tokens emitted."""
-    return np.array(record, dtype=float).reshape(-1, 9).T
+    return np.array(record, dtype=float).reshape(-1, STEP_COLUMNS).T
 
 
 def warm_prefixes(schedulers: list[BatchScheduler], workload: Workload | Trace | ClosedLoop) -> None:
@@ -943,7 +964,7 @@ def simulate_disaggregated(
                 done.extend(finished)
             start(kind, index, now)
     done.sort(key=lambda s: int(s.request_id))
-    start_s, duration, batch, kv, context, prefill, prefill_sq, passes, tokens = step_columns(record)
+    start_s, duration, batch, kv, context, prefill, prefill_sq, passes, tokens, _ = step_columns(record)
     prefill_steps = step_columns(prefill_record)
     prefill_busy_s = float(prefill_steps[1].sum())  # the prefill pool's step durations
     span = max(s.finished_s or 0.0 for s in done) - min(s.arrival_s for s in done) if done else 0.0

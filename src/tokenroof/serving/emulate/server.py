@@ -82,6 +82,7 @@ class Emulator:
     router: str = "round-robin"
     power: PowerModel | None = None  # boards' power: DCGM's energy counter and power gauge on /metrics, per board
     tp: int = 1  # boards per replica (each draws the replica's power)
+    separate_prefill: bool = False  # prompts prefilled in steps of their own, decodes paused (vLLM V0, TGI)
     scheduler: BatchScheduler = field(init=False)
 
     def __post_init__(self) -> None:
@@ -166,6 +167,7 @@ class Emulator:
             speculation=self.speculation,
             seed=seed,
             prefix_caching=self.prefix_caching,
+            separate_prefill=self.separate_prefill,
         )
 
     def split_engine(self, dis: Disaggregation) -> SplitEngine:

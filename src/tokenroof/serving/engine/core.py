@@ -147,6 +147,7 @@ class StepPlan(NamedTuple):
     prefill_sq: float = 0.0  # Σ chunk² of the prompt tokens (their causal attention)
     passes: int = 1  # forward passes the step runs (more than one only with per-slot KV streams)
     emitted: float = -1.0  # tokens the step emits (expected, when speculating); -1: one per running sequence
+    decoding: bool = True  # the running sequences decode (False: a prefill step of its own, they wait)
 
     @property
     def tokens(self) -> float:
@@ -169,6 +170,7 @@ class Server:
     per_slot_kv: bool = False  # llama-server's per-slot KV streams
     speculation: Speculation | None = None
     prefix_caching: bool = False  # vLLM's automatic prefix caching (SGLang's RadixAttention)
+    separate_prefill: bool = False  # prompts prefilled in steps of their own, decodes paused (vLLM V0, TGI)
 
     def settings(self) -> dict[str, Any]:
         """The scheduler's keyword arguments (BatchScheduler's, and simulate's)."""
@@ -178,6 +180,7 @@ class Server:
             "per_slot_kv": self.per_slot_kv,
             "speculation": self.speculation,
             "prefix_caching": self.prefix_caching,
+            "separate_prefill": self.separate_prefill,
         }
 
 
@@ -232,10 +235,15 @@ class BatchScheduler:
     speculation: Speculation | None = None  # speculative decoding: γ drafts a step, verified together
     seed: int = 0  # the acceptance draws of speculative decoding
     prefix_caching: bool = False  # prompt blocks computed once are kept and shared (vLLM's automatic prefix caching)
+    separate_prefill: bool = False  # waiting prompts prefilled in steps of their own, decodes paused (vLLM V0, TGI)
     waiting: deque[Sequence] = field(default_factory=deque)
     prefilling: deque[Sequence] = field(default_factory=deque)
     running: dict[str, Sequence] = field(default_factory=dict)
     steps: int = 0  # steps completed
+    # the running sequences' clock: decode steps completed, plus one (each sequence gains a token a decode step; a
+    # prefill step of its own, `separate_prefill`, does not move it, and its prompts count from clock − 1, which the
+    # start at 1 keeps clear of −1, a sequence not admitted)
+    clock: int = 1
     preemptions: int = 0
     _finishing: list[tuple[int, int, int, Sequence]] = field(default_factory=list)  # (finish step, order, version, seq)
     _order: int = 0
@@ -256,6 +264,7 @@ class BatchScheduler:
     _fresh: set[int] = field(default_factory=set)  # blocks the step being planned computes: not hit before it runs
     _prefix_queries: int = 0
     _prefix_hits: int = 0
+    _joining: set[str] = field(default_factory=set)  # prompts the prefill step in flight completes (separate_prefill)
     last_step_s: float = 0.0  # the duration of the step planned last (whether a quiet run may be worth trying)
 
     def __post_init__(self) -> None:
@@ -301,7 +310,9 @@ class BatchScheduler:
         """Tokens a sequence has emitted so far."""
         if seq.admitted_step < 0 or seq.request_id not in self.running:
             return seq.done_tokens if seq.finished_s is None else seq.max_tokens
-        ran = self.steps - seq.admitted_step  # steps completed since its admission
+        ran = self.clock - seq.admitted_step  # decode steps completed since its admission
+        if seq.request_id in self._joining:  # its prefill step (of its own) is still running: its token is to come
+            ran -= 1
         if seq.tokens_after is None or ran == 0:
             return min(seq.done_tokens + ran, seq.max_tokens)
         made = int(seq.tokens_after[min(ran, len(seq.tokens_after)) - 1])
@@ -335,7 +346,7 @@ class BatchScheduler:
         try:  # the running sequences' steps so far, as if they departed now
             self._spec_done = done
             for seq in self.running.values():
-                self._count_drafts(seq, self.steps - seq.admitted_step)
+                self._count_drafts(seq, self.clock - seq.admitted_step)
         finally:
             self._spec_done = saved
         return SpecCounts(done[0], done[0] * self.speculation.num_tokens, done[1], tuple(done[2:]))
@@ -346,8 +357,8 @@ class BatchScheduler:
     def _contexts(self, b: int) -> float:
         """Σ context over the `b` running sequences (speculating: expected, E tokens a step after the first)."""
         if self._gain == 1.0:
-            return self._sum_ctx0 + b * self.steps - self._sum_admit
-        return self._sum_ctx0 + self._gain * (b * self.steps - self._sum_admit)
+            return self._sum_ctx0 + b * self.clock - self._sum_admit
+        return self._sum_ctx0 + self._gain * (b * self.clock - self._sum_admit)
 
     def kv_tokens_next_step(self, extra: int = 0) -> float:
         """KV tokens held after the next step (upper bound): running sequences, prefill reservations, `extra`."""
@@ -358,7 +369,7 @@ class BatchScheduler:
     def _leave(self, seq: Sequence, release: bool = True, ran: int | None = None) -> None:
         """Take a sequence out of the running batch; `ran`: the steps it completed (default: those before now)."""
         if seq.draws is not None:
-            self._count_drafts(seq, self.steps - seq.admitted_step if ran is None else ran)
+            self._count_drafts(seq, self.clock - seq.admitted_step if ran is None else ran)
         if release:
             self._release_slot(seq)
         del self.running[seq.request_id]
@@ -568,10 +579,12 @@ class BatchScheduler:
             return True
         return self.kv_tokens_next_step(need) <= self.kv_capacity_tokens
 
-    def _start_running(self, seq: Sequence) -> None:
+    def _start_running(self, seq: Sequence, admitted_step: int | None = None) -> None:
+        """Into the running batch; `admitted_step` on the decode clock (default now: its first token comes at this
+        step's end, its next at the next decode step's)."""
         if self.speculation is not None:
             self._draw(seq)
-        seq.admitted_step = self.steps
+        seq.admitted_step = self.clock if admitted_step is None else admitted_step
         self.running[seq.request_id] = seq
         self._sum_ctx0 += seq.context_at_admission
         self._sum_shared += seq.shared_blocks * self.block_size
@@ -607,6 +620,8 @@ class BatchScheduler:
             self.prefilling.append(seq)
             if self.per_slot_kv:
                 self._take_slot(seq)
+        if self.separate_prefill and self.prefilling:
+            return self._plan_prefill_step(now, preempted)
         room = math.inf if self.max_num_batched_tokens is None else self.max_num_batched_tokens - len(self.running)
         completed, prefill, prefill_sq = [], 0, 0.0
         decoding = [self._slot_of[r] for r in self.running] if self.per_slot_kv else []
@@ -665,6 +680,65 @@ class BatchScheduler:
             emitted,
         )
 
+    def _plan_prefill_step(self, now: float, preempted: int) -> StepPlan:
+        """A prefill step of its own (`separate_prefill`: vLLM V0 without chunked prefill, TGI): the waiting prompts,
+        whole, while they fit the token budget (the first always), the running sequences waiting; each prompt emits
+        its first token at the step's end and joins the batch. The step costs the prompts' prefill and the new
+        sequences' sampling."""
+        room = math.inf if self.max_num_batched_tokens is None else self.max_num_batched_tokens
+        completed: list[Sequence] = []
+        prefill, prefill_sq, slots = 0, 0.0, []
+        while self.prefilling:
+            seq = self.prefilling[0]
+            if self.prefix_caching and not seq.prefill_started and not seq.kv_ready:
+                self._hit_more(seq)
+            take = seq.prefill_left
+            if completed and take > room:
+                break
+            seq.prefill_started = True
+            offset = seq.context_at_admission - take  # tokens in the KV cache before it (cached blocks)
+            seq.prefill_left = 0
+            room -= take
+            prefill += take
+            prefill_sq += chunk_attention_sq(take, offset)
+            if self.prefix_caching:
+                self._cache_computed(seq, offset + take)
+            if self.per_slot_kv:
+                slots.append(self._slot_of[seq.request_id])
+            self.prefilling.popleft()
+            self._reserved -= seq.reserved
+            seq.reserved = 0
+            self._start_running(seq, self.clock - 1)  # its first token now; its second at the next decode step
+            completed.append(seq)
+        self._joining = {seq.request_id for seq in completed}
+        batch = len(completed)
+        context = float(sum(seq.context_at_admission for seq in completed))
+        if self.speculation is None:
+            duration = self.model.step_s(batch, context, prefill, prefill_sq)
+        else:
+            duration = self.speculation.step_s(self.model, batch, context, prefill, prefill_sq, 0)
+        passes = slot_runs(slots) if self.per_slot_kv else 1
+        if passes > 1:
+            duration += (passes - 1) * self.model.step_s(0, 0.0)
+        self.last_step_s = duration
+        if self.prefix_caching:
+            self._evict()
+        kv = float(self.kv_tokens_next_step())
+        return StepPlan(
+            self.steps,
+            now,
+            duration,
+            batch,
+            tuple(completed),
+            prefill,
+            kv,
+            preempted,
+            context,
+            prefill_sq,
+            passes,
+            decoding=False,
+        )
+
     def plan_quiet_run(self, now: float, until_s: float) -> QuietRun | None:
         """The steps from `now` on in which nothing changes but the contexts' growth, as one run: none admitted (no
         queue, or no room under the batch cap), no prompt in flight, no finish before the run's last step, no
@@ -679,7 +753,7 @@ class BatchScheduler:
             return None
         if until_s - now < QUIET_RUN_LEAST * self.last_step_s:  # the next event is a few steps away (a guess)
             return None
-        steps = self._finishing[0][0] - self.steps + 1  # the first finish ends the run (a stale entry: sooner)
+        steps = self._finishing[0][0] - self.clock + 1  # the first finish ends the run (a stale entry: sooner)
         batch = len(self.running)
         if steps < QUIET_RUN_LEAST or batch == 0 or (self.waiting and batch < self.max_num_seqs):
             return None
@@ -729,26 +803,32 @@ class BatchScheduler:
     def complete_quiet_run(self, run: QuietRun) -> list[Sequence]:
         """Complete every step of a quiet run: the finishes come at its last."""
         self.steps += run.start_s.size - 1
+        self.clock += run.start_s.size - 1
         return self.complete_step(run.last)
 
     def complete_step(self, plan: StepPlan) -> list[Sequence]:
-        """Every running sequence emits a token; returns those that finished at this step."""
+        """Every running sequence emits a token (in a prefill step of its own, only the prompts completed); returns
+        those that finished at this step."""
         for seq in plan.admitted:
             if not seq.aborted and seq.first_token_s is None:
                 seq.first_token_s = plan.end_s
         finished = []
-        while self._finishing and self._finishing[0][0] <= self.steps:
+        self._joining.clear()
+        clock = self.clock if plan.decoding else self.clock - 1  # a prefill step's prompts count from clock − 1
+        while self._finishing and self._finishing[0][0] <= clock:
             _, _, version, seq = heapq.heappop(self._finishing)
             if seq.aborted or version != seq.admission or seq.request_id not in self.running:
                 continue
             seq.finished_s = plan.end_s
-            self._leave(seq, release=False, ran=self.steps - seq.admitted_step + 1)
+            self._leave(seq, release=False, ran=clock - seq.admitted_step + 1)
             finished.append(seq)
         # llama-server releases a step's finished slots in id order: the lower id counts as released first
         if self.per_slot_kv:
             for seq in sorted(finished, key=lambda s: self._slot_of.get(s.request_id, 0)):
                 self._release_slot(seq)
         self.steps += 1
+        if plan.decoding:
+            self.clock += 1
         return finished
 
     def running_sequences(self) -> list[Sequence]:

@@ -92,8 +92,9 @@ class RealtimeEngine:
                 )
             for seq, made in zip(emitting, before, strict=True):
                 now_made = self.scheduler.generated(seq)  # one token more, or several when speculating
-                self.tokens_generated += now_made - made
-                self.on_token(seq, now_made, plan.end_s)
+                if now_made > made:  # none in a prefill step of its own (the running sequences wait)
+                    self.tokens_generated += now_made - made
+                    self.on_token(seq, now_made, plan.end_s)
             # the next step starts when this one was due to end, not when delivery finished; a driver more
             # than 50 ms behind (an overloaded machine) restarts from now rather than bursting to catch up
             late = self.clock() - plan.end_s
