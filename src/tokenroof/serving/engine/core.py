@@ -9,6 +9,11 @@ plan at time `now`, waits `plan.duration_s` (really, for `emulate`; virtually, f
   tokens join the step's compute) and emits its first token at the end of that step.
 - Every running sequence emits one token per step; a sequence leaves when it has
   `max_tokens` tokens (the emulator has no EOS: as if `ignore_eos` were set).
+- With `separate_prefill` (vLLM V0 without chunked prefill, TGI), waiting prompts are
+  prefilled whole in a step of their own, as many as the token budget holds (the first
+  always), while the running sequences wait; each prompt's first token comes at that
+  step's end. The running sequences count their tokens on a decode clock (`clock`) that
+  such a step does not move.
 - With a KV-cache capacity (`kv_capacity_tokens`, in `block_size` blocks), a
   sequence is admitted only if its blocks fit, and when the running sequences'
   next tokens would not fit, the most recently admitted is preempted by
