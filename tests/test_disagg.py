@@ -210,7 +210,7 @@ def test_a_disaggregated_bill_counts_both_pools_energy() -> None:
     bill = result.bill(SM, 1, None, power)
 
     def pool(columns: np.ndarray) -> dict[str, np.ndarray]:
-        start, duration, batch, _, context, prefill, square, _, _ = columns
+        start, duration, batch, _, context, prefill, square, *_ = columns
         inside = (start + duration >= w0) & (start + duration <= w1)
         keys = ("duration_s", "batch", "context_tokens", "prefill_tokens", "prefill_sq_tokens")
         return dict(zip(keys, (a[inside] for a in (duration, batch, context, prefill, square)), strict=True))
@@ -379,7 +379,7 @@ def test_a_prefill_pool_on_hardware_of_its_own_is_timed_and_billed_as_that_hardw
     assert bill["usd_per_million_output_tokens"] == pytest.approx(
         1.5 * 2 * (w1 - w0) / SECONDS_PER_HOUR / outputs * 1e6
     )
-    start, duration, batch, _, context, prefill, square, _, _ = result.prefill_steps
+    start, duration, batch, _, context, prefill, square, *_ = result.prefill_steps
     prefill_pool = window_steps(start, duration, batch, context, prefill, square, w0, w1)
     decode_pool = window_steps(
         result.step_starts_s,

@@ -464,7 +464,7 @@ class SimResult:
 
         assert self.prefill_steps is not None
         span = w1 - w0
-        start, duration, batch, _, context, prefill, square, _, _ = self.prefill_steps
+        start, duration, batch, _, context, prefill, square, _, _, _ = self.prefill_steps
         prefill_pool = window_steps(start, duration, batch, context, prefill, square, w0, w1)
         decode_pool, outputs = self._decode_steps(w0, w1)
         prompts = float(prefill_pool["prefill_tokens"].sum())
