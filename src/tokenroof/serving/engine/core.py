@@ -637,21 +637,13 @@ class BatchScheduler:
                 prompts.append(self._slot_of[seq.request_id])
             if self.prefix_caching and not seq.prefill_started and not seq.kv_ready:
                 self._hit_more(seq)
-            seq.prefill_started = True
             take = int(min(room, seq.prefill_left))
-            offset = seq.context_at_admission - seq.prefill_left  # tokens in the KV cache before this chunk
-            seq.prefill_left -= take
             room -= take
             prefill += take
-            prefill_sq += chunk_attention_sq(take, offset)
-            if self.prefix_caching:
-                self._cache_computed(seq, offset + take)
+            prefill_sq += self._prefill_chunk(seq, take)
             if seq.prefill_left:
                 break  # chunked: the rest of this prompt waits for the next step
-            self.prefilling.popleft()
-            self._reserved -= seq.reserved
-            seq.reserved = 0
-            self._start_running(seq)
+            self._join(seq)
             completed.append(seq)
         batch = len(self.running)
         if batch == 0 and prefill == 0:
@@ -663,27 +655,36 @@ class BatchScheduler:
             verifying = batch - len(completed)
             duration = self.speculation.step_s(self.model, batch, total_ctx, prefill, prefill_sq, verifying)
         passes = slot_runs(decoding) + slot_runs(prompts) if self.per_slot_kv else 1
-        if passes > 1:
-            duration += (passes - 1) * self.model.step_s(0, 0.0)
-        self.last_step_s = duration
+        emitted = -1.0 if self.speculation is None else len(completed) + (batch - len(completed)) * self._gain
+        step = StepPlan(self.steps, now, duration, batch, tuple(completed), prefill, 0.0, preempted, total_ctx)
+        return self._closed(step._replace(prefill_sq=prefill_sq, passes=passes, emitted=emitted))
+
+    def _prefill_chunk(self, seq: Sequence, take: int) -> float:
+        """Schedule `take` more of the sequence's prompt this step; returns the chunk's Σ chunk² term (its causal
+        attention over the tokens before it)."""
+        seq.prefill_started = True
+        offset = seq.context_at_admission - seq.prefill_left  # tokens in the KV cache before this chunk
+        seq.prefill_left -= take
+        if self.prefix_caching:
+            self._cache_computed(seq, offset + take)
+        return chunk_attention_sq(take, offset)
+
+    def _join(self, seq: Sequence, admitted_step: int | None = None) -> None:
+        """A sequence whose prefill is all scheduled leaves the prefilling queue for the running batch."""
+        self.prefilling.popleft()
+        self._reserved -= seq.reserved
+        seq.reserved = 0
+        self._start_running(seq, admitted_step)
+
+    def _closed(self, step: StepPlan) -> StepPlan:
+        """A planned step with its extra passes' cost (per-slot KV streams), the cache's evictions for its growth,
+        and the KV it holds after it."""
+        if step.passes > 1:
+            step = step._replace(duration_s=step.duration_s + (step.passes - 1) * self.model.step_s(0, 0.0))
+        self.last_step_s = step.duration_s
         if self.prefix_caching:
             self._evict()  # the step's own growth: cached blocks give way before it runs
-        kv = float(self.kv_tokens_next_step())
-        emitted = -1.0 if self.speculation is None else len(completed) + (batch - len(completed)) * self._gain
-        return StepPlan(
-            self.steps,
-            now,
-            duration,
-            batch,
-            tuple(completed),
-            prefill,
-            kv,
-            preempted,
-            total_ctx,
-            prefill_sq,
-            passes,
-            emitted,
-        )
+        return step._replace(kv_tokens=float(self.kv_tokens_next_step()))
 
     def _plan_prefill_step(self, now: float, preempted: int) -> StepPlan:
         """A prefill step of its own (`separate_prefill`: vLLM V0 without chunked prefill, TGI): the waiting prompts,
@@ -700,20 +701,12 @@ class BatchScheduler:
             take = seq.prefill_left
             if completed and take > room:
                 break
-            seq.prefill_started = True
-            offset = seq.context_at_admission - take  # tokens in the KV cache before it (cached blocks)
-            seq.prefill_left = 0
             room -= take
             prefill += take
-            prefill_sq += chunk_attention_sq(take, offset)
-            if self.prefix_caching:
-                self._cache_computed(seq, offset + take)
+            prefill_sq += self._prefill_chunk(seq, take)
             if self.per_slot_kv:
                 slots.append(self._slot_of[seq.request_id])
-            self.prefilling.popleft()
-            self._reserved -= seq.reserved
-            seq.reserved = 0
-            self._start_running(seq, self.clock - 1)  # its first token now; its second at the next decode step
+            self._join(seq, self.clock - 1)  # its first token now; its second at the next decode step
             completed.append(seq)
         self._joining = {seq.request_id for seq in completed}
         batch = len(completed)
@@ -723,26 +716,8 @@ class BatchScheduler:
         else:
             duration = self.speculation.step_s(self.model, batch, context, prefill, prefill_sq, 0)
         passes = slot_runs(slots) if self.per_slot_kv else 1
-        if passes > 1:
-            duration += (passes - 1) * self.model.step_s(0, 0.0)
-        self.last_step_s = duration
-        if self.prefix_caching:
-            self._evict()
-        kv = float(self.kv_tokens_next_step())
-        return StepPlan(
-            self.steps,
-            now,
-            duration,
-            batch,
-            tuple(completed),
-            prefill,
-            kv,
-            preempted,
-            context,
-            prefill_sq,
-            passes,
-            decoding=False,
-        )
+        step = StepPlan(self.steps, now, duration, batch, tuple(completed), prefill, 0.0, preempted, context)
+        return self._closed(step._replace(prefill_sq=prefill_sq, passes=passes, decoding=False))
 
     def plan_quiet_run(self, now: float, until_s: float) -> QuietRun | None:
         """The steps from `now` on in which nothing changes but the contexts' growth, as one run: none admitted (no
