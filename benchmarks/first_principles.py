@@ -72,13 +72,13 @@ ENGINES = [
     (r"SGLang", "sglang"),
     (r"lmdeploy|TurboMind", "lmdeploy"),
     (r"text-generation-inference|\bTGI\b", "tgi"),
-    (r"vLLM.*\bV1 engine|vLLM V1", "vllm-v1"),
+    (r"vLLM.*(?<!not the )\bV1 engine|vLLM V1", "vllm-v1"),
     (r"vLLM", "vllm-v0"),
 ]
 
 # The engine ran without CUDA graphs (its profile's [eager] applies: `--enforce-eager`): the flag, or a vLLM release
 # from before them (0.2.5, 2023-12-17)
-EAGER = r"enforce.eager|--enforce-eager|without CUDA graphs|vLLM 0\.(1\.\d+|2\.[0-4])\b"
+EAGER = r"enforce.eager(?!\s*=\s*False)|without CUDA graphs|vLLM 0\.(1\.\d+|2\.[0-4])\b"
 
 # Hardware a header names that no preset describes: the preset it is labelled with, corrected to what ran.
 HARDWARE_AS_RUN = [

@@ -353,7 +353,11 @@ def test_one_set_of_efficiency_fields() -> None:
     assert set(EngineEfficiencies.model_fields) == step
     # calibrate does not measure the cost per sequence; the host's launches belong to an engine run eagerly, not to
     # the machine (a hardware file's would slow every CUDA-graph engine on it)
-    assert set(EfficiencyTerms.model_fields) == step - {"overhead_s_per_seq", "host_s_per_layer"}
+    assert set(EfficiencyTerms.model_fields) == step - {
+        "overhead_s_per_seq",
+        "host_s_per_layer",
+        "host_s_per_allreduce",
+    }
 
 
 def test_vllm_v1s_prompt_budget_follows_the_gpu_as_vllm_serve_does() -> None:

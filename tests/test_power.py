@@ -328,19 +328,21 @@ def test_power_gpus_counts_only_the_servers_boards_and_names_the_ones_listed(tmp
         try:
             common = {"url": url, "concurrencies": [2], "input_len": 8, "output_len": 8, "requests_per_point": 8}
             points = []
-            for name, gpus in (("all", None), ("one", ("1",)), ("none", ("GPU-x",))):
-                config = BenchConfig(out_dir=tmp_path / name, power_metrics_url=url, power_gpus=gpus, **common)
+            for name, gpus in (("all", None), ("one", ("1",)), ("none", ("GPU-x",)), ("own", ("GPU-x",))):
+                meters = None if name == "own" else url  # "own": the server's /metrics, which carries the boards
+                config = BenchConfig(out_dir=tmp_path / name, power_metrics_url=meters, power_gpus=gpus, **common)
                 points.extend(await run_bench(config))
             return points
         finally:
             await runner.cleanup()
 
-    every, one, none = asyncio.run(main())
+    every, one, none, own = asyncio.run(main())
     assert every["power"]["gpus"] == 2 and one["power"]["gpus"] == 1
     assert one["power"]["watts_mean"] == pytest.approx(every["power"]["watts_mean"] / 2, rel=0.05)
     assert "1 GPU: GPU 1" in one["power"]["source"]
-    assert none["power"] is None and not none["invalid"]
-    assert any("--power-gpus names (GPU-x)" in r and "GPU 0, GPU 1" in r for r in none["remarks"]), none["remarks"]
+    for point in (none, own):
+        assert point["power"] is None and not point["invalid"]
+        assert any("--power-gpus names (GPU-x)" in r and "GPU 0, GPU 1" in r for r in point["remarks"]), point
 
 
 def test_power_gpus_on_the_command_line_is_a_list_of_names() -> None:

@@ -436,6 +436,7 @@ def test_efficiencies_defaults_and_overhead() -> None:
         "overlap": 1.0,
         "overhead_s_per_seq": 0.0,
         "host_s_per_layer": 0.0,
+        "host_s_per_allreduce": 0.0,
     }
     assert EFF.step_overhead_s(2) == pytest.approx(1e-3 + 2e-4)
 

@@ -82,6 +82,7 @@ def predict(
     from tokenroof.io.measurements import read_table
 
     physics = Physics(model, hardware, dtype, kv_dtype, compute_dtype, tp, engine, enforce_eager)
+    physics.refuse_eager_for_measurements()
     table = read_table(files)
     if decode_only:  # TPOT of pure decode steps, whatever the file's own kinds say
         from tokenroof.io.measurements import as_decode_only

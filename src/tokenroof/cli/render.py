@@ -40,11 +40,17 @@ def engine_line(engine: dict[str, Any], level: float) -> str:
     if engine.get("eager_enforced") and engine.get("eager"):
         e = engine["eager"]
         text += (
-            f"; eager (--enforce-eager): {e['host_s_per_layer'] * 1e3:.2g} ms of launches per layer, estimated, not "
+            f"; eager (--enforce-eager): {e['host_s_per_layer'] * 1e3:.2g} ms of launches per layer and "
+            f"{e['host_s_per_allreduce'] * 1e3:.2g} ms per all-reduce (two a layer past --tp 1), estimated, not "
             f"fitted (those figures had CUDA graphs), so the interval widens by the host's spread, "
             f"×{math.exp(-e['log_spread_faster']):.2g}–×{math.exp(e['log_spread_slower']):.2g}"
         )
     return text + f"; {level:.0%} interval from its spread across curves"
+
+
+def launches_per_layer_s(eff: dict[str, Any], tp: int) -> float:
+    """An eager engine's launches per layer at this --tp (model/roofline.py host_launches_s)."""
+    return float(eff["host_s_per_layer"]) + (2 * float(eff.get("host_s_per_allreduce", 0.0)) if tp > 1 else 0.0)
 
 
 def roofline(console: Console, data: dict[str, Any]) -> None:
@@ -60,7 +66,8 @@ def roofline(console: Console, data: dict[str, Any]) -> None:
         f"{eff['overhead_s'] * 1e3:.3g} ms fixed overhead per step"
         + (f", {eff['overhead_s_per_seq'] * 1e6:.3g} µs per sequence" if eff.get("overhead_s_per_seq") else "")
         + (
-            f", {eff['host_s_per_layer'] * 1e3:.2g} ms of launches per layer (the GPU's work runs under them)"
+            f", {launches_per_layer_s(eff, data['tp']) * 1e3:.2g} ms of launches per layer (the GPU's work runs "
+            "under them)"
             if eff.get("host_s_per_layer")
             else ""
         ),

@@ -77,6 +77,17 @@ class Physics:
             raise ParameterError("give {} and {}", "model", "hardware")
         return load_model(self.model), load_hardware(self.hardware)
 
+    def refuse_eager_for_measurements(self) -> None:
+        """--enforce-eager shapes first principles only: refuse it beside measurements, which carry the launches the
+        measured server made (a flag that changed nothing would say the answer took it into account)."""
+        if self.eager:
+            raise ParameterError(
+                "{} shapes first-principles answers: a fit follows its measurements, which carry the launches the "
+                "measured server made; drop {} (or the measurements)",
+                "eager",
+                "eager",
+            )
+
     def engine_profile(self) -> EngineProfile:
         """The engine profile named (the default one when none is), eager when `eager`."""
         from tokenroof.specs.engines import load_engine

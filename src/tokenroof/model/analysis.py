@@ -254,7 +254,7 @@ class RooflineResult:
             compute = compute_share(
                 sm, running, running * ctx, step_s if w and not w.static else decode_s, prompt, square
             )
-            watts = power.watts(busy_share(sm, decode_s), compute) * gpus
+            watts = power.watts(busy_share(sm, decode_s, running, running * ctx), compute) * gpus
         out["power_watts"] = watts
         out["energy_j_per_output_token"] = None if watts is None else watts * wave_s / emitted
         return out

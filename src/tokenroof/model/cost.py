@@ -21,7 +21,7 @@ P · T_step / tokens. `bench-local` on a GPU measures the board's power with NVM
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from tokenroof.errors import ParameterError
@@ -132,12 +132,20 @@ def compute_share(
     return min(flops_s / step_s, 1.0)
 
 
-def busy_share(sm: StepModel, step_s: float) -> float:
+def busy_share(
+    sm: StepModel, step_s: float, batch: float = 0.0, context: float = 0.0, prefill: float = 0.0, sq: float = 0.0
+) -> float:
     """The share of a step its kernels keep the board busy: all of it but the fixed overhead (the host's
-    scheduling, sampling and launches, when the board waits)."""
+    scheduling, sampling and launches, when the board waits), and, for an eager engine whose launches outlast the
+    GPU's work (StepModel.t_host_s), only that work (of `batch` sequences at `context` tokens in all, with `prefill`
+    prompt tokens)."""
     if step_s <= 0:
         return 0.0
-    return max(step_s - sm.t_fixed_s, 0.0) / step_s
+    busy = max(step_s - sm.t_fixed_s, 0.0)
+    if sm.t_host_s > 0:
+        gpu = replace(sm, t_host_s=0.0).step_s(batch, context, prefill, sq) - sm.t_fixed_s
+        busy = min(busy, max(gpu, 0.0))
+    return busy / step_s
 
 
 def step_watts(
@@ -150,7 +158,8 @@ def step_watts(
     prefill_sq: float = 0.0,
 ) -> float:
     """A board's power through one step: its busy and compute shares (busy_share, compute_share)."""
-    return power.watts(busy_share(sm, duration_s), compute_share(sm, batch, context, duration_s, prefill, prefill_sq))
+    busy = busy_share(sm, duration_s, batch, context, prefill, prefill_sq)
+    return power.watts(busy, compute_share(sm, batch, context, duration_s, prefill, prefill_sq))
 
 
 def bill_of_steps(

@@ -53,6 +53,7 @@ class Efficiencies:
     overlap: float = 1.0  # fraction of the smaller of weight streaming and compute hidden under the larger
     overhead_s_per_seq: float = 0.0  # per sequence per step: scheduling, sampling, detokenisation (engine profiles)
     host_s_per_layer: float = 0.0  # an eager engine's launches per layer; the GPU's work runs under them
+    host_s_per_allreduce: float = 0.0  # ... and per all-reduce it launches (two a layer, at --tp 2 or more)
 
     @classmethod
     def at_peak(cls, allreduce_latency_s: float = 8e-6, allreduce_step_latency_s: float = 2e-6) -> Efficiencies:
@@ -78,7 +79,8 @@ class Efficiencies:
         if not 0 <= self.overlap <= 1:
             raise TokenroofError(f"overlap must be in [0, 1], got {self.overlap}")
         latencies = (self.allreduce_latency_s, self.allreduce_step_latency_s)
-        overheads = (self.overhead_s, self.overhead_s_per_layer, self.overhead_s_per_seq, self.host_s_per_layer)
+        overheads = [self.overhead_s, self.overhead_s_per_layer, self.overhead_s_per_seq]
+        overheads += [self.host_s_per_layer, self.host_s_per_allreduce]
         if min(*overheads, *latencies) < 0:
             raise TokenroofError("overheads and all-reduce latency must be non-negative")
 
@@ -91,7 +93,8 @@ class Efficiencies:
 
     def slowed(self, factor: float) -> Efficiencies:
         """Every term `factor` times slower: fractions of the peaks divided by it, overheads and latencies multiplied
-        (a step model built from them takes `factor` times as long at every batch and context)."""
+        (a step model built from them takes `factor` times as long at every batch and context); an eager engine's
+        launches, an estimate of their own with their own spread, are kept."""
         return replace(
             self,
             bandwidth=self.bandwidth / factor,
@@ -101,7 +104,6 @@ class Efficiencies:
             overhead_s=self.overhead_s * factor,
             overhead_s_per_layer=self.overhead_s_per_layer * factor,
             overhead_s_per_seq=self.overhead_s_per_seq * factor,
-            host_s_per_layer=self.host_s_per_layer * factor,
             allreduce_latency_s=self.allreduce_latency_s * factor,
             allreduce_step_latency_s=self.allreduce_step_latency_s * factor,
         )
@@ -336,8 +338,13 @@ def step_model_from_specs(
         overlap=eff.overlap,
         # the all-reduces are GPU work the launches hide too: fixed + max(all-reduce + G, host) = fixed + all-reduce +
         # max(G, host − all-reduce)
-        t_host_s=max(eff.host_s_per_layer * model.num_layers - t_allreduce_fixed, 0.0),
+        t_host_s=max(host_launches_s(eff, model.num_layers, tp) - t_allreduce_fixed, 0.0),
     )
+
+
+def host_launches_s(eff: Efficiencies, layers: int, tp: int) -> float:
+    """An eager engine's launches a step: each layer's ops, and its two all-reduces where --tp splits the model."""
+    return layers * (eff.host_s_per_layer + (2 * eff.host_s_per_allreduce if tp > 1 else 0.0))
 
 
 def allreduce_call_s(eff: Efficiencies, tp: int) -> float:

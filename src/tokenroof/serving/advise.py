@@ -186,6 +186,8 @@ def advise_answer(
     """advise's JSON: from the scheduler simulate uses when the lengths are known (prefill included), else from
     the decode step time alone — fitted to `files`, or from first principles — at `contexts` (the decode-only
     answer: one answer each, `{"contexts": [...], "warnings": [...]}` for more than one; None: the workload's)."""
+    if files:
+        physics.refuse_eager_for_measurements()
     if not files and not physics.known:
         raise ParameterError(
             "give a measurement file, or {} and {} for the first-principles curve", "model", "hardware"
@@ -307,8 +309,7 @@ def advise_with_prefill(
         separate = physics.engine is not None and physics.engine_profile().prefill == "separate"
         if separate:
             notes.append(
-                f"prompts prefilled in steps of their own, the running sequences waiting: {physics.engine}'s "
-                "scheduling (vLLM V0 without --enable-chunked-prefill, TGI)"
+                f"prompts prefilled in steps of their own, the running sequences waiting: {physics.engine}'s scheduling"
             )
     speculation = None if speculative is None else physics.speculation(speculative)
     if speculation is not None:

@@ -62,6 +62,8 @@ class Deployment:
     def __post_init__(self) -> None:
         if isinstance(self.fit, list | tuple):  # repeated --fit: one table; none given: no fit
             object.__setattr__(self, "fit", tuple(Path(f) for f in self.fit) or None)
+        if self.fit is not None or self.step_model_file is not None:
+            self.physics.refuse_eager_for_measurements()
         sources = (self.fit is not None) + (self.step_model_file is not None)
         if sources > 1 or (self.step_model_file is not None and self.physics.model is not None):
             raise ParameterError(
@@ -266,7 +268,7 @@ class Deployment:
         if self.separate_prefill(travelling):
             return [
                 f"prompts prefilled in steps of their own, the running sequences waiting: {self.physics.engine}'s "
-                "scheduling (vLLM V0 without --enable-chunked-prefill, TGI)"
+                "scheduling"
             ]
         if self.max_num_batched_tokens is not None or travelling.replayed is not None:
             return []

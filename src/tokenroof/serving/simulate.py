@@ -279,7 +279,9 @@ class SimResult:
     prefill_replicas: int = 0
     prefill_model: StepModel | None = None  # the step model the prefill pool's steps were timed with
     prefill_tp: int | None = None  # the prefill pool's TP (None: the decode pool's)
-    step_decoding: np.ndarray | None = None  # whether each step decodes (None: every one; False: a prefill step alone)
+    # the gap each step's running sequences saw between tokens: its duration, plus prefill steps of their own they
+    # waited through (NaN: such a prefill step; None: every gap is its step's duration)
+    step_gaps_s: np.ndarray | None = None
 
     def write(self, out_dir: Path, summary: dict[str, Any]) -> None:
         """requests.jsonl (one line per request), timeseries.csv (per step), summary.json."""
@@ -514,10 +516,13 @@ class SimResult:
         """The (decode) steps that ended in [w0, w1], as bill_of_steps takes them, and the tokens they emitted."""
         ends = self.step_starts_s + self.step_durations_s
         emitted = self.step_batches if self.step_tokens is None else self.step_tokens
+        computing = self.step_batches  # a prefill step of its own computes its new sequences, not those waiting
+        if self.step_gaps_s is not None:
+            computing = np.where(np.isfinite(self.step_gaps_s), self.step_batches, emitted)
         steps = window_steps(
             self.step_starts_s,
             self.step_durations_s,
-            self.step_batches,
+            computing,
             self.step_contexts,
             self.step_prefill,
             self.step_prefill_sq,
@@ -569,18 +574,14 @@ class SimResult:
         ]
 
     def _itl_ms(self, in_window: np.ndarray) -> list[float]:
-        """The gaps between a running sequence's tokens: each decode step's duration, with any prefill steps of their
-        own before it (the running sequences wait through them; in a fleet, the steps before it in start order)."""
+        """The gaps between a running sequence's tokens: each decode step's duration, with the prefill steps of their
+        own its sequences waited through before it (on its replica)."""
         durations = self.step_durations_s
-        if self.step_decoding is not None:
-            waited = np.cumsum(np.where(self.step_decoding, 0.0, durations))
-            decode = np.flatnonzero(self.step_decoding)
-            before = np.concatenate(([0.0], waited[decode][:-1])) if decode.size else np.zeros(0)
-            durations = np.zeros_like(durations)
-            durations[decode] = self.step_durations_s[decode] + waited[decode] - before
-            in_window = in_window & self.step_decoding
+        if self.step_gaps_s is not None:
+            durations, decoding = self.step_gaps_s, np.isfinite(self.step_gaps_s)
+            in_window = in_window & decoding
             if not in_window.any():
-                in_window = self.step_decoding
+                in_window = decoding
         steps = durations[in_window] if in_window.any() else durations
         return [float(steps.mean() * 1e3), *(float(np.percentile(steps, q) * 1e3) for q in (50, 90, 99))]
 
@@ -742,7 +743,8 @@ def simulate(
     columns = np.concatenate([*blocks, step_columns(record).T]).T
     if replicas > 1:  # a quiet run records its steps when it starts: the replicas' rows in order of start
         columns = columns[:, np.argsort(columns[0], kind="stable")]
-    start, duration, batch, kv, context, prefill, prefill_sq, passes, tokens, decoding = columns
+    start, duration, batch, kv, context, prefill, prefill_sq, passes, tokens, gaps = columns
+    alone = not np.isfinite(gaps).all()  # prefill steps of their own: their tokens are the new sequences' first
     drafted = None
     if speculation is not None:
         counts = [e.scheduler.spec_counts() for e in engines]
@@ -764,10 +766,10 @@ def simulate(
         loop,
         passes.astype(int),
         workload.history if isinstance(workload, Trace) else 0,
-        None if speculation is None else tokens,
+        None if speculation is None and not alone else tokens,
         drafted,
         cached,
-        step_decoding=None if decoding.all() else decoding.astype(bool),
+        step_gaps_s=None if np.array_equal(gaps, duration) else gaps,
     )
 
 
@@ -813,14 +815,15 @@ def step_row(plan: StepPlan) -> tuple[float, ...]:
         plan.prefill_sq,
         plan.passes,
         plan.tokens,
-        plan.decoding,
+        plan.duration_s + plan.waited_s if plan.decoding else math.nan,
     )
 
 
 def quiet_rows(run: QuietRun) -> np.ndarray:
     """A quiet run's steps as rows of `step_row`'s columns (no prompts, every sequence one token)."""
     rows = np.zeros((run.start_s.size, STEP_COLUMNS))
-    rows[:, 9] = 1.0  # every step decodes
+    rows[:, 9] = run.duration_s
+    rows[0, 9] += run.waited_s  # the gaps: the first step's after any prefill steps its sequences waited through
     rows[:, 0], rows[:, 1], rows[:, 3], rows[:, 4] = run.start_s, run.duration_s, run.kv_tokens, run.context_tokens
     rows[:, 2], rows[:, 7], rows[:, 8] = run.batch, run.passes, run.last.tokens
     return rows

@@ -212,12 +212,14 @@ class Eager:
     small batch and high --tp. Not fitted: an estimate, whose spread on either side widens the interval."""
 
     host_s_per_layer: float
+    host_s_per_allreduce: float  # each of a layer's two all-reduces, launched where --tp splits the model
     log_spread_faster: float  # log of how much faster a host may launch than the estimate
     log_spread_slower: float  # and slower
 
     def to_dict(self) -> dict[str, float]:
         return {
             "host_s_per_layer": self.host_s_per_layer,
+            "host_s_per_allreduce": self.host_s_per_allreduce,
             "log_spread_faster": self.log_spread_faster,
             "log_spread_slower": self.log_spread_slower,
         }
@@ -248,7 +250,9 @@ class EngineProfile:
         launched from Python each step, the GPU's work running under those launches (StepModel.t_host_s), and the
         interval widened by how far a host's speed is from the estimate."""
         if self.eager is None:
-            known = ", ".join(k for k in list_engines() if load_engine(k).eager is not None)
+            known = " or ".join(k for k in list_engines() if load_engine(k).eager is not None)
+            if self.key == DEFAULT_ENGINE:
+                raise ParameterError(f"{{}} needs {{}} {known}: the engine run without CUDA graphs", "eager", "engine")
             raise ParameterError(
                 f"engine '{verbatim(self.key)}' has no eager mode in its profile ([eager]); {{}} applies to {known}",
                 "eager",
@@ -259,7 +263,13 @@ class EngineProfile:
         return replace(
             self,
             name=f"{self.name}, eager",
-            efficiencies=MappingProxyType({**self.efficiencies, "host_s_per_layer": self.eager.host_s_per_layer}),
+            efficiencies=MappingProxyType(
+                {
+                    **self.efficiencies,
+                    "host_s_per_layer": self.eager.host_s_per_layer,
+                    "host_s_per_allreduce": self.eager.host_s_per_allreduce,
+                }
+            ),
             accuracy=replace(
                 acc,
                 # the host's spread and the profile's own, independent: their logs add in quadrature
@@ -366,12 +376,14 @@ class EngineEfficiencies(EfficiencyTerms):
 
     overhead_s_per_seq: Overhead | None = None
     host_s_per_layer: Overhead | None = None
+    host_s_per_allreduce: Overhead | None = None
 
 
 class EagerTable(Section):
     """`[eager]`: what --enforce-eager costs per layer, and how uncertain it is."""
 
     host_s_per_layer: Overhead
+    host_s_per_allreduce: Overhead = 0.0
     log_spread_faster: Annotated[float, PlainValidator(number)] = 0.0
     log_spread_slower: Annotated[float, PlainValidator(number)] = 0.0
 

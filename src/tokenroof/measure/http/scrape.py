@@ -298,6 +298,7 @@ class BatchScraper(Poller):
     prefix_cache: list[tuple[float, tuple[float, float]]] = field(default_factory=list)  # prefix-cache readings
     power: list[tuple[float, PowerReading]] = field(default_factory=list)  # DCGM's meters, where /metrics has them
     gpus: frozenset[str] | None = None  # --power-gpus: the boards counted (None: every one listed)
+    unmatched: str | None = None  # why the /metrics boards gave no reading: none of them is one --power-gpus names
     bad: int = 0  # samples of the gauge that were not a count (NaN, negative, infinite): dropped
     _task: asyncio.Task[None] | None = None
 
@@ -310,6 +311,8 @@ class BatchScraper(Poller):
                     found = parse_metrics(await response.text())
                 value = None if found is None else first_of(found, GAUGES)
                 metered = None if found is None else power_reading(found, self.gpus)
+                if metered is None and found is not None and self.gpus is not None and power_reading(found):
+                    self.unmatched = no_boards(found, metrics_url(self.url), self.gpus)
                 if found is None or (value is None and metered is None):
                     return  # no known gauge: stop asking
                 preempted = first_of(found, PREEMPTIONS)
@@ -362,7 +365,7 @@ class BatchScraper(Poller):
     def power_in(self, w0: float, w1: float) -> tuple[dict[str, Any] | None, str | None]:
         """The boards' mean power over [w0, w1] where the server's own /metrics carries DCGM's series (None: not)."""
         if not self.power:
-            return None, None
+            return None, self.unmatched
         return power_in(self.power, w0, w1, self.url)
 
     def mean_in(self, w0: float, w1: float, limit: float = math.inf) -> float | None:

@@ -130,6 +130,7 @@ class QuietRun(NamedTuple):
     context_tokens: np.ndarray
     passes: int  # forward passes each step runs (more than one only with per-slot KV streams)
     last: StepPlan  # the run's last step, which completes it
+    waited_s: float = 0.0  # prefill steps of their own its sequences waited through before its first step
 
     @property
     def end_s(self) -> float:
@@ -153,6 +154,7 @@ class StepPlan(NamedTuple):
     passes: int = 1  # forward passes the step runs (more than one only with per-slot KV streams)
     emitted: float = -1.0  # tokens the step emits (expected, when speculating); -1: one per running sequence
     decoding: bool = True  # the running sequences decode (False: a prefill step of its own, they wait)
+    waited_s: float = 0.0  # prefill steps of their own the running sequences waited through before this step
 
     @property
     def tokens(self) -> float:
@@ -270,6 +272,7 @@ class BatchScheduler:
     _prefix_queries: int = 0
     _prefix_hits: int = 0
     _joining: set[str] = field(default_factory=set)  # prompts the prefill step in flight completes (separate_prefill)
+    _waited_s: float = 0.0  # prefill steps of their own run while sequences waited, since the last decode step
     last_step_s: float = 0.0  # the duration of the step planned last (whether a quiet run may be worth trying)
 
     def __post_init__(self) -> None:
@@ -309,6 +312,13 @@ class BatchScheduler:
             raise TokenroofError(
                 f"request {seq.request_id} needs {seq.prompt_tokens + seq.max_tokens} tokens of KV "
                 f"cache; the cache holds {self.kv_capacity_tokens}"
+            )
+        budget = self.max_num_batched_tokens
+        if self.separate_prefill and budget is not None and seq.prompt_tokens + seq.max_tokens > budget:
+            raise TokenroofError(  # vLLM V0 without chunked prefill starts only when a whole context fits a step
+                f"request {seq.request_id} may need {seq.prompt_tokens + seq.max_tokens} tokens prefilled in one "
+                f"step (its prompt, and what it made, recomputed after a preemption); a prefill step holds "
+                f"{budget:,}, and without chunked prefill a prompt is never split"
             )
 
     def generated(self, seq: Sequence) -> int:
@@ -657,7 +667,8 @@ class BatchScheduler:
         passes = slot_runs(decoding) + slot_runs(prompts) if self.per_slot_kv else 1
         emitted = -1.0 if self.speculation is None else len(completed) + (batch - len(completed)) * self._gain
         step = StepPlan(self.steps, now, duration, batch, tuple(completed), prefill, 0.0, preempted, total_ctx)
-        return self._closed(step._replace(prefill_sq=prefill_sq, passes=passes, emitted=emitted))
+        waited, self._waited_s = self._waited_s, 0.0
+        return self._closed(step._replace(prefill_sq=prefill_sq, passes=passes, emitted=emitted, waited_s=waited))
 
     def _prefill_chunk(self, seq: Sequence, take: int) -> float:
         """Schedule `take` more of the sequence's prompt this step; returns the chunk's Σ chunk² term (its causal
@@ -694,6 +705,7 @@ class BatchScheduler:
         room = math.inf if self.max_num_batched_tokens is None else self.max_num_batched_tokens
         completed: list[Sequence] = []
         prefill, prefill_sq, slots = 0, 0.0, []
+        waiting = len(self.running)  # the running sequences this step keeps waiting
         while self.prefilling:
             seq = self.prefilling[0]
             if self.prefix_caching and not seq.prefill_started and not seq.kv_ready:
@@ -716,8 +728,13 @@ class BatchScheduler:
         else:
             duration = self.speculation.step_s(self.model, batch, context, prefill, prefill_sq, 0)
         passes = slot_runs(slots) if self.per_slot_kv else 1
-        step = StepPlan(self.steps, now, duration, batch, tuple(completed), prefill, 0.0, preempted, context)
-        return self._closed(step._replace(prefill_sq=prefill_sq, passes=passes, decoding=False))
+        # the running batch as vLLM's gauge counts it (those waiting too); the step's tokens are the new ones' first
+        running = len(self.running)
+        step = StepPlan(self.steps, now, duration, running, tuple(completed), prefill, 0.0, preempted, context)
+        step = self._closed(step._replace(prefill_sq=prefill_sq, passes=passes, emitted=float(batch), decoding=False))
+        if waiting:
+            self._waited_s += step.duration_s
+        return step
 
     def plan_quiet_run(self, now: float, until_s: float) -> QuietRun | None:
         """The steps from `now` on in which nothing changes but the contexts' growth, as one run: none admitted (no
@@ -774,11 +791,12 @@ class BatchScheduler:
         self._evict()
         self.last_step_s = float(duration[ran - 1])
         emitted = -1.0 if spec is None else growth
+        waited, self._waited_s = self._waited_s, 0.0
         last = StepPlan(self.steps + ran - 1, float(start[ran - 1]), float(duration[ran - 1]), batch, (), 0)
         last = last._replace(
             kv_tokens=kv + growth * (ran - 1), context_tokens=float(context[ran - 1]), passes=passes, emitted=emitted
         )
-        return QuietRun(start[:ran], duration[:ran], batch, kv + growth * k[:ran], context[:ran], passes, last)
+        return QuietRun(start[:ran], duration[:ran], batch, kv + growth * k[:ran], context[:ran], passes, last, waited)
 
     def complete_quiet_run(self, run: QuietRun) -> list[Sequence]:
         """Complete every step of a quiet run: the finishes come at its last."""
