@@ -221,9 +221,17 @@ def step_model(curve: Curve, values: dict[str, float]) -> StepModel:
         allreduce_step_latency_s=values["allreduce_step_latency_s"],
         overhead_s_per_seq=per_seq,
         **{k: values[k] for k in ("overhead_s_per_layer", "interconnect", "overlap") if k in values},
-        host_s_per_layer=eager.host_s_per_layer if curve.eager and (eager := load_engine(curve.engine).eager) else 0.0,
+        **eager_launches(curve),
     )
     return rl.step_model_from_specs(curve.model, curve.hardware, curve.precision, curve.setup.tp, eff)
+
+
+def eager_launches(curve: Curve) -> dict[str, float]:
+    """The engine profile's launches (its [eager]) for a curve run without CUDA graphs; none otherwise."""
+    eager = load_engine(curve.engine).eager if curve.eager else None
+    if eager is None:
+        return {}
+    return {"host_s_per_layer": eager.host_s_per_layer, "host_s_per_allreduce": eager.host_s_per_allreduce}
 
 
 def curve_tpot_s(sm: StepModel, curve: Curve) -> np.ndarray:
