@@ -241,3 +241,36 @@ def test_a_fleet_exports_each_replicas_gauges_beside_vllms_sums() -> None:
     assert [replica("running", k) for k in range(3)] == [1.0, 1.0, 1.0]
     assert [replica("waiting", k) for k in range(3)] == [0.0, 0.0, 0.0]
     assert values['vllm:num_requests_running{model_name="tokenroof-emulator"}'] == 3
+
+
+def test_a_driver_that_delivers_late_but_keeps_up_keeps_the_step_time() -> None:
+    """Each delivery holds the process 60 ms (a loaded emulator writing many streams) and each step is 100 ms: the
+    driver is always 60 ms late, but less than a step, so the next step keeps its deadline and tokens come every
+    100 ms, not every 160 (restarting the schedule from each late delivery would add the lateness to every step)."""
+    import itertools
+    import time
+
+    from tokenroof.serving.engine.core import BatchScheduler, Sequence
+    from tokenroof.serving.engine.realtime import RealtimeEngine
+
+    sm = StepModel(t_fixed_s=0.1, t_weights_s=0.0, t_compute_s=0.0, t_kv_token_s=0.0)
+    times: list[float] = []
+
+    def deliver(seq: Sequence, made: int, at: float) -> None:
+        times.append(time.perf_counter())
+        time.sleep(0.06)
+
+    async def main() -> RealtimeEngine:
+        engine = RealtimeEngine(BatchScheduler(sm, 4), deliver)
+        task = asyncio.create_task(engine.run())
+        engine.submit(Sequence("a", 1, 8, 0.0))
+        while len(times) < 8:
+            await asyncio.sleep(0.01)
+        task.cancel()
+        await asyncio.gather(task, return_exceptions=True)
+        return engine
+
+    engine = asyncio.run(main())
+    gaps = [b - a for a, b in itertools.pairwise(times)]
+    assert sum(gaps) / len(gaps) == pytest.approx(0.1, rel=0.1) and engine.restarts == 0
+    assert engine.lateness_sum_s / 8 == pytest.approx(0.06, abs=0.03)  # its self-check still says how late

@@ -377,7 +377,7 @@ class Emulator:
             (
                 "tokenroof:schedule_restarts_total",
                 "counter",
-                "Times the engine fell > 50 ms behind its schedule",
+                "Times the engine fell more than a step (and 50 ms) behind its schedule",
                 engine.restarts,
             ),
         ]

@@ -21,6 +21,9 @@ class StepRunner(Protocol):
     async def run(self, scheduler: BatchScheduler, plan: StepPlan) -> None: ...
 
 
+RESTART_BEHIND_S = 0.05  # a driver later than this (and than a step) restarts its schedule from now
+
+
 @dataclass
 class RealtimeEngine:
     """Runs steps back to back on absolute deadlines (no drift), waking when requests arrive."""
@@ -35,7 +38,7 @@ class RealtimeEngine:
     prompt_tokens_processed: int = 0
     lateness_s: float = 0.0  # worst delay of a step's end behind its plan
     lateness_sum_s: float = 0.0  # Σ delay, for the mean
-    restarts: int = 0  # times the driver fell > 50 ms behind and restarted its schedule
+    restarts: int = 0  # times the driver fell more than a step (and 50 ms) behind and restarted its schedule
     meter: EnergyCounter | None = None  # its boards' energy, step by step (the emulator's DCGM counters)
 
     @property
@@ -95,14 +98,16 @@ class RealtimeEngine:
                 if now_made > made:  # none in a prefill step of its own (the running sequences wait)
                     self.tokens_generated += now_made - made
                     self.on_token(seq, now_made, plan.end_s)
-            # the next step starts when this one was due to end, not when delivery finished; a driver more
-            # than 50 ms behind (an overloaded machine) restarts from now rather than bursting to catch up
+            # the next step starts when this one was due to end, not when delivery finished, so a driver that
+            # delivers late but keeps up keeps the model's step time (no drift); one more than a step (and 50 ms)
+            # behind (an overloaded machine) restarts from now rather than bursting to catch up
             late = self.clock() - plan.end_s
             self.lateness_s = max(self.lateness_s, late)
             self.lateness_sum_s += max(late, 0.0)
-            if late > 0.05:
+            behind = late > max(RESTART_BEHIND_S, plan.duration_s)
+            if behind:
                 self.restarts += 1
-            now = self.clock() if late > 0.05 else plan.end_s
+            now = self.clock() if behind else plan.end_s
 
 
 class EngineGroup(ABC):
