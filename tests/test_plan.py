@@ -227,3 +227,12 @@ def test_plan_at_a_terminal_says_how_long_it_searched(monkeypatch: pytest.Monkey
     monkeypatch.setattr(Console, "is_terminal", property(lambda self: True))
     said = run_cli(args).stderr
     assert re.search(r"searched \d+ candidate fleets in \d+\.\d s", said), said
+
+
+def test_plan_says_when_the_engine_prefills_in_steps_of_their_own() -> None:
+    from tests.conftest import run_json
+
+    data = run_json(["plan", "-m", "llama-3.1-8b", "-H", "h100-sxm", "--engine", "tgi", "--rate", "2", "--seeds", "1"])
+    assert (
+        "prompts prefilled in steps of their own, the running sequences waiting: tgi's scheduling" in data["warnings"]
+    )

@@ -479,3 +479,16 @@ def test_a_separate_prefill_step_takes_whole_prompts_within_the_budget_and_count
     assert all(decoding and not prefill for prefill, decoding, _ in plans[3:])
     assert seqs[1].finished_s == seqs[1].first_token_s  # one token: done at its prefill step
     assert [scheduler.steps, scheduler.clock] == [3 + 3, 1 + 3]  # three decode steps: "0" needs 3 more, "2" 2
+
+
+def test_separate_prefill_edges_one_token_requests_and_the_prompt_budget() -> None:
+    """Every request one token long: no step decodes, so there is no inter-token latency (None, never NaN). A prompt
+    a prefill step cannot hold is refused (vLLM V0 needs max_num_batched_tokens ≥ max_model_len, TGI
+    --max-batch-prefill-tokens ≥ the prompt); its output does not count against the budget."""
+    sm = StepModel(t_fixed_s=1e-3, t_weights_s=10e-3, t_compute_s=1e-4, t_kv_token_s=0.0)
+    result = simulate(sm, Trace(((0.0, 100, 1), (0.5, 100, 1))), separate_prefill=True)
+    assert set(result.summary()["itl_ms"].values()) == {None}
+    scheduler = BatchScheduler(sm, max_num_batched_tokens=1000, separate_prefill=True)
+    scheduler.submit(Sequence("fits", 900, 5000, 0.0))
+    with pytest.raises(TokenroofError, match=r"^request long's prompt is 1,200 tokens; a prefill step holds 1,000"):
+        scheduler.submit(Sequence("long", 1200, 1, 0.0))

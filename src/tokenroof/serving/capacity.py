@@ -317,6 +317,7 @@ def plan_choices(
         travelling, samples = option.step_models(n_samples=4)
         said = [*travelling.notes(offered.mean_context_tokens), *speculation_notes(option)]
         said += option.prefix_notes(travelling) if len(choices.prefix_caching) == 1 else []
+        said += option.scheduling_notes(travelling)
         notes += [n for n in said if n not in notes]
         server = option.server(travelling)
         result = make_plan(

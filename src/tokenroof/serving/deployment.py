@@ -262,14 +262,21 @@ class Deployment:
             return None
         return replace(self.physics, tp=tp, hardware=hardware)
 
+    def scheduling_notes(self, travelling: Travelling) -> list[str]:
+        """What an answer assumes of how the named engine schedules prompts, where it is not tokenroof's default."""
+        if not self.separate_prefill(travelling):
+            return []
+        return [
+            f"prompts prefilled in steps of their own, the running sequences waiting: {self.physics.engine}'s "
+            "scheduling"
+        ]
+
     def budget_notes(self, travelling: Travelling) -> list[str]:
         """The prompt budget an answer assumes when it is the named engine's default (not given, not measured), and
         the engine's scheduling where it prefills in steps of their own."""
-        if self.separate_prefill(travelling):
-            return [
-                f"prompts prefilled in steps of their own, the running sequences waiting: {self.physics.engine}'s "
-                "scheduling"
-            ]
+        scheduling = self.scheduling_notes(travelling)
+        if scheduling:
+            return scheduling
         if self.max_num_batched_tokens is not None or travelling.replayed is not None:
             return []
         budget = self.prompt_budget(travelling)

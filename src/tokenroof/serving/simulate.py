@@ -573,15 +573,17 @@ class SimResult:
             "replicas"
         ]
 
-    def _itl_ms(self, in_window: np.ndarray) -> list[float]:
+    def _itl_ms(self, in_window: np.ndarray) -> list[float | None]:
         """The gaps between a running sequence's tokens: each decode step's duration, with the prefill steps of their
-        own its sequences waited through before it (on its replica)."""
+        own its sequences waited through before it (on its replica); None where no step decoded (every request one
+        token, prefilled in steps of their own)."""
         durations = self.step_durations_s
         if self.step_gaps_s is not None:
-            durations, decoding = self.step_gaps_s, np.isfinite(self.step_gaps_s)
-            in_window = in_window & decoding
-            if not in_window.any():
-                in_window = decoding
+            decoding = np.isfinite(self.step_gaps_s)
+            if not decoding.any():
+                return [None] * 4
+            durations = self.step_gaps_s
+            in_window = in_window & decoding if (in_window & decoding).any() else decoding
         steps = durations[in_window] if in_window.any() else durations
         return [float(steps.mean() * 1e3), *(float(np.percentile(steps, q) * 1e3) for q in (50, 90, 99))]
 

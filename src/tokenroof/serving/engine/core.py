@@ -314,11 +314,10 @@ class BatchScheduler:
                 f"cache; the cache holds {self.kv_capacity_tokens}"
             )
         budget = self.max_num_batched_tokens
-        if self.separate_prefill and budget is not None and seq.prompt_tokens + seq.max_tokens > budget:
-            raise TokenroofError(  # vLLM V0 without chunked prefill starts only when a whole context fits a step
-                f"request {seq.request_id} may need {seq.prompt_tokens + seq.max_tokens} tokens prefilled in one "
-                f"step (its prompt, and what it made, recomputed after a preemption); a prefill step holds "
-                f"{budget:,}, and without chunked prefill a prompt is never split"
+        if self.separate_prefill and budget is not None and seq.prompt_tokens > budget:
+            raise TokenroofError(  # vLLM V0 (max_num_batched_tokens ≥ max_model_len), TGI (--max-batch-prefill-tokens)
+                f"request {seq.request_id}'s prompt is {seq.prompt_tokens:,} tokens; a prefill step holds "
+                f"{budget:,}, and prefilled in steps of their own, prompts are never split"
             )
 
     def generated(self, seq: Sequence) -> int:

@@ -88,7 +88,7 @@ class RealtimeEngine:
                 self.meter.add_step(
                     self.scheduler.model,
                     plan.duration_s,
-                    plan.batch,
+                    plan.batch if plan.decoding else len(plan.admitted),  # a prefill step computes its new ones
                     plan.context_tokens,
                     plan.prefill_tokens,
                     plan.prefill_sq,
