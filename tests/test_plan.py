@@ -233,6 +233,6 @@ def test_plan_says_when_the_engine_prefills_in_steps_of_their_own() -> None:
     from tests.conftest import run_json
 
     data = run_json(["plan", "-m", "llama-3.1-8b", "-H", "h100-sxm", "--engine", "tgi", "--rate", "2", "--seeds", "1"])
-    assert (
-        "prompts prefilled in steps of their own, the running sequences waiting: tgi's scheduling" in data["warnings"]
-    )
+    # TGI's prefill step holds --max-batch-prefill-tokens, 4,096 by default
+    said = "prompts prefilled in steps of their own (at most 4,096 prompt tokens a step), the running sequences "
+    assert said + "waiting: tgi's scheduling" in data["warnings"]

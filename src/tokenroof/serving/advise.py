@@ -308,8 +308,14 @@ def advise_with_prefill(
         source = f"first principles: {physics.label()}, run on simulate's scheduler"
         separate = physics.engine is not None and physics.engine_profile().prefill == "separate"
         if separate:
+            if max_num_batched_tokens is None:  # its prefill step's default (TGI's --max-batch-prefill-tokens)
+                max_num_batched_tokens = physics.engine_profile().max_num_batched_tokens
+            most = (
+                "" if max_num_batched_tokens is None else f" (at most {max_num_batched_tokens:,} prompt tokens a step)"
+            )
             notes.append(
-                f"prompts prefilled in steps of their own, the running sequences waiting: {physics.engine}'s scheduling"
+                f"prompts prefilled in steps of their own{most}, the running sequences waiting: {physics.engine}'s "
+                "scheduling"
             )
     speculation = None if speculative is None else physics.speculation(speculative)
     if speculation is not None:

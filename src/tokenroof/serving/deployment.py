@@ -139,12 +139,15 @@ class Deployment:
     def prompt_budget(self, travelling: Travelling) -> int | None:
         """The prompt tokens per step the server prefills: as given, else what the measured server was fitted with
         (a model fitted on the scheduler), else the named engine's default (a chunked one's budget on this GPU:
-        `Physics.prompt_budget`), else whole prompts (None)."""
+        `Physics.prompt_budget`; one that prefills in steps of their own, its prefill step's: TGI's
+        --max-batch-prefill-tokens), else whole prompts (None)."""
         if self.max_num_batched_tokens is not None:
             return self.max_num_batched_tokens
         replayed = travelling.replayed
         if replayed is not None:
             return replayed.max_num_batched_tokens
+        if self.separate_prefill(travelling):
+            return self.physics.engine_profile().max_num_batched_tokens
         budget = self.physics.prompt_budget() if self.physics.engine is not None else None
         if not isinstance(budget, int):
             return None
@@ -266,8 +269,10 @@ class Deployment:
         """What an answer assumes of how the named engine schedules prompts, where it is not tokenroof's default."""
         if not self.separate_prefill(travelling):
             return []
+        budget = self.prompt_budget(travelling)
+        most = "" if budget is None else f" (at most {budget:,} prompt tokens a step)"
         return [
-            f"prompts prefilled in steps of their own, the running sequences waiting: {self.physics.engine}'s "
+            f"prompts prefilled in steps of their own{most}, the running sequences waiting: {self.physics.engine}'s "
             "scheduling"
         ]
 
