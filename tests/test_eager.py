@@ -79,8 +79,8 @@ def test_enforce_eager_adds_the_profiles_launches_and_widens_the_interval_in_qua
         v1.host_s_per_layer == pytest.approx(2.4e-4)
         and v1.overhead_s > load_engine("vllm-v1").efficiencies["overhead_s"]
     )
-    with pytest.raises(TokenroofError, match=r"engine 'tgi' has no eager mode.*vllm-v0 or vllm-v1"):
-        load_engine("tgi").enforce_eager()
+    with pytest.raises(TokenroofError, match=r"engine 'sglang' has no eager mode.*tgi or vllm-v0 or vllm-v1"):
+        load_engine("sglang").enforce_eager()
 
 
 def test_physics_runs_the_engine_eagerly_and_says_it_needs_specs() -> None:
@@ -110,9 +110,9 @@ def test_roofline_enforce_eager_names_the_host_as_the_bound_and_says_so_in_json(
 def test_enforce_eager_on_an_engine_without_an_eager_mode_is_one_line() -> None:
     result = run_cli(["roofline", "-m", "llama-2-7b", "-H", "h100-sxm", "--enforce-eager"])
     assert result.exit_code != 0
-    assert "--enforce-eager needs --engine vllm-v0 or vllm-v1" in result.output
-    result = run_cli(["roofline", "-m", "llama-2-7b", "-H", "h100-sxm", "--engine", "tgi", "--enforce-eager"])
-    assert result.exit_code != 0 and "engine 'tgi' has no eager mode" in result.output
+    assert "--enforce-eager needs --engine tgi or vllm-v0 or vllm-v1" in result.output
+    result = run_cli(["roofline", "-m", "llama-2-7b", "-H", "h100-sxm", "--engine", "sglang", "--enforce-eager"])
+    assert result.exit_code != 0 and "engine 'sglang' has no eager mode" in result.output
     assert "Traceback" not in result.output
 
 

@@ -207,8 +207,9 @@ EagerOpt = Annotated[
     bool,
     typer.Option(
         "--enforce-eager",
-        help="The engine without CUDA graphs, as vLLM's flag (and vLLM before 0.2.5): the host launches every "
-        "layer's kernels each step and binds at small batch and high --tp. An estimate: the interval widens.",
+        help="The --engine without CUDA graphs (vllm-v0, vllm-v1: vLLM's flag, and vLLM before 0.2.5; tgi: "
+        "--cuda-graphs 0, and TGI before 1.3): the host launches every layer's kernels each step and binds at "
+        "small batch and high --tp. An estimate: the interval widens.",
     ),
 ]
 FitOpt = Annotated[

@@ -41,8 +41,9 @@ def engine_line(engine: dict[str, Any], level: float) -> str:
         e = engine["eager"]
         text += (
             f"; eager (--enforce-eager): {e['host_s_per_layer'] * 1e3:.2g} ms of launches per layer and "
-            f"{e['host_s_per_allreduce'] * 1e3:.2g} ms per all-reduce (two a layer past --tp 1), estimated, not "
-            f"fitted (those figures had CUDA graphs), so the interval widens by the host's spread, "
+            f"{e['host_s_per_allreduce'] * 1e3:.2g} ms per all-reduce (two a layer past --tp 1), an estimate not "
+            f"fitted to any curve{' (those had CUDA graphs)' if engine['fitted'] else ''}, so the interval widens by "
+            "the host's spread, "
             f"×{math.exp(-e['log_spread_faster']):.2g}–×{math.exp(e['log_spread_slower']):.2g}"
         )
     return text + f"; {level:.0%} interval from its spread across curves"
