@@ -113,6 +113,11 @@ def test_enforce_eager_on_an_engine_without_an_eager_mode_is_one_line() -> None:
     assert "--enforce-eager needs --engine tgi or vllm-v0 or vllm-v1" in result.output
     result = run_cli(["roofline", "-m", "llama-2-7b", "-H", "h100-sxm", "--engine", "sglang", "--enforce-eager"])
     assert result.exit_code != 0 and "engine 'sglang' has no eager mode" in result.output
+    result = run_cli(["roofline", "-m", "llama-2-7b", "-H", "h100-sxm", "--engine", "pytorch-eager", "--enforce-eager"])
+    assert result.exit_code != 0
+    assert "engine 'pytorch-eager' launches eagerly already (0.9 ms a layer in its profile): drop --enforce-eager" in (
+        result.output
+    )
     assert "Traceback" not in result.output
 
 

@@ -253,6 +253,13 @@ class EngineProfile:
             known = " or ".join(k for k in list_engines() if load_engine(k).eager is not None)
             if self.key == DEFAULT_ENGINE:
                 raise ParameterError(f"{{}} needs {{}} {known}: the engine run without CUDA graphs", "eager", "engine")
+            per_layer = float(self.efficiencies.get("overhead_s_per_layer", 0.0))
+            if per_layer > 0:
+                raise ParameterError(
+                    f"engine '{verbatim(self.key)}' launches eagerly already ({per_layer * 1e3:.2g} ms a layer in its "
+                    "profile): drop {}",
+                    "eager",
+                )
             raise ParameterError(
                 f"engine '{verbatim(self.key)}' has no eager mode in its profile ([eager]); {{}} applies to {known}",
                 "eager",
