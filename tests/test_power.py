@@ -350,3 +350,41 @@ def test_power_gpus_on_the_command_line_is_a_list_of_names() -> None:
 
     result = run_cli(["bench", "http://127.0.0.1:9", "--concurrency", "1", "--power-gpus", "0,,1"])
     assert result.exit_code != 0 and "--power-gpus: give GPU indices or UUIDs separated by commas" in result.output
+
+
+def test_the_emulators_meter_bills_a_prefill_step_of_its_own_by_its_new_sequences() -> None:
+    """vLLM V0's scheduling: a prefill step runs the new prompts while the others wait, so the boards compute the new
+    sequences only (simulate bills it so); the running batch it reports still counts those waiting."""
+    import asyncio
+
+    from tokenroof.model.cost import EnergyCounter, PowerModel
+    from tokenroof.model.stepmodel import StepModel
+    from tokenroof.serving.engine.core import BatchScheduler, Sequence
+    from tokenroof.serving.engine.realtime import RealtimeEngine
+
+    sm = StepModel(t_fixed_s=1e-3, t_weights_s=4e-3, t_compute_s=1e-4, t_kv_token_s=0.0)
+    billed: list[tuple[float, float]] = []  # (batch billed, prompt tokens) a step
+
+    async def main() -> None:
+        scheduler = BatchScheduler(sm, 8, separate_prefill=True)
+        engine = RealtimeEngine(scheduler, lambda *_: None)
+        engine.meter = EnergyCounter(PowerModel(700.0, 100.0, "given"), 1, asyncio.get_running_loop().time())
+        add = engine.meter.add_step
+
+        def record(model: StepModel, duration: float, batch: float, context: float, prefill: float, sq: float) -> None:
+            billed.append((batch, prefill))
+            add(model, duration, batch, context, prefill, sq)
+
+        engine.meter.add_step = record  # type: ignore[method-assign]
+        task = asyncio.create_task(engine.run())
+        for name in "abc":
+            engine.submit(Sequence(name, 4, 6, 0.0))
+        await asyncio.sleep(0.02)
+        engine.submit(Sequence("d", 50, 2, 0.0))  # a prefill step alone while a, b and c wait
+        await asyncio.sleep(0.1)
+        task.cancel()
+        await asyncio.gather(task, return_exceptions=True)
+
+    asyncio.run(main())
+    assert billed[0] == (3, 12)  # a, b and c prefilled together: three new sequences
+    assert (1, 50) in billed  # d's prefill step: its one new sequence, not the four running
