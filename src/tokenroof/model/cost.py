@@ -21,7 +21,7 @@ P · T_step / tokens. `bench-local` on a GPU measures the board's power with NVM
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from typing import Any
 
 from tokenroof.errors import ParameterError
@@ -143,8 +143,7 @@ def busy_share(
         return 0.0
     busy = max(step_s - sm.t_fixed_s, 0.0)
     if sm.t_host_s > 0:
-        gpu = replace(sm, t_host_s=0.0).step_s(batch, context, prefill, sq) - sm.t_fixed_s
-        busy = min(busy, max(gpu, 0.0))
+        busy = min(busy, sm.gpu_s(batch, context, prefill, sq))
     return busy / step_s
 
 

@@ -139,10 +139,23 @@ class StepModel:
         prefill_sq_tokens: float = 0.0,
         query_tokens: float = 1.0,
     ) -> float:
-        """One step as the scheduler runs it, in plain floats (its hot path): `batch` decoding sequences holding
-        `total_context` KV tokens in all, plus `prefill_tokens` prompt tokens sharing the step's GEMMs
-        (`prefill_sq_tokens` = Σ chunk², for causal attention within the chunks). With equal contexts and no
-        prefill it is `step_time_s(batch, total_context / batch)`.
+        """One step as the scheduler runs it: the fixed overhead, and the GPU's work (`gpu_s`) or an eager engine's
+        launches, the longer."""
+        gpu = self.gpu_s(batch, total_context, prefill_tokens, prefill_sq_tokens, query_tokens)
+        return float(self.t_fixed_s + (gpu if gpu >= self.t_host_s else self.t_host_s))
+
+    def gpu_s(
+        self,
+        batch: float,
+        total_context: float,
+        prefill_tokens: float = 0.0,
+        prefill_sq_tokens: float = 0.0,
+        query_tokens: float = 1.0,
+    ) -> float:
+        """The GPU's work of one step as the scheduler runs it, in plain floats (its hot path): `batch` decoding
+        sequences holding `total_context` KV tokens in all, plus `prefill_tokens` prompt tokens sharing the step's
+        GEMMs (`prefill_sq_tokens` = Σ chunk², for causal attention within the chunks). With equal contexts and no
+        prefill, t_fixed plus it (or the launches) is `step_time_s(batch, total_context / batch)`.
 
         `query_tokens`: tokens each decoding sequence runs through the model this step — 1 for plain decode,
         γ + 1 for a speculative verify step (the last token and γ drafts): the GEMMs see batch·q tokens, each
@@ -161,8 +174,7 @@ class StepModel:
             compute += self.prompt_compute_s(prefill_tokens, prefill_sq_tokens)
         matmul = matmul_time_s(weights, compute, self.overlap)
         extra_writes = (tokens - batch) * self.t_kv_token_s  # the drafts' KV, beyond the one token in t_seq
-        gpu = matmul + total_context * self.t_kv_token_s + batch * self.t_seq_s + extra_writes
-        return float(self.t_fixed_s + (gpu if gpu >= self.t_host_s else self.t_host_s))
+        return float(matmul + total_context * self.t_kv_token_s + batch * self.t_seq_s + extra_writes)
 
     def steps_s(
         self, batch: ArrayLike, total_context: ArrayLike, prefill_tokens: ArrayLike, prefill_sq_tokens: ArrayLike
