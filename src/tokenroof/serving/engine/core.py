@@ -665,9 +665,12 @@ class BatchScheduler:
             duration = self.speculation.step_s(self.model, batch, total_ctx, prefill, prefill_sq, verifying)
         passes = slot_runs(decoding) + slot_runs(prompts) if self.per_slot_kv else 1
         emitted = -1.0 if self.speculation is None else len(completed) + (batch - len(completed)) * self._gain
-        step = StepPlan(self.steps, now, duration, batch, tuple(completed), prefill, 0.0, preempted, total_ctx)
+        duration, kv = self._closed(duration, passes)
         waited, self._waited_s = self._waited_s, 0.0
-        return self._closed(step._replace(prefill_sq=prefill_sq, passes=passes, emitted=emitted, waited_s=waited))
+        return StepPlan(
+            self.steps, now, duration, batch, tuple(completed), prefill, kv, preempted, total_ctx, prefill_sq, passes,
+            emitted, True, waited
+        )  # fmt: skip
 
     def _prefill_chunk(self, seq: Sequence, take: int) -> float:
         """Schedule `take` more of the sequence's prompt this step; returns the chunk's Σ chunk² term (its causal
@@ -686,15 +689,16 @@ class BatchScheduler:
         seq.reserved = 0
         self._start_running(seq, admitted_step)
 
-    def _closed(self, step: StepPlan) -> StepPlan:
-        """A planned step with its extra passes' cost (per-slot KV streams), the cache's evictions for its growth,
-        and the KV it holds after it."""
-        if step.passes > 1:
-            step = step._replace(duration_s=step.duration_s + (step.passes - 1) * self.model.step_s(0, 0.0))
-        self.last_step_s = step.duration_s
+    def _closed(self, duration_s: float, passes: int) -> tuple[float, float]:
+        """A planned step's duration with its extra passes' cost (per-slot KV streams), and the KV it holds after it
+        (once the cache's evictions for its growth are made). One StepPlan is built from them, not three: the hot
+        path of every simulation."""
+        if passes > 1:
+            duration_s += (passes - 1) * self.model.step_s(0, 0.0)
+        self.last_step_s = duration_s
         if self.prefix_caching:
             self._evict()  # the step's own growth: cached blocks give way before it runs
-        return step._replace(kv_tokens=float(self.kv_tokens_next_step()))
+        return duration_s, float(self.kv_tokens_next_step())
 
     def _plan_prefill_step(self, now: float, preempted: int) -> StepPlan:
         """A prefill step of its own (`separate_prefill`: vLLM V0 without chunked prefill, TGI): the waiting prompts,
@@ -729,8 +733,11 @@ class BatchScheduler:
         passes = slot_runs(slots) if self.per_slot_kv else 1
         # the running batch as vLLM's gauge counts it (those waiting too); the step's tokens are the new ones' first
         running = len(self.running)
-        step = StepPlan(self.steps, now, duration, running, tuple(completed), prefill, 0.0, preempted, context)
-        step = self._closed(step._replace(prefill_sq=prefill_sq, passes=passes, emitted=float(batch), decoding=False))
+        duration, kv = self._closed(duration, passes)
+        step = StepPlan(
+            self.steps, now, duration, running, tuple(completed), prefill, kv, preempted, context, prefill_sq, passes,
+            float(batch), False
+        )  # fmt: skip
         if waiting:
             self._waited_s += step.duration_s
         return step
