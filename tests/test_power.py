@@ -90,6 +90,46 @@ def test_the_price_split_and_the_power_model_by_hand() -> None:
         Price(0.0, "given")
 
 
+def test_steps_watts_is_step_watts_over_arrays_term_for_term() -> None:
+    """A long simulation's bill prices every step at once (steps_watts); it must be step_watts for each: a step of no
+    time, steps past the fixed overhead, compute-bound prompts, an eager engine whose launches outlast the GPU's work,
+    folded prompts, MoE. By hand for one: fixed 1 of a 16 s step → busy 15/16; compute (3 + 5)·0.25 + 0.125·(40 +
+    64/2) = 11 s → 11/16; 100 + 600·0.9375·(0.72 + 0.28·0.6875) = 100 + 600·0.9375·0.9125 = 613.28125 W."""
+    import numpy as np
+
+    from tokenroof.model.cost import PowerModel, pool_joules, step_watts, steps_watts
+    from tokenroof.model.stepmodel import StepModel
+
+    power = PowerModel(700.0, 100.0, "test", 0.72)
+    hand = StepModel(1.0, 2.0, 0.25, 0.0625, t_seq_s=0.5, t_attn_token_s=0.125)
+    one = [np.array([v]) for v in (16.0, 3.0, 40.0, 5.0, 64.0)]
+    assert (
+        steps_watts(power, hand, *one).tolist()
+        == pytest.approx([613.28125])
+        == [step_watts(power, hand, 16, 3, 40, 5, 64)]
+    )
+    models = [
+        hand,
+        StepModel(1e-3, 5e-3, 2e-5, 3e-8, t_seq_s=7e-6, t_attn_token_s=1e-9, overlap=0.4),
+        StepModel(1e-3, 2e-3, 1e-5, 3e-8, t_seq_s=1e-6, t_expert_s=4e-4, num_experts=8, experts_per_token=2),
+        StepModel(2e-3, 4e-3, 3e-5, 1e-8, t_seq_s=2e-6, t_attn_token_s=2e-9, prompts_folded=True),
+        StepModel(1e-3, 2e-3, 1e-5, 3e-8, t_seq_s=1e-6, t_host_s=9e-3),  # eager: host-bound at small batches
+    ]
+    batch = np.array([1.0, 4.0, 32.0, 7.0, 256.0, 0.0, 3.0])
+    context = np.array([100.0, 3000.0, 40000.0, 0.0, 2e6, 0.0, 900.0])
+    prefill = np.array([0.0, 512.0, 0.0, 2048.0, 128.0, 4096.0, 0.0])
+    square = np.array([0.0, 512.0**2, 0.0, 2 * 1024.0**2, 128.0**2, 4096.0**2, 0.0])
+    for model in models:
+        duration = np.append(model.steps_s(batch, context, prefill, square)[:-1], 0.0)  # the last takes no time
+        got = steps_watts(power, model, duration, batch, context, prefill, square)
+        want = [step_watts(power, model, *args) for args in zip(duration, batch, context, prefill, square, strict=True)]
+        np.testing.assert_allclose(got, want, rtol=1e-12, atol=0)
+        steps = {"duration_s": duration, "batch": batch, "context_tokens": context, "prefill_tokens": prefill}
+        steps["prefill_sq_tokens"] = square
+        idle_s = max(10.0 - duration.sum(), 0.0)  # 5 s on 2 replicas; the hand model's steps take longer
+        assert pool_joules(model, steps, 5.0, 2, 4, power) == pytest.approx(4 * (np.dot(want, duration) + 100 * idle_s))
+
+
 def test_roofline_simulate_and_plan_carry_the_bill() -> None:
     """llama-3.1-8b on an H100 (700 W TDP in its file) at $2.50 an hour: at batch 1 a 7 ms step makes 142 tokens a
     second, $4.9 a million; every command's JSON names the price and the power model it used."""

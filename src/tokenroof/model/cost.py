@@ -22,11 +22,15 @@ P · T_step / tokens. `bench-local` on a GPU measures the board's power with NVM
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from tokenroof.errors import ParameterError
 from tokenroof.model.stepmodel import StepModel
 from tokenroof.specs.hardware import HardwareSpec
+
+if TYPE_CHECKING:
+    import numpy as np
+    from numpy.typing import NDArray
 
 SECONDS_PER_HOUR = 3600.0
 PER_MILLION = 1e6
@@ -161,6 +165,36 @@ def step_watts(
     return power.watts(busy, compute_share(sm, batch, context, duration_s, prefill, prefill_sq))
 
 
+def steps_watts(
+    power: PowerModel,
+    sm: StepModel,
+    duration_s: NDArray[np.float64],
+    batch: NDArray[np.float64],
+    context: NDArray[np.float64],
+    prefill: NDArray[np.float64],
+    prefill_sq: NDArray[np.float64],
+) -> NDArray[np.float64]:
+    """`step_watts` over arrays of steps, term for term (busy_share, compute_share, PowerModel.watts): what a long
+    simulation's bill evaluates once per step."""
+    import numpy as np
+
+    live = duration_s > 0
+    span = np.where(live, duration_s, 1.0)  # a step of no time: busy and compute shares 0, as step_watts has them
+    busy = np.maximum(duration_s - sm.t_fixed_s, 0.0)
+    if sm.t_host_s > 0:
+        busy = np.minimum(busy, sm.steps_gpu_s(batch, context, prefill, prefill_sq))
+    busy = np.where(live, busy / span, 0.0)
+    if sm.prompts_folded:
+        compute = np.zeros_like(span)
+    else:
+        flops_s = batch * sm.t_compute_s + sm.t_attn_token_s * context + prefill * sm.t_compute_s
+        flops_s = flops_s + sm.t_attn_token_s * prefill_sq / 2  # prompt_compute_s, over arrays
+        compute = np.where(live, np.minimum(flops_s / span, 1.0), 0.0)
+    busy, compute = np.clip(busy, 0.0, 1.0), np.clip(compute, 0.0, 1.0)
+    activity = power.memory_activity + (1.0 - power.memory_activity) * compute
+    return np.asarray(power.idle_watts + (power.tdp_watts - power.idle_watts) * busy * activity, dtype=float)
+
+
 def bill_of_steps(
     sm: StepModel,
     steps: dict[str, Any],
@@ -250,12 +284,7 @@ def pool_joules(
     context = np.asarray(steps["context_tokens"], dtype=float)
     prefill = np.asarray(steps.get("prefill_tokens", zeros), dtype=float)
     square = np.asarray(steps.get("prefill_sq_tokens", zeros), dtype=float)
-    watts = np.array(
-        [
-            step_watts(power, sm, d, b, c, p, q)
-            for d, b, c, p, q in zip(duration, batch, context, prefill, square, strict=True)
-        ]
-    )
+    watts = steps_watts(power, sm, duration, batch, context, prefill, square)
     idle_s = max(span_s * replicas - float(duration.sum()), 0.0)
     return tp * (float((watts * duration).sum()) + power.idle_watts * idle_s)
 

@@ -181,6 +181,13 @@ class StepModel:
     ) -> NDArray[np.float64]:
         """`step_s` over arrays of steps (the same formula, term for term): what a fit of the scheduler's own steps
         evaluates many times."""
+        gpu = self.steps_gpu_s(batch, total_context, prefill_tokens, prefill_sq_tokens)
+        return np.asarray(self.t_fixed_s + under_host(gpu, self.t_host_s), dtype=float)
+
+    def steps_gpu_s(
+        self, batch: ArrayLike, total_context: ArrayLike, prefill_tokens: ArrayLike, prefill_sq_tokens: ArrayLike
+    ) -> NDArray[np.float64]:
+        """`gpu_s` over arrays of steps (plain decode: one query token a sequence)."""
         b = np.asarray(batch, dtype=float)
         ctx = np.asarray(total_context, dtype=float)
         p = np.asarray(prefill_tokens, dtype=float)
@@ -194,8 +201,7 @@ class StepModel:
         )
         compute = b * self.t_compute_s + self.t_attn_token_s * ctx + p * self.t_compute_s + self.t_attn_token_s * sq / 2
         matmul = matmul_time_s(weights, compute, self.overlap)
-        gpu = np.asarray(matmul + ctx * self.t_kv_token_s + b * self.t_seq_s, dtype=float)
-        return np.asarray(self.t_fixed_s + under_host(gpu, self.t_host_s), dtype=float)
+        return np.asarray(matmul + ctx * self.t_kv_token_s + b * self.t_seq_s, dtype=float)
 
     def throughput_tok_s(self, batch: ArrayLike, context: ArrayLike = 0.0) -> NDArray[np.float64]:
         return np.asarray(batch, dtype=float) / self.step_time_s(batch, context)
