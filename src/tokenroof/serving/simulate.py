@@ -816,7 +816,7 @@ def step_row(plan: StepPlan) -> tuple[float, ...]:
         plan.prefill_tokens,
         plan.prefill_sq,
         plan.passes,
-        plan.tokens,
+        plan.batch if plan.emitted < 0 else plan.emitted,  # StepPlan.tokens, without a property call a step
         plan.duration_s + plan.waited_s if plan.decoding else math.nan,
     )
 

@@ -610,8 +610,9 @@ class BatchScheduler:
         """Preempt if the KV cache overflows, admit what fits, prefill within the token budget, and return the
         next step (None: nothing to run). A sequence whose prefill completes this step emits its first token."""
         preempted = 0 if self.kv_capacity_tokens is None else self._preempt_for_room()
-        self._fresh.clear()
-        self._evict()
+        if self.prefix_caching:  # only a prefix cache computes and frees blocks
+            self._fresh.clear()
+            self._evict()
         while self.waiting and len(self.running) + len(self.prefilling) < self.max_num_seqs:
             seq = self.waiting[0]
             hit, revived = self._hits(seq) if self.prefix_caching and not seq.kv_ready else (0, 0)
