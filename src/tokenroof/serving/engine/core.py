@@ -73,7 +73,7 @@ from tokenroof.model.speculative import Speculation
 from tokenroof.model.stepmodel import StepModel
 
 
-@dataclass(eq=False)
+@dataclass(eq=False, slots=True)
 class Sequence:
     """One request inside the engine."""
 
@@ -229,7 +229,7 @@ def step_time_s(model: StepModel, contexts: list[int], prefill_tokens: int, pref
     return model.step_s(len(contexts), float(sum(contexts)), prefill_tokens, prefill_sq_tokens)
 
 
-@dataclass
+@dataclass(slots=True)
 class BatchScheduler:
     """FCFS continuous batching up to `max_num_seqs` running sequences."""
 
