@@ -278,3 +278,107 @@ def test_a_curve_the_machine_cannot_produce_is_named() -> None:
     (warning,) = implausible(falling, hardware)
     assert warning.startswith("throughput falls from 100 tok/s at batch 1 to 80 at batch 4")
     assert implausible(too_fast, None)[:1] == []  # no hardware file: no fraction to judge
+
+
+# -- engine modes (issue 26): eager, compile, graph ---------------------------------------------------------------
+def test_graph_mode_off_cuda_is_refused_in_one_line(tiny_config: Path, tmp_path: Path) -> None:
+    """A CUDA graph needs CUDA: on a CPU `--mode graph` is one line naming the modes that run there, before anything
+    is measured; an unknown mode and a compiled or captured mode without a warm-up step are refused too."""
+    base = ["bench-local", "-m", str(tiny_config), "--batch", "1", "--context", "8", "--device", "cpu"]
+    result = run_cli([*base, "--mode", "graph", "--out", str(tmp_path / "g.csv")])
+    assert result.exit_code != 0 and "Traceback" not in result.output
+    said = " ".join(result.stderr.split())
+    assert "--mode graph replays CUDA graphs, which need a CUDA device (this run is on cpu): use eager or" in said
+    assert not (tmp_path / "g.csv").exists()
+    result = run_cli([*base, "--mode", "fused"])
+    assert result.exit_code != 0 and "--mode 'fused': expected eager, compile, graph" in " ".join(result.stderr.split())
+    result = run_cli([*base, "--mode", "compile", "--warmup", "0"])
+    assert result.exit_code != 0 and "--warmup compile compiles or captures" in " ".join(result.stderr.split())
+
+
+def test_the_mode_is_stated_in_the_csv_the_json_and_the_table(tiny_config: Path, tmp_path: Path) -> None:
+    """On a CPU the default is eager; the CSV's provenance, the JSON and the table say which mode measured."""
+    out = tmp_path / "eager.csv"
+    args = ["bench-local", "-m", str(tiny_config), "--batch", "1,2", "--context", "8", "--steps", "2"]
+    args += ["--device", "cpu"]
+    data = run_json([*args, "--out", str(out)])
+    validate("bench-local", data)
+    assert data["mode"] == "eager"
+    assert any(line.startswith("engine mode eager (each kernel launched") for line in read_table([out]).provenance)
+    result = run_cli([*args, "--out", str(tmp_path / "t.csv")])
+    assert result.exit_code == 0 and "eager mode; context 8 tokens" in result.stdout
+
+
+class RecordedGraph:
+    """A CPU stand-in for GraphCapture: records the captured body and runs it again on each replay."""
+
+    def __init__(self) -> None:
+        self.body: object = None
+        self.warmups = 0
+
+    def capture(self, body: object, warmups: int = 3) -> None:
+        self.warmups = warmups
+        for _ in range(warmups + 1):  # warm-ups, then the capture itself runs the body once
+            body()  # type: ignore[operator]
+        self.body = body
+
+    def replay(self) -> None:
+        self.body()  # type: ignore[operator]
+
+
+def test_a_captured_step_decodes_what_eager_steps_at_its_position_decode(tiny_config: Path) -> None:
+    """The graph's step refills its own input with its argmax, so each replay decodes the token the last chose, and
+    every replay is a step at the captured position: replays give the tokens eager steps at that position give."""
+    from tokenroof.measure.local.local import decode_steps
+    from tokenroof.measure.local.torch_engine import CapturedStep, DecoderLM
+
+    spec = load_model(str(tiny_config))
+    engine = DecoderLM(spec, torch.float32, "cpu")
+    engine.init_random(0)
+    engine.allocate_cache(3, 32)
+    prompt = torch.randint(0, spec.vocab_size, (3, 12), generator=torch.Generator().manual_seed(1))
+    first = engine.prefill(prompt).argmax(-1, keepdim=True)
+    captured = CapturedStep(engine, first, 12, RecordedGraph())
+    replayed = []
+    for _ in range(3):
+        captured.replay()
+        replayed.append(captured.tokens.clone())
+    engine.allocate_cache(3, 32)
+    engine.prefill(prompt)
+    tokens, eager = first, []
+    for _ in range(4 + 3):  # the capture's three warm-ups and the capture itself, then the three replays
+        tokens = engine.forward(tokens, 12).argmax(-1, keepdim=True)
+        eager.append(tokens)
+    assert all(torch.equal(a, b) for a, b in zip(replayed, eager[4:], strict=True))
+    assert captured.tokens.shape == (3, 1) and captured.logits.shape == (3, spec.vocab_size)
+    with pytest.raises(TokenroofError, match="KV cache too small"):  # the capture runs the engine's own checks
+        CapturedStep(engine, first, 32, RecordedGraph())  # a 32-token cache holds positions 0..31
+    assert callable(decode_steps(engine, "eager", first, 12))
+
+
+@pytest.mark.slow  # torch.compile's first call compiles (about 10-25 s on 2 cores even for the tiny model)
+@pytest.mark.filterwarnings("ignore::DeprecationWarning")  # torch.compile's own imports (torch.jit.script_method)
+def test_compile_mode_decodes_as_eager_and_bench_local_times_it(tiny_config: Path, tmp_path: Path) -> None:
+    """torch.compile's step gives eager's logits at every batch and position (one compilation for batch 1, one for
+    the rest: the batch and position are dynamic), and bench-local measures in that mode, saying so."""
+    from tokenroof.measure.local.torch_engine import DecoderLM
+
+    spec = load_model(str(tiny_config))
+    engine = DecoderLM(spec, torch.float32, "cpu")
+    engine.init_random(0)
+    compiled = engine.compiled()
+    assert engine.compiled() is compiled  # compiled once, kept
+    for batch in (1, 4, 6):
+        engine.allocate_cache(batch, 32)
+        tokens = torch.randint(0, spec.vocab_size, (batch, 1), generator=torch.Generator().manual_seed(batch))
+        for position in (5, 6, 9):
+            want = engine.forward(tokens, position)
+            got = compiled(tokens, position)
+            torch.testing.assert_close(got, want, rtol=1e-4, atol=1e-5)
+    out = tmp_path / "compiled.csv"
+    args = ["bench-local", "-m", str(tiny_config), "--batch", "1,2", "--context", "8", "--steps", "2", "--warmup", "1"]
+    data = run_json([*args, "--device", "cpu", "--mode", "compile", "--out", str(out)])
+    validate("bench-local", data)
+    assert data["mode"] == "compile" and [p["batch"] for p in data["points"]] == [1, 2]
+    assert all(p["tpot_ms"] > 0 and p["context_tokens"] == 8 + 1 + 0.5 for p in data["points"])
+    assert any(line.startswith("engine mode compile") for line in read_table([out]).provenance)

@@ -430,3 +430,32 @@ def test_the_emulators_meter_bills_a_prefill_step_of_its_own_by_its_new_sequence
     asyncio.run(main())
     assert billed[0] == (3, 12)  # a, b and c prefilled together: three new sequences
     assert (1, 50) in billed  # d's prefill step: its one new sequence, not the four running
+
+
+def test_the_sm_clock_is_read_around_the_timed_steps_and_a_fall_is_named(monkeypatch: pytest.MonkeyPatch) -> None:
+    """NVML's SM clock at a point's first and last timed step: a board that slowed by more than a tenth while timed
+    is named (batch, from and to); where NVML cannot read the clock there is no reading and no warning."""
+    from tokenroof.measure.local.local import throttled
+
+    class ClockedNvml(FakeNvml):
+        NVML_CLOCK_SM = 1
+
+        def __init__(self, clocks: list[float]) -> None:
+            super().__init__()
+            self.clocks = clocks
+
+        def nvmlDeviceGetClockInfo(self, handle: str, which: int) -> float:
+            assert which == self.NVML_CLOCK_SM
+            return self.clocks.pop(0)
+
+    monkeypatch.setitem(sys.modules, "pynvml", ClockedNvml([1980.0, 1410.0]))
+    meter, _ = energy_meter(Device("cuda"))
+    assert meter is not None and (meter.sm_clock_mhz(), meter.sm_clock_mhz()) == (1980.0, 1410.0)
+    assert meter.sm_clock_mhz() is None  # NVML raised (no reading left): no clock, no failure
+    config = LocalConfig("llama-2-7b", batches=[8], steps=10)
+    steady, slowed = (make_point(config, b, [0.1], [[0.02] * 10]) for b in (8, 64))
+    steady.sm_clock_mhz_start, steady.sm_clock_mhz_end = 1980.0, 1950.0
+    slowed.sm_clock_mhz_start, slowed.sm_clock_mhz_end = 1980.0, 1410.0
+    (said,) = throttled([steady, slowed])
+    assert "fell during 1 of 2 points (at batch 64 from 1,980 to 1,410 MHz)" in said
+    assert throttled([steady]) == [] and throttled([make_point(config, 1, [0.1], [[0.02]])]) == []

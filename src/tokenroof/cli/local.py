@@ -61,6 +61,13 @@ def bench_local(
     ] = None,
     memory_fraction: Annotated[float, typer.Option(help="Refuse points needing more of the free memory.")] = 0.9,
     seed: Annotated[int, typer.Option(help="Seed of the random weights and prompts.")] = 0,
+    mode: Annotated[
+        str | None,
+        typer.Option(
+            help="How each decode step runs: eager (kernels launched from Python), compile (torch.compile) or graph "
+            "(a CUDA graph per batch, as vLLM decodes). Default: graph on CUDA, eager on CPU."
+        ),
+    ] = None,
     json_output: JsonOpt = False,
     plot: PlotOpt = None,
 ) -> None:
@@ -91,6 +98,7 @@ def bench_local(
         out=out,
         hardware=hardware,
         memory_fraction=memory_fraction,
+        mode=mode,
     )
     result = measure_with_progress(config, spec, hw, json_output)
     from tokenroof.report.plots import plot_bench_local

@@ -887,7 +887,7 @@ def bench_local(console: Console, data: dict[str, Any]) -> None:
         highlight=False,
     )
     console.print(
-        f"context {data['context']} tokens; TPOT = median of {data['timed_steps']} steps after "
+        f"{data['mode']} mode; context {data['context']} tokens; TPOT = median of {data['timed_steps']} steps after "
         f"{data['warmup_steps']} warm-up; spread p10–p90; TTFT = prefill of one prompt",
         style="dim",
         highlight=False,

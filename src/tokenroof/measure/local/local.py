@@ -4,8 +4,11 @@ For each batch: allocate the KV cache, prefill one prompt of `context` tokens
 (timed: the TTFT of one request), give every other sequence a copy of that
 cache (timing does not depend on values, and prefilling batch × context tokens
 would take longer than the whole sweep), then run warm-up decode steps and time
-`steps` more, each synchronised and timed with `perf_counter`. TPOT is the
-median step; the spread is reported beside it. With several round-robin passes
+`steps` more: on a CPU each by the wall clock, on a GPU each by CUDA events on the
+GPU's clock, queued without a synchronisation between steps. The engine runs each
+step in one of three modes (`ENGINE_MODES`): eager, compiled (torch.compile), or
+replayed from a CUDA graph (the default on a GPU, as serving engines decode). TPOT
+is the median step; the spread is reported beside it. With several round-robin passes
 (`rounds`), TPOT is the lowest of the passes' medians: on a shared machine
 interference only ever adds time, and whole passes run slow while a neighbour
 is busy (the median within a pass already ignores single slow steps). The CSV
@@ -48,6 +51,20 @@ from tokenroof.model.stepmodel import StepModel
 from tokenroof.specs import HardwareSpec, ModelSpec, Precision
 
 CSV_COLUMNS = ("batch", "throughput_tok_s", "tpot_ms", "context_tokens", "ttft_ms")  # DESIGN.md, read by predict
+# how the engine runs a decode step: kernels launched one by one from Python; through torch.compile (fused
+# elementwise chains); replayed from a CUDA graph captured per batch (no launches from Python: how vLLM, SGLang and
+# TensorRT-LLM decode)
+ENGINE_MODES = ("eager", "compile", "graph")
+MODE_NOTES = {
+    "eager": "eager (each kernel launched from Python: on a GPU the launches, not the kernels, can set the step)",
+    "compile": "compile (torch.compile: the elementwise chains fused; the first steps of a batch compile, untimed)",
+    "graph": "graph (one CUDA graph per batch, captured at the point's context and replayed: no launches from Python)",
+}
+
+
+def default_mode(device_type: str) -> str:
+    """CUDA graphs on a GPU (what serving engines run), eager on a CPU (no graphs there; compile costs minutes)."""
+    return "graph" if device_type == "cuda" else "eager"
 
 
 # -- the sweep -------------------------------------------------------------------------
@@ -68,6 +85,7 @@ class LocalConfig:
     hardware: str | None = None
     memory_fraction: float = 0.9
     prefill_chunk: int = 512
+    mode: str | None = None  # ENGINE_MODES; None: default_mode of the device
 
     def validate(self) -> None:
         if not self.batches or min(self.batches) < 1:
@@ -81,6 +99,24 @@ class LocalConfig:
             raise ParameterError(f"{{}} must be in (0, 1], got {self.memory_fraction}", "memory_fraction")
         if self.threads is not None and self.threads < 1:
             raise ParameterError(f"{{}} must be at least 1, got {self.threads}", "threads")
+        if self.mode is not None and self.mode not in ENGINE_MODES:
+            raise ParameterError(f"{{}} {self.mode!r}: expected {', '.join(ENGINE_MODES)}", "mode")
+        if self.mode in ("compile", "graph") and self.warmup < 1:
+            raise ParameterError(
+                f"{{}} {self.mode} compiles or captures each batch on its first step: give at least one warm-up step",
+                "warmup",
+            )
+
+    def resolved_mode(self, device_type: str) -> str:
+        """The mode to run on this device; graph mode off CUDA is refused in one line."""
+        mode = self.mode or default_mode(device_type)
+        if mode == "graph" and device_type != "cuda":
+            raise ParameterError(
+                f"{{}} graph replays CUDA graphs, which need a CUDA device (this run is on {device_type}): "
+                "use eager or compile",
+                "mode",
+            )
+        return mode
 
 
 @dataclass
@@ -103,6 +139,8 @@ class LocalPoint:
     flops_fraction: float | None = None
     power_watts: float | None = None  # the board's mean power over the timed steps (NVML; None: no meter)
     energy_j_per_token: float | None = None  # joules per output token over the timed steps (NVML; None: no meter)
+    sm_clock_mhz_start: float | None = None  # the GPU's SM clock at the first and last timed step (NVML; last pass)
+    sm_clock_mhz_end: float | None = None
 
     @property
     def throughput_tok_s(self) -> float:
@@ -128,6 +166,7 @@ class LocalResult:
     hardware: HardwareSpec | None = None
     warnings: list[str] = field(default_factory=list)
     power_source: str | None = None  # how the points' power and energy were had (None: not measured)
+    mode: str = "eager"  # ENGINE_MODES: how the engine ran each decode step
 
     def provenance(self) -> list[str]:
         c = self.config
@@ -138,9 +177,12 @@ class LocalResult:
             f"dtype {self.precision.weight_dtype}",
             f"device {self.device_name} ({self.device}), {self.threads} threads, torch {self.torch_version}, "
             f"{platform.python_implementation()} {platform.python_version()}",
+            f"engine mode {MODE_NOTES[self.mode]}",
             f"tpot_ms: median of {c.steps} timed decode steps after {c.warmup} warm-up steps"
-            f"{f', the lowest of {c.rounds} round-robin passes over the batches' if c.rounds > 1 else ''}; "
-            f"ttft_ms: prefill of one {c.context}-token prompt; context_tokens: mean KV length while timed",
+            f"{f', the lowest of {c.rounds} round-robin passes over the batches' if c.rounds > 1 else ''}"
+            f"{', each timed by CUDA events on the GPU' if self.device.startswith('cuda') else ''}; "
+            f"ttft_ms: prefill of one {c.context}-token prompt (eager in every mode); context_tokens: mean KV length "
+            "while timed",
             "batch_kind=static tpot_kind=step",
         ]
 
@@ -153,6 +195,7 @@ class LocalResult:
             "device_name": self.device_name,
             "threads": self.threads,
             "torch_version": self.torch_version,
+            "mode": self.mode,
             "context": c.context,
             "warmup_steps": c.warmup,
             "timed_steps": c.steps,
@@ -200,15 +243,23 @@ def build_engine(config: LocalConfig, spec: ModelSpec, device: Any, dtype: Any) 
 
 
 def time_batch(
-    engine: Any, config: LocalConfig, batch: int, sync: Callable[[], None], meter: EnergyMeter | None = None
-) -> tuple[float, list[float], float | None]:
-    """Prefill one prompt (timed), copy its cache to the batch, warm up, time `steps` decode steps: (TTFT, steps) s,
-    and the joules the board drew over the timed steps (None: no meter)."""
+    engine: Any,
+    config: LocalConfig,
+    batch: int,
+    sync: Callable[[], None],
+    meter: EnergyMeter | None = None,
+    mode: str = "eager",
+) -> tuple[float, list[float], float | None, tuple[float | None, float | None]]:
+    """Prefill one prompt (timed), copy its cache to the batch, warm up, time `steps` decode steps in `mode`:
+    (TTFT, steps) s, the joules the board drew over the timed steps (None: no meter) and its SM clock (MHz) as
+    the timing began and as it ended (None: no meter, or no clock reading). On a GPU each step is
+    timed by CUDA events on the GPU's own clock, the steps queued without a synchronisation between them (as a
+    server queues them); on a CPU by the wall clock."""
     torch = require_torch()
     ctx, device = config.context, engine.device
     gen = torch.Generator().manual_seed(config.seed + batch)
     engine.allocate_cache(batch, ctx + config.warmup + config.steps)
-    engine.prepack(batch)
+    engine.prepack(batch if mode == "eager" else 0)  # CPU weight packing is the eager engine's (compile packs its own)
     prompt = torch.randint(0, engine.spec.vocab_size, (1, ctx), generator=gen).to(device)
     sync()
     start = time.perf_counter()
@@ -216,22 +267,60 @@ def time_batch(
     sync()
     ttft_s = time.perf_counter() - start
     engine.copy_sequence(0, slice(1, batch))
-    tokens = logits.argmax(-1, keepdim=True).expand(batch, 1).contiguous()
+    run = decode_steps(engine, mode, logits.argmax(-1, keepdim=True).expand(batch, 1).contiguous(), ctx)
+    cuda = device.type == "cuda"
     times: list[float] = []
+    events: list[tuple[Any, Any]] = []
     drawn_j = None
+    clock_start = None
     for step in range(config.warmup + config.steps):
-        sync()
-        if meter is not None and step == config.warmup:
-            drawn_j = -meter.read_j()
-        start = time.perf_counter()
-        tokens = engine.forward(tokens, ctx + step).argmax(-1, keepdim=True)
-        sync()
-        if step >= config.warmup:
+        if step == config.warmup:
+            sync()
+            if meter is not None:
+                drawn_j = -meter.read_j()
+                clock_start = meter.sm_clock_mhz()
+        if step < config.warmup:
+            run(step)
+        elif cuda:
+            begin, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            begin.record()
+            run(step)
+            end.record()
+            events.append((begin, end))
+        else:
+            start = time.perf_counter()
+            run(step)
             times.append(time.perf_counter() - start)
+    clock_end = None if meter is None else meter.sm_clock_mhz()  # before the sync: the last steps still run
+    sync()
     if meter is not None and drawn_j is not None:
         drawn_j += meter.read_j()
+    times += [begin.elapsed_time(end) / 1e3 for begin, end in events]  # ms on the GPU's clock
     engine.cache = []  # free the KV cache before the next batch allocates its own
-    return ttft_s, times, drawn_j
+    return ttft_s, times, drawn_j, (clock_start, clock_end)
+
+
+def decode_steps(engine: Any, mode: str, tokens: Any, ctx: int) -> Callable[[int], None]:
+    """One decode step of the batch as `mode` runs it, called with the step's index (its position past `ctx`); each
+    step decodes the token the one before chose (argmax). In graph mode every replay is a step at position `ctx`."""
+    if mode == "graph":
+        from tokenroof.measure.local.torch_engine import CapturedStep
+
+        captured = CapturedStep(engine, tokens, ctx)
+        return lambda step: captured.replay()
+    forward = engine.compiled() if mode == "compile" else engine.forward
+    state = [tokens]
+
+    def run(step: int) -> None:
+        state[0] = forward(state[0], ctx + step).argmax(-1, keepdim=True)
+
+    return run
+
+
+def mean_position(config: LocalConfig, mode: str) -> float:
+    """The KV length the timed steps read, on average (the position of the step's token): each eager or compiled
+    step one further, every graph replay at the context."""
+    return float(config.context) if mode == "graph" else config.context + config.warmup + (config.steps - 1) / 2
 
 
 def make_point(
@@ -240,6 +329,7 @@ def make_point(
     ttfts_s: Sequence[float],
     rounds_s: Sequence[Sequence[float]],
     drawn_j: Sequence[float] = (),
+    mode: str = "eager",
 ) -> LocalPoint:
     """TPOT: the lowest per-pass median step; spread over every timed step of this batch (all passes); median TTFT;
     energy: every pass's joules over every pass's tokens and time (`drawn_j`, one per pass; none: no meter)."""
@@ -249,7 +339,7 @@ def make_point(
     joules = sum(drawn_j) if len(drawn_j) == len(rounds_s) and drawn_j else None
     return LocalPoint(
         batch=batch,
-        context_tokens=config.context + config.warmup + (config.steps - 1) / 2,
+        context_tokens=mean_position(config, mode),
         tpot_ms=quietest_median_s(rounds_s) * 1e3,
         tpot_ms_p10=p10,
         tpot_ms_p90=p90,
@@ -286,6 +376,7 @@ def run_bench_local(
 
     check_supported(spec)
     device = resolve_device(config.device)
+    mode = config.resolved_mode(device.type)
     dtype = torch_dtype(config.dtype, device)
     precision = Precision.create(config.dtype)
     if config.threads is not None:
@@ -314,6 +405,7 @@ def run_bench_local(
         config,
         hardware=hardware,
         warnings=warnings,
+        mode=mode,
     )
 
     def sync() -> None:
@@ -337,7 +429,7 @@ def run_bench_local(
     for _ in range(config.rounds):  # round-robin over the batches: drift in machine speed hits every point alike
         for batch in config.batches:
             try:
-                ttft_s, times, drawn_j = time_batch(engine, config, batch, sync, meter)
+                ttft_s, times, drawn_j, clocks = time_batch(engine, config, batch, sync, meter, mode)
             except torch.OutOfMemoryError:
                 engine.cache = []
                 raise TokenroofError(
@@ -348,7 +440,8 @@ def run_bench_local(
             samples[batch][1].append(times)
             if drawn_j is not None:
                 drawn[batch].append(drawn_j)
-            point = make_point(config, batch, *samples[batch], drawn[batch])
+            point = make_point(config, batch, *samples[batch], drawn[batch], mode)
+            point.sm_clock_mhz_start, point.sm_clock_mhz_end = clocks
             compare_to_roof(point, spec, precision, hardware, roof)
             result.points = [p for p in result.points if p.batch != batch] + [point]
             if config.out is not None:
@@ -357,7 +450,31 @@ def run_bench_local(
     result.points.sort(key=lambda p: p.batch)
     result.warnings += drift_warning({b: rounds for b, (_, rounds) in samples.items()})
     result.warnings += implausible(result.points, hardware)
+    result.warnings += throttled(result.points)
     return result
+
+
+THROTTLE_RATIO = 0.9  # an SM clock that ends a point below this share of where it began
+
+
+def throttled(points: list[LocalPoint]) -> list[str]:
+    """Say where the GPU's SM clock fell during a point's timed steps (power or thermal throttling): those steps
+    were timed on a slower board than the ones before."""
+    fell = [
+        p
+        for p in points
+        if p.sm_clock_mhz_start
+        and p.sm_clock_mhz_end is not None
+        and p.sm_clock_mhz_end < THROTTLE_RATIO * p.sm_clock_mhz_start
+    ]
+    if not fell:
+        return []
+    worst = min(fell, key=lambda p: (p.sm_clock_mhz_end or 0.0) / (p.sm_clock_mhz_start or 1.0))
+    return [
+        f"the GPU's SM clock fell during {len(fell)} of {len(points)} points (at batch {worst.batch} from "
+        f"{worst.sm_clock_mhz_start:,.0f} to {worst.sm_clock_mhz_end:,.0f} MHz): the board throttled (power or heat) "
+        "while those steps were timed; check nvidia-smi -q -d PERFORMANCE, or lock the clocks"
+    ]
 
 
 def implausible(points: list[LocalPoint], hardware: HardwareSpec | None) -> list[str]:

@@ -30,6 +30,14 @@ class EnergyMeter:
     def source(self) -> str:
         return f"measured: NVML's total-energy counter of {self.name}, over the timed steps"
 
+    def sm_clock_mhz(self) -> float | None:
+        """The streaming multiprocessors' clock now (MHz; None where NVML cannot say): read at a point's first and
+        last timed step, a clock that fell between them is a board throttling (power or heat) under the timing."""
+        try:
+            return float(self.nvml.nvmlDeviceGetClockInfo(self.handle, self.nvml.NVML_CLOCK_SM))
+        except Exception:  # any NVMLError: the reading is optional
+            return None
+
 
 def energy_meter(device: Any) -> tuple[EnergyMeter | None, str | None]:
     """The meter of `device` (a torch device), or None and why there is none (None: a CPU, which is not said)."""

@@ -17,7 +17,7 @@ from __future__ import annotations
 import functools
 import math
 import warnings
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -289,6 +289,7 @@ class DecoderLM(nn.Module):
             self.lm_head.weight = self.model.embed_tokens.weight
         self.inv_freq = rope_inv_freq(spec).to(device)
         self.cache: list[tuple[Tensor, Tensor]] = []
+        self._compiled: Callable[[Tensor, int], Tensor] | None = None
 
     @property
     def dtype(self) -> torch.dtype:
@@ -336,6 +337,26 @@ class DecoderLM(nn.Module):
     @torch.inference_mode()
     def forward(self, tokens: Tensor, start: int, all_logits: bool = False) -> Tensor:
         """tokens [batch, T] at positions start.. → logits [batch, vocab] (last position) or [batch, T, vocab]."""
+        return self.step(tokens, start, all_logits)
+
+    def compiled(self) -> Callable[[Tensor, int], Tensor]:
+        """`forward` through `torch.compile` (inductor fuses the elementwise chains: RMSNorm, RoPE, SiLU·mul, the
+        residuals), with the batch and the position dynamic, so one compilation serves every step and every batch
+        from 2 (batch 1 compiles once more: PyTorch specialises sizes 0 and 1). The first call of each compiles
+        (seconds to minutes): warm-up steps absorb it. Under `no_grad`, not `inference_mode`: a compiled graph
+        cannot write the KV cache (a tensor made outside inference mode) from inside it."""
+        if self._compiled is None:
+            step = self.step
+
+            def no_grad_step(tokens: Tensor, start: int) -> Tensor:
+                with torch.no_grad():
+                    return step(tokens, start)
+
+            self._compiled = torch.compile(no_grad_step, dynamic=True)
+        return self._compiled
+
+    def step(self, tokens: Tensor, start: int, all_logits: bool = False) -> Tensor:
+        """`forward` without its `inference_mode` (the caller chooses: inference mode, `no_grad` for compile)."""
         if (
             not self.cache
             or tokens.shape[0] > self.cache[0][0].shape[0]
@@ -359,6 +380,53 @@ class DecoderLM(nn.Module):
         for start in range(0, tokens.shape[1], chunk):
             logits = self.forward(tokens[:, start : start + chunk], start)
         return logits
+
+
+class GraphCapture:
+    """What `CapturedStep` asks of CUDA: warm a step up on a side stream, capture it into a graph, replay the graph.
+    A test substitutes a recorder for it on a CPU; nothing else differs."""
+
+    def __init__(self) -> None:
+        self.graph: Any = None
+
+    def capture(self, body: Callable[[], None], warmups: int = 3) -> None:
+        side = torch.cuda.Stream()
+        side.wait_stream(torch.cuda.current_stream())
+        with torch.cuda.stream(side):  # cuBLAS workspaces and allocator pools made before capture, as PyTorch asks
+            for _ in range(warmups):
+                body()
+        torch.cuda.current_stream().wait_stream(side)
+        self.graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(self.graph):
+            body()
+
+    def replay(self) -> None:
+        self.graph.replay()
+
+
+class CapturedStep:
+    """One decode step of `batch` sequences at position `start`, captured as a CUDA graph and replayed: the
+    kernels launch from the graph, not one by one from Python (what vLLM and SGLang do for every decode batch
+    size they serve). The step's input is a static buffer the graph itself refills with the step's argmax, so
+    each replay decodes the token the last one chose; every replay writes the KV cache at `start` and reads
+    positions 0..start, a step at that one context (bench-local times it; serving needs a position that moves,
+    which the graph does not have)."""
+
+    def __init__(self, engine: DecoderLM, tokens: Tensor, start: int, capture: GraphCapture | None = None) -> None:
+        self.capture = GraphCapture() if capture is None else capture
+        with torch.inference_mode():
+            self.tokens = tokens.clone()  # the graph's input, read and refilled in place
+            self.logits = torch.empty(0)
+
+        def body() -> None:
+            with torch.inference_mode():
+                self.logits = engine.step(self.tokens, start)
+                self.tokens.copy_(self.logits.argmax(-1, keepdim=True))
+
+        self.capture.capture(body)
+
+    def replay(self) -> None:
+        self.capture.replay()
 
 
 def checkpoint_files(path: Path) -> list[Path]:
