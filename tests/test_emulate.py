@@ -274,3 +274,22 @@ def test_a_driver_that_delivers_late_but_keeps_up_keeps_the_step_time() -> None:
     gaps = [b - a for a, b in itertools.pairwise(times)]
     assert sum(gaps) / len(gaps) == pytest.approx(0.1, rel=0.1) and engine.restarts == 0
     assert engine.lateness_sum_s / 8 == pytest.approx(0.06, abs=0.03)  # its self-check still says how late
+
+
+def test_a_prompt_longer_than_a_prefill_step_is_a_400_on_the_prompt_naming_the_budgets_flag() -> None:
+    """An emulated TGI (prefill steps of their own, 4 prompt tokens a step): a 5-token prompt is refused with HTTP
+    400, OpenAI's error shape, `param` the prompt (not max_tokens), and the message says which budget to raise; a
+    4-token prompt is served."""
+
+    async def check(session: aiohttp.ClientSession, url: str, _: Emulator) -> None:
+        body = {"prompt": "one two three four five", "max_tokens": 2}
+        async with session.post(url + "/v1/completions", json=body) as response:
+            assert response.status == 400
+            error = (await response.json())["error"]
+        assert error["param"] == "prompt" and error["code"] == 400
+        assert "prompt is 5 tokens; a prefill step holds 4" in error["message"]
+        assert "raise --max-num-batched-tokens (TGI's --max-batch-prefill-tokens)" in error["message"]
+        async with session.post(url + "/v1/completions", json={**body, "prompt": "one two three four"}) as response:
+            assert response.status == 200
+
+    with_emulator(check, separate_prefill=True, max_num_batched_tokens=4)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import math
 from pathlib import Path
 
@@ -369,6 +370,36 @@ def test_vllm_v1s_prompt_budget_follows_the_gpu_as_vllm_serve_does() -> None:
     assert Physics("llama-3.1-8b", "a100-sxm-80gb", "bf16", engine="vllm-v1").prompt_budget() == 2048
     assert Physics("llama-3.1-8b", "l40s", "bf16", engine="vllm-v1").prompt_budget() == 2048
     assert Physics("llama-3.1-8b", "l40s", "bf16").prompt_budget() == "fit"
+
+
+def test_vllm_v0s_prefill_step_holds_max_model_len_and_past_32k_it_chunks(tmp_path: Path) -> None:
+    """vLLM V0 without chunked prefill holds max(max_model_len, 2,048) prompt tokens in a prefill step
+    (SchedulerConfig), so Llama-3-8B's (8,192 positions) takes eight 1,000-token prompts at most, not every waiting
+    one; past 32K of context (Llama-3.1-8B, 131,072) V0 turns chunked prefill on (vLLM 0.5.5 on) at 2,048 tokens, as
+    its start-up profile does. Each answer says which it assumed."""
+    from tests.conftest import run_json
+    from tokenroof.fit.physics import Physics
+
+    v0 = Physics("llama-3-8b", "h100-sxm", "bf16", engine="vllm-v0")
+    assert (v0.chunks_long_contexts(), v0.separate_prefill_budget(), v0.prompt_budget()) == (False, 8192, None)
+    long = Physics("llama-3.1-8b", "h100-sxm", "bf16", engine="vllm-v0")
+    assert (long.chunks_long_contexts(), long.prompt_budget()) == (True, 2048)
+    assert Physics("llama-3.1-8b", "h100-sxm", "bf16", engine="tgi").separate_prefill_budget() == 4096
+    args = ["simulate", "-H", "h100-sxm", "--engine", "vllm-v0", "--request-rate", "1000", "--input-len", "1000"]
+    args += ["--output-len", "50", "--num-requests", "40", "--json"]
+    burst = run_json([*args, "-m", "llama-3-8b", "--out", str(tmp_path)])
+    firsts = {
+        round(r["first_token_s"], 6) for r in map(json.loads, (tmp_path / "requests.jsonl").read_text().splitlines())
+    }
+    assert len(firsts) == 6  # the first prompt alone, then 8 a prefill step (8 × 1,000 ≤ 8,192): not all 39 at once
+    said = "prompts prefilled in steps of their own (at most 8,192 prompt tokens a step: vllm-v0's default"
+    assert any(said in w for w in burst["warnings"])
+    chunked = run_json([*args, "-m", "llama-3.1-8b"])
+    assert any(
+        "prompts chunked at 2,048 tokens a step: vllm-v0's default past 32K of context" in w
+        for w in (chunked["warnings"])
+    )
+    assert not any("steps of their own" in w for w in chunked["warnings"])
 
 
 def test_simulate_chunks_prompts_at_a_named_engines_budget_and_says_so() -> None:

@@ -492,3 +492,8 @@ def test_separate_prefill_edges_one_token_requests_and_the_prompt_budget() -> No
     scheduler.submit(Sequence("fits", 900, 5000, 0.0))
     with pytest.raises(TokenroofError, match=r"^request long's prompt is 1,200 tokens; a prefill step holds 1,000"):
         scheduler.submit(Sequence("long", 1200, 1, 0.0))
+    # the budget bounds the prefill steps alone: one smaller than the batch cap is a server TGI starts
+    small = BatchScheduler(sm, max_num_seqs=256, max_num_batched_tokens=100, separate_prefill=True)
+    small.submit(Sequence("short", 90, 2, 0.0))
+    with pytest.raises(TokenroofError, match="must exceed max_num_seqs"):  # chunking, every sequence takes a token
+        BatchScheduler(sm, max_num_seqs=256, max_num_batched_tokens=100)

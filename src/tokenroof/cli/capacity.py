@@ -219,6 +219,10 @@ def plan(
     seeds: Annotated[int, typer.Option(help="Simulation seeds per candidate.")] = 3,
     num_requests: Annotated[int, typer.Option(help="Requests per simulation.")] = 4000,
     max_replicas: Annotated[int, typer.Option(help="Give up beyond this many replicas.")] = 64,
+    max_num_batched_tokens: Annotated[
+        int | None,
+        typer.Option(help="Prompt tokens per step (chunked prefill's budget; TGI: --max-batch-prefill-tokens)."),
+    ] = None,
     gpu_cost_per_hour: Annotated[
         str | None, typer.Option(help="Price of one GPU-hour: one for every --hardware choice, or one each: '2.5,1.2'.")
     ] = None,
@@ -273,6 +277,7 @@ def plan(
         prefill_tp=prefill_tp,
         prefill_hardware=prefill_chips[0] if len(prefill_chips) == 1 else None,
         prefill_gpu_cost_per_hour=prefill_gpu_cost_per_hour,
+        max_num_batched_tokens=max_num_batched_tokens,
     )
     if len(prefill_chips) > 1 and prefill_gpu_cost_per_hour is not None:
         raise TokenroofError(

@@ -185,12 +185,45 @@ class Physics:
             model, hardware, self.precision, workload, self.tp, None, fraction, engine=profile, of_free=of_free
         )
 
+    def chunks_long_contexts(self) -> bool:
+        """Whether the named engine, which prefills in steps of its own, chunks prefill instead for this model: vLLM
+        V0 turns chunked prefill on by default when max_model_len passes `whole_context_up_to` (32K; vLLM 0.5.5 on),
+        as its start-up profile does (EngineReserve.profile)."""
+        if self.engine is None or self.model is None:
+            return False
+        profile = self.engine_profile()
+        reserve = profile.reserve
+        if profile.prefill != "separate" or reserve is None or reserve.whole_context_up_to is None:
+            return False
+        from tokenroof.specs import load_model
+
+        context = load_model(self.model).max_position_embeddings
+        return context is not None and context > reserve.whole_context_up_to
+
+    def separate_prefill_budget(self) -> int | None:
+        """The prompt tokens one prefill step of its own holds by default: the profile's (TGI's
+        --max-batch-prefill-tokens, 4,096), else vLLM V0's max(max_model_len, 2,048) for this model (SchedulerConfig,
+        without chunked prefill: a step holds at least one whole prompt of the longest length); None: unknown."""
+        profile = self.engine_profile()
+        if profile.max_num_batched_tokens is not None:
+            return profile.max_num_batched_tokens
+        reserve = profile.reserve
+        if reserve is None or reserve.whole_context_up_to is None or self.model is None:
+            return None
+        from tokenroof.specs import load_model
+
+        context = load_model(self.model).max_position_embeddings
+        return max(context, reserve.profile_tokens) if context else None
+
     def prompt_budget(self) -> int | str | None:
         """How the named engine prefills measured prompts: its chunk budget per step, None for whole prompts (its own
         prefill steps), or "fit" when no engine is named (the replay of the measurements decides)."""
         if self.engine is None:
             return "fit"
         profile = self.engine_profile()
+        if self.chunks_long_contexts():  # vLLM V0 past 32K of context: chunked at its profile step's budget
+            assert profile.reserve is not None
+            return profile.reserve.profile_tokens
         if profile.prefill != "chunked":
             return None
         reserve = profile.reserve

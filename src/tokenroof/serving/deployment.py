@@ -147,7 +147,7 @@ class Deployment:
         if replayed is not None:
             return replayed.max_num_batched_tokens
         if self.separate_prefill(travelling):
-            return self.physics.engine_profile().max_num_batched_tokens
+            return self.physics.separate_prefill_budget()
         budget = self.physics.prompt_budget() if self.physics.engine is not None else None
         if not isinstance(budget, int):
             return None
@@ -191,7 +191,9 @@ class Deployment:
         model from first principles; a model fitted on the scheduler keeps the scheduling it was fitted with."""
         if self.physics.engine is None or self.fit is not None or self.step_model_file is not None:
             return False
-        return travelling.replayed is None and self.physics.engine_profile().prefill == "separate"
+        if travelling.replayed is not None or self.physics.chunks_long_contexts():
+            return False
+        return self.physics.engine_profile().prefill == "separate"
 
     def disaggregation(self) -> Disaggregation | None:
         """The prefill and decode pools and the link between them (None: colocated, every replica does both)."""
@@ -270,7 +272,10 @@ class Deployment:
         if not self.separate_prefill(travelling):
             return []
         budget = self.prompt_budget(travelling)
-        most = "" if budget is None else f" (at most {budget:,} prompt tokens a step)"
+        most = "" if budget is None else f" (at most {budget:,} prompt tokens a step"
+        if budget is not None:
+            given = self.max_num_batched_tokens is not None
+            most += ")" if given else f": {self.physics.engine}'s default, --max-num-batched-tokens to change it)"
         return [
             f"prompts prefilled in steps of their own{most}, the running sequences waiting: {self.physics.engine}'s "
             "scheduling"
@@ -287,8 +292,11 @@ class Deployment:
         budget = self.prompt_budget(travelling)
         if budget is None or self.physics.engine is None:
             return []
+        why = "on this GPU"
+        if self.physics.chunks_long_contexts():
+            why = "past 32K of context (V0 turns chunked prefill on there, vLLM 0.5.5 on)"
         return [
-            f"prompts chunked at {budget:,} tokens a step: {self.physics.engine}'s default on this GPU "
+            f"prompts chunked at {budget:,} tokens a step: {self.physics.engine}'s default {why} "
             "(--max-num-batched-tokens to change it)"
         ]
 

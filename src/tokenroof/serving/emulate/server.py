@@ -28,7 +28,7 @@ from tokenroof.model.speculative import Speculation
 from tokenroof.model.stepmodel import StepModel
 from tokenroof.serving.emulate import protocol as proto
 from tokenroof.serving.emulate.checks import SHUTDOWN_TIMEOUT_S, bind_failure, check_step_model, start_site
-from tokenroof.serving.engine.core import BatchScheduler, PrefixCounts, Sequence, SpecCounts
+from tokenroof.serving.engine.core import BatchScheduler, PrefixCounts, PromptOverBudget, Sequence, SpecCounts
 from tokenroof.serving.engine.fleet import FleetEngine, Router
 from tokenroof.serving.engine.realtime import RealtimeEngine, StepRunner
 from tokenroof.serving.engine.split import SplitEngine
@@ -263,6 +263,8 @@ class Emulator:
             seq.block_keys = block_keys(req.tokens, self.scheduler.block_size)
         try:
             self.engine.submit(seq)
+        except PromptOverBudget as exc:  # a prefill step of its own holds less than the prompt
+            raise proto.ApiError(exc.as_flags(), "prompt") from None
         except TokenroofError as exc:  # more than the KV cache holds
             raise proto.ApiError(str(exc), "max_tokens") from None
         queue: asyncio.Queue[int] = asyncio.Queue()

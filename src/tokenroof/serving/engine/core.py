@@ -67,7 +67,7 @@ from typing import Any, NamedTuple
 
 import numpy as np
 
-from tokenroof.errors import TokenroofError
+from tokenroof.errors import ParameterError, TokenroofError
 from tokenroof.model.prefix import cacheable_tokens, chunk_attention_sq, prefix_key
 from tokenroof.model.speculative import Speculation
 from tokenroof.model.stepmodel import StepModel
@@ -113,6 +113,10 @@ class Sequence:
         if self.tokens_after is not None:
             return self.admitted_step + len(self.tokens_after) - 1
         return self.admitted_step + self.max_tokens - self.done_tokens - 1
+
+
+class PromptOverBudget(ParameterError):
+    """A prompt longer than a prefill step of its own holds (separate prefill never splits one)."""
 
 
 QUIET_RUN_STEPS = 4096  # the most steps one quiet run coalesces
@@ -292,7 +296,11 @@ class BatchScheduler:
             )
         if self.kv_capacity_tokens is not None and self.kv_capacity_tokens < self.block_size:
             raise TokenroofError(f"the KV cache must hold at least one block ({self.block_size} tokens)")
-        if self.max_num_batched_tokens is not None and self.max_num_batched_tokens <= self.max_num_seqs:
+        if (  # prefilled in steps of their own, the budget bounds those steps alone
+            self.max_num_batched_tokens is not None
+            and not self.separate_prefill
+            and self.max_num_batched_tokens <= self.max_num_seqs
+        ):
             raise TokenroofError(
                 f"max_num_batched_tokens ({self.max_num_batched_tokens}) must exceed max_num_seqs "
                 f"({self.max_num_seqs}): every running sequence needs one token of the budget"
@@ -315,9 +323,11 @@ class BatchScheduler:
             )
         budget = self.max_num_batched_tokens
         if self.separate_prefill and budget is not None and seq.prompt_tokens > budget:
-            raise TokenroofError(  # vLLM V0 (max_num_batched_tokens ≥ max_model_len), TGI (--max-batch-prefill-tokens)
+            raise PromptOverBudget(  # vLLM V0 (a budget of at least max_model_len), TGI (--max-batch-prefill-tokens)
                 f"request {seq.request_id}'s prompt is {seq.prompt_tokens:,} tokens; a prefill step holds "
-                f"{budget:,}, and prefilled in steps of their own, prompts are never split"
+                f"{budget:,}, and prefilled in steps of their own, prompts are never split: raise {{}} (TGI's "
+                "--max-batch-prefill-tokens) past the longest prompt",
+                "max_num_batched_tokens",
             )
 
     def generated(self, seq: Sequence) -> int:
