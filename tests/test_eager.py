@@ -62,15 +62,25 @@ def test_launches_per_layer_less_the_all_reduces_the_launches_hide() -> None:
     assert rl.step_model_from_specs(model, hw, Precision.create("bf16"), 1, eff).t_host_s == pytest.approx(19.2e-3)
 
 
-def test_enforce_eager_adds_the_profiles_launches_and_widens_the_interval_in_quadrature() -> None:
+def test_enforce_eager_adds_the_profiles_launches_and_widens_the_interval_where_the_host_sets_the_step() -> None:
+    """The host's spread widens a step's interval only where the launches can set it. By hand, the profile's own
+    factors lo, h, the host's spreads f, s (logs), a fixed 1 ms: a step whose launches (5 ms) outlast the GPU's 2 ms
+    takes exp(∓hypot(log l, f)) / exp(hypot(log h, s)), but never below the GPU's own step (1 + 2) × lo; one whose
+    GPU work (10 ms) outlasts them keeps lo below and reaches max(11 h, (1 + 5 e^s) h) above."""
     graphs = load_engine("vllm-v0")
     eager = graphs.enforce_eager()
     assert graphs.eager is not None and eager.eager_enforced and eager.enforce_eager() is eager
     assert eager.efficiencies["host_s_per_layer"] == graphs.eager.host_s_per_layer
     assert "host_s_per_layer" not in graphs.efficiencies
-    low, high = graphs.accuracy.log_error_low, graphs.accuracy.log_error_high
-    assert eager.accuracy.log_error_low == pytest.approx(-math.hypot(low, graphs.eager.log_spread_faster))
-    assert eager.accuracy.log_error_high == pytest.approx(math.hypot(high, graphs.eager.log_spread_slower))
+    assert eager.accuracy == graphs.accuracy  # the profile's own spread; the host's goes in step by step
+    lo, h = graphs.accuracy.factors()
+    f, s = graphs.eager.log_spread_faster, graphs.eager.log_spread_slower
+    steps, gpu = np.array([6.0, 11.0]), np.array([2.0, 10.0])
+    lows, highs = eager.eager_interval_factors(steps, 1.0, gpu, 5.0)
+    assert lows[0] == pytest.approx(max(6 * math.exp(-math.hypot(math.log(lo), f)), 3 * lo) / 6)
+    assert highs[0] == pytest.approx(math.exp(math.hypot(math.log(h), s)))
+    assert lows[1] == pytest.approx(lo) and highs[1] == pytest.approx(max(11 * h, (1 + 5 * math.exp(s)) * h) / 11)
+    assert [list(x) for x in graphs.eager_interval_factors(steps, 1.0, gpu, 5.0)] == [[lo, lo], [h, h]]
     assert rl.profile_efficiencies(eager).host_s_per_layer == pytest.approx(2.4e-4)
     assert rl.profile_efficiencies(eager).host_s_per_allreduce == pytest.approx(3e-5)
     # an unfitted profile's bias correction slows its kernels' constants, not the launches' own estimate
@@ -103,8 +113,11 @@ def test_roofline_enforce_eager_names_the_host_as_the_bound_and_says_so_in_json(
     assert eager["engine"]["eager_enforced"] is True and "eager" in eager["engine"]["name"]
     assert eager["efficiencies"]["host_s_per_layer"] == pytest.approx(2.4e-4) and eager["step_model"]["t_host_s"] > 0
     hi, lo = (rows[0]["tpot_ms_high"] / rows[0]["tpot_ms"]), (base[0]["tpot_ms_high"] / base[0]["tpot_ms"])
-    assert hi > lo  # an estimate: the interval widens
+    assert hi > lo  # an estimate: the interval widens where the launches set the step
     assert np.isfinite(hi)
+    assert rows[0]["tpot_ms_low"] >= base[0]["tpot_ms_low"]  # never faster than the same server with graphs
+    for key in ("tpot_ms_low", "tpot_ms_high"):  # where the GPU's work sets the step, eager's interval is graphs'
+        assert rows[1][key] == pytest.approx(base[1][key], rel=1e-9)
 
 
 def test_enforce_eager_on_an_engine_without_an_eager_mode_is_one_line() -> None:
@@ -140,3 +153,22 @@ def test_the_curve_scorer_reads_the_engine_version_and_eager_from_a_header() -> 
     assert not fp.eager_of("# engine: vLLM 0.6.0, enforce_eager=False")
     assert fp.eager_of("# engine: vLLM, enforce_eager=True")
     assert fp.engine_of("# engine: vLLM 0.6.3 (not the V1 engine)") == "vllm-v0"
+
+
+def test_simulate_advise_and_plan_say_the_answer_runs_without_cuda_graphs() -> None:
+    """Every first-principles answer run eagerly says so, and what the launches cost a step (roofline's engine line
+    does; simulate, advise and plan did not); without the flag, nothing is said."""
+    base = ["-m", "llama-2-70b", "-H", "h100-sxm", "--tp", "8", "--engine", "vllm-v0", "--input-len", "500"]
+    base += ["--output-len", "100"]
+    said = "run without CUDA graphs (--enforce-eager): the host launches each layer's kernels every step, "
+    runs = {
+        "simulate": ["simulate", *base, "--request-rate", "1", "--num-requests", "60"],
+        "advise": ["advise", *base, "--tpot-slo-ms", "40"],
+        "plan": ["plan", *base, "--rate", "1", "--num-requests", "200", "--seeds", "1", "--workers", "1"],
+    }
+    for name, args in runs.items():
+        eager = run_json([*args, "--enforce-eager"])
+        notes = [w for w in eager["warnings"] if w.startswith(said)]
+        assert len(notes) == 1 and "ms a step" in notes[0] and "vllm-v0's [eager] profile, not fitted" in notes[0], name
+        if name == "simulate":
+            assert not any(w.startswith(said) for w in run_json(args)["warnings"])

@@ -54,7 +54,6 @@ def predict(
     compute_dtype: ComputeOpt = None,
     tp: TpOpt = 1,
     engine: EngineOpt = None,
-    enforce_eager: EagerOpt = False,
     context: Annotated[
         str | None,
         typer.Option(
@@ -81,7 +80,7 @@ def predict(
     from tokenroof.fit.predict import MeasuredWorkload, predict_table, prior_for, split_contexts
     from tokenroof.io.measurements import read_table
 
-    physics = Physics(model, hardware, dtype, kv_dtype, compute_dtype, tp, engine, enforce_eager)
+    physics = Physics(model, hardware, dtype, kv_dtype, compute_dtype, tp, engine)  # measured: no --enforce-eager
     physics.refuse_eager_for_measurements()
     table = read_table(files)
     if decode_only:  # TPOT of pure decode steps, whatever the file's own kinds say

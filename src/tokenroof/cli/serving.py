@@ -128,7 +128,12 @@ def emulate(
     per_slot_kv = dep.slot_streams(travelling)
     from tokenroof.serving.capacity import speculation_notes
 
-    for note in [*travelling.notes(None), *speculation_notes(dep), *dep.budget_notes(travelling)]:
+    for note in [
+        *travelling.notes(None),
+        *dep.physics.eager_notes(),
+        *speculation_notes(dep),
+        *dep.budget_notes(travelling),
+    ]:
         err.print(f"note: {note}", highlight=False)
     max_model_len = min(max_model_len, kv or max_model_len)  # a request must fit in the cache on its own
     emulator = Emulator(

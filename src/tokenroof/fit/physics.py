@@ -88,6 +88,18 @@ class Physics:
                 "eager",
             )
 
+    def eager_notes(self) -> list[str]:
+        """What an answer run without CUDA graphs rests on (none with graphs): the launches' estimate and how long
+        they take a step, which a small batch's step cannot be shorter than."""
+        if not self.eager or not self.known:
+            return []
+        host_ms = self.step_model().t_host_s * 1e3
+        return [
+            f"run without CUDA graphs (--enforce-eager): the host launches each layer's kernels every step, "
+            f"{host_ms:.3g} ms a step, and a step takes the longer of that and the GPU's work (an estimate: "
+            f"{self.engine}'s [eager] profile, not fitted)"
+        ]
+
     def engine_profile(self) -> EngineProfile:
         """The engine profile named (the default one when none is), eager when `eager`."""
         from tokenroof.specs.engines import load_engine

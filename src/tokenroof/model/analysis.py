@@ -190,9 +190,11 @@ class RooflineResult:
         parts = sm.components_s(b, ctx)
         costs = rl.decode_costs(self.model, self.precision, b, self.context_tokens, self.tp)  # applies windows
         bound = sm.bound(b, ctx)
-        low, high = self.engine.accuracy.factors()
+        gpu = sm.steps_gpu_s(b, b * ctx, np.zeros_like(b), np.zeros_like(b))  # the GPU's work, under any launches
+        lows, highs = self.engine.eager_interval_factors(decode, sm.t_fixed_s, gpu, sm.t_host_s)
         rows = []
         for i, batch in enumerate(b):
+            low, high = float(lows[i]), float(highs[i])
             rows.append(
                 {
                     "batch": float(batch),

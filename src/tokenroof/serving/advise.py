@@ -306,16 +306,27 @@ def advise_with_prefill(
     else:
         sm = physics.step_model()
         source = f"first principles: {physics.label()}, run on simulate's scheduler"
-        separate = physics.engine is not None and physics.engine_profile().prefill == "separate"
+        notes += physics.eager_notes()
+        long_context = physics.chunks_long_contexts()  # vLLM V0 past 32K: chunked prefill on by default
+        separate = physics.engine is not None and physics.engine_profile().prefill == "separate" and not long_context
+        given = max_num_batched_tokens is not None
         if separate:
             if max_num_batched_tokens is None:  # its prefill step's default (TGI's --max-batch-prefill-tokens)
-                max_num_batched_tokens = physics.engine_profile().max_num_batched_tokens
-            most = (
-                "" if max_num_batched_tokens is None else f" (at most {max_num_batched_tokens:,} prompt tokens a step)"
-            )
+                max_num_batched_tokens = physics.separate_prefill_budget()
+            most = ""
+            if max_num_batched_tokens is not None:
+                default = "" if given else f": {physics.engine}'s default, --max-num-batched-tokens to change it"
+                most = f" (at most {max_num_batched_tokens:,} prompt tokens a step{default})"
             notes.append(
                 f"prompts prefilled in steps of their own{most}, the running sequences waiting: {physics.engine}'s "
                 "scheduling"
+            )
+        elif long_context and not given:
+            budget = physics.prompt_budget()
+            max_num_batched_tokens = budget if isinstance(budget, int) else None
+            notes.append(
+                f"prompts chunked at {max_num_batched_tokens:,} tokens a step: {physics.engine}'s default past 32K of "
+                "context (V0 turns chunked prefill on there, vLLM 0.5.5 on) (--max-num-batched-tokens to change it)"
             )
     speculation = None if speculative is None else physics.speculation(speculative)
     if speculation is not None:

@@ -98,6 +98,7 @@ def simulate_concurrencies(dep: Deployment, concurrencies: Sequence[int], traffi
     unsteady = [f"at concurrency {row['concurrency']}: {w}" for row in rows for w in row["warnings"]]
     notes = [
         *travelling.notes(dep.mean_context_tokens),
+        *dep.physics.eager_notes(),
         *speculation_notes(dep),
         *dep.prefix_notes(travelling),
         *budget,
@@ -117,6 +118,7 @@ def simulate_rates(
     sm = travelling.step_model
     notes = [
         *travelling.notes(dep.mean_context_tokens if trace is None else None),
+        *dep.physics.eager_notes(),
         *speculation_notes(dep),
         *dep.prefix_notes(travelling),
         *budget,
@@ -315,7 +317,11 @@ def plan_choices(
             unservable.append(why)
             continue
         travelling, samples = option.step_models(n_samples=4)
-        said = [*travelling.notes(offered.mean_context_tokens), *speculation_notes(option)]
+        said = [
+            *travelling.notes(offered.mean_context_tokens),
+            *option.physics.eager_notes(),
+            *speculation_notes(option),
+        ]
         said += option.prefix_notes(travelling) if len(choices.prefix_caching) == 1 else []
         said += option.scheduling_notes(travelling)
         notes += [n for n in said if n not in notes]

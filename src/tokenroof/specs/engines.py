@@ -38,6 +38,7 @@ from pathlib import Path
 from types import MappingProxyType
 from typing import Annotated, Any, Literal, Self
 
+import numpy as np
 from pydantic import Field, PlainValidator, model_validator
 
 from tokenroof.errors import ParameterError, TokenroofError, verbatim
@@ -247,8 +248,9 @@ class EngineProfile:
 
     def enforce_eager(self) -> EngineProfile:
         """This engine without CUDA graphs (`--enforce-eager`, or a release from before them): every layer's kernels
-        launched from Python each step, the GPU's work running under those launches (StepModel.t_host_s), and the
-        interval widened by how far a host's speed is from the estimate."""
+        launched from Python each step, the GPU's work running under those launches (StepModel.t_host_s). Its
+        accuracy stays the profile's: the host's spread widens a step's interval only where the launches can set
+        the step (`eager_interval_factors`), never a step the GPU's work sets."""
         if self.eager is None:
             known = " or ".join(k for k in list_engines() if load_engine(k).eager is not None)
             if self.key == DEFAULT_ENGINE:
@@ -266,7 +268,6 @@ class EngineProfile:
             )
         if self.eager_enforced:
             return self
-        acc = self.accuracy
         return replace(
             self,
             name=f"{self.name}, eager",
@@ -277,14 +278,30 @@ class EngineProfile:
                     "host_s_per_allreduce": self.eager.host_s_per_allreduce,
                 }
             ),
-            accuracy=replace(
-                acc,
-                # the host's spread and the profile's own, independent: their logs add in quadrature
-                log_error_low=-math.hypot(min(acc.log_error_low, 0.0), self.eager.log_spread_faster),
-                log_error_high=math.hypot(max(acc.log_error_high, 0.0), self.eager.log_spread_slower),
-            ),
             eager_enforced=True,
         )
+
+    def eager_interval_factors(
+        self, step_s: np.ndarray, fixed_s: float, gpu_s: np.ndarray, host_s: float
+    ) -> tuple[np.ndarray, np.ndarray]:
+        """Each step's interval factors (low, high) on this profile run eagerly: a step whose launches outlast the
+        GPU's work widens by the host's spread and the profile's own, independent, so their logs add in quadrature,
+        but never below the GPU's own step (`fixed_s` + `gpu_s`) at the profile's low; a step the GPU's work sets
+        keeps the profile's own below and reaches above as far as a slower host's launches would take it. Not
+        eager: the profile's factors everywhere."""
+        low, high = self.accuracy.factors()
+        step = np.asarray(step_s, dtype=float)
+        if not self.eager_enforced or self.eager is None:
+            return np.full_like(step, low), np.full_like(step, high)
+        e = self.eager
+        gpu_step = fixed_s + np.asarray(gpu_s, dtype=float)
+        host_bound = host_s > gpu_s
+        host_low = math.exp(-math.hypot(math.log(low), e.log_spread_faster))
+        host_high = math.exp(math.hypot(math.log(high), e.log_spread_slower))
+        slow_host = (fixed_s + host_s * math.exp(e.log_spread_slower)) * high
+        lows = np.where(host_bound, np.maximum(step * host_low, gpu_step * low) / step, low)
+        highs = np.where(host_bound, host_high, np.maximum(step * high, slow_host) / step)
+        return lows, highs
 
     @property
     def reserve(self) -> MemoryReserve | None:
