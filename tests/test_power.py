@@ -211,6 +211,13 @@ def test_dcgm_meters_by_hand() -> None:
     assert power_reading(found, frozenset({"1"})) == {"1|GPU-b": (2500.0, 389.5)}
     assert power_reading(found, frozenset({"GPU-a", "7"})) == {"0|GPU-a": (1500.0, 410.5)}
     assert power_reading(found, frozenset({"7"})) is None
+    # a UUID's start names its board, as CUDA_VISIBLE_DEVICES takes one ('GPU-' and at least four more characters)
+    from tokenroof.measure.http.scrape import names_board, unlisted
+
+    assert names_board("GPU-5f3e", "0|GPU-5f3e9a1b") and names_board("GPU-5f3e9a1b", "0|GPU-5f3e9a1b")
+    assert not names_board("GPU-5f3", "0|GPU-5f3e9a1b") and not names_board("GPU-5f3f", "0|GPU-5f3e9a1b")
+    assert not names_board("", "|GPU-a") and names_board("0", "0|GPU-a") and not names_board("0", "10|GPU-a")
+    assert unlisted(found, frozenset({"1", "GPU-x", "9"})) == ("9", "GPU-x") and unlisted(found, None) == ()
 
     def two(a: float, b: float) -> dict[str, tuple[float | None, float | None]]:
         return {"0|GPU-a": (a, 400.0), "1|GPU-b": (b, 400.0)}
@@ -328,7 +335,8 @@ def test_bench_reads_the_boards_energy_the_emulator_meters_and_simulate_agrees(t
 
 def test_a_power_endpoint_without_meters_is_a_remark_not_a_failure(tmp_path: Any) -> None:
     """--power-metrics at an endpoint with no DCGM series: the point is measured, its power null, and a remark says
-    why."""
+    why; so does --power-gpus without --power-metrics at a server whose /metrics meters no board. A --power-metrics
+    that is not an http(s) address is refused before anything runs."""
     import asyncio
 
     from tokenroof.measure.http.run import BenchConfig, run_bench
@@ -342,18 +350,33 @@ def test_a_power_endpoint_without_meters_is_a_remark_not_a_failure(tmp_path: Any
         try:
             config = BenchConfig(url=url, concurrencies=[2], input_len=8, output_len=8, requests_per_point=8)
             config.out_dir, config.power_metrics_url = tmp_path, url
-            return await run_bench(config)
+            points = await run_bench(config)
+            config = BenchConfig(url=url, concurrencies=[2], input_len=8, output_len=8, requests_per_point=8)
+            config.out_dir, config.power_gpus = tmp_path / "gpus", ("0",)
+            return points + await run_bench(config)
         finally:
             await runner.cleanup()
 
-    (point,) = asyncio.run(main())
+    point, named = asyncio.run(main())
     assert point["power"] is None and (not point["invalid"] or "client-bound" in point["invalid"])  # a loaded machine
     assert any("no power reading" in r and "DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION" in r for r in point["remarks"])
+    assert named["power"] is None
+    assert any(
+        r.startswith("no power reading: ") and "the boards --power-gpus names are not metered there" in r
+        for r in (named["remarks"])
+    )
+    from tests.conftest import run_cli
+
+    result = run_cli(["bench", "http://127.0.0.1:9", "--concurrency", "1", "--power-metrics", "localhost:9400"])
+    assert result.exit_code == 2 and "--power-metrics localhost:9400: give dcgm-exporter's address as http://" in (
+        " ".join(result.stderr.split())
+    )
 
 
 def test_power_gpus_counts_only_the_servers_boards_and_names_the_ones_listed(tmp_path: Any) -> None:
     """dcgm-exporter lists every board of its host: `--power-gpus 1` counts board 1 alone (half of the emulator's two
-    equal boards); a name no board has leaves the point's power null, and the remark lists the boards there are."""
+    equal boards); a name no board has leaves the point's power null, and the remark lists the boards there are; a
+    list that matches one board and not another counts the one and says which name matched nothing."""
     import asyncio
 
     from tokenroof.measure.http.run import BenchConfig, run_bench
@@ -368,16 +391,21 @@ def test_power_gpus_counts_only_the_servers_boards_and_names_the_ones_listed(tmp
         try:
             common = {"url": url, "concurrencies": [2], "input_len": 8, "output_len": 8, "requests_per_point": 8}
             points = []
-            for name, gpus in (("all", None), ("one", ("1",)), ("none", ("GPU-x",)), ("own", ("GPU-x",))):
-                meters = None if name == "own" else url  # "own": the server's /metrics, which carries the boards
+            runs = [("all", None), ("one", ("1", "GPU-x")), ("none", ("GPU-x",)), ("own", ("GPU-x",))]
+            runs.append(("ownpart", ("0", "GPU-y")))
+            for name, gpus in runs:
+                meters = None if name.startswith("own") else url  # the server's /metrics, which carries the boards
                 config = BenchConfig(out_dir=tmp_path / name, power_metrics_url=meters, power_gpus=gpus, **common)
                 points.extend(await run_bench(config))
             return points
         finally:
             await runner.cleanup()
 
-    every, one, none, own = asyncio.run(main())
-    assert every["power"]["gpus"] == 2 and one["power"]["gpus"] == 1
+    every, one, none, own, ownpart = asyncio.run(main())
+    assert every["power"]["gpus"] == 2 and one["power"]["gpus"] == 1 and ownpart["power"]["gpus"] == 1
+    for point, name in ((one, "GPU-x"), (ownpart, "GPU-y")):
+        assert any(r.startswith(f"--power-gpus names {name}, which no board at ") for r in point["remarks"]), point
+    assert not any("--power-gpus" in r for r in every["remarks"])
     assert one["power"]["watts_mean"] == pytest.approx(every["power"]["watts_mean"] / 2, rel=0.05)
     assert "1 GPU: GPU 1" in one["power"]["source"]
     for point in (none, own):

@@ -109,6 +109,17 @@ def check_config(cfg: BenchConfig) -> None:
     require(
         cfg.prefix_len == 0 or cfg.prompts_file is None, "{} shapes synthetic prompts: drop {}", "prefix_len", "prompts"
     )
+    if cfg.power_metrics_url is not None:
+        try:
+            meters = URL(cfg.power_metrics_url.strip())
+        except (ValueError, TypeError):
+            meters = URL()
+        require(
+            meters.scheme in ("http", "https") and bool(meters.host),
+            f"{{}} {Redactor.of(cfg.power_metrics_url, None).text(cfg.power_metrics_url)}: give dcgm-exporter's "
+            "address as http://HOST:PORT (its /metrics is read)",
+            "power_metrics",
+        )
 
 
 @dataclass(frozen=True)

@@ -25,7 +25,7 @@ from tokenroof.measure.http.config import BenchConfig, Endpoints, api_key, check
 from tokenroof.measure.http.load import Inflight, PointRun, closed_loop, open_loop
 from tokenroof.measure.http.record import Notice, Previous, Recorder, check_settings, read_previous
 from tokenroof.measure.http.redact import Redactor
-from tokenroof.measure.http.scrape import BatchScraper, PowerScraper
+from tokenroof.measure.http.scrape import BatchScraper, PowerScraper, unlisted_remark
 from tokenroof.measure.http.selfcheck import LoopMonitor, client_bound
 from tokenroof.measure.http.summary import PointSummary, describe_failures, summarise
 from tokenroof.measure.http.workers import (
@@ -400,6 +400,10 @@ class Bench:
         power, why = scraper.power_in(*run.window_s) if meters is None else meters.power_in(*run.window_s)
         if why is not None:
             run.remarks.append(f"no power reading: {why}")
+        source = scraper if meters is None else meters
+        partly = unlisted_remark(source.missing, source.where) if power is not None else None
+        if partly is not None:
+            run.remarks.append(partly)
         if meters is not None and meters.failures and power is not None:
             run.remarks.append(f"{meters.failures} scrape(s) of the power endpoint failed (last: {meters.failure})")
         if power is None:

@@ -133,13 +133,18 @@ def board_name(board: str) -> str:
     return f"GPU {gpu}" if gpu else uuid or "the unlabelled board"
 
 
-def board_chosen(board: str, gpus: frozenset[str] | None) -> bool:
-    """Whether `--power-gpus` counts this board: every board without a choice, else one whose index or UUID is named
-    (dcgm-exporter lists every GPU of its host, the server's and its neighbours')."""
-    if gpus is None:
-        return True
+def names_board(name: str, board: str) -> bool:
+    """Whether a --power-gpus name is this board: its index, its UUID, or the start of its UUID from 'GPU-' and at
+    least four more characters (as CUDA_VISIBLE_DEVICES takes a UUID's prefix)."""
     gpu, _, uuid = board.partition("|")
-    return gpu in gpus or uuid in gpus
+    prefix = len(name) >= len("GPU-") + 4 and name.startswith(("GPU-", "MIG-")) and uuid.startswith(name)
+    return (name in (gpu, uuid) and bool(name)) or prefix
+
+
+def board_chosen(board: str, gpus: frozenset[str] | None) -> bool:
+    """Whether `--power-gpus` counts this board: every board without a choice, else one whose index or UUID (or the
+    UUID's start) is named (dcgm-exporter lists every GPU of its host, the server's and its neighbours')."""
+    return gpus is None or any(names_board(name, board) for name in gpus)
 
 
 def power_reading(found: dict[str, float], gpus: frozenset[str] | None = None) -> PowerReading | None:
@@ -231,6 +236,26 @@ def no_boards(found: dict[str, float] | None, where: str, gpus: frozenset[str] |
     )
 
 
+def unlisted(found: dict[str, float] | None, gpus: frozenset[str] | None) -> tuple[str, ...]:
+    """The names --power-gpus gives that no board the scrape lists has (by index or UUID); none where it lists no
+    board (that is `no_boards`' case)."""
+    listed = {k.partition("@")[2] for k in found or {} if k.partition("@")[0] in (ENERGY_MJ, POWER_W)}
+    if gpus is None or not listed:
+        return ()
+    return tuple(sorted(g for g in gpus if not any(names_board(g, board) for board in listed)))
+
+
+def unlisted_remark(missing: tuple[str, ...], where: str) -> str | None:
+    """A remark for --power-gpus names no board at `where` has while others matched: the power counts fewer boards
+    than were named (a mistyped UUID would otherwise halve a two-board figure unsaid)."""
+    if not missing:
+        return None
+    return (
+        f"--power-gpus names {', '.join(missing)}, which no board at {where} has (by index or full UUID): the power "
+        "counts only the boards it found"
+    )
+
+
 class Poller(ABC):
     """A /metrics scrape loop run as a task while a point runs: `start` it, `stop` it (cancelled, never raising)."""
 
@@ -261,7 +286,12 @@ class PowerScraper(Poller):
     readings: list[tuple[float, PowerReading]] = field(default_factory=list)
     failures: int = 0
     failure: str | None = None  # the last failed scrape's reason
+    missing: tuple[str, ...] = ()  # --power-gpus names no board listed has, while others matched (`unlisted`)
     _task: asyncio.Task[None] | None = None
+
+    @property
+    def where(self) -> str:
+        return metrics_url(self.url)
 
     async def _run(self) -> None:
         where = metrics_url(self.url)
@@ -278,6 +308,7 @@ class PowerScraper(Poller):
                 self.failure = why or no_boards(found, where, self.gpus)
             else:
                 self.readings.append((time.perf_counter() - self.t0, reading))
+                self.missing = unlisted(found, self.gpus)
             await asyncio.sleep(PERIOD_S)
 
     def power_in(self, w0: float, w1: float) -> tuple[dict[str, Any] | None, str | None]:
@@ -299,6 +330,7 @@ class BatchScraper(Poller):
     power: list[tuple[float, PowerReading]] = field(default_factory=list)  # DCGM's meters, where /metrics has them
     gpus: frozenset[str] | None = None  # --power-gpus: the boards counted (None: every one listed)
     unmatched: str | None = None  # why the /metrics boards gave no reading: none of them is one --power-gpus names
+    missing: tuple[str, ...] = ()  # --power-gpus names no board listed has, while others matched (`unlisted`)
     bad: int = 0  # samples of the gauge that were not a count (NaN, negative, infinite): dropped
     _task: asyncio.Task[None] | None = None
 
@@ -325,6 +357,7 @@ class BatchScraper(Poller):
                     self.prefix_cache.append((now, cached))
                 if metered is not None:
                     self.power.append((now, metered))
+                    self.missing = unlisted(found, self.gpus)
                 if value is None:
                     pass  # the boards' meters without a running-batch gauge: the batch is the client's
                 elif math.isnan(value):
@@ -362,9 +395,19 @@ class BatchScraper(Poller):
         queries, hits = (max(b - a, 0.0) for a, b in zip(inside[0], inside[-1], strict=True))
         return {"queries_tokens": queries, "hits_tokens": hits, "hit_rate": hits / queries if queries else None}
 
+    @property
+    def where(self) -> str:
+        return metrics_url(self.url)
+
     def power_in(self, w0: float, w1: float) -> tuple[dict[str, Any] | None, str | None]:
-        """The boards' mean power over [w0, w1] where the server's own /metrics carries DCGM's series (None: not)."""
+        """The boards' mean power over [w0, w1] where the server's own /metrics carries DCGM's series (None: not;
+        with --power-gpus given, why: it names boards nothing here meters)."""
         if not self.power:
+            if self.unmatched is None and self.gpus is not None:
+                return None, (
+                    f"{self.where} has no {ENERGY_MJ} or {POWER_W} series, so the boards --power-gpus names "
+                    "are not metered there: give dcgm-exporter's address with --power-metrics"
+                )
             return None, self.unmatched
         return power_in(self.power, w0, w1, self.url)
 
