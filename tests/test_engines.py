@@ -428,3 +428,15 @@ def test_simulate_chunks_prompts_at_a_named_engines_budget_and_says_so() -> None
     assert "--max-num-batched-tokens is 2,048 by default for vllm-v1 on this GPU: it must exceed --max-num-seqs" in (
         refused.stderr
     )
+
+
+def test_a_fit_named_with_an_engine_that_prefills_apart_says_it_keeps_the_fitted_scheduling() -> None:
+    """--fit with --engine tgi: the step model replays the scheduling it was fitted with, and the answer says TGI's
+    prefill steps of their own were not used (--engine shapes the physics only)."""
+    from tests.conftest import ROOT
+
+    args = ["simulate", "--fit", str(ROOT / "examples" / "vllm"), "-m", "llama-3.1-8b", "-H", "h100-sxm"]
+    data = run_json([*args, "--engine", "tgi", "--concurrency", "4", "--num-requests", "60"])
+    assert any("not tgi's prefill steps of their own" in w for w in data["warnings"])
+    plain = run_json([*args, "--concurrency", "4", "--num-requests", "60"])
+    assert not any("prefill steps of their own" in w for w in plain["warnings"])

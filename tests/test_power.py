@@ -487,3 +487,22 @@ def test_the_sm_clock_is_read_around_the_timed_steps_and_a_fall_is_named(monkeyp
     (said,) = throttled([steady, slowed])
     assert "fell during 1 of 2 points (at batch 64 from 1,980 to 1,410 MHz)" in said
     assert throttled([steady]) == [] and throttled([make_point(config, 1, [0.1], [[0.02]])]) == []
+
+
+def test_a_simulated_sweep_prints_its_bill_and_plan_its_price_per_token() -> None:
+    """simulate over several rates (or concurrencies) prints each point's US$ per million output tokens and J/token
+    with the bill's sources, as its JSON has them; plan's answer line carries the US$ per million output tokens, and
+    one replica, one GPU are singular."""
+    from tests.conftest import run_cli
+
+    args = ["simulate", "-m", "llama-3.1-8b", "-H", "h100-sxm", "--request-rate", "2,4", "--num-requests", "200"]
+    result = run_cli([*args, "--gpu-cost-per-hour", "2"])
+    assert result.exit_code == 0, result.output
+    text = " ".join(result.stdout.split())
+    assert "US$/M" in text and "J/token" in text and "the bill: US$ at 2 a GPU-hour (given); power modelled:" in text
+    search = ["--seeds", "1", "--num-requests", "300", "--workers", "1", "--gpu-cost-per-hour", "2"]
+    plan = run_cli(["plan", "-m", "llama-3.1-8b", "-H", "h100-sxm", "--rate", "2", *search])
+    assert plan.exit_code == 0, plan.output
+    said = " ".join(plan.stdout.split())
+    assert "1 replica × max_num_seqs" in said and "(1 GPU, 2.00 per hour, " in said
+    assert " US$ per million output tokens): " in said and "1 GPUs" not in said

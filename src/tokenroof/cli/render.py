@@ -545,6 +545,11 @@ def simulation(console: Console, data: dict[str, Any]) -> None:
     console.print(table)
 
 
+def counted_as(count: int, noun: str) -> str:
+    """'1 GPU', '2 GPUs': a count with its noun, singular for one."""
+    return f"{count:,} {noun}{'' if count == 1 else 's'}"
+
+
 def fmt_share(value: float | None) -> str:
     return "—" if value is None else f"{value:.0%}"
 
@@ -570,13 +575,15 @@ def bill_line(cost: dict[str, Any]) -> str:
             at = f"at {fmt(price['usd_per_hour'])} a GPU-hour, {price['source']}"
         parts.append(
             f"{money(cost['usd_per_million_output_tokens'])} US$ per million output tokens (the decode pool's "
-            f"{pools['decode_gpus']} GPUs), {money(cost['usd_per_million_input_tokens'])} per million prompt tokens "
+            f"{counted_as(pools['decode_gpus'], 'GPU')}), {money(cost['usd_per_million_input_tokens'])} per million "
+            "prompt tokens "
             f"(the prefill pool's {pools['prefill_gpus']}), {at}"
         )
     elif price:
         parts.append(
             f"{money(cost['usd_per_million_output_tokens'])} US$ per million output tokens, "
-            f"{money(cost['usd_per_million_input_tokens'])} per million prompt tokens ({cost['gpus']} GPUs at "
+            f"{money(cost['usd_per_million_input_tokens'])} per million prompt tokens "
+            f"({counted_as(cost['gpus'], 'GPU')} at "
             f"{fmt(price['usd_per_hour'])} an hour, {price['source']})"
         )
     if power and other and pools is not None and pools.get("prefill_power") is None:
@@ -765,11 +772,14 @@ def plan_result(console: Console, data: dict[str, Any]) -> None:
     else:
         gpus = chosen["replicas"] * data.get("gpus_per_replica", 1)
         cost = f", {data['cost_per_hour']:.2f} per hour" if data.get("cost_per_hour") is not None else ""
+        if data.get("usd_per_million_output_tokens") is not None:
+            cost += f", {money(data['usd_per_million_output_tokens'])} US$ per million output tokens"
         router = data.get("router", "least-outstanding")
         if router != "least-outstanding" and chosen["replicas"] > 1:
             cost += f", behind a {router} router"
         console.print(
-            f"[bold]{chosen['replicas']} replicas × max_num_seqs {chosen['max_num_seqs']}[/] ({gpus} GPUs{cost}): "
+            f"[bold]{counted_as(chosen['replicas'], 'replica')} × max_num_seqs {chosen['max_num_seqs']}[/] "
+            f"({counted_as(gpus, 'GPU')}{cost}): "
             f"{stat} TTFT {fmt(chosen['ttft_ms_low'][stat])}–{fmt(chosen['ttft_ms_high'][stat])} ms, {stat} TPOT "
             f"{fmt(chosen['tpot_ms_low'][stat])}–{fmt(chosen['tpot_ms_high'][stat])} ms over seeds and model samples; "
             f"binding: {chosen['binding']}",
@@ -825,7 +835,17 @@ def rate_sweep(console: Console, data: dict[str, Any]) -> None:
         "preempt",
     ):
         table.add_column(col, justify="right")
-    for row in data["points"]:
+    costs = [row.get("cost") or {} for row in data["points"]]
+    priced = any(c.get("usd_per_million_output_tokens") is not None for c in costs)
+    # the bill when a price is known (--gpu-cost-per-hour), as roofline prints it; watts and joules always in --json
+    metered = priced and any(c.get("energy_j_per_output_token") is not None for c in costs)
+    if priced:
+        table.add_column("US$/M out", justify="right")
+    if metered:
+        table.add_column("J/token", justify="right")
+    for row, cost in zip(data["points"], costs, strict=True):
+        bill = [money(cost.get("usd_per_million_output_tokens"))] if priced else []
+        bill += [fmt(cost.get("energy_j_per_output_token"))] if metered else []
         table.add_row(
             fmt(row["concurrency"] if closed else row["rate_req_s"]),
             fmt(row["request_throughput_req_s"]),
@@ -837,8 +857,18 @@ def rate_sweep(console: Console, data: dict[str, Any]) -> None:
             fmt(row["tpot_ms"]["p50"]),
             fmt(row["tpot_ms"]["p99"]),
             str(row["preemptions"]),
+            *bill,
         )
     console.print(table)
+    sources = [c for c in costs if c.get("price")]
+    if sources:
+        said = []
+        price, power = sources[0].get("price"), sources[0].get("power")
+        if price:
+            said.append(f"US$ at {fmt(price['usd_per_hour'])} a GPU-hour ({price['source']})")
+        if power and metered:
+            said.append(f"power {power['source']}")
+        console.print("the bill: " + "; ".join(said), style="dim", highlight=False)
 
 
 def model_list(console: Console, models: Sequence[ModelSpec]) -> None:

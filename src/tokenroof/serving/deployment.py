@@ -270,6 +270,14 @@ class Deployment:
     def scheduling_notes(self, travelling: Travelling) -> list[str]:
         """What an answer assumes of how the named engine schedules prompts, where it is not tokenroof's default."""
         if not self.separate_prefill(travelling):
+            named = self.physics.engine is not None and self.physics.engine_profile().prefill == "separate"
+            measured = self.fit is not None or self.step_model_file is not None
+            if named and measured and not self.physics.chunks_long_contexts():
+                return [
+                    f"the step model keeps the scheduling it was fitted with (prompts prefilled beside the decodes), "
+                    f"not {self.physics.engine}'s prefill steps of their own: --engine names the physics here, not the "
+                    "scheduler"
+                ]
             return []
         budget = self.prompt_budget(travelling)
         most = "" if budget is None else f" (at most {budget:,} prompt tokens a step"
