@@ -440,3 +440,15 @@ def test_a_fit_named_with_an_engine_that_prefills_apart_says_it_keeps_the_fitted
     assert any("not tgi's prefill steps of their own" in w for w in data["warnings"])
     plain = run_json([*args, "--concurrency", "4", "--num-requests", "60"])
     assert not any("prefill steps of their own" in w for w in plain["warnings"])
+
+
+def test_roofline_says_a_prompt_longer_than_tgis_prefill_step_is_refused_by_that_server() -> None:
+    """simulate, advise and plan refuse a prompt past TGI's 4,096-token prefill step; roofline, which prices a
+    whole prompt, says the server would refuse it."""
+    args = ["roofline", "-m", "llama-3.1-8b", "-H", "h100-sxm", "--engine", "tgi", "--batch", "1"]
+    long = run_json([*args, "--input-len", "5000", "--output-len", "100"])
+    said = "a 5,000-token prompt is more than a tgi prefill step holds by default (4,096 tokens"
+    assert any(w.startswith(said) for w in long["warnings"])
+    assert not any(
+        "prefill step holds" in w for w in run_json([*args, "--input-len", "4000", "--output-len", "9"])["warnings"]
+    )

@@ -159,6 +159,13 @@ def roofline(
     from tokenroof.report.plots import plot_roofline
 
     data = results[0].to_dict() if len(results) == 1 else by_context(results)
+    budget = profile.max_num_batched_tokens
+    prompt = input_len or 0
+    if workload is not None and profile.prefill == "separate" and budget is not None and prompt > budget:
+        data["warnings"].append(  # TGI's --max-batch-prefill-tokens: the server refuses such a prompt
+            f"a {prompt:,.0f}-token prompt is more than a {profile.key} prefill step holds by default ({budget:,} "
+            "tokens; TGI's --max-batch-prefill-tokens): that server refuses it, and the TTFT here prices it whole"
+        )
     table = render.roofline if len(results) == 1 else render.roofline_contexts
     finish(data, table, json_output, plot, lambda path: plot_roofline(results, path))
 
