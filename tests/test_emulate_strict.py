@@ -18,7 +18,7 @@ from tests.test_emulate import sse_events, with_emulator
 from tokenroof.errors import TokenroofError
 from tokenroof.model.stepmodel import StepModel
 from tokenroof.serving.emulate.server import Emulator
-from tokenroof.serving.engine.core import StepPlan
+from tokenroof.serving.engine.core import BatchScheduler, StepPlan
 
 TERMS = {"t_fixed_s": 1e-3, "t_weights_s": 1e-3, "t_compute_s": 0.0, "t_kv_token_s": 0.0}
 
@@ -61,15 +61,16 @@ def test_a_dead_engine_fails_requests_with_500(
     monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
 ) -> None:
     async def check(session: aiohttp.ClientSession, url: str, emulator: Emulator) -> None:
-        plan_step, calls = emulator.scheduler.plan_step, []
+        plan_step, calls = BatchScheduler.plan_step, []
 
-        def dies_at_the_fourth_step(now: float) -> StepPlan | None:
+        def dies_at_the_fourth_step(scheduler: BatchScheduler, now: float) -> StepPlan | None:
             calls.append(now)
             if len(calls) >= 4:
                 raise RuntimeError("boom")
-            return plan_step(now)
+            return plan_step(scheduler, now)
 
-        monkeypatch.setattr(emulator.scheduler, "plan_step", dies_at_the_fourth_step)
+        # on the class: a slotted scheduler's methods cannot be replaced on the instance (this test's one scheduler)
+        monkeypatch.setattr(BatchScheduler, "plan_step", dies_at_the_fourth_step)
         stream = {"prompt": "a b", "max_tokens": 50, "stream": True}
         async with session.post(url + "/v1/completions", json=stream) as response:
             events = await sse_events(response)  # in flight when the engine died: tokens, then the error event

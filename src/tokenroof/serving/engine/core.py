@@ -233,7 +233,7 @@ def step_time_s(model: StepModel, contexts: list[int], prefill_tokens: int, pref
     return model.step_s(len(contexts), float(sum(contexts)), prefill_tokens, prefill_sq_tokens)
 
 
-@dataclass(slots=True)
+@dataclass(slots=True)  # attribute access on the hot path: ~8% of a simulation
 class BatchScheduler:
     """FCFS continuous batching up to `max_num_seqs` running sequences."""
 
