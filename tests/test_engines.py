@@ -400,6 +400,13 @@ def test_vllm_v0s_prefill_step_holds_max_model_len_and_past_32k_it_chunks(tmp_pa
         for w in (chunked["warnings"])
     )
     assert not any("steps of their own" in w for w in chunked["warnings"])
+    roof = ["roofline", "-H", "h100-sxm", "--engine", "vllm-v0", "--input-len", "1000", "--output-len", "100"]
+    long_roof, short_roof = (run_json([*roof, "-m", m, "--batch", "8"]) for m in ("llama-3.1-8b", "llama-3-8b"))
+    assert any(
+        "vllm-v0 turns chunked prefill on by default for a model of 131,072 positions" in w
+        for w in (long_roof["warnings"])
+    )
+    assert (long_roof["workload"]["prefill"], short_roof["workload"]["prefill"]) == ("chunked", "separate")
 
 
 def test_simulate_chunks_prompts_at_a_named_engines_budget_and_says_so() -> None:

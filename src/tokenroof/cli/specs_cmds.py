@@ -121,7 +121,8 @@ def roofline(
             raise TokenroofError(
                 "give --context or --input-len/--output-len, not both: the lengths set the context (their mean)"
             )
-        workload = DecodeWorkload(input_len, output_len, batching == "static", profile.prefill == "chunked")
+        chunked = profile.prefill == "chunked" or profile.chunks_prefill_for(spec.max_position_embeddings)
+        workload = DecodeWorkload(input_len, output_len, batching == "static", chunked)
     elif batching != "online":
         raise TokenroofError("--batching describes a workload: give --input-len and --output-len with it")
     precision = Precision.create(
@@ -160,8 +161,13 @@ def roofline(
 
     data = results[0].to_dict() if len(results) == 1 else by_context(results)
     budget = profile.max_num_batched_tokens
+    if workload is not None and profile.prefill != "chunked" and workload.chunked:
+        data["warnings"].append(
+            f"prompts share the decode steps: {profile.key} turns chunked prefill on by default for a model of "
+            f"{spec.max_position_embeddings:,} positions (past 32K; vLLM 0.5.5 on), not its prefill steps of their own"
+        )
     prompt = input_len or 0
-    if workload is not None and profile.prefill == "separate" and budget is not None and prompt > budget:
+    if workload is not None and not workload.chunked and budget is not None and prompt > budget:
         data["warnings"].append(  # TGI's --max-batch-prefill-tokens: the server refuses such a prompt
             f"a {prompt:,.0f}-token prompt is more than a {profile.key} prefill step holds by default ({budget:,} "
             "tokens; TGI's --max-batch-prefill-tokens): that server refuses it, and the TTFT here prices it whole"

@@ -203,14 +203,9 @@ class Physics:
         as its start-up profile does (EngineReserve.profile)."""
         if self.engine is None or self.model is None:
             return False
-        profile = self.engine_profile()
-        reserve = profile.reserve
-        if profile.prefill != "separate" or reserve is None or reserve.whole_context_up_to is None:
-            return False
         from tokenroof.specs import load_model
 
-        context = load_model(self.model).max_position_embeddings
-        return context is not None and context > reserve.whole_context_up_to
+        return self.engine_profile().chunks_prefill_for(load_model(self.model).max_position_embeddings)
 
     def separate_prefill_budget(self) -> int | None:
         """The prompt tokens one prefill step of its own holds by default: the profile's (TGI's

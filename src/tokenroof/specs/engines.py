@@ -281,6 +281,15 @@ class EngineProfile:
             eager_enforced=True,
         )
 
+    def chunks_prefill_for(self, model_context: int | None) -> bool:
+        """Whether this engine, which prefills in steps of its own, chunks prefill instead for a model of
+        `model_context` positions: vLLM V0 turns chunked prefill on by default when max_model_len passes
+        `whole_context_up_to` (32K; vLLM 0.5.5 on), as its start-up profile does (EngineReserve.profile)."""
+        reserve = self.reserve
+        if self.prefill != "separate" or reserve is None or reserve.whole_context_up_to is None:
+            return False
+        return model_context is not None and model_context > reserve.whole_context_up_to
+
     def eager_interval_factors(
         self, step_s: np.ndarray, fixed_s: float, gpu_s: np.ndarray, host_s: float
     ) -> tuple[np.ndarray, np.ndarray]:
