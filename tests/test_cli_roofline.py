@@ -135,13 +135,14 @@ def test_a_workload_gives_tpot_as_its_benchmark_counts_it() -> None:
     from tokenroof.specs import Precision, load_hardware, load_model
     from tokenroof.specs.engines import load_engine
 
-    base = ["roofline", "-m", "llama-3.1-8b", "-H", "h100-sxm", "--batch", "1,64,400", "--engine", "vllm-v0"]
+    # Llama-3-8B (8K positions): V0 prefills in steps of its own (past 32K, Llama-3.1's 131K, it chunks)
+    base = ["roofline", "-m", "llama-3-8b", "-H", "h100-sxm", "--batch", "1,64,400", "--engine", "vllm-v0"]
     online = run_json([*base, "--input-len", "1024", "--output-len", "512"])
     plain = run_json([*base, "--context", "1280"])
     assert online["context_tokens"] == 1280 == online["workload"]["mean_context_tokens"]
     assert online["workload"] == {**online["workload"], "batching": "online", "prefill": "separate"}  # V0's
     assert online["prompt_tokens"] == 1024 and online["ttft_ms"] > 0
-    spec, hw, engine = load_model("llama-3.1-8b"), load_hardware("h100-sxm"), load_engine("vllm-v0")
+    spec, hw, engine = load_model("llama-3-8b"), load_hardware("h100-sxm"), load_engine("vllm-v0")
     precision = Precision.create("bf16")
     sm = rl.step_model_from_specs(spec, hw, precision, 1, rl.default_efficiencies(hw, precision, engine))
     expected = served_tpot_s(sm, [1, 64, 400], DecodeWorkload(1024, 512, chunked=False), online["max_batch_by_memory"])
