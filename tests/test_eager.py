@@ -66,7 +66,8 @@ def test_enforce_eager_adds_the_profiles_launches_and_widens_the_interval_where_
     """The host's spread widens a step's interval only where the launches can set it. By hand, the profile's own
     factors lo, h, the host's spreads f, s (logs), a fixed 1 ms: a step whose launches (5 ms) outlast the GPU's 2 ms
     takes exp(∓hypot(log l, f)) / exp(hypot(log h, s)), but never below the GPU's own step (1 + 2) × lo; one whose
-    GPU work (10 ms) outlasts them keeps lo below and reaches max(11 h, (1 + 5 e^s) h) above."""
+    GPU work (10 ms) outlasts them keeps lo below and reaches max(11 h, (1 + 5) exp(hypot(log h, s))) above: the
+    launches' step at the same high, so the bound does not jump where the two cross."""
     graphs = load_engine("vllm-v0")
     eager = graphs.enforce_eager()
     assert graphs.eager is not None and eager.eager_enforced and eager.enforce_eager() is eager
@@ -79,7 +80,10 @@ def test_enforce_eager_adds_the_profiles_launches_and_widens_the_interval_where_
     lows, highs = eager.eager_interval_factors(steps, 1.0, gpu, 5.0)
     assert lows[0] == pytest.approx(max(6 * math.exp(-math.hypot(math.log(lo), f)), 3 * lo) / 6)
     assert highs[0] == pytest.approx(math.exp(math.hypot(math.log(h), s)))
-    assert lows[1] == pytest.approx(lo) and highs[1] == pytest.approx(max(11 * h, (1 + 5 * math.exp(s)) * h) / 11)
+    host_high = math.exp(math.hypot(math.log(h), s))  # the launches' step at the quadrature high: continuous
+    assert lows[1] == pytest.approx(lo) and highs[1] == pytest.approx(max(11 * h, (1 + 5) * host_high) / 11)
+    at_the_cross = eager.eager_interval_factors(np.array([6.0, 6.0]), 1.0, np.array([5.0 - 1e-9, 5.0 + 1e-9]), 5.0)
+    assert at_the_cross[1][0] == pytest.approx(at_the_cross[1][1], rel=1e-6)
     assert [list(x) for x in graphs.eager_interval_factors(steps, 1.0, gpu, 5.0)] == [[lo, lo], [h, h]]
     assert rl.profile_efficiencies(eager).host_s_per_layer == pytest.approx(2.4e-4)
     assert rl.profile_efficiencies(eager).host_s_per_allreduce == pytest.approx(3e-5)

@@ -400,6 +400,9 @@ def test_vllm_v0s_prefill_step_holds_max_model_len_and_past_32k_it_chunks(tmp_pa
         for w in (chunked["warnings"])
     )
     assert not any("steps of their own" in w for w in chunked["warnings"])
+    speculating = run_json([*args, "-m", "llama-3.1-8b", "--speculative-config", '{"method": "ngram", '
+                            '"num_speculative_tokens": 3}', "--acceptance-rate", "0.6"])  # fmt: skip
+    assert any("steps of their own" in w for w in speculating["warnings"])  # V0 chunks only without speculation
     roof = ["roofline", "-H", "h100-sxm", "--engine", "vllm-v0", "--input-len", "1000", "--output-len", "100"]
     long_roof, short_roof = (run_json([*roof, "-m", m, "--batch", "8"]) for m in ("llama-3.1-8b", "llama-3-8b"))
     assert any(

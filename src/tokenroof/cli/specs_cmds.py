@@ -121,7 +121,8 @@ def roofline(
             raise TokenroofError(
                 "give --context or --input-len/--output-len, not both: the lengths set the context (their mean)"
             )
-        chunked = profile.prefill == "chunked" or profile.chunks_prefill_for(spec.max_position_embeddings)
+        long_context = speculative_config is None and profile.chunks_prefill_for(spec.max_position_embeddings)
+        chunked = profile.prefill == "chunked" or long_context
         workload = DecodeWorkload(input_len, output_len, batching == "static", chunked)
     elif batching != "online":
         raise TokenroofError("--batching describes a workload: give --input-len and --output-len with it")

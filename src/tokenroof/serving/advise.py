@@ -307,7 +307,8 @@ def advise_with_prefill(
         sm = physics.step_model()
         source = f"first principles: {physics.label()}, run on simulate's scheduler"
         notes += physics.eager_notes()
-        long_context = physics.chunks_long_contexts()  # vLLM V0 past 32K: chunked prefill on by default
+        # vLLM V0 past 32K: chunked prefill on by default, without speculative decoding
+        long_context = physics.chunks_long_contexts() and speculative is None
         separate = physics.engine is not None and physics.engine_profile().prefill == "separate" and not long_context
         given = max_num_batched_tokens is not None
         if separate:
@@ -326,7 +327,8 @@ def advise_with_prefill(
             max_num_batched_tokens = budget if isinstance(budget, int) else None
             notes.append(
                 f"prompts chunked at {max_num_batched_tokens:,} tokens a step: {physics.engine}'s default past 32K of "
-                "context (V0 turns chunked prefill on there, vLLM 0.5.5 on) (--max-num-batched-tokens to change it)"
+                "context (V0 turns chunked prefill on there, vLLM 0.5.5 on; 512 tokens before 0.6.4) "
+                "(--max-num-batched-tokens to change it)"
             )
     speculation = None if speculative is None else physics.speculation(speculative)
     if speculation is not None:

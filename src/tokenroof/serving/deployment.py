@@ -185,13 +185,18 @@ class Deployment:
             self.separate_prefill(travelling),
         )
 
+    def long_context_chunks(self) -> bool:
+        """Whether vLLM V0 chunks prefill here by default: past 32K positions (Physics.chunks_long_contexts), and
+        only without speculative decoding, as V0's EngineArgs turns it on."""
+        return self.speculative is None and self.physics.chunks_long_contexts()
+
     def separate_prefill(self, travelling: Travelling) -> bool:
         """Whether the server prefills prompts in steps of their own, its running sequences waiting: the named
         engine's scheduling (vLLM V0 without chunked prefill, TGI: `prefill = "separate"` in its profile) on a step
         model from first principles; a model fitted on the scheduler keeps the scheduling it was fitted with."""
         if self.physics.engine is None or self.fit is not None or self.step_model_file is not None:
             return False
-        if travelling.replayed is not None or self.physics.chunks_long_contexts():
+        if travelling.replayed is not None or self.long_context_chunks():
             return False
         return self.physics.engine_profile().prefill == "separate"
 
@@ -272,7 +277,7 @@ class Deployment:
         if not self.separate_prefill(travelling):
             named = self.physics.engine is not None and self.physics.engine_profile().prefill == "separate"
             measured = self.fit is not None or self.step_model_file is not None
-            if named and measured and not self.physics.chunks_long_contexts():
+            if named and measured and not self.long_context_chunks():
                 return [
                     f"the step model keeps the scheduling it was fitted with (prompts prefilled beside the decodes), "
                     f"not {self.physics.engine}'s prefill steps of their own: --engine names the physics here, not the "
@@ -301,8 +306,8 @@ class Deployment:
         if budget is None or self.physics.engine is None:
             return []
         why = "on this GPU"
-        if self.physics.chunks_long_contexts():
-            why = "past 32K of context (V0 turns chunked prefill on there, vLLM 0.5.5 on)"
+        if self.long_context_chunks():
+            why = "past 32K of context (V0 turns chunked prefill on there, vLLM 0.5.5 on; 512 tokens before 0.6.4)"
         return [
             f"prompts chunked at {budget:,} tokens a step: {self.physics.engine}'s default {why} "
             "(--max-num-batched-tokens to change it)"

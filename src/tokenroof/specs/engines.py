@@ -296,8 +296,8 @@ class EngineProfile:
         """Each step's interval factors (low, high) on this profile run eagerly: a step whose launches outlast the
         GPU's work widens by the host's spread and the profile's own, independent, so their logs add in quadrature,
         but never below the GPU's own step (`fixed_s` + `gpu_s`) at the profile's low; a step the GPU's work sets
-        keeps the profile's own below and reaches above as far as a slower host's launches would take it. Not
-        eager: the profile's factors everywhere."""
+        keeps the profile's own below and reaches above as far as the launches' step at that same quadrature high
+        would (so the bound is continuous where the two cross). Not eager: the profile's factors everywhere."""
         low, high = self.accuracy.factors()
         step = np.asarray(step_s, dtype=float)
         if not self.eager_enforced or self.eager is None:
@@ -307,7 +307,7 @@ class EngineProfile:
         host_bound = host_s > gpu_s
         host_low = math.exp(-math.hypot(math.log(low), e.log_spread_faster))
         host_high = math.exp(math.hypot(math.log(high), e.log_spread_slower))
-        slow_host = (fixed_s + host_s * math.exp(e.log_spread_slower)) * high
+        slow_host = (fixed_s + host_s) * host_high
         lows = np.where(host_bound, np.maximum(step * host_low, gpu_step * low) / step, low)
         highs = np.where(host_bound, host_high, np.maximum(step * high, slow_host) / step)
         return lows, highs

@@ -135,9 +135,10 @@ def board_name(board: str) -> str:
 
 def names_board(name: str, board: str) -> bool:
     """Whether a --power-gpus name is this board: its index, its UUID, or the start of its UUID from 'GPU-' and at
-    least four more characters (as CUDA_VISIBLE_DEVICES takes a UUID's prefix)."""
+    least four more characters (as CUDA_VISIBLE_DEVICES takes a UUID's prefix; dcgm-exporter labels a MIG
+    instance's series with its parent GPU's UUID, so that is the one to give)."""
     gpu, _, uuid = board.partition("|")
-    prefix = len(name) >= len("GPU-") + 4 and name.startswith(("GPU-", "MIG-")) and uuid.startswith(name)
+    prefix = len(name) >= len("GPU-") + 4 and name.startswith("GPU-") and uuid.startswith(name)
     return (name in (gpu, uuid) and bool(name)) or prefix
 
 
@@ -251,8 +252,8 @@ def unlisted_remark(missing: tuple[str, ...], where: str) -> str | None:
     if not missing:
         return None
     return (
-        f"--power-gpus names {', '.join(missing)}, which no board at {where} has (by index or full UUID): the power "
-        "counts only the boards it found"
+        f"--power-gpus names {', '.join(missing)}, which no board at {where} has (by index, UUID or UUID prefix): "
+        "the power counts only the boards it found"
     )
 
 

@@ -21,6 +21,7 @@ Torch is an optional extra: nothing here imports it before `require_torch()`.
 
 from __future__ import annotations
 
+import contextlib
 import itertools
 import platform
 import statistics
@@ -57,7 +58,8 @@ CSV_COLUMNS = ("batch", "throughput_tok_s", "tpot_ms", "context_tokens", "ttft_m
 ENGINE_MODES = ("eager", "compile", "graph")
 MODE_NOTES = {
     "eager": "eager (each kernel launched from Python: on a GPU the launches, not the kernels, can set the step)",
-    "compile": "compile (torch.compile: the elementwise chains fused; the first steps of a batch compile, untimed)",
+    "compile": "compile (torch.compile: the elementwise chains fused; the first steps of a batch compile, untimed; "
+    "on a CPU its GEMMs run on unpacked weights, eager's on packed ones)",
     "graph": "graph (one CUDA graph per batch, captured at the point's context and replayed: no launches from Python)",
 }
 
@@ -291,13 +293,21 @@ def time_batch(
             start = time.perf_counter()
             run(step)
             times.append(time.perf_counter() - start)
-    clock_end = None if meter is None else meter.sm_clock_mhz()  # before the sync: the last steps still run
+    if events:  # the host queued every step: wait for the last one to begin, then read the clock while it runs
+        events[-1][0].synchronize()
+    clock_end = None if meter is None else meter.sm_clock_mhz()
     sync()
     if meter is not None and drawn_j is not None:
         drawn_j += meter.read_j()
     times += [begin.elapsed_time(end) / 1e3 for begin, end in events]  # ms on the GPU's clock
     engine.cache = []  # free the KV cache before the next batch allocates its own
     return ttft_s, times, drawn_j, (clock_start, clock_end)
+
+
+def on_device(torch: Any, device: Any) -> Any:
+    """The device a GPU's timing runs on as the current one (`--device cuda:1`): CUDA events, side streams and graph
+    captures use the current device, not the engine's; on a CPU, nothing."""
+    return torch.cuda.device(device) if device.type == "cuda" else contextlib.nullcontext()
 
 
 def decode_steps(engine: Any, mode: str, tokens: Any, ctx: int) -> Callable[[int], None]:
@@ -429,7 +439,8 @@ def run_bench_local(
     for _ in range(config.rounds):  # round-robin over the batches: drift in machine speed hits every point alike
         for batch in config.batches:
             try:
-                ttft_s, times, drawn_j, clocks = time_batch(engine, config, batch, sync, meter, mode)
+                with on_device(torch, device):
+                    ttft_s, times, drawn_j, clocks = time_batch(engine, config, batch, sync, meter, mode)
             except torch.OutOfMemoryError:
                 engine.cache = []
                 raise TokenroofError(
