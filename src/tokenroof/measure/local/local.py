@@ -261,7 +261,7 @@ def time_batch(
     ctx, device = config.context, engine.device
     gen = torch.Generator().manual_seed(config.seed + batch)
     engine.allocate_cache(batch, ctx + config.warmup + config.steps)
-    engine.prepack(batch if mode == "eager" else 0)  # CPU weight packing is the eager engine's (compile packs its own)
+    engine.prepack(batch if mode == "eager" else 0)  # CPU weight packing is eager's: compile traces plain products
     prompt = torch.randint(0, engine.spec.vocab_size, (1, ctx), generator=gen).to(device)
     sync()
     start = time.perf_counter()
