@@ -385,6 +385,14 @@ def test_vllm_v0s_prefill_step_holds_max_model_len_and_past_32k_it_chunks(tmp_pa
     long = Physics("llama-3.1-8b", "h100-sxm", "bf16", engine="vllm-v0")
     assert (long.chunks_long_contexts(), long.prompt_budget()) == (True, 2048)
     assert Physics("llama-3.1-8b", "h100-sxm", "bf16", engine="tgi").separate_prefill_budget() == 4096
+    # a server started with --max-model-len (emulate's flag): V0 chunks past 32K of it, not of the model's positions
+    from tokenroof.serving.deployment import Deployment
+
+    for given, separate, budget in ((16384, True, 16384), (None, False, 2048), (10**6, False, 2048)):
+        dep = Deployment(long, max_model_len=given)
+        travelling, _ = dep.step_models()
+        assert (dep.separate_prefill(travelling), dep.prompt_budget(travelling)) == (separate, budget), given
+    assert long.max_model_len(10**6) == 131072 and v0.max_model_len() == 8192 and Physics().max_model_len(7) == 7
     args = ["simulate", "-H", "h100-sxm", "--engine", "vllm-v0", "--request-rate", "1000", "--input-len", "1000"]
     args += ["--output-len", "50", "--num-requests", "40", "--json"]
     burst = run_json([*args, "-m", "llama-3-8b", "--out", str(tmp_path)])

@@ -44,6 +44,8 @@ from tokenroof.cli.common import speculative_config as speculative_config_of
 from tokenroof.errors import TokenroofError
 from tokenroof.serving.deployment import Deployment, Physics
 
+DEFAULT_MAX_MODEL_LEN = 32768  # emulate without a model or --max-model-len: the longest request it accepts
+
 
 @app.command()
 @handle_errors
@@ -59,7 +61,10 @@ def emulate(
     engine: EngineOpt = None,
     enforce_eager: EagerOpt = False,
     max_num_seqs: Annotated[int, typer.Option(help="Running-batch cap; requests beyond it queue.")] = 256,
-    max_model_len: Annotated[int, typer.Option(help="Longest prompt + output accepted.")] = 32768,
+    max_model_len: Annotated[
+        int | None,
+        typer.Option(help="Longest prompt + output accepted (default: the model's positions, else 32,768)."),
+    ] = None,
     served_model_name: Annotated[str, typer.Option(help="Model id the server reports.")] = "tokenroof-emulator",
     kv_cache_tokens: Annotated[
         int | None,
@@ -115,6 +120,7 @@ def emulate(
         kv_transfer_gb_s=kv_transfer_gb_s,
         prefill_tp=prefill_tp,
         prefill_hardware=prefill_hardware,
+        max_model_len=max_model_len,
     )
     for flag, given in (("--prefill-tp", prefill_tp), ("--prefill-hardware", prefill_hardware)):
         if given is not None and prefill_replicas is None:
@@ -135,6 +141,7 @@ def emulate(
         *dep.budget_notes(travelling),
     ]:
         err.print(f"note: {note}", highlight=False)
+    max_model_len = physics.max_model_len(max_model_len) or DEFAULT_MAX_MODEL_LEN
     max_model_len = min(max_model_len, kv or max_model_len)  # a request must fit in the cache on its own
     emulator = Emulator(
         sm,

@@ -197,29 +197,38 @@ class Physics:
             model, hardware, self.precision, workload, self.tp, None, fraction, engine=profile, of_free=of_free
         )
 
-    def chunks_long_contexts(self) -> bool:
-        """Whether the named engine, which prefills in steps of its own, chunks prefill instead for this model: vLLM
-        V0 turns chunked prefill on by default when max_model_len passes `whole_context_up_to` (32K; vLLM 0.5.5 on),
-        as its start-up profile does (EngineReserve.profile)."""
-        if self.engine is None or self.model is None:
-            return False
+    def max_model_len(self, given: int | None = None) -> int | None:
+        """The server's max_model_len: the one given (a server started with --max-model-len), never past the model's
+        positions, else the model's positions (vLLM's default); None: no model named."""
+        if self.model is None:
+            return given
         from tokenroof.specs import load_model
 
-        return self.engine_profile().chunks_prefill_for(load_model(self.model).max_position_embeddings)
+        positions = load_model(self.model).max_position_embeddings
+        if given is None or not positions:
+            return positions or given
+        return min(given, positions)
 
-    def separate_prefill_budget(self) -> int | None:
+    def chunks_long_contexts(self, max_model_len: int | None = None) -> bool:
+        """Whether the named engine, which prefills in steps of its own, chunks prefill instead for this model: vLLM
+        V0 turns chunked prefill on by default when max_model_len passes `whole_context_up_to` (32K; vLLM 0.5.5 on),
+        as its start-up profile does (EngineReserve.profile). `max_model_len`: the server's, when given."""
+        if self.engine is None or self.model is None:
+            return False
+        return self.engine_profile().chunks_prefill_for(self.max_model_len(max_model_len))
+
+    def separate_prefill_budget(self, max_model_len: int | None = None) -> int | None:
         """The prompt tokens one prefill step of its own holds by default: the profile's (TGI's
-        --max-batch-prefill-tokens, 4,096), else vLLM V0's max(max_model_len, 2,048) for this model (SchedulerConfig,
-        without chunked prefill: a step holds at least one whole prompt of the longest length); None: unknown."""
+        --max-batch-prefill-tokens, 4,096), else vLLM V0's max(max_model_len, 2,048) (SchedulerConfig, without chunked
+        prefill: a step holds at least one whole prompt of the longest length; `max_model_len` the server's when
+        given, else the model's positions); None: unknown."""
         profile = self.engine_profile()
         if profile.max_num_batched_tokens is not None:
             return profile.max_num_batched_tokens
         reserve = profile.reserve
         if reserve is None or reserve.whole_context_up_to is None or self.model is None:
             return None
-        from tokenroof.specs import load_model
-
-        context = load_model(self.model).max_position_embeddings
+        context = self.max_model_len(max_model_len)
         return max(context, reserve.profile_tokens) if context else None
 
     def prompt_budget(self) -> int | str | None:

@@ -58,6 +58,7 @@ class Deployment:
     prefill_tp: int | None = None  # the prefill pool's tensor parallelism (None: `physics.tp`, the decode pool's)
     prefill_hardware: str | None = None  # the prefill pool's hardware (None: `physics.hardware`, the decode pool's)
     prefill_gpu_cost_per_hour: float | None = None  # US$ per prefill-hardware GPU-hour (None: its file's, if any)
+    max_model_len: int | None = None  # the server's --max-model-len (None: the model's positions, vLLM's default)
 
     def __post_init__(self) -> None:
         if isinstance(self.fit, list | tuple):  # repeated --fit: one table; none given: no fit
@@ -147,7 +148,7 @@ class Deployment:
         if replayed is not None:
             return replayed.max_num_batched_tokens
         if self.separate_prefill(travelling):
-            return self.physics.separate_prefill_budget()
+            return self.physics.separate_prefill_budget(self.max_model_len)
         budget = self.physics.prompt_budget() if self.physics.engine is not None else None
         if not isinstance(budget, int):
             return None
@@ -188,7 +189,7 @@ class Deployment:
     def long_context_chunks(self) -> bool:
         """Whether vLLM V0 chunks prefill here by default: past 32K positions (Physics.chunks_long_contexts), and
         only without speculative decoding, as V0's EngineArgs turns it on."""
-        return self.speculative is None and self.physics.chunks_long_contexts()
+        return self.speculative is None and self.physics.chunks_long_contexts(self.max_model_len)
 
     def separate_prefill(self, travelling: Travelling) -> bool:
         """Whether the server prefills prompts in steps of their own, its running sequences waiting: the named
