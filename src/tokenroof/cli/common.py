@@ -316,8 +316,9 @@ RouterOpt = Annotated[
     str,
     typer.Option(
         "--router",
-        help="round-robin, least-outstanding, or random (each request to a replica at random: Poisson arrivals stay "
-        "Poisson at each replica, where round-robin smooths them).",
+        help="round-robin, least-outstanding, random (each request to a replica at random: Poisson arrivals stay "
+        "Poisson at each replica, where round-robin smooths them), or prefix (a shared prefix to the replica that "
+        "took it first, for its prefix cache; the fewest outstanding while the fleet is imbalanced: SGLang's router).",
     ),
 ]
 KvTransferOpt = Annotated[

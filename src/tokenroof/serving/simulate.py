@@ -34,7 +34,7 @@ from tokenroof.serving.engine.core import (
     SpecCounts,
     StepPlan,
 )
-from tokenroof.serving.engine.fleet import Router
+from tokenroof.serving.engine.fleet import Router, prefix_of
 from tokenroof.stats import arrival_times, percentiles
 
 DISTRIBUTIONS = ("fixed", "uniform", "lognormal")
@@ -735,7 +735,7 @@ def simulate(
             next_scheduled += 1
         else:
             seq = replacements.popleft()
-        index = routing.pick(lambda i: engines[i].outstanding)
+        index = routing.pick(lambda i: engines[i].outstanding, prefix_of(seq))
         engines[index].scheduler.submit(seq)
         if engines[index].plan is None:
             start_step(index, seq.arrival_s)

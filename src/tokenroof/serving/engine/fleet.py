@@ -19,28 +19,53 @@ from tokenroof.errors import ParameterError
 from tokenroof.serving.engine.core import BatchScheduler, Sequence
 from tokenroof.serving.engine.realtime import EngineGroup, RealtimeEngine, TokenCallback
 
-ROUTERS = ("round-robin", "least-outstanding", "random")  # simulate's routers too
+ROUTERS = ("round-robin", "least-outstanding", "random", "prefix")  # simulate's routers too
+# the prefix router's load guard, SGLang's router's defaults (sgl-router --balance-abs-threshold 64
+# --balance-rel-threshold 1.5): the fleet is imbalanced when the busiest replica holds more than this many requests
+# above the idlest and more than this multiple of it, and then every request goes to the idlest
+BALANCE_ABS_THRESHOLD = 64
+BALANCE_REL_THRESHOLD = 1.5
+
+
+def prefix_of(seq: Sequence) -> int | None:
+    """What a prefix router routes a request by: its workload's shared prefix (simulate), else its prompt's first
+    block (emulate hashes the prompt's text); None: no shared prefix to keep together."""
+    if seq.prefix_group >= 0:
+        return seq.prefix_group
+    return seq.block_keys[0] if seq.block_keys else None
 
 
 class Router:
     """Which of `replicas` takes the next request: round-robin, the fewest outstanding (the lowest index of the
-    tied), or uniformly at random, request by request (draws seeded apart from the arrivals'). One router for
-    simulate's fleets and emulate's."""
+    tied), uniformly at random, request by request (draws seeded apart from the arrivals'), or by prefix (SGLang's
+    cache-aware router, simplified: a prompt goes where its shared prefix went before, so that replica's prefix
+    cache holds it; a new prefix, or a prompt without one, to the fewest outstanding; and every request to the
+    fewest outstanding while the fleet is imbalanced, `BALANCE_ABS_THRESHOLD`/`_REL_`). One router for simulate's
+    fleets and emulate's."""
 
     def __init__(self, kind: str, replicas: int, seed: int = 0) -> None:
         if kind not in ROUTERS:
             raise ParameterError(f"unknown {{}} '{kind}'; known: {', '.join(ROUTERS)}", "router")
         self.kind, self.replicas, self._turn = kind, replicas, 0
         self._rng = np.random.default_rng([seed, 1])
+        self._home: dict[int, int] = {}  # prefix → the replica that took it first (the prefix router)
 
-    def pick(self, outstanding: Callable[[int], int]) -> int:
-        """The replica for the next request; `outstanding(i)`: what replica i holds (least-outstanding reads it)."""
+    def pick(self, outstanding: Callable[[int], int], prefix: int | None = None) -> int:
+        """The replica for the next request; `outstanding(i)`: what replica i holds (least-outstanding and the prefix
+        router read it); `prefix`: the request's shared prefix (`prefix_of`; the prefix router reads it)."""
         if self.kind == "round-robin":
             index, self._turn = self._turn, (self._turn + 1) % self.replicas
             return index
         if self.kind == "random":
             return int(self._rng.integers(self.replicas))
-        return min(range(self.replicas), key=outstanding)
+        idlest = min(range(self.replicas), key=outstanding)
+        if self.kind == "least-outstanding" or prefix is None:
+            return idlest
+        loads = [outstanding(i) for i in range(self.replicas)]
+        busiest, least = max(loads), loads[idlest]
+        if busiest - least > BALANCE_ABS_THRESHOLD and busiest > BALANCE_REL_THRESHOLD * least:
+            return idlest  # imbalanced: the load first, the cache after
+        return self._home.setdefault(prefix, idlest)
 
 
 @dataclass
@@ -83,7 +108,7 @@ class FleetEngine(EngineGroup):
     # -- requests -----------------------------------------------------------------------------------------------
     def submit(self, seq: Sequence) -> None:
         self.replicas[0].check(seq)  # every replica holds the same cache: refuse before routing
-        index = self._router.pick(lambda i: self.replicas[i].outstanding)
+        index = self._router.pick(lambda i: self.replicas[i].outstanding, prefix_of(seq))
         self._engines[index].submit(seq)
         self._where[seq.request_id] = index
 
