@@ -307,29 +307,17 @@ def advise_with_prefill(
         sm = physics.step_model()
         source = f"first principles: {physics.label()}, run on simulate's scheduler"
         notes += physics.eager_notes()
-        # vLLM V0 past 32K: chunked prefill on by default, without speculative decoding
-        long_context = physics.chunks_long_contexts() and speculative is None
-        separate = physics.engine is not None and physics.engine_profile().prefill == "separate" and not long_context
-        given = max_num_batched_tokens is not None
-        if separate:
-            if max_num_batched_tokens is None:  # its prefill step's default (TGI's --max-batch-prefill-tokens)
-                max_num_batched_tokens = physics.separate_prefill_budget()
-            most = ""
-            if max_num_batched_tokens is not None:
-                default = "" if given else f": {physics.engine}'s default, --max-num-batched-tokens to change it"
-                most = f" (at most {max_num_batched_tokens:,} prompt tokens a step{default})"
-            notes.append(
-                f"prompts prefilled in steps of their own{most}, the running sequences waiting: {physics.engine}'s "
-                "scheduling"
-            )
-        elif long_context and not given:
-            budget = physics.prompt_budget()
-            max_num_batched_tokens = budget if isinstance(budget, int) else None
-            notes.append(
-                f"prompts chunked at {max_num_batched_tokens:,} tokens a step: {physics.engine}'s default past 32K of "
-                "context (V0 turns chunked prefill on there, vLLM 0.5.5 on; 512 tokens before 0.6.4) "
-                "(--max-num-batched-tokens to change it)"
-            )
+        # the engine's prefill scheduling and its default budget as simulate and plan take them (Deployment's rules):
+        # prefill steps of their own (vLLM V0, TGI), or V0's chunking past 32K of context
+        from tokenroof.fit.travel import Travelling
+        from tokenroof.serving.deployment import Deployment
+
+        dep = Deployment(physics, max_num_batched_tokens=max_num_batched_tokens, speculative=speculative)
+        planned = Travelling(sm)
+        separate = dep.separate_prefill(planned)
+        if separate or (dep.long_context_chunks() and max_num_batched_tokens is None):
+            max_num_batched_tokens = dep.prompt_budget(planned)
+            notes += dep.budget_notes(planned)
     speculation = None if speculative is None else physics.speculation(speculative)
     if speculation is not None:
         notes.append(speculation.assumption())
