@@ -226,9 +226,14 @@ def metrics_url(url: str) -> str:
     return base if base.endswith("/metrics") else f"{base}/metrics"
 
 
+def listed_boards(found: dict[str, float] | None) -> set[str]:
+    """The boards a scrape lists DCGM energy or power series for ('index|UUID'), whichever --power-gpus names."""
+    return {k.partition("@")[2] for k in found or {} if k.partition("@")[0] in (ENERGY_MJ, POWER_W)}
+
+
 def no_boards(found: dict[str, float] | None, where: str, gpus: frozenset[str] | None) -> str:
     """Why a scrape gave no board: no DCGM series at all, or none of the boards --power-gpus names (those listed)."""
-    listed = sorted({k.partition("@")[2] for k in found or {} if k.partition("@")[0] in (ENERGY_MJ, POWER_W)})
+    listed = sorted(listed_boards(found))
     if gpus is None or not listed:
         return f"{where} has no {ENERGY_MJ} or {POWER_W} series"
     return (
@@ -240,7 +245,7 @@ def no_boards(found: dict[str, float] | None, where: str, gpus: frozenset[str] |
 def unlisted(found: dict[str, float] | None, gpus: frozenset[str] | None) -> tuple[str, ...]:
     """The names --power-gpus gives that no board the scrape lists has (by index or UUID); none where it lists no
     board (that is `no_boards`' case)."""
-    listed = {k.partition("@")[2] for k in found or {} if k.partition("@")[0] in (ENERGY_MJ, POWER_W)}
+    listed = listed_boards(found)
     if gpus is None or not listed:
         return ()
     return tuple(sorted(g for g in gpus if not any(names_board(g, board) for board in listed)))
@@ -295,7 +300,7 @@ class PowerScraper(Poller):
         return metrics_url(self.url)
 
     async def _run(self) -> None:
-        where = metrics_url(self.url)
+        where = self.where
         while True:
             try:
                 async with self.session.get(where, timeout=aiohttp.ClientTimeout(total=2.0)) as response:
