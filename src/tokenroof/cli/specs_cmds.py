@@ -111,7 +111,7 @@ def roofline(
 
     spec, hw, profile = load_model(model), load_hardware(hardware), load_engine(engine)
     profile = profile.enforce_eager() if enforce_eager else profile
-    workload = None
+    workload, long_context = None, False  # long_context: vLLM V0 chunks prefill past 32K positions
     if (input_len is None) != (output_len is None):
         raise TokenroofError("--input-len and --output-len go together: give both, or neither")
     if batching not in BATCHINGS:
@@ -162,7 +162,7 @@ def roofline(
 
     data = results[0].to_dict() if len(results) == 1 else by_context(results)
     budget = profile.max_num_batched_tokens
-    if workload is not None and profile.prefill != "chunked" and workload.chunked:
+    if workload is not None and long_context:
         data["warnings"].append(
             f"prompts share the decode steps: {profile.key} turns chunked prefill on by default for a model of "
             f"{spec.max_position_embeddings:,} positions (past 32K; vLLM 0.5.5 on), not its prefill steps of their own"
