@@ -61,8 +61,10 @@ def check_recovery(points: list[dict[str, Any]], output: int = OUTPUT) -> None:
         want_tpot = expected_tpot_s(b, output) * 1e3
         assert p["tpot_ms"]["mean"] == pytest.approx(want_tpot, rel=0.02), p["point"]
         # at 1-4 streams a step's few tokens land either side of the window's edges: 2.4% seen once in CI (195.0
-        # against 190.5 tok/s at 4), so 3% there
-        rel = 0.03 if p["value"] <= 4 else 0.02
+        # against 190.5 tok/s at 4), so 3% there; from 128 streams the window holds only a few request lifetimes
+        # (64 tokens of 25-50 ms steps) and a step delivered late moves its edge: −3.9% at 128 and +2.7% at 256 seen
+        # in fresh-clone CI runs (2026-12-06), TPOT within 2% in both, so 5% there
+        rel = 0.03 if p["value"] <= 4 else 0.05 if p["value"] >= 128 else 0.02
         assert p["throughput_tok_s"] == pytest.approx(b * 1e3 / want_tpot, rel=rel), p["point"]
         assert abs(b - p["value"]) / p["value"] < 0.05  # the running batch is the concurrency
 
