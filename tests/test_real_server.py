@@ -185,8 +185,10 @@ SERVE = ROOT / "examples" / "serve-llama-123m"
 def test_the_real_engine_sweep_replays_and_its_loads_are_simulated_within_the_issue_targets() -> None:
     """examples/serve-llama-123m: `tokenroof serve` (real fp32 forward passes of llama-123m on one CPU thread) swept
     and loaded by `make real-server`. The fit on its sweep simulates every load below saturation within the issue's
-    targets (throughput 5%, TTFT p50 20%, p90s 25%) except TPOT p50 at light load, pinned here at -12..+2%: the
-    step model is a line in the batch and this CPU's steps are not (examples/serve-llama-123m/README.md)."""
+    targets (throughput 5%, TPOT p50 10%, TTFT p50 20%, p90s 25%). TPOT p50 at light load was -11% while the step
+    model was a line in the batch and this CPU's steps are not (31.7 ms at one sequence, the line 35.7; 44.5 at two,
+    the line 40.3): the fit now keeps the sweep's measured departures from the line in range, and they are the
+    steps' own (the engine's step log, examples/serve-llama-123m/README.md)."""
     from tokenroof.fit.core import fit_table
     from tokenroof.io.measurements import read_table
     from tokenroof.serving.replay import serving_fit
@@ -204,7 +206,14 @@ def test_the_real_engine_sweep_replays_and_its_loads_are_simulated_within_the_is
         assert summary["ttft_ms"]["p50"] == pytest.approx(measured["ttft_ms"]["p50"], rel=0.2)
         for metric in ("ttft_ms", "tpot_ms"):
             assert summary[metric]["p90"] == pytest.approx(measured[metric]["p90"], rel=0.25)
-        assert 0.88 < summary["tpot_ms"]["p50"] / measured["tpot_ms"]["p50"] < 1.02
+        assert summary["tpot_ms"]["p50"] == pytest.approx(measured["tpot_ms"]["p50"], rel=0.1)
+    # the departures are the steps': the engine logged 31.7 / 44.5 / 51.3 / 64.8 ms steps at 1 / 2 / 4 / 8 sequences
+    logged = {1: 31.726, 2: 44.5085, 4: 51.3285, 8: 64.832}
+    for batch, wall_ms in logged.items():
+        assert serving.model.step_s(batch, batch * 160.0) * 1e3 == pytest.approx(wall_ms, rel=0.05)
+    line = replace(serving.model, batch_factors=())
+    assert line.step_s(1, 160.0) * 1e3 > 1.1 * logged[1]  # the line alone: 35.7 ms
+    assert serving.model.step_s(64, 64 * 160.0) == line.step_s(64, 64 * 160.0)  # past the sweep, the line
 
 
 def test_advise_on_a_llama_server_sweep_says_the_cap_is_a_new_server(tmp_path: Path) -> None:
@@ -228,3 +237,20 @@ def test_advise_on_a_llama_server_sweep_says_the_cap_is_a_new_server(tmp_path: P
     # a sweep bench ran against llama-server says so itself (server=llama-server, from its GET /props), kv_slots or not
     said = advise("server=llama-server")
     assert any("measured on llama-server; the cap is a new -np" in w for w in said["warnings"])
+
+
+def test_predict_on_the_real_engine_sweep_states_the_departures_it_keeps(tmp_path: Path) -> None:
+    """`predict` on a sweep whose steps bend away from the form: the JSON carries the knots (and validates), the text
+    says what the answers carry, and the saved model runs them in simulate."""
+    from tests.conftest import run_cli, run_json
+    from tests.schemas import validate
+
+    data = run_json(["predict", str(SERVE / "sweep"), "--batch", "4", "32", "--save-model", str(tmp_path / "m.json")])
+    validate("predict", data)
+    knots = data["serving"]["step_model"]["batch_factors"]
+    assert [round(b) for b, _ in knots] == [1, 2, 4, 8, 16] and 0.85 < knots[0][1] < 0.95
+    text = " ".join(run_cli(["predict", str(SERVE / "sweep"), "--batch", "4"]).output.split())
+    assert "in range its decode steps take the measured departures from these terms (×0.90 at 1, ×1.10 at 1.98" in text
+    saved = str(tmp_path / "m.json")
+    simulated = run_json(["simulate", "--step-model", saved, "--concurrency", "2", "--num-requests", "40"])
+    assert any("measured departures" in w for w in simulated["warnings"])

@@ -6,6 +6,7 @@ from __future__ import annotations
 import importlib.util
 import json
 import math
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
@@ -106,6 +107,43 @@ def test_a_known_server_is_recovered_from_its_vllm_files(tmp_path: Path) -> None
     assert fit.model.t_compute_s == pytest.approx(OTHER.t_compute_s, rel=0.1)
     assert set(fit.alternatives) == {"whole prompts", "chunked at 8192"}
     assert all(ttft > 3 * fit.ttft_rms for _, ttft in fit.alternatives.values())  # the others replay TTFT badly
+    assert fit.model.batch_factors == ()  # the form replays it within a bench's noise: no departures to keep
+
+
+def test_the_knot_basis_is_the_factor_the_step_model_takes() -> None:
+    """The fit's linear form of batch_factors (Φ @ f + c) is StepModel's own interpolation, for any factors."""
+    from tokenroof.model.stepmodel import factors_at
+    from tokenroof.serving.replay import knot_basis
+
+    rng = np.random.default_rng(3)
+    knots = np.array([1.0, 1.98, 3.95, 7.9, 16.0])
+    batches = np.concatenate([[0.0, 0.5, 1.0, 1.98, 2.5, 16.0, 20.0, 32.0, 100.0], rng.uniform(1, 40, 50)])
+    for _ in range(5):
+        f = rng.uniform(0.5, 2.0, knots.size)
+        phi, const = knot_basis(knots, batches)
+        expected = factors_at(tuple(zip(knots.tolist(), f.tolist(), strict=True)), np.maximum(batches, 1.0))
+        assert phi @ f + const == pytest.approx(expected, rel=1e-12)
+
+
+def test_a_server_whose_steps_bend_away_from_the_form_is_replayed_in_range_and_the_form_answers_past_it(
+    tmp_path: Path,
+) -> None:
+    """A server whose decode steps are not the form's (a CPU: a fast matrix-vector product at one sequence, slow
+    small-row GEMMs at a few): the fit keeps the measured departures at the measured batches, its steps there are the
+    server's, and past the measured batches the form alone answers."""
+    truth = StepModel(1e-2, 5e-4, 8e-4, 0.0, 1.7e-3, batch_factors=((1.0, 0.9), (2.0, 1.1), (8.0, 1.0)))
+    table = read_table(vllm_files(tmp_path, truth, None, concurrencies=(1, 2, 4, 8, 16)))
+    fit = fit_serving(table, fit_table(table, None, n_samples=0), 1024, 256)
+    assert fit is not None and 0.03 < fit.tpot_rms < 0.08  # the form alone misses by more than the noise
+    knots = [b for b, _ in fit.model.batch_factors]
+    assert knots == pytest.approx([1, 2, 4, 8, 16], rel=0.05)  # each point's mean decoding batch
+    for batch in (1, 2, 4, 8, 16):
+        assert fit.model.step_s(batch, batch * 1152.0) == pytest.approx(truth.step_s(batch, batch * 1152.0), rel=0.05)
+    line = replace(fit.model, batch_factors=())
+    assert abs(line.step_s(1, 1152.0) / truth.step_s(1, 1152.0) - 1) > 0.1  # what the form alone said
+    assert fit.model.step_s(64, 64 * 1152.0) == line.step_s(64, 64 * 1152.0)
+    samples = fit.samples(3)
+    assert all(s.batch_factors and [b for b, _ in s.batch_factors] == knots for s in samples)
 
 
 def test_without_ttft_or_physics_nothing_prices_prefill(tmp_path: Path) -> None:

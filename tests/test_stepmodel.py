@@ -7,7 +7,14 @@ import json
 import numpy as np
 import pytest
 
-from tokenroof.model.stepmodel import StepModel, expected_experts, matmul_time_s, mean_context_tokens
+from tokenroof.model.stepmodel import (
+    StepModel,
+    expected_experts,
+    factor_at,
+    factors_at,
+    matmul_time_s,
+    mean_context_tokens,
+)
 
 SM = StepModel(t_fixed_s=1e-3, t_weights_s=10e-3, t_compute_s=50e-6, t_kv_token_s=10e-9)
 
@@ -342,3 +349,55 @@ def test_steps_s_is_step_s_over_arrays_term_for_term() -> None:
         want = [model.step_s(*args) for args in zip(batch, context, prefill, prefill_sq, strict=True)]
         np.testing.assert_allclose(got, want, rtol=1e-12, atol=0)
         assert got.dtype == np.float64 and got.shape == batch.shape
+
+
+KNOTS = ((1.0, 0.9), (4.0, 1.2))
+
+
+@pytest.mark.parametrize(
+    ("batch", "factor"),
+    [
+        (0, 1.0),  # no decoding sequence (an extra forward pass's empty step): the form's
+        (1, 0.9),
+        (2, 1.05),  # halfway in log batch between 1 and 4
+        (4, 1.2),
+        (6, 1.2 - 0.2 * 0.5849625007211562),  # fading over the doubling past 4: log2(6/4) of the way
+        (8, 1.0),
+        (100, 1.0),
+    ],
+)
+def test_measured_departures_by_hand(batch: float, factor: float) -> None:
+    assert factor_at(KNOTS, batch) == pytest.approx(factor)
+    assert factors_at(KNOTS, np.array([batch]))[0] == pytest.approx(factor)
+    assert factor_at((), batch) == 1.0
+
+
+def test_departures_apply_to_decode_steps_only_and_every_path_agrees() -> None:
+    """A decode step × the factor at its batch: step_s, steps_s and step_time_s; a step with prompt tokens or
+    speculative queries is the form's, as are the components."""
+    line = StepModel(t_fixed_s=1e-2, t_weights_s=5e-4, t_compute_s=8e-4, t_kv_token_s=1e-7, t_seq_s=1.7e-3)
+    bent = StepModel(**{**line.to_dict(), "batch_factors": [[4, 1.2], [1, 0.9]]})  # sorted as made
+    assert bent.batch_factors == KNOTS
+    assert bent.step_s(2, 300.0) == pytest.approx(1.05 * line.step_s(2, 300.0))
+    assert bent.step_s(2, 300.0, 128, 128**2) == line.step_s(2, 300.0, 128, 128**2)
+    assert bent.step_s(2, 300.0, query_tokens=3) == line.step_s(2, 300.0, query_tokens=3)
+    assert bent.step_s(0, 0.0) == line.step_s(0, 0.0)
+    batches = np.array([1.0, 2.0, 3.0, 6.0, 2.0])
+    prefill = np.array([0.0, 0.0, 0.0, 0.0, 64.0])
+    arrays = bent.steps_s(batches, batches * 150, prefill, prefill**2)
+    one_by_one = [bent.step_s(b, b * 150, p, p * p) for b, p in zip(batches, prefill, strict=True)]
+    assert arrays == pytest.approx(one_by_one)
+    assert bent.step_time_s(batches[:4], 150.0) == pytest.approx(one_by_one[:4])
+    assert bent.components_s(2, 150.0)["weights"] == line.components_s(2, 150.0)["weights"]
+    assert bent.to_dict()["batch_factors"] == [[1.0, 0.9], [4.0, 1.2]]
+    assert "batch_factors" not in line.to_dict()
+    assert bent.departures() == (
+        "in range its decode steps take the measured departures from these terms (×0.90 at 1, ×1.20 at 4 sequences; "
+        "fading to none by 8)"
+    )
+
+
+@pytest.mark.parametrize("knots", [((0.5, 1.0),), ((2.0, 0.0),), ((2.0, 1.0), (2.0, 1.1)), ((2.0, float("nan")),)])
+def test_bad_departures_are_refused(knots: tuple[tuple[float, float], ...]) -> None:
+    with pytest.raises(ValueError, match="batch_factors"):
+        StepModel(1e-3, 1e-3, 0.0, 0.0, batch_factors=knots)

@@ -184,6 +184,23 @@ def test_the_table_context_is_required_for_a_fit_with_a_prior(tmp_path: Path) ->
             '"step_model": {"t_fixed_s": 0, "t_weights_s": 0.01, "t_compute_s": 0, "t_kv_token_s": 0}}',
             'fitted_at.context_tokens = "lots"; must be a number',
         ),
+        (
+            '{"t_fixed_s": 0, "t_weights_s": 0.01, "t_compute_s": 0, "t_kv_token_s": 0, "batch_factors": [[0.5, 1]]}',
+            "batch_factors = […]; pairs a batch below 1 with a factor",
+        ),
+        (
+            '{"t_fixed_s": 0, "t_weights_s": 0.01, "t_compute_s": 0, "t_kv_token_s": 0, '
+            '"batch_factors": [[2, 1], [2, 0.9]]}',
+            "holds one batch twice",
+        ),
+        (
+            '{"t_fixed_s": 0, "t_weights_s": 0.01, "t_compute_s": 0, "t_kv_token_s": 0, "batch_factors": [[2, 0]]}',
+            "must be a positive number",
+        ),
+        (
+            '{"t_fixed_s": 0, "t_weights_s": 0.01, "t_compute_s": 0, "t_kv_token_s": 0, "batch_factors": [2, 1]}',
+            "must be a list of [batch, factor] pairs",
+        ),
         ("[1, 2]", "expected a JSON object"),
         ("{", "not valid JSON"),
     ],
@@ -267,3 +284,19 @@ def test_a_hand_written_step_model_is_taken_as_written(tmp_path: Path) -> None:
     )
     (note,) = read_step_model(path).notes(2048)
     assert "no KV cost per context token" in note
+
+
+def test_measured_departures_travel_with_the_saved_model(tmp_path: Path) -> None:
+    """A scheduler fit's batch_factors are written by --save-model, read back exactly, and named in its notes."""
+    from tokenroof.fit.travel import Replayed, Travelling
+    from tokenroof.model.stepmodel import StepModel
+
+    sm = StepModel(1e-2, 5e-4, 8e-4, 0.0, 1.7e-3, batch_factors=((1.0, 0.9), (2.0, 1.1), (16.0, 0.97)))
+    info = Replayed("staggered", None, "ttft", 0.067, 0.107, "online, closed loop, streams staggered", None)
+    path = tmp_path / "m.json"
+    path.write_text(Travelling(sm, 160.0, 0.0, True, "sweep", None, info).to_json())
+    back = read_step_model(path)
+    assert back.step_model == sm
+    (note,) = back.notes(160.0)
+    assert "in range its decode steps take the measured departures from these terms (×0.90 at 1, ×1.10 at 2, " in note
+    assert "×0.97 at 16 sequences; fading to none by 32)" in note

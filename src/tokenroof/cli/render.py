@@ -9,6 +9,7 @@ from typing import Any
 from rich.console import Console
 from rich.table import Table
 
+from tokenroof.model.stepmodel import departures_text
 from tokenroof.specs import HardwareSpec, ModelSpec
 from tokenroof.style import BOUND_STYLE, fmt
 
@@ -319,7 +320,8 @@ def prediction(console: Console, data: dict[str, Any]) -> None:
             f"on the scheduler (--save-model): overhead {sm['t_fixed_s'] * 1e3:.3g} ms, weights "
             f"{sm['t_weights_s'] * 1e3:.3g} ms, {sm['t_compute_s'] * 1e6:.3g} µs per token's GEMMs (a prompt's "
             f"prefill: {serving['prefill_source']}), {sm['t_seq_s'] * 1e6:.3g} µs/seq; replays the measured TPOT "
-            f"within {serving['tpot_rms']:.1%} rms{ttft}",
+            f"within {serving['tpot_rms']:.1%} rms{ttft}"
+            + (f"; {departures_text(sm['batch_factors'])}" if sm.get("batch_factors") else ""),
             style="dim",
             highlight=False,
         )

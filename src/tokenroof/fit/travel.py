@@ -31,6 +31,8 @@ from tokenroof.specs.validate import (
     flag,
     load_json,
     non_negative,
+    number,
+    positive,
     table_error,
     text,
     unit_interval,
@@ -100,9 +102,10 @@ class Travelling:
             if r.prefill_source == "ttft"
             else f"no TTFT in the table: prefill priced by the physics of {self.prior}"
         )
+        departures = self.step_model.departures()
         notes = [
             f"step model fitted on the scheduler to {self.source} ({r.semantics}): it replays the measured TPOT "
-            f"within {r.tpot_rms:.1%} rms{ttft}; {prefill}"
+            f"within {r.tpot_rms:.1%} rms{ttft}; {prefill}" + (f"; {departures}" if departures else "")
         ]
         if r.kv_slots is not None:
             notes.append(
@@ -267,6 +270,18 @@ def seconds(value: Any) -> float:
     return result
 
 
+def knots(value: Any) -> tuple[tuple[float, float], ...]:
+    """StepModel.batch_factors: [batch, factor] pairs, batches at least 1 and each once, factors positive."""
+    if not isinstance(value, list | tuple) or not all(isinstance(k, list | tuple) and len(k) == 2 for k in value):
+        raise ValueError("must be a list of [batch, factor] pairs")
+    pairs = tuple((number(b), positive(f)) for b, f in value)
+    if any(b < 1 for b, _ in pairs):
+        raise ValueError("pairs a batch below 1 with a factor")
+    if len({b for b, _ in pairs}) != len(pairs):
+        raise ValueError("holds one batch twice")
+    return pairs
+
+
 Seconds = Annotated[float, PlainValidator(seconds)]
 Count = Annotated[int, PlainValidator(whole(0, integral_floats=True))]
 Flag = Annotated[bool, PlainValidator(flag)]
@@ -289,6 +304,7 @@ class StepModelFields(Section):
     overlap: Annotated[float, PlainValidator(unit_interval)] = 1.0
     prompts_folded: Flag = False
     t_host_s: Seconds = 0.0
+    batch_factors: Annotated[tuple[tuple[float, float], ...], PlainValidator(knots)] = ()
 
     @model_validator(mode="after")
     def _routing(self) -> Self:

@@ -16,6 +16,12 @@
 - prompts_folded: a model fitted to online steps carries the arriving prompts' cost
   in its per-sequence terms, so `step_s` adds none on top (travel.py splits them out
   where the physics is known).
+- batch_factors: where a fit of a server's own measurements found its decode steps off the line this form draws
+  (a CPU's matrix-vector product at batch 1, its small-row GEMMs at 2–5), the measured departure at each measured
+  batch: (batch, factor) knots. A decode step (no prompt tokens, one query token a sequence) takes the step time
+  above × factor(b), interpolated in log b between knots, held below the first, and fading to 1 over the doubling
+  past the last: in range the data, beyond it the form. Empty (no correction) for every model but a scheduler fit
+  (serving/replay.py). The components and bounds are the form's.
 - overlap: the fraction of the smaller of weight streaming and compute hidden under
   the larger. 1 (the default) is the roofline's max: GPU GEMMs pipeline loads under
   tensor-core math. CPU GEMMs hide little (`tokenroof calibrate` measured ~0 on a
@@ -26,6 +32,8 @@ TPOT(b) = T_step(b); throughput(b) = b / T_step(b). All times in seconds.
 
 from __future__ import annotations
 
+import itertools
+import math
 from dataclasses import asdict, dataclass, fields, replace
 from typing import Any
 
@@ -63,6 +71,48 @@ def matmul_time_s(weights_s: Any, compute_s: Any, overlap: float) -> Any:
 BIG_BATCH = 1e9
 
 
+def factor_at(knots: tuple[tuple[float, float], ...], batch: float) -> float:
+    """A `batch_factors` correction at one batch (plain floats: the scheduler's hot path); 1 without knots or
+    decoding sequences."""
+    if not knots or batch < 1:
+        return 1.0
+    first_b, first_f = knots[0]
+    if batch <= first_b:
+        return first_f
+    last_b, last_f = knots[-1]
+    if batch >= last_b:
+        fade = min(math.log2(batch / last_b), 1.0)
+        return last_f + (1.0 - last_f) * fade
+    for (b0, f0), (b1, f1) in itertools.pairwise(knots):  # a handful of knots: a scan is fastest
+        if batch <= b1:
+            share = math.log(batch / b0) / math.log(b1 / b0)
+            return f0 + (f1 - f0) * share
+    return last_f  # not reached
+
+
+def departures_text(knots: list[list[float]]) -> str:
+    """Measured departures ([batch, factor] knots, as JSON holds them) in words."""
+    shown = ", ".join(f"×{f:.2f} at {b:.3g}" for b, f in knots)
+    return (
+        f"in range its decode steps take the measured departures from these terms ({shown} sequences; fading to "
+        f"none by {2 * knots[-1][0]:.3g})"
+    )
+
+
+def factors_at(knots: tuple[tuple[float, float], ...], batch: ArrayLike) -> NDArray[np.float64]:
+    """`factor_at` over an array of batches."""
+    b = np.asarray(batch, dtype=float)
+    if not knots:
+        return np.ones_like(b)
+    at = np.array([k[0] for k in knots])
+    f = np.array([k[1] for k in knots])
+    logb = np.log(np.maximum(b, 1e-12))
+    inside = np.interp(logb, np.log(at), f)  # held at the ends
+    fade = np.clip(np.log2(np.maximum(b, 1e-12) / at[-1]), 0.0, 1.0)
+    out = np.where(b > at[-1], f[-1] + (1.0 - f[-1]) * fade, inside)
+    return np.where(b < 1, 1.0, out)
+
+
 @dataclass(frozen=True)
 class StepModel:
     """The terms of the step-time model, in seconds."""
@@ -79,13 +129,20 @@ class StepModel:
     overlap: float = 1.0
     prompts_folded: bool = False  # fitted to online steps: the prompts' cost is already in the per-sequence terms
     t_host_s: float = 0.0  # an eager engine's kernel launches per step, which the GPU's work runs under
+    batch_factors: tuple[tuple[float, float], ...] = ()  # measured departures of decode steps from the form, by batch
 
     def __post_init__(self) -> None:
-        """Plain Python numbers (fits hand over numpy scalars): readable reprs and JSON."""
+        """Plain Python numbers (fits hand over numpy scalars): readable reprs and JSON; knots as sorted tuples."""
         for f in fields(self):
             value = getattr(self, f.name)
             if isinstance(value, np.floating | np.integer):
                 object.__setattr__(self, f.name, value.item())
+        knots = tuple(sorted((float(b), float(x)) for b, x in self.batch_factors))
+        if any(b < 1 or x <= 0 or not math.isfinite(b * x) for b, x in knots):
+            raise ValueError(f"batch_factors must pair batches >= 1 with positive factors, got {knots}")
+        if len({b for b, _ in knots}) != len(knots):
+            raise ValueError(f"batch_factors holds one batch twice: {knots}")
+        object.__setattr__(self, "batch_factors", knots)
 
     # -- terms ------------------------------------------------------------------
     def experts_touched(self, batch: ArrayLike) -> NDArray[np.float64]:
@@ -123,7 +180,8 @@ class StepModel:
         """T_step(b, ctx) in seconds; broadcasts over arrays of batch and context."""
         c = self.components_s(batch, context)
         gpu = matmul_time_s(c["weights"], c["compute"], self.overlap) + c["kv"]
-        return c["overhead"] + under_host(gpu, self.t_host_s)
+        step = c["overhead"] + under_host(gpu, self.t_host_s)
+        return step * factors_at(self.batch_factors, np.broadcast_to(batch, step.shape)) if self.batch_factors else step
 
     def prompt_compute_s(self, prompt_tokens: float, prompt_sq_tokens: float | None = None) -> float:
         """GEMM and attention time of prefilling prompt tokens: each token's matmuls, and causal attention over
@@ -140,9 +198,12 @@ class StepModel:
         query_tokens: float = 1.0,
     ) -> float:
         """One step as the scheduler runs it: the fixed overhead, and the GPU's work (`gpu_s`) or an eager engine's
-        launches, the longer."""
+        launches, the longer; a decode step × the measured factor at its batch (`batch_factors`)."""
         gpu = self.gpu_s(batch, total_context, prefill_tokens, prefill_sq_tokens, query_tokens)
-        return float(self.t_fixed_s + (gpu if gpu >= self.t_host_s else self.t_host_s))
+        step = float(self.t_fixed_s + (gpu if gpu >= self.t_host_s else self.t_host_s))
+        if self.batch_factors and not prefill_tokens and query_tokens == 1:
+            return step * factor_at(self.batch_factors, batch)
+        return step
 
     def gpu_s(
         self,
@@ -182,7 +243,11 @@ class StepModel:
         """`step_s` over arrays of steps (the same formula, term for term): what a fit of the scheduler's own steps
         evaluates many times."""
         gpu = self.steps_gpu_s(batch, total_context, prefill_tokens, prefill_sq_tokens)
-        return np.asarray(self.t_fixed_s + under_host(gpu, self.t_host_s), dtype=float)
+        step = np.asarray(self.t_fixed_s + under_host(gpu, self.t_host_s), dtype=float)
+        if self.batch_factors:
+            decode = np.asarray(prefill_tokens, dtype=float) == 0
+            step = np.where(decode, step * factors_at(self.batch_factors, np.broadcast_to(batch, step.shape)), step)
+        return step
 
     def steps_gpu_s(
         self, batch: ArrayLike, total_context: ArrayLike, prefill_tokens: ArrayLike, prefill_sq_tokens: ArrayLike
@@ -263,5 +328,17 @@ class StepModel:
         per_seq = float(self.compute_time_per_seq_s(context)) + float(self.memory_time_per_seq_s(context))
         return float("inf") if per_seq <= 1e-12 else 1.0 / per_seq  # below a picosecond: rounding, not a cost
 
+    def departures(self) -> str:
+        """`batch_factors` in words ("" without): what a user of a scheduler fit should know it carries."""
+        if not self.batch_factors:
+            return ""
+        return departures_text([list(k) for k in self.batch_factors])
+
     def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
+        """The fields as JSON takes them; batch_factors only where there are some (as [batch, factor] lists)."""
+        data = asdict(self)
+        if self.batch_factors:
+            data["batch_factors"] = [list(k) for k in self.batch_factors]
+        else:
+            del data["batch_factors"]
+        return data

@@ -34,7 +34,7 @@ def check_step_model(model: StepModel, max_batch: int, max_context_tokens: int) 
         if f.name == "prompts_folded":
             if not isinstance(value, bool):
                 raise TokenroofError(f"step model: prompts_folded must be true or false, got {value!r}")
-        else:
+        elif f.name != "batch_factors":  # checked as the model is made
             check_term(f.name, value)
     if model.overlap > 1:
         raise TokenroofError(f"step model: overlap must lie in [0, 1], got {model.overlap!r}")
