@@ -248,9 +248,11 @@ def test_predict_on_the_real_engine_sweep_states_the_departures_it_keeps(tmp_pat
     data = run_json(["predict", str(SERVE / "sweep"), "--batch", "4", "32", "--save-model", str(tmp_path / "m.json")])
     validate("predict", data)
     knots = data["serving"]["step_model"]["batch_factors"]
-    assert [round(b) for b, _ in knots] == [1, 2, 4, 8, 16] and 0.85 < knots[0][1] < 0.95
+    # only 1 and 2 streams: from 4 the arriving prompts' steps make up a quarter of TPOT and more (DECODE_SHARE)
+    assert [round(b) for b, _ in knots] == [1, 2] and 0.85 < knots[0][1] < 0.95 and 1.05 < knots[1][1] < 1.15
     text = " ".join(run_cli(["predict", str(SERVE / "sweep"), "--batch", "4"]).output.split())
-    assert "in range its decode steps take the measured departures from these terms (×0.90 at 1, ×1.10 at 1.98" in text
+    said = "in range its decode steps take the measured departures from these terms (×0.90 at 1, ×1.10 at 1.98 sequences"
+    assert said + "; fading to none by 3.97)" in text
     saved = str(tmp_path / "m.json")
     simulated = run_json(["simulate", "--step-model", saved, "--concurrency", "2", "--num-requests", "40"])
     assert any("measured departures" in w for w in simulated["warnings"])

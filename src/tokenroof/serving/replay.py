@@ -57,6 +57,10 @@ MAX_TERM_S = 10.0  # no fitted step term comes near this
 # batch merge; each factor within these bounds; a factor's pull towards 1, against a point's relative TPOT error
 KNOT_MERGE, FACTOR_BOUNDS, FACTOR_PULL = 0.1, (0.5, 2.0), 0.05
 DEPARTURES_FROM = 0.03  # a replay within this (rms) is within a bench's repeat noise (1–3%): nothing to keep
+# a point's TPOT residual is its decode steps' own only where they make up most of its TPOT: past that share the
+# arriving prompts' steps (whose price the TTFT set) could as well be the cause. On the real engine's second run
+# (2026-12-06) departures fitted at 4 and 8 streams (decode 77% and 65% of TPOT) made those steps 7% too slow
+DECODE_SHARE = 0.85
 REPLAY_MISFIT = 0.08  # a replay further off than this (rms, either metric) is named: several times a bench's noise
 
 
@@ -508,17 +512,22 @@ def knot_basis(knots: np.ndarray, batch: np.ndarray) -> tuple[np.ndarray, np.nda
 
 def measured_departures(model: StepModel, points: Sequence[Point], designs: Sequence[Design]) -> StepModel:
     """The fitted form with the measured curve's departures from it kept in range (StepModel.batch_factors): a decode
-    step (no prompt tokens) × a factor interpolated in log batch between knots at the points' mean decoding
-    batches, the factors chosen so that each point's mean TPOT replays as measured (linear least squares over log
-    TPOT's first order, each factor pulled weakly towards 1 and bounded). The form's terms are unchanged, so past the
-    measured batches the form alone answers. The model as given with fewer than two distinct batches."""
+    step (no prompt tokens) × a factor interpolated in log batch between knots at the mean decoding batches of the
+    points whose TPOT is mostly decode steps (DECODE_SHARE), the factors chosen so that each such point's mean TPOT
+    replays as measured (linear least squares over log TPOT's first order, each factor pulled weakly towards 1 and
+    bounded). The form's terms are unchanged, so past those batches the form alone answers. The model as given
+    with fewer than two such batches."""
     base = replace(model, batch_factors=())
+    kept: list[tuple[Point, Design]] = []
     means = []
-    for d in designs:
+    for p, d in zip(points, designs, strict=True):
         decode = (d.prefill == 0) & (d.batch >= 1)
         weight = d.tpot * decode
-        means.append(max(float(weight @ d.batch / weight.sum()), 1.0) if weight.sum() > 0 else math.nan)
-    found = sorted(m for m in means if math.isfinite(m))
+        share = float(weight @ base.steps_s(d.batch, d.context, d.prefill, d.prefill_sq)) / d.tpot_s(base)
+        if weight.sum() > 0 and share >= DECODE_SHARE:
+            kept.append((p, d))
+            means.append(max(float(weight @ d.batch / weight.sum()), 1.0))
+    found = sorted(means)
     knots: list[float] = []
     for m in found:  # merge batches within KNOT_MERGE of the last knot
         if knots and m <= knots[-1] * (1 + KNOT_MERGE):
@@ -528,7 +537,7 @@ def measured_departures(model: StepModel, points: Sequence[Point], designs: Sequ
         return base
     at = np.array(knots)
     matrix, offset, measured, root_w = [], [], [], []
-    for p, d in zip(points, designs, strict=True):
+    for p, d in kept:
         main = base.steps_s(d.batch, d.context, d.prefill, d.prefill_sq)
         extra = d.step_times_s(base) - main  # further forward passes (per-slot KV streams): the form's
         decode = (d.prefill == 0) & (d.batch >= 1)
