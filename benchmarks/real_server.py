@@ -26,8 +26,12 @@ The sweep should meet a freshly started server: its fit assumes fresh slots.
     python benchmarks/real_server.py URL|--serve MODEL [--slots 16] [--concurrency 1,2,4,8,16] [--input-len 128]
         [--output-len 64] [--loads 0.3,0.6,0.9,1.1] [--requests 80] [--out real-server]
         [--model M --hardware H] [--budget N] [--kv-slots] [--precondition N]
+    python benchmarks/real_server.py --offline --out COPY_OF_A_RUN [the run's flags]
 
-Figures print as they arrive and go to OUT/report.json; every request is in OUT/*/requests.jsonl.
+Figures print as they arrive and go to OUT/report.json; every request is in OUT/*/requests.jsonl. A phase whose
+files are already in OUT is not measured again; `--offline` re-scores a finished OUT (a copy of one of the examples/
+folders) with the code as it stands, without a server: the fit, the simulated loads, advise's cap (benched only if
+OUT holds it) and, where OUT has the engine's steps.jsonl, the step check.
 """
 
 from __future__ import annotations
@@ -82,9 +86,16 @@ def precondition(args: argparse.Namespace, folder: Path) -> None:
     asyncio.run(run_bench(cfg))
 
 
+def offline_missing(args: argparse.Namespace, folder: Path) -> None:
+    """--offline: a phase whose measurement is not in OUT cannot be re-scored."""
+    if args.offline:
+        sys.exit(f"--offline: {folder} holds no measurement to re-score (run against a server to measure it)")
+
+
 def sweep(args: argparse.Namespace, out: Path) -> Path:
     folder = out / "sweep"
     if not (folder / "summary.csv").exists():
+        offline_missing(args, folder)
         precondition(args, out / "precondition-sweep")
         cfg = BenchConfig(
             url=args.url,
@@ -115,6 +126,7 @@ def slot_order(url: str) -> list[int] | None:
 
 def measure_load(args: argparse.Namespace, rate: float, folder: Path) -> dict[str, Any]:
     if not (folder / "summary.json").exists():
+        offline_missing(args, folder)
         precondition(args, folder.with_name(f"precondition-{folder.name}"))
         order = slot_order(args.url)
         if order is not None:  # the server's slot use as the load begins: where the simulation starts from
@@ -209,9 +221,22 @@ def main(argv: list[str]) -> None:
     parser.add_argument(
         "--precondition", type=int, default=0, help="requests at the slot count before each phase (0: none)"
     )
+    parser.add_argument(
+        "--offline",
+        action="store_true",
+        help="re-score the measurements already in OUT with this code's fit and simulator (no server)",
+    )
     parser.add_argument("--tpot-slo-ms", type=float, help="5. advise a cap for this p99 TPOT, then bench it")
     parser.add_argument("--ttft-slo-ms", type=float, help="... and this p99 TTFT")
     args = parser.parse_args(argv)
+    if args.offline:
+        if args.url is not None or args.serve is not None:
+            parser.error("--offline re-scores OUT's measurements: give no URL or --serve")
+        if not args.out.is_dir():
+            parser.error(f"--offline: {args.out} is not a folder of measurements")
+        args.url = "(offline)"
+        run(args)
+        return
     if (args.url is None) == (args.serve is None):
         parser.error("give a server URL or --serve MODEL")
     args.out.mkdir(parents=True, exist_ok=True)
@@ -342,6 +367,10 @@ def advise_check(args: argparse.Namespace, out: Path, input_len: int) -> dict[st
     cap = int(advice["max_num_seqs"])
     print(f"5. advise: p99 TPOT <= {args.tpot_slo_ms:g} ms, p99 TTFT <= {args.ttft_slo_ms} ms: cap {cap}")
     folder = out / f"advised-c{cap}"
+    if not (folder / "summary.json").exists() and args.offline:
+        benched = sorted(p.name for p in out.glob("advised-c*"))
+        print(f"   (--offline: cap {cap} was not benched; OUT holds {', '.join(benched) or 'no advised cap'})")
+        return {"cap": cap, "slo": advice["slo"], "met": None, "benched": False}
     if not (folder / "summary.json").exists():
         cfg = BenchConfig(
             url=args.url,
