@@ -232,14 +232,15 @@ def test_plan_at_a_terminal_says_how_long_it_searched(monkeypatch: pytest.Monkey
 def test_plan_says_when_the_engine_prefills_in_steps_of_their_own() -> None:
     from tests.conftest import run_json
 
-    data = run_json(["plan", "-m", "llama-3.1-8b", "-H", "h100-sxm", "--engine", "tgi", "--rate", "2", "--seeds", "1"])
+    args = ["plan", "-m", "llama-3.1-8b", "-H", "h100-sxm", "--engine", "tgi", "--rate", "2", "--seeds", "1"]
+    args += ["--num-requests", "300", "--workers", "1"]  # what the warnings say does not depend on the search's length
+    data = run_json(args)
     # TGI's prefill step holds --max-batch-prefill-tokens, 4,096 by default
     said = "prompts prefilled in steps of their own (at most 4,096 prompt tokens a step: tgi's default, "
     assert (
         said + "--max-num-batched-tokens to change it), the running sequences waiting: tgi's scheduling"
         in (data["warnings"])
     )
-    args = ["plan", "-m", "llama-3.1-8b", "-H", "h100-sxm", "--engine", "tgi", "--rate", "2", "--seeds", "1"]
     wider = run_json([*args, "--max-num-batched-tokens", "8192"])  # TGI --max-batch-prefill-tokens 8192
     assert "prompts prefilled in steps of their own (at most 8,192 prompt tokens a step), the running " in " ".join(
         wider["warnings"]
