@@ -506,3 +506,29 @@ def test_a_simulated_sweep_prints_its_bill_and_plan_its_price_per_token() -> Non
     said = " ".join(plan.stdout.split())
     assert "1 replica × max_num_seqs" in said and "(1 GPU, 2.00 per hour, " in said
     assert " US$ per million output tokens): " in said and "1 GPUs" not in said
+
+
+def test_the_bill_splits_a_step_with_a_prompt_by_the_form_that_timed_it() -> None:
+    """A scheduler fit's measured departures time decode steps, not steps with a prompt (the form times those): the
+    prompts' share of such a step is the step less the form's decode step, whatever the decode factor."""
+    from dataclasses import replace
+
+    from tokenroof.model.cost import Price, bill_of_steps
+    from tokenroof.model.stepmodel import StepModel
+
+    form = StepModel(1e-2, 5e-3, 1e-4, 0.0, 1e-3)
+    mixed = form.step_s(1, 500.0, 100, 100**2)  # one sequence at context 500 and a 100-token prompt
+    price = Price(3600.0, "given")  # $1 a second
+    for factor in (0.5, 1.0, 2.0):
+        sm = replace(form, batch_factors=((1.0, factor), (4.0, factor)))
+        decode = sm.step_s(1, 500.0)
+        steps = {
+            "duration_s": [mixed, decode],
+            "batch": [1.0, 1.0],
+            "context_tokens": [500.0, 500.0],
+            "prefill_tokens": [100.0, 0.0],
+        }
+        bill = bill_of_steps(sm, steps, mixed + decode, 1, 1, 2.0, 100.0, price, None)
+        prompt_s = mixed - form.step_s(1, 500.0)
+        assert bill["usd_per_million_input_tokens"] == pytest.approx(prompt_s / 100 * 1e6)
+        assert bill["usd_per_million_output_tokens"] == pytest.approx((mixed + decode - prompt_s) / 2 * 1e6)

@@ -110,6 +110,28 @@ def test_a_known_server_is_recovered_from_its_vllm_files(tmp_path: Path) -> None
     assert fit.model.batch_factors == ()  # the form replays it within a bench's noise: no departures to keep
 
 
+def test_measured_departures_never_make_a_step_faster_with_more_sequences() -> None:
+    """A flat (weights-bound) form whose TPOT at 4 streams measured 30% over it: a factor of 1.3 at 4 fading to 1 by
+    8 would make 8 sequences faster than 4, and advise's search assumes TPOT grows with the cap. The factors shrink
+    towards 1 until the step never falls; the points the form replays exactly keep theirs at 1."""
+    from tokenroof.serving.replay import Point, design_at, measured_departures
+
+    form = StepModel(5e-3, 10e-3, 2e-6, 0.0, 1e-5)
+    points, designs = [], []
+    for c, ratio in ((1, 1.0), (2, 1.0), (4, 1.3)):
+        p = Point(c, 128, 256, 1.0, None, 1.0, client="burst", requests=4 * c)
+        d = design_at(p, None, None, form)
+        points.append(replace(p, tpot_s=d.tpot_s(form) * ratio))
+        designs.append(d)
+    raw = replace(measured_departures(form, points, designs), batch_factors=())
+    bent = measured_departures(form, points, designs)
+    assert [round(b) for b, _ in bent.batch_factors] == [1, 2, 4]
+    steps = bent.step_time_s(np.arange(1.0, 20.0), 140.0)
+    assert np.all(np.diff(steps) >= 0)
+    assert 1.0 <= bent.batch_factors[-1][1] < 1.05  # shrunk from the ~1.3 the points alone ask
+    assert raw == form
+
+
 def test_the_knot_basis_is_the_factor_the_step_model_takes() -> None:
     """The fit's linear form of batch_factors (Φ @ f + c) is StepModel's own interpolation, for any factors."""
     from tokenroof.model.stepmodel import factors_at
@@ -134,7 +156,9 @@ def test_a_server_whose_steps_bend_away_from_the_form_is_replayed_in_range_and_t
     truth = StepModel(1e-2, 5e-4, 8e-4, 0.0, 1.7e-3, batch_factors=((1.0, 0.9), (2.0, 1.1), (8.0, 1.0)))
     table = read_table(vllm_files(tmp_path, truth, None, concurrencies=(1, 2, 4, 8, 16)))
     fit = fit_serving(table, fit_table(table, None, n_samples=0), 1024, 256)
-    assert fit is not None and 0.03 < fit.tpot_rms < 0.08  # the form alone misses by more than the noise
+    assert fit is not None and fit.form_rms is not None
+    assert 0.03 < fit.form_rms[0] < 0.08 and fit.tpot_rms < 0.01  # the form alone misses by more than the noise
+    assert [r["tpot_ms_replayed"] for r in fit.replay] == pytest.approx([r["tpot_ms"] for r in fit.replay], rel=0.01)
     knots = [b for b, _ in fit.model.batch_factors]
     assert knots == pytest.approx([1, 2, 4, 8, 16], rel=0.05)  # each point's mean decoding batch
     for batch in (1, 2, 4, 8, 16):

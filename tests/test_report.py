@@ -171,6 +171,12 @@ def test_an_input_with_the_keys_but_not_the_contract_is_one_line(tmp_path: Path,
             json.loads(inputs["roofline"].read_text()) | {"context_tokens": 10**400},
             "not a valid roofline answer at context_tokens: an integer of 401 digits (--json writes null)",
         ),
+        "twice.json": (  # the schema cannot say a batch appears once in batch_factors; StepModel does
+            (lambda d: d | {"step_model": d["step_model"] | {"batch_factors": [[2, 1], [2, 0.9]]}})(
+                json.loads(inputs["roofline"].read_text())
+            ),
+            "step_model: batch_factors holds one batch twice",
+        ),
     }
     for name, (doc, said) in cases.items():
         path = tmp_path / name

@@ -186,7 +186,7 @@ def test_the_table_context_is_required_for_a_fit_with_a_prior(tmp_path: Path) ->
         ),
         (
             '{"t_fixed_s": 0, "t_weights_s": 0.01, "t_compute_s": 0, "t_kv_token_s": 0, "batch_factors": [[0.5, 1]]}',
-            "batch_factors = […]; pairs a batch below 1 with a factor",
+            "batch_factors = […]; pairs a batch outside [1, 1e+09] with a factor",
         ),
         (
             '{"t_fixed_s": 0, "t_weights_s": 0.01, "t_compute_s": 0, "t_kv_token_s": 0, '

@@ -25,7 +25,7 @@ from pydantic import ConfigDict, PlainValidator, model_validator
 from tokenroof.errors import TokenroofError
 from tokenroof.fit.core import ContextLaw, Fit, Prior
 from tokenroof.io.measurements import CLIENT_KINDS, MeasurementTable
-from tokenroof.model.stepmodel import StepModel
+from tokenroof.model.stepmodel import BIG_BATCH, FACTOR_LIMITS, StepModel
 from tokenroof.specs.validate import (
     Section,
     flag,
@@ -54,9 +54,10 @@ class Replayed:
     ttft_rms: float | None
     semantics: str  # the workload in words, as every header states it
     kv_slots: int | None = None  # per-slot KV streams on this many slots (llama-server without --kv-unified)
+    form_tpot_rms: float | None = None  # the form's own replay, where measured departures were kept in range
 
     def to_dict(self) -> dict[str, Any]:
-        return {
+        data = {
             "client": self.client,
             "max_num_batched_tokens": self.max_num_batched_tokens,
             "kv_slots": self.kv_slots,
@@ -65,6 +66,9 @@ class Replayed:
             "ttft_rms": self.ttft_rms,
             "semantics": self.semantics,
         }
+        if self.form_tpot_rms is not None:
+            data["form_tpot_rms"] = self.form_tpot_rms
+        return data
 
 
 @dataclass(frozen=True)
@@ -91,7 +95,8 @@ class Travelling:
             return []
         if self.replayed is not None:
             return self._replay_notes(context_tokens)
-        return self._prefill_note() + self._context_notes(context_tokens)
+        departures = self.step_model.departures()
+        return self._prefill_note() + self._context_notes(context_tokens) + ([departures] if departures else [])
 
     def _replay_notes(self, context_tokens: float | None) -> list[str]:
         r = self.replayed
@@ -103,9 +108,10 @@ class Travelling:
             else f"no TTFT in the table: prefill priced by the physics of {self.prior}"
         )
         departures = self.step_model.departures()
+        form = f" (the form alone {r.form_tpot_rms:.1%})" if r.form_tpot_rms is not None else ""
         notes = [
             f"step model fitted on the scheduler to {self.source} ({r.semantics}): it replays the measured TPOT "
-            f"within {r.tpot_rms:.1%} rms{ttft}; {prefill}" + (f"; {departures}" if departures else "")
+            f"within {r.tpot_rms:.1%} rms{form}{ttft}; {prefill}" + (f"; {departures}" if departures else "")
         ]
         if r.kv_slots is not None:
             notes.append(
@@ -275,8 +281,11 @@ def knots(value: Any) -> tuple[tuple[float, float], ...]:
     if not isinstance(value, list | tuple) or not all(isinstance(k, list | tuple) and len(k) == 2 for k in value):
         raise ValueError("must be a list of [batch, factor] pairs")
     pairs = tuple((number(b), positive(f)) for b, f in value)
-    if any(b < 1 for b, _ in pairs):
-        raise ValueError("pairs a batch below 1 with a factor")
+    if any(not 1 <= b <= BIG_BATCH for b, _ in pairs):
+        raise ValueError(f"pairs a batch outside [1, {BIG_BATCH:g}] with a factor")
+    low, high = FACTOR_LIMITS
+    if any(not low <= f <= high for _, f in pairs):
+        raise ValueError(f"holds a factor outside [{low:g}, {high:g}] (a measured departure is a few tens of percent)")
     if len({b for b, _ in pairs}) != len(pairs):
         raise ValueError("holds one batch twice")
     return pairs
@@ -340,6 +349,7 @@ class ReplayFields(Section):
     ttft_rms: Annotated[float, PlainValidator(non_negative)] | None = None
     semantics: Text = ""
     kv_slots: Annotated[int, PlainValidator(whole(1))] | None = None
+    form_tpot_rms: Annotated[float, PlainValidator(non_negative)] | None = None
 
     def replayed(self) -> Replayed:
         return Replayed(
@@ -350,6 +360,7 @@ class ReplayFields(Section):
             self.ttft_rms,
             self.semantics,
             self.kv_slots,
+            self.form_tpot_rms,
         )
 
 

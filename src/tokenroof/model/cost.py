@@ -21,7 +21,7 @@ P · T_step / tokens. `bench-local` on a GPU measures the board's power with NVM
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
 
 from tokenroof.errors import ParameterError
@@ -216,7 +216,11 @@ def bill_of_steps(
     duration = np.asarray(steps["duration_s"], dtype=float)
     batch = np.asarray(steps["batch"], dtype=float)
     zeros = np.zeros_like(duration)
-    decode = np.where(batch > 0, np.minimum(sm.steps_s(batch, steps["context_tokens"], zeros, zeros), duration), 0.0)
+    decode_s = sm.steps_s(batch, steps["context_tokens"], zeros, zeros)
+    if sm.batch_factors and "prefill_tokens" in steps:  # a step with a prompt was timed by the form: so is its decode
+        form_s = replace(sm, batch_factors=()).steps_s(batch, steps["context_tokens"], zeros, zeros)
+        decode_s = np.where(np.asarray(steps["prefill_tokens"], dtype=float) > 0, form_s, decode_s)
+    decode = np.where(batch > 0, np.minimum(decode_s, duration), 0.0)
     busy_s = float(duration.sum())
     share = float(np.clip(duration - decode, 0.0, None).sum()) / busy_s if busy_s > 0 else 0.0
     out: dict[str, Any] = {

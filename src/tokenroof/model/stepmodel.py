@@ -69,6 +69,7 @@ def matmul_time_s(weights_s: Any, compute_s: Any, overlap: float) -> Any:
 
 
 BIG_BATCH = 1e9
+FACTOR_LIMITS = (1e-3, 1e3)  # a measured departure from the form is a few tens of percent: beyond these, a slip
 
 
 def factor_at(knots: tuple[tuple[float, float], ...], batch: float) -> float:
@@ -138,8 +139,12 @@ class StepModel:
             if isinstance(value, np.floating | np.integer):
                 object.__setattr__(self, f.name, value.item())
         knots = tuple(sorted((float(b), float(x)) for b, x in self.batch_factors))
-        if any(b < 1 or x <= 0 or not math.isfinite(b * x) for b, x in knots):
-            raise ValueError(f"batch_factors must pair batches >= 1 with positive factors, got {knots}")
+        low, high = FACTOR_LIMITS
+        if any(not (1 <= b <= BIG_BATCH and low <= x <= high) for b, x in knots):  # NaN fails too
+            raise ValueError(
+                f"batch_factors must pair batches in [1, {BIG_BATCH:g}] with factors in [{low:g}, {high:g}], "
+                f"got {knots}"
+            )
         if len({b for b, _ in knots}) != len(knots):
             raise ValueError(f"batch_factors holds one batch twice: {knots}")
         object.__setattr__(self, "batch_factors", knots)

@@ -30,7 +30,10 @@ def decode_view(sources: Sequence[Source]) -> DecodeView:
         if s.kind == "predict":
             add_predict(view, s.data, s.name)
         elif s.kind == "roofline":
-            add_roofline(view, s.data, s.name)
+            try:
+                add_roofline(view, s.data, s.name)
+            except TokenroofError as exc:  # a step_model the schema lets through and StepModel refuses
+                raise TokenroofError(f"{s.path}: {exc}") from None
         elif s.kind == "advise":
             add_advice(view, s.data)
         elif s.kind in ("plan", "simulate", "simulate-sweep"):

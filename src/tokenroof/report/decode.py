@@ -78,7 +78,10 @@ class DecodeView:
 def step_model_of(data: dict[str, Any]) -> StepModel:
     """The StepModel an output's `step_model` object describes."""
     names = {f.name for f in fields(StepModel)}
-    return StepModel(**{k: v for k, v in data.items() if k in names})
+    try:
+        return StepModel(**{k: v for k, v in data.items() if k in names})
+    except (TypeError, ValueError) as exc:  # the schema lets duplicate or out-of-range batch_factors through
+        raise TokenroofError(f"step_model: {exc}") from None
 
 
 def add_predict(view: DecodeView, data: dict[str, Any], label: str) -> None:
