@@ -359,6 +359,10 @@ QUIET_CASES = {
         Workload(20.0, PromptLengths(800, "fixed", prefix=SharedPrefix(512, 4)), Lengths(200, "lognormal"), 300),
         {"prefix_caching": True, "kv_capacity_tokens": 30_000},
     ),
+    "measured departures from the form, lognormal lengths": (  # a scheduler fit's batch_factors time decode steps
+        Workload(8.0, Lengths(300, "lognormal"), Lengths(150, "lognormal"), 300),
+        {"batch_factors": ((1.0, 0.9), (2.0, 1.1), (4.0, 1.05), (8.0, 0.97))},
+    ),
 }
 
 
@@ -369,8 +373,15 @@ def test_quiet_runs_taken_at_once_change_nothing(case: str, monkeypatch: pytest.
     from tokenroof.serving.engine.core import BatchScheduler
 
     workload, settings = QUIET_CASES[case]
+    settings = dict(settings)
     sm = StepModel(
-        t_fixed_s=2e-3, t_weights_s=8e-3, t_compute_s=4e-5, t_kv_token_s=2e-8, t_seq_s=5e-5, t_attn_token_s=1e-8
+        t_fixed_s=2e-3,
+        t_weights_s=8e-3,
+        t_compute_s=4e-5,
+        t_kv_token_s=2e-8,
+        t_seq_s=5e-5,
+        t_attn_token_s=1e-8,
+        batch_factors=settings.pop("batch_factors", ()),
     )
     runs: list[int] = []
     quiet = BatchScheduler.plan_quiet_run

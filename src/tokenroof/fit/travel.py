@@ -108,6 +108,8 @@ class Travelling:
             else f"no TTFT in the table: prefill priced by the physics of {self.prior}"
         )
         departures = self.step_model.departures()
+        if departures and self.context_tokens:  # the whole step is scaled, its KV reads with it
+            departures += f", measured at a mean context of {self.context_tokens:g} tokens"
         form = f" (the form alone {r.form_tpot_rms:.1%})" if r.form_tpot_rms is not None else ""
         notes = [
             f"step model fitted on the scheduler to {self.source} ({r.semantics}): it replays the measured TPOT "

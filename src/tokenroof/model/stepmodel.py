@@ -21,7 +21,9 @@
   batch: (batch, factor) knots. A decode step (no prompt tokens, one query token a sequence) takes the step time
   above × factor(b), interpolated in log b between knots, held below the first, and fading to 1 over the doubling
   past the last: in range the data, beyond it the form. Empty (no correction) for every model but a scheduler fit
-  (serving/replay.py). The components and bounds are the form's.
+  (serving/replay.py). The components and bounds are the form's, and so are steps with prompt tokens and
+  speculative verify steps (other kernel shapes than the measured decode); the factor scales the whole step, its
+  KV reads included, as measured at the fit's context.
 - overlap: the fraction of the smaller of weight streaming and compute hidden under
   the larger. 1 (the default) is the roofline's max: GPU GEMMs pipeline loads under
   tensor-core math. CPU GEMMs hide little (`tokenroof calibrate` measured ~0 on a
