@@ -370,6 +370,7 @@ def test_measured_departures_by_hand(batch: float, factor: float) -> None:
     assert factor_at(KNOTS, batch) == pytest.approx(factor)
     assert factors_at(KNOTS, np.array([batch]))[0] == pytest.approx(factor)
     assert factor_at((), batch) == 1.0
+    assert factors_at((), np.array([batch, 2.0])).tolist() == [1.0, 1.0]
 
 
 def test_departures_apply_to_decode_steps_only_and_every_path_agrees() -> None:
@@ -390,7 +391,9 @@ def test_departures_apply_to_decode_steps_only_and_every_path_agrees() -> None:
     assert bent.step_time_s(batches[:4], 150.0) == pytest.approx(one_by_one[:4])
     assert bent.components_s(2, 150.0)["weights"] == line.components_s(2, 150.0)["weights"]
     assert bent.to_dict()["batch_factors"] == [[1.0, 0.9], [4.0, 1.2]]
-    assert "batch_factors" not in line.to_dict()
+    assert "batch_factors" not in line.to_dict() and line.departures() == ""
+    three = StepModel(1e-3, 1e-3, 0.0, 0.0, batch_factors=((1, 0.9), (2, 1.1), (16, 0.97)))
+    assert three.departures().endswith("(×0.90 at 1, ×1.10 at 2, ×0.97 at 16 sequences; fading to none by 32)")
     assert bent.departures() == (
         "in range its decode steps take the measured departures from these terms (×0.90 at 1, ×1.20 at 4 sequences; "
         "fading to none by 8)"
@@ -401,3 +404,9 @@ def test_departures_apply_to_decode_steps_only_and_every_path_agrees() -> None:
 def test_bad_departures_are_refused(knots: tuple[tuple[float, float], ...]) -> None:
     with pytest.raises(ValueError, match="batch_factors"):
         StepModel(1e-3, 1e-3, 0.0, 0.0, batch_factors=knots)
+
+
+def test_departure_limits_are_inclusive() -> None:
+    """Batches in [1, 1e9] and factors in [1e-3, 1e3] (FACTOR_LIMITS), ends included."""
+    edges = StepModel(1e-3, 1e-3, 0.0, 0.0, batch_factors=((1.0, 1e3), (1e9, 1e-3)))
+    assert edges.batch_factors == ((1.0, 1e3), (1e9, 1e-3))

@@ -534,8 +534,10 @@ def measured_departures(model: StepModel, points: Sequence[Point], designs: Sequ
     for p, d in zip(points, designs, strict=True):
         decode = (d.prefill == 0) & (d.batch >= 1)
         weight = d.tpot * decode
+        if weight.sum() <= 0:
+            continue
         share = float(weight @ base.steps_s(d.batch, d.context, d.prefill, d.prefill_sq)) / d.tpot_s(base)
-        if weight.sum() > 0 and share >= DECODE_SHARE:
+        if share >= DECODE_SHARE:
             kept.append((p, d))
             means.append(max(float(weight @ d.batch / weight.sum()), 1.0))
     found = sorted(means)
