@@ -529,20 +529,20 @@ def measured_departures(model: StepModel, points: Sequence[Point], designs: Sequ
     bounded). The form's terms are unchanged, so past those batches the form alone answers. The model as given
     with fewer than two such batches."""
     base = replace(model, batch_factors=())
-    kept: list[tuple[Point, Design]] = []
+    kept = []  # (point, design, its decode steps, their form's time without further passes, with them)
     means = []
     for p, d in zip(points, designs, strict=True):
         decode = (d.prefill == 0) & (d.batch >= 1)
         weight = d.tpot * decode
         if weight.sum() <= 0:
             continue
-        share = float(weight @ base.steps_s(d.batch, d.context, d.prefill, d.prefill_sq)) / d.tpot_s(base)
-        if share >= DECODE_SHARE:
-            kept.append((p, d))
+        main = base.steps_s(d.batch, d.context, d.prefill, d.prefill_sq)
+        times = d.step_times_s(base)
+        if float(weight @ main) / float(d.tpot @ times) >= DECODE_SHARE:
+            kept.append((p, d, decode, main, times))
             means.append(max(float(weight @ d.batch / weight.sum()), 1.0))
-    found = sorted(means)
     knots: list[float] = []
-    for m in found:  # merge batches within KNOT_MERGE of the last knot
+    for m in sorted(means):  # merge batches within KNOT_MERGE of the last knot
         if knots and m <= knots[-1] * (1 + KNOT_MERGE):
             continue
         knots.append(m)
@@ -550,16 +550,17 @@ def measured_departures(model: StepModel, points: Sequence[Point], designs: Sequ
         return base
     at = np.array(knots)
     matrix, offset, measured, root_w = [], [], [], []
-    for p, d in kept:
-        main = base.steps_s(d.batch, d.context, d.prefill, d.prefill_sq)
-        extra = d.step_times_s(base) - main  # further forward passes (per-slot KV streams): the form's
-        decode = (d.prefill == 0) & (d.batch >= 1)
+    num = den = 0.0  # the decode steps' mean context per sequence, for the shrink below
+    for p, d, decode, main, times in kept:
         phi, const = knot_basis(at, d.batch)
         scaled = d.tpot * main * decode
         matrix.append(scaled @ phi)
-        offset.append(float(d.tpot @ extra + (d.tpot * main) @ ~decode + scaled @ const))
+        # further forward passes (per-slot KV streams) and steps with prompt tokens: the form's
+        offset.append(float(d.tpot @ (times - main) + (d.tpot * main) @ ~decode + scaled @ const))
         measured.append(p.tpot_s)
         root_w.append(math.sqrt(p.weight))
+        num += float((d.tpot * decode) @ (d.context / np.maximum(d.batch, 1.0)))
+        den += float((d.tpot * decode).sum())
     scale = np.array(root_w) / np.array(measured)
     pull = FACTOR_PULL * float(np.sqrt(np.mean(np.square(root_w))))  # against a point of the mean weight
     rows = np.vstack([np.array(matrix) * scale[:, None], pull * np.eye(at.size)])
@@ -567,11 +568,6 @@ def measured_departures(model: StepModel, points: Sequence[Point], designs: Sequ
     factors = lsq_linear(rows, target, bounds=FACTOR_BOUNDS).x
     # a step never gets faster with more sequences: where the factors would make it (a last factor above 1 fading
     # over a flat form, or factors falling between knots), they shrink towards 1 until it does not
-    num = den = 0.0
-    for _, d in kept:
-        decode = (d.prefill == 0) & (d.batch >= 1)
-        num += float((d.tpot * decode) @ (d.context / np.maximum(d.batch, 1.0)))
-        den += float((d.tpot * decode).sum())
     per_seq = num / den if den > 0 else 0.0
     shrink = 1.0
     while shrink > 1e-3 and not _rising(base, at, 1.0 + shrink * (factors - 1.0), per_seq):
