@@ -25,7 +25,7 @@ from pydantic import ConfigDict, PlainValidator, model_validator
 from tokenroof.errors import TokenroofError
 from tokenroof.fit.core import ContextLaw, Fit, Prior
 from tokenroof.io.measurements import CLIENT_KINDS, MeasurementTable
-from tokenroof.model.stepmodel import BIG_BATCH, FACTOR_LIMITS, StepModel
+from tokenroof.model.stepmodel import StepModel, knots_problem
 from tokenroof.specs.validate import (
     Section,
     flag,
@@ -283,13 +283,9 @@ def knots(value: Any) -> tuple[tuple[float, float], ...]:
     if not isinstance(value, list | tuple) or not all(isinstance(k, list | tuple) and len(k) == 2 for k in value):
         raise ValueError("must be a list of [batch, factor] pairs")
     pairs = tuple((number(b), positive(f)) for b, f in value)
-    if any(not 1 <= b <= BIG_BATCH for b, _ in pairs):
-        raise ValueError(f"pairs a batch outside [1, {BIG_BATCH:g}] with a factor")
-    low, high = FACTOR_LIMITS
-    if any(not low <= f <= high for _, f in pairs):
-        raise ValueError(f"holds a factor outside [{low:g}, {high:g}] (a measured departure is a few tens of percent)")
-    if len({b for b, _ in pairs}) != len(pairs):
-        raise ValueError("holds one batch twice")
+    problem = knots_problem(pairs)
+    if problem:
+        raise ValueError(problem)
     return pairs
 
 

@@ -36,6 +36,7 @@ from __future__ import annotations
 
 import itertools
 import math
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass, fields, replace
 from typing import Any
 
@@ -72,6 +73,19 @@ def matmul_time_s(weights_s: Any, compute_s: Any, overlap: float) -> Any:
 
 BIG_BATCH = 1e9
 FACTOR_LIMITS = (1e-3, 1e3)  # a measured departure from the form is a few tens of percent: beyond these, a slip
+
+
+def knots_problem(knots: Sequence[tuple[float, float]]) -> str:
+    """What is wrong with `batch_factors` knots ("" if nothing): batches in [1, BIG_BATCH], each once, factors within
+    FACTOR_LIMITS (NaN fails both)."""
+    low, high = FACTOR_LIMITS
+    if any(not 1 <= b <= BIG_BATCH for b, _ in knots):
+        return f"pairs a batch outside [1, {BIG_BATCH:g}] with a factor"
+    if any(not low <= f <= high for _, f in knots):
+        return f"holds a factor outside [{low:g}, {high:g}] (a measured departure is a few tens of percent)"
+    if len({b for b, _ in knots}) != len(knots):
+        return "holds one batch twice"
+    return ""
 
 
 def factor_at(knots: tuple[tuple[float, float], ...], batch: float) -> float:
@@ -141,14 +155,9 @@ class StepModel:
             if isinstance(value, np.floating | np.integer):
                 object.__setattr__(self, f.name, value.item())
         knots = tuple(sorted((float(b), float(x)) for b, x in self.batch_factors))
-        low, high = FACTOR_LIMITS
-        if any(not (1 <= b <= BIG_BATCH and low <= x <= high) for b, x in knots):  # NaN fails too
-            raise ValueError(
-                f"batch_factors must pair batches in [1, {BIG_BATCH:g}] with factors in [{low:g}, {high:g}], "
-                f"got {knots}"
-            )
-        if len({b for b, _ in knots}) != len(knots):
-            raise ValueError(f"batch_factors holds one batch twice: {knots}")
+        problem = knots_problem(knots)
+        if problem:
+            raise ValueError(f"batch_factors {problem}: {knots}")
         object.__setattr__(self, "batch_factors", knots)
 
     # -- terms ------------------------------------------------------------------
