@@ -13,6 +13,7 @@ from typing import Any
 import pytest
 from aiohttp import web
 
+from tests.conftest import ROOT
 from tests.schemas import validate_bench_point
 from tokenroof.errors import TokenroofError
 from tokenroof.io.measurements import read_table
@@ -475,3 +476,25 @@ def test_a_server_that_cannot_size_the_prompts_leaves_a_word_a_token_and_says_so
     assert "approximate" in header["settings"]["prompt_calibration"]
     assert point["invalid"]  # every measured request failed too
     assert set(seen) == {50}  # the one sizing request and every measured one: a word a token
+
+
+def test_the_table_bench_writes_for_llama_server_reads_back(tmp_path: Path) -> None:
+    """Against llama-server (its GET /props gave the slots) bench's summary.csv says how a cap changes that server and
+    how to state per-slot KV streams, and `read_table` reads the file as written: a hint once spelt `kv_slots=N`,
+    which the reader took for a setting, and every sweep of a llama-server failed to load (the 2026-12-06 run)."""
+    from tokenroof.measure.http.record import read_previous
+    from tokenroof.measure.http.redact import Redactor
+    from tokenroof.measure.http.run import write_outputs
+
+    previous = read_previous(ROOT / "examples" / "bench" / "requests.jsonl", lambda _: None)
+    cfg = BenchConfig(url="http://127.0.0.1:8040", out_dir=tmp_path, concurrencies=[1])
+    server = {"server": "llama-server", "server_slots": 16}
+    write_outputs(cfg, "m", list(previous.valid_points().values()), Redactor.of(cfg.url, None), server)
+    text = (tmp_path / "summary.csv").read_text()
+    assert "a batch cap for it is a restart with a new -np" in text and "add the setting kv_slots" in text
+    table = read_table([tmp_path / "summary.csv"])
+    assert table.semantics.server == "llama-server" and table.semantics.kv_slots is None
+    stated = tmp_path / "stated.csv"
+    first, *rest = text.splitlines()
+    stated.write_text("\n".join([f"{first} kv_slots=16", *rest]) + "\n")
+    assert read_table([stated]).semantics.kv_slots == 16
