@@ -14,10 +14,13 @@ it at the end (`make real-server`: llama-123m, ~17 minutes on 2 cores):
 
 `--kv-slots`: the server gives each slot its own KV stream (llama-server `-np N` without `--kv-unified`, its
 default): the fit and the simulations run the scheduler with per-slot streams (a forward pass per run of consecutive
-busy slots), and each load's simulation starts from the slots as the server's GET /slots showed them when the load
-began (OUT/load-F/slots.json; without it, after the sweep's and the earlier loads' arrivals replayed). On
-llama-server TPOT p50 at 60 / 90% load was −50 / −42% without it (the 2026-12-04 run), +1 / +2% with it (the
-2026-12-05 run, examples/llama-server/README.md; the first run's files replayed with their history: +17 / +3%).
+busy slots), and each load's simulation starts from the ring of slots the server will hand out as the load begins
+(`slot_order`: one short request per slot, one at a time, then GET /slots; OUT/load-F/slots.json), turned by bench's
+calibration requests (`ring_at_start`); without slots.json, after the sweep's and the earlier loads' arrivals
+replayed. On llama-server TPOT p50 at 60 / 90% load was −50 / −42% without per-slot streams (the 2026-12-04 run),
++1 / +2% with them (2026-12-05, examples/llama-server/README.md); the ring read by task id instead of probed took
+TPOT p50 at 30% load to −48% (examples/llama-server-2026-12-06a/). On llama-server a batch cap is a restart with a
+new `-np`: bench advise's cap on the restarted server into OUT/advised-cCAP/ first, and the run reads it.
 The sweep should meet a freshly started server: its fit assumes fresh slots.
 
 `--precondition N` runs a closed loop of N requests at the slot count before the sweep and before each load
@@ -41,6 +44,7 @@ import asyncio
 import contextlib
 import json
 import math
+import random
 import subprocess
 import sys
 import urllib.request
@@ -56,7 +60,7 @@ from tokenroof.fit.core import fit_table
 from tokenroof.fit.predict import MeasuredWorkload as Measured
 from tokenroof.fit.predict import prior_for
 from tokenroof.io.measurements import read_table
-from tokenroof.measure.http.run import BenchConfig, run_bench
+from tokenroof.measure.http.run import WORDS, BenchConfig, run_bench
 from tokenroof.serving.deployment import Physics
 from tokenroof.serving.emulate.process import server_process
 from tokenroof.serving.engine.core import Server
@@ -110,17 +114,32 @@ def sweep(args: argparse.Namespace, out: Path) -> Path:
     return folder
 
 
-def slot_order(url: str) -> list[int] | None:
-    """llama-server's slots from least to most recently used, as its GET /slots shows them (each slot's last task id;
-    never-used slots have none); None where the server has no /slots."""
+def slot_order(url: str, slots: int) -> list[int] | None:
+    """llama-server's slots from least to most recently used, as the next arrivals will take them; None where the
+    server has no /slots.
+
+    llama-server hands an arrival the idle slot released longest ago (`t_last_used`, set at release), which its GET
+    /slots does not show; it shows each slot's last task id, which orders the slots by when their last requests
+    *arrived*. After a closed loop the two differ (requests running together end out of order: after the
+    2026-12-06 sweep the ring began 15, 12, 5, 7, 10 where the task ids said 15, 13, 14, 10, 11; simulated from
+    the one, TPOT p50 at 30% load read 40 ms, from the other 96, measured 77). So one short request per slot goes
+    first, each sent when the one before has ended: each takes the least recently used slot and ends before the
+    next arrives, so the ring keeps its order and the last task ids now follow it."""
     try:
+        for _ in range(slots):
+            # random words: no slot's cached prompt shares a tenth of it (llama-server's --slot-prompt-similarity)
+            words = " ".join(random.choice(WORDS) for _ in range(32))
+            body = json.dumps({"prompt": words, "n_predict": 1, "cache_prompt": False}).encode()
+            request = urllib.request.Request(f"{url}/completion", body, {"Content-Type": "application/json"})
+            with urllib.request.urlopen(request, timeout=60) as answer:
+                answer.read()
         with urllib.request.urlopen(f"{url}/slots", timeout=5) as answer:
-            slots = json.loads(answer.read())
+            found = json.loads(answer.read())
     except (OSError, ValueError):
         return None
-    if not isinstance(slots, list) or not all(isinstance(s, dict) and "id" in s for s in slots):
+    if not isinstance(found, list) or not all(isinstance(s, dict) and "id" in s for s in found):
         return None
-    used = sorted((s["id_task"], s["id"]) for s in slots if isinstance(s.get("id_task"), int) and s["id_task"] >= 0)
+    used = sorted((s["id_task"], s["id"]) for s in found if isinstance(s.get("id_task"), int) and s["id_task"] >= 0)
     return [slot for _, slot in used]
 
 
@@ -128,7 +147,7 @@ def measure_load(args: argparse.Namespace, rate: float, folder: Path) -> dict[st
     if not (folder / "summary.json").exists():
         offline_missing(args, folder)
         precondition(args, folder.with_name(f"precondition-{folder.name}"))
-        order = slot_order(args.url)
+        order = slot_order(args.url, args.slots)
         if order is not None:  # the server's slot use as the load begins: where the simulation starts from
             folder.mkdir(parents=True, exist_ok=True)
             (folder / "slots.json").write_text(json.dumps({"order": order}))
@@ -147,19 +166,36 @@ def measure_load(args: argparse.Namespace, rate: float, folder: Path) -> dict[st
     return dict(point)
 
 
+def ring_at_start(order: list[int], slots: int, requests: Path) -> list[int]:
+    """The slots as the load's first request finds them: bench first sends its calibration requests (`calibration`
+    records, one at a time), each taking the least recently used slot and ending before the next, so a ring that
+    holds every slot turns by one for each (on the 2026-12-06 run, from −17 / −22% to −3 / −12% in TPOT p50 at 30 /
+    60% load). A ring with slots never used is left as it is: those go first, and llama-server picks among them by
+    id."""
+    calibrations = sum(
+        1 for line in requests.read_text().splitlines() if line and json.loads(line).get("type") == "calibration"
+    )
+    if len(order) != slots or not calibrations:
+        return order
+    turn = calibrations % slots
+    return order[turn:] + order[:turn]
+
+
 def predicted_load(
     model: Any, folder: Path, slots: int, budget: int | None, per_slot_kv: bool, history: list[Trace]
 ) -> dict[str, Any]:
     """The fitted model run on the measured load's own arrivals and lengths. With per-slot KV streams the slots a
     request takes depend on the server's earlier use: the simulation starts from the slots as the server's /slots
-    showed them when the load began (`slots.json`), else after the server's earlier traffic (`history`: the sweep's
-    and the earlier loads' own arrivals, replayed)."""
+    showed them when the load began (`slots.json`, turned by bench's calibration requests: `ring_at_start`), else
+    after the server's earlier traffic (`history`: the sweep's and the earlier loads' own arrivals, replayed)."""
     warm = folder.with_name(f"precondition-{folder.name}") / "requests.jsonl"
     if warm.exists():
         history.append(Trace.read(warm))
     trace = Trace.read(folder / "requests.jsonl")
     snapshot = folder / "slots.json"
     order = json.loads(snapshot.read_text())["order"] if per_slot_kv and snapshot.exists() else None
+    if order is not None:
+        order = ring_at_start(order, slots, folder / "requests.jsonl")
     run = trace if order is not None else Trace.after(history, trace)
     history.append(trace)
     return simulate(
@@ -356,7 +392,12 @@ def step_check(model: Any, path: Path) -> dict[str, Any]:
 def advise_check(args: argparse.Namespace, out: Path, input_len: int) -> dict[str, Any]:
     """`advise` on the sweep with the targets, then the advised cap benched (a closed loop that keeps it full, as
     advise assumes): does the server meet both targets at the cap it was told to set?"""
-    cmd = [sys.executable, "-m", "tokenroof", "advise", str(out / "sweep"), "--input-len", str(input_len)]
+    table = out / "sweep" / "summary.csv"
+    if args.kv_slots:  # the fit the loads were simulated with: per-slot KV streams stated in the table's header
+        first, *rest = table.read_text().splitlines()
+        table = out / "advise-table.csv"
+        table.write_text("\n".join([f"{first} kv_slots={args.slots}", *rest]) + "\n")
+    cmd = [sys.executable, "-m", "tokenroof", "advise", str(table), "--input-len", str(input_len)]
     cmd += ["--output-len", str(args.output_len), "--tpot-slo-ms", str(args.tpot_slo_ms), "--json"]
     if args.ttft_slo_ms is not None:
         cmd += ["--ttft-slo-ms", str(args.ttft_slo_ms)]

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import importlib.util
 import json
+import math
 from dataclasses import replace
 from pathlib import Path
 
@@ -147,7 +148,9 @@ def test_the_real_llama_server_loads_are_simulated_within_the_issue_targets_on_p
     and llama.cpp's per-slot KV streams (no --kv-unified). Fitted on its sweep with that stated (kv_slots=16), each
     Poisson load simulated with its own arrivals from the slots the server's /slots showed as it began: throughput
     within 5%, TTFT p50 within 20%, the p90s within 25%, TPOT p50 within 10% at 60 and 90% load; at 30% it is
-    pinned at -11% (the step model is a line in the batch; one-sequence steps are not on it). Without the per-slot
+    pinned at -11%. That run's protocol read the ring by each slot's last task id, which after a closed-loop sweep is
+    not the ring the server uses (2026-12-06a: TPOT p50 at 30% −48% from it, +6% from the server's log), and its log
+    was not kept to correct it. Without the per-slot
     streams the same fit misses the loaded TPOT by a third or more: the scheduler, not the fit, was what was wrong."""
     from tokenroof.fit.core import fit_table
     from tokenroof.io.measurements import read_table
@@ -177,6 +180,122 @@ def test_the_real_llama_server_loads_are_simulated_within_the_issue_targets_on_p
         if fraction > 0.5:
             plain = simulate(unified.model, trace, 16, 0, None).summary()
             assert plain["tpot_ms"]["p50"] < 0.75 * measured["tpot_ms"]["p50"]
+
+
+LLAMA_0612 = [ROOT / "examples" / "llama-server-2026-12-06a", ROOT / "examples" / "llama-server-2026-12-06b"]
+
+
+def server_slots(run: Path) -> list[dict[str, float]]:
+    """A run's server-slots.csv (llama-server's own log, one row per task) as numbers; a field it left empty: NaN."""
+    import csv
+
+    lines = [line for line in (run / "server-slots.csv").read_text().splitlines() if not line.startswith("#")]
+    return [{k: float(v) if v else math.nan for k, v in row.items()} for row in csv.DictReader(lines)]
+
+
+def least_recently_used(tasks: list[dict[str, float]], until_s: float) -> list[int]:
+    """The slots as llama-server picks them at `until_s`: by when each was last released (its t_last_used)."""
+    last: dict[int, float] = {}
+    for task in tasks:
+        if task["release_s"] <= until_s:
+            last[int(task["slot"])] = max(last.get(int(task["slot"]), -1.0), task["release_s"])
+    return sorted(last, key=last.__getitem__)
+
+
+def test_the_ring_probe_reads_the_slots_in_the_order_llama_server_takes_them() -> None:
+    """llama-server gives an arrival the slot released longest ago; its GET /slots shows each slot's last task id,
+    which orders the slots by when their last requests arrived. After the closed-loop sweep of 2026-12-06a the two
+    disagreed (the server's log: the ring began 15, 12, 5, 7 where the task ids said 15, 13, 14, 10), and the first
+    load's simulation started from the wrong ring. The protocol now sends one short request per slot, one at a time,
+    before reading /slots (`slot_order`): on 2026-12-06b what it read is, at every load, the ring in the server's
+    own log."""
+    first, probed = LLAMA_0612
+    tasks = server_slots(first)
+    calibrations = [t for t in tasks if t["output_tokens"] == 1 and t["launch_s"] > 200]  # bench's, before each load
+    starts = [calibrations[i]["launch_s"] for i in range(0, 8, 2)]
+    said = [json.loads((first / f"load-{f}" / "slots.json").read_text()) for f in ("0.3", "0.6", "0.9", "1.1")]
+    assert [least_recently_used(tasks, s) for s in starts] == [s["order"] for s in said]
+    assert said[0]["order"] != said[0]["by_task_id"] and said[1]["order"] == said[1]["by_task_id"]
+    tasks = server_slots(probed)
+    probe = [i for i, t in enumerate(tasks) if t["output_tokens"] == 1 and t["prompt_tokens"] < 64]
+    assert len(probe) == 4 * 16  # one per slot before each of the four loads
+    ends = [i for i in probe if i + 1 not in probe]
+    for fraction, end in zip(("0.3", "0.6", "0.9", "1.1"), ends, strict=True):
+        order = json.loads((probed / f"load-{fraction}" / "slots.json").read_text())["order"]
+        assert least_recently_used(tasks, tasks[end]["release_s"]) == order
+
+
+def test_the_ring_turns_by_the_calibration_requests_bench_sends_first(tmp_path: Path) -> None:
+    """bench sends its calibration requests one at a time before a load: each takes the least recently used slot, so
+    a ring that holds every slot starts the load turned by one per request. A ring with unused slots is left alone."""
+    protocol = load_protocol()
+    requests = tmp_path / "requests.jsonl"
+    lines = [{"type": "header"}, {"type": "calibration"}, {"type": "calibration"}, {"type": "request"}]
+    requests.write_text("".join(json.dumps(obj) + "\n" for obj in lines))
+    assert protocol.ring_at_start([3, 0, 1, 2], 4, requests) == [1, 2, 3, 0]
+    assert protocol.ring_at_start([3, 0, 1], 4, requests) == [3, 0, 1]
+    requests.write_text(json.dumps({"type": "request"}) + "\n")
+    assert protocol.ring_at_start([3, 0, 1, 2], 4, requests) == [3, 0, 1, 2]
+
+
+@pytest.mark.parametrize("run", LLAMA_0612, ids=lambda p: p.name)
+def test_the_2026_12_06_llama_server_runs_from_the_ring_the_server_used(run: Path) -> None:
+    """Two more llama-server runs (2026-12-06: the same 106M f32 model, this CPU 3× slower at decode than on 12-05;
+    60 requests a load), each load simulated from the ring the server used: on 06a from the server's log (the
+    protocol then read /slots by task id: TPOT p50 at 30% load −48%), on 06b from the ring probe. In the issue's
+    targets but for: 06a at 90% load, throughput +10% and TTFT p50/p90 +42/+43% (the server carried 82% of what was
+    offered at "90%"); 06b at 60% load, TPOT p50 −12%, and at 90% TTFT p90 +30%. Pinned within a few points of
+    those figures, so that a change for the worse shows."""
+    protocol = load_protocol()
+    from tokenroof.fit.core import fit_table
+    from tokenroof.io.measurements import read_table
+    from tokenroof.serving.replay import serving_fit
+    from tokenroof.serving.simulate import Trace
+
+    swept = read_table([run / "sweep"])
+    table = replace(swept, semantics=replace(swept.semantics, kv_slots=16))
+    serving = serving_fit(fit_table(table, None, n_samples=0), table)
+    assert serving is not None and serving.tpot_rms < 0.08
+    misses = {
+        ("llama-server-2026-12-06a", 0.9): {"throughput_tok_s": 0.12, "ttft_ms p50": 0.45, "ttft_ms p90": 0.46},
+        ("llama-server-2026-12-06b", 0.6): {"tpot_ms p50": 0.14},
+        ("llama-server-2026-12-06b", 0.9): {"ttft_ms p90": 0.33},
+    }
+    for fraction in (0.3, 0.6, 0.9):
+        folder = run / f"load-{fraction:g}"
+        (measured,) = json.loads((folder / "summary.json").read_text())["points"]
+        order = protocol.ring_at_start(
+            json.loads((folder / "slots.json").read_text())["order"], 16, folder / "requests.jsonl"
+        )
+        trace = Trace.read(folder / "requests.jsonl")
+        summary = simulate(serving.model, trace, 16, 0, None, per_slot_kv=True, slot_order=order).summary()
+        targets = {"throughput_tok_s": 0.05, "tpot_ms p50": 0.1, "ttft_ms p50": 0.2, "tpot_ms p90": 0.25}
+        targets |= {"ttft_ms p90": 0.25} | misses.get((run.name, fraction), {})
+        for name, tolerance in targets.items():
+            metric, _, stat = name.partition(" ")
+            said, seen = (
+                (summary[metric], measured[metric]) if not stat else (summary[metric][stat], measured[metric][stat])
+            )
+            assert said == pytest.approx(seen, rel=tolerance), (fraction, name)
+
+
+def test_advise_s_cap_on_the_2026_12_06_llama_server_meets_both_targets_on_the_restarted_server(tmp_path: Path) -> None:
+    """advise on 06b's sweep (kv_slots=16) for p99 TPOT ≤ 100 ms and TTFT ≤ 1.5 s sets cap 12 (predicted 100 / 663
+    ms); llama-server restarted with -np 12 and benched at 12 streams measured 91 / 670 ms: both met."""
+    from tests.conftest import run_json
+
+    run = LLAMA_0612[1]
+    first, *rest = (run / "sweep" / "summary.csv").read_text().splitlines()
+    table = tmp_path / "sweep.csv"
+    table.write_text("\n".join([f"{first} kv_slots=16", *rest]) + "\n")
+    targets = ["--tpot-slo-ms", "100", "--ttft-slo-ms", "1500"]
+    answer = run_json(["advise", str(table), "--input-len", "128", "--output-len", "64", *targets])
+    assert answer["max_num_seqs"] == 12
+    (benched,) = json.loads((run / "advised-c12" / "summary.json").read_text())["points"]
+    assert benched["point"] == "concurrency=12" and benched["requests_completed"] >= 40
+    assert benched["tpot_ms"]["p99"] <= 100 and benched["ttft_ms"]["p99"] <= 1500
+    assert answer["at_cap"]["ttft_ms"]["p99"] == pytest.approx(benched["ttft_ms"]["p99"], rel=0.2)
+    assert answer["at_cap"]["tpot_ms"]["p99"] == pytest.approx(benched["tpot_ms"]["p99"], rel=0.2)
 
 
 SERVE = ROOT / "examples" / "serve-llama-123m"
