@@ -225,6 +225,49 @@ def test_the_ring_probe_reads_the_slots_in_the_order_llama_server_takes_them() -
         assert least_recently_used(tasks, tasks[end]["release_s"]) == order
 
 
+def test_the_ring_probe_against_a_server_whose_task_ids_disagree_with_its_ring() -> None:
+    """`slot_order` against a stand-in for llama-server's slot choice (the idle slot with the oldest release, ties to
+    the highest id; GET /slots shows each slot's last task id): the task ids order the slots 0, 1, 2, 3, the ring is
+    3, 1, 2, 0, and the probe reads the ring, leaving it as it was."""
+    import threading
+    from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+    released = [3.0, 1.0, 2.0, 0.0]  # when each slot was last released
+    last_task = [10, 11, 12, 13]
+    clock = [4.0]
+
+    class Slots(BaseHTTPRequestHandler):
+        def do_POST(self) -> None:
+            self.rfile.read(int(self.headers["Content-Length"]))
+            slot = min(range(4), key=lambda i: (released[i], -i))
+            last_task[slot] = max(last_task) + 1
+            released[slot] = clock[0]
+            clock[0] += 1
+            self.answer(b"{}")
+
+        def do_GET(self) -> None:
+            self.answer(json.dumps([{"id": i, "id_task": last_task[i]} for i in range(4)]).encode())
+
+        def answer(self, body: bytes) -> None:
+            self.send_response(200)
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, *args: object) -> None:
+            pass
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Slots)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        url = f"http://127.0.0.1:{server.server_address[1]}"
+        assert load_protocol().slot_order(url, 4) == [3, 1, 2, 0]
+        assert sorted(range(4), key=released.__getitem__) == [3, 1, 2, 0]  # the ring as it was
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
 def test_the_ring_turns_by_the_calibration_requests_bench_sends_first(tmp_path: Path) -> None:
     """bench sends its calibration requests one at a time before a load: each takes the least recently used slot, so
     a ring that holds every slot starts the load turned by one per request. A ring with unused slots is left alone."""
