@@ -15,6 +15,7 @@ import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from tests.emulator_process import free_port
@@ -98,4 +99,7 @@ def test_sweep_llama_server_and_predict(tmp_path: Path) -> None:
             f"predict batch {row['batch']:g}: {row['throughput_tok_s']:.0f} tok/s, TPOT {row['tpot_ms']:.2f} ms "
             f"[{row['tpot_ms_low']:.2f}, {row['tpot_ms_high']:.2f}] ({row['bound']})"
         )
-        assert row["tpot_ms"] > table.tpot_ms.max()
+        # beyond the largest batch measured, not every batch: with per-slot KV streams (-np without --kv-unified)
+        # a staggered sweep's slots scatter and a middle point can run more passes than the lockstep 16-stream one
+        # (2026-12-06: 67.7 ms at 8 streams, 37.7 at 16)
+        assert row["tpot_ms"] > table.tpot_ms[int(np.argmax(table.batch))]
