@@ -87,6 +87,10 @@ def test_one_concept_one_spelling_and_one_default_across_commands() -> None:
         assert option("simulate", name).opts == option("plan", name).opts
         assert option("simulate", name).default == option("plan", name).default
     assert option("plan", "length_dist").hidden  # the older spelling still works, unlisted
+    # requests per run: simulate and plan --num-requests; bench takes it too, and vllm bench serve's --num-prompts
+    for command in ("simulate", "plan"):
+        assert "--num-requests" in option(command, "num_requests").opts
+    assert {"--num-requests", "--num-prompts"} <= set(option("bench", "requests_per_point").opts)
 
 
 def test_plan_states_the_workload_it_assumed() -> None:

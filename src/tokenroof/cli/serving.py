@@ -213,7 +213,16 @@ def bench(
     model: Annotated[str | None, typer.Option(help="Model id (default: the first of /v1/models).")] = None,
     prompts: Annotated[Path | None, typer.Option(help="JSONL of prompts instead of synthetic ones.")] = None,
     warmup: Annotated[int | None, typer.Option(help="Requests completed before the window opens.")] = None,
-    requests_per_point: Annotated[int | None, typer.Option(help="Requests measured per point.")] = None,
+    requests_per_point: Annotated[
+        int | None,
+        typer.Option(
+            "--requests-per-point",
+            "--num-requests",
+            "--num-prompts",
+            help="Requests measured per point (--num-requests as simulate and plan spell it, --num-prompts as "
+            "vllm bench serve does).",
+        ),
+    ] = None,
     max_duration: Annotated[float, typer.Option(help="Longest a point may run (s), in every mode.")] = 300.0,
     timeout: Annotated[float, typer.Option(help="Per-request timeout (s).")] = 120.0,
     out: Annotated[Path, typer.Option(help="Folder for requests.jsonl, summary.csv, summary.json.")] = Path(
