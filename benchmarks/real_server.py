@@ -15,12 +15,13 @@ it at the end (`make real-server`: llama-123m, ~17 minutes on 2 cores):
 `--kv-slots`: the server gives each slot its own KV stream (llama-server `-np N` without `--kv-unified`, its
 default): the fit and the simulations run the scheduler with per-slot streams (a forward pass per run of consecutive
 busy slots), and each load's simulation starts from the ring of slots the server will hand out as the load begins
-(`slot_order`: one short request per slot, one at a time, then GET /slots; OUT/load-F/slots.json), turned by bench's
-calibration requests (`ring_at_start`); without slots.json, after the sweep's and the earlier loads' arrivals
-replayed. On llama-server TPOT p50 at 60 / 90% load was −50 / −42% without per-slot streams (the 2026-12-04 run),
-+1 / +2% with them (2026-12-05, examples/llama-server/README.md); the ring read by task id instead of probed took
-TPOT p50 at 30% load to −48% (examples/llama-server-2026-12-06a/). On llama-server a batch cap is a restart with a
-new `-np`: bench advise's cap on the restarted server into OUT/advised-cCAP/ first, and the run reads it.
+(`slot_order`: one request per slot, one at a time, the slots they took in order; OUT/load-F/slots.json), turned by
+bench's calibration requests (`ring_at_start`); without slots.json, after the sweep's and the earlier loads'
+arrivals replayed. On llama-server TPOT p50 at 60 / 90% load was −50 / −42% without per-slot streams (the
+2026-12-04 run), +1 / +2% with them (2026-12-05, examples/llama-server/README.md); the ring read by task id instead
+of probed took TPOT p50 at 30% load to −32% where the log's ring gave +6% (examples/llama-server-2026-12-06a/). On
+llama-server a batch cap is a restart with a new `-np`: with --kv-slots the run prints how to bench advise's cap on
+the restarted server into OUT/advised-cCAP/, and reads it when run again.
 The sweep should meet a freshly started server: its fit assumes fresh slots.
 
 `--precondition N` runs a closed loop of N requests at the slot count before the sweep and before each load
@@ -42,6 +43,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import http.client
 import json
 import math
 import random
@@ -114,43 +116,59 @@ def sweep(args: argparse.Namespace, out: Path) -> Path:
     return folder
 
 
-def slot_order(url: str, slots: int) -> list[int] | None:
-    """llama-server's slots from least to most recently used, as the next arrivals will take them; None where the
-    server has no /slots.
+PROBE_WORDS = 128  # a probe's prompt: 129 tokens, so a cached prompt would need 13 in common to be picked by prefix
 
-    llama-server hands an arrival the idle slot released longest ago (`t_last_used`, set at release), which its GET
-    /slots does not show; it shows each slot's last task id, which orders the slots by when their last requests
-    *arrived*. After a closed loop the two differ (requests running together end out of order: after the
-    2026-12-06 sweep the ring began 15, 12, 5, 7, 10 where the task ids said 15, 13, 14, 10, 11; simulated from
-    the one, TPOT p50 at 30% load read 40 ms, from the other 96, measured 77). So one short request per slot goes
-    first, each sent when the one before has ended: each takes the least recently used slot and ends before the
-    next arrives, so the ring keeps its order and the last task ids now follow it."""
+
+def slot_order(url: str) -> list[int] | None:
+    """llama-server's slots from least to most recently used, as the next arrivals will take them; None where the
+    server has no /slots or the probe failed.
+
+    llama-server hands an arrival the idle slot released longest ago (`t_last_used`, set at release; never-used
+    slots first, the highest id first), which its GET /slots does not show: it shows each slot's last task id,
+    which orders the slots by when their last requests *arrived*. After a closed loop the two differ (requests
+    running together end out of order: after the 2026-12-06a sweep the ring began 15, 12, 5, 7, 10 where the task
+    ids said 15, 13, 14, 10, 11; TPOT p50 at 30% load simulated from the one −32%, from the other +6%). So one
+    request per slot goes first, each sent when the one before has ended: each takes the least recently used slot
+    and ends before the next arrives, so the slots the probes took, in order, are the ring, which they leave as it
+    was. Each probe's prompt is fresh random words, so that no slot is picked by a cached prompt's prefix
+    (llama-server's --slot-prompt-similarity, 0.1) instead; the slots they report (`id_slot`) must all differ.
+    Without `id_slot` the ring is read from /slots after the probes, by task id, which the probes have put in
+    that order."""
     try:
-        for _ in range(slots):
-            # random words: no slot's cached prompt shares a tenth of it (llama-server's --slot-prompt-similarity)
-            words = " ".join(random.choice(WORDS) for _ in range(32))
+        with urllib.request.urlopen(f"{url}/slots", timeout=5) as answer:
+            found = json.loads(answer.read())
+        if not isinstance(found, list) or not found or not all(isinstance(s, dict) and "id" in s for s in found):
+            return None
+        taken = []
+        for _ in found:
+            words = " ".join(random.choice(WORDS) for _ in range(PROBE_WORDS))
             body = json.dumps({"prompt": words, "n_predict": 1, "cache_prompt": False}).encode()
             request = urllib.request.Request(f"{url}/completion", body, {"Content-Type": "application/json"})
             with urllib.request.urlopen(request, timeout=60) as answer:
-                answer.read()
+                taken.append(json.loads(answer.read()).get("id_slot"))
+        if all(isinstance(slot, int) for slot in taken):
+            return taken if len(set(taken)) == len(taken) else None
         with urllib.request.urlopen(f"{url}/slots", timeout=5) as answer:
             found = json.loads(answer.read())
-    except (OSError, ValueError):
+    except (OSError, ValueError, http.client.HTTPException):
         return None
     if not isinstance(found, list) or not all(isinstance(s, dict) and "id" in s for s in found):
         return None
     used = sorted((s["id_task"], s["id"]) for s in found if isinstance(s.get("id_task"), int) and s["id_task"] >= 0)
-    return [slot for _, slot in used]
+    return [slot for _, slot in used] or None
 
 
 def measure_load(args: argparse.Namespace, rate: float, folder: Path) -> dict[str, Any]:
     if not (folder / "summary.json").exists():
         offline_missing(args, folder)
         precondition(args, folder.with_name(f"precondition-{folder.name}"))
-        order = slot_order(args.url, args.slots)
+        order = slot_order(args.url) if args.kv_slots else None
         if order is not None:  # the server's slot use as the load begins: where the simulation starts from
             folder.mkdir(parents=True, exist_ok=True)
             (folder / "slots.json").write_text(json.dumps({"order": order}))
+        elif args.kv_slots:
+            print("  note: the server's slot ring could not be probed (no /slots, or a probe failed): this load is")
+            print("  simulated after the sweep's and the earlier loads' arrivals replayed instead")
         cfg = BenchConfig(
             url=args.url,
             rates=[rate],
@@ -167,18 +185,21 @@ def measure_load(args: argparse.Namespace, rate: float, folder: Path) -> dict[st
 
 
 def ring_at_start(order: list[int], slots: int, requests: Path) -> list[int]:
-    """The slots as the load's first request finds them: bench first sends its calibration requests (`calibration`
-    records, one at a time), each taking the least recently used slot and ending before the next, so a ring that
-    holds every slot turns by one for each (on the 2026-12-06 run, from −17 / −22% to −3 / −12% in TPOT p50 at 30 /
-    60% load). A ring with slots never used is left as it is: those go first, and llama-server picks among them by
-    id."""
-    calibrations = sum(
-        1 for line in requests.read_text().splitlines() if line and json.loads(line).get("type") == "calibration"
-    )
-    if len(order) != slots or not calibrations:
-        return order
-    turn = calibrations % slots
-    return order[turn:] + order[:turn]
+    """The ring as the load's first request finds it: bench first sends its calibration requests (`calibration`
+    records, each answered before the next is sent), and each takes a slot by llama-server's rule (never-used slots
+    first, the highest id first; then the one released longest ago), moving it to the end of the ring. On 06b, TPOT
+    p50 at 30 / 60% load went from −17 / −22% with the ring as probed to −3 / −12% with it turned."""
+    calibrations = 0
+    for line in requests.read_text().splitlines():
+        with contextlib.suppress(ValueError):
+            record = json.loads(line)
+            calibrations += isinstance(record, dict) and record.get("type") == "calibration" and bool(record.get("ok"))
+    released = dict.fromkeys(range(max(slots, max(order, default=-1) + 1)), -1)
+    for rank, slot in enumerate(order):
+        released[slot] = rank
+    for rank in range(len(order), len(order) + calibrations):
+        released[min(released, key=lambda s: (released[s], -s))] = rank
+    return sorted((s for s in released if released[s] >= 0), key=released.__getitem__)
 
 
 def predicted_load(
@@ -411,6 +432,13 @@ def advise_check(args: argparse.Namespace, out: Path, input_len: int) -> dict[st
     if not (folder / "summary.json").exists() and args.offline:
         benched = sorted(p.name for p in out.glob("advised-c*"))
         print(f"   (--offline: cap {cap} was not benched; OUT holds {', '.join(benched) or 'no advised cap'})")
+        return {"cap": cap, "slo": advice["slo"], "met": None, "benched": False}
+    if not (folder / "summary.json").exists() and args.kv_slots:
+        # llama-server: a cap is -np, a restarted server; benching this one at `cap` streams is not that server
+        print(f"   llama-server's cap is a restart: start it with -np {cap} (-c: {cap} × the context per slot, the")
+        print("   rest of its flags as before), bench it, and run this again to read the result:")
+        print(f"   tokenroof bench URL --concurrency {cap} --input-len {args.input_len} --output-len {args.output_len}")
+        print(f"       --num-requests {max(40, 4 * cap)} --out {folder}")
         return {"cap": cap, "slo": advice["slo"], "met": None, "benched": False}
     if not (folder / "summary.json").exists():
         cfg = BenchConfig(

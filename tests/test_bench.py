@@ -491,7 +491,7 @@ def test_the_table_bench_writes_for_llama_server_reads_back(tmp_path: Path) -> N
     server = {"server": "llama-server", "server_slots": 16}
     write_outputs(cfg, "m", list(previous.valid_points().values()), Redactor.of(cfg.url, None), server)
     text = (tmp_path / "summary.csv").read_text()
-    assert "a batch cap for it is a restart with a new -np" in text and "add the setting kv_slots" in text
+    assert "a batch cap for it is a restart with a new -np" in text and "the setting kv_slots, set to 16" in text
     table = read_table([tmp_path / "summary.csv"])
     assert table.semantics.server == "llama-server" and table.semantics.kv_slots is None
     stated = tmp_path / "stated.csv"

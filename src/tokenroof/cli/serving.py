@@ -219,8 +219,8 @@ def bench(
             "--requests-per-point",
             "--num-requests",
             "--num-prompts",
-            help="Requests measured per point (--num-requests as simulate and plan spell it, --num-prompts as "
-            "vllm bench serve does).",
+            help="Requests measured per point: per concurrency or rate, not for the whole sweep (--num-requests and "
+            "--num-prompts, as simulate, plan and vllm bench serve spell a run's requests).",
         ),
     ] = None,
     max_duration: Annotated[float, typer.Option(help="Longest a point may run (s), in every mode.")] = 300.0,

@@ -634,8 +634,8 @@ def write_outputs(
     if server:
         lines.append(
             f"the server: llama-server with {server['server_slots']} slots (its GET /props); a batch cap for it is "
-            "a restart with a new -np. If it ran without --kv-unified (per-slot KV streams), add the setting kv_slots "
-            f"(equals sign, {server['server_slots']}) to the first line"
+            "a restart with a new -np. If it ran without --kv-unified (per-slot KV streams), say so on the first "
+            f"line: the setting kv_slots, set to {server['server_slots']}"
         )
     rows = []
     for s in summaries:
