@@ -132,19 +132,38 @@ def test_measured_departures_never_make_a_step_faster_with_more_sequences() -> N
     assert raw == form
 
 
+def test_measured_departures_merge_one_batch_measured_twice_and_keep_within_their_bounds() -> None:
+    """Two sweep points at one batch give one knot (within KNOT_MERGE of it), not a batch held twice; a point the
+    form makes 3.3x too slow (TPOT measured 0.3x the form's) gets the bound's factor, 0.5, not 0.3."""
+    from tokenroof.serving.replay import FACTOR_BOUNDS, Point, design_at, measured_departures
+
+    form = StepModel(5e-3, 10e-3, 2e-6, 0.0, 1e-3)
+    points, designs = [], []
+    for c, ratio in ((1, 0.3), (2, 1.0), (2, 1.0), (4, 1.0)):
+        p = Point(c, 128, 256, 1.0, None, 1.0, client="burst", requests=4 * c)
+        d = design_at(p, None, None, form)
+        points.append(replace(p, tpot_s=d.tpot_s(form) * ratio))
+        designs.append(d)
+    bent = measured_departures(form, points, designs)
+    assert [round(b) for b, _ in bent.batch_factors] == [1, 2, 4]
+    assert bent.batch_factors[0][1] == pytest.approx(FACTOR_BOUNDS[0])
+    assert all(f == pytest.approx(1.0, abs=0.02) for _, f in bent.batch_factors[1:])
+
+
 def test_the_knot_basis_is_the_factor_the_step_model_takes() -> None:
     """The fit's linear form of batch_factors (Φ @ f + c) is StepModel's own interpolation, for any factors."""
     from tokenroof.model.stepmodel import factors_at
     from tokenroof.serving.replay import knot_basis
 
     rng = np.random.default_rng(3)
-    knots = np.array([1.0, 1.98, 3.95, 7.9, 16.0])
-    batches = np.concatenate([[0.0, 0.5, 1.0, 1.98, 2.5, 16.0, 20.0, 32.0, 100.0], rng.uniform(1, 40, 50)])
-    for _ in range(5):
-        f = rng.uniform(0.5, 2.0, knots.size)
-        phi, const = knot_basis(knots, batches)
-        expected = factors_at(tuple(zip(knots.tolist(), f.tolist(), strict=True)), np.maximum(batches, 1.0))
-        assert phi @ f + const == pytest.approx(expected, rel=1e-12)
+    batches = np.concatenate([[0.0, 0.5, 1.0, 1.2, 1.98, 2.5, 3.0, 16.0, 20.0, 32.0, 100.0], rng.uniform(1, 40, 50)])
+    # five knots from one sequence; two from above one (batches below the first knot, one span between)
+    for knots in (np.array([1.0, 1.98, 3.95, 7.9, 16.0]), np.array([1.5, 3.0])):
+        for _ in range(5):
+            f = rng.uniform(0.5, 2.0, knots.size)
+            phi, const = knot_basis(knots, batches)
+            expected = factors_at(tuple(zip(knots.tolist(), f.tolist(), strict=True)), np.maximum(batches, 1.0))
+            assert phi @ f + const == pytest.approx(expected, rel=1e-12)
 
 
 def test_a_server_whose_steps_bend_away_from_the_form_is_replayed_in_range_and_the_form_answers_past_it(
