@@ -96,7 +96,8 @@ def test_one_concept_one_spelling_and_one_default_across_commands() -> None:
 def test_plan_states_the_workload_it_assumed() -> None:
     from tests.conftest import run_cli
 
-    args = ["plan", *SPECS, "--rate", "8", "--num-requests", "200", "--seeds", "1", "--output-dist", "lognormal"]
+    args = ["plan", *SPECS, "--rate", "8", "--num-requests", "200", "--seeds", "1", "--workers", "1"]
+    args += ["--output-dist", "lognormal"]
     result = run_cli(args)
     assert result.exit_code == 0, result.output
     assert "workload: 8 req/s (Poisson); prompts 1,000 tokens (fixed), outputs 300 tokens (lognormal, sigma 0.5)" in (

@@ -144,7 +144,9 @@ def test_advise_plan_and_simulate_give_one_answer_for_one_deployment() -> None:
     assert sim["tpot_ms"]["p99"] == pytest.approx(tpot, rel=0.05)
     # plan's figure for one replica is the same quantity (it does not depend on the length of the search's runs)
     slo = ["--ttft-slo-ms", "1000", "--tpot-slo-ms", "50"]
-    plan = run_json(["plan", *deployment, "--rate", "30", *slo, "--seeds", "1", "--num-requests", "400"])
+    plan = run_json(
+        ["plan", *deployment, "--rate", "30", *slo, "--seeds", "1", "--num-requests", "400", "--workers", "1"]
+    )
     assert plan["reference"]["throughput_tok_s"] == pytest.approx(sim["throughput_tok_s"], rel=0.05)
 
 

@@ -314,7 +314,7 @@ def test_plan_weighs_prefix_caching_on_and_off_and_advise_sets_the_flag() -> Non
             "--seeds",
             "1",
             "--num-requests",
-            "600",
+            "300",
             "--workers",
             "1",
             "--json",

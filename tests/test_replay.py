@@ -409,7 +409,9 @@ def test_a_deployment_that_cannot_hold_its_weights_is_refused_on_every_path(args
 
 def test_plan_leaves_out_the_choices_that_cannot_hold_the_weights() -> None:
     plan = ["plan", "-m", "mixtral-8x22b", "-H", "h100-sxm", "--tp-choices", "1,4", "--rate", "1"]
-    data = run_json([*plan, "--seeds", "1", "--num-requests", "200"])  # what is left out, not the figures
+    data = run_json(
+        [*plan, "--seeds", "1", "--num-requests", "200", "--workers", "1"]
+    )  # what is left out, not the figures
     assert data["tp"] == 4 and any("left out: mixtral-8x22b" in w for w in data["warnings"])
 
 

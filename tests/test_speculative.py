@@ -368,7 +368,7 @@ def test_advise_and_plan_weigh_speculation() -> None:
     assert decode_only.exit_code != 0 and "give --input-len and --output-len" in decode_only.output
 
     targets = ["--rate", "20", "--output-len", "300", "--tpot-slo-ms", "10", "--ttft-slo-ms", "2000"]
-    search = ["--seeds", "1", "--workers", "1", "--num-requests", "600"]
+    search = ["--seeds", "1", "--workers", "1", "--num-requests", "300"]
     plan = runner.invoke(app, ["plan", *deployment, *targets, *spec, *search, "--json"])
     assert plan.exit_code == 0, plan.output
     data = json.loads(plan.output)
