@@ -374,14 +374,14 @@ def test_advise_s_cap_on_the_2026_12_06_llama_server_meets_both_targets_on_the_r
 
 
 SERVE = ROOT / "examples" / "serve-llama-123m"
-# the same engine and protocol on 2026-12-06, twice: steps ~50% slower than on 2026-12-04, and another shape
-RUNS = [SERVE, ROOT / "examples" / "serve-llama-123m-2026-12-06a", ROOT / "examples" / "serve-llama-123m-2026-12-06b"]
+# the same engine and protocol on 2026-12-06, three times: steps 40-50% slower than on 2026-12-04, another shape
+RUNS = [SERVE, *(ROOT / "examples" / f"serve-llama-123m-2026-12-06{run}" for run in "abc")]
 
 
 @pytest.mark.parametrize("run", RUNS, ids=lambda p: p.name)
 def test_the_real_engine_sweep_replays_and_its_loads_are_simulated_within_the_issue_targets(run: Path) -> None:
     """examples/serve-llama-123m*: `tokenroof serve` (real fp32 forward passes of llama-123m on one CPU thread) swept
-    and loaded by `make real-server`, three times. The fit on each sweep simulates every load below saturation within
+    and loaded by `make real-server`, four times. The fit on each sweep simulates every load below saturation within
     the issue's targets (throughput 5%, TPOT p50 10%, TTFT p50 20%, p90s 25%), but one: TTFT p90 at 90% load of the
     first 2026-12-06 run, +29% (a queue's tail near saturation over 60 requests). TPOT p50 at light load was -11%
     on the first run while the step model was a line in the batch and this CPU's steps are not (31.7 ms at one
@@ -407,6 +407,21 @@ def test_the_real_engine_sweep_replays_and_its_loads_are_simulated_within_the_is
         assert summary["tpot_ms"]["p90"] == pytest.approx(measured["tpot_ms"]["p90"], rel=0.25)
         tail = 0.3 if (run.name, fraction) == ("serve-llama-123m-2026-12-06a", 0.9) else 0.25
         assert summary["ttft_ms"]["p90"] == pytest.approx(measured["ttft_ms"]["p90"], rel=tail)
+
+
+@pytest.mark.parametrize("run", [RUNS[0], RUNS[2], RUNS[3]], ids=lambda p: p.name)
+def test_advise_s_cap_benched_on_the_real_engine(run: Path) -> None:
+    """A run's report: advise on its sweep for p99 TPOT ≤ 110 ms and TTFT ≤ 1.5 s, and the cap benched on the server
+    (12-06a's report is re-scored by today's code, whose cap, 8, is not the 7 benched then). TTFT is met on every run;
+    TPOT on 12-04 and 12-06b, and on 12-06c missed by 0.4 ms (110.4: advise takes the largest cap whose predicted p99
+    meets the target, and its prediction, 105.2, was 5% under). TPOT's predictions are within 5% of the measured,
+    TTFT's within 27% (12-04's tail)."""
+    found = json.loads((run / "report.json").read_text())["advise"]
+    assert found["ttft"]["met"] and found["tpot"]["measured_p99_ms"] <= 1.005 * found["tpot"]["target_ms"]
+    assert found["met"] == (run.name != "serve-llama-123m-2026-12-06c")
+    for metric, within in (("tpot", 0.05), ("ttft", 0.3)):
+        said, seen = found[metric]["predicted_p99_ms"], found[metric]["measured_p99_ms"]
+        assert said == pytest.approx(seen, rel=within)
 
 
 def test_the_departures_are_the_engines_own_steps() -> None:
