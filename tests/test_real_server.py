@@ -424,6 +424,54 @@ def test_advise_s_cap_benched_on_the_real_engine(run: Path) -> None:
         assert said == pytest.approx(seen, rel=within)
 
 
+def test_advise_says_when_its_cap_sits_within_the_fits_error_of_a_target() -> None:
+    """On 12-06c advise's cap 9 predicted p99 TPOT 105.2 ms against 110, within twice the sweep replay's 3.8% rms,
+    and the server measured 110.4: the answer now says so and names the cap that keeps that margin (8: predicted
+    97.7 ms). On 12-04 (102.1 ms against 110, replay error 3% or less) nothing is said."""
+    from tests.conftest import run_json
+
+    targets = ["--input-len", "128", "--output-len", "64", "--tpot-slo-ms", "110", "--ttft-slo-ms", "1500"]
+    close = run_json(["advise", str(RUNS[3] / "sweep"), *targets])
+    assert close["max_num_seqs"] == 9
+    (said,) = [w for w in close["warnings"] if "replay error" in w]
+    assert "p99 TPOT 105.2 ms (target 110, 3.8%)" in said and "max_num_seqs 8 keeps it" in said
+    clear = run_json(["advise", str(RUNS[0] / "sweep"), *targets])
+    assert not [w for w in clear["warnings"] if "replay error" in w]
+
+
+def test_the_margin_note_by_hand() -> None:
+    """margin_notes: a statistic over target × (1 − 2 rms) is close; the search is asked with the targets tightened by
+    that margin; no cap meeting them is said too."""
+    from types import SimpleNamespace
+
+    from tokenroof.errors import TokenroofError
+    from tokenroof.serving.advise import Targets, margin_notes
+
+    def at(cap: int, tpot: float, ttft: float) -> SimpleNamespace:
+        return SimpleNamespace(max_num_seqs=cap, tpot_ms={"p99": tpot}, ttft_ms={"p99": ttft})
+
+    result = SimpleNamespace(statistic="p99", chosen=at(9, 95.0, 500.0))
+    asked: list[tuple[float, float | None]] = []
+
+    def search(tpot: float, ttft: float | None) -> SimpleNamespace:
+        asked.append((tpot, ttft))
+        return SimpleNamespace(chosen=at(7, 85.0, 400.0))
+
+    targets = Targets(100.0, 1000.0)
+    assert margin_notes(result, 0.02, 0.1, targets, search) == []  # 95 ≤ 100 × 0.96, 500 ≤ 1000 × 0.8
+    (note,) = margin_notes(result, 0.03, 0.1, targets, search)  # 95 > 94
+    assert asked[-1] == (pytest.approx(94.0), pytest.approx(800.0))
+    assert "p99 TPOT 95.0 ms (target 100, 3.0%)" in note and "TTFT" not in note.split(" is within")[0]
+    assert note.endswith("max_num_seqs 7 keeps it (predicted p99 TPOT 85.0 ms, TTFT 400)")
+    (both,) = margin_notes(result, 0.03, 0.3, targets, search)  # 500 > 1000 × 0.4
+    assert "p99 TPOT 95.0 ms (target 100, 3.0%) and p99 TTFT 500 ms (target 1000, 30.0%)" in both
+
+    def nothing(tpot: float, ttft: float | None) -> SimpleNamespace:
+        raise TokenroofError("no batch cap meets the targets")
+
+    assert margin_notes(result, 0.03, None, targets, nothing)[0].endswith("no cap keeps that margin")
+
+
 def test_the_departures_are_the_engines_own_steps() -> None:
     """The departures a sweep's TPOT shows at one and two streams are the steps': the engine logged 31.7 / 44.5 ms
     steps at 1 / 2 sequences on 2026-12-04 (the line alone said 35.7 / 40.3), and the steps at 4 and 8 sequences,

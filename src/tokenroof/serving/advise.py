@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
@@ -260,6 +260,7 @@ def advise_with_prefill(
     slots: int | None = None  # the slots (llama-server -np) the files were measured on, per-slot streams
     llama_server = False  # the files say they measured llama-server (bench asked its /props)
     separate = False  # prompts prefilled in steps of their own (a named engine's scheduling, from first principles)
+    replayed = None  # the scheduler's fit to the files, where they measured the scheduler (its replay error)
     if files:
         from tokenroof.fit.core import fit_table
         from tokenroof.fit.predict import read_with_prior
@@ -329,10 +330,11 @@ def advise_with_prefill(
     server = Server(
         physics.kv_pool_tokens(speculative), max_num_batched_tokens, per_slot_kv, speculation, caching, separate
     )
+    outputs = Lengths(round(flags.output_len))
     result = advise_cap(
         sm,
         prompts,
-        Lengths(round(flags.output_len)),
+        outputs,
         targets.tpot_slo_ms,
         targets.ttft_slo_ms,
         targets.statistic or "p99",
@@ -341,6 +343,10 @@ def advise_with_prefill(
         client=client,
     )
     cap = result.chosen.max_num_seqs
+    if replayed is not None:
+        notes += margin_notes(result, replayed.tpot_rms, replayed.ttft_rms, targets, lambda tpot, ttft: advise_cap(
+            sm, prompts, outputs, tpot, ttft, result.statistic, server, client=client
+        ))  # fmt: skip
     if (slots is not None and cap != slots) or (slots is None and llama_server):
         said = f"measured on {slots} slots (llama-server -np {slots})" if slots else "measured on llama-server"
         notes.append(
@@ -352,6 +358,44 @@ def advise_with_prefill(
     answer = {**result.to_dict(), "step_model": sm.to_dict()}
     answer["engine_flags"] = engine_flags(answer["max_num_seqs"], speculative, caching or per_slot_kv)
     return answer
+
+
+MARGIN_RMS = 2.0  # a prediction within this many times the fit's replay error (rms) of a target is said to be close
+
+
+def margin_notes(
+    result: Any,
+    tpot_rms: float,
+    ttft_rms: float | None,
+    targets: Targets,
+    search: Callable[[float, float | None], Any],
+) -> list[str]:
+    """A cap whose predicted statistic sits within MARGIN_RMS × the fit's replay error of a target may miss it on
+    the server (the real engine, 2026-12-06c: p99 TPOT predicted 105.2 ms, measured 110.4, target 110): say so, and
+    which cap keeps that margin (`search` with the targets tightened by it; none where no cap does)."""
+    stat = result.statistic
+    chosen = result.chosen
+    close = []
+    tpot = targets.tpot_slo_ms * (1 - MARGIN_RMS * tpot_rms)
+    if chosen.tpot_ms[stat] > tpot:
+        close.append(f"{stat} TPOT {chosen.tpot_ms[stat]:.1f} ms (target {targets.tpot_slo_ms:g}, {tpot_rms:.1%})")
+    ttft = None
+    if targets.ttft_slo_ms is not None and ttft_rms is not None:
+        ttft = targets.ttft_slo_ms * (1 - MARGIN_RMS * ttft_rms)
+        if chosen.ttft_ms[stat] > ttft:
+            close.append(f"{stat} TTFT {chosen.ttft_ms[stat]:.0f} ms (target {targets.ttft_slo_ms:g}, {ttft_rms:.1%})")
+    if not close or tpot <= 0 or (ttft is not None and ttft <= 0):
+        return []
+    text = (
+        f"at max_num_seqs {chosen.max_num_seqs} the predicted {' and '.join(close)} is within twice the fit's replay "
+        "error (rms, in brackets) of its target, so the server may miss it"
+    )
+    try:
+        safer = search(tpot, ttft).chosen
+    except TokenroofError:
+        return [f"{text}; no cap keeps that margin"]
+    said = f"{stat} TPOT {safer.tpot_ms[stat]:.1f} ms" + (f", TTFT {safer.ttft_ms[stat]:.0f}" if ttft else "")
+    return [f"{text}; max_num_seqs {safer.max_num_seqs} keeps it (predicted {said})"]
 
 
 def advise_decode_only(
