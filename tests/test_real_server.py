@@ -466,6 +466,9 @@ def test_the_margin_note_by_hand() -> None:
     (both,) = margin_notes(result, 0.03, 0.3, targets, search)  # 500 > 1000 × 0.4
     assert "p99 TPOT 95.0 ms (target 100, 3.0%) and p99 TTFT 500 ms (target 1000, 30.0%)" in both
 
+    margin_notes(result, 0.03, None, targets, search)  # no TTFT replay error: the TTFT target asked as given
+    assert asked[-1] == (pytest.approx(94.0), 1000.0)
+
     def nothing(tpot: float, ttft: float | None) -> SimpleNamespace:
         raise TokenroofError("no batch cap meets the targets")
 

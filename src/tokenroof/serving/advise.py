@@ -379,7 +379,7 @@ def margin_notes(
     tpot = targets.tpot_slo_ms * (1 - MARGIN_RMS * tpot_rms)
     if chosen.tpot_ms[stat] > tpot:
         close.append(f"{stat} TPOT {chosen.tpot_ms[stat]:.1f} ms (target {targets.tpot_slo_ms:g}, {tpot_rms:.1%})")
-    ttft = None
+    ttft = targets.ttft_slo_ms  # kept as it is where nothing measured the TTFT's replay error
     if targets.ttft_slo_ms is not None and ttft_rms is not None:
         ttft = targets.ttft_slo_ms * (1 - MARGIN_RMS * ttft_rms)
         if chosen.ttft_ms[stat] > ttft:
@@ -394,7 +394,9 @@ def margin_notes(
         safer = search(tpot, ttft).chosen
     except TokenroofError:
         return [f"{text}; no cap keeps that margin"]
-    said = f"{stat} TPOT {safer.tpot_ms[stat]:.1f} ms" + (f", TTFT {safer.ttft_ms[stat]:.0f}" if ttft else "")
+    said = f"{stat} TPOT {safer.tpot_ms[stat]:.1f} ms" + (
+        f", TTFT {safer.ttft_ms[stat]:.0f}" if ttft is not None else ""
+    )
     return [f"{text}; max_num_seqs {safer.max_num_seqs} keeps it (predicted {said})"]
 
 
