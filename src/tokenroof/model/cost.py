@@ -25,7 +25,7 @@ from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
 
 from tokenroof.errors import ParameterError
-from tokenroof.model.stepmodel import StepModel
+from tokenroof.model.stepmodel import StepModel, factors_at
 from tokenroof.specs.hardware import HardwareSpec
 
 if TYPE_CHECKING:
@@ -216,10 +216,10 @@ def bill_of_steps(
     duration = np.asarray(steps["duration_s"], dtype=float)
     batch = np.asarray(steps["batch"], dtype=float)
     zeros = np.zeros_like(duration)
-    decode_s = sm.steps_s(batch, steps["context_tokens"], zeros, zeros)
-    if sm.batch_factors and "prefill_tokens" in steps:  # a step with a prompt was timed by the form: so is its decode
-        form_s = replace(sm, batch_factors=()).steps_s(batch, steps["context_tokens"], zeros, zeros)
-        decode_s = np.where(np.asarray(steps["prefill_tokens"], dtype=float) > 0, form_s, decode_s)
+    decode_s = replace(sm, batch_factors=()).steps_s(batch, steps["context_tokens"], zeros, zeros)
+    if sm.batch_factors:  # a step with a prompt was timed by the form, so is its decode; the others take the factor
+        prompted = np.asarray(steps.get("prefill_tokens", zeros), dtype=float) > 0
+        decode_s = np.where(prompted, decode_s, decode_s * factors_at(sm.batch_factors, batch))
     decode = np.where(batch > 0, np.minimum(decode_s, duration), 0.0)
     busy_s = float(duration.sum())
     share = float(np.clip(duration - decode, 0.0, None).sum()) / busy_s if busy_s > 0 else 0.0
