@@ -3,6 +3,7 @@ server's do): tokens counted, the span they are divided by, and the running batc
 
 from __future__ import annotations
 
+import numpy as np
 import pytest
 
 from tokenroof.measure.http.client import RequestRecord
@@ -169,3 +170,32 @@ def test_window_edges_and_targets_are_inclusive() -> None:
     assert opened["goodput_req_s"] == pytest.approx(0.5)  # request 1: TTFT 250 ms exactly and no TPOT
     empty = summarise("c", "concurrency", 1, edge, (5.0, 6.0)).data
     assert (empty["requests_completed"], empty["output_tokens_mean"]) == (0, 0.0)
+
+
+def test_an_open_loop_window_opens_a_lifetime_after_the_first_arrival_as_simulate_s_does() -> None:
+    """Twenty requests sent 1 s apart, each 5 s from send to end: 10% in is 2 s, a lifetime 5 s, so bench's window is
+    [5, 19], simulate's on the same arrivals and ends (stats.open_loop_window, the one definition). Before, bench
+    opened it at 2 s, while the batch was still filling: a short run at 90% of a llama-server's capacity read 90
+    tok/s where it carried 100 (examples/llama-server-2026-12-06a)."""
+    from tokenroof.measure.http.load import PointRun, open_window
+    from tokenroof.serving.simulate import Sequence, SimResult
+
+    records = []
+    for i in range(20):
+        record = RequestRecord(point="rate=1", index=i, start_s=float(i), ok=True, end_s=i + 5.0)
+        records.append(record)
+    run = open_window(PointRun(records=records), [float(i) for i in range(20)], False, 20)
+    assert run.window_s == (5.0, 19.0) and run.note == ""
+    seqs = [Sequence(str(i), 8, 4, float(i)) for i in range(20)]
+    for seq in seqs:
+        seq.finished_s = seq.arrival_s + 5.0
+    empty = np.zeros(0)
+    assert SimResult(seqs, empty, empty, empty.astype(int), empty).window_s() == run.window_s
+    # failures do not set the lifetime; a run shorter than one is measured whole, to its last end
+    failed = [RequestRecord(point="rate=1", index=i, start_s=float(i), ok=False, end_s=i + 60.0) for i in range(20)]
+    assert open_window(PointRun(records=records + failed), [float(i) for i in range(20)], False, 40).window_s == (
+        5.0,
+        19.0,
+    )
+    slow = [RequestRecord(point="rate=1", index=i, start_s=float(i), ok=True, end_s=i + 30.0) for i in range(20)]
+    assert open_window(PointRun(records=slow), [float(i) for i in range(20)], False, 20).window_s == (0.0, 49.0)

@@ -315,10 +315,12 @@ def test_the_2026_12_06_llama_server_runs_from_the_ring_the_server_used(run: Pat
     """Two more llama-server runs (2026-12-06: the same 106M f32 model, this CPU 3× slower at decode than on 12-05;
     60 requests a load), each load simulated from the ring the server used, turned by bench's calibration requests:
     on 06a from the server's log (the protocol then read /slots by task id: TPOT p50 at 30% load −32% from it,
-    +6% from the log), on 06b from the ring probe. In the issue's targets but for: 06a at 90% load, throughput +10%
-    and TTFT p50 / p90 +42 / +43% (not explained; with the ring unturned +8%, +18 / +27%); 06b at 60% load, TPOT
-    p50 −12%, and at 90% TTFT p90 +30%. Pinned within a few points of those figures, so that a change for the worse
-    shows."""
+    +6% from the log), on 06b from the ring probe, each scored over the window bench measured it over (scored over
+    simulate's own, which then opened a lifetime later than bench's, 06a at 90% read throughput +10%, TTFT p50 / p90
+    +42 / +43%). In the issue's targets but for: 06a at 90% load, TTFT p50 / p90 +27 / +42% (the simulated decode is
+    2-5% slower than the server's at every load, within TPOT's target, and this near saturation TTFT moves 6-10% per
+    1% of step time: 3% faster steps give +8 / +11%); 06b at 60% load, TPOT p50 −13%. Pinned within a few points
+    of those figures, so that a change for the worse shows."""
     protocol = load_protocol()
     from tokenroof.fit.core import fit_table
     from tokenroof.io.measurements import read_table
@@ -330,9 +332,8 @@ def test_the_2026_12_06_llama_server_runs_from_the_ring_the_server_used(run: Pat
     serving = serving_fit(fit_table(table, None, n_samples=0), table)
     assert serving is not None and serving.tpot_rms < 0.08
     misses = {
-        ("llama-server-2026-12-06a", 0.9): {"throughput_tok_s": 0.12, "ttft_ms p50": 0.45, "ttft_ms p90": 0.46},
-        ("llama-server-2026-12-06b", 0.6): {"tpot_ms p50": 0.14},
-        ("llama-server-2026-12-06b", 0.9): {"ttft_ms p90": 0.33},
+        ("llama-server-2026-12-06a", 0.9): {"ttft_ms p50": 0.3, "ttft_ms p90": 0.45},
+        ("llama-server-2026-12-06b", 0.6): {"tpot_ms p50": 0.15},
     }
     for fraction in (0.3, 0.6, 0.9):
         folder = run / f"load-{fraction:g}"
@@ -383,7 +384,8 @@ def test_the_real_engine_sweep_replays_and_its_loads_are_simulated_within_the_is
     """examples/serve-llama-123m*: `tokenroof serve` (real fp32 forward passes of llama-123m on one CPU thread) swept
     and loaded by `make real-server`, four times. The fit on each sweep simulates every load below saturation within
     the issue's targets (throughput 5%, TPOT p50 10%, TTFT p50 20%, p90s 25%), but one: TTFT p90 at 90% load of the
-    first 2026-12-06 run, +29% (a queue's tail near saturation over 60 requests). TPOT p50 at light load was -11%
+    first 2026-12-06 run, +26% (a queue's tail near saturation over 60 requests; +29% scored over simulate's own
+    window rather than bench's). TPOT p50 at light load was -11%
     on the first run while the step model was a line in the batch and this CPU's steps are not (31.7 ms at one
     sequence, the line 35.7; 44.5 at two, the line 40.3): the fit now keeps the sweep's measured departures from the
     line where its TPOT is mostly decode steps (examples/serve-llama-123m/README.md)."""
@@ -405,7 +407,7 @@ def test_the_real_engine_sweep_replays_and_its_loads_are_simulated_within_the_is
         assert summary["ttft_ms"]["p50"] == pytest.approx(measured["ttft_ms"]["p50"], rel=0.2)
         assert summary["tpot_ms"]["p50"] == pytest.approx(measured["tpot_ms"]["p50"], rel=0.1)
         assert summary["tpot_ms"]["p90"] == pytest.approx(measured["tpot_ms"]["p90"], rel=0.25)
-        tail = 0.3 if (run.name, fraction) == ("serve-llama-123m-2026-12-06a", 0.9) else 0.25
+        tail = 0.28 if (run.name, fraction) == ("serve-llama-123m-2026-12-06a", 0.9) else 0.25
         assert summary["ttft_ms"]["p90"] == pytest.approx(measured["ttft_ms"]["p90"], rel=tail)
 
 

@@ -171,6 +171,34 @@ def test_trace_replay_and_outputs(tmp_path) -> None:  # type: ignore[no-untyped-
         Trace.read(empty)
 
 
+def test_a_replayed_bench_point_is_summarised_over_the_window_bench_measured_it_over(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    """A rate point's requests.jsonl states its window (11–22 s on bench's clock; the first request sent at 10 s): the
+    replay reports over 1–12 s of its own clock, the requests sent in it, whatever its own definition would take;
+    after a history, shifted with the trace. A sweep's several points, or a closed loop's, state no one window."""
+    import json
+
+    from tokenroof.serving.simulate import Trace
+
+    trace = tmp_path / "requests.jsonl"
+    rows: list[dict[str, object]] = [
+        {"type": "request", "index": i, "ok": True, "start_s": 10.0 + 0.5 * i, "prompt_tokens": 50, "output_tokens": 20}
+        for i in range(30)
+    ]
+    point = {"type": "point", "point": "rate=2", "kind": "rate", "window_start_s": 11.0, "window_end_s": 22.0}
+    trace.write_text("\n".join(json.dumps(r) for r in [*rows, point]) + "\n")
+    replay = Trace.read(trace)
+    assert replay.window_s == (1.0, 12.0)
+    summary = simulate(SM, replay).summary()
+    assert (summary["window_start_s"], summary["window_end_s"]) == (1.0, 12.0)
+    assert summary["requests_in_window"] == 23  # sent at 1.0, 1.5, … 12.0 s
+    after = Trace.after([Trace(((0.0, 8, 4),))], replay, gap_s=10.0)
+    assert after.window_s == (11.0, 22.0)
+    assert simulate(SM, after).summary()["window_start_s"] == 11.0
+    for points in ([point, {**point, "point": "rate=3"}], [{**point, "kind": "concurrency"}]):
+        trace.write_text("\n".join(json.dumps(r) for r in [*rows, *points]) + "\n")
+        assert Trace.read(trace).window_s is None
+
+
 def write_model(tmp_path) -> object:  # type: ignore[no-untyped-def]
     import json
 

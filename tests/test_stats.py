@@ -7,7 +7,7 @@ import math
 import numpy as np
 import pytest
 
-from tokenroof.stats import STATISTICS, arrival_times, percentiles
+from tokenroof.stats import STATISTICS, arrival_times, open_loop_window, percentiles, typical_lifetime_s
 
 
 def test_a_constant_rate_arrives_every_one_over_rate_seconds_and_draws_nothing() -> None:
@@ -38,3 +38,24 @@ def test_percentiles_scale_to_ms_leave_out_nan_and_say_none_when_empty() -> None
     assert percentiles([2.0, 4.0], scale=1.0) == {"mean": 3.0, "p50": 3.0, "p90": 3.8, "p99": 3.98}
     assert percentiles([]) == percentiles([math.nan]) == dict.fromkeys(STATISTICS)
     assert tuple(percentiles([1.0])) == STATISTICS == ("mean", "p50", "p90", "p99")
+
+
+def test_a_typical_lifetime_is_the_median_of_the_second_halfs_and_leaves_out_what_did_not_end() -> None:
+    """Sent at 0..5 s: the second half (2.5 s on) lived 4, 6 and (still running) NaN s: median 5; the first half's
+    1 s lives are the ramp's, left out."""
+    arrivals = [0.0, 1.0, 2.0, 3.0, 4.0, 5.0]
+    ends = [1.0, 2.0, 3.0, 7.0, 10.0, math.nan]
+    assert typical_lifetime_s(arrivals, ends) == 5.0
+    assert typical_lifetime_s(arrivals[:2], [math.nan, math.nan]) == 0.0
+    assert typical_lifetime_s([], []) == 0.0
+
+
+def test_an_open_loop_window_starts_a_lifetime_in_or_10_percent_in_whichever_is_later() -> None:
+    """Twenty arrivals 0..19 s: 10% in is the arrival at 2 s; with a 5 s lifetime the window opens at 5 s; with 1 s
+    at 2 s; it closes at the last arrival. A lifetime longer than what is left (19 − 15 < 15): the whole run, first
+    arrival to last end."""
+    arrivals = np.arange(20.0)[::-1]  # in any order
+    assert open_loop_window(arrivals, 5.0, 30.0) == (5.0, 19.0)
+    assert open_loop_window(arrivals, 1.0, 30.0) == (2.0, 19.0)
+    assert open_loop_window(arrivals, 15.0, 30.0) == (0.0, 30.0)
+    assert open_loop_window([3.0], 0.0, 3.0) == (3.0, 3.0)  # one arrival that took no time: that instant

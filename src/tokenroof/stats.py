@@ -1,5 +1,5 @@
-"""The two statistics that the simulator and the load client must compute alike: arrival times of a gamma process,
-and the mean/p50/p90/p99 summary of latencies (simulate's figures are compared with bench's)."""
+"""What the simulator and the load client must compute alike (simulate's figures are compared with bench's): arrival
+times of a gamma process, an open loop's steady-state window, and the mean/p50/p90/p99 summary of latencies."""
 
 from __future__ import annotations
 
@@ -33,3 +33,31 @@ def percentiles(values: Sequence[float] | np.ndarray, scale: float = 1e3) -> dic
         "p90": float(np.percentile(arr, 90)),
         "p99": float(np.percentile(arr, 99)),
     }
+
+
+def typical_lifetime_s(arrivals_s: Sequence[float] | np.ndarray, ends_s: Sequence[float] | np.ndarray) -> float:
+    """The median send-to-end time of the requests sent in the run's second half (once the batch has grown: the
+    early ones run faster); `ends_s` NaN where a request did not end (0 when none did)."""
+    arrivals, ends = np.asarray(arrivals_s, dtype=float), np.asarray(ends_s, dtype=float)
+    if arrivals.size == 0:
+        return 0.0
+    lives = (ends - arrivals)[arrivals >= np.median(arrivals)]
+    lives = lives[~np.isnan(lives)]
+    return float(np.median(lives)) if lives.size else 0.0
+
+
+def open_loop_window(
+    arrivals_s: Sequence[float] | np.ndarray, lifetime_s: float, last_end_s: float
+) -> tuple[float, float]:
+    """An open loop's steady-state window, as bench measures it and simulate reports it: from the arrival 10% into
+    the run to the last arrival (ramp-up and drain left out), and never before one typical request's lifetime
+    (`typical_lifetime_s`) has passed since the first arrival: until then the running batch is still filling, and
+    a short run reads low throughput (60 requests at 90% of a 16-slot llama-server's capacity: 90 tok/s from the
+    arrival 10% in, 100 a lifetime in, what it carried once full). Arrivals spread over less than a lifetime have no
+    steady state: the window is then the whole run, the first arrival to the last end (`last_end_s`)."""
+    ordered = np.sort(np.asarray(arrivals_s, dtype=float))
+    w0 = max(float(ordered[int(0.1 * ordered.size)]), float(ordered[0]) + lifetime_s)
+    w1 = float(ordered[-1])
+    if w1 - w0 < lifetime_s:
+        return float(ordered[0]), max(last_end_s, float(ordered[0]) + 1e-9)
+    return w0, w1

@@ -35,7 +35,7 @@ from tokenroof.serving.engine.core import (
     StepPlan,
 )
 from tokenroof.serving.engine.fleet import Router, prefix_of
-from tokenroof.stats import arrival_times, percentiles
+from tokenroof.stats import arrival_times, open_loop_window, percentiles, typical_lifetime_s
 
 DISTRIBUTIONS = ("fixed", "uniform", "lognormal")
 OVERLOAD = 0.95  # an open loop whose servers complete fewer of the requests it offers than this is overloaded
@@ -194,6 +194,9 @@ class Trace:
     prefix: SharedPrefix | None = None  # bench's shared prefixes (its header's prefix_len, num_prefixes)
     groups: tuple[int, ...] = ()  # each record's prefix (bench's prefix_group), with `prefix`
     warm: bool = True  # the prefixes start cached (bench sends each once before its sweep); False: a cold server
+    # the window bench took the point's figures over (s, on the records' clock), where the file holds one open-loop
+    # point: a replay is scored over it, as the measurement was
+    window_s: tuple[float, float] | None = None
 
     @classmethod
     def after(cls, history: list[Trace] | tuple[Trace, ...], trace: Trace, gap_s: float = 30.0) -> Trace:
@@ -202,12 +205,14 @@ class Trace:
         offset = 0.0
         parts = (*history, trace)
         for part in parts:
+            shift = offset
             records += [(t + offset, p, o) for t, p, o in part.records]
             offset = records[-1][0] + gap_s if records else 0.0
         shared = all(part.groups and part.prefix == trace.prefix for part in parts)
         groups = tuple(g for part in parts for g in part.groups) if shared else ()
         prefix = trace.prefix if shared else None
-        return cls(tuple(records), trace.source, len(records) - len(trace.records), prefix, groups)
+        window = None if trace.window_s is None else (trace.window_s[0] + shift, trace.window_s[1] + shift)
+        return cls(tuple(records), trace.source, len(records) - len(trace.records), prefix, groups, window_s=window)
 
     @classmethod
     def read(cls, path: Path) -> Trace:
@@ -215,7 +220,12 @@ class Trace:
         each record's prefix too."""
         rows = []
         prefix: SharedPrefix | None = None
+        windows = []
         for _, record in read_jsonl(path):
+            if isinstance(record, dict) and record.get("type") == "point":
+                edges = [record.get("window_start_s"), record.get("window_end_s")]
+                numbers = [float(w) for w in edges if isinstance(w, int | float) and not isinstance(w, bool)]
+                windows.append((numbers[0], numbers[1]) if len(numbers) == 2 and record.get("kind") == "rate" else None)
             if isinstance(record, dict) and record.get("type") == "header":
                 settings = record.get("settings") or {}
                 tokens, groups = settings.get("prefix_len"), settings.get("num_prefixes")
@@ -243,7 +253,14 @@ class Trace:
         rows.sort()
         start = rows[0][0]
         groups = tuple(g for *_, g in rows) if prefix is not None else ()
-        return cls(tuple((t - start, p, o) for t, p, o, _ in rows), str(path), prefix=prefix, groups=groups)
+        window = windows[0] if len(windows) == 1 else None  # a sweep's several points: no one window
+        return cls(
+            tuple((t - start, p, o) for t, p, o, _ in rows),
+            str(path),
+            prefix=prefix,
+            groups=groups,
+            window_s=None if window is None else (window[0] - start, window[1] - start),
+        )
 
     def arrivals(self, rng: np.random.Generator) -> list[Sequence]:
         seqs = [Sequence(str(i), p, max(o, 1), t) for i, (t, p, o) in enumerate(self.records)]
@@ -282,6 +299,7 @@ class SimResult:
     # the gap each step's running sequences saw between tokens: its duration, plus prefill steps of their own they
     # waited through (NaN: such a prefill step; None: every gap is its step's duration)
     step_gaps_s: np.ndarray | None = None
+    measured_window_s: tuple[float, float] | None = None  # a replayed bench point's own window (Trace.window_s)
 
     def write(self, out_dir: Path, summary: dict[str, Any]) -> None:
         """requests.jsonl (one line per request), timeseries.csv (per step), summary.json."""
@@ -335,7 +353,10 @@ class SimResult:
         run to the last arrival (ramp-up and drain left out), and never before one typical request's lifetime
         (median end-to-end) has passed since the first arrival: until then the running batch is still filling, and a
         short run would read low TPOT and throughput. Arrivals that come as a burst — over less time than a typical
-        request takes — have no steady state: the window is then the whole run."""
+        request takes — have no steady state: the window is then the whole run (stats.open_loop_window, the
+        definition bench measures with). A replayed bench point is scored over the window bench took it over."""
+        if self.loop is None and self.measured_window_s is not None:
+            return self.measured_window_s
         arrivals = np.array([s.arrival_s for s in self.sequences[self.first_measured :]])
         finished = np.array([s.finished_s or 0.0 for s in self.sequences[self.first_measured :]])
         if self.loop is not None:
@@ -346,14 +367,7 @@ class SimResult:
             open_at = min(c, ends.size - 2)
             close_at = min(open_at + (self.loop.measure or bench_window(c)), ends.size - 1)
             return float(ends[open_at]), float(ends[close_at])
-        ordered = np.sort(arrivals)
-        late = arrivals >= np.median(arrivals)  # a lifetime once the batch has grown: early requests run faster
-        lifetime_s = float(np.median((finished - arrivals)[late]))
-        w0 = max(float(ordered[int(0.1 * ordered.size)]), float(ordered[0]) + lifetime_s)
-        w1 = float(ordered[-1])
-        if w1 - w0 < lifetime_s:
-            return float(arrivals.min()), max(float(finished.max()), float(arrivals.min()) + 1e-9)
-        return w0, w1
+        return open_loop_window(arrivals, typical_lifetime_s(arrivals, finished), float(finished.max()))
 
     def summary(self, ttft_slo_ms: float | None = None, tpot_slo_ms: float | None = None) -> dict[str, Any]:
         """Throughput, request rate, goodput and running batch over the steady-state window (`window_s`): tokens
@@ -777,6 +791,7 @@ def simulate(
         drafted,
         cached,
         step_gaps_s=None if np.array_equal(gaps, duration) else gaps,
+        measured_window_s=workload.window_s if isinstance(workload, Trace) else None,
     )
 
 
@@ -1003,6 +1018,7 @@ def simulate_disaggregated(
         None if speculation is None else speculation_summary(speculation, [d.spec_counts() for d in decoders]),
     )
     result.disaggregation = summary
+    result.measured_window_s = workload.window_s if isinstance(workload, Trace) else None
     result.prefill_steps, result.prefill_replicas = prefill_steps, dis.prefill_replicas
     result.prefill_model, result.prefill_tp = prefill_sm, dis.prefill_tp
     return result

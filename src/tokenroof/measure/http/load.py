@@ -16,7 +16,7 @@ from typing import Any
 import numpy as np
 
 from tokenroof.measure.http.client import RequestRecord
-from tokenroof.stats import arrival_times
+from tokenroof.stats import arrival_times, open_loop_window, typical_lifetime_s
 
 Send = Callable[[RequestRecord], Awaitable[RequestRecord]]
 Record = Callable[[RequestRecord], None]
@@ -189,7 +189,7 @@ async def open_loop(
     inflight: Inflight, rate: float, burstiness: float, n: int, rng: np.random.Generator, deadline_s: float
 ) -> PointRun:
     """Requests arrive on a gamma process regardless of completions; the window spans the arrivals after the
-    first 10% up to the last arrival (ramp-up and drain excluded).
+    first 10% and after one typical request's lifetime up to the last arrival (ramp-up and drain excluded).
 
     When the watchdog fires at `deadline_s`, arrivals stop and the window ends at the
     first request it cut short, so that every request sent inside the window ended on
@@ -213,12 +213,16 @@ async def open_loop(
 
 
 def open_window(run: PointRun, sent: list[float], fired: bool, n: int) -> PointRun:
-    """An open loop's window from its arrivals' scheduled times (`sent`, in order): after the first 10% up to the
-    last; cut at the first request the watchdog cancelled."""
+    """An open loop's window from its arrivals' scheduled times (`sent`, in order): after the first 10%, and after one
+    typical request's lifetime, up to the last (stats.open_loop_window: simulate's too); cut at the first request the
+    watchdog cancelled."""
     if not sent:
         run.note = "the watchdog fired before the first arrival: raise --max-duration"
         return run
-    w0, w1 = sent[int(0.1 * len(sent))], sent[-1]
+    served = [r for r in run.records if r.ok and r.end_s is not None]
+    lifetime_s = typical_lifetime_s([r.start_s for r in served], [r.end_s or 0.0 for r in served])
+    last_end_s = max((r.end_s for r in run.records if r.end_s is not None), default=sent[-1])
+    w0, w1 = open_loop_window(sent, lifetime_s, last_end_s)
     if fired:
         w1 = min([w1, *(r.start_s for r in run.records if r.error_type == "cancelled")])
         run.remarks.append(f"stopped at --max-duration after {len(sent)} of {n} arrivals")
