@@ -9,8 +9,10 @@ it at the end (`make real-server`: llama-123m, ~17 minutes on 2 cores):
    replica kept full carries (`advise`'s and `plan`'s figure) as the predicted saturation;
 3. Poisson loads at fractions of that rate, each measured with fresh prompts (`bench --request-rate`) and
    simulated with the same arrivals and lengths (`simulate --trace`);
-4. per load: throughput, running batch, TTFT and TPOT p50/p90/p99, predicted beside measured, and the
-   saturation the loads show (what the servers carried at the highest load) beside the predicted one.
+4. per load: throughput, running batch, TTFT and TPOT p50/p90/p99, predicted beside measured, each over the
+   window bench measured the load over, and the saturation the loads show (what the server completed at an
+   overloaded load, over the middle three fifths of the run: the estimator of the predicted saturation) beside
+   the predicted one and the one simulated on that load's arrivals.
 
 `--kv-slots`: the server gives each slot its own KV stream (llama-server `-np N` without `--kv-unified`, its
 default): the fit and the simulations run the scheduler with per-slot streams (a forward pass per run of consecutive
@@ -67,7 +69,7 @@ from tokenroof.serving.deployment import Physics
 from tokenroof.serving.emulate.process import server_process
 from tokenroof.serving.engine.core import Server
 from tokenroof.serving.replay import serving_fit
-from tokenroof.serving.saturation import at_cap, saturation_rate
+from tokenroof.serving.saturation import at_cap, carried_rate, saturation_rate
 from tokenroof.serving.simulate import Lengths, Trace, simulate
 
 STATS = ("p50", "p90", "p99")
@@ -219,9 +221,29 @@ def predicted_load(
         order = ring_at_start(order, slots, folder / "requests.jsonl")
     run = trace if order is not None else Trace.after(history, trace)
     history.append(trace)
-    return simulate(
+    result = simulate(
         model, run, slots, 0, None, max_num_batched_tokens=budget, per_slot_kv=per_slot_kv, slot_order=order
-    ).summary()
+    )
+    ends = [s.finished_s or 0.0 for s in result.sequences[result.first_measured :]]
+    return result.summary() | {"carried_req_s": carried_rate(ends)}
+
+
+def carried(folder: Path) -> tuple[float, float]:
+    """(the rate a load's requests were sent at, the rate the server completed them), each over the middle three
+    fifths of the run (saturation.carried_rate, the estimator of the predicted saturation): from its records."""
+    sends, ends = [], []
+    for line in (folder / "requests.jsonl").read_text().splitlines():
+        with contextlib.suppress(ValueError):
+            record = json.loads(line)
+            if (
+                isinstance(record, dict)
+                and record.get("type") == "request"
+                and record.get("ok")
+                and record.get("index", 0) >= 0
+            ):
+                sends.append(float(record["start_s"]))
+                ends.append(float(record["end_s"]))
+    return carried_rate(sends), carried_rate(ends)
 
 
 def row(name: str, got: dict[str, Any]) -> str:
@@ -350,19 +372,23 @@ def run(args: argparse.Namespace) -> None:
             print(f"    (measured point invalid: {measured['invalid']})")
         found = errors(predicted, measured)
         print("    error: " + ", ".join(f"{k} {v:+.0%}" for k, v in found.items()))
-        carried = measured["request_throughput_req_s"]
+        sent, done = carried(folder)
         loads.append(
             {
                 "fraction": fraction,
                 "rate_req_s": rate,
-                "carried_req_s": carried,
+                "sent_req_s": sent,
+                "carried_req_s": done,
+                "simulated_carried_req_s": predicted["carried_req_s"],
                 "errors": found,
                 "measured": measured,
                 "predicted": {k: predicted[k] for k in ("throughput_tok_s", "ttft_ms", "tpot_ms", "running_batch")},
             }
         )
-    over = [x for x in loads if x["carried_req_s"] < 0.95 * x["rate_req_s"]]
-    measured_saturation = max((x["carried_req_s"] for x in over), default=math.nan)
+    # overloaded: the server completed fewer than were sent, over the same middle of the run
+    over = [x for x in loads if x["carried_req_s"] < 0.95 * x["sent_req_s"]]
+    top = max(over, key=lambda x: x["carried_req_s"], default=None)
+    measured_saturation = math.nan if top is None else top["carried_req_s"]
     report["loads"] = loads
     report["measured_saturation_req_s"] = measured_saturation
     below = [x for x in loads if x["fraction"] < 1.0]
@@ -370,10 +396,14 @@ def run(args: argparse.Namespace) -> None:
         summary = {k: float(np.median([abs(x["errors"][k]) for x in below])) for k in below[0]["errors"]}
         report["below_saturation_median_abs_error"] = summary
         print("4. below saturation, median |error|: " + ", ".join(f"{k} {v:.0%}" for k, v in summary.items()))
-    if math.isfinite(measured_saturation):
+    if top is not None:
+        simulated = top["simulated_carried_req_s"]
+        report["simulated_saturation_req_s"] = simulated
         print(
-            f"   saturation: predicted {saturation:.3f} req/s, measured (carried when overloaded) "
-            f"{measured_saturation:.3f} req/s ({saturation / measured_saturation - 1:+.0%})"
+            f"   saturation: the server carried {measured_saturation:.3f} req/s at {top['fraction']:.0%} load (sent "
+            f"{top['sent_req_s']:.3f}; completions over the run's middle three fifths); predicted {saturation:.3f} "
+            f"({saturation / measured_saturation - 1:+.0%}), simulated on that load's arrivals {simulated:.3f} "
+            f"({simulated / measured_saturation - 1:+.0%})"
         )
     if args.tpot_slo_ms is not None:
         report["advise"] = advise_check(args, args.out, round(inputs))

@@ -114,9 +114,11 @@ def test_a_closed_loop_point_by_hand() -> None:
 
 
 def test_an_open_loop_point_by_hand() -> None:
-    """At a rate: the requests sent in [1, 3] (1, 2 and the failures), the window not shifted."""
+    """At a rate: the requests sent in [1, 3] (1, 2 and the failures) for latencies, those that completed in it for
+    the rates, the window not shifted."""
     d = summarise("r2", "rate", 2.0, six_requests(), (1.0, 3.0)).data
     assert (d["requests_completed"], d["requests_failed"]) == (2, 2)
+    assert d["request_throughput_req_s"] == pytest.approx(2 / 2)
     assert d["throughput_tok_s"] == pytest.approx((5 + 3 + 2 + 1) / 2)  # request 2's 2.5 and 3.0 both count now
     assert d["ttft_ms"]["mean"] == pytest.approx((300 + 500) / 2) and d["prompt_tokens_mean"] == 200.0
     assert d["goodput_req_s"] == pytest.approx(1.0)  # no targets: every completed request is good
@@ -165,9 +167,12 @@ def test_window_edges_and_targets_are_inclusive() -> None:
     closed = summarise("c", "concurrency", 2, edge, (1.0, 3.0), ttft_slo_ms=500, tpot_slo_ms=500).data
     assert closed["requests_completed"] == 2 and closed["goodput_req_s"] == pytest.approx(1.0)
     assert closed["e2e_ms"]["mean"] == pytest.approx(1000.0)
-    opened = summarise("r", "rate", 1.0, edge, (1.0, 3.0), ttft_slo_ms=250, tpot_slo_ms=1).data
-    assert opened["requests_completed"] == 2  # requests 1 and 2: sent in [1, 3]
-    assert opened["goodput_req_s"] == pytest.approx(0.5)  # request 1: TTFT 250 ms exactly and no TPOT
+    opened = summarise("r", "rate", 1.0, edge, (1.0, 3.0), ttft_slo_ms=500, tpot_slo_ms=500).data
+    assert opened["requests_completed"] == 2  # requests 1 and 2: sent in [1, 3], their latencies
+    # the rates count what completed in [1, 3], whenever sent: requests 0 and 2, at the targets exactly
+    assert opened["request_throughput_req_s"] == opened["goodput_req_s"] == pytest.approx(1.0)
+    one = [record(3, 1.5, [1.75], 1, 1.75)]  # TTFT 250 ms exactly, one token: no TPOT
+    assert summarise("r", "rate", 1.0, one, (1.0, 3.0), ttft_slo_ms=250, tpot_slo_ms=1).data["goodput_req_s"] == 0.5
     empty = summarise("c", "concurrency", 1, edge, (5.0, 6.0)).data
     assert (empty["requests_completed"], empty["output_tokens_mean"]) == (0, 0.0)
 

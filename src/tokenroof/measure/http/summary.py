@@ -133,21 +133,22 @@ def summarise(
     ttft_slo_ms: float | None = None,
     tpot_slo_ms: float | None = None,
 ) -> PointSummary:
-    """Window metrics: throughput counts tokens arriving in the window; latencies use the requests that completed
-    in it (closed loop) or were sent in it (open loop: every request sent after ramp-up, however long it ran)."""
+    """Window metrics: throughput counts tokens arriving in the window, the request rate and goodput the requests
+    that completed in it (an overloaded server's true rate, as simulate counts it: not the rate they were sent at);
+    latencies use the requests that completed in it (closed loop) or were sent in it (open loop: every request sent
+    after ramp-up, however long it ran)."""
     w0, w1 = window
     span = max(w1 - w0, 1e-9)
-    if kind == "rate":
-        done = [r for r in records if w0 <= r.start_s <= w1 and r.end_s is not None]
-    else:
-        done = [r for r in records if r.end_s is not None and w0 <= r.end_s <= w1]
+    ended = [r for r in records if r.end_s is not None and w0 <= r.end_s <= w1]
+    done = [r for r in records if w0 <= r.start_s <= w1 and r.end_s is not None] if kind == "rate" else ended
     ok = [r for r in done if r.ok]
+    completed = [r for r in ended if r.ok]
     failed = [r for r in records if not r.ok and r.error_type != "cancelled"]
     t0, t1 = throughput_window(kind, ok, window)
     tokens = sum(tokens_in_window(r, t0, t1) for r in records)
     good = [
         r
-        for r in ok
+        for r in completed
         if (ttft_slo_ms is None or (r.ttft_s or 0) * 1e3 <= ttft_slo_ms)
         and (tpot_slo_ms is None or (r.tpot_s or 0) * 1e3 <= tpot_slo_ms)
     ]
@@ -162,7 +163,7 @@ def summarise(
         "failure_examples": failure_examples(failed),
         "batch": running_batch(records, t0, t1),
         "throughput_tok_s": tokens / span,
-        "request_throughput_req_s": len(ok) / span,
+        "request_throughput_req_s": len(completed) / span,
         "goodput_req_s": len(good) / span,
         "ttft_ms": percentiles([r.ttft_s for r in ok if r.ttft_s is not None]),
         "tpot_ms": percentiles([r.tpot_s for r in ok if r.tpot_s is not None]),
