@@ -103,7 +103,7 @@ def test_the_protocol_runs_against_a_server_and_writes_its_report(tmp_path: Path
                 "--output-len",
                 "24",
                 "--loads",
-                "0.5",
+                "0.5,2",
                 "--requests",
                 "40",
                 "--out",
@@ -111,10 +111,28 @@ def test_the_protocol_runs_against_a_server_and_writes_its_report(tmp_path: Path
             ]
         )
     report = json.loads((tmp_path / "out" / "report.json").read_text())
-    (load,) = report["loads"]
+    load, overloaded = report["loads"]
     assert report["fit"]["tpot_rms"] < 0.1 and load["measured"]["requests_completed"] >= 30
     assert abs(load["errors"]["throughput"]) < 0.15 and abs(load["errors"]["tpot p50"]) < 0.25
-    assert "below saturation, median |error|" in capsys.readouterr().out
+    out = capsys.readouterr().out
+    assert "below saturation, median |error|" in out and "saturation: the server carried" in out
+    # at twice the predicted rate the server completes what it can, below what was sent: that is the saturation
+    assert load["carried_req_s"] == pytest.approx(load["sent_req_s"], rel=0.1)
+    assert overloaded["carried_req_s"] < 0.8 * overloaded["sent_req_s"]
+    assert report["measured_saturation_req_s"] == overloaded["carried_req_s"]
+    assert report["predicted_saturation_req_s"] == pytest.approx(overloaded["carried_req_s"], rel=0.2)
+    assert report["simulated_saturation_req_s"] == pytest.approx(overloaded["carried_req_s"], rel=0.15)
+
+
+def test_the_carried_rate_is_events_over_the_middle_three_fifths() -> None:
+    """Ten events: the 2nd (index 2) to the 8th (index 8), six intervals over 6 − 1.5 s; order does not matter."""
+    from tokenroof.errors import TokenroofError
+    from tokenroof.serving.saturation import carried_rate
+
+    times = [0.0, 1.0, 1.5, 2.0, 2.5, 3.0, 4.0, 5.0, 6.0, 9.0]
+    assert carried_rate(times[::-1]) == pytest.approx(6 / 4.5)
+    with pytest.raises(TokenroofError, match="at least 5 events"):
+        carried_rate([0.0, 1.0])
 
 
 @pytest.mark.slow
@@ -183,7 +201,7 @@ def test_the_real_llama_server_loads_are_simulated_within_the_issue_targets_on_p
             assert plain["tpot_ms"]["p50"] < 0.75 * measured["tpot_ms"]["p50"]
 
 
-LLAMA_0612 = [ROOT / "examples" / "llama-server-2026-12-06a", ROOT / "examples" / "llama-server-2026-12-06b"]
+LLAMA_0612 = [ROOT / "examples" / f"llama-server-2026-12-06{run}" for run in "abc"]
 
 
 def server_slots(run: Path) -> list[dict[str, float]]:
@@ -209,8 +227,8 @@ def test_the_ring_probe_reads_the_slots_in_the_order_llama_server_takes_them() -
     disagreed (the server's log: the ring began 15, 12, 5, 7 where the task ids said 15, 13, 14, 10), and the first
     load's simulation started from the wrong ring. The protocol now sends one request per slot, one at a time,
     before reading /slots (`slot_order`): on 2026-12-06b what it read is, at every load, the ring in the server's
-    own log."""
-    first, probed = LLAMA_0612
+    own log; on 2026-12-06c (128-word probes, the ring the slots the probes report) too."""
+    first, probed, third = LLAMA_0612
     tasks = server_slots(first)
     # bench's calibration requests (one output token, a full prompt): the sweep's pair, then one pair before each load
     calibrations = [t for t in tasks if t["output_tokens"] == 1 and t["prompt_tokens"] >= 100]
@@ -227,6 +245,14 @@ def test_the_ring_probe_reads_the_slots_in_the_order_llama_server_takes_them() -
     for fraction, end in zip(("0.3", "0.6", "0.9", "1.1"), ends, strict=True):
         order = json.loads((probed / f"load-{fraction}" / "slots.json").read_text())["order"]
         assert least_recently_used(tasks, tasks[end]["release_s"]) == order
+    tasks = server_slots(third)
+    short = [i for i, t in enumerate(tasks) if t["output_tokens"] == 1]  # probes and calibrations: one token each
+    runs = [i for i in short if i - 1 not in short and i + 17 in short]  # each load's 16 probes, then 2 calibrations
+    assert len(runs) == 4
+    for fraction, begin in zip(("0.3", "0.6", "0.9", "1.1"), runs, strict=True):
+        order = json.loads((third / f"load-{fraction}" / "slots.json").read_text())["order"]
+        assert [int(t["slot"]) for t in tasks[begin : begin + 16]] == order
+        assert least_recently_used(tasks, tasks[begin + 15]["release_s"]) == order
 
 
 def stand_in_llama_server(
@@ -312,15 +338,17 @@ def test_the_ring_turns_by_the_calibration_requests_bench_sends_first(tmp_path: 
 
 @pytest.mark.parametrize("run", LLAMA_0612, ids=lambda p: p.name)
 def test_the_2026_12_06_llama_server_runs_from_the_ring_the_server_used(run: Path) -> None:
-    """Two more llama-server runs (2026-12-06: the same 106M f32 model, this CPU 3× slower at decode than on 12-05;
+    """Three more llama-server runs (2026-12-06: the same 106M f32 model, this CPU 3× slower at decode than on 12-05;
     60 requests a load), each load simulated from the ring the server used, turned by bench's calibration requests:
     on 06a from the server's log (the protocol then read /slots by task id: TPOT p50 at 30% load −32% from it,
-    +6% from the log), on 06b from the ring probe, each scored over the window bench measured it over (scored over
+    +6% from the log), on 06b and 06c from the ring probe, each scored over the window bench measured it over (06c's
+    bench opened it as simulate does) (scored over
     simulate's own, which then opened a lifetime later than bench's, 06a at 90% read throughput +10%, TTFT p50 / p90
     +42 / +43%). In the issue's targets but for: 06a at 90% load, TTFT p50 / p90 +27 / +42% (the simulated decode is
     2-5% slower than the server's at every load, within TPOT's target, and this near saturation TTFT moves 6-10% per
-    1% of step time: 3% faster steps give +8 / +11%); 06b at 60% load, TPOT p50 −13%. Pinned within a few points
-    of those figures, so that a change for the worse shows."""
+    1% of step time: 3% faster steps give +8 / +11%); 06b at 60% load, TPOT p50 −13%; 06c at 90%, TTFT p50 / p90 +26
+    / +43% with TPOT on target (the simulated slots free later while the batch fills: its README). Pinned within a
+    few points of those figures, so that a change for the worse shows."""
     protocol = load_protocol()
     from tokenroof.fit.core import fit_table
     from tokenroof.io.measurements import read_table
@@ -334,6 +362,7 @@ def test_the_2026_12_06_llama_server_runs_from_the_ring_the_server_used(run: Pat
     misses = {
         ("llama-server-2026-12-06a", 0.9): {"ttft_ms p50": 0.3, "ttft_ms p90": 0.45},
         ("llama-server-2026-12-06b", 0.6): {"tpot_ms p50": 0.15},
+        ("llama-server-2026-12-06c", 0.9): {"ttft_ms p50": 0.3, "ttft_ms p90": 0.46},
     }
     for fraction in (0.3, 0.6, 0.9):
         folder = run / f"load-{fraction:g}"
@@ -353,12 +382,15 @@ def test_the_2026_12_06_llama_server_runs_from_the_ring_the_server_used(run: Pat
             assert said == pytest.approx(seen, rel=tolerance), (fraction, name)
 
 
-def test_advise_s_cap_on_the_2026_12_06_llama_server_meets_both_targets_on_the_restarted_server(tmp_path: Path) -> None:
-    """advise on 06b's sweep (kv_slots=16) for p99 TPOT ≤ 100 ms and TTFT ≤ 1.5 s sets cap 12 (predicted 100 / 663
-    ms); llama-server restarted with -np 12 and benched at 12 streams measured 91 / 670 ms: both met."""
+@pytest.mark.parametrize("run", LLAMA_0612[1:], ids=lambda p: p.name)
+def test_advise_s_cap_on_the_2026_12_06_llama_server_meets_both_targets_on_the_restarted_server(
+    run: Path, tmp_path: Path
+) -> None:
+    """advise on each sweep (kv_slots=16) for p99 TPOT ≤ 100 ms and TTFT ≤ 1.5 s sets cap 12 (06b: predicted 100 / 663
+    ms; 06c: 97 / 646); llama-server restarted with -np 12 and benched at 12 streams measured 91 / 670 ms and 92 / 891
+    ms: both met on both. TPOT's prediction within 10%; TTFT's within 20% on 06b, 28% under on 06c."""
     from tests.conftest import run_json
 
-    run = LLAMA_0612[1]
     first, *rest = (run / "sweep" / "summary.csv").read_text().splitlines()
     table = tmp_path / "sweep.csv"
     table.write_text("\n".join([f"{first} kv_slots=16", *rest]) + "\n")
@@ -370,8 +402,9 @@ def test_advise_s_cap_on_the_2026_12_06_llama_server_meets_both_targets_on_the_r
     assert benched["point"] == "concurrency=12" and benched["requests_completed"] >= 40
     assert benched["tpot_ms"]["p99"] <= 100 and benched["ttft_ms"]["p99"] <= 1500
     if answer["max_num_seqs"] == 12:
-        assert answer["at_cap"]["ttft_ms"]["p99"] == pytest.approx(benched["ttft_ms"]["p99"], rel=0.2)
-        assert answer["at_cap"]["tpot_ms"]["p99"] == pytest.approx(benched["tpot_ms"]["p99"], rel=0.2)
+        ttft = 0.2 if run.name.endswith("b") else 0.3
+        assert answer["at_cap"]["ttft_ms"]["p99"] == pytest.approx(benched["ttft_ms"]["p99"], rel=ttft)
+        assert answer["at_cap"]["tpot_ms"]["p99"] == pytest.approx(benched["tpot_ms"]["p99"], rel=0.1)
 
 
 SERVE = ROOT / "examples" / "serve-llama-123m"
