@@ -171,8 +171,9 @@ def test_window_edges_and_targets_are_inclusive() -> None:
     assert opened["requests_completed"] == 2  # requests 1 and 2: sent in [1, 3], their latencies
     # the rates count what completed in [1, 3], whenever sent: requests 0 and 2, at the targets exactly
     assert opened["request_throughput_req_s"] == opened["goodput_req_s"] == pytest.approx(1.0)
-    one = [record(3, 1.5, [1.75], 1, 1.75)]  # TTFT 250 ms exactly, one token: no TPOT
-    assert summarise("r", "rate", 1.0, one, (1.0, 3.0), ttft_slo_ms=250, tpot_slo_ms=1).data["goodput_req_s"] == 0.5
+    # one token each (no TPOT): TTFT 250 ms exactly, 300 ms, and 0 (its first token as it was sent)
+    one = [record(3, 1.5, [1.75], 1, 1.75), record(4, 1.5, [1.8], 1, 1.8), record(5, 2.0, [2.0], 1, 2.0)]
+    assert summarise("r", "rate", 1.0, one, (1.0, 3.0), ttft_slo_ms=250, tpot_slo_ms=1).data["goodput_req_s"] == 1.0
     empty = summarise("c", "concurrency", 1, edge, (5.0, 6.0)).data
     assert (empty["requests_completed"], empty["output_tokens_mean"]) == (0, 0.0)
 

@@ -199,6 +199,55 @@ def test_a_replayed_bench_point_is_summarised_over_the_window_bench_measured_it_
         assert Trace.read(trace).window_s is None
 
 
+def test_a_bench_file_is_read_as_bench_wrote_it(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    """Trace.read by hand: the header's shared prefixes (whole numbers above 0, else none), the completed requests
+    only (no failures, no probe at a negative index; a record without an index is request 0), a missing prompt count
+    as one token, each record's prefix group (−1 where none, or not a whole number); Trace.after's idle gap (30 s
+    unless told), an empty history part that moves nothing, and prefixes kept only where every part shares them."""
+    import json
+
+    from tokenroof.model.prefix import SharedPrefix
+    from tokenroof.serving.simulate import Trace
+
+    def write(settings: dict[str, object], rows: list[object]) -> Trace:
+        path = tmp_path / "requests.jsonl"
+        path.write_text("\n".join(json.dumps(r) for r in [{"type": "header", "settings": settings}, *rows]) + "\n")
+        return Trace.read(path)
+
+    base = {"type": "request", "ok": True, "prompt_tokens": 100, "output_tokens": 8}
+    rows: list[object] = [
+        {**base, "index": -1, "start_s": 0.5},  # bench's probe
+        {**base, "index": 1, "start_s": 2.0, "prefix_group": 1},
+        {**base, "start_s": 1.0, "prefix_group": True, "prompt_tokens": None},  # no index: request 0
+        {**base, "index": 2, "start_s": 3.0},
+        {**base, "index": 3, "start_s": 4.0, "ok": False},
+        [1],  # not a record: passed over
+    ]
+    trace = write({"prefix_len": 64, "num_prefixes": 2}, rows)
+    assert trace.records == ((0.0, 1, 8), (1.0, 100, 8), (2.0, 100, 8))
+    assert trace.prefix == SharedPrefix(64, 2) and trace.groups == (-1, 1, -1)
+    assert trace.source == str(tmp_path / "requests.jsonl") and trace.window_s is None
+    for settings, kept in (
+        ({"prefix_len": 1, "num_prefixes": 1}, True),
+        ({"prefix_len": 0, "num_prefixes": 2}, False),
+        ({"prefix_len": 64, "num_prefixes": 0}, False),
+        ({"prefix_len": 64, "num_prefixes": "2"}, False),
+        ({"prefix_len": "64", "num_prefixes": 2}, False),
+    ):
+        got = write(settings, rows)
+        assert (got.prefix is not None, got.groups != ()) == (kept, kept), settings
+    earlier = Trace(((0.0, 8, 4), (5.0, 8, 4)), prefix=SharedPrefix(64, 2), groups=(0, 1))
+    run = Trace.after([Trace(()), earlier], trace)
+    assert [t for t, _, _ in run.records] == [0.0, 5.0, 35.0, 36.0, 37.0]  # 30 s after the history's last
+    assert run.history == 2 and run.prefix is None  # a part without groups: no prefixes shared
+    run = Trace.after([earlier], trace)
+    assert run.prefix == trace.prefix and run.groups == (0, 1, -1, 1, -1)
+    other = Trace(earlier.records, prefix=SharedPrefix(32, 2), groups=(0, 1))  # other prefixes: none shared
+    assert Trace.after([other], trace).prefix is None
+    plain = Trace.after([Trace(((0.0, 8, 4),))], trace, gap_s=1.0)
+    assert plain.prefix is None and plain.groups == () and plain.records[1][0] == 1.0
+
+
 def write_model(tmp_path) -> object:  # type: ignore[no-untyped-def]
     import json
 
@@ -282,6 +331,26 @@ def hand_result(kv_capacity: int | None = 100) -> SimResult:
         kv_capacity_tokens=kv_capacity,
         preemptions=2,
     )
+
+
+def test_a_closed_loops_window_by_hand() -> None:
+    """hand_result's ten requests (ending at 1..10 s, the first sent at 0) as closed loops: a burst's window is the
+    whole run, 0 to 10 s; a staggered one opens as the c-th request ends and closes `measure` completions later
+    (c = 2, measure 3: 3 to 6 s), each edge held inside the run (c = 9: the ninth end, 9 to 10 s; c = 20: the
+    same); two requests in all: from the first end to the second."""
+    from dataclasses import replace
+
+    lengths = (Lengths(10), Lengths(5))
+    result = hand_result()
+    result.loop = ClosedLoop(2, *lengths, 10, "burst")
+    assert result.window_s() == (0.0, 10.0)
+    result.loop = ClosedLoop(2, *lengths, 10, "staggered", measure=3)
+    assert result.window_s() == (3.0, 6.0)
+    for c in (9, 20):
+        result.loop = ClosedLoop(c, *lengths, 10, "staggered", measure=3)
+        assert result.window_s() == (9.0, 10.0), c
+    two = replace(result, sequences=result.sequences[:2], loop=ClosedLoop(2, *lengths, 2, "staggered", measure=3))
+    assert two.window_s() == (1.0, 2.0)
 
 
 def test_an_open_loop_summary_by_hand() -> None:

@@ -47,6 +47,7 @@ def test_a_typical_lifetime_is_the_median_of_the_second_halfs_and_leaves_out_wha
     ends = [1.0, 2.0, 3.0, 7.0, 10.0, math.nan]
     assert typical_lifetime_s(arrivals, ends) == 5.0
     assert typical_lifetime_s(arrivals[:2], [math.nan, math.nan]) == 0.0
+    assert typical_lifetime_s([0.0, 1.0, 2.0], [1.0, 5.0, 9.0]) == 5.5  # the median request's own life counts
     assert typical_lifetime_s([], []) == 0.0
 
 
@@ -59,3 +60,4 @@ def test_an_open_loop_window_starts_a_lifetime_in_or_10_percent_in_whichever_is_
     assert open_loop_window(arrivals, 1.0, 30.0) == (2.0, 19.0)
     assert open_loop_window(arrivals, 15.0, 30.0) == (0.0, 30.0)
     assert open_loop_window([3.0], 0.0, 3.0) == (3.0, 3.0)  # one arrival that took no time: that instant
+    assert open_loop_window([4.0, 3.0], 5.0, 0.0) == (3.0, 3.0 + 1e-9)  # nothing ended: not an empty span
