@@ -30,7 +30,7 @@ The sweep should meet a freshly started server: its fit assumes fresh slots.
 (discarded, in OUT/precondition-*), so that every phase starts from one server state.
 
     python benchmarks/real_server.py URL|--serve MODEL [--slots 16] [--concurrency 1,2,4,8,16] [--input-len 128]
-        [--output-len 64] [--loads 0.3,0.6,0.9,1.1] [--requests 80] [--out real-server]
+        [--output-len 64] [--loads 0.3,0.6,0.9,1.1] [--requests 80] [--seed 0] [--out real-server]
         [--model M --hardware H] [--budget N] [--kv-slots] [--precondition N]
     python benchmarks/real_server.py --offline --out COPY_OF_A_RUN [the run's flags]
 
@@ -177,6 +177,7 @@ def measure_load(args: argparse.Namespace, rate: float, folder: Path) -> dict[st
             input_len=args.input_len,
             output_len=args.output_len,
             requests_per_point=args.requests,
+            seed=args.seed,
             out_dir=folder,
             max_duration_s=args.max_duration,
             timeout_s=args.max_duration,
@@ -287,6 +288,9 @@ def main(argv: list[str]) -> None:
     parser.add_argument("--output-len", type=int, default=64)
     parser.add_argument("--loads", default="0.3,0.6,0.9,1.1", help="fractions of the predicted saturation rate")
     parser.add_argument("--requests", type=int, default=80, help="requests per load")
+    parser.add_argument(
+        "--seed", type=int, default=0, help="the loads' arrival draws (bench --seed): each seed another Poisson sample"
+    )
     parser.add_argument("--max-duration", type=float, default=600.0)
     parser.add_argument("--out", type=Path, default=Path("real-server"))
     parser.add_argument("--model", "-m")
