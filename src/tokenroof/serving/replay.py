@@ -481,8 +481,9 @@ def fit_serving(
     best.alternatives = {k: (f.tpot_rms, f.ttft_rms) for k, (f, _) in tried.items() if k != best_name}
     # knots by batch alone: one context's points. A replay within DEPARTURES_FROM departs by noise only; one further
     # off than REPLAY_MISFIT misses for another reason than the steps' shape (the workload or the scheduling assumed;
-    # llama-server's scattered per-slot passes), and a correction would carry that miss to other loads (on
-    # llama-server's fixture, saturation +12% instead of −2%)
+    # llama-server's scattered per-slot passes), and a correction would carry that miss to other loads (the figure
+    # once given here, llama-server's saturation +12% instead of −2%, compared with the offered rate that the
+    # protocol then read as carried: not a measurement; the rule rests on the reason alone)
     if not table.several_contexts and DEPARTURES_FROM < best.tpot_rms <= REPLAY_MISFIT:
         assert best.problem is not None
         designs = best.problem[2]
