@@ -226,25 +226,29 @@ def predicted_load(
         model, run, slots, 0, None, max_num_batched_tokens=budget, per_slot_kv=per_slot_kv, slot_order=order
     )
     ends = [s.finished_s or 0.0 for s in result.sequences[result.first_measured :]]
-    return result.summary() | {"carried_req_s": carried_rate(ends)}
+    return result.summary() | {"carried_req_s": rate_of(ends)}
+
+
+def rate_of(times_s: list[float]) -> float:
+    """saturation.carried_rate, NaN where too few events (a load of a handful of requests) to tell."""
+    try:
+        return carried_rate(times_s)
+    except TokenroofError:
+        return math.nan
 
 
 def carried(folder: Path) -> tuple[float, float]:
-    """(the rate a load's requests were sent at, the rate the server completed them), each over the middle three
-    fifths of the run (saturation.carried_rate, the estimator of the predicted saturation): from its records."""
+    """(the rate a load's requests were sent at, every one; the rate the server completed them), each over the middle
+    three fifths of its own events (saturation.carried_rate, the estimator of the predicted saturation)."""
     sends, ends = [], []
     for line in (folder / "requests.jsonl").read_text().splitlines():
         with contextlib.suppress(ValueError):
             record = json.loads(line)
-            if (
-                isinstance(record, dict)
-                and record.get("type") == "request"
-                and record.get("ok")
-                and record.get("index", 0) >= 0
-            ):
+            if isinstance(record, dict) and record.get("type") == "request" and record.get("index", 0) >= 0:
                 sends.append(float(record["start_s"]))
-                ends.append(float(record["end_s"]))
-    return carried_rate(sends), carried_rate(ends)
+                if record.get("ok") and record.get("end_s") is not None:
+                    ends.append(float(record["end_s"]))
+    return rate_of(sends), rate_of(ends)
 
 
 def row(name: str, got: dict[str, Any]) -> str:
@@ -389,7 +393,7 @@ def run(args: argparse.Namespace) -> None:
                 "predicted": {k: predicted[k] for k in ("throughput_tok_s", "ttft_ms", "tpot_ms", "running_batch")},
             }
         )
-    # overloaded: the server completed fewer than were sent, over the same middle of the run
+    # overloaded: the server completed fewer than were sent (each rate over the middle of its own events)
     over = [x for x in loads if x["carried_req_s"] < 0.95 * x["sent_req_s"]]
     top = max(over, key=lambda x: x["carried_req_s"], default=None)
     measured_saturation = math.nan if top is None else top["carried_req_s"]

@@ -205,3 +205,19 @@ def test_an_open_loop_window_opens_a_lifetime_after_the_first_arrival_as_simulat
     )
     slow = [RequestRecord(point="rate=1", index=i, start_s=float(i), ok=True, end_s=i + 30.0) for i in range(20)]
     assert open_window(PointRun(records=slow), [float(i) for i in range(20)], False, 20).window_s == (0.0, 49.0)
+
+
+def test_an_open_loop_counts_as_its_rate_what_completed_in_the_window_not_what_was_sent_in_it() -> None:
+    """Window [1, 3]: two requests sent before it end inside it, one sent inside ends after it, one is both: the
+    server completed three in the window (1.5 req/s; the requests sent in it, two, were the count before); the
+    latencies stay those of the two sent in it. Goodput likewise: TTFT ≤ 400 ms holds for three of the completed."""
+    records = [
+        record(0, 0.5, [0.9, 1.5], 2, 1.5),  # sent before, completes inside: TTFT 400 ms
+        record(1, 0.6, [1.2, 1.6], 2, 1.6),  # sent before, completes inside: TTFT 600 ms
+        record(2, 1.2, [1.4, 2.2], 2, 2.2),  # both: TTFT 200 ms
+        record(3, 2.0, [2.3, 3.5], 2, 3.5),  # sent inside, completes after: TTFT 300 ms
+    ]
+    d = summarise("r", "rate", 1.0, records, (1.0, 3.0), ttft_slo_ms=400).data
+    assert d["request_throughput_req_s"] == pytest.approx(3 / 2)
+    assert d["goodput_req_s"] == pytest.approx(2 / 2)  # requests 0 and 2 (1: 600 ms)
+    assert d["requests_completed"] == 2 and d["ttft_ms"]["mean"] == pytest.approx(250.0)  # requests 2 and 3

@@ -181,9 +181,10 @@ def test_a_replayed_bench_point_is_summarised_over_the_window_bench_measured_it_
 
     trace = tmp_path / "requests.jsonl"
     rows: list[dict[str, object]] = [
-        {"type": "request", "index": i, "ok": True, "start_s": 10.0 + 0.5 * i, "prompt_tokens": 50, "output_tokens": 20}
+        {"type": "request", "point": "rate=2", "index": i, "ok": True, "start_s": 10.0 + 0.5 * i, "prompt_tokens": 50,
+         "output_tokens": 20}
         for i in range(30)
-    ]
+    ]  # fmt: skip
     point = {"type": "point", "point": "rate=2", "kind": "rate", "window_start_s": 11.0, "window_end_s": 22.0}
     trace.write_text("\n".join(json.dumps(r) for r in [*rows, point]) + "\n")
     replay = Trace.read(trace)
@@ -194,9 +195,22 @@ def test_a_replayed_bench_point_is_summarised_over_the_window_bench_measured_it_
     after = Trace.after([Trace(((0.0, 8, 4),))], replay, gap_s=10.0)
     assert after.window_s == (11.0, 22.0)
     assert simulate(SM, after).summary()["window_start_s"] == 11.0
-    for points in ([point, {**point, "point": "rate=3"}], [{**point, "kind": "concurrency"}]):
+    for points in (
+        [point, {**point, "point": "rate=3"}],  # a sweep's two points
+        [{**point, "kind": "concurrency"}],  # a closed loop's
+        [{**point, "invalid": "--max-duration ended the point before a steady-state window formed"}],
+        [{**point, "window_end_s": 11.0}],  # an empty window
+    ):
         trace.write_text("\n".join(json.dumps(r) for r in [*rows, *points]) + "\n")
-        assert Trace.read(trace).window_s is None
+        assert Trace.read(trace).window_s is None, points
+    # bench --resume measured the point again: its last line counts
+    again = [{**point, "window_start_s": 12.0}, point]
+    trace.write_text("\n".join(json.dumps(r) for r in [*rows, *again]) + "\n")
+    assert Trace.read(trace).window_s == (1.0, 12.0)
+    # a point cut off before its line: requests of another point replayed with it, so no one window
+    cut = {**rows[0], "point": "rate=3", "start_s": 30.0}
+    trace.write_text("\n".join(json.dumps(r) for r in [*rows, point, cut]) + "\n")
+    assert Trace.read(trace).window_s is None
 
 
 def test_a_bench_file_is_read_as_bench_wrote_it(tmp_path) -> None:  # type: ignore[no-untyped-def]

@@ -220,12 +220,17 @@ class Trace:
         each record's prefix too."""
         rows = []
         prefix: SharedPrefix | None = None
-        windows = []
+        windows: dict[Any, tuple[float, float] | None] = {}
+        labels = set()
         for _, record in read_jsonl(path):
             if isinstance(record, dict) and record.get("type") == "point":
                 edges = [record.get("window_start_s"), record.get("window_end_s")]
                 numbers = [float(w) for w in edges if isinstance(w, int | float) and not isinstance(w, bool)]
-                windows.append((numbers[0], numbers[1]) if len(numbers) == 2 and record.get("kind") == "rate" else None)
+                valid = len(numbers) == 2 and numbers[1] > numbers[0] and not record.get("invalid")
+                # a point measured again (bench --resume) replaces its earlier line
+                windows[record.get("point")] = (
+                    (numbers[0], numbers[1]) if valid and record.get("kind") == "rate" else None
+                )
             if isinstance(record, dict) and record.get("type") == "header":
                 settings = record.get("settings") or {}
                 tokens, groups = settings.get("prefix_len"), settings.get("num_prefixes")
@@ -238,6 +243,7 @@ class Trace:
                 or record.get("index", 0) < 0
             ):
                 continue
+            labels.add(record.get("point"))
             prompt = record.get("prompt_tokens") or 1
             group = record.get("prefix_group")
             rows.append(
@@ -253,7 +259,10 @@ class Trace:
         rows.sort()
         start = rows[0][0]
         groups = tuple(g for *_, g in rows) if prefix is not None else ()
-        window = windows[0] if len(windows) == 1 else None  # a sweep's several points: no one window
+        # one rate point's window, where every request replayed is that point's (a sweep, or a point cut off
+        # before its line: no one window)
+        (label, window), *others = list(windows.items()) or [(None, None)]
+        window = None if others or labels != {label} else window
         return cls(
             tuple((t - start, p, o) for t, p, o, _ in rows),
             str(path),

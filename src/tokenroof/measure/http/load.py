@@ -8,6 +8,7 @@ watchdog fires at --max-duration, or when the run is interrupted (Ctrl-C).
 from __future__ import annotations
 
 import asyncio
+import math
 import time
 from collections.abc import Awaitable, Callable, Coroutine
 from dataclasses import dataclass, field
@@ -219,8 +220,9 @@ def open_window(run: PointRun, sent: list[float], fired: bool, n: int) -> PointR
     if not sent:
         run.note = "the watchdog fired before the first arrival: raise --max-duration"
         return run
-    served = [r for r in run.records if r.ok and r.end_s is not None]
-    lifetime_s = typical_lifetime_s([r.start_s for r in served], [r.end_s or 0.0 for r in served])
+    # every request sent splits the run at its median send; a lifetime is a served request's (NaN: failed, cut off)
+    ends = [r.end_s if r.ok and r.end_s is not None else math.nan for r in run.records]
+    lifetime_s = typical_lifetime_s([r.start_s for r in run.records], ends)
     last_end_s = max((r.end_s for r in run.records if r.end_s is not None), default=sent[-1])
     w0, w1 = open_loop_window(sent, lifetime_s, last_end_s)
     if fired:
