@@ -418,6 +418,15 @@ def test_an_overloaded_open_loop_is_named() -> None:
         "the run lasts (these figures grow with --num-requests); lower the rate, or add replicas"
     ]
     assert hand_result().overload_warnings(1.0, 9.0) == []
+    # after a history (a trace's earlier traffic, 30 s of idle between): the rate offered is the measured requests'
+    # own, 1 req/s, not diluted to 0.3 by the history's two requests and the gap
+    from tokenroof.serving.engine.core import Sequence
+
+    history = [Sequence(f"h{i}", 10, 5, -40.0 + i) for i in range(2)]
+    for h in history:
+        h.first_token_s, h.finished_s = h.arrival_s + 0.1, h.arrival_s + 1.0
+    result.sequences, result.first_measured = history + result.sequences, 2
+    assert result.overload_warnings(1.0, 9.0)[0].startswith("overloaded: 1 req/s offered, 0.625 carried")
 
 
 def test_least_outstanding_counts_a_prompt_being_chunked_as_work_in_hand() -> None:

@@ -583,8 +583,9 @@ class SimResult:
         TTFT grow for as long as the run lasts (a capped running batch does not grow: only this tells)."""
         if self.loop is not None or w1 <= w0:
             return []
-        arrival = np.array([s.arrival_s for s in self.sequences])
-        finished = np.array([s.finished_s or 0.0 for s in self.sequences])
+        measured = self.sequences[self.first_measured :]  # a trace's history, and the idle gap after it, left out
+        arrival = np.array([s.arrival_s for s in measured])
+        finished = np.array([s.finished_s or 0.0 for s in measured])
         span = float(arrival.max() - arrival.min())
         if arrival.size < 2 or span <= 0:
             return []
