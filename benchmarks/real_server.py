@@ -160,7 +160,10 @@ def slot_order(url: str) -> list[int] | None:
     return [slot for _, slot in used] or None
 
 
-def measure_load(args: argparse.Namespace, rate: float, folder: Path) -> dict[str, Any]:
+def measure_load(args: argparse.Namespace, rate: float, folder: Path, draw: int = 0) -> dict[str, Any]:
+    """One load, measured unless OUT holds it: its arrivals drawn with bench's seed `--seed` + `draw` (each load its
+    own Poisson sample: with one seed for all, every load's arrivals are one pattern scaled by its rate, and every
+    load meets the same bursts at the same places, as on every run until 2026-12-06d)."""
     if not (folder / "summary.json").exists():
         offline_missing(args, folder)
         precondition(args, folder.with_name(f"precondition-{folder.name}"))
@@ -177,7 +180,7 @@ def measure_load(args: argparse.Namespace, rate: float, folder: Path) -> dict[st
             input_len=args.input_len,
             output_len=args.output_len,
             requests_per_point=args.requests,
-            seed=args.seed,
+            seed=args.seed + draw,
             out_dir=folder,
             max_duration_s=args.max_duration,
             timeout_s=args.max_duration,
@@ -293,7 +296,10 @@ def main(argv: list[str]) -> None:
     parser.add_argument("--loads", default="0.3,0.6,0.9,1.1", help="fractions of the predicted saturation rate")
     parser.add_argument("--requests", type=int, default=80, help="requests per load")
     parser.add_argument(
-        "--seed", type=int, default=0, help="the loads' arrival draws (bench --seed): each seed another Poisson sample"
+        "--seed",
+        type=int,
+        default=0,
+        help="the loads' arrival draws: the first load's bench --seed, the next load's SEED + 1, and so on",
     )
     parser.add_argument("--max-duration", type=float, default=600.0)
     parser.add_argument("--out", type=Path, default=Path("real-server"))
@@ -368,11 +374,11 @@ def run(args: argparse.Namespace) -> None:
     loads = []
     warm = args.out / "precondition-sweep" / "requests.jsonl"
     history = [Trace.read(path) for path in (warm, args.out / "sweep" / "requests.jsonl") if path.exists()]
-    for fraction in (float(f) for f in args.loads.split(",")):
+    for draw, fraction in enumerate(float(f) for f in args.loads.split(",")):
         rate = fraction * saturation
         folder = args.out / f"load-{fraction:g}"
         print(f"3. load {fraction:.0%} of the predicted saturation: {rate:.3f} req/s, {args.requests} requests")
-        measured = measure_load(args, rate, folder)
+        measured = measure_load(args, rate, folder, draw)
         predicted = predicted_load(model, folder, args.slots, serving.max_num_batched_tokens, per_slot_kv, history)
         print(row("measured", measured))
         print(row("simulated", predicted))

@@ -122,6 +122,10 @@ def test_the_protocol_runs_against_a_server_and_writes_its_report(tmp_path: Path
     assert report["measured_saturation_req_s"] == overloaded["carried_req_s"]
     assert report["predicted_saturation_req_s"] == pytest.approx(overloaded["carried_req_s"], rel=0.2)
     assert report["simulated_saturation_req_s"] == pytest.approx(overloaded["carried_req_s"], rel=0.15)
+    # each load its own Poisson sample: bench's seed 0, then 1
+    for fraction, seed in (("0.5", 0), ("2", 1)):
+        header = json.loads((tmp_path / "out" / f"load-{fraction}" / "requests.jsonl").read_text().splitlines()[0])
+        assert header["type"] == "header" and header["settings"]["seed"] == seed
 
 
 def test_the_carried_rate_is_events_over_the_middle_three_fifths() -> None:
