@@ -195,11 +195,7 @@ def ring_at_start(order: list[int], slots: int, requests: Path) -> list[int]:
     records, each answered before the next is sent), and each takes a slot by llama-server's rule (never-used slots
     first, the highest id first; then the one released longest ago), moving it to the end of the ring. On 06b, TPOT
     p50 at 30 / 60% load went from −17 / −22% with the ring as probed to −3 / −12% with it turned."""
-    calibrations = 0
-    for line in requests.read_text().splitlines():
-        with contextlib.suppress(ValueError):
-            record = json.loads(line)
-            calibrations += isinstance(record, dict) and record.get("type") == "calibration" and bool(record.get("ok"))
+    calibrations = sum(bool(record.get("ok")) for record in bench_records(requests, "calibration"))
     released = dict.fromkeys(range(max(slots, max(order, default=-1) + 1)), -1)
     for rank, slot in enumerate(order):
         released[slot] = rank
@@ -243,15 +239,21 @@ def rate_of(times_s: list[float]) -> float:
 def carried(folder: Path) -> tuple[float, float]:
     """(the rate a load's requests were sent at, every one; the rate the server completed them), each over the middle
     three fifths of its own events (saturation.carried_rate, the estimator of the predicted saturation)."""
-    sends, ends = [], []
-    for line in (folder / "requests.jsonl").read_text().splitlines():
+    measured = [r for r in bench_records(folder / "requests.jsonl", "request") if r.get("index", 0) >= 0]
+    ends = [float(r["end_s"]) for r in measured if r.get("ok") and r.get("end_s") is not None]
+    return rate_of([float(r["start_s"]) for r in measured]), rate_of(ends)
+
+
+def bench_records(path: Path, kind: str) -> list[dict[str, Any]]:
+    """A bench requests.jsonl's records of one type ("request", "calibration"); a line that does not parse (cut by a
+    crash) passes over."""
+    found = []
+    for line in path.read_text().splitlines():
         with contextlib.suppress(ValueError):
             record = json.loads(line)
-            if isinstance(record, dict) and record.get("type") == "request" and record.get("index", 0) >= 0:
-                sends.append(float(record["start_s"]))
-                if record.get("ok") and record.get("end_s") is not None:
-                    ends.append(float(record["end_s"]))
-    return rate_of(sends), rate_of(ends)
+            if isinstance(record, dict) and record.get("type") == kind:
+                found.append(record)
+    return found
 
 
 def row(name: str, got: dict[str, Any]) -> str:

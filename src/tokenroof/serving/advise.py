@@ -22,6 +22,7 @@ if TYPE_CHECKING:
     from tokenroof.io.measurements import MeasurementTable
     from tokenroof.model.prefix import SharedPrefix
     from tokenroof.model.speculative import SpeculativeConfig
+    from tokenroof.serving.saturation import CapAdvice
 
 SEARCH_LIMIT = 1_000_000
 __all__ = ["advice_dict", "advise", "engine_flags", "largest_batch_within"]
@@ -364,11 +365,11 @@ MARGIN_RMS = 2.0  # a prediction within this many times the fit's replay error (
 
 
 def margin_notes(
-    result: Any,
+    result: CapAdvice,
     tpot_rms: float,
     ttft_rms: float | None,
     targets: Targets,
-    search: Callable[[float, float | None], Any],
+    search: Callable[[float, float | None], CapAdvice],
 ) -> list[str]:
     """A cap whose predicted statistic sits within MARGIN_RMS × the fit's replay error of a target may miss it on
     the server (the real engine, 2026-12-06c: p99 TPOT predicted 105.2 ms, measured 110.4, target 110): say so, and
