@@ -39,9 +39,10 @@ PYTEST_WORKERS ?= 3
 test: lint
 	OPENBLAS_NUM_THREADS=1 $(BIN)/pytest -q -n $(PYTEST_WORKERS) --dist worksteal
 
-# the timing tests at full length, the browser checks, every documented example in its own process
+# the timing tests at full length, the browser checks, every documented example in its own process, and the heavy
+# scenario tests (a plan search, bench against an emulator: a few seconds each) the default run leaves out
 test-slow: $(STAMP)
-	$(BIN)/pytest -q -m slow
+	$(BIN)/pytest -q -m 'slow or heavy'
 
 # the property tests with 2,000 generated inputs each (the default run draws 50)
 fuzz: $(STAMP)

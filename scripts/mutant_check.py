@@ -20,6 +20,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 MUTANTS = ROOT / "mutants"
+EVERY = "not slow and not gpu and not integration and not ray"  # the markers a mutation run selects: heavy ones too
 
 
 def main() -> int:
@@ -42,7 +43,21 @@ def main() -> int:
         shutil.copy2(ROOT / helper, MUTANTS / helper)
     env = {**os.environ, "MUTANT_UNDER_TEST": args.mutant, "PYTHONPATH": f"{MUTANTS / 'src'}{os.pathsep}{MUTANTS}"}
     run = subprocess.run(
-        [sys.executable, "-m", "pytest", "-q", "-x", "-p", "no:cacheprovider", "-p", "no:xdist", *args.tests],
+        # the heavy scenario tests too, as the mutation run takes them ([tool.mutmut] in pyproject.toml)
+        [
+            sys.executable,
+            "-m",
+            "pytest",
+            "-q",
+            "-x",
+            "-p",
+            "no:cacheprovider",
+            "-p",
+            "no:xdist",
+            "-m",
+            EVERY,
+            *args.tests,
+        ],
         cwd=MUTANTS,
         env=env,
         capture_output=True,

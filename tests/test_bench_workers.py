@@ -28,6 +28,7 @@ STEP = StepModel(t_fixed_s=8e-3, t_weights_s=12e-3, t_compute_s=1e-4, t_kv_token
 # machine's loop lag (a few ms) stays under half a TPOT, the self-check's client-bound line
 
 
+@pytest.mark.heavy
 def test_two_workers_send_one_schedule_and_every_request_is_recorded_once(tmp_path: Path) -> None:
     """A closed loop of 8 streams and a Poisson rate from two worker processes against the emulator: every request
     sent is recorded exactly once, each worker's share and self-check is in the point, the closed loop's TPOT is the
@@ -113,6 +114,7 @@ def signal_worker_one(
     return raised.value.as_flags(), point, records
 
 
+@pytest.mark.heavy
 def test_a_worker_that_dies_mid_point_is_accounted_for_and_the_sweep_stops(tmp_path: Path) -> None:
     """Worker 1 killed while its requests stall: they are recorded as cut by its exit, the point is invalid and says
     why, nothing sent goes unrecorded, and the next point refuses to run with half its client gone."""
@@ -176,6 +178,7 @@ def test_fewer_streams_than_workers_leave_the_idle_ones_out(tmp_path: Path) -> N
     assert [w["worker"] for w in point["client_workers"]] == [0]
 
 
+@pytest.mark.heavy
 def test_a_probe_that_outlasts_the_watchdog_is_not_blamed_on_the_workers(tmp_path: Path) -> None:
     """Every request stalls: the watchdog ends each point during its probe, before any plan went out. The run ends at
     about --max-duration a point (no grace waited for workers that had nothing to stop), the probe is recorded as cut

@@ -116,6 +116,7 @@ def test_simulate_runs_a_disaggregated_server_from_the_command_line() -> None:
         assert bad.exit_code != 0 and message in bad.output, bad.output
 
 
+@pytest.mark.heavy
 def test_plan_weighs_a_disaggregated_split_against_colocation() -> None:
     """plan --disaggregate: the split it finds meets both targets in its runs, is no smaller than each pool's lower
     bound, and the answer says which layout needs fewer GPUs."""
@@ -146,6 +147,7 @@ def test_plan_weighs_a_disaggregated_split_against_colocation() -> None:
     assert "wins by" in text or "the same as colocated" in text
 
 
+@pytest.mark.heavy
 def test_bench_on_the_disaggregated_emulator_recovers_the_transfer_and_simulate_agrees(tmp_path: Path) -> None:
     """emulate with one prefill and one decode engine, a 256 ms link (128 tokens × 1 MB at 0.5 GB/s): bench's TTFT
     at one stream, less the same server's TTFT over a link that takes no time, is the transfer within 2%; simulate fed
@@ -273,6 +275,7 @@ def test_a_proposer_with_weights_prefills_beside_the_target_and_its_kv_crosses_t
     assert ttft["eagle"] > ttft["ngram"]
 
 
+@pytest.mark.heavy
 def test_plan_splits_a_speculating_server_too() -> None:
     """plan --disaggregate with n-gram speculation: the speculating choice gets its split as well, and the split's
     decode pool speculates (fewer decode replicas than the same split without speculation needs)."""

@@ -108,7 +108,19 @@ def answers() -> dict[str, Any]:
         "simulate": run_json(["simulate", *PHYSICS[:4], "--rate", "2", "--num-requests", "40", *LENGTHS]),
         "simulate-sweep": run_json(["simulate", *PHYSICS[:4], "--rate", "2,4", "--num-requests", "40", *LENGTHS]),
         "plan": run_json(
-            ["plan", *PHYSICS[:4], "--rate", "4", "--tpot-slo-ms", "50", "--num-requests", "60", *LENGTHS]
+            [
+                "plan",
+                *PHYSICS[:4],
+                "--rate",
+                "4",
+                "--tpot-slo-ms",
+                "50",
+                "--num-requests",
+                "60",
+                "--workers",
+                "1",
+                *LENGTHS,
+            ]
         ),
         "bench": json.loads((ROOT / "examples" / "bench" / "summary.json").read_text()),
     }

@@ -116,6 +116,7 @@ def test_cli_plan_compares_hardware_and_tp_by_cost() -> None:
     assert result.exit_code == 2 and "one per --hardware choice" in result.stderr
 
 
+@pytest.mark.heavy
 def test_advise_plan_and_simulate_give_one_answer_for_one_deployment() -> None:
     """advise once said 11,936 tok/s at cap 371 (decode only) where simulate measured 6,189 and plan's text used the
     decode-only figure while its simulation saturated near 6,150: now all three run the same scheduler."""
@@ -201,6 +202,7 @@ def test_a_winner_that_had_not_settled_runs_again_and_is_judged_on_the_longer_ru
     assert settled_best([outcome(8, 900.0, unsteady=True)], [], slo, longer_from({}), 16000) is None and not calls
 
 
+@pytest.mark.heavy
 def test_plan_judges_the_fleet_behind_the_router_given() -> None:
     """plan --router: each candidate fleet is simulated behind that router and the answer says which; a random
     spread (Poisson at each replica) needs at least as much as round-robin (each replica's arrivals smoothed)."""

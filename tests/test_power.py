@@ -288,6 +288,7 @@ def test_the_emulators_boards_idle_when_nothing_runs() -> None:
     assert busy > 100.0 and idle == 100.0
 
 
+@pytest.mark.heavy
 def test_bench_reads_the_boards_energy_the_emulator_meters_and_simulate_agrees(tmp_path: Any) -> None:
     """The emulator's replica on two boards of 700 W TDP (idle 100 W) exports DCGM's counters from the power model;
     bench reads them back over its window (from the server's /metrics, and from --power-metrics pointed at it), and
@@ -373,6 +374,7 @@ def test_a_power_endpoint_without_meters_is_a_remark_not_a_failure(tmp_path: Any
     )
 
 
+@pytest.mark.heavy
 def test_power_gpus_counts_only_the_servers_boards_and_names_the_ones_listed(tmp_path: Any) -> None:
     """dcgm-exporter lists every board of its host: `--power-gpus 1` counts board 1 alone (half of the emulator's two
     equal boards); a name no board has leaves the point's power null, and the remark lists the boards there are; a

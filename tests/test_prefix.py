@@ -216,6 +216,7 @@ def bench_caching_emulator(tmp_path: Path, caching: bool, requests: int = 64) ->
     )
 
 
+@pytest.mark.heavy
 def test_bench_on_the_caching_emulator_reads_the_hit_rate_simulate_predicts(tmp_path: Path) -> None:
     """bench's shared-prefix prompts (96 of 128 tokens, 4 prefixes) on the emulator with prefix caching: the server's
     counters over bench's window, its usage's cached_tokens and simulate's closed loop agree within 2% (every admission

@@ -433,6 +433,7 @@ def generated_tables(draw: Any) -> MeasurementTable:
     return parse_csv("# input_len=1024 output_len=256\nbatch,tpot_ms\n" + rows + "\n")
 
 
+@pytest.mark.heavy
 @HEAVY
 @given(generated_tables())
 def test_no_fitted_term_beats_the_hardware_without_a_named_conflict(table: MeasurementTable) -> None:

@@ -252,6 +252,7 @@ def test_a_saved_model_replays_the_vllm_files_it_was_fitted_to(tmp_path: Path) -
     within_the_fits_residual(ttft, [m["mean_ttft_ms"] for m in measured], serving["ttft_rms"], 0.01)
 
 
+@pytest.mark.heavy
 def test_a_saved_model_replays_guidellm_rates_and_a_bench_sweep(tmp_path: Path) -> None:
     saved = tmp_path / "g.json"
     data = run_json(["predict", str(GUIDELLM), "--batch", "64", "--samples", "10", "--save-model", str(saved)])
@@ -373,6 +374,7 @@ def test_predict_from_vllm_files_answers_from_the_scheduler_and_holds_the_holdou
         assert at_256["ttft_ms"] == pytest.approx(holdout[256]["mean_ttft_ms"], rel=0.05)
 
 
+@pytest.mark.heavy
 def test_two_contexts_of_online_files_hold_their_own_points() -> None:
     """vLLM files at 1,024 prompt tokens and one at 4,096: the decode fit folds each length's prompts into a KV cost
     per context token (issue 27: 'weights 0 ms', and the measured batch-128 point outside its interval); the
@@ -407,6 +409,7 @@ def test_a_deployment_that_cannot_hold_its_weights_is_refused_on_every_path(args
     assert "281 GB of weights per GPU at --tp 1" in result.output and "--tp 4 or more" in result.output
 
 
+@pytest.mark.heavy
 def test_plan_leaves_out_the_choices_that_cannot_hold_the_weights() -> None:
     plan = ["plan", "-m", "mixtral-8x22b", "-H", "h100-sxm", "--tp-choices", "1,4", "--rate", "1"]
     data = run_json(
@@ -450,6 +453,7 @@ def test_mixed_points_keep_their_own_clients_and_empty_cells(tmp_path: Path) -> 
     assert points[2].ttft_s is None
 
 
+@pytest.mark.heavy
 def test_batches_the_fitted_budget_cannot_hold_are_answered_by_the_decode_fit(tmp_path: Path) -> None:
     """The scheduler needs a token of the prompt budget per sequence: past the budget predict answers from the decode
     fit (and says so) instead of failing, and advise's caps stop below it."""
@@ -463,6 +467,7 @@ def test_batches_the_fitted_budget_cannot_hold_are_answered_by_the_decode_fit(tm
     assert advice["max_num_seqs"] < 2048
 
 
+@pytest.mark.heavy
 def test_plan_from_a_guidellm_sweep_answers_what_it_measured() -> None:
     """Issue 27: plan --fit guidellm.json --rate 20 said p99 TTFT 28 ms where GuideLLM measured a 52 ms mean (its
     model priced prefill at nothing). The sweep measured 11.4 ms mean TTFT and 6.67 ms TPOT at 20 req/s."""

@@ -17,7 +17,7 @@ SEED = "examples/h100_7b_seed.csv"
 SPECS = ["-m", "llama-3.1-8b", "-H", "h100-sxm"]
 LENGTHS = ["--input-len", "1000", "--output-len", "300"]
 SMALL = ["--num-requests", "400"]
-INFEASIBLE = ["--tpot-slo-ms", "5", "--max-replicas", "1"]  # the step itself too slow: one replica shows it
+INFEASIBLE = ["--tpot-slo-ms", "5", "--max-replicas", "1", "--workers", "1"]  # the step too slow: one replica shows it
 
 
 def test_every_schema_is_a_valid_draft_2020_12_schema() -> None:
@@ -62,6 +62,7 @@ def test_json_output_validates_against_its_schema(command: str, args: list[str])
     validate(command, run_json(args))
 
 
+@pytest.mark.heavy
 def test_bench_output_and_summary_json_validate(tmp_path: Path) -> None:
     """Against the emulator (its own process): a closed-loop and an open-loop point, on stdout and in summary.json."""
     from tests.emulator_process import emulator_process
@@ -87,6 +88,7 @@ def test_bench_output_and_summary_json_validate(tmp_path: Path) -> None:
         validate_bench_point(broken)
 
 
+@pytest.mark.heavy
 def test_an_infeasible_plan_prints_its_candidates_and_exits_1() -> None:
     """Nothing meets the targets: the JSON (or the table) is the evidence, the status says no; errors exit 2."""
     args = ["plan", "--fit", SEED, "--rate", "10", *SMALL, "--seeds", "1", *INFEASIBLE]

@@ -247,6 +247,7 @@ def check_acceptance_read_back(point: dict[str, Any], tolerance: float | None = 
         assert abs(estimate - truth) < 4 * math.sqrt(truth * (1 - truth) / k)
 
 
+@pytest.mark.heavy
 def test_the_emulator_speculates_and_bench_reads_the_acceptance_back(tmp_path: Path) -> None:
     """The loop closes: the emulator exports vLLM's spec-decode counters, bench differences them over its window
     (~3,700 drafts here: 0.7% standard error on the mean acceptance length)."""
@@ -340,6 +341,7 @@ def test_speculation_leaves_plain_runs_alone() -> None:
     assert np.array_equal(a.step_batches, simulate(TARGET, loop, speculation=None).step_batches)
 
 
+@pytest.mark.heavy
 def test_advise_and_plan_weigh_speculation() -> None:
     """An 8 ms TPOT target on llama-3.1-8b: plain decode meets it only at a cap of 2; EAGLE at acceptance 0.7 (2.53
     tokens a step) lets a far larger batch meet it. plan weighs the server with and without speculation and picks

@@ -440,6 +440,7 @@ def test_the_page_in_a_browser(tmp_path: Path) -> None:
     assert errors == []
 
 
+@pytest.mark.heavy
 def test_several_vllm_result_files_are_one_table_as_on_the_command_line(monkeypatch: pytest.MonkeyPatch) -> None:
     """vLLM writes one result file per concurrency: the page takes them together and answers as predict does (the
     scheduler's model, TTFT included)."""
