@@ -96,6 +96,9 @@ def dump(doc: Any) -> str:
     return json.dumps(doc, allow_nan=True, ensure_ascii=False)
 
 
+PLAN_SEARCH = ["--num-requests", "60", "--workers", "1"]  # a short search, in this process
+
+
 @functools.cache
 def answers() -> dict[str, Any]:
     """One real --json of each command the report reads."""
@@ -107,21 +110,7 @@ def answers() -> dict[str, Any]:
         "advise": run_json(["advise", seed, "--tpot-slo-ms", "30", *PHYSICS, "--samples", "20"]),
         "simulate": run_json(["simulate", *PHYSICS[:4], "--rate", "2", "--num-requests", "40", *LENGTHS]),
         "simulate-sweep": run_json(["simulate", *PHYSICS[:4], "--rate", "2,4", "--num-requests", "40", *LENGTHS]),
-        "plan": run_json(
-            [
-                "plan",
-                *PHYSICS[:4],
-                "--rate",
-                "4",
-                "--tpot-slo-ms",
-                "50",
-                "--num-requests",
-                "60",
-                "--workers",
-                "1",
-                *LENGTHS,
-            ]
-        ),
+        "plan": run_json(["plan", *PHYSICS[:4], "--rate", "4", "--tpot-slo-ms", "50", *PLAN_SEARCH, *LENGTHS]),
         "bench": json.loads((ROOT / "examples" / "bench" / "summary.json").read_text()),
     }
 
