@@ -73,6 +73,35 @@ def test_engine_flags_spelling() -> None:
     assert list(engine_flags(64)) == sorted(engine_flags(64))
 
 
+def test_engine_flags_turn_prefix_caching_off_and_speculate_in_each_servers_words() -> None:
+    """Without prefix caching, vLLM's cap gains --no-enable-prefix-caching and SGLang's --disable-radix-cache (their
+    defaults are on; the other servers' flags stay the cap alone); speculating, only the two servers whose
+    speculation tokenroof spells, each cap followed by its speculative flags (vLLM's JSON config, SGLang's EAGLE
+    steps with topk 1 and γ + 1 draft tokens)."""
+    from tokenroof.model.speculative import SpeculativeConfig
+
+    assert engine_flags(8, prefix_caching=False) == {
+        "llama-cpp": "--parallel 8",
+        "lmdeploy": "--max-batch-size 8",
+        "sglang": "--max-running-requests 8 --disable-radix-cache",
+        "tensorrt-llm": "--max_batch_size 8",
+        "tgi": "--max-batch-size 8",
+        "vllm": "--max-num-seqs 8 --no-enable-prefix-caching",
+    }
+    eagle = SpeculativeConfig("eagle", 3, (0.7,))
+    config = '--speculative-config \'{"method": "eagle", "num_speculative_tokens": 3}\''
+    sglang = "--speculative-algorithm EAGLE --speculative-num-steps 3 --speculative-eagle-topk 1"
+    sglang += " --speculative-num-draft-tokens 4"
+    assert engine_flags(8, eagle) == {
+        "vllm": f"--max-num-seqs 8 {config}",
+        "sglang": f"--max-running-requests 8 {sglang}",
+    }
+    assert engine_flags(8, eagle, prefix_caching=False) == {
+        "vllm": f"--max-num-seqs 8 --no-enable-prefix-caching {config}",
+        "sglang": f"--max-running-requests 8 --disable-radix-cache {sglang}",
+    }
+
+
 def test_cli_advise_from_measurements_and_from_specs() -> None:
     data = run_json(["advise", SEED, "--tpot-slo-ms", "30", "--samples", "20"])
     assert data["max_num_seqs"] > 128

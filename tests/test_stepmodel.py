@@ -14,6 +14,7 @@ from tokenroof.model.stepmodel import (
     factors_at,
     matmul_time_s,
     mean_context_tokens,
+    under_host,
 )
 
 SM = StepModel(t_fixed_s=1e-3, t_weights_s=10e-3, t_compute_s=50e-6, t_kv_token_s=10e-9)
@@ -410,3 +411,21 @@ def test_departure_limits_are_inclusive() -> None:
     """Batches in [1, 1e9] and factors in [1e-3, 1e3] (FACTOR_LIMITS), ends included."""
     edges = StepModel(1e-3, 1e-3, 0.0, 0.0, batch_factors=((1.0, 1e3), (1e9, 1e-3)))
     assert edges.batch_factors == ((1.0, 1e3), (1e9, 1e-3))
+
+
+def test_an_eager_engines_launches_set_the_step_where_they_outlast_the_gpus_work() -> None:
+    """t_host_s: the GPU's work runs under the host's kernel launches, so a step is t_fixed + max(GPU, launches).
+    By hand (powers of two, exact): W = 2^-8 s, C = 2^-14 s a sequence, launches 2^-7 s, t_fixed 2^-10 s. Batch 1:
+    GPU max(2^-8, 2^-14) = 2^-8 < 2^-7, so 2^-10 + 2^-7; batch 1024: C·b = 2^-4 > 2^-7, so 2^-10 + 2^-4."""
+    assert under_host(2.0**-8, 2.0**-7) == 2.0**-7
+    assert under_host(2.0**-6, 2.0**-7) == 2.0**-6
+    assert under_host(2.0**-8, 0.0) == 2.0**-8  # no launches measured: the GPU's work alone
+    assert under_host(np.array([2.0**-8, 2.0**-6]), 2.0**-7).tolist() == [2.0**-7, 2.0**-6]
+    eager = StepModel(2.0**-10, 2.0**-8, 2.0**-14, 0.0, t_host_s=2.0**-7)
+    assert eager.step_s(1, 0.0) == 2.0**-10 + 2.0**-7
+    assert eager.step_s(1024, 0.0) == 2.0**-10 + 2.0**-4
+    assert eager.step_time_s(np.array([1.0, 1024.0])).tolist() == [2.0**-10 + 2.0**-7, 2.0**-10 + 2.0**-4]
+    assert eager.steps_s([1.0, 1024.0], [0.0, 0.0], [0.0, 0.0], [0.0, 0.0]).tolist() == [
+        2.0**-10 + 2.0**-7,
+        2.0**-10 + 2.0**-4,
+    ]
