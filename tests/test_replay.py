@@ -339,6 +339,7 @@ def test_advise_from_vllm_files_is_true_to_them() -> None:
     assert max(meets) <= cap < min(fails)
     assert advice["at_cap"]["ttft_ms"]["mean"] <= ttft_slo and advice["at_cap"]["tpot_ms"]["mean"] <= tpot_slo
     assert "every stream started at once" in advice["source"]
+    assert advice["engine_flags"]["vllm"] == f"--max-num-seqs {cap}"  # the files' server, its cap as it is spelt
     # the decode-only answer from the same files (TPOT alone) agrees within its interval
     decode = run_json(["advise", *map(str, VLLM), "--tpot-slo-ms", str(tpot_slo), "--samples", "50"])
     assert decode["max_num_seqs_low"] - 2 <= cap <= decode["max_num_seqs_high"] + 2
@@ -535,3 +536,15 @@ def test_every_command_reads_the_same_inputs(tmp_path: Path) -> None:
         run_json(repeated)["points"]
         == run_json(["simulate", "--fit", str(ROOT / "examples" / "vllm"), *lengths])["points"]
     )
+
+
+def test_predict_replays_a_guidellm_rate_at_its_own_concurrency() -> None:
+    """An open-loop table's point predicted at the concurrency it measured (4.06 requests in flight at one of
+    GuideLLM's rates): the scheduler's model run at the rate that holds that many (Little's law) gives back the
+    measured mean TPOT, TTFT and output throughput within the replay's few percent (6.42 ms, 9.65 ms, 633 tok/s)."""
+    data = run_json(["predict", str(GUIDELLM), "--batch", "4.064642055513319"])
+    measured = next(p for p in data["measured"]["points"] if abs(p["batch"] - 4.0646) < 1e-3)
+    (predicted,) = data["predictions"]
+    assert data["serving"]["client"] == "poisson" and not predicted["extrapolated"]
+    for key in ("tpot_ms", "ttft_ms", "throughput_tok_s"):
+        assert predicted[key] == pytest.approx(measured[key], rel=0.08), key

@@ -160,3 +160,16 @@ def test_a_server_restored_from_its_slots_hands_out_the_least_recently_used_firs
     # the first prompt alone, then the second's beside the first's decode, then both decoding: in slots 3 and 1
     # (two runs) from the restored order, in 3 and 2 (one) on a fresh server
     assert restored.step_passes.tolist()[:3] == [1, 2, 2] and fresh.step_passes.tolist()[:3] == [1, 2, 1]
+
+
+def test_predict_on_a_per_slot_sweep_states_its_slots(tmp_path: Path) -> None:
+    """A sweep of llama-server -np 16 whose first line says kv_slots=16 (its bench could not tell whether the server ran
+    --kv-unified, so the user says so): the scheduler's fit replays it with 16 per-slot KV streams, and predict's JSON
+    says so (what --save-model keeps and simulate then follows)."""
+    from tests.conftest import ROOT, run_json
+
+    lines = (ROOT / "examples" / "llama-server-2026-12-06c" / "sweep" / "summary.csv").read_text().splitlines()
+    sweep = tmp_path / "summary.csv"
+    sweep.write_text("\n".join([lines[0] + " kv_slots=16", *lines[1:]]) + "\n")
+    serving = run_json(["predict", str(sweep), "--batch", "8"])["serving"]
+    assert serving["kv_slots"] == 16 and serving["client"] == "staggered"
