@@ -372,3 +372,17 @@ def test_at_context_names_the_context_of_an_error() -> None:
         at_context(fails, 300.0)
     with pytest.raises(TokenroofError, match=r"^no cap$"):
         at_context(fails, None)
+
+
+def test_advise_answer_leaves_the_servers_prefix_caching_on_unless_told() -> None:
+    """The library's advise on the scheduler (prompt and output lengths given), called with no caching setting: vLLM's
+    and SGLang's prefix caching is on by default, so the cap's flags do not turn it off."""
+    from tokenroof.fit.predict import MeasuredWorkload
+    from tokenroof.serving.advise import Targets, advise_answer
+    from tokenroof.serving.deployment import Physics
+
+    workload = MeasuredWorkload(None, 1000.0, 300.0)
+    data = advise_answer([], Physics("llama-3.1-8b", "h100-sxm"), workload, Targets(40.0))
+    cap = data["max_num_seqs"]
+    assert data["engine_flags"]["vllm"] == f"--max-num-seqs {cap}"
+    assert data["engine_flags"]["sglang"] == f"--max-running-requests {cap}"

@@ -548,3 +548,17 @@ def test_predict_replays_a_guidellm_rate_at_its_own_concurrency() -> None:
     assert data["serving"]["client"] == "poisson" and not predicted["extrapolated"]
     for key in ("tpot_ms", "ttft_ms", "throughput_tok_s"):
         assert predicted[key] == pytest.approx(measured[key], rel=0.08), key
+
+
+def test_an_open_loop_replay_runs_under_the_kv_cache_it_is_given() -> None:
+    """A rate point is replayed under the measured server's KV cache: 40 req/s of 256 + 64-token requests keep about 20
+    in flight on the examples' server, over 6,000 tokens of KV; a 2,048-token cache holds every step to it by
+    preempting, an unlimited one does not."""
+    from tokenroof.serving.replay import open_loop_run
+
+    lengths = (Lengths(256), Lengths(64))
+    bounded = open_loop_run(EXAMPLES_TRUTH, 40.0, lengths, "poisson", 16.0, 2048, None)
+    free = open_loop_run(EXAMPLES_TRUTH, 40.0, lengths, "poisson", 16.0, None, None)
+    assert bounded.kv_capacity_tokens == 2048 and float(bounded.step_kv_tokens.max()) <= 2048
+    assert bounded.preemptions > 0
+    assert free.kv_capacity_tokens is None and free.preemptions == 0 and float(free.step_kv_tokens.max()) > 6000
