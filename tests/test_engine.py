@@ -399,3 +399,16 @@ def test_a_sequence_preempted_twice_counts_twice() -> None:
     plans = run(sched, 200)
     assert [s.preemptions for s in seqs] == [0, 0, 2] and sched.preemptions == sum(p.preempted for p in plans) == 2
     assert all(s.finished_s is not None for s in seqs) and sched.generated(seqs[2]) == 6
+
+
+def test_a_prefill_step_of_its_own_is_one_pass_that_preempts_nothing() -> None:
+    """separate_prefill (vLLM V0, TGI): a waiting prompt is prefilled in a step of its own, the running sequences
+    paused; one forward pass (a shared KV cache, no per-slot streams), nothing preempted, the prompt's tokens and its
+    first token at the step's end, the new sequence counted running as vLLM's gauge counts it. By hand: an 8-token
+    prompt alone, 1 + max(10, (1 + 8)·0.1) + 8·1e-3 + 1·0.01 = 11.018 ms."""
+    sched = BatchScheduler(SM, 4, separate_prefill=True)
+    sched.submit(Sequence("0", 8, 4, 0.0))
+    plan = sched.plan_step(0.0)
+    assert plan is not None and not plan.decoding
+    assert plan.passes == 1 and plan.preempted == 0 and plan.prefill_tokens == 8 and plan.batch == 1
+    assert plan.duration_s == pytest.approx(11.018e-3)
