@@ -546,3 +546,24 @@ def test_plan_weighs_several_prefill_hardware_and_keeps_the_cheapest_split() -> 
 
     refused = run_cli([*args, "--prefill-hardware", "a100-sxm-80gb,h100-sxm", "--prefill-gpu-cost-per-hour", "2"])
     assert refused.exit_code != 0 and "prices one prefill hardware" in " ".join(refused.output.split())
+
+
+def test_a_disaggregated_bill_without_power_models_prices_the_pools_and_draws_no_energy() -> None:
+    """Prices without power models (--gpu-cost-per-hour on hardware whose file gives no power): each pool is priced,
+    the energy and power are None, and a prefill pool on hardware of its own states its price (or None) and no power."""
+    from tokenroof.model.cost import Billing, Price
+
+    result = simulate_disaggregated(SM, Workload(3.0, Lengths(2000), Lengths(100), 300), Disaggregation(1, 2, LINK))
+    decode_price, prefill_price = Price(2.0, "given"), Price(1.0, "given")
+    bill = result.bill(SM, 1, decode_price, None, Billing(1, prefill_price, None))
+    assert bill["power"] is None and bill["power_watts_mean"] is None and bill["energy_j_per_output_token"] is None
+    assert bill["price"] == decode_price.to_dict() and bill["gpus"] == 3
+    assert bill["pools"] == {
+        "prefill_gpus": 1,
+        "decode_gpus": 2,
+        "prefill_price": prefill_price.to_dict(),
+        "prefill_power": None,
+    }
+    assert bill["usd_per_million_output_tokens"] > 0 and bill["usd_per_million_input_tokens"] > 0
+    unpriced = result.bill(SM, 1, decode_price, None, Billing(1, None, None))  # the prefill pool's price unknown
+    assert unpriced["pools"]["prefill_price"] is None and unpriced["usd_per_million_input_tokens"] is None
