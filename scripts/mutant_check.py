@@ -16,11 +16,13 @@ import os
 import shutil
 import subprocess
 import sys
+import tomllib
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 MUTANTS = ROOT / "mutants"
-EVERY = "not slow and not gpu and not integration and not ray"  # the markers a mutation run selects: heavy ones too
+# pytest as mutmut runs it: [tool.mutmut]'s arguments (the markers it selects, heavy tests included; its deselections)
+MUTMUT_ARGS = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["mutmut"]["pytest_add_cli_args"]
 
 
 def main() -> int:
@@ -43,21 +45,7 @@ def main() -> int:
         shutil.copy2(ROOT / helper, MUTANTS / helper)
     env = {**os.environ, "MUTANT_UNDER_TEST": args.mutant, "PYTHONPATH": f"{MUTANTS / 'src'}{os.pathsep}{MUTANTS}"}
     run = subprocess.run(
-        # the heavy scenario tests too, as the mutation run takes them ([tool.mutmut] in pyproject.toml)
-        [
-            sys.executable,
-            "-m",
-            "pytest",
-            "-q",
-            "-x",
-            "-p",
-            "no:cacheprovider",
-            "-p",
-            "no:xdist",
-            "-m",
-            EVERY,
-            *args.tests,
-        ],
+        [sys.executable, "-m", "pytest", "-q", "-x", "-p", "no:xdist", *MUTMUT_ARGS, *args.tests],
         cwd=MUTANTS,
         env=env,
         capture_output=True,
