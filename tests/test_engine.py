@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 
 from tokenroof.errors import TokenroofError
+from tokenroof.model.speculative import Speculation
 from tokenroof.model.stepmodel import StepModel
 from tokenroof.serving.engine.core import BatchScheduler, Sequence, StepPlan, step_time_s
 
@@ -412,3 +413,57 @@ def test_a_prefill_step_of_its_own_is_one_pass_that_preempts_nothing() -> None:
     assert plan is not None and not plan.decoding
     assert plan.passes == 1 and plan.preempted == 0 and plan.prefill_tokens == 8 and plan.batch == 1
     assert plan.duration_s == pytest.approx(11.018e-3)
+
+
+def test_prefill_steps_of_their_own_fill_the_budget_pass_per_slot_run_and_add_up_the_wait() -> None:
+    """separate_prefill with llama-server's per-slot KV streams and a 300-token budget. A prompt that fills the budget
+    to the token joins the step (100 + 200 = 300); the next waits for a step of its own. By hand, with attention
+    (t_attn 1e-7 s per token pair) and the ring 3, 0, 2, 1 (least recently used first: "r" takes slot 3, "a" 0, "b" 2,
+    "c" 1):
+    - "a" and "b": 300 prompt tokens, Σ chunk² = 100² + 200² = 50,000, context 300; compute 2·1e-4 + 1e-7·300 +
+      300·1e-4 + 1e-7·50,000/2 = 32.73 ms over the weights' 10; 1 + 32.73 + 300·1e-3 (KV) + 2·0.01 = 34.05 ms, and
+      slots 0 and 2 are two runs: one more pass, the empty step's 1 + 10 ms: 45.05 ms;
+    - "c" alone: 50 tokens, 2,500; compute 5.23 ms under the weights: 1 + 10 + 0.05 + 0.01 = 11.06 ms, one pass;
+    - the decode step after them says "r" waited through both: 56.11 ms."""
+    sm = StepModel(t_fixed_s=1e-3, t_weights_s=10e-3, t_compute_s=100e-6, t_kv_token_s=1e-6, t_seq_s=10e-6,
+                   t_attn_token_s=1e-7)  # fmt: skip
+    sched = BatchScheduler(sm, 4, max_num_batched_tokens=300, separate_prefill=True, per_slot_kv=True)
+    sched.restore_slots([3, 0, 2, 1])
+    sched.submit(Sequence("r", 10, 20, 0.0))
+    first = sched.plan_step(0.0)
+    assert first is not None
+    sched.complete_step(first)
+    for name, prompt in (("a", 100), ("b", 200), ("c", 50)):
+        sched.submit(Sequence(name, prompt, 5, first.end_s))
+    both = sched.plan_step(first.end_s)
+    assert both is not None and not both.decoding
+    assert [s.request_id for s in both.admitted] == ["a", "b"] and (both.batch, both.tokens) == (3, 2)  # r waits
+    assert (both.prefill_tokens, both.prefill_sq, both.context_tokens, both.passes) == (300, 50_000.0, 300.0, 2)
+    assert both.duration_s == pytest.approx(45.05e-3) and both.step == 1
+    sched.complete_step(both)
+    alone = sched.plan_step(both.end_s)
+    assert alone is not None and [s.request_id for s in alone.admitted] == ["c"] and not alone.decoding
+    assert (alone.prefill_tokens, alone.prefill_sq, alone.passes) == (50, 2_500.0, 1)
+    assert alone.duration_s == pytest.approx(11.06e-3)
+    sched.complete_step(alone)
+    decode = sched.plan_step(alone.end_s)
+    assert decode is not None and decode.decoding and decode.batch == 4
+    assert decode.waited_s == pytest.approx(56.11e-3)
+    assert [sched.slot(r) for r in "rabc"] == [3, 0, 2, 1]
+
+
+def test_a_prefill_step_of_its_own_while_speculating_verifies_nothing_and_drafts_only_the_prompt() -> None:
+    """Speculating (γ = 3, a draft model), a prefill step of its own runs the prompt through the target and the draft
+    model's own pass over it; nobody verifies or drafts yet. By hand, prompts of 100 and 50 tokens (Σ chunk² 12,500):
+    the target 1 + max(10, 2·1e-4 + 1e-7·150 + 150·1e-4 + 1e-7·12,500/2 = 15.84) + 150·1e-3 + 2·0.01 = 17.01 ms; the
+    draft model 0.5 + max(1, 150·2e-5 = 3) = 3.5 ms: 20.51 ms."""
+    sm = StepModel(t_fixed_s=1e-3, t_weights_s=10e-3, t_compute_s=100e-6, t_kv_token_s=1e-6, t_seq_s=10e-6,
+                   t_attn_token_s=1e-7)  # fmt: skip
+    draft = StepModel(t_fixed_s=0.5e-3, t_weights_s=1e-3, t_compute_s=2e-5, t_kv_token_s=0.0)
+    spec = Speculation(3, (0.7,), "draft_model", draft, "d")
+    sched = BatchScheduler(sm, 4, separate_prefill=True, speculation=spec)
+    sched.submit(Sequence("a", 100, 8, 0.0))
+    sched.submit(Sequence("b", 50, 8, 0.0))
+    plan = sched.plan_step(0.0)
+    assert plan is not None and not plan.decoding and (plan.prefill_tokens, plan.prefill_sq) == (150, 12_500.0)
+    assert plan.duration_s == pytest.approx(20.51e-3)

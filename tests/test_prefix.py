@@ -513,3 +513,18 @@ def test_plan_judges_a_fleet_behind_the_prefix_router_and_its_json_says_so() -> 
     data = run_json([*args, "800", "--num-prefixes", "8", "--seeds", "1", "--num-requests", "400", "--workers", "1"])
     validate("plan", data)
     assert data["router"] == "prefix" and data["chosen"] is not None
+
+
+def test_a_prompt_queued_behind_a_prefill_step_of_its_own_hits_what_that_step_computed() -> None:
+    """separate_prefill (vLLM V0, TGI) with a 150-token budget: "a" and "b" are admitted together, "a" fills the first
+    prefill step and "b" (100 > the 50 left) waits for the next, by when "a"'s 4 prefix blocks are computed: "b" looks
+    its prefix up as that step is scheduled and prefills 36 tokens after the 64 it hits."""
+    sched = BatchScheduler(SM, max_num_seqs=8, max_num_batched_tokens=150, prefix_caching=True, separate_prefill=True)
+    sched.submit(seq("a", 100))
+    sched.submit(seq("b", 100))
+    first = step(sched)
+    assert [s.request_id for s in first.admitted] == ["a"] and first.prefill_tokens == 100
+    second = step(sched, first.end_s)
+    assert [s.request_id for s in second.admitted] == ["b"] and not second.decoding
+    assert (second.prefill_tokens, second.prefill_sq) == (36, 36 * 36 + 2 * 36 * 64)
+    assert sched.running["b"].cached_tokens == 64 and sched.prefix_counts() == (200, 64)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import math
 
 import numpy as np
@@ -634,3 +635,39 @@ def test_separate_prefill_edges_one_token_requests_and_the_prompt_budget() -> No
     small.submit(Sequence("short", 90, 2, 0.0))
     with pytest.raises(TokenroofError, match="must exceed max_num_seqs"):  # chunking, every sequence takes a token
         BatchScheduler(sm, max_num_seqs=256, max_num_batched_tokens=100)
+
+
+def test_write_puts_each_request_and_step_on_its_own_line_as_computed(tmp_path) -> None:
+    """`simulate --out`: requests.jsonl carries each request's times and the latencies from them, by hand; a request of
+    one token has no TPOT, one of two its one gap; timeseries.csv holds each step to the µs and whole counts;
+    summary.json is the summary given, indented; a folder that exists already, or is nested, is written into."""
+    done = Sequence("a", 100, 5, 1.0, preemptions=1, admitted_s=1.25, first_token_s=1.5, finished_s=2.5)
+    one = Sequence("b", 7, 1, 2.0, admitted_s=2.0, first_token_s=2.125, finished_s=2.125)
+    two = Sequence("c", 8, 2, 3.0, admitted_s=3.0, first_token_s=3.5, finished_s=3.625)
+    sim = SimResult(
+        [done, one, two], np.array([0.0, 1.5]), np.array([0.25, 1e-3]), np.array([2.0, 3.0]), np.array([10.0, 12.0])
+    )
+    out = tmp_path / "a" / "b"
+    sim.write(out, {"x": 1})
+    sim.write(out, {"x": 1})  # again, into what is there: overwritten, not appended
+    rows = [json.loads(line) for line in (out / "requests.jsonl").read_text().splitlines()]
+    assert rows == [
+        {
+            "request_id": "a", "arrival_s": 1.0, "admitted_s": 1.25, "first_token_s": 1.5, "finished_s": 2.5,
+            "prompt_tokens": 100, "output_tokens": 5, "preemptions": 1,
+            "ttft_ms": 500.0,  # (1.5 − 1.0) s
+            "tpot_ms": 250.0,  # (2.5 − 1.5) s over 5 − 1 tokens
+        },
+        {
+            "request_id": "b", "arrival_s": 2.0, "admitted_s": 2.0, "first_token_s": 2.125, "finished_s": 2.125,
+            "prompt_tokens": 7, "output_tokens": 1, "preemptions": 0, "ttft_ms": 125.0, "tpot_ms": None,
+        },
+        {
+            "request_id": "c", "arrival_s": 3.0, "admitted_s": 3.0, "first_token_s": 3.5, "finished_s": 3.625,
+            "prompt_tokens": 8, "output_tokens": 2, "preemptions": 0, "ttft_ms": 500.0, "tpot_ms": 125.0,
+        },
+    ]  # fmt: skip
+    assert (out / "timeseries.csv").read_text() == (
+        "start_s,duration_s,running_batch,kv_tokens\n0.000000,0.250000,2,10\n1.500000,0.001000,3,12\n"
+    )
+    assert (out / "summary.json").read_text() == '{\n  "x": 1\n}'
