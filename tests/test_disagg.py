@@ -567,3 +567,31 @@ def test_a_disaggregated_bill_without_power_models_prices_the_pools_and_draws_no
     assert bill["usd_per_million_output_tokens"] > 0 and bill["usd_per_million_input_tokens"] > 0
     unpriced = result.bill(SM, 1, decode_price, None, Billing(1, None, None))  # the prefill pool's price unknown
     assert unpriced["pools"]["prefill_price"] is None and unpriced["usd_per_million_input_tokens"] is None
+
+
+def test_a_disaggregated_bill_scales_with_the_boards_and_draws_no_energy_without_the_prefill_pools_power() -> None:
+    """At --tp 2 each replica is two boards: the prompts' and the outputs' prices per million tokens double (same
+    steps, same window), and the GPUs counted are 1·2 + 2·2. A decode pool with a power model beside a prefill pool on
+    hardware of its own without one: the energy cannot be told (None), the prices still can. A run whose window is
+    under a second is billed like any other."""
+    from tokenroof.model.cost import Billing, PowerModel, Price
+
+    result = simulate_disaggregated(SM, Workload(3.0, Lengths(2000), Lengths(100), 300), Disaggregation(1, 2, LINK))
+    price = Price(2.0, "given")
+    one, two = result.bill(SM, 1, price, None), result.bill(SM, 2, price, None)
+    assert two["usd_per_million_output_tokens"] == pytest.approx(2 * one["usd_per_million_output_tokens"])
+    assert two["usd_per_million_input_tokens"] == pytest.approx(2 * one["usd_per_million_input_tokens"])
+    assert (one["gpus"], two["gpus"]) == (3, 6) and two["pools"] == {"prefill_gpus": 2, "decode_gpus": 4}
+    power = PowerModel(tdp_watts=700.0, idle_watts=70.0, memory_activity=0.72, source="test")
+    half = result.bill(SM, 1, price, power, Billing(1, Price(1.0, "given"), None))
+    assert half["energy_j_per_output_token"] is None and half["power_watts_mean"] is None
+    assert (
+        half["power"] == power.to_dict()
+        and half["usd_per_million_output_tokens"] == one["usd_per_million_output_tokens"]
+    )
+    short = simulate_disaggregated(SM, Workload(50.0, Lengths(200), Lengths(8), 20), Disaggregation(1, 1, LINK))
+    w0, w1 = short.window_s()
+    assert 0 < w1 - w0 < 1
+    brief = short.bill(SM, 1, price, power)
+    assert brief["usd_per_million_output_tokens"] > 0 and brief["usd_per_million_input_tokens"] > 0
+    assert brief["energy_j_per_output_token"] > 0 and brief["power_watts_mean"] > 70.0
