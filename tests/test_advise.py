@@ -138,6 +138,11 @@ def test_largest_batch_at_and_around_the_target() -> None:
     assert largest_batch_within(LINE, 1.12) == 0
     assert largest_batch_within(KV, 2.0, context=2.0) == 4  # 1 + b·0.25 ≤ 2
     assert largest_batch_within(LINE, 1e9, limit=5) == 5
+    # every target between: the bisection ends within half a sequence, so the cap is exact, never one short
+    for limit in (None, 11, 13, 23, 50):
+        for eighths in range(9, 8 * (limit or 50) - 8):
+            target = 1.0 + eighths / 8 * 0.125 + 1e-6  # T(b) = 1 + 0.125·b: b = eighths/8 is the last batch met
+            assert largest_batch_within(LINE, target, limit=limit) == eighths // 8, (limit, target)
     assert largest_batch_within(FLAT, 2.0) == SEARCH_LIMIT == 1_000_000
     assert largest_batch_within(LINE, 1.0 + 0.125 * 1000) == 1000
 
@@ -261,7 +266,17 @@ def test_first_principles_decode_only_answer() -> None:
     assert d["context_tokens"] == 1024.0  # no context given: 1024
     expected = min(largest_batch_within(sm, 30e-3, 1024.0), PHYSICS.max_batch(1024.0))
     assert d["max_num_seqs"] == expected and d["step_model"] == sm.to_dict()
-    assert d["source"].startswith("first principles: llama-3.1-8b on h100-sxm ×1, context 1024, the decode step time")
+    assert d["source"] == (
+        "first principles: llama-3.1-8b on h100-sxm ×1, context 1024, the decode step time (no prompts in the steps; "
+        "give --input-len and --output-len for the scheduler's answer)"
+    )
+    assert d["max_num_seqs_low"] is None and d["max_num_seqs_high"] is None  # no fit: no samples to spread it
+    # the model's whole window is a context a request can hold; one token more is named
+    edge, past = (
+        advise_answer([], PHYSICS, MeasuredWorkload(context_tokens=c), Targets(30.0)) for c in (131_072.0, 131_073.0)
+    )
+    assert not any("maximum of 131072 positions" in w for w in edge["warnings"])
+    assert "context 131073 exceeds llama-3.1-8b's maximum of 131072 positions" in past["warnings"]
     at = advise_answer([], PHYSICS, MeasuredWorkload(context_tokens=300.0), Targets(30.0))
     assert at["context_tokens"] == 300.0
     assert at["max_num_seqs"] == min(largest_batch_within(sm, 30e-3, 300.0), PHYSICS.max_batch(300.0))
@@ -285,6 +300,38 @@ def test_first_principles_answer_on_the_scheduler() -> None:
     mean = advise_answer([], PHYSICS, flags, Targets(40.0, 5000.0, "mean"), max_num_batched_tokens=8192)
     direct = advise_cap(sm, Lengths(100), Lengths(20), 40.0, 5000.0, "mean", Server(PHYSICS.kv_pool_tokens(), 8192))
     assert mean["slo"]["statistic"] == "mean" and mean["max_num_seqs"] == direct.to_dict()["max_num_seqs"]
+
+
+def test_fitted_answers_cap_at_the_memory_of_each_context(tmp_path: Path) -> None:
+    """Decode-only advice from a fit with the physics, a TPOT target every batch meets: the KV cache binds. llama-3.1-8b
+    on an H100 holds 464,692 KV tokens (the pool the physics states); the table's context is 250 + 100/2 = 300 tokens
+    a sequence: ⌊464,692 / 300⌋ = 1,548 sequences; at 2,048 tokens ⌊464,692 / 2,048⌋ = 226, with the step model
+    folded at 2,048 (its TPOT at the cap its own)."""
+    table = tmp_path / "t.csv"
+    table.write_text("# input_len=250 output_len=100\n" + SEED_TABLE.read_text())
+    assert PHYSICS.kv_pool_tokens() == 464_692
+    own, far = (
+        advise_answer([table], PHYSICS, MeasuredWorkload(), Targets(1000.0), samples=10, contexts=[c])
+        for c in (None, 2048.0)
+    )
+    assert (own["max_num_seqs"], own["binding"], own["max_num_seqs_low"], own["max_num_seqs_high"]) == (
+        1548,
+        "memory",
+        1548,
+        1548,
+    )
+    assert own["source"] == f"fitted to {table} (prior); the decode step time (no prompts in the steps)"
+    assert (far["max_num_seqs"], far["binding"], far["context_tokens"]) == (226, "memory", 2048.0)
+    assert far["step_model"] != own["step_model"] and far["at_cap"]["tpot_ms"] < own["at_cap"]["tpot_ms"]
+    # the workload's --context, when no context is asked, is where to advise: the same answer as asking for it
+    flagged = advise_answer([table], PHYSICS, MeasuredWorkload(context_tokens=2048.0), Targets(1000.0), samples=10)
+    assert flagged == far
+    # --decode-only: the measured TPOT holds no prompts, so the prior prices none in the steps and more sequences fit
+    plain, decode = (
+        advise_answer([table], PHYSICS, MeasuredWorkload(decode_only=d), Targets(30.0), samples=10)
+        for d in (False, True)
+    )
+    assert plain["binding"] == decode["binding"] == "tpot" and decode["max_num_seqs"] > plain["max_num_seqs"]
 
 
 def test_fitted_answers(tmp_path: Path) -> None:
