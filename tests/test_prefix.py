@@ -282,6 +282,12 @@ def test_roofline_ttft_computes_only_the_uncached_tail() -> None:
     compute = 208 * sm.t_compute_s + sm.t_attn_token_s * (208**2 + 2 * 208 * 1792) / 2
     by_hand = sm.t_fixed_s + max(sm.t_weights_s, compute)
     assert float(rl.prefill_time_s(model, hw, precision, 2000, cached_tokens=1792)) == pytest.approx(by_hand)
+    # a long tail is compute-bound, so its attention over the cached tokens shows: 10,000 after 10,000 cached
+    long = 10_000 * sm.t_compute_s + sm.t_attn_token_s * (10_000**2 + 2 * 10_000 * 10_000) / 2
+    assert long > sm.t_weights_s
+    assert float(rl.prefill_time_s(model, hw, precision, 20_000, cached_tokens=10_000)) == pytest.approx(
+        sm.t_fixed_s + long
+    )
     data = analyze_roofline(model, hw, precision, [1], prompt_tokens=2000, prefix_tokens=1800).to_dict()
     assert data["prefix_cached_tokens"] == 1792
     assert data["ttft_ms"] == pytest.approx(by_hand * 1e3)

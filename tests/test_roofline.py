@@ -710,3 +710,15 @@ def test_slowed_scales_every_term_of_the_step() -> None:
     for b, ctx in ((1, 0.0), (8, 100.0), (512, 4000.0)):
         assert float(slow.step_time_s(b, ctx)) == pytest.approx(1.25 * float(base.step_time_s(b, ctx)))
     assert eff.slowed(2.0).kv_bandwidth == 0.2 and rl.Efficiencies().slowed(2.0).kv_bandwidth is None
+
+
+def test_batch_in_pool_counts_whole_sequences_and_loses_none_to_rounding() -> None:
+    """⌊pool / context⌋, where an exact fit stays exact: 1,000 tokens hold 100 sequences of 10, and 7 sequences of 1.3
+    tokens fill 9.1 though 9.1 / 1.3 is 6.999999999999999 in floating point; a context under one token holds a
+    token (a pool of 7 tokens: 7 sequences, not 14)."""
+    assert rl.batch_in_pool(M, 1000.0, 10.0) == 100
+    assert rl.batch_in_pool(M, 1000.0, 10.5) == 95  # 95.24
+    assert 1.3 * 7 / 1.3 < 7 and rl.batch_in_pool(M, 1.3 * 7, 1.3) == 7
+    assert rl.batch_in_pool(M, 7.0, 0.5) == rl.batch_in_pool(M, 7.0, 0.0) == 7
+    windowed = tiny(model_type="mistral", sliding_window=10)
+    assert rl.batch_in_pool(windowed, 1000.0, 100.0) == 100  # each holds its window of 10
