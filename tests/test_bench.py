@@ -332,7 +332,7 @@ def test_machine_cpu_and_contention_by_hand(tmp_path: Path) -> None:
 
 
 def test_the_client_verdict_and_notes_at_their_thresholds() -> None:
-    from tokenroof.measure.http.selfcheck import LoopMonitor, MachineCpu
+    from tokenroof.measure.http.selfcheck import LoopMonitor, MachineCpu, client_bound
 
     def monitor(lag_ms: float, cpu: float = 0.5) -> LoopMonitor:
         return LoopMonitor(lags_s=[lag_ms / 1e3] * 10, cpu_end=cpu, wall_end=1.0)
@@ -355,6 +355,22 @@ def test_the_client_verdict_and_notes_at_their_thresholds() -> None:
     assert stolen.note(None) is None  # 5% stolen exactly: no note
     busy = LoopMonitor(cpu_end=0.0, wall_end=1.0, machine_start=quiet, machine_end=MachineCpu(0.5, 0.0, 1.0, 1))
     assert busy.note(None) == "other processes kept 0.5 of 1 cores busy: the client may have waited for a core"
+    # the lag of the processes that read the streams (bench --workers), when given, is the one judged; notes add up
+    assert monitor(0.0).note(10.0, lag_p99_ms=0.6) == monitor(0.6).note(10.0)
+    assert monitor(0.6).note(10.0, lag_p99_ms=0.0) is None
+    both = LoopMonitor(
+        lags_s=[0.6e-3] * 10, cpu_end=0.0, wall_end=1.0, machine_start=quiet, machine_end=MachineCpu(0.5, 0.0, 1.0, 1)
+    )
+    assert both.note(10.0) == (
+        "client loop lag p99 0.6 ms is over 5% of TPOT: ITL percentiles include it; other processes kept 0.5 of 1 "
+        "cores busy: the client may have waited for a core"
+    )
+    # one of several client processes names itself
+    assert client_bound(6.0, 0.5, 10.0, who="worker 2") == (
+        "client-bound: worker 2: event-loop lag p99 6.0 ms exceeds half a TPOT (5.0 ms): the client, not the server, "
+        "set the timing"
+    )
+    assert client_bound(0.0, 0.95, 10.0, who="worker 2") == "client-bound: worker 2 used 95% of a core"
 
 
 def test_the_loop_monitor_measures_a_blocked_loop() -> None:
@@ -375,6 +391,7 @@ def test_the_loop_monitor_measures_a_blocked_loop() -> None:
 
     monitor = asyncio.run(main())
     assert len(monitor.lags_s) >= 3 and min(monitor.lags_s) >= 0.0
+    assert min(monitor.lags_s) < 0.005  # a wake-up on time lags by less than a period (the lag is past the due time)
     assert max(monitor.lags_s) > 0.04 and monitor.lag_p99_ms > 30
     assert monitor.wall_end > monitor.wall_start and 0.0 <= monitor.cpu_fraction <= 1.5
     if Path("/proc/stat").exists():
