@@ -132,6 +132,29 @@ def test_measured_departures_never_make_a_step_faster_with_more_sequences() -> N
     assert raw == form
 
 
+def test_measured_departures_judge_a_falling_factor_at_the_points_own_context() -> None:
+    """A form whose KV reads dominate (0.1 ms a context token: ~34 ms a sequence at the points' ~340 tokens) rises
+    steeply with the batch, so a factor of 0.85 at 4 streams after 1.0 at 1 and 2 still leaves 4 sequences slower
+    than 2 at that context: it is kept, not shrunk. At no context the form would be flat, and the same factor would
+    make 4 faster than 2: the check is made at the decode steps' own context per sequence."""
+    from tokenroof.serving.replay import Point, design_at, measured_departures
+
+    form = StepModel(5e-3, 10e-3, 2e-6, 1e-4, 1e-5)
+    points, designs = [], []
+    for c, ratio in ((1, 1.0), (2, 1.0), (4, 0.85)):
+        p = Point(c, 128, 256, 1.0, None, 1.0, client="burst", requests=4 * c)
+        d = design_at(p, None, None, form)
+        points.append(replace(p, tpot_s=d.tpot_s(form) * ratio))
+        designs.append(d)
+    bent = measured_departures(form, points, designs)
+    assert [round(b) for b, _ in bent.batch_factors] == [1, 2, 4]
+    assert bent.batch_factors[-1][1] < 0.9 and all(f == pytest.approx(1.0, abs=0.03) for _, f in bent.batch_factors[:2])
+    steps = bent.step_time_s(np.arange(1.0, 20.0), 340.0)
+    assert np.all(np.diff(steps) >= 0)
+    flat = replace(bent, t_kv_token_s=0.0)
+    assert not np.all(np.diff(flat.step_time_s(np.arange(1.0, 20.0), 340.0)) >= 0)
+
+
 def test_measured_departures_merge_one_batch_measured_twice_and_keep_within_their_bounds() -> None:
     """Two sweep points at one batch give one knot (within KNOT_MERGE of it), not a batch held twice; a point the
     form makes 3.3x too slow (TPOT measured 0.3x the form's) gets the bound's factor, 0.5, not 0.3."""
