@@ -1061,3 +1061,38 @@ def test_read_with_prior_takes_the_flags_unless_they_are_the_target(tmp_path: Pa
     _, asked = read_with_prior([path], physics, flags, flags_are_target=True)
     assert asked is not None and asked.context_tokens == 125.0  # the table's own: 100 + 50 / 2
     assert read_with_prior([path], Physics(), flags)[1] is None  # data alone
+
+
+def test_the_workload_line_says_what_the_steps_held_and_what_was_assumed(tmp_path: Path) -> None:
+    """predict's `workload`: a static batch and pure decode steps hold no prompts; an online table with its lengths
+    says them, and "assumed" unless its header states what its columns count; its client where the header names one;
+    without lengths, that their prefill is priced by nothing; with two contexts, both."""
+    from tokenroof.fit.predict import workload_line
+
+    one = "batch,throughput_tok_s,tpot_ms\n1,100,10\n8,640,12.5\n32,1600,20\n"
+
+    def line(header: str, body: str = one) -> str:
+        path = tmp_path / "t.csv"
+        path.write_text(f"{header}\n{body}")
+        return workload_line(read_table([path]))
+
+    assert line("# batch_kind=static") == "decode-only (a static batch): no prompts in the measured steps"
+    assert line("# tpot_kind=step") == "decode-only (TPOT of pure decode steps): no prompts in the measured steps"
+    assert line("# input_len=250 output_len=100") == (
+        "online (250 in / 100 out, prompts in the steps, assumed): their prefill is folded into the per-sequence "
+        "terms, not priced apart (no TTFT in the table, nor the physics)"
+    )
+    assert line("# input_len=250 output_len=100 batch_kind=concurrency tpot_kind=tpot client=burst").startswith(
+        "online (250 in / 100 out, prompts in the steps, burst client): their prefill"
+    )
+    assert line("# batch_kind=concurrency tpot_kind=tpot") == (
+        "online (prompts in the steps) of lengths not stated: their prefill is in the per-sequence terms as measured, "
+        "priced by nothing (give the measured --input-len/--output-len, or --decode-only if TPOT excludes prefill)"
+    )
+    # either setting stated is the header saying what its columns count; one length alone is no lengths
+    assert ", assumed" not in line("# input_len=250 output_len=100 batch_kind=concurrency")
+    assert ", assumed" not in line("# input_len=250 output_len=100 tpot_kind=tpot")
+    assert line("# input_len=250 batch_kind=concurrency").startswith("online (prompts in the steps) of lengths not")
+    rows = "".join(f"{b},{b * 90},{10 + b / 4 + c / 1000},{c}\n" for c in (1000, 4000) for b in (1, 8, 32))
+    two = line("# input_len=950 output_len=100", "batch,throughput_tok_s,tpot_ms,context_tokens\n" + rows)
+    assert two.startswith("online (mean contexts 1,000 and 4,000, 100 out, prompts in the steps, assumed)"), two
