@@ -169,6 +169,9 @@ def test_simulated_hit_rate_is_the_prefix_share_in_steady_state() -> None:
     summary = result.summary()
     rate = summary["prefix_cache"]["hit_rate"]
     assert 0.83 < rate <= 512 / 600
+    # the rate is over a window's requests: none in it, no rate (the run's counters stay)
+    none = result.cache_in_window(np.zeros(len(result.sequences), dtype=bool))
+    assert none["hit_rate"] is None and none["queries_tokens"] == summary["prefix_cache"]["queries_tokens"]
     plain = simulate(SM, load, 64, seed=1).summary()
     assert "prefix_cache" not in plain
     # a lone miss computes for 25 ms (600 tokens, the weights hidden under it); a hit 6 ms, under the 10 ms weights
