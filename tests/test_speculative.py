@@ -396,3 +396,25 @@ def test_sglang_spells_each_method_as_its_docs_do() -> None:
     assert SpeculativeConfig("ngram", 2, (0.5,)).sglang_flags() == (
         "--speculative-algorithm NGRAM --speculative-num-draft-tokens 3"
     )
+
+
+def test_the_spec_counters_by_hand_when_every_draft_is_accepted() -> None:
+    """γ = 3 and every draft accepted: after its prefill step's one token a request makes 4 a verify step. 5 tokens
+    are 1 + 4: one verify step, 3 drafts, 3 accepted, one at each position; 9 tokens are 1 + 4 + 4: two of each.
+    Every draft refused: 2 tokens are 1 + 1, one verify step, 3 drafts, none accepted. Mid-run, the counters hold the
+    steps run so far."""
+    every = Speculation(3, (1.0,))
+    assert run_scheduler(every, 1, 5).spec_counts() == (1, 3, 3, (1, 1, 1))
+    assert run_scheduler(every, 1, 9).spec_counts() == (2, 6, 6, (2, 2, 2))
+    assert run_scheduler(every, 3, 9).spec_counts() == (6, 18, 18, (6, 6, 6))
+    assert run_scheduler(Speculation(3, (0.0,)), 1, 2).spec_counts() == (1, 3, 0, (0, 0, 0))
+    # mid-run, the steps a running request has completed so far: its prefill step and one verify step
+    sched = BatchScheduler(TARGET, max_num_seqs=8, speculation=every)
+    sched.submit(Sequence("0", 10, 9, 0.0))
+    now = 0.0
+    for _ in range(2):
+        plan = sched.plan_step(now)
+        assert plan is not None
+        sched.complete_step(plan)
+        now = plan.end_s
+    assert sched.spec_counts() == (1, 3, 3, (1, 1, 1))
