@@ -614,3 +614,24 @@ def test_an_open_loop_at_a_concurrency_holds_that_many_requests() -> None:
     slots = _open_loop_at(replace(serving, kv_slots=16), 8.0, long, None)
     assert plain and chunked and full and slots
     assert chunked[1] > 1.05 * plain[1] and full[1] > 5 * plain[1] and slots[0] > 1.05 * plain[0]
+
+
+def test_serving_fit_samples_are_refits_that_still_replay_the_sweep() -> None:
+    """The interval samples of the scheduler's fit (what plan runs beside the central model): refits to noisy copies
+    of the measured points, as many as asked, the same for a seed and others for another, each its own model and
+    each replaying the sweep's TPOT and TTFT within three times the central fit's own miss; none without a problem
+    solved (a model given, not fitted)."""
+    from tokenroof.serving.replay import replayed_points
+
+    table = read_table([ROOT / "examples" / "serve-llama-123m-2026-12-06c" / "sweep" / "summary.csv"])
+    serving = serving_fit(fit_table(table, None, n_samples=0), table, None, None, "fit")
+    assert serving is not None and serving.problem is not None and serving.ttft_rms is not None
+    samples = serving.samples(3, seed=0)
+    assert len(samples) == 3 and samples == serving.samples(3, seed=0) and samples != serving.samples(3, seed=1)
+    assert len(serving.samples(1)) == 1 and serving.samples(0) == []
+    _, points, designs, _ = serving.problem
+    for sample in samples:
+        assert sample != serving.model
+        _, tpot_rms, ttft_rms = replayed_points(sample, points, designs)
+        assert tpot_rms < 3 * serving.tpot_rms and ttft_rms is not None and ttft_rms < 3 * serving.ttft_rms
+    assert replace(serving, problem=None).samples(3) == []
