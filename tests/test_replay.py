@@ -635,3 +635,19 @@ def test_serving_fit_samples_are_refits_that_still_replay_the_sweep() -> None:
         _, tpot_rms, ttft_rms = replayed_points(sample, points, designs)
         assert tpot_rms < 3 * serving.tpot_rms and ttft_rms is not None and ttft_rms < 3 * serving.ttft_rms
     assert replace(serving, problem=None).samples(3) == []
+
+
+@pytest.mark.heavy
+def test_fitted_models_run_the_scheduler_fit_as_asked() -> None:
+    """What simulate, advise and plan run from measured files: vLLM's files fitted on the scheduler, the prompt budget
+    of the best replay (8,192: vLLM's default, chunked) unless one is given (None: whole prompts), under the KV cache
+    given (a small one bounds the replayed batches, so the fit differs), with the samples asked for (none unless)."""
+    from tokenroof.serving.replay import fitted_models
+
+    travelling, none = fitted_models(VLLM)
+    assert travelling.replayed is not None and none == []
+    assert (travelling.replayed.client, travelling.replayed.max_num_batched_tokens) == ("burst", 8192)
+    whole, samples = fitted_models(VLLM, None, 2, None, None)
+    assert whole.replayed is not None and whole.replayed.max_num_batched_tokens is None and len(samples) == 2
+    bounded, _ = fitted_models(VLLM, None, 0, 10_000)
+    assert bounded.step_model != travelling.step_model
