@@ -757,3 +757,39 @@ def test_prior_fits_steps_growing_from_the_origin() -> None:
     sm, part = st.prior_structure(B, prior(compute_floor_s=3e-4), 0.02, st.PriorFit()).fit(t, None)
     assert sm.step_time_s(B[part]) == pytest.approx(t[part], rel=0.01)
     assert sm.t_weights_s >= 6e-3
+
+
+def test_faster_than_peak_names_each_term_past_its_floor_by_hand() -> None:
+    """llama-3.1-8b on an H100 at 1,024 tokens of context, pure decode: the weights stream in 4.48 ms at peak
+    bandwidth, a sequence's GEMMs take 15.7 µs at peak FLOP/s and its KV reads 40.1 µs. A model at the floors claims
+    nothing, nor one 1% under them (rounding); 2% under the weights' floor is named, with both times; GEMMs at half
+    their floor are named only where the knee they put at 4.48 ms / 7.86 µs = 570 lies inside the batches measured;
+    a cost per sequence (t_seq + t_compute) under the KV floor is named."""
+    from tokenroof.fit.prior import prior_from_specs
+    from tokenroof.specs import Precision, load_hardware, load_model
+
+    prior = prior_from_specs(
+        load_model("llama-3.1-8b"), load_hardware("h100-sxm"), Precision.create("bf16"),
+        MeasuredWorkload(decode_only=True, context_tokens=1024.0),
+    )  # fmt: skip
+    w, c, s = float(prior.weights_floor.weights_time_s(1.0)), prior.step_compute_floor_s, prior.per_seq_floor_s
+    assert (round(w * 1e3, 2), round(c * 1e6, 1), round(s * 1e6, 1)) == (4.48, 15.7, 40.1)
+
+    def model(weights: float, compute: float, seq: float) -> StepModel:
+        return StepModel(t_fixed_s=1e-3, t_weights_s=weights, t_compute_s=compute, t_kv_token_s=0.0, t_seq_s=seq)
+
+    assert st.faster_than_peak(model(w, c, s), prior, 4096) == []
+    assert st.faster_than_peak(model(0.99 * w, 0.99 * c, 0.99 * s - 0.99 * c), prior, 4096) == []
+    assert st.faster_than_peak(model(0.98 * w, c, s), prior, 64) == [
+        f"the weight stream {0.98 * w * 1e3:.3g} ms per step, faster than peak bandwidth allows ({w * 1e3:.3g} ms)"
+    ]
+    fast = model(w, c / 2, s)
+    knee = w / (c / 2)
+    assert 569 < knee < 571 and st.faster_than_peak(fast, prior, 512) == []
+    assert st.faster_than_peak(fast, prior, 1024) == [
+        f"compute {c / 2 * 1e6:.3g} µs per sequence past a knee at batch {knee:.3g}, faster than peak FLOP/s allows "
+        f"({c * 1e6:.3g} µs)"
+    ]
+    assert st.faster_than_peak(model(w, c, 0.3 * s), prior, 64) == [
+        f"{(0.3 * s + c) * 1e6:.3g} µs per sequence, less than its KV reads take at peak bandwidth ({s * 1e6:.3g} µs)"
+    ]
