@@ -8,6 +8,7 @@ import json
 import math
 from dataclasses import replace
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
@@ -110,19 +111,28 @@ def test_a_known_server_is_recovered_from_its_vllm_files(tmp_path: Path) -> None
     assert fit.model.batch_factors == ()  # the form replays it within a bench's noise: no departures to keep
 
 
-def test_measured_departures_never_make_a_step_faster_with_more_sequences() -> None:
-    """A flat (weights-bound) form whose TPOT at 4 streams measured 30% over it: a factor of 1.3 at 4 fading to 1 by
-    8 would make 8 sequences faster than 4, and advise's search assumes TPOT grows with the cap. The factors shrink
-    towards 1 until the step never falls; the points the form replays exactly keep theirs at 1."""
-    from tokenroof.serving.replay import Point, design_at, measured_departures
+def swept_at(form: StepModel, ratios: tuple[tuple[int, float], ...]) -> tuple[list[Any], list[Any]]:
+    """Burst sweep points (128 in / 256 out) at each concurrency, their TPOT the form's own × the ratio given, and
+    their designs: a measured curve that departs from the form by those ratios."""
+    from tokenroof.serving.replay import Point, design_at
 
-    form = StepModel(5e-3, 10e-3, 2e-6, 0.0, 1e-5)
     points, designs = [], []
-    for c, ratio in ((1, 1.0), (2, 1.0), (4, 1.3)):
+    for c, ratio in ratios:
         p = Point(c, 128, 256, 1.0, None, 1.0, client="burst", requests=4 * c)
         d = design_at(p, None, None, form)
         points.append(replace(p, tpot_s=d.tpot_s(form) * ratio))
         designs.append(d)
+    return points, designs
+
+
+def test_measured_departures_never_make_a_step_faster_with_more_sequences() -> None:
+    """A flat (weights-bound) form whose TPOT at 4 streams measured 30% over it: a factor of 1.3 at 4 fading to 1 by
+    8 would make 8 sequences faster than 4, and advise's search assumes TPOT grows with the cap. The factors shrink
+    towards 1 until the step never falls; the points the form replays exactly keep theirs at 1."""
+    from tokenroof.serving.replay import measured_departures
+
+    form = StepModel(5e-3, 10e-3, 2e-6, 0.0, 1e-5)
+    points, designs = swept_at(form, ((1, 1.0), (2, 1.0), (4, 1.3)))
     raw = replace(measured_departures(form, points, designs), batch_factors=())
     bent = measured_departures(form, points, designs)
     assert [round(b) for b, _ in bent.batch_factors] == [1, 2, 4]
@@ -137,15 +147,10 @@ def test_measured_departures_judge_a_falling_factor_at_the_points_own_context() 
     steeply with the batch, so a factor of 0.85 at 4 streams after 1.0 at 1 and 2 still leaves 4 sequences slower
     than 2 at that context: it is kept, not shrunk. At no context the form would be flat, and the same factor would
     make 4 faster than 2: the check is made at the decode steps' own context per sequence."""
-    from tokenroof.serving.replay import Point, design_at, measured_departures
+    from tokenroof.serving.replay import measured_departures
 
     form = StepModel(5e-3, 10e-3, 2e-6, 1e-4, 1e-5)
-    points, designs = [], []
-    for c, ratio in ((1, 1.0), (2, 1.0), (4, 0.85)):
-        p = Point(c, 128, 256, 1.0, None, 1.0, client="burst", requests=4 * c)
-        d = design_at(p, None, None, form)
-        points.append(replace(p, tpot_s=d.tpot_s(form) * ratio))
-        designs.append(d)
+    points, designs = swept_at(form, ((1, 1.0), (2, 1.0), (4, 0.85)))
     bent = measured_departures(form, points, designs)
     assert [round(b) for b, _ in bent.batch_factors] == [1, 2, 4]
     assert bent.batch_factors[-1][1] < 0.9 and all(f == pytest.approx(1.0, abs=0.03) for _, f in bent.batch_factors[:2])
@@ -158,15 +163,10 @@ def test_measured_departures_judge_a_falling_factor_at_the_points_own_context() 
 def test_measured_departures_merge_one_batch_measured_twice_and_keep_within_their_bounds() -> None:
     """Two sweep points at one batch give one knot (within KNOT_MERGE of it), not a batch held twice; a point the
     form makes 3.3x too slow (TPOT measured 0.3x the form's) gets the bound's factor, 0.5, not 0.3."""
-    from tokenroof.serving.replay import FACTOR_BOUNDS, Point, design_at, measured_departures
+    from tokenroof.serving.replay import FACTOR_BOUNDS, measured_departures
 
     form = StepModel(5e-3, 10e-3, 2e-6, 0.0, 1e-3)
-    points, designs = [], []
-    for c, ratio in ((1, 0.3), (2, 1.0), (2, 1.0), (4, 1.0)):
-        p = Point(c, 128, 256, 1.0, None, 1.0, client="burst", requests=4 * c)
-        d = design_at(p, None, None, form)
-        points.append(replace(p, tpot_s=d.tpot_s(form) * ratio))
-        designs.append(d)
+    points, designs = swept_at(form, ((1, 0.3), (2, 1.0), (2, 1.0), (4, 1.0)))
     bent = measured_departures(form, points, designs)
     assert [round(b) for b, _ in bent.batch_factors] == [1, 2, 4]
     assert bent.batch_factors[0][1] == pytest.approx(FACTOR_BOUNDS[0])
