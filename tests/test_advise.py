@@ -302,13 +302,19 @@ def test_first_principles_answer_on_the_scheduler() -> None:
     assert mean["slo"]["statistic"] == "mean" and mean["max_num_seqs"] == direct.to_dict()["max_num_seqs"]
 
 
+def seed_with_lengths(tmp_path: Path) -> Path:
+    """The seed table with its lengths stated (250 in, 100 out): a context the physics can move."""
+    table = tmp_path / "t.csv"
+    table.write_text("# input_len=250 output_len=100\n" + SEED_TABLE.read_text())
+    return table
+
+
 def test_fitted_answers_cap_at_the_memory_of_each_context(tmp_path: Path) -> None:
     """Decode-only advice from a fit with the physics, a TPOT target every batch meets: the KV cache binds. llama-3.1-8b
     on an H100 holds 464,692 KV tokens (the pool the physics states); the table's context is 250 + 100/2 = 300 tokens
     a sequence: ⌊464,692 / 300⌋ = 1,548 sequences; at 2,048 tokens ⌊464,692 / 2,048⌋ = 226, with the step model
     folded at 2,048 (its TPOT at the cap its own)."""
-    table = tmp_path / "t.csv"
-    table.write_text("# input_len=250 output_len=100\n" + SEED_TABLE.read_text())
+    table = seed_with_lengths(tmp_path)
     assert PHYSICS.kv_pool_tokens() == 464_692
     own, far = (
         advise_answer([table], PHYSICS, MeasuredWorkload(), Targets(1000.0), samples=10, contexts=[c])
@@ -339,8 +345,7 @@ def test_fitted_answers(tmp_path: Path) -> None:
     assert d["source"].startswith(f"fitted to {SEED_TABLE} (") and "the decode step time" in d["source"]
     assert "context_tokens" not in d and d["max_num_seqs_low"] is not None
     # a table that states its context is advised at another with the physics
-    table = tmp_path / "t.csv"
-    table.write_text("# input_len=250 output_len=100\n" + SEED_TABLE.read_text())
+    table = seed_with_lengths(tmp_path)
     at = advise_answer([table], PHYSICS, MeasuredWorkload(), Targets(30.0), samples=10, contexts=[300.0])
     assert at["context_tokens"] == 300.0 and "at context 300;" in at["source"]
     online = advise_answer([table], PHYSICS, MeasuredWorkload(input_len=250, output_len=100), Targets(40.0))
@@ -424,12 +429,7 @@ def test_at_context_names_the_context_of_an_error() -> None:
 def test_advise_answer_leaves_the_servers_prefix_caching_on_unless_told() -> None:
     """The library's advise on the scheduler (prompt and output lengths given), called with no caching setting: vLLM's
     and SGLang's prefix caching is on by default, so the cap's flags do not turn it off."""
-    from tokenroof.fit.predict import MeasuredWorkload
-    from tokenroof.serving.advise import Targets, advise_answer
-    from tokenroof.serving.deployment import Physics
-
-    workload = MeasuredWorkload(None, 1000.0, 300.0)
-    data = advise_answer([], Physics("llama-3.1-8b", "h100-sxm"), workload, Targets(40.0))
+    data = advise_answer([], PHYSICS, MeasuredWorkload(None, 1000.0, 300.0), Targets(40.0))
     cap = data["max_num_seqs"]
     assert data["engine_flags"]["vllm"] == f"--max-num-seqs {cap}"
     assert data["engine_flags"]["sglang"] == f"--max-running-requests {cap}"

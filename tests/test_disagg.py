@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from functools import cache
 from pathlib import Path
 from typing import Any
 
@@ -12,10 +13,17 @@ from tokenroof.errors import TokenroofError
 from tokenroof.model.disagg import Disaggregation, KvTransfer
 from tokenroof.model.prefix import chunk_attention_sq
 from tokenroof.model.stepmodel import StepModel
-from tokenroof.serving.simulate import Lengths, Trace, Workload, simulate, simulate_disaggregated
+from tokenroof.serving.simulate import Lengths, SimResult, Trace, Workload, simulate, simulate_disaggregated
 
 SM = StepModel(t_fixed_s=1e-3, t_weights_s=5e-3, t_compute_s=2e-5, t_kv_token_s=1e-8, t_attn_token_s=1e-8)
 LINK = KvTransfer(bytes_per_token=131_072, bandwidth_bytes_per_s=50e9)  # Llama-3.1-8B bf16 over one 400G NIC
+
+
+@cache
+def split_run() -> SimResult:
+    """3 req/s of 2,000-token prompts and 100 outputs on one prefill and two decode replicas: the bills' run, simulated
+    once for the module (a SimResult is read, never changed, by the tests that bill it)."""
+    return simulate_disaggregated(SM, Workload(3.0, Lengths(2000), Lengths(100), 300), Disaggregation(1, 2, LINK))
 
 
 def test_transfer_time_is_bytes_over_bandwidth() -> None:
@@ -553,7 +561,7 @@ def test_a_disaggregated_bill_without_power_models_prices_the_pools_and_draws_no
     the energy and power are None, and a prefill pool on hardware of its own states its price (or None) and no power."""
     from tokenroof.model.cost import Billing, Price
 
-    result = simulate_disaggregated(SM, Workload(3.0, Lengths(2000), Lengths(100), 300), Disaggregation(1, 2, LINK))
+    result = split_run()
     decode_price, prefill_price = Price(2.0, "given"), Price(1.0, "given")
     bill = result.bill(SM, 1, decode_price, None, Billing(1, prefill_price, None))
     assert bill["power"] is None and bill["power_watts_mean"] is None and bill["energy_j_per_output_token"] is None
@@ -576,7 +584,7 @@ def test_a_disaggregated_bill_scales_with_the_boards_and_draws_no_energy_without
     under a second is billed like any other."""
     from tokenroof.model.cost import Billing, PowerModel, Price
 
-    result = simulate_disaggregated(SM, Workload(3.0, Lengths(2000), Lengths(100), 300), Disaggregation(1, 2, LINK))
+    result = split_run()
     price = Price(2.0, "given")
     one, two = result.bill(SM, 1, price, None), result.bill(SM, 2, price, None)
     assert two["usd_per_million_output_tokens"] == pytest.approx(2 * one["usd_per_million_output_tokens"])

@@ -10,6 +10,7 @@ from tokenroof.model.stepmodel import StepModel
 from tokenroof.serving.engine.core import BatchScheduler, Sequence, StepPlan, step_time_s
 
 SM = StepModel(t_fixed_s=1e-3, t_weights_s=10e-3, t_compute_s=100e-6, t_kv_token_s=1e-6, t_seq_s=10e-6)
+ATTENDING = StepModel(1e-3, 10e-3, 100e-6, 1e-6, 10e-6, t_attn_token_s=1e-7)  # SM, with attention (1e-7 s a token pair)
 
 
 def drain(scheduler: BatchScheduler) -> list[tuple[float, int, float]]:
@@ -425,8 +426,7 @@ def test_prefill_steps_of_their_own_fill_the_budget_pass_per_slot_run_and_add_up
       slots 0 and 2 are two runs: one more pass, the empty step's 1 + 10 ms: 45.05 ms;
     - "c" alone: 50 tokens, 2,500; compute 5.23 ms under the weights: 1 + 10 + 0.05 + 0.01 = 11.06 ms, one pass;
     - the decode step after them says "r" waited through both: 56.11 ms."""
-    sm = StepModel(t_fixed_s=1e-3, t_weights_s=10e-3, t_compute_s=100e-6, t_kv_token_s=1e-6, t_seq_s=10e-6,
-                   t_attn_token_s=1e-7)  # fmt: skip
+    sm = ATTENDING
     sched = BatchScheduler(sm, 4, max_num_batched_tokens=300, separate_prefill=True, per_slot_kv=True)
     sched.restore_slots([3, 0, 2, 1])
     sched.submit(Sequence("r", 10, 20, 0.0))
@@ -457,8 +457,7 @@ def test_a_prefill_step_of_its_own_while_speculating_verifies_nothing_and_drafts
     model's own pass over it; nobody verifies or drafts yet. By hand, prompts of 100 and 50 tokens (Σ chunk² 12,500):
     the target 1 + max(10, 2·1e-4 + 1e-7·150 + 150·1e-4 + 1e-7·12,500/2 = 15.84) + 150·1e-3 + 2·0.01 = 17.01 ms; the
     draft model 0.5 + max(1, 150·2e-5 = 3) = 3.5 ms: 20.51 ms."""
-    sm = StepModel(t_fixed_s=1e-3, t_weights_s=10e-3, t_compute_s=100e-6, t_kv_token_s=1e-6, t_seq_s=10e-6,
-                   t_attn_token_s=1e-7)  # fmt: skip
+    sm = ATTENDING
     draft = StepModel(t_fixed_s=0.5e-3, t_weights_s=1e-3, t_compute_s=2e-5, t_kv_token_s=0.0)
     spec = Speculation(3, (0.7,), "draft_model", draft, "d")
     sched = BatchScheduler(sm, 4, separate_prefill=True, speculation=spec)

@@ -594,8 +594,8 @@ def test_an_open_loop_at_a_concurrency_holds_that_many_requests() -> None:
     from tokenroof.serving.replay import ServingFit, _open_loop_at
 
     sm = StepModel(t_fixed_s=2e-3, t_weights_s=10e-3, t_compute_s=50e-6, t_kv_token_s=1e-7, t_seq_s=1e-4)
-    for client in ("poisson", "constant"):
-        serving = ServingFit(sm, client, True, None, "given", "ttft", [], 0.0, 0.0)
+    poisson = ServingFit(sm, "poisson", True, None, "given", "ttft", [], 0.0, 0.0)
+    for serving in (poisson, replace(poisson, client="constant")):
         for batch in (4.0, 16.0):
             answer = _open_loop_at(serving, batch, (Lengths(200), Lengths(50)), None)
             assert answer is not None
@@ -603,15 +603,14 @@ def test_an_open_loop_at_a_concurrency_holds_that_many_requests() -> None:
             assert float(sm.step_time_s(1.0, 225.0)) < tpot_s < float(sm.step_time_s(batch * 2, 225.0))
             assert ttft_s > float(sm.step_s(0.0, 0.0, 200.0, 200.0**2))  # at least its prompt's own step
             held = throughput / 50 * (ttft_s + 49 * tpot_s)
-            assert held == pytest.approx(batch, rel=0.03), (client, batch)
+            assert held == pytest.approx(batch, rel=0.03), (serving.client, batch)
     # the server's limits run in it: 2,000-token prompts chunked at 1,100 tokens a step take two steps to a first
     # token; a KV cache of 12,000 tokens holds 5 of 8 such requests, the rest queue; per-slot KV streams add passes
-    serving = ServingFit(sm, "poisson", True, None, "given", "ttft", [], 0.0, 0.0)
     long = (Lengths(2000), Lengths(50))
-    plain = _open_loop_at(serving, 8.0, long, None)
-    chunked = _open_loop_at(replace(serving, max_num_batched_tokens=1100), 8.0, long, None)
-    full = _open_loop_at(serving, 8.0, long, 12_000)
-    slots = _open_loop_at(replace(serving, kv_slots=16), 8.0, long, None)
+    plain = _open_loop_at(poisson, 8.0, long, None)
+    chunked = _open_loop_at(replace(poisson, max_num_batched_tokens=1100), 8.0, long, None)
+    full = _open_loop_at(poisson, 8.0, long, 12_000)
+    slots = _open_loop_at(replace(poisson, kv_slots=16), 8.0, long, None)
     assert plain and chunked and full and slots
     assert chunked[1] > 1.05 * plain[1] and full[1] > 5 * plain[1] and slots[0] > 1.05 * plain[0]
 
