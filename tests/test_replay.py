@@ -650,3 +650,61 @@ def test_fitted_models_run_the_scheduler_fit_as_asked() -> None:
     assert whole.replayed is not None and whole.replayed.max_num_batched_tokens is None and len(samples) == 2
     bounded, _ = fitted_models(VLLM, None, 0, 10_000)
     assert bounded.step_model != travelling.step_model
+
+
+def test_replay_predictions_run_each_batch_and_context_as_the_measuring_client_drove_the_server() -> None:
+    """`predict`'s scheduler answers (replay_predictions) are the scheduler's own runs, checked against simulate run
+    here: a whole batch is a closed loop of that many streams (the table's client; a client that is not a closed
+    loop's runs staggered), a fractional batch the straight line between the two around it, a context its prompt
+    (the context less half the output: the mean context over a request's decode), an output length rounded to a
+    whole token and at least 2; the table's KV slots and prompt budget run in it, and a batch the budget cannot hold
+    (a step needs a token per sequence) has no answer. Seconds, seconds and output tokens a second."""
+    from tokenroof.serving.replay import ServingFit, _closed_loop_at, replay_predictions
+    from tokenroof.serving.saturation import closed_loop
+
+    sm = StepModel(t_fixed_s=2e-3, t_weights_s=10e-3, t_compute_s=50e-6, t_kv_token_s=1e-7, t_seq_s=1e-4)
+    staggered = ServingFit(sm, "staggered", True, None, "given", "ttft", [], 0.0, 0.0)
+
+    def ran(c: int, prompt: int, out: int, client: str = "staggered", **server: Any) -> tuple[float, float, float]:
+        slots = server.pop("slots", None)
+        loop = closed_loop(c, Lengths(prompt), Lengths(out), client)
+        s = simulate(sm, loop, slots or c, 0, server.pop("kv", None), per_slot_kv=slots is not None, **server).summary()
+        return s["tpot_ms"]["mean"] / 1e3, s["ttft_ms"]["mean"] / 1e3, s["throughput_tok_s"]
+
+    answers = replay_predictions(staggered, [1, 3.25, 4], [None, 1000.0], 200, 50.4)
+    assert set(answers) == {(b, c) for b in (1.0, 3.25, 4.0) for c in (None, 1000.0)}
+    assert answers[(4.0, None)] == pytest.approx(ran(4, 200, 50), rel=1e-12)
+    assert answers[(1.0, None)] == pytest.approx(ran(1, 200, 50), rel=1e-12)
+    three, four = ran(3, 200, 50), ran(4, 200, 50)
+    assert answers[(3.25, None)] == pytest.approx(
+        tuple(0.75 * a + 0.25 * b for a, b in zip(three, four, strict=True)), rel=1e-12
+    )
+    assert answers[(1.0, 1000.0)] == pytest.approx(ran(1, 975, 50), rel=1e-12)  # 1,000 − 50 / 2
+    assert answers[(4.0, 1000.0)][1] > 2 * answers[(4.0, None)][1]  # a longer prompt, a later first token
+    # the output length: rounded, and at least the 2 tokens a TPOT needs
+    assert replay_predictions(staggered, [2], [None], 200, 1.2)[(2.0, None)] == pytest.approx(ran(2, 200, 2))
+    # the client as measured when it is a closed loop's; the server's slots, KV pool and budget
+    burst = replay_predictions(replace(staggered, client="burst"), [3], [None], 200, 50)[(3.0, None)]
+    assert burst == pytest.approx(ran(3, 200, 50, "burst"), rel=1e-12) and burst != pytest.approx(three)
+    slotted = replay_predictions(replace(staggered, kv_slots=8), [3], [None], 200, 50)[(3.0, None)]
+    assert slotted == pytest.approx(ran(3, 200, 50, slots=8), rel=1e-12) and slotted != pytest.approx(three)
+    kv = replay_predictions(staggered, [4], [None], 200, 50, kv_capacity_tokens=600)[(4.0, None)]
+    assert kv == pytest.approx(ran(4, 200, 50, kv=600), rel=1e-12) and kv[1] > four[1]
+    budgeted = replay_predictions(replace(staggered, max_num_batched_tokens=64), [1, 3.25, 4, 64], [None], 200, 50)
+    assert set(budgeted) == {(1.0, None), (3.25, None), (4.0, None)}  # 64 sequences need more than 64 tokens a step
+    assert budgeted[(4.0, None)] == pytest.approx(ran(4, 200, 50, max_num_batched_tokens=64), rel=1e-12)
+    assert budgeted[(4.0, None)][1] > four[1]  # a 200-token prompt chunked at 64 a step
+    assert set(replay_predictions(replace(staggered, max_num_batched_tokens=4), [3.25], [None], 200, 50)) == set()
+    assert set(replay_predictions(replace(staggered, max_num_batched_tokens=2), [1], [None], 200, 50)) == {(1.0, None)}
+    # a context shorter than half the output still prompts a token
+    assert replay_predictions(staggered, [1], [20.0], 200, 50)[(1.0, 20.0)] == pytest.approx(ran(1, 1, 50))
+    assert replay_predictions(staggered, [1], [None], 0.4, 50)[(1.0, None)] == pytest.approx(ran(1, 1, 50))
+    # asked of an open-loop fit directly, the closed loop runs staggered
+    assert _closed_loop_at(replace(staggered, client="poisson"), 3, (Lengths(200), Lengths(50)), None) == three
+    # an open-loop table is answered by its open loop, at the rate that holds the batch (tested above)
+    for client in ("poisson", "constant"):
+        held = replay_predictions(replace(staggered, client=client), [4], [None], 200, 50)[(4.0, None)]
+        assert held != pytest.approx(four)
+        assert held[2] / 50 * (held[1] + 49 * held[0]) == pytest.approx(4.0, rel=0.05)
+        full = replay_predictions(replace(staggered, client=client), [4], [None], 200, 50, kv_capacity_tokens=500)
+        assert full[(4.0, None)][1] > 1.5 * held[1]  # two requests' KV fill the pool: the rest queue
