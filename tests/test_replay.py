@@ -708,3 +708,67 @@ def test_replay_predictions_run_each_batch_and_context_as_the_measuring_client_d
         assert held[2] / 50 * (held[1] + 49 * held[0]) == pytest.approx(4.0, rel=0.05)
         full = replay_predictions(replace(staggered, client=client), [4], [None], 200, 50, kv_capacity_tokens=500)
         assert full[(4.0, None)][1] > 1.5 * held[1]  # two requests' KV fill the pool: the rest queue
+
+
+def test_with_scheduler_fits_the_server_as_the_deployment_says_and_answers_from_it() -> None:
+    """`with_scheduler` (predict's scheduler answers for an online table) on llama-server's sweep: it fits the
+    scheduler with the deployment's KV pool and prompt budget where one is named (the best-replaying budget and no
+    pool where not), answers at the asked batches and contexts from that fit, and says so in its warnings: batches
+    the budget cannot hold (five named), a KV cache that is not known past the measured concurrency, a knee the
+    measured TTFT places past the data (its compute per token in µs); "no knee observed" goes, other warnings stay.
+    The lengths are the table's, else the ones given; unknown lengths give no answers."""
+    from types import SimpleNamespace
+
+    from tokenroof.fit.predict import PredictResult
+    from tokenroof.serving.replay import replay_predictions, with_scheduler
+
+    table = read_table([ROOT / "examples" / "serve-llama-123m-2026-12-06c" / "sweep" / "summary.csv"])
+    fit = fit_table(table, None, n_samples=0)
+    top = fit.batch_range[1]  # 14.97
+
+    def predicted(batches: list[float], physics: Any, contexts: list[float] | None = None, lengths=None, t=table):
+        asked = PredictResult(t, fit, np.array(batches), None, contexts=contexts, warnings=["no knee observed", "kept"])
+        return with_scheduler(asked, physics, lengths)
+
+    unknown = SimpleNamespace(known=False)
+    r = predicted([2, top, 24], unknown)
+    fitted = serving_fit(fit, table, None, None, "fit")
+    assert fitted is not None and fitted.max_num_batched_tokens is None and fitted.budget_source == "fitted"
+    assert r.serving.to_dict() == fitted.to_dict()
+    assert r.scheduler == replay_predictions(fitted, [2, top, 24], [None], 128, 64, None)
+    knee = fitted.model.knee_batch(0.0)
+    assert knee is not None and knee > top
+    assert r.warnings[0] == "kept" and not any(w.startswith("no knee observed") for w in r.warnings)
+    assert any(w.startswith("past the measured concurrency the KV cache may fill") for w in r.warnings)
+    assert any(w.endswith("(or the server's own, --kv-cache-tokens in simulate)") for w in r.warnings)
+    assert any(f"{fitted.model.t_compute_s * 1e6:.3g} µs" in w and f"near batch {knee:.0f}," in w for w in r.warnings)
+    within = predicted([2, top], unknown, contexts=[500.0])
+    assert set(within.scheduler) == {(2.0, 500.0), (top, 500.0)}
+    assert within.scheduler == replay_predictions(fitted, [2, top], [500.0], 128, 64, None)
+    assert not any("the KV cache may fill" in w for w in within.warnings)  # nothing asked past the data
+    # the lengths: the table's, else the ones given, else none to answer with
+    bare = replace(table, semantics=replace(table.semantics, input_len=None, output_len=None, stated=()))
+    given = predicted([2, top], unknown, lengths=(128.0, 64.0), t=bare)
+    assert given.scheduler == predicted([2, top], unknown).scheduler
+    assert predicted([2, top], unknown, t=bare).scheduler is None
+    # a deployment named: its KV pool and prompt budget, in the fit and in the answers
+    named = SimpleNamespace(known=True, kv_pool_tokens=lambda: 1500, prompt_budget=lambda: 32)
+    bounded = serving_fit(fit, table, 1500, None, 32)
+    batches = [2.0, top, 40.0, 48.0, 56.0, 64.0, 72.0, 80.0]
+    r = predicted(batches, named)
+    assert r.serving.to_dict() == bounded.to_dict() and bounded.max_num_batched_tokens == 32
+    assert r.scheduler == replay_predictions(bounded, batches, [None], 128, 64, 1500)
+    assert r.scheduler != replay_predictions(bounded, batches, [None], 128, 64, None)
+    assert set(r.scheduler) == {(2.0, None), (top, None)}
+    beyond = [w for w in r.warnings if w.startswith("batch ")]
+    assert len(beyond) == 1 and beyond[0].startswith("batch 40, 48, 56, 64, 72: beyond the 32-token prompt budget")
+    assert beyond[0].endswith("answered from the decode fit alone, without TTFT")
+    assert not any("the KV cache may fill" in w for w in r.warnings)  # its size is known
+    # no TTFT measured: the physics prices the prompts, whole ones assumed, and the scheduler gives no answers
+    from tokenroof.fit.prior import MeasuredWorkload
+
+    tpot_only = replace(table, ttft_ms=None)
+    prior = Physics("llama-3.1-8b", "h100-sxm").prior(MeasuredWorkload(input_len=128, output_len=64))
+    priced = PredictResult(tpot_only, fit_table(tpot_only, prior, n_samples=0), np.array([2.0, top]), prior)
+    r = with_scheduler(priced, unknown)
+    assert r.serving.prefill_source == "physics" and r.serving.budget_source == "assumed" and r.scheduler is None
