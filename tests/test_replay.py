@@ -735,6 +735,17 @@ def test_with_scheduler_fits_the_server_as_the_deployment_says_and_answers_from_
     fitted = serving_fit(fit, table, None, None, "fit")
     assert fitted is not None and fitted.max_num_batched_tokens is None and fitted.budget_source == "fitted"
     assert r.serving.to_dict() == fitted.to_dict()
+    serving_contract(fitted.to_dict())
+    tried = replace(fitted, alternatives={"chunked at 512": (0.08, 0.3), "chunked at 2048": (0.07, None)})
+    serving_contract(tried.to_dict())
+    formed = replace(fitted, form_rms=(0.05, 0.2)).to_dict()
+    assert (formed["form_tpot_rms"], formed["form_ttft_rms"]) == (0.05, 0.2)
+    plain = replace(fitted, form_rms=None).to_dict()
+    assert (plain["form_tpot_rms"], plain["form_ttft_rms"]) == (None, None)
+    assert tried.to_dict()["alternatives"] == {
+        "chunked at 512": {"tpot_rms": 0.08, "ttft_rms": 0.3},
+        "chunked at 2048": {"tpot_rms": 0.07, "ttft_rms": None},
+    }
     assert r.scheduler == replay_predictions(fitted, [2, top, 24], [None], 128, 64, None)
     knee = fitted.model.knee_batch(0.0)
     assert knee is not None and knee > top
@@ -757,6 +768,7 @@ def test_with_scheduler_fits_the_server_as_the_deployment_says_and_answers_from_
     batches = [2.0, top, 40.0, 48.0, 56.0, 64.0, 72.0, 80.0]
     r = predicted(batches, named)
     assert r.serving.to_dict() == bounded.to_dict() and bounded.max_num_batched_tokens == 32
+    serving_contract(bounded.to_dict())
     assert r.scheduler == replay_predictions(bounded, batches, [None], 128, 64, 1500)
     assert r.scheduler != replay_predictions(bounded, batches, [None], 128, 64, None)
     assert set(r.scheduler) == {(2.0, None), (top, None)}
@@ -772,3 +784,39 @@ def test_with_scheduler_fits_the_server_as_the_deployment_says_and_answers_from_
     priced = PredictResult(tpot_only, fit_table(tpot_only, prior, n_samples=0), np.array([2.0, top]), prior)
     r = with_scheduler(priced, unknown)
     assert r.serving.prefill_source == "physics" and r.serving.budget_source == "assumed" and r.scheduler is None
+    serving_contract(r.serving.to_dict())
+
+
+def serving_contract(serving: dict[str, Any]) -> None:
+    """A ServingFit's JSON (predict's "serving", what --save-model writes) against the contract: every key it
+    declares, nothing else."""
+    from jsonschema import Draft202012Validator
+
+    from tests.schemas import load
+    from tokenroof.io.contract import registry
+
+    document = {"$ref": load("predict")["$id"] + "#/properties/serving"}
+    Draft202012Validator(document, registry=registry()).validate(json.loads(json.dumps(serving)))
+
+
+def test_a_replay_that_misses_the_measured_points_says_by_how_much_and_what_to_state() -> None:
+    """ServingFit.misfit: silent within REPLAY_MISFIT (its edge included), past it the rms in TPOT and TTFT (TTFT
+    only where measured), judged on the form's own replay where measured departures were kept (they would hide the
+    miss), and what to state to mend it."""
+    from tokenroof.serving.replay import REPLAY_MISFIT, ServingFit
+
+    sm = StepModel(t_fixed_s=2e-3, t_weights_s=10e-3, t_compute_s=50e-6, t_kv_token_s=1e-7, t_seq_s=1e-4)
+    fit = ServingFit(sm, "staggered", True, None, "given", "ttft", [], REPLAY_MISFIT, REPLAY_MISFIT)
+    assert fit.misfit() == []
+    assert replace(fit, ttft_rms=None).misfit() == []  # no TTFT measured: TPOT alone is judged
+    (tpot,) = replace(fit, tpot_rms=0.31, ttft_rms=None).misfit()
+    assert tpot.startswith("the scheduler's model replays the measured points only within 31% rms in TPOT: the table")
+    (both,) = replace(fit, ttft_rms=0.42).misfit()
+    assert f"within {REPLAY_MISFIT:.0%} rms in TPOT, TTFT 42%: the table does not look like the workload" in both
+    assert "('# input_len=… output_len=… client=…')" in both
+    assert both.endswith("or the engine measured (--engine, with --model/--hardware) for its prompt budget")
+    assert f"({fit.describe()})" in both
+    # the form's own replay decides: departures kept in range would hide a miss, or make one look worse
+    (form,) = replace(fit, form_rms=(0.5, None)).misfit()
+    assert form.startswith("the scheduler's model's form replays the measured points only within 50% rms in TPOT:")
+    assert replace(fit, tpot_rms=0.9, ttft_rms=0.9, form_rms=(0.01, 0.02)).misfit() == []
