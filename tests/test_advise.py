@@ -7,7 +7,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from tests.conftest import SEED_TABLE, run_cli, run_json
+from tests.conftest import ROOT, SEED_TABLE, run_cli, run_json
 from tokenroof.errors import TokenroofError
 from tokenroof.fit.predict import MeasuredWorkload
 from tokenroof.model.stepmodel import StepModel
@@ -433,3 +433,121 @@ def test_advise_answer_leaves_the_servers_prefix_caching_on_unless_told() -> Non
     cap = data["max_num_seqs"]
     assert data["engine_flags"]["vllm"] == f"--max-num-seqs {cap}"
     assert data["engine_flags"]["sglang"] == f"--max-running-requests {cap}"
+
+
+def test_advise_with_prefill_from_first_principles_runs_the_scheduler_the_deployment_names() -> None:
+    """advise_with_prefill without files, on a small KV pool (llama-3.1-8b on an A10G: a search of a few dozen caps):
+    the answer is advise_cap's on the physics' step model with the deployment's server — its KV pool (less a
+    draft's), prefix caching (on unless told), speculation, and for an engine that prefills in steps of their own
+    (TGI) those steps and its prompt budget — with the same statistic, the source, the notes that say what was
+    assumed first, and the engine flags that set the cap."""
+    from tokenroof.model.prefix import SharedPrefix
+    from tokenroof.model.speculative import SpeculativeConfig
+    from tokenroof.serving.advise import advise_with_prefill
+    from tokenroof.serving.simulate import EVEN, PromptLengths
+
+    flags, targets = MeasuredWorkload(input_len=512, output_len=64), Targets(80.0, 2000.0)
+
+    def expected(physics: Physics, server: Server, notes: list[str], prompts=None, spec=None, caching=True) -> dict:
+        sm = physics.step_model()
+        source = f"first principles: {physics.label()}, run on simulate's scheduler"
+        direct = advise_cap(
+            sm, prompts or Lengths(512), Lengths(64), 80.0, 2000.0, "p99", server, source=source, client=EVEN
+        )
+        answer = {**direct.to_dict(), "step_model": sm.to_dict()}
+        answer["warnings"] = notes + answer["warnings"]
+        answer["engine_flags"] = engine_flags(answer["max_num_seqs"], spec, caching)
+        return answer
+
+    a10g = Physics("llama-3.1-8b", "a10g")
+    plain = advise_with_prefill([], a10g, flags, targets, None)
+    assert plain == expected(a10g, Server(a10g.kv_pool_tokens(), None, False, None, True, False), a10g.eager_notes())
+    assert 8 < plain["max_num_seqs"] < 64 and plain["slo"]["statistic"] == "p99"
+    assert "--enable-prefix-caching" not in " ".join(plain["engine_flags"])  # vLLM's default: nothing to set
+    # prefix caching off, told: a server without it, and the flag that turns it off
+    uncached = advise_with_prefill([], a10g, flags, targets, None, prefix_caching=False)
+    assert uncached == expected(
+        a10g, Server(a10g.kv_pool_tokens(), None, False, None, False, False), a10g.eager_notes(), caching=False
+    )
+    # TGI prefills in steps of their own, within its prompt budget, and says so
+    tgi = Physics("llama-3.1-8b", "a10g", engine="tgi")
+    from tokenroof.fit.travel import Travelling
+    from tokenroof.serving.deployment import Deployment
+
+    dep = Deployment(tgi)
+    planned = Travelling(tgi.step_model())
+    assert dep.separate_prefill(planned) and dep.prompt_budget(planned) is not None
+    server = Server(tgi.kv_pool_tokens(), dep.prompt_budget(planned), False, None, True, True)
+    separate = advise_with_prefill([], tgi, flags, targets, None)
+    assert separate == expected(tgi, server, [*tgi.eager_notes(), *dep.budget_notes(planned)])
+    assert separate["max_num_seqs"] != plain["max_num_seqs"] or separate["at_cap"] != plain["at_cap"]
+    # a shared prefix and EAGLE speculation: the prompts share it, the pool holds the draft's KV too
+    eagle, prefix = SpeculativeConfig("eagle", 3, (0.7,)), SharedPrefix(256, 2)
+    both = advise_with_prefill([], a10g, flags, targets, None, speculative=eagle, prefix=prefix)
+    speculation = a10g.speculation(eagle)
+    notes = [*a10g.eager_notes(), speculation.assumption(), prefix.assumption(True, False, False)]
+    server = Server(a10g.kv_pool_tokens(eagle), None, False, speculation, True, False)
+    assert both == expected(a10g, server, notes, PromptLengths(512, prefix=prefix), spec=eagle)
+
+
+def test_advise_with_prefill_from_files_keeps_the_cap_full_as_their_client_did(tmp_path: Path) -> None:
+    """advise_with_prefill on llama-server's sweep (examples/serve-llama-123m-2026-12-06c): the answer is advise_cap's
+    on the scheduler's model fitted to the files (portable_model with the measured lengths), each cap kept full by the
+    client that measured them (staggered streams; every stream at once where the file says burst) and prefilled with
+    the fitted budget; the notes the fit made come first. A file that says it measured llama-server is told the cap
+    is a new -np. Refused: a --context the file's own context contradicts, a TTFT target nothing prices."""
+    from tokenroof.errors import ParameterError
+    from tokenroof.fit.core import fit_table
+    from tokenroof.fit.predict import read_with_prior
+    from tokenroof.serving.advise import advise_with_prefill
+    from tokenroof.serving.replay import portable_model
+
+    text = (ROOT / "examples" / "serve-llama-123m-2026-12-06c" / "sweep" / "summary.csv").read_text()
+    flags, targets, physics = MeasuredWorkload(input_len=128, output_len=64), Targets(100.0, 1000.0), Physics()
+
+    def expected(path: Path, client: str, how: str) -> dict:
+        table, prior = read_with_prior([path], physics, flags, flags_are_target=True)
+        fit = fit_table(table, prior, n_samples=0)
+        travelling = portable_model(fit, table, None, (128, 64), "fit")
+        replayed = travelling.replayed
+        assert replayed is not None and replayed.kv_slots is None
+        server = Server(None, replayed.max_num_batched_tokens, False, None, True, False)
+        source = (
+            f"fitted on simulate's scheduler to {table.source} ({replayed.semantics}); each cap kept full by a closed "
+            f"loop, {how}"
+        )
+        sm = travelling.step_model
+        direct = advise_cap(sm, Lengths(128), Lengths(64), 100.0, 1000.0, "p99", server, source=source, client=client)
+        answer = {**direct.to_dict(), "step_model": sm.to_dict()}
+        answer["engine_flags"] = engine_flags(answer["max_num_seqs"], None, True)
+        notes = [*table.warnings, *fit.conflicts, *travelling.notes(flags.mean_context)]
+        return {**answer, "warnings": notes}
+
+    def compare(path: Path, client: str, how: str) -> dict:
+        got, want = advise_with_prefill([path], physics, flags, targets, None), expected(path, client, how)
+        assert got["warnings"][: len(want["warnings"])] == want["warnings"]
+        assert {k: v for k, v in got.items() if k != "warnings"} == {k: v for k, v in want.items() if k != "warnings"}
+        return got
+
+    staggered = tmp_path / "staggered.csv"
+    staggered.write_text(text)
+    plain = compare(staggered, "staggered", "streams staggered")
+    assert 1 <= plain["max_num_seqs"] <= 16 and not any("-np" in w for w in plain["warnings"])
+    burst = tmp_path / "burst.csv"
+    burst.write_text(text.replace("client=staggered", "client=burst", 1))
+    compare(burst, "burst", "every stream started at once")
+    llama = tmp_path / "llama.csv"
+    llama.write_text(text.replace("client=staggered", "client=staggered server=llama-server", 1))
+    said = compare(llama, "staggered", "streams staggered")
+    (np_note,) = [w for w in said["warnings"] if "-np" in w]
+    assert np_note.startswith(f"measured on llama-server; the cap is a new -np {said['max_num_seqs']}, a restarted")
+    with pytest.raises(ParameterError, match="states the context it was measured at") as refused:
+        advise_with_prefill([staggered], physics, MeasuredWorkload(128, 128, 64), targets, None)
+    assert refused.value.parameters == ("input_len", "output_len", "context")
+    untimed = tmp_path / "untimed.csv"  # the columns up to context_tokens: no ttft_ms
+    rows = (row if row.startswith("#") else ",".join(row.split(",")[:4]) for row in text.splitlines())
+    untimed.write_text("\n".join(rows) + "\n")
+    with pytest.raises(ParameterError, match="nothing prices a prompt's prefill") as refused:
+        advise_with_prefill([untimed], physics, flags, targets, None)
+    assert refused.value.parameters == ("model", "hardware", "model", "hardware", "ttft_slo_ms")
+    assert advise_with_prefill([untimed], physics, flags, Targets(100.0), None)["max_num_seqs"] >= 1
