@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
 from functools import cache
 from pathlib import Path
 from typing import Any
@@ -603,3 +604,34 @@ def test_a_disaggregated_bill_scales_with_the_boards_and_draws_no_energy_without
     brief = short.bill(SM, 1, price, power)
     assert brief["usd_per_million_output_tokens"] > 0 and brief["usd_per_million_input_tokens"] > 0
     assert brief["energy_j_per_output_token"] > 0 and brief["power_watts_mean"] > 70.0
+
+
+def test_two_prefill_replicas_take_two_prompts_at_once_and_the_pools_busy_share_is_by_hand() -> None:
+    """Two prompts arriving together on two prefill replicas: each goes to the idle one (the fewest outstanding), so
+    both are prefilled at once and reach their first token together; the prefill pool's busy share is its step time
+    over the run's span (first arrival to last finish) and its replicas: 2 × prefill / span / 2. The decode pool's
+    KV cache is each replica's times their number; a trace's history and window pass to the result."""
+    trace = Trace(((0.0, 1000, 10), (0.0, 1000, 10)), history=0, window_s=(0.0, 5.0))
+    result = simulate_disaggregated(SM, trace, Disaggregation(2, 2, LINK), kv_capacity_tokens=4096)
+    a, b = result.sequences
+    prefill = SM.step_s(1, 1000.0, 1000, 1000**2)
+    assert a.first_token_s == pytest.approx(b.first_token_s)
+    assert a.prefilled_s == pytest.approx(prefill) and b.prefilled_s == pytest.approx(prefill)
+    span = max(a.finished_s, b.finished_s)
+    summary = result.summary()["disaggregation"]
+    assert summary["prefill_busy_fraction"] == pytest.approx(2 * prefill / span / 2)
+    assert summary["kv_transfer_ms"]["p99"] == pytest.approx(LINK.time_s(1000) * 1e3)  # each on its own link
+    assert result.kv_capacity_tokens == 2 * 4096 and result.replicas == 2
+    assert result.measured_window_s == (0.0, 5.0) and result.first_measured == 0
+    one = simulate_disaggregated(SM, trace, Disaggregation(1, 2, LINK))
+    assert one.sequences[1].prefilled_s == pytest.approx(2 * prefill, rel=1e-3)  # one replica: one after the other
+    assert one.kv_capacity_tokens is None and one.measured_window_s == (0.0, 5.0)
+    assert one.summary()["disaggregation"]["prefill_busy_fraction"] == pytest.approx(
+        float(one.prefill_steps[1].sum()) / max(s.finished_s for s in one.sequences)
+    )
+    # the first record as the server's earlier traffic: run, not measured (the window opens at the second)
+    later_trace = Trace(((0.0, 1000, 10), (30.0, 1000, 10)), history=1)
+    later = simulate_disaggregated(SM, later_trace, Disaggregation(1, 1, LINK))
+    assert later.first_measured == 1 and later.measured_window_s is None
+    plain = simulate_disaggregated(SM, replace(later_trace, history=0), Disaggregation(1, 1, LINK))
+    assert later.summary()["window_start_s"] == 30.0 and plain.summary()["window_start_s"] < 1.0

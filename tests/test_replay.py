@@ -820,3 +820,26 @@ def test_a_replay_that_misses_the_measured_points_says_by_how_much_and_what_to_s
     (form,) = replace(fit, form_rms=(0.5, None)).misfit()
     assert form.startswith("the scheduler's model's form replays the measured points only within 50% rms in TPOT:")
     assert replace(fit, tpot_rms=0.9, ttft_rms=0.9, form_rms=(0.01, 0.02)).misfit() == []
+
+
+def test_an_open_loop_run_is_simulate_on_about_forty_lifetimes_of_the_rate_asked() -> None:
+    """open_loop_run: Poisson arrivals (or evenly spaced, "constant") at the rate, 40 × the concurrency requests
+    within [200, 2000], on a server whose cap does not bind (1,024) or, with per-slot KV streams, its slots —
+    the same run as simulate given that workload and server."""
+    from tokenroof.serving.replay import OPEN_LOOP_MAX_NUM_SEQS, OPEN_LOOP_REQUESTS, open_loop_run
+
+    sm = StepModel(t_fixed_s=2e-3, t_weights_s=10e-3, t_compute_s=50e-6, t_kv_token_s=1e-7, t_seq_s=1e-4)
+    lengths = (Lengths(200), Lengths(50))
+    assert OPEN_LOOP_REQUESTS == (200, 2000) and OPEN_LOOP_MAX_NUM_SEQS == 1024
+    for client, burstiness in (("poisson", 1.0), ("constant", math.inf)):
+        for concurrency, n in ((2.0, 200), (12.0, 480), (80.0, 2000)):
+            ran = open_loop_run(sm, 5.0, lengths, client, concurrency, 30_000, 2048)
+            workload = Workload(5.0, *lengths, num_requests=n, burstiness=burstiness)
+            same = simulate(sm, workload, 1024, 0, 30_000, max_num_batched_tokens=2048)
+            assert len(ran.sequences) == n and ran.summary() == same.summary(), (client, concurrency)
+    gaps = np.diff([s.arrival_s for s in open_loop_run(sm, 5.0, lengths, "constant", 2.0, None, None).sequences])
+    assert gaps == pytest.approx(0.2)  # evenly spaced at 5 a second
+    slots = open_loop_run(sm, 5.0, lengths, "poisson", 2.0, None, None, kv_slots=4)
+    workload = Workload(5.0, *lengths, num_requests=200, burstiness=1.0)
+    assert slots.summary() == simulate(sm, workload, 4, 0, None, per_slot_kv=True).summary()
+    assert slots.summary() != simulate(sm, workload, 4, 0, None).summary()
