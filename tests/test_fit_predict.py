@@ -1096,3 +1096,32 @@ def test_the_workload_line_says_what_the_steps_held_and_what_was_assumed(tmp_pat
     rows = "".join(f"{b},{b * 90},{10 + b / 4 + c / 1000},{c}\n" for c in (1000, 4000) for b in (1, 8, 32))
     two = line("# input_len=950 output_len=100", "batch,throughput_tok_s,tpot_ms,context_tokens\n" + rows)
     assert two.startswith("online (mean contexts 1,000 and 4,000, 100 out, prompts in the steps, assumed)"), two
+
+
+def test_a_row_the_scheduler_answers_takes_its_centre_and_widens_the_band_to_hold_both_by_hand() -> None:
+    """PredictResult._on_the_scheduler: the scheduler's TPOT (s → ms), TTFT and throughput at the centre; the decode
+    fit's band scaled by scheduler ÷ decode, widened to keep the decode fit's own bounds; throughput's band from TPOT's
+    (throughput × TPOT is the batch's tokens a second, held). 20 ms decode [18, 23], scheduler 25 ms: ×1.25, band
+    [min(22.5, 18), max(28.75, 23)] = [18, 28.75], throughput 300 × 25 / 28.75 = 260.87 to 300 × 25 / 18 = 416.67;
+    a scheduler at 16 ms: ×0.8, [14.4, 23]."""
+    from tokenroof.fit.predict import PredictResult
+
+    row = {"batch": 8.0, "tpot_ms": 20.0, "tpot_ms_low": 18.0, "tpot_ms_high": 23.0, "throughput_tok_s": 400.0}
+    slower = PredictResult._on_the_scheduler(None, dict(row), 0.025, 0.3, 300.0)  # type: ignore[arg-type]
+    assert slower == pytest.approx(
+        {
+            "batch": 8.0,
+            "tpot_ms": 25.0,
+            "tpot_ms_low": 18.0,
+            "tpot_ms_high": 28.75,
+            "throughput_tok_s": 300.0,
+            "throughput_tok_s_low": 300 * 25 / 28.75,
+            "throughput_tok_s_high": 300 * 25 / 18,
+            "ttft_ms": 300.0,
+        }
+    )
+    faster = PredictResult._on_the_scheduler(None, dict(row), 0.016, 0.2, 500.0)  # type: ignore[arg-type]
+    assert (faster["tpot_ms_low"], faster["tpot_ms_high"], faster["ttft_ms"]) == pytest.approx((14.4, 23.0, 200.0))
+    assert (faster["throughput_tok_s_low"], faster["throughput_tok_s_high"]) == pytest.approx(
+        (500 * 16 / 23, 500 * 16 / 14.4)
+    )

@@ -843,3 +843,23 @@ def test_an_open_loop_run_is_simulate_on_about_forty_lifetimes_of_the_rate_asked
     workload = Workload(5.0, *lengths, num_requests=200, burstiness=1.0)
     assert slots.summary() == simulate(sm, workload, 4, 0, None, per_slot_kv=True).summary()
     assert slots.summary() != simulate(sm, workload, 4, 0, None).summary()
+
+
+def test_portable_model_travels_the_scheduler_fit_made_with_the_pool_lengths_and_budget_given() -> None:
+    """portable_model on llama-server's sweep: the scheduler's fit with the KV pool, the lengths (where the table
+    does not state them) and the prompt budget given, as travelling_of makes it travel; the budget "fit" unless
+    told. A table without lengths and none given travels the decode fit."""
+    from tokenroof.fit.travel import portable
+    from tokenroof.serving.replay import portable_model, travelling_of
+
+    table = read_table([ROOT / "examples" / "serve-llama-123m-2026-12-06c" / "sweep" / "summary.csv"])
+    fit = fit_table(table, None, n_samples=0)
+    bare = replace(table, semantics=replace(table.semantics, input_len=None, output_len=None, stated=()))
+    bounded = serving_fit(fit, table, 1500, None, 32)
+    assert bounded is not None
+    assert portable_model(fit, table, 1500, None, 32) == travelling_of(bounded, fit, table)
+    assert portable_model(fit, bare, 1500, (128.0, 64.0), 32) == travelling_of(bounded, fit, bare)
+    fitted = serving_fit(fit, table, None, None, "fit")
+    assert fitted is not None
+    assert portable_model(fit, table) == travelling_of(fitted, fit, table) != travelling_of(bounded, fit, table)
+    assert portable_model(fit, bare) == portable(fit, bare)

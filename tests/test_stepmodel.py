@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 
 import numpy as np
 import pytest
@@ -429,3 +430,16 @@ def test_an_eager_engines_launches_set_the_step_where_they_outlast_the_gpus_work
         2.0**-10 + 2.0**-7,
         2.0**-10 + 2.0**-4,
     ]
+
+
+def test_the_host_binds_a_step_only_where_its_launches_outlast_the_gpus_whole_work_and_the_overhead() -> None:
+    """bound(): "host" where t_host exceeds the GPU's work (matmuls and KV reads together) and the fixed overhead, by
+    hand. Weights 4 ms, 0.1 ms a sequence of compute, 1 µs a KV token, launches 6 ms: at batch 1 and no context the
+    GPU's 4 ms, with 1,000 tokens of context 5 ms, run under the launches (host); with 3,000 tokens 7 ms outlast
+    them (weights bind); batch 100 computes for 10 ms. Launches that only tie the GPU's work (4 ms) or the overhead
+    (6 ms), or that outlast the GPU but not an 8 ms overhead, do not bind."""
+    sm = StepModel(t_fixed_s=1e-3, t_weights_s=4e-3, t_compute_s=1e-4, t_kv_token_s=1e-6, t_host_s=6e-3)
+    assert sm.bound([1, 1, 1, 100], [0, 1000, 3000, 0]).tolist() == ["host", "host", "weights", "compute"]
+    assert replace(sm, t_host_s=4e-3).bound(1).tolist() == "weights"  # a tie with the GPU's work
+    assert replace(sm, t_fixed_s=6e-3).bound(1).tolist() == "overhead"  # a tie with the overhead
+    assert replace(sm, t_fixed_s=8e-3).bound(1).tolist() == "overhead"  # past the GPU, under the overhead
