@@ -551,3 +551,48 @@ def test_advise_with_prefill_from_files_keeps_the_cap_full_as_their_client_did(t
         advise_with_prefill([untimed], physics, flags, targets, None)
     assert refused.value.parameters == ("model", "hardware", "model", "hardware", "ttft_slo_ms")
     assert advise_with_prefill([untimed], physics, flags, Targets(100.0), None)["max_num_seqs"] >= 1
+
+
+def test_advise_answer_sends_every_setting_to_the_scheduler_and_refuses_what_only_it_can_answer() -> None:
+    """advise_answer: with both lengths (and not --decode-only) the scheduler's answer, every setting passed on (the
+    prompt budget, speculation, a shared prefix, prefix caching); with one length or none the decode-only answer,
+    which refuses a shared prefix, speculation and a TTFT target by their parameters, and says that a percentile
+    target bounds only the mean step time."""
+    from tokenroof.errors import ParameterError
+    from tokenroof.model.prefix import SharedPrefix
+    from tokenroof.model.speculative import SpeculativeConfig
+    from tokenroof.serving.advise import advise_with_prefill
+
+    a10g = Physics("llama-3.1-8b", "a10g")
+    flags, targets = MeasuredWorkload(input_len=512, output_len=64), Targets(80.0, 2000.0)
+    eagle, prefix = SpeculativeConfig("eagle", 3, (0.7,)), SharedPrefix(256, 2)
+    given = advise_answer([], a10g, flags, targets, 1024, speculative=eagle, prefix=prefix, prefix_caching=False)
+    assert given == advise_with_prefill([], a10g, flags, targets, 1024, eagle, prefix, False)
+    assert given != advise_with_prefill([], a10g, flags, targets, 1024, eagle, prefix, True)
+    decode_only = advise_answer([], a10g, MeasuredWorkload(input_len=512), Targets(80.0))
+    assert decode_only == advise_answer([], a10g, MeasuredWorkload(), Targets(80.0))
+    assert decode_only["source"].endswith(
+        "the decode step time (no prompts in the steps; give --input-len and --output-len for the scheduler's answer)"
+    )
+    assert decode_only["slo"]["statistic"] == "mean" and given["slo"]["statistic"] == "p99"
+    refusals = [
+        ({"prefix": prefix}, Targets(80.0), "shared prefixes are answered on the scheduler", "prefix_len"),
+        (
+            {"speculative": eagle},
+            Targets(80.0),
+            "speculative decoding is answered on the scheduler",
+            "speculative_config",
+        ),
+    ]
+    for kwargs, asked, message, flag in refusals:
+        with pytest.raises(ParameterError, match=message) as refused:
+            advise_answer([], a10g, MeasuredWorkload(), asked, **kwargs)
+        assert refused.value.parameters == ("input_len", "output_len", flag)
+    with pytest.raises(ParameterError, match=r"needs input_len and output_len \(the prompts decide TTFT\)") as refused:
+        advise_answer([], a10g, MeasuredWorkload(), targets)
+    assert refused.value.parameters == ("ttft_slo_ms", "input_len", "output_len")
+    p99 = advise_answer([], a10g, MeasuredWorkload(), Targets(80.0, None, "p99"))
+    assert p99["warnings"][-1] == (
+        "--slo-statistic p99 needs the scheduler's distribution (give --input-len and --output-len); the decode-only "
+        "answer bounds the mean step time, which every token of a full batch takes"
+    )

@@ -863,3 +863,77 @@ def test_portable_model_travels_the_scheduler_fit_made_with_the_pool_lengths_and
     assert fitted is not None
     assert portable_model(fit, table) == travelling_of(fitted, fit, table) != travelling_of(bounded, fit, table)
     assert portable_model(fit, bare) == portable(fit, bare)
+
+
+WORKLOAD_LINES = [
+    (
+        "staggered",
+        True,
+        None,
+        "fitted",
+        None,
+        "closed loop, streams staggered, prompts prefilled whole (the best replay)",
+    ),
+    (
+        "burst",
+        True,
+        2048,
+        "engine",
+        None,
+        "closed loop, every stream started at once, prompts chunked at 2048 tokens per step (the engine's default)",
+    ),
+    (
+        "poisson",
+        True,
+        None,
+        "assumed",
+        None,
+        "open loop, Poisson arrivals at each point's rate, prompts prefilled whole (assumed: no TTFT to tell)",
+    ),
+    (
+        "staggered",
+        False,
+        512,
+        "given",
+        16,
+        "closed loop, streams staggered (assumed: the table does not say; '# client=…'), prompts chunked at 512 tokens "
+        "per step, per-slot KV streams on 16 slots (a pass per run)",
+    ),
+]
+
+
+@pytest.mark.parametrize(("client", "stated", "budget", "source", "slots", "line"), WORKLOAD_LINES)
+def test_the_scheduler_fits_workload_line_is_the_headers_words(client, stated, budget, source, slots, line) -> None:
+    """ServingFit.describe: the workload the fit assumed in the words every header and `predict` state — the client,
+    how prompts were prefilled and why (a given budget needs no why), per-slot KV streams where the server ran them."""
+    from tokenroof.serving.replay import ServingFit
+
+    sm = StepModel(t_fixed_s=2e-3, t_weights_s=10e-3, t_compute_s=50e-6, t_kv_token_s=1e-7)
+    fit = ServingFit(sm, client, stated, budget, source, "ttft", [], 0.01, 0.02, kv_slots=slots)
+    assert fit.describe() == "online, " + line
+
+
+def test_a_scheduler_fit_travels_with_its_context_source_and_replay() -> None:
+    """travelling_of: the scheduler's model, at the context the prior was made for (else the fit's), the table as
+    its source, the prior's label, nothing folded (its prefill is a term of its own), and how it was measured and
+    replays (Replayed: client, budget, prefill source, rms, the workload line, slots, the form's rms)."""
+    from tokenroof.fit.prior import MeasuredWorkload
+    from tokenroof.fit.travel import Replayed
+    from tokenroof.serving.replay import travelling_of
+
+    table = read_table([ROOT / "examples" / "serve-llama-123m-2026-12-06c" / "sweep" / "summary.csv"])
+    fit = fit_table(table, None, n_samples=0)
+    serving = serving_fit(fit, table, None, None, "fit")
+    assert serving is not None
+    serving = replace(serving, kv_slots=16, form_rms=(0.04, 0.05))
+    t = travelling_of(serving, fit, table)
+    assert (t.step_model, t.context_tokens, t.prefill_ratio, t.split) == (serving.model, 160.0, 0.0, True)
+    assert (t.source, t.prior) == (table.source, None)
+    info = (serving.client, None, "ttft", serving.tpot_rms, serving.ttft_rms, serving.describe(), 16, 0.04)
+    assert t.replayed == Replayed(*info)
+    assert travelling_of(replace(serving, form_rms=None), fit, table).replayed.form_tpot_rms is None
+    prior = Physics("llama-3.1-8b", "h100-sxm").prior(
+        MeasuredWorkload(context_tokens=900.0, input_len=128, output_len=64)
+    )
+    with_prior = travelling_of(serving, replace(fit, prior=prior), table)
+    assert (with_prior.context_tokens, with_prior.prior) == (900.0, prior.label)
