@@ -596,3 +596,34 @@ def test_advise_answer_sends_every_setting_to_the_scheduler_and_refuses_what_onl
         "--slo-statistic p99 needs the scheduler's distribution (give --input-len and --output-len); the decode-only "
         "answer bounds the mean step time, which every token of a full batch takes"
     )
+
+
+def test_the_margin_note_at_its_edges() -> None:
+    """margin_notes at its edges, by hand: a statistic exactly at target × (1 − 2 rms) is not close (TPOT or TTFT);
+    a margin that leaves a target at zero or below has no cap to search for (nothing said), one that leaves it just
+    above zero does; without a TTFT target the note names no TTFT."""
+    from types import SimpleNamespace
+
+    from tokenroof.serving.advise import MARGIN_RMS, margin_notes
+
+    def at(cap: int, tpot: float, ttft: float) -> SimpleNamespace:
+        return SimpleNamespace(max_num_seqs=cap, tpot_ms={"p99": tpot}, ttft_ms={"p99": ttft})
+
+    def search(tpot: float, ttft: float | None) -> SimpleNamespace:
+        return SimpleNamespace(chosen=at(3, 0.4, 0.4))
+
+    def advised(tpot: float, ttft: float) -> SimpleNamespace:
+        return SimpleNamespace(statistic="p99", chosen=at(9, tpot, ttft))
+
+    targets = Targets(100.0, 1000.0)
+    edge_tpot, edge_ttft = 100.0 * (1 - MARGIN_RMS * 0.05), 1000.0 * (1 - MARGIN_RMS * 0.1)
+    assert margin_notes(advised(edge_tpot, edge_ttft), 0.05, 0.1, targets, search) == []
+    assert margin_notes(advised(edge_tpot + 1e-9, edge_ttft), 0.05, 0.1, targets, search) != []
+    assert margin_notes(advised(edge_tpot, edge_ttft + 1e-6), 0.05, 0.1, targets, search) != []
+    assert margin_notes(advised(95.0, 500.0), 0.5, None, targets, search) == []  # TPOT target × 0 = 0
+    assert margin_notes(advised(95.0, 500.0), 0.5, None, Targets(100.0), search) == []
+    assert margin_notes(advised(95.0, 900.0), 0.01, 0.5, targets, search) == []  # TTFT target × 0
+    (low,) = margin_notes(advised(95.0, 500.0), 0.4975, None, Targets(100.0), search)  # TPOT target 0.5 ms
+    assert low.endswith("max_num_seqs 3 keeps it (predicted p99 TPOT 0.4 ms)")
+    (ttft_low,) = margin_notes(advised(95.0, 900.0), 0.01, 0.49975, targets, search)  # TTFT target 0.5 ms
+    assert ttft_low.endswith("max_num_seqs 3 keeps it (predicted p99 TPOT 0.4 ms, TTFT 0)")
