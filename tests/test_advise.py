@@ -533,6 +533,9 @@ def test_advise_with_prefill_from_files_keeps_the_cap_full_as_their_client_did(t
     staggered.write_text(text)
     plain = compare(staggered, "staggered", "streams staggered")
     assert 1 <= plain["max_num_seqs"] <= 16 and not any("-np" in w for w in plain["warnings"])
+    unstated = tmp_path / "unstated.csv"  # no lengths in the header: the flags' stand in
+    unstated.write_text(text.replace(" input_len=128 ", " ", 1).replace(" output_len=64 ", " ", 1))
+    assert compare(unstated, "staggered", "streams staggered")["max_num_seqs"] == plain["max_num_seqs"]
     burst = tmp_path / "burst.csv"
     burst.write_text(text.replace("client=staggered", "client=burst", 1))
     compare(burst, "burst", "every stream started at once")
