@@ -768,6 +768,10 @@ def test_with_scheduler_fits_the_server_as_the_deployment_says_and_answers_from_
     batches = [2.0, top, 40.0, 48.0, 56.0, 64.0, 72.0, 80.0]
     r = predicted(batches, named)
     assert r.serving.to_dict() == bounded.to_dict() and bounded.max_num_batched_tokens == 32
+    # serving_fit is fit_serving at the table's lengths, its budget "the engine's default" where one is given
+    assert bounded.budget_source == "engine"
+    assert bounded.to_dict() == fit_serving(table, fit, 128.0, 64.0, 1500, 32, "engine").to_dict()
+    assert fitted.to_dict() == fit_serving(table, fit, 128.0, 64.0, None, "fit").to_dict()
     serving_contract(bounded.to_dict())
     assert r.scheduler == replay_predictions(bounded, batches, [None], 128, 64, 1500)
     assert r.scheduler != replay_predictions(bounded, batches, [None], 128, 64, None)

@@ -671,3 +671,25 @@ def test_write_puts_each_request_and_step_on_its_own_line_as_computed(tmp_path) 
         "start_s,duration_s,running_batch,kv_tokens\n0.000000,0.250000,2,10\n1.500000,0.001000,3,12\n"
     )
     assert (out / "summary.json").read_text() == '{\n  "x": 1\n}'
+
+
+def test_a_colocated_bill_is_bill_of_steps_over_the_window_with_its_price_power_and_boards() -> None:
+    """SimResult.bill on a colocated run: model/cost.bill_of_steps over the steps that ended in the window (their
+    prompt tokens and the tokens emitted), the window's span, replicas × TP boards, with the price and the power
+    model stated beside it (None where not known)."""
+    from tokenroof.model.cost import PowerModel, Price, bill_of_steps
+
+    result = simulate(SM, Workload(4.0, Lengths(300), Lengths(40), 200), 64, replicas=2)
+    price, power = Price(2.5, "given"), PowerModel(tdp_watts=700.0, idle_watts=70.0, source="test")
+    w0, w1 = result.window_s()
+    assert w0 > 0.0
+    steps, outputs = result._decode_steps(w0, w1)
+    prompts = float(steps["prefill_tokens"].sum())
+    assert prompts > 0 and outputs > 0
+    expected = bill_of_steps(SM, steps, w1 - w0, 2, 4, outputs, prompts, price, power)
+    bill = result.bill(SM, 4, price, power)
+    assert bill == {**expected, "price": price.to_dict(), "power": power.to_dict(), "gpus": 8}
+    assert bill["usd_per_million_input_tokens"] > 0 and bill["energy_j_per_output_token"] > 0
+    bare = result.bill(SM, 4, None, None)
+    assert bare == {**bill_of_steps(SM, steps, w1 - w0, 2, 4, outputs, prompts, None, None), "price": None,
+                    "power": None, "gpus": 8}  # fmt: skip
