@@ -571,7 +571,8 @@ def test_advise_answer_sends_every_setting_to_the_scheduler_and_refuses_what_onl
     eagle, prefix = SpeculativeConfig("eagle", 3, (0.7,)), SharedPrefix(256, 2)
     given = advise_answer([], a10g, flags, targets, 1024, speculative=eagle, prefix=prefix, prefix_caching=False)
     assert given == advise_with_prefill([], a10g, flags, targets, 1024, eagle, prefix, False)
-    assert given != advise_with_prefill([], a10g, flags, targets, 1024, eagle, prefix, True)
+    cached = advise_with_prefill([], a10g, flags, targets, 1024, eagle, prefix, True)
+    assert given != cached == advise_answer([], a10g, flags, targets, 1024, speculative=eagle, prefix=prefix)
     decode_only = advise_answer([], a10g, MeasuredWorkload(input_len=512), Targets(80.0))
     assert decode_only == advise_answer([], a10g, MeasuredWorkload(), Targets(80.0))
     assert decode_only["source"].endswith(
