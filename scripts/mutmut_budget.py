@@ -24,7 +24,7 @@ from math import ceil
 from pathlib import Path
 
 import mutmut.__main__ as mutmut_main
-from mutmut.configuration import config
+from mutmut.configuration import ProcessIsolation, config
 from mutmut.state import state
 from mutmut.workers.isolation import ForkRunner
 
@@ -48,6 +48,8 @@ def within(tests: list[str], durations: dict[str, float], budget_s: float | None
 
 def budgeted(budget_s: float | None) -> None:
     """Patch mutmut's fork runner so each mutant runs only the tests within budget_s, and log what it ran."""
+    if budget_s is not None and config().process_isolation != ProcessIsolation.FORK:
+        raise SystemExit("--budget-s cuts the tests mutmut's fork runner sends: leave process_isolation at 'fork'")
     submit = ForkRunner.submit
 
     def submit_within(self: ForkRunner, mutant_name: str, tests: list[str], cpu_limit: int, estimated: float) -> None:

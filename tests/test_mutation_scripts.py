@@ -69,3 +69,16 @@ def test_the_table_counts_as_cut_only_survivors_that_met_part_of_their_tests():
 def test_a_budget_that_is_not_positive_is_refused(argv):
     with pytest.raises(SystemExit, match="positive"):
         mutmut_budget.main(argv)
+
+
+def test_a_budget_needs_the_fork_runner_whose_submissions_it_cuts(monkeypatch: pytest.MonkeyPatch):
+    from types import SimpleNamespace
+
+    from mutmut.configuration import ProcessIsolation
+
+    monkeypatch.setattr(mutmut_budget.ForkRunner, "submit", mutmut_budget.ForkRunner.submit)  # put back after
+    server = SimpleNamespace(process_isolation=ProcessIsolation.FORKSERVER)
+    monkeypatch.setattr(mutmut_budget, "config", lambda: server)
+    with pytest.raises(SystemExit, match="process_isolation"):
+        mutmut_budget.budgeted(10.0)
+    mutmut_budget.budgeted(None)  # nothing cut: any runner runs every covering test
