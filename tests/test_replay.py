@@ -16,7 +16,7 @@ import pytest
 from tests.conftest import ROOT, run_cli, run_json
 from tokenroof.errors import TokenroofError
 from tokenroof.fit.core import fit_table
-from tokenroof.io.measurements import read_table
+from tokenroof.io.measurements import parse_csv, read_table
 from tokenroof.model.stepmodel import StepModel
 from tokenroof.serving.deployment import Physics
 from tokenroof.serving.engine.core import Server
@@ -941,3 +941,54 @@ def test_a_scheduler_fit_travels_with_its_context_source_and_replay() -> None:
     )
     with_prior = travelling_of(serving, replace(fit, prior=prior), table)
     assert (with_prior.context_tokens, with_prior.prior) == (900.0, prior.label)
+
+
+@pytest.mark.parametrize(
+    ("client", "budget", "prompt"), [("staggered", None, 256), ("burst", None, 256), ("burst", 2048, 3000)]
+)
+def test_the_scheduler_fit_recovers_the_server_that_made_its_points(client: str, budget: int | None, prompt: int):
+    """The scheduler's fit (fit_serving and what it runs: the designs, the start, the solve, the replay) on four
+    closed-loop points the scheduler itself made from a known server: it finds the client and the prompt budget
+    (whole prompts, or 2,048 tokens a step for 3,000-token prompts), the step's fixed, weight and per-token compute
+    times within 1% (the KV reads and per-sequence time fold into one term at one context), replays the points
+    exactly and answers at 16 streams, past them, within 0.1%."""
+    from tokenroof.serving.replay import ServingFit, _closed_loop_at
+
+    truth = StepModel(t_fixed_s=3e-3, t_weights_s=12e-3, t_compute_s=60e-6, t_kv_token_s=2e-7, t_seq_s=1e-4)
+    server = ServingFit(truth, client, True, budget, "given", "ttft", [], 0.0, 0.0)
+    lengths = (Lengths(prompt), Lengths(64))
+    rows = []
+    for c in (1, 2, 4, 8):
+        tpot_s, ttft_s, throughput = _closed_loop_at(server, c, lengths, None)
+        rows.append(f"{c},{throughput:.8g},{tpot_s * 1e3:.8g},{ttft_s * 1e3:.8g}")
+    header = f"# input_len={prompt} output_len=64 client={client} batch_kind=concurrency tpot_kind=tpot\n"
+    table = parse_csv(header + "batch,throughput_tok_s,tpot_ms,ttft_ms\n" + "\n".join(rows) + "\n")
+    fitted = serving_fit(fit_table(table, None, n_samples=0), table, None, None, "fit")
+    assert fitted is not None
+    assert (fitted.client, fitted.max_num_batched_tokens, fitted.budget_source) == (client, budget, "fitted")
+    assert fitted.tpot_rms < 1e-4 and fitted.ttft_rms is not None and fitted.ttft_rms < 1e-4 and fitted.misfit() == []
+    sm = fitted.model
+    assert (sm.t_fixed_s, sm.t_weights_s, sm.t_compute_s) == pytest.approx((3e-3, 12e-3, 60e-6), rel=0.01)
+    context = prompt + 64 / 2
+    assert sm.memory_time_per_seq_s(context) == pytest.approx(truth.memory_time_per_seq_s(context), rel=0.01)
+    far = _closed_loop_at(fitted, 16, lengths, None)
+    assert far == pytest.approx(_closed_loop_at(server, 16, lengths, None), rel=1e-3)
+
+
+def test_a_budget_the_fit_cannot_try_is_named_by_its_replay() -> None:
+    """A server chunking at 512 tokens (not among the budgets the fit tries): its replay misses the TTFT by more than
+    the noise, and says so."""
+    from tokenroof.serving.replay import REPLAY_MISFIT, ServingFit, _closed_loop_at
+
+    truth = StepModel(t_fixed_s=3e-3, t_weights_s=12e-3, t_compute_s=60e-6, t_kv_token_s=2e-7, t_seq_s=1e-4)
+    server = ServingFit(truth, "staggered", True, 512, "given", "ttft", [], 0.0, 0.0)
+    rows = []
+    for c in (1, 2, 4, 8):
+        tpot_s, ttft_s, throughput = _closed_loop_at(server, c, (Lengths(1024), Lengths(64)), None)
+        rows.append(f"{c},{throughput:.8g},{tpot_s * 1e3:.8g},{ttft_s * 1e3:.8g}")
+    header = "# input_len=1024 output_len=64 client=staggered batch_kind=concurrency tpot_kind=tpot\n"
+    table = parse_csv(header + "batch,throughput_tok_s,tpot_ms,ttft_ms\n" + "\n".join(rows) + "\n")
+    fitted = serving_fit(fit_table(table, None, n_samples=0), table, None, None, "fit")
+    assert fitted is not None and fitted.ttft_rms is not None and fitted.ttft_rms > REPLAY_MISFIT
+    (said,) = fitted.misfit()
+    assert "the table does not look like the workload assumed" in said
