@@ -114,6 +114,8 @@ def main() -> int:
         "--survivors", action="store_true", help="re-run only the mutants the last run did not kill (after new tests)"
     )
     args = parser.parse_args()
+    if args.budget_s is not None and args.budget_s <= 0:
+        parser.error("--budget-s must be positive (leave it out to run every covering test)")
     names = sample(args.sample, args.seed) if args.sample else []
     if args.survivors:
         names = [name for name, status in results().items() if status not in KILLED]
@@ -123,7 +125,7 @@ def main() -> int:
             return 0
     if not args.no_run:
         start = time.perf_counter()
-        budget = ["--budget-s", str(args.budget_s)] if args.budget_s else []
+        budget = ["--budget-s", str(args.budget_s)] if args.budget_s is not None else []
         command = [*BUDGETED, *budget, "run", "--max-children", str(args.max_children), *names]
         run = subprocess.run(command, cwd=ROOT)
         print(f"mutmut run: exit {run.returncode}, {time.perf_counter() - start:.0f} s")

@@ -82,3 +82,10 @@ def test_a_budget_needs_the_fork_runner_whose_submissions_it_cuts(monkeypatch: p
     with pytest.raises(SystemExit, match="process_isolation"):
         mutmut_budget.budgeted(10.0)
     mutmut_budget.budgeted(None)  # nothing cut: any runner runs every covering test
+
+
+def test_the_score_script_refuses_a_budget_that_is_not_positive(monkeypatch: pytest.MonkeyPatch, capsys):
+    monkeypatch.setattr(sys, "argv", ["mutation_score.py", "--budget-s", "0"])
+    with pytest.raises(SystemExit):
+        mutation_score.main()
+    assert "--budget-s must be positive" in capsys.readouterr().err
