@@ -21,6 +21,8 @@ os.environ.setdefault("OMP_NUM_THREADS", "1")
 
 ROOT = Path(__file__).resolve().parents[1]
 SEED_TABLE = ROOT / "examples" / "h100_7b_seed.csv"  # the founding question's table (a copy of shared/data/seed)
+# `tokenroof serve` (llama-123m on one CPU thread) swept at 1-16 streams with TTFT: a real server's online table
+SERVE_SWEEP = ROOT / "examples" / "serve-llama-123m-2026-12-06c" / "sweep" / "summary.csv"
 DATA = ROOT / "tests" / "data"  # a published curve copied from shared/data/curves, with its source
 
 

@@ -23,7 +23,12 @@ def validate(command: str, data: dict[str, Any]) -> None:
     Draft202012Validator(load(command), registry=registry()).validate(json.loads(json.dumps(data)))
 
 
+def validate_part(command: str, pointer: str, data: Any) -> None:
+    """A part of a command's output against the part of its schema at `pointer` ("/$defs/point")."""
+    document = {"$ref": load(command)["$id"] + "#" + pointer}
+    Draft202012Validator(document, registry=registry()).validate(json.loads(json.dumps(data)))
+
+
 def validate_bench_point(point: dict[str, Any]) -> None:
     """One bench sweep point (as run_bench returns it and summary.json holds it) against bench's point definition."""
-    document = {"$ref": load("bench")["$id"] + "#/$defs/point"}
-    Draft202012Validator(document, registry=registry()).validate(json.loads(json.dumps(point)))
+    validate_part("bench", "/$defs/point", point)

@@ -7,7 +7,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from tests.conftest import ROOT, SEED_TABLE, run_cli, run_json
+from tests.conftest import SEED_TABLE, SERVE_SWEEP, run_cli, run_json
 from tokenroof.errors import TokenroofError
 from tokenroof.fit.predict import MeasuredWorkload
 from tokenroof.model.stepmodel import StepModel
@@ -435,6 +435,9 @@ def test_advise_answer_leaves_the_servers_prefix_caching_on_unless_told() -> Non
     assert data["engine_flags"]["sglang"] == f"--max-running-requests {cap}"
 
 
+A10G = Physics("llama-3.1-8b", "a10g")  # a small KV pool: a cap search of a few dozen caps
+
+
 def test_advise_with_prefill_from_first_principles_runs_the_scheduler_the_deployment_names() -> None:
     """advise_with_prefill without files, on a small KV pool (llama-3.1-8b on an A10G: a search of a few dozen caps):
     the answer is advise_cap's on the physics' step model with the deployment's server — its KV pool (less a
@@ -459,15 +462,14 @@ def test_advise_with_prefill_from_first_principles_runs_the_scheduler_the_deploy
         answer["engine_flags"] = engine_flags(answer["max_num_seqs"], spec, caching)
         return answer
 
-    a10g = Physics("llama-3.1-8b", "a10g")
-    plain = advise_with_prefill([], a10g, flags, targets, None)
-    assert plain == expected(a10g, Server(a10g.kv_pool_tokens(), None, False, None, True, False), a10g.eager_notes())
+    plain = advise_with_prefill([], A10G, flags, targets, None)
+    assert plain == expected(A10G, Server(A10G.kv_pool_tokens(), None, False, None, True, False), A10G.eager_notes())
     assert 8 < plain["max_num_seqs"] < 64 and plain["slo"]["statistic"] == "p99"
     assert "--enable-prefix-caching" not in " ".join(plain["engine_flags"])  # vLLM's default: nothing to set
     # prefix caching off, told: a server without it, and the flag that turns it off
-    uncached = advise_with_prefill([], a10g, flags, targets, None, prefix_caching=False)
+    uncached = advise_with_prefill([], A10G, flags, targets, None, prefix_caching=False)
     assert uncached == expected(
-        a10g, Server(a10g.kv_pool_tokens(), None, False, None, False, False), a10g.eager_notes(), caching=False
+        A10G, Server(A10G.kv_pool_tokens(), None, False, None, False, False), A10G.eager_notes(), caching=False
     )
     # TGI prefills in steps of their own, within its prompt budget, and says so
     tgi = Physics("llama-3.1-8b", "a10g", engine="tgi")
@@ -483,11 +485,11 @@ def test_advise_with_prefill_from_first_principles_runs_the_scheduler_the_deploy
     assert separate["max_num_seqs"] != plain["max_num_seqs"] or separate["at_cap"] != plain["at_cap"]
     # a shared prefix and EAGLE speculation: the prompts share it, the pool holds the draft's KV too
     eagle, prefix = SpeculativeConfig("eagle", 3, (0.7,)), SharedPrefix(256, 2)
-    both = advise_with_prefill([], a10g, flags, targets, None, speculative=eagle, prefix=prefix)
-    speculation = a10g.speculation(eagle)
-    notes = [*a10g.eager_notes(), speculation.assumption(), prefix.assumption(True, False, False)]
-    server = Server(a10g.kv_pool_tokens(eagle), None, False, speculation, True, False)
-    assert both == expected(a10g, server, notes, PromptLengths(512, prefix=prefix), spec=eagle)
+    both = advise_with_prefill([], A10G, flags, targets, None, speculative=eagle, prefix=prefix)
+    speculation = A10G.speculation(eagle)
+    notes = [*A10G.eager_notes(), speculation.assumption(), prefix.assumption(True, False, False)]
+    server = Server(A10G.kv_pool_tokens(eagle), None, False, speculation, True, False)
+    assert both == expected(A10G, server, notes, PromptLengths(512, prefix=prefix), spec=eagle)
 
 
 def test_advise_with_prefill_from_files_keeps_the_cap_full_as_their_client_did(tmp_path: Path) -> None:
@@ -502,7 +504,7 @@ def test_advise_with_prefill_from_files_keeps_the_cap_full_as_their_client_did(t
     from tokenroof.serving.advise import advise_with_prefill
     from tokenroof.serving.replay import portable_model
 
-    text = (ROOT / "examples" / "serve-llama-123m-2026-12-06c" / "sweep" / "summary.csv").read_text()
+    text = SERVE_SWEEP.read_text()
     flags, targets, physics = MeasuredWorkload(input_len=128, output_len=64), Targets(100.0, 1000.0), Physics()
 
     def expected(path: Path, client: str, how: str) -> dict:
@@ -566,15 +568,14 @@ def test_advise_answer_sends_every_setting_to_the_scheduler_and_refuses_what_onl
     from tokenroof.model.speculative import SpeculativeConfig
     from tokenroof.serving.advise import advise_with_prefill
 
-    a10g = Physics("llama-3.1-8b", "a10g")
     flags, targets = MeasuredWorkload(input_len=512, output_len=64), Targets(80.0, 2000.0)
     eagle, prefix = SpeculativeConfig("eagle", 3, (0.7,)), SharedPrefix(256, 2)
-    given = advise_answer([], a10g, flags, targets, 1024, speculative=eagle, prefix=prefix, prefix_caching=False)
-    assert given == advise_with_prefill([], a10g, flags, targets, 1024, eagle, prefix, False)
-    cached = advise_with_prefill([], a10g, flags, targets, 1024, eagle, prefix, True)
-    assert given != cached == advise_answer([], a10g, flags, targets, 1024, speculative=eagle, prefix=prefix)
-    decode_only = advise_answer([], a10g, MeasuredWorkload(input_len=512), Targets(80.0))
-    assert decode_only == advise_answer([], a10g, MeasuredWorkload(), Targets(80.0))
+    given = advise_answer([], A10G, flags, targets, 1024, speculative=eagle, prefix=prefix, prefix_caching=False)
+    assert given == advise_with_prefill([], A10G, flags, targets, 1024, eagle, prefix, False)
+    cached = advise_with_prefill([], A10G, flags, targets, 1024, eagle, prefix, True)
+    assert given != cached == advise_answer([], A10G, flags, targets, 1024, speculative=eagle, prefix=prefix)
+    decode_only = advise_answer([], A10G, MeasuredWorkload(input_len=512), Targets(80.0))
+    assert decode_only == advise_answer([], A10G, MeasuredWorkload(), Targets(80.0))
     assert decode_only["source"].endswith(
         "the decode step time (no prompts in the steps; give --input-len and --output-len for the scheduler's answer)"
     )
@@ -590,12 +591,12 @@ def test_advise_answer_sends_every_setting_to_the_scheduler_and_refuses_what_onl
     ]
     for kwargs, asked, message, flag in refusals:
         with pytest.raises(ParameterError, match=message) as refused:
-            advise_answer([], a10g, MeasuredWorkload(), asked, **kwargs)
+            advise_answer([], A10G, MeasuredWorkload(), asked, **kwargs)
         assert refused.value.parameters == ("input_len", "output_len", flag)
     with pytest.raises(ParameterError, match=r"needs input_len and output_len \(the prompts decide TTFT\)") as refused:
-        advise_answer([], a10g, MeasuredWorkload(), targets)
+        advise_answer([], A10G, MeasuredWorkload(), targets)
     assert refused.value.parameters == ("ttft_slo_ms", "input_len", "output_len")
-    p99 = advise_answer([], a10g, MeasuredWorkload(), Targets(80.0, None, "p99"))
+    p99 = advise_answer([], A10G, MeasuredWorkload(), Targets(80.0, None, "p99"))
     assert p99["warnings"][-1] == (
         "--slo-statistic p99 needs the scheduler's distribution (give --input-len and --output-len); the decode-only "
         "answer bounds the mean step time, which every token of a full batch takes"

@@ -7,13 +7,14 @@ import importlib.util
 import json
 import math
 from dataclasses import replace
+from functools import cache
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import pytest
 
-from tests.conftest import ROOT, run_cli, run_json
+from tests.conftest import ROOT, SERVE_SWEEP, run_cli, run_json
 from tokenroof.errors import TokenroofError
 from tokenroof.fit.core import fit_table
 from tokenroof.io.measurements import parse_csv, read_table
@@ -49,6 +50,32 @@ OTHER = StepModel(
     t_seq_s=15e-6,
     t_attn_token_s=1e-9,
 )
+
+
+# a server for the scheduler's own runs: 12 ms steps at batch 1, 50 µs a prompt token, KV reads, 0.1 ms a sequence
+SERVER = StepModel(t_fixed_s=2e-3, t_weights_s=10e-3, t_compute_s=50e-6, t_kv_token_s=1e-7, t_seq_s=1e-4)
+# the server the recovery tests fit back from its own points
+TRUTH = StepModel(t_fixed_s=3e-3, t_weights_s=12e-3, t_compute_s=60e-6, t_kv_token_s=2e-7, t_seq_s=1e-4)
+
+
+@cache
+def serve_sweep() -> tuple[Any, Any]:
+    """SERVE_SWEEP read and fitted (data only) once for the module: tests read the table and fit, never change them."""
+    table = read_table([SERVE_SWEEP])
+    return table, fit_table(table, None, n_samples=0)
+
+
+def closed_loop_table(server: Any, prompt: int) -> Any:
+    """Four closed-loop points (1, 2, 4, 8 streams, `prompt` tokens in, 64 out) the scheduler makes from `server` (a
+    ServingFit: its model, client and budget), as a bench table stating its workload."""
+    from tokenroof.serving.replay import _closed_loop_at
+
+    rows = []
+    for c in (1, 2, 4, 8):
+        tpot_s, ttft_s, throughput = _closed_loop_at(server, c, (Lengths(prompt), Lengths(64)), None)
+        rows.append(f"{c},{throughput:.8g},{tpot_s * 1e3:.8g},{ttft_s * 1e3:.8g}")
+    header = f"# input_len={prompt} output_len=64 client={server.client} batch_kind=concurrency tpot_kind=tpot\n"
+    return parse_csv(header + "batch,throughput_tok_s,tpot_ms,ttft_ms\n" + "\n".join(rows) + "\n")
 
 
 def vllm_files(tmp_path: Path, truth: StepModel, budget: int | None, concurrencies=(1, 4, 16, 32, 64)) -> list[Path]:
@@ -593,7 +620,7 @@ def test_an_open_loop_at_a_concurrency_holds_that_many_requests() -> None:
     the answer is in seconds and tokens a second."""
     from tokenroof.serving.replay import ServingFit, _open_loop_at
 
-    sm = StepModel(t_fixed_s=2e-3, t_weights_s=10e-3, t_compute_s=50e-6, t_kv_token_s=1e-7, t_seq_s=1e-4)
+    sm = SERVER
     poisson = ServingFit(sm, "poisson", True, None, "given", "ttft", [], 0.0, 0.0)
     for serving in (poisson, replace(poisson, client="constant")):
         for batch in (4.0, 16.0):
@@ -622,8 +649,8 @@ def test_serving_fit_samples_are_refits_that_still_replay_the_sweep() -> None:
     solved (a model given, not fitted)."""
     from tokenroof.serving.replay import replayed_points
 
-    table = read_table([ROOT / "examples" / "serve-llama-123m-2026-12-06c" / "sweep" / "summary.csv"])
-    serving = serving_fit(fit_table(table, None, n_samples=0), table, None, None, "fit")
+    table, fit = serve_sweep()
+    serving = serving_fit(fit, table, None, None, "fit")
     assert serving is not None and serving.problem is not None and serving.ttft_rms is not None
     samples = serving.samples(3, seed=0)
     assert len(samples) == 3 and samples == serving.samples(3, seed=0) and samples != serving.samples(3, seed=1)
@@ -662,7 +689,7 @@ def test_replay_predictions_run_each_batch_and_context_as_the_measuring_client_d
     from tokenroof.serving.replay import ServingFit, _closed_loop_at, replay_predictions
     from tokenroof.serving.saturation import closed_loop
 
-    sm = StepModel(t_fixed_s=2e-3, t_weights_s=10e-3, t_compute_s=50e-6, t_kv_token_s=1e-7, t_seq_s=1e-4)
+    sm = SERVER
     staggered = ServingFit(sm, "staggered", True, None, "given", "ttft", [], 0.0, 0.0)
 
     def ran(c: int, prompt: int, out: int, client: str = "staggered", **server: Any) -> tuple[float, float, float]:
@@ -722,8 +749,7 @@ def test_with_scheduler_fits_the_server_as_the_deployment_says_and_answers_from_
     from tokenroof.fit.predict import PredictResult
     from tokenroof.serving.replay import replay_predictions, with_scheduler
 
-    table = read_table([ROOT / "examples" / "serve-llama-123m-2026-12-06c" / "sweep" / "summary.csv"])
-    fit = fit_table(table, None, n_samples=0)
+    table, fit = serve_sweep()
     top = fit.batch_range[1]  # 14.97
 
     def predicted(batches: list[float], physics: Any, contexts: list[float] | None = None, lengths=None, t=table):
@@ -794,13 +820,9 @@ def test_with_scheduler_fits_the_server_as_the_deployment_says_and_answers_from_
 def serving_contract(serving: dict[str, Any]) -> None:
     """A ServingFit's JSON (predict's "serving", what --save-model writes) against the contract: every key it
     declares, nothing else."""
-    from jsonschema import Draft202012Validator
+    from tests.schemas import validate_part
 
-    from tests.schemas import load
-    from tokenroof.io.contract import registry
-
-    document = {"$ref": load("predict")["$id"] + "#/properties/serving"}
-    Draft202012Validator(document, registry=registry()).validate(json.loads(json.dumps(serving)))
+    validate_part("predict", "/properties/serving", serving)
 
 
 def test_a_replay_that_misses_the_measured_points_says_by_how_much_and_what_to_state() -> None:
@@ -809,7 +831,7 @@ def test_a_replay_that_misses_the_measured_points_says_by_how_much_and_what_to_s
     miss), and what to state to mend it."""
     from tokenroof.serving.replay import REPLAY_MISFIT, ServingFit
 
-    sm = StepModel(t_fixed_s=2e-3, t_weights_s=10e-3, t_compute_s=50e-6, t_kv_token_s=1e-7, t_seq_s=1e-4)
+    sm = SERVER
     fit = ServingFit(sm, "staggered", True, None, "given", "ttft", [], REPLAY_MISFIT, REPLAY_MISFIT)
     assert fit.misfit() == []
     assert replace(fit, ttft_rms=None).misfit() == []  # no TTFT measured: TPOT alone is judged
@@ -832,7 +854,7 @@ def test_an_open_loop_run_is_simulate_on_about_forty_lifetimes_of_the_rate_asked
     the same run as simulate given that workload and server."""
     from tokenroof.serving.replay import OPEN_LOOP_MAX_NUM_SEQS, OPEN_LOOP_REQUESTS, open_loop_run
 
-    sm = StepModel(t_fixed_s=2e-3, t_weights_s=10e-3, t_compute_s=50e-6, t_kv_token_s=1e-7, t_seq_s=1e-4)
+    sm = SERVER
     lengths = (Lengths(200), Lengths(50))
     assert OPEN_LOOP_REQUESTS == (200, 2000) and OPEN_LOOP_MAX_NUM_SEQS == 1024
     for client, burstiness in (("poisson", 1.0), ("constant", math.inf)):
@@ -856,8 +878,7 @@ def test_portable_model_travels_the_scheduler_fit_made_with_the_pool_lengths_and
     from tokenroof.fit.travel import portable
     from tokenroof.serving.replay import portable_model, travelling_of
 
-    table = read_table([ROOT / "examples" / "serve-llama-123m-2026-12-06c" / "sweep" / "summary.csv"])
-    fit = fit_table(table, None, n_samples=0)
+    table, fit = serve_sweep()
     bare = replace(table, semantics=replace(table.semantics, input_len=None, output_len=None, stated=()))
     bounded = serving_fit(fit, table, 1500, None, 32)
     assert bounded is not None
@@ -925,8 +946,7 @@ def test_a_scheduler_fit_travels_with_its_context_source_and_replay() -> None:
     from tokenroof.fit.travel import Replayed
     from tokenroof.serving.replay import travelling_of
 
-    table = read_table([ROOT / "examples" / "serve-llama-123m-2026-12-06c" / "sweep" / "summary.csv"])
-    fit = fit_table(table, None, n_samples=0)
+    table, fit = serve_sweep()
     serving = serving_fit(fit, table, None, None, "fit")
     assert serving is not None
     serving = replace(serving, kv_slots=16, form_rms=(0.04, 0.05))
@@ -954,15 +974,9 @@ def test_the_scheduler_fit_recovers_the_server_that_made_its_points(client: str,
     exactly and answers at 16 streams, past them, within 0.1%."""
     from tokenroof.serving.replay import ServingFit, _closed_loop_at
 
-    truth = StepModel(t_fixed_s=3e-3, t_weights_s=12e-3, t_compute_s=60e-6, t_kv_token_s=2e-7, t_seq_s=1e-4)
-    server = ServingFit(truth, client, True, budget, "given", "ttft", [], 0.0, 0.0)
+    server = ServingFit(TRUTH, client, True, budget, "given", "ttft", [], 0.0, 0.0)
     lengths = (Lengths(prompt), Lengths(64))
-    rows = []
-    for c in (1, 2, 4, 8):
-        tpot_s, ttft_s, throughput = _closed_loop_at(server, c, lengths, None)
-        rows.append(f"{c},{throughput:.8g},{tpot_s * 1e3:.8g},{ttft_s * 1e3:.8g}")
-    header = f"# input_len={prompt} output_len=64 client={client} batch_kind=concurrency tpot_kind=tpot\n"
-    table = parse_csv(header + "batch,throughput_tok_s,tpot_ms,ttft_ms\n" + "\n".join(rows) + "\n")
+    table = closed_loop_table(server, prompt)
     fitted = serving_fit(fit_table(table, None, n_samples=0), table, None, None, "fit")
     assert fitted is not None
     assert (fitted.client, fitted.max_num_batched_tokens, fitted.budget_source) == (client, budget, "fitted")
@@ -970,7 +984,7 @@ def test_the_scheduler_fit_recovers_the_server_that_made_its_points(client: str,
     sm = fitted.model
     assert (sm.t_fixed_s, sm.t_weights_s, sm.t_compute_s) == pytest.approx((3e-3, 12e-3, 60e-6), rel=0.01)
     context = prompt + 64 / 2
-    assert sm.memory_time_per_seq_s(context) == pytest.approx(truth.memory_time_per_seq_s(context), rel=0.01)
+    assert sm.memory_time_per_seq_s(context) == pytest.approx(TRUTH.memory_time_per_seq_s(context), rel=0.01)
     far = _closed_loop_at(fitted, 16, lengths, None)
     assert far == pytest.approx(_closed_loop_at(server, 16, lengths, None), rel=1e-3)
 
@@ -978,16 +992,9 @@ def test_the_scheduler_fit_recovers_the_server_that_made_its_points(client: str,
 def test_a_budget_the_fit_cannot_try_is_named_by_its_replay() -> None:
     """A server chunking at 512 tokens (not among the budgets the fit tries): its replay misses the TTFT by more than
     the noise, and says so."""
-    from tokenroof.serving.replay import REPLAY_MISFIT, ServingFit, _closed_loop_at
+    from tokenroof.serving.replay import REPLAY_MISFIT, ServingFit
 
-    truth = StepModel(t_fixed_s=3e-3, t_weights_s=12e-3, t_compute_s=60e-6, t_kv_token_s=2e-7, t_seq_s=1e-4)
-    server = ServingFit(truth, "staggered", True, 512, "given", "ttft", [], 0.0, 0.0)
-    rows = []
-    for c in (1, 2, 4, 8):
-        tpot_s, ttft_s, throughput = _closed_loop_at(server, c, (Lengths(1024), Lengths(64)), None)
-        rows.append(f"{c},{throughput:.8g},{tpot_s * 1e3:.8g},{ttft_s * 1e3:.8g}")
-    header = "# input_len=1024 output_len=64 client=staggered batch_kind=concurrency tpot_kind=tpot\n"
-    table = parse_csv(header + "batch,throughput_tok_s,tpot_ms,ttft_ms\n" + "\n".join(rows) + "\n")
+    table = closed_loop_table(ServingFit(TRUTH, "staggered", True, 512, "given", "ttft", [], 0.0, 0.0), 1024)
     fitted = serving_fit(fit_table(table, None, n_samples=0), table, None, None, "fit")
     assert fitted is not None and fitted.ttft_rms is not None and fitted.ttft_rms > REPLAY_MISFIT
     (said,) = fitted.misfit()
