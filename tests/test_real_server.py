@@ -6,6 +6,7 @@ from __future__ import annotations
 import importlib.util
 import json
 import math
+import re
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -502,7 +503,10 @@ def test_advise_says_when_its_cap_sits_within_the_fits_error_of_a_target() -> No
     close = run_json(["advise", str(RUNS[3] / "sweep"), *targets])
     assert close["max_num_seqs"] == 9
     (said,) = [w for w in close["warnings"] if "replay error" in w]
-    assert "p99 TPOT 105.2 ms (target 110, 3.8%)" in said and "max_num_seqs 8 keeps it" in said
+    # the figures to the fit's own precision (its solver stops within ~0.2% of them: the summation order moves them)
+    found = re.search(r"p99 TPOT ([\d.]+) ms \(target 110, ([\d.]+)%\)", said)
+    assert found and float(found[1]) == pytest.approx(105.2, abs=0.5) and float(found[2]) == pytest.approx(3.8, abs=0.2)
+    assert "max_num_seqs 8 keeps it" in said
     clear = run_json(["advise", str(RUNS[0] / "sweep"), *targets])
     assert not [w for w in clear["warnings"] if "replay error" in w]
 
