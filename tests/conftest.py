@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+import ast
 import functools
 import io
 import json
@@ -24,6 +25,22 @@ SEED_TABLE = ROOT / "examples" / "h100_7b_seed.csv"  # the founding question's t
 # `tokenroof serve` (llama-123m on one CPU thread) swept at 1-16 streams with TTFT: a real server's online table
 SERVE_SWEEP = ROOT / "examples" / "serve-llama-123m-2026-12-06c" / "sweep" / "summary.csv"
 DATA = ROOT / "tests" / "data"  # a published curve copied from shared/data/curves, with its source
+
+
+@pytest.fixture(autouse=True)
+def _each_test_runs_its_own_at_cap() -> None:
+    """at_cap keeps its runs for the process (serving/saturation.py): a test starts without another's, so one that
+    patches what at_cap runs sees its patch run."""
+    from tokenroof.serving.saturation import _kept_full
+
+    _kept_full.cache_clear()
+
+
+@functools.cache
+def source_tree(path: Path) -> ast.Module:
+    """A module of the package parsed once per test process (the layout and the error-message tests walk every one;
+    they read the trees and never change them)."""
+    return ast.parse(path.read_text(encoding="utf-8"))
 
 
 # typer's CliRunner builds the click command from the app on every invoke: 50 ms of signature introspection, 12 s

@@ -435,6 +435,7 @@ def test_plan_prices_a_split_across_two_kinds_of_gpu() -> None:
     assert f"{cheaper} costs" in text
 
 
+@pytest.mark.heavy
 def test_plan_keeps_each_choices_split_and_a_choice_whose_prefill_pool_cannot_serve_is_out_alone() -> None:
     """Several --hardware choices with --prefill-hardware: every choice's split is in its row (pools, GPUs, cost), so
     an A100 decode pool behind H100 prompt machines is not lost when the cheapest colocated choice is the H100; and a
@@ -532,6 +533,7 @@ def test_prefill_hardware_is_refused_where_it_means_nothing(args: list[str], mes
     assert result.exit_code != 0 and message in " ".join(result.output.split()), result.output
 
 
+@pytest.mark.heavy
 def test_plan_weighs_several_prefill_hardware_and_keeps_the_cheapest_split() -> None:
     """plan --prefill-hardware a100-sxm-80gb,h100-sxm (Splitwise's question, asked of every choice): each choice's
     split is tried with each prefill hardware, every outcome is in `prefill_choices`, and the split kept is the

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import run_cli
+from tests.conftest import run_cli, source_tree
 from tokenroof.errors import ParameterError, TokenroofError, flag_of, prefixed
 
 SRC = Path(__file__).resolve().parents[1] / "src" / "tokenroof"
@@ -46,7 +46,7 @@ def test_the_library_names_no_flag() -> None:
     for path in SRC.rglob("*.py"):
         if path.parts[-2] in ("cli", "ui"):
             continue
-        for node in ast.walk(ast.parse(path.read_text())):
+        for node in ast.walk(source_tree(path)):
             if isinstance(node, ast.Call) and getattr(node.func, "id", None) == "TokenroofError" and node.args:
                 text = ast.unparse(node.args[0])
                 if " --" in text or "'--" in text or '"--' in text or "(--" in text:
@@ -74,7 +74,7 @@ def test_every_parameter_error_has_one_placeholder_per_parameter() -> None:
     """A miscounted template would raise ValueError where a one-line message was due: every call site checked."""
     calls = 0
     for path in SRC.rglob("*.py"):
-        for node in ast.walk(ast.parse(path.read_text())):
+        for node in ast.walk(source_tree(path)):
             name = getattr(node.func, "id", None) if isinstance(node, ast.Call) else None
             if name == "require" and path.name == "config.py":  # measure/http/config.py: require(ok, template, ...)
                 node = ast.Call(node.func, node.args[1:], [])

@@ -6,6 +6,8 @@ from __future__ import annotations
 import ast
 from pathlib import Path
 
+from tests.conftest import source_tree
+
 SRC = Path(__file__).resolve().parents[1] / "src" / "tokenroof"
 # lowest first; one rank may import its own and any lower rank
 RANKS = {
@@ -34,7 +36,7 @@ def layer_of(module: str) -> str:
 
 def runtime_imports(path: Path) -> set[str]:
     """The tokenroof modules `path` imports when it runs (not those under `if TYPE_CHECKING:`)."""
-    tree = ast.parse(path.read_text(encoding="utf-8"))
+    tree = source_tree(path)
     typing_only = {
         id(sub)
         for node in ast.walk(tree)
@@ -85,7 +87,7 @@ def every_import(path: Path) -> set[str]:
     `from package import submodule` names the submodule (Python runs the package's __init__ for any submodule,
     which is not a dependency of the importer's own)."""
     found = set()
-    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+    for node in ast.walk(source_tree(path)):
         if isinstance(node, ast.ImportFrom) and node.module and node.module.startswith("tokenroof"):
             subs = {f"{node.module}.{a.name}" for a in node.names} & set(MODULES)
             attributes = [a for a in node.names if f"{node.module}.{a.name}" not in MODULES]

@@ -9,26 +9,40 @@ from pathlib import Path
 
 import pytest
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "scripts"))
+SCRIPTS = Path(__file__).resolve().parents[1] / "scripts"
 
-import mutation_score
-import mutmut_budget
+
+# the scripts import mutmut (half a second): on first use, not when every test process collects this file
+@pytest.fixture(scope="module")
+def mutmut_budget():
+    sys.path.insert(0, str(SCRIPTS))
+    import mutmut_budget
+
+    return mutmut_budget
+
+
+@pytest.fixture(scope="module")
+def mutation_score(mutmut_budget):
+    import mutation_score
+
+    return mutation_score
+
 
 DURATIONS = {"t_fast": 1.0, "t_mid": 4.0, "t_slow": 30.0, "t_tiny": 0.5}
 
 
-def test_a_budget_keeps_the_fastest_tests_while_their_durations_sum_within_it():
+def test_a_budget_keeps_the_fastest_tests_while_their_durations_sum_within_it(mutmut_budget):
     tests = ["t_slow", "t_mid", "t_fast", "t_tiny"]
     assert mutmut_budget.within(tests, DURATIONS, 5.5) == ["t_tiny", "t_fast", "t_mid"]  # 0.5 + 1 + 4 = 5.5
     assert mutmut_budget.within(tests, DURATIONS, 5.4) == ["t_tiny", "t_fast"]
     assert mutmut_budget.within(tests, DURATIONS, None) == ["t_tiny", "t_fast", "t_mid", "t_slow"]
 
 
-def test_the_fastest_test_runs_even_when_it_alone_is_over_the_budget():
+def test_the_fastest_test_runs_even_when_it_alone_is_over_the_budget(mutmut_budget):
     assert mutmut_budget.within(["t_slow", "t_mid"], DURATIONS, 0.1) == ["t_mid"]
 
 
-def test_the_last_log_entry_for_a_mutant_wins(tmp_path: Path):
+def test_the_last_log_entry_for_a_mutant_wins(tmp_path: Path, mutmut_budget):
     log = tmp_path / mutmut_budget.LOG
     log.parent.mkdir()
     entries = [
@@ -43,7 +57,7 @@ def test_the_last_log_entry_for_a_mutant_wins(tmp_path: Path):
     assert mutmut_budget.last_budgets(tmp_path / "elsewhere") == {}
 
 
-def test_the_table_counts_as_cut_only_survivors_that_met_part_of_their_tests():
+def test_the_table_counts_as_cut_only_survivors_that_met_part_of_their_tests(mutation_score):
     statuses = {
         "pkg.a.x_f__mutmut_1": "killed",  # cut but killed: not counted
         "pkg.a.x_f__mutmut_2": "survived",  # cut: counted
@@ -66,12 +80,12 @@ def test_the_table_counts_as_cut_only_survivors_that_met_part_of_their_tests():
 
 
 @pytest.mark.parametrize("argv", [["--budget-s", "0", "run"], ["--budget-s", "-3", "run"]])
-def test_a_budget_that_is_not_positive_is_refused(argv):
+def test_a_budget_that_is_not_positive_is_refused(argv, mutmut_budget):
     with pytest.raises(SystemExit, match="positive"):
         mutmut_budget.main(argv)
 
 
-def test_a_budget_needs_the_fork_runner_whose_submissions_it_cuts(monkeypatch: pytest.MonkeyPatch):
+def test_a_budget_needs_the_fork_runner_whose_submissions_it_cuts(monkeypatch: pytest.MonkeyPatch, mutmut_budget):
     from types import SimpleNamespace
 
     from mutmut.configuration import ProcessIsolation
@@ -84,7 +98,9 @@ def test_a_budget_needs_the_fork_runner_whose_submissions_it_cuts(monkeypatch: p
     mutmut_budget.budgeted(None)  # nothing cut: any runner runs every covering test
 
 
-def test_the_score_script_refuses_a_budget_that_is_not_positive(monkeypatch: pytest.MonkeyPatch, capsys):
+def test_the_score_script_refuses_a_budget_that_is_not_positive(
+    monkeypatch: pytest.MonkeyPatch, capsys, mutation_score
+):
     monkeypatch.setattr(sys, "argv", ["mutation_score.py", "--budget-s", "0"])
     with pytest.raises(SystemExit):
         mutation_score.main()

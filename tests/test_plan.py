@@ -80,6 +80,7 @@ def test_ray_missing_is_a_clear_error() -> None:
         make_plan([SM], WORKLOAD, Slo(500, 20), seeds=(0,), ray_address="local")
 
 
+@pytest.mark.heavy
 def test_cli_plan_compares_hardware_and_tp_by_cost() -> None:
     data = run_json(
         [

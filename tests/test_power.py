@@ -164,6 +164,7 @@ def test_roofline_simulate_and_plan_carry_the_bill() -> None:
     assert plain["cost"] == {"price": None, "power": None} and plain["points"][0]["power_watts"] is None
 
 
+@pytest.mark.heavy
 def test_plan_states_the_answers_energy() -> None:
     """plan's answer carries its power and energy per output token (one run of the chosen replicas), with the power
     model's source; on hardware without a TDP, null."""

@@ -514,6 +514,7 @@ def test_routing_by_prefix_serves_each_prefix_from_one_replicas_cache() -> None:
     assert kept["ttft_ms"]["p50"] < spread["ttft_ms"]["p50"]
 
 
+@pytest.mark.heavy
 def test_plan_judges_a_fleet_behind_the_prefix_router_and_its_json_says_so() -> None:
     from tests.conftest import run_json
     from tests.schemas import validate

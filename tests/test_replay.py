@@ -407,6 +407,21 @@ def test_at_cap_runs_a_closed_loop_of_the_asked_client() -> None:
         ClosedLoop(4, Lengths(10), Lengths(10), 10, "waves")
 
 
+def test_at_cap_runs_each_deployment_once_and_hands_each_caller_its_own_figures() -> None:
+    """The same arguments meet the run already made (advise's margin search, plan's reference replica): equal figures,
+    each caller's statistics its own to change; another argument (the seed) runs again."""
+    from tokenroof.serving.saturation import _kept_full
+
+    args = (EXAMPLES_TRUTH, Lengths(256, "lognormal", 0.5), Lengths(32), 8, Server(None, 2048))
+    first = at_cap(*args)
+    first.tpot_ms["p99"] = -1.0
+    again = at_cap(*args)
+    assert _kept_full.cache_info().hits == 1 and again.tpot_ms["p99"] > 0 and again.ttft_ms is not first.ttft_ms
+    assert replace(again, tpot_ms={}, ttft_ms={}) == replace(first, tpot_ms={}, ttft_ms={})
+    other = at_cap(*args, seed=1)
+    assert _kept_full.cache_info().misses == 2 and other.tpot_ms != again.tpot_ms
+
+
 def test_predict_from_vllm_files_answers_from_the_scheduler_and_holds_the_holdout() -> None:
     """The files measured TTFT: the scheduler's model answers at any concurrency, with TTFT; the held-out files at
     256 and 384 (preempting) fall inside the intervals."""
