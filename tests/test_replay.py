@@ -421,6 +421,12 @@ def test_at_cap_runs_each_deployment_once_and_hands_each_caller_its_own_figures(
     other = at_cap(*args, seed=1)
     assert _kept_full.cache_info().misses == 2 and other.tpot_ms != again.tpot_ms
 
+    class Unkeyed(Lengths):  # an argument that cannot be a key runs uncached, to the same figures
+        __hash__ = None  # type: ignore[assignment]
+
+    unkeyed = at_cap(EXAMPLES_TRUTH, Unkeyed(256, "lognormal", 0.5), *args[2:])
+    assert _kept_full.cache_info().misses == 2 and unkeyed == again
+
 
 def test_predict_from_vllm_files_answers_from_the_scheduler_and_holds_the_holdout() -> None:
     """The files measured TTFT: the scheduler's model answers at any concurrency, with TTFT; the held-out files at

@@ -617,8 +617,9 @@ def _start(terms: Terms, points: Sequence[Point]) -> list[np.ndarray]:
 
 def condensed(designs: Sequence[Design]) -> tuple[Design, np.ndarray]:
     """Every point's steps in one stack and the point each belongs to, each distinct step once per point with its
-    weights summed (a steady loop repeats its steps: ~8 in 9 of a replay's rows are repeats) and the steps that weigh
-    in neither mean left out: the same sums, in a tenth of the time a solver's every evaluation takes."""
+    weights summed and the steps that weigh in neither mean left out: the same sums over ~8× fewer rows (a steady loop
+    repeats its steps: 207,933 distinct of 1,571,910 over the fits of test_replay and test_advise), each of the
+    solver's evaluations timing each once."""
     stack = Design.mix([(d, 1.0) for d in designs])
     owner = np.repeat(np.arange(len(designs)), [d.batch.size for d in designs])
     passes = np.ones(stack.batch.size) if stack.passes is None else stack.passes
