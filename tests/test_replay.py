@@ -1023,38 +1023,21 @@ def test_a_budget_the_fit_cannot_try_is_named_by_its_replay() -> None:
 
 
 def test_condensed_steps_are_the_same_sums_each_distinct_step_once_per_point() -> None:
-    a = Design(
-        np.array([1.0, 1.0, 2.0]),
-        np.array([10.0, 10.0, 20.0]),
-        np.zeros(3),
-        np.zeros(3),
-        np.array([0.25, 0.25, 0.5]),
-        np.array([0.0, 0.0, 1.0]),
-    )
+    def design(batch, context, tpot, ttft, passes=None) -> Design:  # decode steps (no prompt tokens)
+        zeros = np.zeros(len(batch))
+        rows = (np.array(batch, dtype=float), np.array(context, dtype=float), zeros, zeros)
+        return Design(*rows, np.array(tpot), np.array(ttft), None if passes is None else np.array(passes, dtype=float))
+
+    a = design([1, 1, 2], [10, 10, 20], [0.25, 0.25, 0.5], [0.0, 0.0, 1.0])
     # b's first step is a's: kept apart (another point's); its second weighs in neither mean: left out
-    b = Design(
-        np.array([1.0, 3.0, 4.0]),
-        np.array([10.0, 5.0, 8.0]),
-        np.zeros(3),
-        np.zeros(3),
-        np.array([2.0, 0.0, 1.0]),
-        np.zeros(3),
-    )
+    b = design([1, 3, 4], [10, 5, 8], [2.0, 0.0, 1.0], [0.0, 0.0, 0.0])
     stack, point = condensed([a, b])
     assert point.tolist() == [0, 0, 1, 1] and stack.passes is None
     assert stack.batch.tolist() == [1.0, 2.0, 1.0, 4.0] and stack.context.tolist() == [10.0, 20.0, 10.0, 8.0]
     assert stack.tpot.tolist() == [0.5, 0.5, 2.0, 1.0] and stack.ttft.tolist() == [0.0, 1.0, 0.0, 0.0]
     # any step model's means are unchanged; passes (per-slot KV streams) keep steps of other passes apart
     sm = StepModel(t_fixed_s=1e-3, t_weights_s=2e-3, t_compute_s=1e-5, t_kv_token_s=1e-6)
-    c = Design(
-        np.array([2.0, 2.0]),
-        np.array([20.0, 20.0]),
-        np.zeros(2),
-        np.zeros(2),
-        np.ones(2),
-        np.ones(2),
-        np.array([1.0, 3.0]),
-    )
+    c = design([2, 2], [20, 20], [1.0, 1.0], [1.0, 1.0], passes=[1, 3])
     stack, point = condensed([a, c])
     assert stack.batch.size == 4 and stack.passes is not None and stack.passes.tolist() == [1.0, 1.0, 1.0, 3.0]
     times = stack.step_times_s(sm)
