@@ -65,6 +65,13 @@ def serve_sweep() -> tuple[Any, Any]:
     return table, fit_table(table, None, n_samples=0)
 
 
+def truth_served(client: str, budget: int | None) -> Any:
+    """TRUTH as a server whose steps the scheduler runs: its client and prompt budget, given."""
+    from tokenroof.serving.replay import ServingFit
+
+    return ServingFit(TRUTH, client, True, budget, "given", "ttft", [], 0.0, 0.0)
+
+
 def closed_loop_table(server: Any, prompt: int) -> Any:
     """Four closed-loop points (1, 2, 4, 8 streams, `prompt` tokens in, 64 out) the scheduler makes from `server` (a
     ServingFit: its model, client and budget), as a bench table stating its workload."""
@@ -954,8 +961,7 @@ def test_the_scheduler_fits_workload_line_is_the_headers_words(client, stated, b
     how prompts were prefilled and why (a given budget needs no why), per-slot KV streams where the server ran them."""
     from tokenroof.serving.replay import ServingFit
 
-    sm = StepModel(t_fixed_s=2e-3, t_weights_s=10e-3, t_compute_s=50e-6, t_kv_token_s=1e-7)
-    fit = ServingFit(sm, client, stated, budget, source, "ttft", [], 0.01, 0.02, kv_slots=slots)
+    fit = ServingFit(SERVER, client, stated, budget, source, "ttft", [], 0.01, 0.02, kv_slots=slots)
     assert fit.describe() == "online, " + line
 
 
@@ -993,9 +999,9 @@ def test_the_scheduler_fit_recovers_the_server_that_made_its_points(client: str,
     (whole prompts, or 2,048 tokens a step for 3,000-token prompts), the step's fixed, weight and per-token compute
     times within 1% (the KV reads and per-sequence time fold into one term at one context), replays the points
     exactly and answers at 16 streams, past them, within 0.1%."""
-    from tokenroof.serving.replay import ServingFit, _closed_loop_at
+    from tokenroof.serving.replay import _closed_loop_at
 
-    server = ServingFit(TRUTH, client, True, budget, "given", "ttft", [], 0.0, 0.0)
+    server = truth_served(client, budget)
     lengths = (Lengths(prompt), Lengths(64))
     table = closed_loop_table(server, prompt)
     fitted = serving_fit(fit_table(table, None, n_samples=0), table, None, None, "fit")
@@ -1013,9 +1019,9 @@ def test_the_scheduler_fit_recovers_the_server_that_made_its_points(client: str,
 def test_a_budget_the_fit_cannot_try_is_named_by_its_replay() -> None:
     """A server chunking at 512 tokens (not among the budgets the fit tries): its replay misses the TTFT by more than
     the noise, and says so."""
-    from tokenroof.serving.replay import REPLAY_MISFIT, ServingFit
+    from tokenroof.serving.replay import REPLAY_MISFIT
 
-    table = closed_loop_table(ServingFit(TRUTH, "staggered", True, 512, "given", "ttft", [], 0.0, 0.0), 1024)
+    table = closed_loop_table(truth_served("staggered", 512), 1024)
     fitted = serving_fit(fit_table(table, None, n_samples=0), table, None, None, "fit")
     assert fitted is not None and fitted.ttft_rms is not None and fitted.ttft_rms > REPLAY_MISFIT
     (said,) = fitted.misfit()
