@@ -111,20 +111,29 @@ def guidellm_report(
     truth: StepModel | None = None,
     budget: int | None = BUDGET,
     kv_capacity_tokens: int | None = None,
+    requests: int = 3000,
+    noise: bool = True,
+    seed: int = 0,
 ) -> dict[str, Any]:
-    """A GuideLLM report of Poisson request rates against the same server (open loop)."""
+    """A GuideLLM report of Poisson request rates against the same server (open loop): `requests` arrivals a rate,
+    each rate its own sample (seeded `seed` + its index), its means with the examples' 2% noise unless `noise` is off
+    (then the arrival sample is the only noise, as on a real server)."""
     sm, kv = (TRUTH.step_model(), TRUTH.kv_pool_tokens()) if truth is None else (truth, kv_capacity_tokens)
     benchmarks = []
     for i, rate in enumerate(rates):
-        workload = Workload(rate, Lengths(input_len), Lengths(output_len), num_requests=3000)
-        result = simulate(sm, workload, 1024, i, kv, max_num_batched_tokens=budget)
+        workload = Workload(rate, Lengths(input_len), Lengths(output_len), num_requests=requests)
+        result = simulate(sm, workload, 1024, seed + i, kv, max_num_batched_tokens=budget)
         summary = result.summary()
         seqs = result.sequences
-        e2e = np.array([(s.finished_s or 0) - s.arrival_s for s in seqs])
-        arrival = np.array([s.arrival_s for s in seqs])
+        start = np.array([s.arrival_s for s in seqs])
+        end = np.array([s.finished_s or 0.0 for s in seqs])
         w0, w1 = summary["window_start_s"], summary["window_end_s"]
-        sent = (arrival >= w0) & (arrival <= w1)
-        concurrency = float(e2e[sent].sum() / (w1 - w0))  # Little's law over the window, as GuideLLM measures it
+        # requests in flight, time-averaged over the window the other metrics are taken over (GuideLLM's
+        # request_concurrency is the time-weighted distribution of requests in flight)
+        concurrency = float(np.clip(np.minimum(end, w1) - np.maximum(start, w0), 0.0, None).sum() / (w1 - w0))
+
+        def jitter(value: float) -> float:
+            return noisy(rng, value) if noise else float(value)
 
         def dist(mean: float) -> dict[str, Any]:
             return {"successful": {"mean": mean, "median": mean}, "errored": None, "total": {"mean": mean}}
@@ -136,9 +145,9 @@ def guidellm_report(
                 "metrics": {
                     "requests_per_second": dist(summary["request_throughput_req_s"]),
                     "request_concurrency": dist(concurrency),
-                    "output_tokens_per_second": dist(noisy(rng, summary["throughput_tok_s"])),
-                    "inter_token_latency_ms": dist(noisy(rng, summary["tpot_ms"]["mean"])),
-                    "time_to_first_token_ms": dist(noisy(rng, summary["ttft_ms"]["mean"])),
+                    "output_tokens_per_second": dist(jitter(summary["throughput_tok_s"])),
+                    "inter_token_latency_ms": dist(jitter(summary["tpot_ms"]["mean"])),
+                    "time_to_first_token_ms": dist(jitter(summary["ttft_ms"]["mean"])),
                     "prompt_token_count": dist(float(input_len)),
                     "output_token_count": dist(float(output_len)),
                 },

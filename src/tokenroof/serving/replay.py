@@ -27,7 +27,7 @@ compute efficiency); without either it is not priced at all, and the model stays
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
@@ -62,6 +62,7 @@ DEPARTURES_FROM = 0.03  # a replay within this (rms) is within a bench's repeat 
 # (2026-12-06) departures fitted at 4 and 8 streams (decode 77% and 65% of TPOT) made those steps 7% too slow
 DECODE_SHARE = 0.85
 REPLAY_MISFIT = 0.08  # a replay further off than this (rms, either metric) is named: several times a bench's noise
+OUTLIER_SCALES = 3.0  # an open loop's TTFT this many robust scales off its replay is a queue's sample (ttft_outliers)
 
 
 @dataclass(frozen=True)
@@ -76,6 +77,9 @@ class Design:
     tpot: np.ndarray  # mean TPOT = tpot @ step times
     ttft: np.ndarray  # mean TTFT = ttft @ step times
     passes: np.ndarray | None = None  # forward passes per step (per-slot KV streams; None: one each)
+    # an open-loop point: the relative spread (sd ÷ mean) of its mean TTFT between independent arrival samples of its
+    # size, the noise its measured TTFT carries beside the bench's own (None: a closed loop, whose noise is the bench's)
+    ttft_spread: float | None = None
 
     @classmethod
     def of(cls, result: SimResult, chosen: np.ndarray) -> Design:
@@ -164,11 +168,16 @@ class Point:
     requests: int | None = None  # its means are over a whole run of this many requests (None: a steady window)
     client: str = "staggered"  # how its client drove the server (io.measurements.CLIENT_KINDS)
     server_cap: int | None = None  # the server's running-batch cap the point shows (None: the concurrency)
+    in_flight: bool = False  # an open loop's concurrency counts requests in flight (GuideLLM's), not the running batch
 
 
 # requests simulated for an open-loop point: about 40 lifetimes of its mean concurrency, within these bounds
 OPEN_LOOP_REQUESTS = (200, 2000)
 OPEN_LOOP_MAX_NUM_SEQS = 1024  # the server's cap is not in the file: large enough not to bind below saturation
+OPEN_LOOP_REPLAYS = 4  # independent arrival samples an open-loop point is replayed with (their mix, their spread)
+OPEN_LOOP_MIN_REQUESTS = 100  # ... each at least this long
+OPEN_LOOP_SEARCH = 8  # runs the search for an open-loop point's rate may take (matched_rate)
+OPEN_LOOP_MATCH = 0.02  # ... and how close (log) to the point's concurrency it stops
 # a closed-loop point whose running batch is below this share of its concurrency shows the server's cap: the rest queue
 SERVER_CAP_SHOWN = 0.9
 
@@ -182,32 +191,117 @@ def open_loop_run(
     kv_capacity_tokens: int | None,
     budget: int | None,
     kv_slots: int | None = None,
+    seed: int = 0,
+    share: int = 1,
 ) -> SimResult:
-    """Arrivals at `rate` (Poisson, or evenly spaced for "constant"), about 40 lifetimes of the expected concurrency,
-    against a server whose cap does not bind (the file does not say it) or, with per-slot KV streams, its slots."""
+    """Arrivals at `rate` (Poisson, or evenly spaced for "constant"), about 40 lifetimes of the expected concurrency
+    (split over `share` runs of other seeds, each at least OPEN_LOOP_MIN_REQUESTS), against a server whose cap does
+    not bind (the file does not say it) or, with per-slot KV streams, its slots."""
     burstiness = 1.0 if client == "poisson" else math.inf
-    n = int(np.clip(40 * concurrency, *OPEN_LOOP_REQUESTS))
+    n = max(int(np.clip(40 * concurrency, *OPEN_LOOP_REQUESTS)) // share, OPEN_LOOP_MIN_REQUESTS)
     workload = Workload(rate, *lengths, num_requests=n, burstiness=burstiness)
     cap = kv_slots or OPEN_LOOP_MAX_NUM_SEQS
     return simulate(
-        model, workload, cap, 0, kv_capacity_tokens, max_num_batched_tokens=budget, per_slot_kv=kv_slots is not None
+        model, workload, cap, seed, kv_capacity_tokens, max_num_batched_tokens=budget, per_slot_kv=kv_slots is not None
     )
+
+
+def held_concurrency(result: SimResult, in_flight: bool) -> float:
+    """What an open-loop point's batch column measured over a run's window, time-averaged: the requests in flight
+    (sent and not yet answered: GuideLLM's request_concurrency), or the running batch (bench's, from the server's
+    gauge). Not completions a second × mean end-to-end time: near saturation the queue grows over a run and the
+    completions lag the arrivals, which would read the concurrency low and match it at a rate past the server's."""
+    if not in_flight:
+        return float(result.summary()["running_batch"])
+    w0, w1 = result.window_s()
+    start = np.array([s.arrival_s for s in result.sequences], dtype=float)
+    end = np.array([w1 if s.finished_s is None else s.finished_s for s in result.sequences], dtype=float)
+    inside = np.clip(np.minimum(end, w1) - np.maximum(start, w0), 0.0, None)
+    return float(inside.sum() / max(w1 - w0, 1e-12))
+
+
+def open_loop_design(
+    point: Point, budget: int | None, kv_capacity_tokens: int | None, reference: StepModel, kv_slots: int | None
+) -> Design:
+    """An open-loop point's design: OPEN_LOOP_REPLAYS runs of independent arrival samples (as many requests in all as
+    one replay of the point), mixed, at the rate at which `reference` holds the concurrency the point measured on
+    average over them (`matched_rate`). The step pattern a point's means are sums
+    over (how many sequences a step holds, how many prompts it prefills) follows from its concurrency, whatever the
+    speed: a reference slower than the server at the measured rate would run past its saturation and time steps of
+    hundreds of sequences the server never held, and one sample of arrivals is not another (two samples of 400
+    requests at 80% load: batches ±11%). The runs' spread of their mean TTFT (timed by `reference`) is the point's
+    sampling noise, scaled to the point's requests where the table gives them (else to all the runs' together): near
+    saturation a mean TTFT over a
+    few hundred requests is a queue's sample (±39% between runs at 80% load, ±86% at 95%), and the fit weighs it so."""
+    lengths = Lengths(point.input_len), Lengths(point.output_len)
+
+    ran: dict[float, list[SimResult]] = {}
+
+    def held(rate: float) -> float:
+        kv, c, n = kv_capacity_tokens, point.concurrency, OPEN_LOOP_REPLAYS
+        runs = [open_loop_run(reference, rate, lengths, point.client, c, kv, budget, kv_slots, k, n) for k in range(n)]
+        ran[rate] = runs
+        return float(np.mean([held_concurrency(r, point.in_flight) for r in runs]))
+
+    rate = matched_rate(held, point.rate_req_s, point.concurrency)
+    if rate not in ran:  # the search took its last step without running it
+        held(rate)
+    results = ran[rate]
+    parts = [Design.of(r, r.measured()) for r in results]
+    ttft = np.array([d.ttft_s(reference) for d in parts])
+    sampled = float(np.mean([r.measured().sum() for r in results]))
+    measured = len(results) * sampled if point.requests is None else point.requests  # (unknown: as long as all runs)
+    spread = float(ttft.std(ddof=1) / max(float(ttft.mean()), 1e-12) * math.sqrt(sampled / measured))
+    return replace(Design.mix([(d, 1.0 / len(parts)) for d in parts]), ttft_spread=spread)
+
+
+def matched_rate(held: Callable[[float], float], rate: float, concurrency: float) -> float:
+    """The rate at which `held(rate)` (a run's concurrency, increasing in the rate) meets `concurrency`, within
+    OPEN_LOOP_MATCH (log) or after OPEN_LOOP_SEARCH runs: secant steps in log rate and log concurrency (the
+    concurrency grows as the rate at light load and ever faster towards saturation: slopes from 1 up), kept inside
+    the bracket the runs so far give and halving it where a step would leave it. Starts from the measured rate;
+    returns a rate `held` was run at, the closest one where the search ran out."""
+    if not (rate > 0 and concurrency > 0):
+        return rate
+    target = math.log(concurrency)
+    low, high = -math.inf, math.inf  # log rates known to hold too few, too many
+    x, previous, best = math.log(rate), None, (math.inf, rate)
+    for _ in range(OPEN_LOOP_SEARCH):
+        rate = math.exp(x) if previous is not None else rate  # the measured rate itself first
+        got = held(rate)
+        if not got > 0:
+            break
+        y = math.log(got) - target
+        best = min(best, (abs(y), rate))
+        if abs(y) <= OPEN_LOOP_MATCH:
+            return rate
+        if y < 0:
+            low = max(low, x)
+        else:
+            high = min(high, x)
+        slope = 1.0
+        if previous is not None and x != previous[0]:
+            slope = min(max((y - previous[1]) / (x - previous[0]), 1.0), 50.0)
+        previous = (x, y)
+        step = x - y / slope
+        if not low < step < high:
+            step = (low + high) / 2 if math.isfinite(low) and math.isfinite(high) else step
+        x = step
+    return best[1]  # the closest run (the measured rate where nothing was held)
 
 
 def design_at(
     point: Point, budget: int | None, kv_capacity_tokens: int | None, reference: StepModel, kv_slots: int | None = None
 ) -> Design:
     """The design of a point. A closed loop is simulated at its concurrency (a fractional one between the two whole
-    ones around it); an open-loop point at its rate, its steps timed by `reference` (their pattern depends on it).
+    ones around it); an open-loop point at the rate that holds its concurrency (`open_loop_design`), its steps timed
+    by `reference` (their pattern depends on it).
     With per-slot KV streams (`kv_slots`) the server's slots are simulated whatever the concurrency: which slots a
     loop's requests take, and so how many passes a step runs, depends on all of them."""
     client = point.client
     lengths = Lengths(point.input_len), Lengths(point.output_len)
     if client in ("poisson", "constant"):
-        result = open_loop_run(
-            reference, point.rate_req_s, lengths, client, point.concurrency, kv_capacity_tokens, budget, kv_slots
-        )
-        return Design.of(result, result.measured())
+        return open_loop_design(point, budget, kv_capacity_tokens, reference, kv_slots)
     low = max(math.floor(point.concurrency), 1)
     high = max(math.ceil(point.concurrency), 1)
     if budget is not None and budget <= high:
@@ -331,15 +425,23 @@ class ServingFit:
         own replay is what says it: measured departures kept in range would hide the miss."""
         tpot_rms, ttft_rms = self.form_rms or (self.tpot_rms, self.ttft_rms)
         worst = max(tpot_rms, ttft_rms or 0.0)
+        notes = [
+            f"TTFT at concurrency {row['batch']:.3g} measured {row['ttft_ms']:.4g} ms, replayed "
+            f"{row['ttft_ms_replayed']:.4g} ms: an open loop's mean TTFT is a sample of its queue, heavy-tailed near "
+            "saturation; the fit weighs it as one (a pseudo-Huber loss) and leaves it out of the TTFT rms"
+            for row in self.replay
+            if row.get("ttft_outlier")
+        ]
         if worst <= REPLAY_MISFIT:
-            return []
+            return notes
         ttft = f", TTFT {ttft_rms:.0%}" if ttft_rms is not None else ""
         form = "'s form" if self.form_rms else ""
         return [
+            *notes,
             f"the scheduler's model{form} replays the measured points only within {tpot_rms:.0%} rms in TPOT{ttft}: "
             f"the table does not look like the workload assumed ({self.describe()}); state its lengths and client "
             "('# input_len=… output_len=… client=…'), or the engine measured (--engine, with --model/--hardware) "
-            "for its prompt budget"
+            "for its prompt budget",
         ]
 
     def describe(self) -> str:
@@ -412,6 +514,7 @@ def online_points(table: MeasurementTable, fit: Fit, input_len: float, output_le
                 None if table.requests is None else max(round(float(table.requests[i])), 1),
                 client,
                 cap,
+                table.semantics.batch_kind == "concurrency",
             )
         )
     return points
@@ -634,6 +737,12 @@ def condensed(designs: Sequence[Design]) -> tuple[Design, np.ndarray]:
     return design, point.astype(int)
 
 
+def pseudo_huber(z: np.ndarray) -> np.ndarray:
+    """Residuals whose squares are the pseudo-Huber loss 2(√(1 + z²) − 1): z itself while small, growing as √(2|z|)
+    past 1 (scipy's soft_l1), so that one sample's queue far in a heavy tail pulls no harder than a few noise units."""
+    return np.sign(z) * np.sqrt(2.0 * (np.sqrt(1.0 + z * z) - 1.0))
+
+
 def _solve(
     terms: Terms, points: Sequence[Point], designs: Sequence[Design], sigma_rel: float
 ) -> tuple[np.ndarray, float]:
@@ -647,6 +756,10 @@ def _solve(
     lower = np.log([max(floors[n], 1e-12) for n in terms.names])
     upper = np.full(len(terms.names), math.log(MAX_TERM_S))
     noise = max(sigma_rel, NOISE_FLOOR)
+    # an open-loop point's TTFT: a sample of a queue (heavy-tailed near saturation), in units of the bench's noise and
+    # the sample's spread together, on a pseudo-Huber loss; a closed loop's on squares
+    sampled = np.array([d.ttft_spread is not None for d in designs])
+    ttft_scale = np.hypot(noise, np.array([d.ttft_spread or 0.0 for d in designs]))
     prior = terms.prior
 
     # every point's steps in one stack, timed in one call per evaluation (the solver's hot path); each point's mean
@@ -659,7 +772,9 @@ def _solve(
         tpot = np.bincount(owner, stack.tpot * times, len(designs))
         ttft = np.bincount(owner, stack.ttft * times, len(designs))
         parts = [root_w * (np.log(np.maximum(tpot, 1e-12)) - measured_tpot)]
-        parts.append((root_w * (np.log(np.maximum(ttft, 1e-12)) - measured_ttft))[has_ttft])
+        miss = np.log(np.maximum(ttft, 1e-12)) - measured_ttft
+        miss = np.where(sampled, noise * pseudo_huber(miss / ttft_scale), miss)
+        parts.append((root_w * miss)[has_ttft])
         if prior is not None:  # the efficiencies' log-normal prior, in units of the measurement noise
             eff = terms.efficiencies(sm)
             parts.append(
@@ -723,7 +838,9 @@ def replayed_points(
     sm: StepModel, points: Sequence[Point], designs: Sequence[Design]
 ) -> tuple[list[dict[str, Any]], float, float | None]:
     """Each point as measured beside `sm`'s replay of it, and the rms of log(replayed / measured) in TPOT and TTFT
-    (None: no TTFT measured)."""
+    (None: no TTFT measured). An open-loop point's row also holds its TTFT's sampling spread, and whether its TTFT is
+    a queue's sample far in the tail (`ttft_outliers`): such a point is left out of the TTFT rms, which measures how
+    the model replays the rest."""
     replay = []
     tpot_err, ttft_err = [], []
     for p, d in zip(points, designs, strict=True):
@@ -738,10 +855,30 @@ def replayed_points(
             }
         )
         tpot_err.append(math.log(tpot / p.tpot_s))
-        if p.ttft_s is not None:
-            ttft_err.append(math.log(ttft / p.ttft_s))
-    ttft_rms = float(np.sqrt(np.mean(np.square(ttft_err)))) if ttft_err else None
+        ttft_err.append(math.nan if p.ttft_s is None else math.log(ttft / p.ttft_s))
+    far = ttft_outliers(np.array(ttft_err), [d.ttft_spread for d in designs])
+    for row, d, out in zip(replay, designs, far, strict=True):
+        if d.ttft_spread is not None:
+            row.update(ttft_spread=d.ttft_spread, ttft_outlier=bool(out))
+    kept = [e for e, out in zip(ttft_err, far, strict=True) if math.isfinite(e) and not out]
+    ttft_rms = float(np.sqrt(np.mean(np.square(kept)))) if kept else None
     return replay, float(np.sqrt(np.mean(np.square(tpot_err)))), ttft_rms
+
+
+def ttft_outliers(errors: np.ndarray, spreads: Sequence[float | None]) -> np.ndarray:
+    """Which points' TTFT misses (log errors; NaN: not measured) are an open loop's queue sample far in its tail: an
+    open-loop point (a sampling spread known) missing by more than REPLAY_MISFIT and OUTLIER_SCALES robust scales of
+    all the points' misses (1.4826 × their median, a normal sd's estimate unmoved by the tail itself), and by more
+    than twice its own spread. Near saturation one run's mean TTFT can sit far above what its rate gives on average
+    (400 Poisson arrivals at 95% load: ±86% between runs); a closed loop's TTFT is never one."""
+    sampled = np.array([s is not None for s in spreads])
+    finite = np.isfinite(errors)
+    if not (sampled & finite).any():
+        return np.zeros(errors.size, dtype=bool)
+    scale = max(1.4826 * float(np.median(np.abs(errors[finite]))), NOISE_FLOOR)
+    spread = np.array([s or 0.0 for s in spreads])
+    bound = np.maximum(max(REPLAY_MISFIT, OUTLIER_SCALES * scale), 2.0 * spread)
+    return sampled & finite & (np.abs(np.where(finite, errors, 0.0)) > bound)
 
 
 # -- the model other commands run -------------------------------------------------------------
