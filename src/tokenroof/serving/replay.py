@@ -395,6 +395,7 @@ class ServingFit:
     problem: Problem | None = None  # what was solved, for the interval samples
     kv_slots: int | None = None  # per-slot KV streams on this many slots (the table's kv_slots), None: one KV cache
     form_rms: tuple[float, float | None] | None = None  # the form's own replay (TPOT, TTFT) where departures were kept
+    in_flight: bool = False  # an open-loop table's batch counts requests in flight (GuideLLM's), not the running batch
 
     def samples(self, n: int, seed: int = 0) -> list[StepModel]:
         """`n` refits to noisy copies of the replayed points (noise at the replay's own rms, at least 1%): the spread
@@ -574,6 +575,7 @@ def fit_serving(
         found = _result(result, terms, points, designs, client, b, source, has_ttft, table.semantics.client is not None)
         found.problem = (terms, list(points), designs, fit.sigma_rel)
         found.kv_slots = kv_slots
+        found.in_flight = table.semantics.batch_kind == "concurrency"
         tried[_budget_name(b)] = (found, cost)
     if not tried:
         raise TokenroofError(
@@ -965,7 +967,7 @@ def replay_predictions(
     """The scheduler's model at each asked batch and context (None: as measured), run as the measuring client drove
     the server: (mean TPOT s, mean TTFT s, output tok/s) by (batch, context). A closed loop runs at the batch as its
     concurrency (a fractional one between the whole ones around it); an open-loop table (a rate sweep, its batch the
-    mean concurrency measured) at the rate that holds that many requests in flight (Little's law, refined once). A
+    mean concurrency measured) at the rate that holds that concurrency, over several arrival samples. A
     batch the fitted prompt budget cannot hold (it needs a token per sequence) has no answer here."""
     out = max(round(output_len), 2)
     answers = {}
@@ -1007,26 +1009,32 @@ def _closed_loop_at(
 def _open_loop_at(
     serving: ServingFit, batch: float, lengths: tuple[Lengths, Lengths], kv: int | None
 ) -> tuple[float, float, float] | None:
-    """An open loop whose mean concurrency is `batch`: the rate Little's law gives from a closed loop's request
-    lifetime, then once more from the open loop's own."""
+    """An open loop whose mean concurrency is `batch`, as a measured point is replayed (`open_loop_design`): the rate
+    that holds it on average over OPEN_LOOP_REPLAYS arrival samples (`matched_rate`, from the rate Little's law gives
+    a closed loop's request lifetime), and their means."""
     guess = _closed_loop_at(replace(serving, client="staggered"), max(batch, 1.0), lengths, kv)
     if guess is None:
         return None
     tpot_s, ttft_s, _ = guess
-    life_s = ttft_s + (lengths[1].mean - 1) * tpot_s
-    rate = batch / life_s
-    summary: dict[str, Any] = {}
-    budget = serving.max_num_batched_tokens
-    for refined in (False, True):
-        run = open_loop_run(serving.model, rate, lengths, serving.client, batch, kv, budget, serving.kv_slots)
-        summary = run.summary()
-        if refined:
-            break
-        held = summary["request_throughput_req_s"] * summary["e2e_ms"]["mean"] / 1e3  # Little's law
-        if held <= 0:
-            break
-        rate *= batch / held
-    return summary["tpot_ms"]["mean"] / 1e3, summary["ttft_ms"]["mean"] / 1e3, summary["throughput_tok_s"]
+    budget, n = serving.max_num_batched_tokens, OPEN_LOOP_REPLAYS
+    ran: dict[float, list[dict[str, Any]]] = {}
+
+    def held(rate: float) -> float:
+        runs = [
+            open_loop_run(serving.model, rate, lengths, serving.client, batch, kv, budget, serving.kv_slots, k, n)
+            for k in range(n)
+        ]
+        ran[rate] = [r.summary() for r in runs]
+        return float(np.mean([held_concurrency(r, serving.in_flight) for r in runs]))
+
+    rate = matched_rate(held, batch / (ttft_s + (lengths[1].mean - 1) * tpot_s), batch)
+    if rate not in ran:
+        held(rate)
+    tpot, ttft, throughput = (
+        float(np.mean([s[key]["mean"] if key != "throughput_tok_s" else s[key] for s in ran[rate]]))
+        for key in ("tpot_ms", "ttft_ms", "throughput_tok_s")
+    )
+    return tpot / 1e3, ttft / 1e3, throughput
 
 
 def with_scheduler(result: Any, physics: Any, lengths: tuple[float, float] | None = None) -> Any:
