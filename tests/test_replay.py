@@ -644,13 +644,14 @@ def test_an_open_loop_replay_runs_under_the_kv_cache_it_is_given() -> None:
 
 def test_an_open_loop_at_a_concurrency_holds_that_many_requests() -> None:
     """A rate table is answered at the rate whose open loop holds the asked concurrency (Little's law: requests a
-    second × each one's life, from its TTFT and 49 more tokens at its TPOT), Poisson or evenly spaced arrivals, and
-    the answer is in seconds and tokens a second."""
+    second × each one's life, from its TTFT and 49 more tokens at its TPOT), Poisson or evenly spaced arrivals, its
+    concurrency the running batch (bench) or the requests in flight (GuideLLM), and the answer is in seconds and
+    tokens a second."""
     from tokenroof.serving.replay import ServingFit, _open_loop_at
 
     sm = SERVER
     poisson = ServingFit(sm, "poisson", True, None, "given", "ttft", [], 0.0, 0.0)
-    for serving in (poisson, replace(poisson, client="constant")):
+    for serving in (poisson, replace(poisson, client="constant"), replace(poisson, in_flight=True)):
         for batch in (4.0, 16.0):
             answer = _open_loop_at(serving, batch, (Lengths(200), Lengths(50)), None)
             assert answer is not None
