@@ -223,36 +223,48 @@ def held_concurrency(result: SimResult, in_flight: bool) -> float:
 def open_loop_design(
     point: Point, budget: int | None, kv_capacity_tokens: int | None, reference: StepModel, kv_slots: int | None
 ) -> Design:
-    """An open-loop point's design: OPEN_LOOP_REPLAYS runs of independent arrival samples (as many requests in all as
-    one replay of the point), mixed, at the rate at which `reference` holds the concurrency the point measured on
-    average over them (`matched_rate`). The step pattern a point's means are sums
-    over (how many sequences a step holds, how many prompts it prefills) follows from its concurrency, whatever the
-    speed: a reference slower than the server at the measured rate would run past its saturation and time steps of
-    hundreds of sequences the server never held, and one sample of arrivals is not another (two samples of 400
-    requests at 80% load: batches ±11%). The runs' spread of their mean TTFT (timed by `reference`) is the point's
-    sampling noise, scaled to the point's requests where the table gives them (else to all the runs' together): near
-    saturation a mean TTFT over a
-    few hundred requests is a queue's sample (±39% between runs at 80% load, ±86% at 95%), and the fit weighs it so."""
+    """An open-loop point's design: the runs of `matched_runs` (OPEN_LOOP_REPLAYS samples of arrivals at the rate at
+    which `reference` holds the concurrency the point measured), mixed. The step pattern a point's means are sums over
+    (how many sequences a step holds, how many prompts it prefills) follows from its concurrency, whatever the speed:
+    a reference slower than the server at the measured rate would run past its saturation and time steps of hundreds
+    of sequences the server never held, and one sample of arrivals is not another (two samples of 400 requests at 80%
+    load: batches ±11%). The runs' spread of their mean TTFT (timed by `reference`) is the point's sampling noise,
+    scaled to the point's requests where the table gives them (else to all the runs' together): near saturation a
+    mean TTFT over a few hundred requests is a queue's sample (±39% between runs at 80% load, ±86% at 95%), and the
+    fit weighs it so."""
     lengths = Lengths(point.input_len), Lengths(point.output_len)
-
-    ran: dict[float, list[SimResult]] = {}
-
-    def held(rate: float) -> float:
-        kv, c, n = kv_capacity_tokens, point.concurrency, OPEN_LOOP_REPLAYS
-        runs = [open_loop_run(reference, rate, lengths, point.client, c, kv, budget, kv_slots, k, n) for k in range(n)]
-        ran[rate] = runs
-        return float(np.mean([held_concurrency(r, point.in_flight) for r in runs]))
-
-    rate = matched_rate(held, point.rate_req_s, point.concurrency)
-    if rate not in ran:  # the search took its last step without running it
-        held(rate)
-    results = ran[rate]
+    served = (reference, point.client, kv_capacity_tokens, budget, kv_slots)
+    results = matched_runs(served, lengths, point.rate_req_s, point.concurrency, point.in_flight)
     parts = [Design.of(r, r.measured()) for r in results]
     ttft = np.array([d.ttft_s(reference) for d in parts])
     sampled = float(np.mean([r.measured().sum() for r in results]))
     measured = len(results) * sampled if point.requests is None else point.requests  # (unknown: as long as all runs)
     spread = float(ttft.std(ddof=1) / max(float(ttft.mean()), 1e-12) * math.sqrt(sampled / measured))
     return replace(Design.mix([(d, 1.0 / len(parts)) for d in parts]), ttft_spread=spread)
+
+
+def matched_runs(
+    served: tuple[StepModel, str, int | None, int | None, int | None],
+    lengths: tuple[Lengths, Lengths],
+    rate: float,
+    concurrency: float,
+    in_flight: bool,
+) -> list[SimResult]:
+    """OPEN_LOOP_REPLAYS open-loop runs (seeds 0, 1, …, each a share of one replay's requests) of `served` (the step
+    model, the client, the KV cache, the prompt budget, per-slot KV streams) at the rate from `rate` on at which they
+    hold `concurrency` on average (`held_concurrency`, `matched_rate`)."""
+    model, client, kv, budget, kv_slots = served
+    n = OPEN_LOOP_REPLAYS
+    ran: dict[float, list[SimResult]] = {}
+
+    def held(at: float) -> float:
+        ran[at] = [open_loop_run(model, at, lengths, client, concurrency, kv, budget, kv_slots, k, n) for k in range(n)]
+        return float(np.mean([held_concurrency(r, in_flight) for r in ran[at]]))
+
+    found = matched_rate(held, rate, concurrency)
+    if found not in ran:  # nothing to search from (no rate or no concurrency): the rate given
+        held(found)
+    return ran[found]
 
 
 def matched_rate(held: Callable[[float], float], rate: float, concurrency: float) -> float:
@@ -1009,31 +1021,18 @@ def _closed_loop_at(
 def _open_loop_at(
     serving: ServingFit, batch: float, lengths: tuple[Lengths, Lengths], kv: int | None
 ) -> tuple[float, float, float] | None:
-    """An open loop whose mean concurrency is `batch`, as a measured point is replayed (`open_loop_design`): the rate
-    that holds it on average over OPEN_LOOP_REPLAYS arrival samples (`matched_rate`, from the rate Little's law gives
-    a closed loop's request lifetime), and their means."""
+    """An open loop whose mean concurrency is `batch`, as a measured point is replayed (`matched_runs`, from the rate
+    Little's law gives a closed loop's request lifetime): the runs' mean TPOT, TTFT and output throughput."""
     guess = _closed_loop_at(replace(serving, client="staggered"), max(batch, 1.0), lengths, kv)
     if guess is None:
         return None
     tpot_s, ttft_s, _ = guess
-    budget, n = serving.max_num_batched_tokens, OPEN_LOOP_REPLAYS
-    ran: dict[float, list[dict[str, Any]]] = {}
-
-    def held(rate: float) -> float:
-        runs = [
-            open_loop_run(serving.model, rate, lengths, serving.client, batch, kv, budget, serving.kv_slots, k, n)
-            for k in range(n)
-        ]
-        ran[rate] = [r.summary() for r in runs]
-        return float(np.mean([held_concurrency(r, serving.in_flight) for r in runs]))
-
-    rate = matched_rate(held, batch / (ttft_s + (lengths[1].mean - 1) * tpot_s), batch)
-    if rate not in ran:
-        held(rate)
-    tpot, ttft, throughput = (
-        float(np.mean([s[key]["mean"] if key != "throughput_tok_s" else s[key] for s in ran[rate]]))
-        for key in ("tpot_ms", "ttft_ms", "throughput_tok_s")
-    )
+    served = (serving.model, serving.client, kv, serving.max_num_batched_tokens, serving.kv_slots)
+    start = batch / (ttft_s + (lengths[1].mean - 1) * tpot_s)
+    summaries = [r.summary() for r in matched_runs(served, lengths, start, batch, serving.in_flight)]
+    tpot = float(np.mean([s["tpot_ms"]["mean"] for s in summaries]))
+    ttft = float(np.mean([s["ttft_ms"]["mean"] for s in summaries]))
+    throughput = float(np.mean([s["throughput_tok_s"] for s in summaries]))
     return tpot / 1e3, ttft / 1e3, throughput
 
 
