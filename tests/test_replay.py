@@ -932,7 +932,54 @@ def test_matched_rate_finds_the_rate_that_holds_the_concurrency_from_either_side
         assert abs(math.log(queue(found) / 5.0)) <= OPEN_LOOP_MATCH, start
         assert found == pytest.approx(2.0, rel=0.03) and len(asked) <= OPEN_LOOP_SEARCH
     assert matched_rate(lambda r: 0.0, 3.0, 5.0) == 3.0  # nothing held: the measured rate stands
+    assert matched_rate(queue, 0.1, 0.5) == pytest.approx(0.5 / 2.05, rel=0.03)  # under one in flight too
     assert matched_rate(queue, 0.0, 5.0) == 0.0 and matched_rate(queue, 3.0, 0.0) == 3.0
+
+
+@pytest.mark.parametrize(("power", "runs"), [(1.0, 2), (3.0, 3), (0.5, 7)])
+def test_matched_rate_steps_by_the_slope_its_runs_show(power: float, runs: int) -> None:
+    """A concurrency that is a power of the rate, c = r^k, is met exactly by the secant in log-log: at light load (k =
+    1, Little's law) the second run; steeper (k = 3) the third, the first step taking slope 1 and the next the slope
+    its two runs show. A flatter one (k = 1/2; a concurrency never grows slower than the rate, so a slope under 1 is
+    read as 1) halves its log miss each run: 1.26, 0.63, … under OPEN_LOOP_MATCH at the seventh."""
+    from tokenroof.serving.replay import OPEN_LOOP_MATCH, matched_rate
+
+    asked: list[float] = []
+
+    def held(rate: float) -> float:
+        asked.append(rate)
+        return rate**power
+
+    found = matched_rate(held, 2.0, 5.0)
+    assert len(asked) == runs and found == asked[-1]
+    if power >= 1:
+        assert found == pytest.approx(5.0 ** (1 / power), rel=1e-9)
+    else:
+        assert 0.01 < abs(math.log(found**power / 5.0)) <= OPEN_LOOP_MATCH
+
+
+def test_matched_rate_halves_its_bracket_where_a_step_would_leave_it() -> None:
+    """A concurrency that jumps from 1 to 100 at 2 req/s never meets 5: the runs close in on the jump from both
+    sides, each inside the bracket the runs before it give once it has two ends, and a closest run (1 held, 5×
+    short, against 100, 20× over; the first of equals) is returned after OPEN_LOOP_SEARCH runs."""
+    from tokenroof.serving.replay import OPEN_LOOP_SEARCH, matched_rate
+
+    asked: list[float] = []
+
+    def held(rate: float) -> float:
+        asked.append(rate)
+        return 1.0 if rate < 2.0 else 100.0
+
+    found = matched_rate(held, 1.0, 5.0)
+    assert len(asked) == OPEN_LOOP_SEARCH and found < 2.0
+    below = [r for r in asked if r < 2.0]
+    above = [r for r in asked if r >= 2.0]
+    assert below and above and found == min(below)
+    for i, rate in enumerate(asked[2:], start=2):
+        low = max((r for r in asked[:i] if r < 2.0), default=0.0)
+        high = min((r for r in asked[:i] if r >= 2.0), default=math.inf)
+        assert low < rate < high, (i, rate)
+    assert max(above) - min(below) > 0 and min(above) - max(below) < 0.05  # closed in on the jump
 
 
 def test_held_concurrency_is_the_time_averaged_requests_in_flight_or_the_running_batch() -> None:
@@ -950,6 +997,7 @@ def test_held_concurrency_is_the_time_averaged_requests_in_flight_or_the_running
     assert held_concurrency(run((0.0, 10.0)), True) == pytest.approx(1.5)
     assert held_concurrency(run((5.0, 15.0)), True) == pytest.approx(1.8)
     assert held_concurrency(run((0.0, 10.0)), False) == 7.5
+    assert held_concurrency(run((9.5, 10.0)), True) == pytest.approx(2.0)  # a window under a second: both in flight
 
 
 def test_pseudo_huber_residuals_square_to_the_loss() -> None:
@@ -974,7 +1022,9 @@ def test_ttft_outliers_are_open_loop_misses_far_past_the_rest_and_their_own_spre
     near = np.array([0.01, 0.02, -0.01, 0.09])
     assert ttft_outliers(near, [0.01] * 4).tolist() == [False, False, False, True]
     assert not ttft_outliers(near, [0.01, 0.01, 0.01, 0.05]).any()
+    assert ttft_outliers(near, [0.01, 0.01, 0.01, 0.04])[3]  # twice 4% is 8%: 9% is past it
     assert not ttft_outliers(np.array([0.01, math.nan, 0.5]), [0.01, 0.01, None])[1]
+    assert ttft_outliers(far, [None] * 4).dtype == bool and ttft_outliers(far, [0.02] * 4).dtype == bool
 
 
 @cache
@@ -993,6 +1043,62 @@ def open_loop_sweep() -> tuple[Any, float]:
                     f"{got['ttft_ms']['mean']:.8g}")  # fmt: skip
     header = "# input_len=256 output_len=64 client=poisson batch_kind=running tpot_kind=tpot\n"
     return parse_csv(header + "batch,throughput_tok_s,tpot_ms,ttft_ms\n" + "\n".join(rows) + "\n"), saturation
+
+
+def test_an_open_loop_fits_rows_hold_each_points_spread_and_the_rms_leaves_out_the_tail_sample() -> None:
+    """The replayed rows of the sweep: each point as measured (the table's ms) beside its replay (the design's, in
+    ms), the open-loop rows with their TTFT spread (a few %) and whether the TTFT is a tail sample (one is); the
+    TPOT rms over every point, the TTFT rms over the others, by hand."""
+    from tokenroof.serving.replay import replayed_points
+
+    table, _ = open_loop_sweep()
+    fitted = serving_fit(fit_table(table, None, n_samples=0), table, None, None, "fit")
+    assert fitted is not None and fitted.problem is not None
+    _, points, designs, _ = fitted.problem
+    rows, tpot_rms, ttft_rms = replayed_points(fitted.model, points, designs)
+    assert rows == fitted.replay and (tpot_rms, ttft_rms) == (fitted.tpot_rms, fitted.ttft_rms)
+    assert [r["batch"] for r in rows] == pytest.approx(table.batch.tolist())
+    assert [r["tpot_ms"] for r in rows] == pytest.approx(table.tpot_ms.tolist())
+    assert [r["ttft_ms"] for r in rows] == pytest.approx(table.ttft_ms.tolist())
+    for row, design in zip(rows, designs, strict=True):
+        assert set(row) == {"batch", "tpot_ms", "tpot_ms_replayed", "ttft_ms", "ttft_ms_replayed", "ttft_spread",
+                            "ttft_outlier"}  # fmt: skip
+        assert row["tpot_ms_replayed"] == pytest.approx(design.tpot_s(fitted.model) * 1e3)
+        assert row["ttft_ms_replayed"] == pytest.approx(design.ttft_s(fitted.model) * 1e3)
+        assert row["ttft_spread"] == design.ttft_spread and 0.001 < row["ttft_spread"] < 0.1
+        assert isinstance(row["ttft_outlier"], bool)
+    assert [r["ttft_outlier"] for r in rows] == [False, False, False, False, True]
+    tpot = [math.log(r["tpot_ms_replayed"] / r["tpot_ms"]) for r in rows]
+    ttft = [math.log(r["ttft_ms_replayed"] / r["ttft_ms"]) for r in rows if not r["ttft_outlier"]]
+    assert tpot_rms == pytest.approx(math.sqrt(np.mean(np.square(tpot))))
+    assert ttft_rms == pytest.approx(math.sqrt(np.mean(np.square(ttft))))
+    closed = closed_loop_table(truth_served("staggered", None), 256)
+    closed_fit = serving_fit(fit_table(closed, None, n_samples=0), closed, None, None, "fit")
+    assert closed_fit is not None and all(set(r) == set(rows[0]) - {"ttft_spread", "ttft_outlier"}
+                                          for r in closed_fit.replay)  # fmt: skip
+
+
+def test_an_open_loop_answer_is_the_mean_of_the_runs_that_hold_the_asked_concurrency() -> None:
+    """predict's answer at a concurrency on a GuideLLM-like table (requests in flight): the mean TPOT, TTFT (s) and
+    output throughput of the four runs matched_runs finds from the rate a closed loop's lifetime gives, exactly."""
+    from tokenroof.serving.replay import ServingFit, _closed_loop_at, _open_loop_at, matched_runs
+
+    serving = ServingFit(SERVER, "poisson", True, 2048, "given", "ttft", [], 0.0, 0.0, in_flight=True)
+    lengths = (Lengths(200), Lengths(50))
+    answer = _open_loop_at(serving, 12.0, lengths, 40_000)
+    guess = _closed_loop_at(replace(serving, client="staggered"), 12.0, lengths, 40_000)
+    assert answer is not None and guess is not None
+    start = 12.0 / (guess[1] + 49 * guess[0])
+    runs = [r.summary() for r in matched_runs((SERVER, "poisson", 40_000, 2048, None), lengths, start, 12.0, True)]
+    assert len(runs) == 4 and len({r["tpot_ms"]["mean"] for r in runs}) == 4  # four samples of arrivals
+    expected = (
+        np.mean([r["tpot_ms"]["mean"] for r in runs]) / 1e3,
+        np.mean([r["ttft_ms"]["mean"] for r in runs]) / 1e3,
+        np.mean([r["throughput_tok_s"] for r in runs]),
+    )
+    assert answer == pytest.approx(expected, rel=1e-12)
+    running = _open_loop_at(replace(serving, in_flight=False), 12.0, lengths, 40_000)
+    assert running is not None and running != answer  # the running batch is matched otherwise
 
 
 def test_an_open_loop_sweep_to_saturation_recovers_the_server_that_ran_it() -> None:
