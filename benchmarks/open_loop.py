@@ -39,7 +39,7 @@ from tokenroof.serving.saturation import at_cap, saturation_rate
 from tokenroof.serving.simulate import Lengths
 
 FRACTIONS = (*(k / 9 for k in range(1, 9)), 0.95)  # GuideLLM's sweep rates (of the throughput rate), and one more
-CAP = 256  # the batch cap both the truth and the fit are run at for the saturation rate (vLLM V1's default)
+CAP = 256  # the batch cap the truth and the fit are both run at for the saturation rate (vLLM's usual max_num_seqs)
 
 
 def main(argv: list[str]) -> None:
