@@ -1078,6 +1078,38 @@ def test_an_open_loop_fits_rows_hold_each_points_spread_and_the_rms_leaves_out_t
                                           for r in closed_fit.replay)  # fmt: skip
 
 
+def test_matched_runs_run_the_server_given_and_the_design_reads_their_spread() -> None:
+    """The four runs of an open-loop point run the server it was measured on (its KV cache, prompt budget and per-slot
+    KV streams) at the rate found, each its own seed; without a concurrency to match, at the rate given. The point's
+    design is their mix, its TTFT spread their mean TTFTs' sd ÷ mean (by hand), scaled to the point's requests where
+    the table gives them (4× the requests, half the spread); its concurrency read as the table measured it: requests
+    in flight (GuideLLM) hold more than the running batch (bench) near saturation, so a lower rate meets them."""
+    from tokenroof.serving.replay import Point, matched_runs, open_loop_design
+
+    lengths = (Lengths(1000), Lengths(50))
+    runs = matched_runs((SERVER, "poisson", 30_000, 512, 16), lengths, 20.0, 10.0, False)
+    assert len(runs) == 4 and len({len(r.sequences) for r in runs}) == 1
+    for r in runs:
+        assert r.kv_capacity_tokens == 30_000 and r.step_passes is not None and r.step_prefill is not None
+        assert float(r.step_prefill.max()) <= 512
+    assert len({r.summary()["ttft_ms"]["mean"] for r in runs}) == 4
+    still = matched_runs((SERVER, "poisson", None, None, None), lengths, 2.0, 0.0, False)
+    assert len(still) == 4 and still[0].sequences[1].arrival_s > 0
+
+    point = Point(24.0, 256, 64, 0.02, 0.05, 60.0, client="poisson")
+    design = open_loop_design(point, None, None, SERVER, None)
+    served = (SERVER, "poisson", None, None, None)
+    parts = [Design.of(r, r.measured()) for r in matched_runs(served, (Lengths(256), Lengths(64)), 60.0, 24.0, False)]
+    ttft = np.array([d.ttft_s(SERVER) for d in parts])
+    assert design.ttft_spread == pytest.approx(float(ttft.std(ddof=1) / ttft.mean()) * math.sqrt(1 / 4), rel=1e-9)
+    assert design.ttft_s(SERVER) == pytest.approx(float(ttft.mean()), rel=1e-9)
+    few = open_loop_design(replace(point, requests=100), None, None, SERVER, None).ttft_spread
+    many = open_loop_design(replace(point, requests=400), None, None, SERVER, None).ttft_spread
+    assert few is not None and many is not None and few == pytest.approx(2 * many, rel=1e-9)
+    in_flight = open_loop_design(replace(point, in_flight=True), None, None, SERVER, None)
+    assert float(in_flight.batch @ in_flight.tpot) < float(design.batch @ design.tpot)
+
+
 def test_an_open_loop_answer_is_the_mean_of_the_runs_that_hold_the_asked_concurrency() -> None:
     """predict's answer at a concurrency on a GuideLLM-like table (requests in flight): the mean TPOT, TTFT (s) and
     output throughput of the four runs matched_runs finds from the rate a closed loop's lifetime gives, exactly."""

@@ -295,10 +295,8 @@ def matched_rate(held: Callable[[float], float], rate: float, concurrency: float
         if previous is not None and x != previous[0]:
             slope = min(max((y - previous[1]) / (x - previous[0]), 1.0), 50.0)
         previous = (x, y)
-        step = x - y / slope
-        if not low < step < high:
-            step = (low + high) / 2 if math.isfinite(low) and math.isfinite(high) else step
-        x = step
+        step = x - y / slope  # beyond the run's own side of the bracket, never past its open end
+        x = step if low < step < high else (low + high) / 2
     return best[1]  # the closest run (the measured rate where nothing was held)
 
 
