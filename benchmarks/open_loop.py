@@ -14,7 +14,7 @@ saturation with 3,000 requests a rate; this one fits what a sweep measures:
   queue's tail sample), the saturation rate the fitted model predicts against the truth's (saturation_rate, the same
   server), and TPOT at twice the batch the sweep reached (a closed loop the sweep did not measure), each over seeds.
 
-    python benchmarks/open_loop.py [--requests N] [--seeds K] [--prior-only | --data-only] [--verbose]
+    python benchmarks/open_loop.py [--requests N] [--seeds K] [--arrivals poisson|constant] [--prior-only | --data-only]
 """
 
 from __future__ import annotations
@@ -48,6 +48,10 @@ def main(argv: list[str]) -> None:
     parser.add_argument("--seeds", type=int, default=2, help="sweeps per truth, each its own arrival samples")
     parser.add_argument("--data-only", action="store_true", help="leave out the fits with the physics prior")
     parser.add_argument("--prior-only", action="store_true", help="leave out the data-only fits")
+    parser.add_argument(
+        "--arrivals", choices=("poisson", "constant"), default="poisson",
+        help="Poisson arrivals, or evenly spaced ones (GuideLLM's sweep default)",
+    )  # fmt: skip
     parser.add_argument("--verbose", action="store_true")
     args = parser.parse_args(argv)
     modes = [m for m in (False, True) if not (m and args.data_only) and not (not m and args.prior_only)]
@@ -64,7 +68,7 @@ def main(argv: list[str]) -> None:
             rates = [f * truth_sat for f in FRACTIONS]
             report = gen.guidellm_report(
                 rates, case.input_len, case.output_len, np.random.default_rng(seed), case.truth, case.budget,
-                None, requests=args.requests, noise=False, seed=100 * seed,
+                None, requests=args.requests, noise=False, seed=100 * seed, arrivals=args.arrivals,
             )  # fmt: skip
             with tempfile.TemporaryDirectory() as tmp:
                 path = Path(tmp) / "guidellm.json"
@@ -107,7 +111,8 @@ def main(argv: list[str]) -> None:
     for prior, got in scores.items():
         sat_abs, far_abs = np.abs(got["sat"]), np.abs(got["far"])
         print(
-            f"{'with prior' if prior else 'data only'}: {len(sat_abs)} sweeps ({args.requests} requests a rate): "
+            f"{'with prior' if prior else 'data only'}: {len(sat_abs)} sweeps ({args.requests} {args.arrivals} "
+            "arrivals a rate): "
             f"saturation |error| median {np.median(sat_abs):.1%} max {sat_abs.max():.1%} (mean signed "
             f"{np.mean(got['sat']):+.1%}); TPOT at twice the swept batch median {np.median(far_abs):.1%} max "
             f"{far_abs.max():.1%}; replay rms TPOT median {np.median(got['tpot']):.1%}, TTFT "

@@ -21,6 +21,7 @@ synthetic (a `tokenroof_provenance` key the readers keep as provenance). Run fro
 from __future__ import annotations
 
 import json
+import math
 from pathlib import Path
 from typing import Any
 
@@ -114,14 +115,17 @@ def guidellm_report(
     requests: int = 3000,
     noise: bool = True,
     seed: int = 0,
+    arrivals: str = "poisson",
 ) -> dict[str, Any]:
-    """A GuideLLM report of Poisson request rates against the same server (open loop): `requests` arrivals a rate,
-    each rate its own sample (seeded `seed` + its index), its means with the examples' 2% noise unless `noise` is off
-    (then the arrival sample is the only noise, as on a real server)."""
+    """A GuideLLM report of request rates against the same server (open loop): Poisson or evenly spaced (`arrivals`
+    "constant", GuideLLM's sweep default) arrivals, `requests` a rate, each rate its own sample (seeded `seed` + its
+    index), its means with the examples' 2% noise unless `noise` is off (then the arrival sample is the only noise,
+    as on a real server)."""
     sm, kv = (TRUTH.step_model(), TRUTH.kv_pool_tokens()) if truth is None else (truth, kv_capacity_tokens)
     benchmarks = []
     for i, rate in enumerate(rates):
-        workload = Workload(rate, Lengths(input_len), Lengths(output_len), num_requests=requests)
+        burstiness = math.inf if arrivals == "constant" else 1.0
+        workload = Workload(rate, Lengths(input_len), Lengths(output_len), num_requests=requests, burstiness=burstiness)
         result = simulate(sm, workload, 1024, seed + i, kv, max_num_batched_tokens=budget)
         summary = result.summary()
         seqs = result.sequences
@@ -141,7 +145,7 @@ def guidellm_report(
         benchmarks.append(
             {
                 "type_": "generative_benchmark",
-                "args": {"strategy": {"type_": "poisson", "rate": rate}},
+                "args": {"strategy": {"type_": arrivals, "rate": rate}},
                 "metrics": {
                     "requests_per_second": dist(summary["request_throughput_req_s"]),
                     "request_concurrency": dist(concurrency),
