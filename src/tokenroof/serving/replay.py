@@ -235,9 +235,10 @@ def open_loop_design(
     lengths = Lengths(point.input_len), Lengths(point.output_len)
     served = (reference, point.client, kv_capacity_tokens, budget, kv_slots)
     results = matched_runs(served, lengths, point.rate_req_s, point.concurrency, point.in_flight)
-    parts = [Design.of(r, r.measured()) for r in results]
+    chosen = [r.measured() for r in results]
+    parts = [Design.of(r, c) for r, c in zip(results, chosen, strict=True)]
     ttft = np.array([d.ttft_s(reference) for d in parts])
-    sampled = float(np.mean([r.measured().sum() for r in results]))
+    sampled = float(np.mean([c.sum() for c in chosen]))
     measured = len(results) * sampled if point.requests is None else point.requests  # (unknown: as long as all runs)
     spread = float(ttft.std(ddof=1) / max(float(ttft.mean()), 1e-12) * math.sqrt(sampled / measured))
     return replace(Design.mix([(d, 1.0 / len(parts)) for d in parts]), ttft_spread=spread)
@@ -291,9 +292,8 @@ def matched_rate(held: Callable[[float], float], rate: float, concurrency: float
             low = max(low, x)
         else:
             high = min(high, x)
-        slope = 1.0
-        if previous is not None and x != previous[0]:
-            slope = min(max((y - previous[1]) / (x - previous[0]), 1.0), 50.0)
+        # a run is never at the last one's rate: a step moves off it, a halving lands inside the bracket it ends
+        slope = 1.0 if previous is None else min(max((y - previous[1]) / (x - previous[0]), 1.0), 50.0)
         previous = (x, y)
         step = x - y / slope  # beyond the run's own side of the bracket, never past its open end
         x = step if low < step < high else (low + high) / 2
@@ -525,13 +525,19 @@ def online_points(table: MeasurementTable, fit: Fit, input_len: float, output_le
                 None if table.requests is None else max(round(float(table.requests[i])), 1),
                 client,
                 cap,
-                table.semantics.batch_kind == "concurrency",
+                in_flight_of(table),
             )
         )
     return points
 
 
 CLOSED = ("burst", "staggered")
+
+
+def in_flight_of(table: MeasurementTable) -> bool:
+    """Whether the table's batch counts the client's requests in flight (GuideLLM's request_concurrency), not the
+    server's running batch: what an open loop's replay matches (`held_concurrency`)."""
+    return table.semantics.batch_kind == "concurrency"
 
 
 def client_of(table: MeasurementTable) -> str:
@@ -585,7 +591,7 @@ def fit_serving(
         found = _result(result, terms, points, designs, client, b, source, has_ttft, table.semantics.client is not None)
         found.problem = (terms, list(points), designs, fit.sigma_rel)
         found.kv_slots = kv_slots
-        found.in_flight = table.semantics.batch_kind == "concurrency"
+        found.in_flight = in_flight_of(table)
         tried[_budget_name(b)] = (found, cost)
     if not tried:
         raise TokenroofError(
