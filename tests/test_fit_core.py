@@ -492,7 +492,7 @@ def test_a_memory_cap_scales_with_each_points_effective_context() -> None:
     fit = ft.fit_table(table, prior, n_samples=0)
     values = fit.contexts.values
     assert fit.context_tokens == 200.0 and values is not None and np.array_equal(values, [75.0, 225.0] * 4)
-    assert fit.curve == ft.Curve(9.0, False, 200.0)
+    assert fit.curve == ft.Curve(9.0, False, 200.0, from_physics=True)
     assert fit.notes == [
         "the physics puts the memory cap at 6 sequences at a context of 200, below what the measured batches need "
         "there (9): the memory held them, so the cap is taken there; check --context, --dtype and --kv-dtype"

@@ -611,9 +611,10 @@ def test_notes_on_a_pinned_fit_a_bad_fit_and_a_cap() -> None:
     prior = Prior(StepModel(0.0, 1e-3, 0.0, 0.0), 1e-6, 1e-6, 0.0, max_batch=10, context_tokens=100.0, label="x")
     capped = predict_table(parse_csv("# tpot_kind=tpot\n" + LINE_TABLE), [8, 20], prior, n_samples=0)
     assert capped.warnings[-1] == (
-        "batches above 10 do not run together (weights + KV cache at the mean context in 90% of memory): there the "
-        "running batch stays at the cap, throughput is flat and TPOT stays at the cap's (queued requests wait before "
-        "their first token: TTFT grows)"
+        "batches above 10 do not run together (weights + KV cache at the mean context in the engine's share of "
+        "memory): there the running batch stays at the cap, throughput is flat and TPOT stays at the cap's (queued "
+        "requests wait before their first token: TTFT grows); the cap is the physics' estimate (the engine's KV "
+        "dtype, memory fraction and reservations move it), so the interval also holds the whole batch running"
     )
     rows = capped.predictions()
     assert rows[1]["bound"] == "capacity" and rows[0]["bound"] != "capacity"
@@ -632,15 +633,45 @@ def test_past_the_cap_an_unstated_tpot_reading_is_held_both_ways() -> None:
     (s8, s20), (u8, u20), (_, q20) = stated.predictions(), unstated.predictions(), queued.predictions()
     assert u8 == s8  # below the cap the readings agree
     assert u20["tpot_ms"] == s20["tpot_ms"] and u20["tpot_ms_low"] == s20["tpot_ms_low"]
-    assert u20["tpot_ms_high"] == pytest.approx(s20["tpot_ms_high"] * 20 / 10)  # the queue's reading: × batch / cap
+    # T = 2 + 0.5·b ms: 7 at the cap, 12 with the whole batch running (the physics' cap may be wrong), 14 in the
+    # queue's reading (7 × batch / cap), the highest of the three
+    assert u20["tpot_ms_high"] == pytest.approx(s20["tpot_ms_high"] * 14 / 12)
     assert q20["tpot_ms"] == pytest.approx(s20["tpot_ms"] * 2)  # what the e2e reading predicts lies inside
     assert u20["tpot_ms_low"] <= q20["tpot_ms"] <= u20["tpot_ms_high"]
     assert u20["throughput_tok_s_high"] == s20["throughput_tok_s_high"]
-    assert unstated.warnings[-1].endswith(
-        "the table does not say what its TPOT counts ('# tpot_kind=tpot' or 'e2e'), so the interval holds both "
-        "readings (flat, and growing with the queue)"
+    assert (
+        "; the table does not say what its TPOT counts ('# tpot_kind=tpot' or 'e2e'), so the interval holds both "
+        "readings (flat, and growing with the queue); the cap is the physics' estimate" in unstated.warnings[-1]
     )
     assert "both readings" not in stated.warnings[-1] and "both readings" not in queued.warnings[-1]
+
+
+def test_past_a_cap_the_physics_estimated_the_interval_holds_the_whole_batch_running() -> None:
+    """A memory cap from the prior is an estimate (an engine keeping an fp8 KV cache holds twice the sequences): past
+    it the band reaches the uncapped model's, upward where TPOT counts steps, downward where it counts the queue. A cap
+    the data showed is kept as it is."""
+    prior = Prior(StepModel(0.0, 1e-3, 0.0, 0.0), 1e-6, 1e-6, 0.0, max_batch=10, context_tokens=100.0, label="x")
+    stated = predict_table(parse_csv("# tpot_kind=tpot\n" + LINE_TABLE), [8, 20], prior, n_samples=0)
+    queued = predict_table(parse_csv("# tpot_kind=e2e\n" + LINE_TABLE), [8, 20], prior, n_samples=0)
+    assert stated.fit.curve.from_physics and queued.fit.curve.from_physics
+    cal, fit = stated.calibration, stated.fit
+    (low, high), (low8, high8) = (
+        (float(x[0]) for x in cal.bounds(np.ones(1), cal.scale(np.zeros(1), fit.sigma_rel, np.array([d]))))
+        for d in (np.log2(20 / 8), 0.0)
+    )
+    (s8, s20), (q8, q20) = stated.predictions(), queued.predictions()
+    # T = 2 + 0.5·b ms: the cap's step 7 ms, the whole batch's 12 ms (at 8, below the cap, the band is the fit's own)
+    assert (s8["tpot_ms_low"], s8["tpot_ms_high"]) == pytest.approx((6 * low8, 6 * high8), rel=1e-9)
+    assert s20["tpot_ms"] == pytest.approx(7.0) and s20["bound"] == "capacity"
+    assert (s20["tpot_ms_low"], s20["tpot_ms_high"]) == pytest.approx((7 * low, 12 * high), rel=1e-9)
+    # end to end per token: 7 × 20 / 10 = 14 ms at the cap, 12 with none (the queue's wait gone)
+    assert q20["tpot_ms"] == pytest.approx(14.0) and q8 == s8
+    assert (q20["tpot_ms_low"], q20["tpot_ms_high"]) == pytest.approx((12 * low, 14 * high), rel=1e-9)
+    # a cap the data showed (the server's, behind client concurrency) is not widened past
+    seen = predict_table(parse_csv("# batch_kind=concurrency tpot_kind=tpot\n" + CAPPED, "c.csv"), [128], n_samples=0)
+    (row,) = seen.predictions()
+    assert not seen.fit.curve.from_physics and row["bound"] == "capacity"
+    assert row["tpot_ms_high"] < row["tpot_ms"] * 2  # the uncapped step at 128 would be far above
 
 
 def test_the_asserted_roof_names_its_implied_peak_fraction() -> None:
@@ -1007,9 +1038,14 @@ def test_the_cap_note_says_whose_cap_and_what_tpot_counts() -> None:
         "TTFT grows)"
     ]
     assert notes_of(handmade(FLAT, curve=Curve(cap=16.0, queues=True)), 32) == [
-        "batches above 16 do not run together (weights + KV cache at the mean context in 90% of memory): there the "
-        "running batch stays at the cap, throughput is flat and TPOT (end-to-end per token) grows with the queue"
+        "batches above 16 do not run together (weights + KV cache at the mean context in the engine's share of "
+        "memory): there the running batch stays at the cap, throughput is flat and TPOT (end-to-end per token) grows "
+        "with the queue"
     ]
+    assert notes_of(handmade(FLAT, curve=Curve(cap=16.0, from_physics=True)), 32)[0].endswith(
+        "TTFT grows); the cap is the physics' estimate (the engine's KV dtype, memory fraction and reservations move "
+        "it), so the interval also holds the whole batch running"
+    )
 
 
 def test_notes_of_a_line_fit_asked_far_past_it() -> None:

@@ -131,6 +131,10 @@ class Curve:
     # the memory's cap holds at this (effective) context and shrinks in proportion at longer ones (None: a server's
     # cap, the same at every context)
     cap_context_tokens: float | None = None
+    # the cap is the physics' estimate of the memory (weights and KV at the mean context in the engine's share), not
+    # one the data showed: the engine's KV dtype, memory fraction and reservations can move it, so intervals past it
+    # also hold the batch running whole (PredictResult.predictions_at)
+    from_physics: bool = False
 
     def running(self, batch: np.ndarray, context: ArrayLike | None = None) -> np.ndarray:
         if self.cap is None:
@@ -702,7 +706,8 @@ def fit_table(
         running = np.minimum(batch, cap)
         tpot_s = tpot_s * running / batch if queues else tpot_s
         batch, capped = running, True
-    curve = Curve(cap, queues, contexts.reference if cap is not None and memory else None)
+    from_physics = cap is not None and memory
+    curve = Curve(cap, queues, contexts.reference if from_physics else None, from_physics)
     evidence = Evidence(points.counts[keep], points.log_ss[keep])
     fit = fit_points(
         batch, tpot_s, prior, curve, critical_batch, roof_tok_s, n_samples, seed, evidence, contexts=contexts

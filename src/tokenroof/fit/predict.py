@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -119,6 +119,8 @@ class PredictResult:
         if self.reading_unstated:  # past the cap, TPOT under the other reading too (throughput is the same in both)
             other = tpot * running / b if fit.curve.queues else tpot * b / running
             t_lo, t_hi = np.minimum(t_lo, t_lo * other / tpot), np.maximum(t_hi, t_hi * other / tpot)
+        if fit.curve.from_physics:  # past a cap the physics estimated, the interval holds the batch running whole
+            t_lo, t_hi = self._uncapped_bounds(b, context, distance, running < b * (1 - 1e-12), t_lo, t_hi)
         bounds = fit.step_model_at(context).bound(running)
         rows = []
         for i, batch in enumerate(b):
@@ -139,6 +141,28 @@ class PredictResult:
                 row = self._on_the_scheduler(row, *self.scheduler[(float(batch), context)])
             rows.append(row)
         return rows
+
+    def _uncapped_bounds(
+        self,
+        b: np.ndarray,
+        context: float | None,
+        distance: np.ndarray,
+        capped: np.ndarray,
+        t_lo: np.ndarray,
+        t_hi: np.ndarray,
+    ) -> tuple[np.ndarray, np.ndarray]:
+        """The TPOT bounds at `capped` batches widened to hold the uncapped model's band: a memory cap from the
+        physics is an estimate (an engine that keeps an fp8 KV cache under fp8 weights holds twice the sequences the
+        default bf16 cache does), so the whole batch may run. Upward for TPOT that counts steps, downward for TPOT
+        that counts the queue's wait."""
+        if not capped.any():
+            return t_lo, t_hi
+        fit = self.fit
+        whole = replace(fit, curve=replace(fit.curve, cap=None))
+        tpot, sd = step_interval_samples(whole, b, context)
+        cal = self.calibration
+        lo, hi = cal.bounds(tpot, cal.scale(sd, fit.sigma_rel, distance))
+        return np.where(capped, np.minimum(t_lo, lo), t_lo), np.where(capped, np.maximum(t_hi, hi), t_hi)
 
     def _on_the_scheduler(self, row: dict[str, Any], tpot_s: float, ttft_s: float, thr: float) -> dict[str, Any]:
         """A row answered by the scheduler's model: its TPOT, TTFT and throughput at the centre, the decode fit's
@@ -394,7 +418,7 @@ def fit_notes(result: PredictResult, max_asked: float) -> list[str]:
         source = (
             "the server's cap seen in the data"
             if result.excluded is not None
-            else "weights + KV cache at the mean context in 90% of memory"
+            else "weights + KV cache at the mean context in the engine's share of memory"
         )
         counts = (
             "TPOT (end-to-end per token) grows with the queue"
@@ -408,6 +432,12 @@ def fit_notes(result: PredictResult, max_asked: float) -> list[str]:
                 "; the table does not say what its TPOT counts ('# tpot_kind=tpot' or 'e2e'), so the interval holds "
                 "both readings (flat, and growing with the queue)"
                 if result.reading_unstated
+                else ""
+            )
+            + (
+                "; the cap is the physics' estimate (the engine's KV dtype, memory fraction and reservations move "
+                "it), so the interval also holds the whole batch running"
+                if fit.curve.from_physics
                 else ""
             )
         )
