@@ -13,11 +13,15 @@ physics prior where the curve's header names the model and hardware:
   interval constants (intervals.py) are learned from every prefix split of the *other*
   curves, then scored on the left-out curve's protocol split.
 
-    python benchmarks/accuracy.py [CURVE_DIR ...] [--verbose] [--write] [--external]
+    python benchmarks/accuracy.py [CURVE_DIR ...] [--verbose] [--write] [--external] [--engine]
 
 `--write` stores the interval constants learned on all curves in src/tokenroof/fit/data/intervals.json.
 `--external` scores curves nobody tuned to as a user meets them: with the shipped constants, nothing learned
 from them (the same in-range, extrapolation and coverage figures).
+
+The prior is built as `predict --model --hardware --dtype --tp` builds it (`--engine`: with the engine profile the
+header names, as `predict --engine`): the table's lengths give the context its KV reads and memory cap need, and
+a curve that states no lengths runs data only in both modes, as `predict` refuses a prior without a context.
 """
 
 from __future__ import annotations
@@ -30,13 +34,13 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from curve_headers import read_setup
+from curve_headers import CurveSetup, engine_of, read_setup
 from tokenroof.errors import TokenroofError
 from tokenroof.fit import intervals
 from tokenroof.fit.core import Prior
-from tokenroof.fit.predict import predict_table, prior_from_specs, step_interval_samples
+from tokenroof.fit.physics import Physics
+from tokenroof.fit.predict import MeasuredWorkload, predict_table, prior_for, step_interval_samples
 from tokenroof.io.measurements import MeasurementTable, read_table
-from tokenroof.specs import Precision, load_hardware, load_model
 
 ROOT = Path(__file__).resolve().parents[1]
 DEFAULT_DIR = ROOT / "benchmarks" / "curves"  # the published curves, each with its source (a copy of ../shared)
@@ -65,7 +69,7 @@ class Held:
     thr_err: np.ndarray
 
 
-def load(dirs: list[Path]) -> list[Curve]:
+def load(dirs: list[Path], with_engine: bool = False) -> list[Curve]:
     curves = []
     for path in sorted(f for d in dirs for f in d.glob("*.csv")):
         try:
@@ -78,15 +82,27 @@ def load(dirs: list[Path]) -> list[Curve]:
             table = replace(table, semantics=setup.semantics)
         prior = None
         if setup.model and setup.hardware:
-            prior = prior_from_specs(
-                load_model(setup.model),
-                load_hardware(setup.hardware),
-                Precision.create(setup.dtype),
-                setup.workload,
-                setup.tp,
-            )
+            engine = engine_of("\n".join(table.provenance)) if with_engine else None
+            try:
+                prior = prior_of(table, setup, engine)
+            except TokenroofError as exc:  # as `predict` refuses it: the curve runs data only in both modes
+                print(f"{path.name}: data only in both modes ({str(exc).split(': give')[0]})")
         curves.append(Curve(path.name, table, prior))
     return curves
+
+
+def prior_of(table: MeasurementTable, setup: CurveSetup, engine: str | None) -> Prior:
+    """The physics prior as `predict --model --hardware --dtype --tp [--engine]` builds it for the table: its
+    stated lengths, else the header prose's (what a user passes as --input-len/--output-len). Raises where `predict`
+    refuses, for want of the context the prior's KV reads and memory cap need."""
+    physics = Physics(setup.model, setup.hardware, setup.dtype, tp=setup.tp, engine=engine)
+    w, stated = setup.workload, table.semantics.input_len is not None and table.semantics.output_len is not None
+    flags = MeasuredWorkload(
+        w.context_tokens, None if stated else w.input_len, None if stated else w.output_len, w.decode_only
+    )
+    prior = prior_for(table, physics, flags)
+    assert prior is not None  # the setup names model and hardware
+    return prior
 
 
 def split(table: MeasurementTable, k: int) -> tuple[MeasurementTable, MeasurementTable]:
@@ -196,7 +212,7 @@ def external(curves: list[Curve], verbose: bool) -> None:
 def main(argv: list[str]) -> None:
     verbose, write = "--verbose" in argv, "--write" in argv
     dirs = [Path(a) for a in argv if not a.startswith("--")] or [DEFAULT_DIR]
-    curves = [c for c in load(dirs) if len(c.table) > 3]
+    curves = [c for c in load(dirs, "--engine" in argv) if len(c.table) > 3]
     if not curves:
         raise SystemExit(f"no curves found in {', '.join(map(str, dirs))} (see benchmarks/curves)")
     if "--external" in argv:

@@ -33,6 +33,26 @@ GPUS = [
 ]
 
 
+# The header's "engine:" field → profile. Order matters: the first match wins.
+ENGINES = [
+    (r"TensorRT-LLM|NIM", "tensorrt-llm"),
+    (r"FasterTransformer", "fastertransformer"),
+    (r"llama\.cpp", "llama-cpp"),
+    (r"SGLang", "sglang"),
+    (r"lmdeploy|TurboMind", "lmdeploy"),
+    (r"text-generation-inference|\bTGI\b", "tgi"),
+    (r"vLLM.*(?<!not the )\bV1 engine|vLLM V1", "vllm-v1"),
+    (r"vLLM", "vllm-v0"),
+]
+
+
+def engine_of(text: str) -> str | None:
+    """The engine profile the header's "engine:" field names (None: none recognised)."""
+    match = re.search(r"engine:\s*([^\n]*)", text)
+    field = match.group(1) if match else ""
+    return next((key for pattern, key in ENGINES if re.search(pattern, field)), None)
+
+
 @dataclass(frozen=True)
 class CurveSetup:
     model: str | None

@@ -1,7 +1,7 @@
 """First principles against published curves: engine profiles learned leave-one-curve-out.
 
 For every curve in benchmarks/curves whose header states the model, hardware, TP, dtype and
-lengths (curve_headers.read_setup) and the engine (ENGINES below), predict its TPOT from first
+lengths (curve_headers.read_setup) and the engine (curve_headers.engine_of), predict its TPOT from first
 principles — the step model from specs with an engine profile's efficiencies, run the way the
 curve was measured — and score |TPOT error| at every point. What the curve's TPOT counts decides
 how the step model is run:
@@ -47,7 +47,7 @@ from scipy.optimize import least_squares
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from curve_headers import CurveSetup, read_setup
+from curve_headers import CurveSetup, engine_of, read_setup
 from tokenroof.errors import TokenroofError
 from tokenroof.fit.core import past_cap
 from tokenroof.io.measurements import MeasurementTable, read_table
@@ -63,18 +63,6 @@ LEVEL = 0.9
 # quantile spans tried for LEVEL coverage on held-out curves: a fine grid, so one point more or less held moves the
 # span one step, not to the next coarse one
 SPANS = (0.9, 0.92, 0.94, 0.95, 0.96, 0.97, 0.98, 0.99, 1.0)
-
-# The header's "engine:" field → profile. Order matters: the first match wins.
-ENGINES = [
-    (r"TensorRT-LLM|NIM", "tensorrt-llm"),
-    (r"FasterTransformer", "fastertransformer"),
-    (r"llama\.cpp", "llama-cpp"),
-    (r"SGLang", "sglang"),
-    (r"lmdeploy|TurboMind", "lmdeploy"),
-    (r"text-generation-inference|\bTGI\b", "tgi"),
-    (r"vLLM.*(?<!not the )\bV1 engine|vLLM V1", "vllm-v1"),
-    (r"vLLM", "vllm-v0"),
-]
 
 # The engine ran without CUDA graphs (its profile's [eager] applies: `--enforce-eager`): the flag, or a vLLM release
 # from before them (0.2.5, 2023-12-17)
@@ -128,12 +116,6 @@ class Curve:
 
 
 # -- reading the curves -------------------------------------------------------------------------------------
-def engine_of(text: str) -> str | None:
-    match = re.search(r"engine:\s*([^\n]*)", text)
-    field = match.group(1) if match else ""
-    return next((key for pattern, key in ENGINES if re.search(pattern, field)), None)
-
-
 def eager_of(text: str) -> bool:
     match = re.search(r"engine:\s*([^\n]*)", text)
     return bool(match and re.search(EAGER, match.group(1)))
