@@ -664,9 +664,17 @@ def test_past_a_cap_the_physics_estimated_the_interval_holds_the_whole_batch_run
     assert (s8["tpot_ms_low"], s8["tpot_ms_high"]) == pytest.approx((6 * low8, 6 * high8), rel=1e-9)
     assert s20["tpot_ms"] == pytest.approx(7.0) and s20["bound"] == "capacity"
     assert (s20["tpot_ms_low"], s20["tpot_ms_high"]) == pytest.approx((7 * low, 12 * high), rel=1e-9)
+    # throughput: 10 sequences a 7 ms step at the cap, or all 20 a 12 ms step
+    assert s20["throughput_tok_s"] == pytest.approx(10 / 7e-3)
+    assert (s20["throughput_tok_s_low"], s20["throughput_tok_s_high"]) == pytest.approx(
+        (10 / (7e-3 * high), 20 / (12e-3 * low)), rel=1e-9
+    )
     # end to end per token: 7 × 20 / 10 = 14 ms at the cap, 12 with none (the queue's wait gone)
     assert q20["tpot_ms"] == pytest.approx(14.0) and q8 == s8
     assert (q20["tpot_ms_low"], q20["tpot_ms_high"]) == pytest.approx((12 * low, 14 * high), rel=1e-9)
+    assert (q20["throughput_tok_s_low"], q20["throughput_tok_s_high"]) == pytest.approx(
+        (10 / (7e-3 * high), 20 / (12e-3 * low)), rel=1e-9
+    )
     # a cap the data showed (the server's, behind client concurrency) is not widened past
     seen = predict_table(parse_csv("# batch_kind=concurrency tpot_kind=tpot\n" + CAPPED, "c.csv"), [128], n_samples=0)
     (row,) = seen.predictions()

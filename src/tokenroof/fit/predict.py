@@ -119,17 +119,23 @@ class PredictResult:
         if self.reading_unstated:  # past the cap, TPOT under the other reading too (throughput is the same in both)
             other = tpot * running / b if fit.curve.queues else tpot * b / running
             t_lo, t_hi = np.minimum(t_lo, t_lo * other / tpot), np.maximum(t_hi, t_hi * other / tpot)
-        if fit.curve.from_physics:  # past a cap the physics estimated, the interval holds the batch running whole
-            t_lo, t_hi = self._uncapped_bounds(b, context, distance, running < b * (1 - 1e-12), t_lo, t_hi)
+        capped = running < b * (1 - 1e-12)
+        if fit.curve.from_physics and capped.any():  # past a cap the physics estimated: the batch may run whole
+            lo, hi = self._uncapped_band(b, context, distance)
+            t_lo, t_hi = np.where(capped, np.minimum(t_lo, lo), t_lo), np.where(capped, np.maximum(t_hi, hi), t_hi)
+            # running whole, throughput is the batch over its step (each TPOT reading's, with no queue to wait in)
+            r_lo, r_hi = (
+                np.where(capped, np.minimum(r_lo, b / hi), r_lo),
+                np.where(capped, np.maximum(r_hi, b / lo), r_hi),
+            )
         bounds = fit.step_model_at(context).bound(running)
         rows = []
         for i, batch in enumerate(b):
-            capped = running[i] < batch * (1 - 1e-12)
             row = {
                 "batch": float(batch),
                 "throughput_tok_s": float(thr[i]),
                 "tpot_ms": float(tpot[i] * MS_PER_S),
-                "bound": "capacity" if capped else str(bounds[i]),
+                "bound": "capacity" if capped[i] else str(bounds[i]),
                 "throughput_tok_s_low": float(r_lo[i]),
                 "throughput_tok_s_high": float(r_hi[i]),
                 "tpot_ms_low": float(t_lo[i] * MS_PER_S),
@@ -142,27 +148,18 @@ class PredictResult:
             rows.append(row)
         return rows
 
-    def _uncapped_bounds(
-        self,
-        b: np.ndarray,
-        context: float | None,
-        distance: np.ndarray,
-        capped: np.ndarray,
-        t_lo: np.ndarray,
-        t_hi: np.ndarray,
+    def _uncapped_band(
+        self, b: np.ndarray, context: float | None, distance: np.ndarray
     ) -> tuple[np.ndarray, np.ndarray]:
-        """The TPOT bounds at `capped` batches widened to hold the uncapped model's band: a memory cap from the
-        physics is an estimate (an engine that keeps an fp8 KV cache under fp8 weights holds twice the sequences the
-        default bf16 cache does), so the whole batch may run. Upward for TPOT that counts steps, downward for TPOT
-        that counts the queue's wait."""
-        if not capped.any():
-            return t_lo, t_hi
+        """The uncapped model's calibrated TPOT band (s) at `b`: what the rows past a memory cap from the physics also
+        hold, since that cap is an estimate (an engine that keeps an fp8 KV cache under fp8 weights holds twice the
+        sequences the default bf16 cache does). Its TPOT counts no queue: above the capped reading where TPOT counts
+        steps, below it where TPOT counts the queue's wait."""
         fit = self.fit
-        whole = replace(fit, curve=replace(fit.curve, cap=None))
-        tpot, sd = step_interval_samples(whole, b, context)
+        tpot, sd = step_interval_samples(replace(fit, curve=replace(fit.curve, cap=None)), b, context)
         cal = self.calibration
         lo, hi = cal.bounds(tpot, cal.scale(sd, fit.sigma_rel, distance))
-        return np.where(capped, np.minimum(t_lo, lo), t_lo), np.where(capped, np.maximum(t_hi, hi), t_hi)
+        return np.minimum(lo, tpot), np.maximum(hi, tpot)
 
     def _on_the_scheduler(self, row: dict[str, Any], tpot_s: float, ttft_s: float, thr: float) -> dict[str, Any]:
         """A row answered by the scheduler's model: its TPOT, TTFT and throughput at the centre, the decode fit's
