@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
@@ -610,12 +611,13 @@ def test_notes_on_a_pinned_fit_a_bad_fit_and_a_cap() -> None:
     assert any(w.startswith("the fitted model misses the measured TPOTs by") for w in zigzag.warnings)
     prior = Prior(StepModel(0.0, 1e-3, 0.0, 0.0), 1e-6, 1e-6, 0.0, max_batch=10, context_tokens=100.0, label="x")
     capped = predict_table(parse_csv("# tpot_kind=tpot\n" + LINE_TABLE), [8, 20], prior, n_samples=0)
-    assert capped.warnings[-1] == (
+    assert capped.warnings[-2:] == [
         "batches above 10 do not run together (weights + KV cache at the mean context in the engine's share of "
         "memory): there the running batch stays at the cap, throughput is flat and TPOT stays at the cap's (queued "
-        "requests wait before their first token: TTFT grows); the cap is the physics' estimate (the engine's KV "
-        "dtype, memory fraction and reservations move it), so the interval also holds the whole batch running"
-    )
+        "requests wait before their first token: TTFT grows)",
+        "the cap of 10 is the physics' estimate (the engine's KV dtype, memory fraction and reservations move it): "
+        "past it the interval also holds up to 2× as many sequences running at once",
+    ]
     rows = capped.predictions()
     assert rows[1]["bound"] == "capacity" and rows[0]["bound"] != "capacity"
     assert rows[1]["throughput_tok_s"] == pytest.approx(10 / (rows[1]["tpot_ms"] / 1e3))
@@ -639,10 +641,11 @@ def test_past_the_cap_an_unstated_tpot_reading_is_held_both_ways() -> None:
     assert q20["tpot_ms"] == pytest.approx(s20["tpot_ms"] * 2)  # what the e2e reading predicts lies inside
     assert u20["tpot_ms_low"] <= q20["tpot_ms"] <= u20["tpot_ms_high"]
     assert u20["throughput_tok_s_high"] == s20["throughput_tok_s_high"]
-    assert (
+    assert unstated.warnings[-2].endswith(
         "; the table does not say what its TPOT counts ('# tpot_kind=tpot' or 'e2e'), so the interval holds both "
-        "readings (flat, and growing with the queue); the cap is the physics' estimate" in unstated.warnings[-1]
+        "readings (flat, and growing with the queue)"
     )
+    assert unstated.warnings[-1].startswith("the cap of 10 is the physics' estimate")
     assert "both readings" not in stated.warnings[-1] and "both readings" not in queued.warnings[-1]
 
 
@@ -669,6 +672,14 @@ def test_past_a_cap_the_physics_estimated_the_interval_holds_the_whole_batch_run
     assert (s20["throughput_tok_s_low"], s20["throughput_tok_s_high"]) == pytest.approx(
         (10 / (7e-3 * high), 20 / (12e-3 * low)), rel=1e-9
     )
+    # at 40, four times the cap, the band reaches the step at twice it (12 ms), not the whole 40 (22 ms)
+    far = predict_table(parse_csv("# tpot_kind=tpot\n" + LINE_TABLE), [40], prior, n_samples=0)
+    (f40,) = far.predictions()
+    (far_high,) = (
+        float(x[0])
+        for x in [cal.bounds(np.ones(1), cal.scale(np.zeros(1), fit.sigma_rel, np.array([np.log2(40 / 8)])))[1]]
+    )
+    assert f40["tpot_ms"] == pytest.approx(7.0) and f40["tpot_ms_high"] == pytest.approx(12 * far_high, rel=1e-9)
     # end to end per token: 7 × 20 / 10 = 14 ms at the cap, 12 with none (the queue's wait gone)
     assert q20["tpot_ms"] == pytest.approx(14.0) and q8 == s8
     assert (q20["tpot_ms_low"], q20["tpot_ms_high"]) == pytest.approx((12 * low, 14 * high), rel=1e-9)
@@ -676,9 +687,12 @@ def test_past_a_cap_the_physics_estimated_the_interval_holds_the_whole_batch_run
         (10 / (7e-3 * high), 20 / (12e-3 * low)), rel=1e-9
     )
     # a cap the data showed (the server's, behind client concurrency) is not widened past
-    seen = predict_table(parse_csv("# batch_kind=concurrency tpot_kind=tpot\n" + CAPPED, "c.csv"), [128], n_samples=0)
+    capped_at_16 = parse_csv("# batch_kind=concurrency tpot_kind=tpot\n" + CAPPED, "c.csv")
+    seen = predict_table(capped_at_16, [128], replace(prior, max_batch=64), n_samples=0)
     (row,) = seen.predictions()
-    assert not seen.fit.curve.from_physics and row["bound"] == "capacity"
+    assert seen.fit.curve.cap == pytest.approx(16.0, rel=0.02) and not seen.fit.curve.from_physics
+    assert row["bound"] == "capacity" and seen.to_dict()["model"]["running_batch_cap_source"] == "data"
+    assert stated.to_dict()["model"]["running_batch_cap_source"] == "physics"
     assert row["tpot_ms_high"] < row["tpot_ms"] * 2  # the uncapped step at 128 would be far above
 
 
@@ -885,6 +899,7 @@ def test_to_dict_by_hand() -> None:
         "residual_rms_relative": 0.01,
         "points_fitted": 4,
         "running_batch_cap": 64.0,
+        "running_batch_cap_source": "data",  # a handmade cap, not the physics'
         "tpot_counts_queueing": True,
         "context_tokens": None,
         "context_law": None,
@@ -1050,9 +1065,9 @@ def test_the_cap_note_says_whose_cap_and_what_tpot_counts() -> None:
         "memory): there the running batch stays at the cap, throughput is flat and TPOT (end-to-end per token) grows "
         "with the queue"
     ]
-    assert notes_of(handmade(FLAT, curve=Curve(cap=16.0, from_physics=True)), 32)[0].endswith(
-        "TTFT grows); the cap is the physics' estimate (the engine's KV dtype, memory fraction and reservations move "
-        "it), so the interval also holds the whole batch running"
+    assert notes_of(handmade(FLAT, curve=Curve(cap=16.0, from_physics=True)), 32)[1] == (
+        "the cap of 16 is the physics' estimate (the engine's KV dtype, memory fraction and reservations move it): "
+        "past it the interval also holds up to 2× as many sequences running at once"
     )
 
 
@@ -1150,7 +1165,9 @@ def test_a_row_the_scheduler_answers_takes_its_centre_and_widens_the_band_to_hol
     a scheduler at 16 ms: ×0.8, [14.4, 23]."""
     from tokenroof.fit.predict import PredictResult
 
+    # the decode fit's throughput band: its TPOT band's reciprocals, 400 × 20 / 23 to 400 × 20 / 18
     row = {"batch": 8.0, "tpot_ms": 20.0, "tpot_ms_low": 18.0, "tpot_ms_high": 23.0, "throughput_tok_s": 400.0}
+    row |= {"throughput_tok_s_low": 400 * 20 / 23, "throughput_tok_s_high": 400 * 20 / 18}
     slower = PredictResult._on_the_scheduler(None, dict(row), 0.025, 0.3, 300.0)  # type: ignore[arg-type]
     assert slower == pytest.approx(
         {
@@ -1164,6 +1181,10 @@ def test_a_row_the_scheduler_answers_takes_its_centre_and_widens_the_band_to_hol
             "ttft_ms": 300.0,
         }
     )
+    # past a physics cap the decode fit's throughput band reached higher (the whole batch running: 600 where its
+    # TPOT band gives 444): moved to the scheduler's centre, 600 × 300 / 400 = 450, above 300 × 25 / 18 = 416.67
+    wide = PredictResult._on_the_scheduler(None, row | {"throughput_tok_s_high": 600.0}, 0.025, 0.3, 300.0)  # type: ignore[arg-type]
+    assert (wide["throughput_tok_s_low"], wide["throughput_tok_s_high"]) == pytest.approx((300 * 25 / 28.75, 450.0))
     faster = PredictResult._on_the_scheduler(None, dict(row), 0.016, 0.2, 500.0)  # type: ignore[arg-type]
     assert (faster["tpot_ms_low"], faster["tpot_ms_high"], faster["ttft_ms"]) == pytest.approx((14.4, 23.0, 200.0))
     assert (faster["throughput_tok_s_low"], faster["throughput_tok_s_high"]) == pytest.approx(

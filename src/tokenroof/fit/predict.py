@@ -46,6 +46,11 @@ def context_doublings(fit: Fit, context: float | None) -> float:
     return float(intervals.distance_doublings(np.array([float(fit.effective(context))]), low, high)[0])
 
 
+# past a memory cap the physics estimated, the interval holds up to this many times the sequences running at once:
+# the KV dtype alone moves the cap twice over (fp8 against bf16), the memory fraction and reservations by less
+PHYSICS_CAP_SLACK = 2.0
+
+
 @dataclass
 class PredictResult:
     table: MeasurementTable
@@ -60,6 +65,14 @@ class PredictResult:
     # the scheduler's model run at the asked batches and contexts (serving/replay.replay_predictions): where the table
     # measured TTFT it is the answer, the decode fit's calibrated band around it
     scheduler: dict[tuple[float, float | None], tuple[float, float, float]] | None = None
+
+    @property
+    def cap_source(self) -> str | None:
+        """Where the running-batch cap comes from: "physics" (weights and KV in the engine's share of memory, an
+        estimate), "data" (a server's cap the points showed), None (no cap)."""
+        if self.fit.curve.cap is None:
+            return None
+        return "physics" if self.fit.curve.from_physics else "data"
 
     @property
     def reading_unstated(self) -> bool:
@@ -151,12 +164,13 @@ class PredictResult:
     def _uncapped_band(
         self, b: np.ndarray, context: float | None, distance: np.ndarray
     ) -> tuple[np.ndarray, np.ndarray]:
-        """The uncapped model's calibrated TPOT band (s) at `b`: what the rows past a memory cap from the physics also
-        hold, since that cap is an estimate (an engine that keeps an fp8 KV cache under fp8 weights holds twice the
-        sequences the default bf16 cache does). Its TPOT counts no queue: above the capped reading where TPOT counts
-        steps, below it where TPOT counts the queue's wait."""
+        """The calibrated TPOT band (s) at `b` with the cap at PHYSICS_CAP_SLACK × the physics' estimate: what the rows
+        past a memory cap from the physics also hold, since that cap is an estimate (an engine that keeps an fp8 KV
+        cache under fp8 weights holds twice the sequences the default bf16 cache does). Up to the raised cap its TPOT
+        counts no queue: above the capped reading where TPOT counts steps, below it where TPOT counts the wait."""
         fit = self.fit
-        tpot, sd = step_interval_samples(replace(fit, curve=replace(fit.curve, cap=None)), b, context)
+        cap = None if fit.curve.cap is None else fit.curve.cap * PHYSICS_CAP_SLACK
+        tpot, sd = step_interval_samples(replace(fit, curve=replace(fit.curve, cap=cap)), b, context)
         cal = self.calibration
         lo, hi = cal.bounds(tpot, cal.scale(sd, fit.sigma_rel, distance))
         return np.minimum(lo, tpot), np.maximum(hi, tpot)
@@ -174,8 +188,14 @@ class PredictResult:
             "throughput_tok_s": thr,
             "tpot_ms_low": low,
             "tpot_ms_high": high,
-            "throughput_tok_s_low": thr * tpot_ms / high,
-            "throughput_tok_s_high": thr * tpot_ms / low,
+            # the reciprocals of the TPOT band, and the decode fit's throughput band moved to this centre (which past a
+            # physics cap holds the whole batch running: more throughput, where its TPOT band reached higher)
+            "throughput_tok_s_low": min(
+                thr * tpot_ms / high, row["throughput_tok_s_low"] * thr / row["throughput_tok_s"]
+            ),
+            "throughput_tok_s_high": max(
+                thr * tpot_ms / low, row["throughput_tok_s_high"] * thr / row["throughput_tok_s"]
+            ),
             "ttft_ms": ttft_s * MS_PER_S,
         }
 
@@ -225,6 +245,7 @@ class PredictResult:
                 "residual_rms_relative": self.fit.sigma_rel,
                 "points_fitted": self.fit.n_fit,
                 "running_batch_cap": self.fit.curve.cap,
+                "running_batch_cap_source": self.cap_source,
                 "tpot_counts_queueing": self.fit.curve.queues,
                 "context_tokens": self.fit.context_tokens or None,
                 "context_law": self.context_law(),
@@ -431,13 +452,13 @@ def fit_notes(result: PredictResult, max_asked: float) -> list[str]:
                 if result.reading_unstated
                 else ""
             )
-            + (
-                "; the cap is the physics' estimate (the engine's KV dtype, memory fraction and reservations move "
-                "it), so the interval also holds the whole batch running"
-                if fit.curve.from_physics
-                else ""
-            )
         )
+        if fit.curve.from_physics:
+            notes.append(
+                f"the cap of {cap:.4g} is the physics' estimate (the engine's KV dtype, memory fraction and "
+                f"reservations move it): past it the interval also holds up to {PHYSICS_CAP_SLACK:g}× as many "
+                "sequences running at once"
+            )
     notes += [f"prior and data disagree: {c}" for c in fit.conflicts]
     return notes
 
