@@ -680,6 +680,16 @@ def test_past_a_cap_the_physics_estimated_the_interval_holds_the_whole_batch_run
         for x in [cal.bounds(np.ones(1), cal.scale(np.zeros(1), fit.sigma_rel, np.array([np.log2(40 / 8)])))[1]]
     )
     assert f40["tpot_ms"] == pytest.approx(7.0) and f40["tpot_ms_high"] == pytest.approx(12 * far_high, rel=1e-9)
+    # at another context the cap moves with it and so does the band's: at 200 tokens, twice the prior's 100, the
+    # memory holds 5 (the steps do not move: the prior reads no KV), so batch 20 runs 5 (4.5 ms) and the band reaches
+    # 10 running (7 ms), not the reference context's 20 (12 ms); one doubling of context past the data
+    moved = predict_table(parse_csv("# tpot_kind=tpot\n" + LINE_TABLE), [20], prior, n_samples=0, contexts=[200.0])
+    (m20,) = moved.predictions()
+    (moved_high,) = (
+        float(x[0])
+        for x in [cal.bounds(np.ones(1), cal.scale(np.zeros(1), fit.sigma_rel, np.array([np.log2(20 / 8) + 1])))[1]]
+    )
+    assert m20["tpot_ms"] == pytest.approx(4.5) and m20["tpot_ms_high"] == pytest.approx(7 * moved_high, rel=1e-9)
     # end to end per token: 7 × 20 / 10 = 14 ms at the cap, 12 with none (the queue's wait gone)
     assert q20["tpot_ms"] == pytest.approx(14.0) and q8 == s8
     assert (q20["tpot_ms_low"], q20["tpot_ms_high"]) == pytest.approx((12 * low, 14 * high), rel=1e-9)
@@ -1185,6 +1195,9 @@ def test_a_row_the_scheduler_answers_takes_its_centre_and_widens_the_band_to_hol
     # TPOT band gives 444): moved to the scheduler's centre, 600 × 300 / 400 = 450, above 300 × 25 / 18 = 416.67
     wide = PredictResult._on_the_scheduler(None, row | {"throughput_tok_s_high": 600.0}, 0.025, 0.3, 300.0)  # type: ignore[arg-type]
     assert (wide["throughput_tok_s_low"], wide["throughput_tok_s_high"]) == pytest.approx((300 * 25 / 28.75, 450.0))
+    # and a band that reached lower: 200 × 300 / 400 = 150, below 260.87
+    low = PredictResult._on_the_scheduler(None, row | {"throughput_tok_s_low": 200.0}, 0.025, 0.3, 300.0)  # type: ignore[arg-type]
+    assert low["throughput_tok_s_low"] == pytest.approx(150.0)
     faster = PredictResult._on_the_scheduler(None, dict(row), 0.016, 0.2, 500.0)  # type: ignore[arg-type]
     assert (faster["tpot_ms_low"], faster["tpot_ms_high"], faster["ttft_ms"]) == pytest.approx((14.4, 23.0, 200.0))
     assert (faster["throughput_tok_s_low"], faster["throughput_tok_s_high"]) == pytest.approx(
