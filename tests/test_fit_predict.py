@@ -989,6 +989,11 @@ def test_rows_at_other_contexts_by_hand() -> None:
     (row,) = result.predictions()
     assert row["bound"] == "capacity" and row["throughput_tok_s"] * row["tpot_ms"] / 1e3 == pytest.approx(5.0)
     assert result.by_context() is not None and result.by_context()[0]["running_batch_cap"] == 5.0
+    # the notes name the cap at the context asked, each context's where several are
+    assert result.warnings[-2].startswith("batches above 5 do not run together")
+    both = predict_table(parse_csv(LINE_TABLE), [8], prior, n_samples=0, contexts=[100.0, 200.0]).warnings
+    assert both[-2].startswith("batches above 10 at 100 tokens, 5 at 200 tokens do not run together")
+    assert both[-1].startswith("the caps of 10 at 100 tokens, 5 at 200 tokens are the physics' estimate")
     law = result.context_law()
     assert law is not None and law["source"] == "physics" and law["reference_tokens"] == 100.0
     assert law["measured_contexts"] is None  # one measured context: nothing measured to list

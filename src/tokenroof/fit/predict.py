@@ -431,8 +431,12 @@ def fit_notes(result: PredictResult, max_asked: float) -> list[str]:
             f"the fitted model misses the measured TPOTs by {fit.sigma_rel:.0%} rms: the curve has a shape "
             "the step model does not explain"
         )
-    cap = fit.curve.cap
+    caps = {c: fit.cap_at(c) for c in result.contexts or [None]}  # the memory's cap moves with the context asked
+    cap = min((c for c in caps.values() if c is not None), default=None)
     if cap is not None and max_asked > cap:
+        cap_text = f"{cap:.4g}"
+        if result.contexts and len(set(caps.values())) > 1:  # each context its own
+            cap_text = ", ".join(f"{v:.4g} at {c:,.0f} tokens" for c, v in caps.items() if v is not None)
         source = (
             "the server's cap seen in the data"
             if result.excluded is not None
@@ -444,7 +448,7 @@ def fit_notes(result: PredictResult, max_asked: float) -> list[str]:
             else "TPOT stays at the cap's (queued requests wait before their first token: TTFT grows)"
         )
         notes.append(
-            f"batches above {cap:.4g} do not run together ({source}): there the running batch stays at the cap, "
+            f"batches above {cap_text} do not run together ({source}): there the running batch stays at the cap, "
             f"throughput is flat and {counts}"
             + (
                 "; the table does not say what its TPOT counts ('# tpot_kind=tpot' or 'e2e'), so the interval holds "
@@ -455,7 +459,8 @@ def fit_notes(result: PredictResult, max_asked: float) -> list[str]:
         )
         if fit.curve.from_physics:
             notes.append(
-                f"the cap of {cap:.4g} is the physics' estimate (the engine's KV dtype, memory fraction and "
+                f"{'the caps of ' + cap_text + ' are' if ',' in cap_text else 'the cap of ' + cap_text + ' is'} the "
+                "physics' estimate (the engine's KV dtype, memory fraction and "
                 f"reservations move it): past it the interval also holds up to {PHYSICS_CAP_SLACK:g}× as many "
                 "sequences running at once"
             )
