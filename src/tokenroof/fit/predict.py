@@ -431,7 +431,8 @@ def fit_notes(result: PredictResult, max_asked: float) -> list[str]:
             f"the fitted model misses the measured TPOTs by {fit.sigma_rel:.0%} rms: the curve has a shape "
             "the step model does not explain"
         )
-    caps = {c: fit.cap_at(c) for c in result.contexts or [None]}  # the memory's cap moves with the context asked
+    asked: list[float | None] = list(result.contexts) if result.contexts else [None]
+    caps = {c: fit.cap_at(c) for c in asked}  # the memory's cap moves with the context asked
     cap = min((c for c in caps.values() if c is not None), default=None)
     if cap is not None and max_asked > cap:
         cap_text = f"{cap:.4g}"
