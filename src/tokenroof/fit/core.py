@@ -133,7 +133,7 @@ class Curve:
     cap_context_tokens: float | None = None
     # the cap is the physics' estimate of the memory (weights and KV at the mean context in the engine's share), not
     # one the data showed: the engine's KV dtype, memory fraction and reservations can move it, so intervals past it
-    # also hold the batch running whole (PredictResult.predictions_at)
+    # also hold up to twice as many sequences running (PredictResult.predictions_at, PHYSICS_CAP_SLACK)
     from_physics: bool = False
 
     def running(self, batch: np.ndarray, context: ArrayLike | None = None) -> np.ndarray:

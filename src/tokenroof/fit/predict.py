@@ -435,9 +435,12 @@ def fit_notes(result: PredictResult, max_asked: float) -> list[str]:
     caps = {c: fit.cap_at(c) for c in asked}  # the memory's cap moves with the context asked
     cap = min((c for c in caps.values() if c is not None), default=None)
     if cap is not None and max_asked > cap:
-        cap_text = f"{cap:.4g}"
-        if result.contexts and len(set(caps.values())) > 1:  # each context its own
-            cap_text = ", ".join(f"{v:.4g} at {c:,.0f} tokens" for c, v in caps.items() if v is not None)
+        several = bool(result.contexts) and len(set(caps.values())) > 1  # each context its own
+        cap_text = (
+            ", ".join(f"{v:.4g} at {c:,.0f} tokens" for c, v in caps.items() if v is not None)
+            if several
+            else f"{cap:.4g}"
+        )
         source = (
             "the server's cap seen in the data"
             if result.excluded is not None
@@ -460,7 +463,7 @@ def fit_notes(result: PredictResult, max_asked: float) -> list[str]:
         )
         if fit.curve.from_physics:
             notes.append(
-                f"{'the caps of ' + cap_text + ' are' if ',' in cap_text else 'the cap of ' + cap_text + ' is'} the "
+                f"{'the caps of ' + cap_text + ' are' if several else 'the cap of ' + cap_text + ' is'} the "
                 "physics' estimate (the engine's KV dtype, memory fraction and "
                 f"reservations move it): past it the interval also holds up to {PHYSICS_CAP_SLACK:g}× as many "
                 "sequences running at once"
