@@ -443,3 +443,29 @@ def test_the_host_binds_a_step_only_where_its_launches_outlast_the_gpus_whole_wo
     assert replace(sm, t_host_s=4e-3).bound(1).tolist() == "weights"  # a tie with the GPU's work
     assert replace(sm, t_fixed_s=6e-3).bound(1).tolist() == "overhead"  # a tie with the overhead
     assert replace(sm, t_fixed_s=8e-3).bound(1).tolist() == "overhead"  # past the GPU, under the overhead
+
+
+def test_scaled_makes_every_step_that_many_times_as_long() -> None:
+    """Each time term times the factor: the step (max, min and sums of them) with it, the launches an eager engine's
+    step runs under, prompts' and experts' costs too; the measured departures are ratios and stay."""
+    sm = StepModel(
+        t_fixed_s=2e-3,
+        t_weights_s=8e-3,
+        t_compute_s=4e-5,
+        t_kv_token_s=2e-8,
+        t_seq_s=5e-5,
+        t_attn_token_s=1e-8,
+        t_expert_s=1e-4,
+        num_experts=8,
+        experts_per_token=2,
+        overlap=0.7,
+        t_host_s=9e-3,
+        batch_factors=((1.0, 1.1), (4.0, 0.95)),
+    )
+    slower = sm.scaled(1.03)
+    assert slower.batch_factors == sm.batch_factors and slower.overlap == sm.overlap
+    for batch, context, prompt in ((1, 100.0, 0.0), (3, 900.0, 0.0), (64, 64_000.0, 512.0), (256, 5e5, 0.0)):
+        assert slower.step_s(batch, context, prompt, prompt**2) == pytest.approx(
+            1.03 * sm.step_s(batch, context, prompt, prompt**2), rel=1e-12
+        )
+    assert slower.t_host_s == pytest.approx(9.27e-3) and slower.t_fixed_s == pytest.approx(2.06e-3)

@@ -130,6 +130,19 @@ def factors_at(knots: tuple[tuple[float, float], ...], batch: ArrayLike) -> NDAr
     return np.where(b < 1, 1.0, out)
 
 
+# StepModel's terms in seconds: a step is homogeneous in them (max, min and sums), so scaling them all scales it
+TIME_TERMS = (
+    "t_fixed_s",
+    "t_weights_s",
+    "t_compute_s",
+    "t_kv_token_s",
+    "t_seq_s",
+    "t_attn_token_s",
+    "t_expert_s",
+    "t_host_s",
+)
+
+
 @dataclass(frozen=True)
 class StepModel:
     """The terms of the step-time model, in seconds."""
@@ -159,6 +172,10 @@ class StepModel:
         if problem:
             raise ValueError(f"batch_factors {problem}: {knots}")
         object.__setattr__(self, "batch_factors", knots)
+
+    def scaled(self, factor: float) -> StepModel:
+        """Every step `factor` times as long: each time term scaled (the measured departures are ratios, and stay)."""
+        return replace(self, **{name: getattr(self, name) * factor for name in TIME_TERMS})
 
     # -- terms ------------------------------------------------------------------
     def experts_touched(self, batch: ArrayLike) -> NDArray[np.float64]:
