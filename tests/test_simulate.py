@@ -696,3 +696,44 @@ def test_a_colocated_bill_is_bill_of_steps_over_the_window_with_its_price_power_
     bare = result.bill(SM, 4, None, None)
     assert bare == {**bill_of_steps(SM, steps, w1 - w0, 2, 4, outputs, prompts, None, None), "price": None,
                     "power": None, "gpus": 8}  # fmt: skip
+
+
+def test_ttft_near_saturation_says_it_rests_on_the_step_time() -> None:
+    """Near what a server carries the queue amplifies an error in the steps into TTFT (llama-server at 90% load: 6-10%
+    of TTFT per 1% of step time): the same arrivals again on steps 3% slower, and a note where TTFT p50 moves by more
+    than 9%. A llama-server-like CPU replica (16 slots, 22 ms a pass, 0.87 ms a token, 3.3 ms a decoding sequence,
+    128-token prompts, 64 out) carries ~2.4 req/s: at 0.5 req/s TTFT moves 4% (nothing to say), at 2.0 38%, and at 2.6
+    the run is overloaded, which its own warning says."""
+    from tokenroof.serving.capacity import Traffic, run_one, ttft_sensitivity
+    from tokenroof.serving.engine.core import Server
+
+    sm = StepModel(0.022, 0.0, 8.7e-4, 0.0, 3.3e-3)
+    said = {}
+    for rate in (0.5, 2.0, 2.6):
+        offered = Workload(rate, Lengths(128), Lengths(64), 600)
+        summary, _ = run_one(16, Server(), sm, offered, Traffic())
+        slower, _ = run_one(16, Server(), sm.scaled(1.03), offered, Traffic())
+        said[rate] = (summary["ttft_ms"]["p50"], slower["ttft_ms"]["p50"], summary["warnings"])
+        said[rate] += (ttft_sensitivity(16, Server(), sm, offered, Traffic(), summary),)
+    base, moved, _, note = said[2.0]
+    assert moved / base - 1 > 0.09 and note == (
+        f"TTFT p50 {base:,.0f} ms rests on the step time: with every step 3% slower it is {moved:,.0f} ms "
+        f"({moved / base - 1:+.0%}); near what the server carries the queue amplifies any error in the steps "
+        "(the fit's or the physics'), so read TTFT here as a range"
+    )
+    base, moved, _, note = said[0.5]
+    assert moved / base - 1 < 0.09 and note is None
+    *_, warnings, note = said[2.6]
+    assert any(w.startswith("overloaded") for w in warnings) and note is None
+
+
+def test_simulate_says_where_ttft_rests_on_the_step_time() -> None:
+    """The command: a sweep names the rate it says it at; one rate says it in its warnings."""
+    from tests.conftest import run_json
+
+    args = ["simulate", "-m", "llama-3.1-8b", "-H", "h100-sxm", "--num-requests", "3000"]
+    sweep = run_json([*args, "--rate", "5,21"])["warnings"]
+    near = [w for w in sweep if "rests on the step time" in w]
+    assert len(near) == 1 and near[0].startswith("at 21 req/s: TTFT p50 ")
+    (one,) = [w for w in run_json([*args, "--rate", "21"])["warnings"] if "rests on the step time" in w]
+    assert one == near[0].removeprefix("at 21 req/s: ")

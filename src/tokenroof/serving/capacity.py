@@ -128,18 +128,17 @@ def simulate_rates(
     if any(not 0 < r < math.inf for r in rates):
         given = ", ".join(f"{r:g}" for r in rates)
         raise ParameterError(f"{{}} must be positive finite requests per second, got {given}", "request_rate")
+    split = dep.disaggregation()
     if len(rates) > 1:
         if trace is not None or out is not None:
             raise ParameterError("{} and {} take a single {}", "trace", "out", "request_rate")
-        rows = [
-            {
-                "rate_req_s": rate,
-                **run_one(
-                    dep.max_num_seqs, server, sm, workload(dep, rate, traffic), traffic, billing, dep.disaggregation()
-                )[0],
-            }
-            for rate in rates
-        ]
+        rows = []
+        for rate in rates:
+            at_rate = workload(dep, rate, traffic)
+            row = {"rate_req_s": rate, **run_one(dep.max_num_seqs, server, sm, at_rate, traffic, billing, split)[0]}
+            note = None if split is not None else ttft_sensitivity(dep.max_num_seqs, server, sm, at_rate, traffic, row)
+            row["warnings"] = [*row["warnings"], *([note] if note else [])]
+            rows.append(row)
         slo = goodput_slo(traffic.ttft_slo_ms, traffic.tpot_slo_ms) if rows[0]["slo"] else None
         unsteady = [f"at {row['rate_req_s']:g} req/s: {w}" for row in rows for w in row["warnings"]]
         data = {"points": rows, "slo": slo, "step_model": sm.to_dict(), "warnings": [*notes, *unsteady]}
@@ -158,10 +157,12 @@ def simulate_rates(
             f"the trace's prompts start with one of {offered.prefix.groups} shared prefixes of {offered.prefix.tokens} "
             f"tokens (bench's prefix_group); {caching}"
         )
-    split = dep.disaggregation()
     summary, result = run_one(dep.max_num_seqs, server, sm, offered, traffic, billing, split)
     if split is not None:
         notes += prefill_room_notes(dep, result)
+    else:
+        note = ttft_sensitivity(dep.max_num_seqs, server, sm, offered, traffic, summary)
+        summary["warnings"] = [*summary["warnings"], *([note] if note else [])]
     summary.update({"step_model": sm.to_dict(), "warnings": [*notes, *summary["warnings"]]})
     if out is not None:
         result.write(out, summary)
@@ -194,6 +195,41 @@ def workload(dep: Deployment, rate: float, traffic: Traffic) -> Workload:
     if dep.input_len is None or dep.output_len is None:
         raise TokenroofError("simulate needs the prompt and output lengths")
     return Workload(rate, dep.input_len, dep.output_len, traffic.requests, traffic.burstiness)
+
+
+STEP_SENSITIVITY = 0.03  # the step-time error the sensitivity check tries: a bench's own noise (3% rms)
+AMPLIFIED = 3.0  # TTFT p50 moving more than this many times that is worth a word
+
+
+def ttft_sensitivity(
+    max_num_seqs: int,
+    server: Server,
+    sm: StepModel,
+    offered: Workload | Trace,
+    traffic: Traffic,
+    summary: dict[str, Any],
+) -> str | None:
+    """Near what a server carries, the queue amplifies any error in the step time into TTFT (on llama-server at 90%
+    load, 6-10% of TTFT per 1% of step time): the same arrivals run again with every step STEP_SENSITIVITY slower, and
+    a note where TTFT p50 moves by more than AMPLIFIED times that. None below it, or where the run is overloaded (its
+    own warning says more)."""
+    if any(w.startswith("overloaded") for w in summary.get("warnings", [])):
+        return None
+    base = summary["ttft_ms"]["p50"]
+    slower, _ = run_one(max_num_seqs, server, sm.scaled(1 + STEP_SENSITIVITY), offered, traffic)
+    moved = slower["ttft_ms"]["p50"]
+    if base is None or moved is None or base <= 0 or moved / base - 1 <= AMPLIFIED * STEP_SENSITIVITY:
+        return None
+    return (
+        f"TTFT p50 {milliseconds(base)} ms rests on the step time: with every step {STEP_SENSITIVITY:.0%} slower it is "
+        f"{milliseconds(moved)} ms ({moved / base - 1:+.0%}); near what the server carries the queue amplifies any "
+        "error in the steps (the fit's or the physics'), so read TTFT here as a range"
+    )
+
+
+def milliseconds(value: float) -> str:
+    """Three significant figures, without an exponent: 52.4, 267, 1,489."""
+    return f"{value:,.0f}" if value >= 100 else f"{value:.3g}"
 
 
 def run_one(
