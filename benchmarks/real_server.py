@@ -65,6 +65,7 @@ from tokenroof.fit.predict import MeasuredWorkload as Measured
 from tokenroof.fit.predict import prior_for
 from tokenroof.io.measurements import read_table
 from tokenroof.measure.http.run import WORDS, BenchConfig, run_bench
+from tokenroof.serving.capacity import STEP_SENSITIVITY
 from tokenroof.serving.deployment import Physics
 from tokenroof.serving.emulate.process import server_process
 from tokenroof.serving.engine.core import Server
@@ -381,9 +382,18 @@ def run(args: argparse.Namespace) -> None:
         folder = args.out / f"load-{fraction:g}"
         print(f"3. load {fraction:.0%} of the predicted saturation: {rate:.3f} req/s, {args.requests} requests")
         measured = measure_load(args, rate, folder, draw)
+        before = list(history)
         predicted = predicted_load(model, folder, args.slots, serving.max_num_batched_tokens, per_slot_kv, history)
+        # how far the simulated TTFT rests on the step time (simulate's own check): steps 3% slower, same arrivals
+        slowed = model.scaled(1 + STEP_SENSITIVITY)
+        slower = predicted_load(slowed, folder, args.slots, serving.max_num_batched_tokens, per_slot_kv, before)
         print(row("measured", measured))
         print(row("simulated", predicted))
+        moved = slower["ttft_ms"]["p50"] / predicted["ttft_ms"]["p50"] - 1
+        print(
+            f"    simulated with every step {STEP_SENSITIVITY:.0%} slower: TTFT p50 {slower['ttft_ms']['p50']:.0f} ms "
+            f"({moved:+.0%})"
+        )
         if measured.get("invalid"):
             print(f"    (measured point invalid: {measured['invalid']})")
         found = errors(predicted, measured)
@@ -399,6 +409,7 @@ def run(args: argparse.Namespace) -> None:
                 "errors": found,
                 "measured": measured,
                 "predicted": {k: predicted[k] for k in ("throughput_tok_s", "ttft_ms", "tpot_ms", "running_batch")},
+                "predicted_ttft_p50_ms_at_slower_steps": slower["ttft_ms"]["p50"],
             }
         )
     # overloaded: the server completed fewer than were sent (each rate over the middle of its own events)
