@@ -35,7 +35,7 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from curve_headers import CurveSetup, engine_of, read_setup
-from tokenroof.errors import TokenroofError
+from tokenroof.errors import ParameterError, TokenroofError
 from tokenroof.fit import intervals
 from tokenroof.fit.core import Prior
 from tokenroof.fit.physics import Physics
@@ -81,36 +81,28 @@ def load(dirs: list[Path], with_engine: bool = False) -> list[Curve]:
         if not table.semantics.stated:  # the shared curves describe their columns in prose
             table = replace(table, semantics=setup.semantics)
         prior = None
-        if setup.model and setup.hardware and not context_known(table, setup):  # `predict` refuses this prior
-            print(f"{path.name}: data only in both modes (no lengths or context stated: the prior needs them)")
-        elif setup.model and setup.hardware:
+        if setup.model and setup.hardware:
             prior = prior_of(table, setup, engine_of("\n".join(table.provenance)) if with_engine else None)
+            if prior is None:  # as `predict` refuses it
+                print(f"{path.name}: data only in both modes (no lengths or context stated: the prior needs them)")
         curves.append(Curve(path.name, table, prior))
     return curves
 
 
-def context_known(table: MeasurementTable, setup: CurveSetup) -> bool:
-    """Whether the table or its header gives the mean context the physics prior needs (MeasuredWorkload.from_table
-    refuses a prior without one)."""
-    sem, w = table.semantics, setup.workload
-    stated = sem.input_len is not None and sem.output_len is not None
-    prose = w.input_len is not None and w.output_len is not None
-    return stated or prose or w.context_tokens is not None or table.context_tokens is not None
-
-
-def prior_of(table: MeasurementTable, setup: CurveSetup, engine: str | None) -> Prior:
+def prior_of(table: MeasurementTable, setup: CurveSetup, engine: str | None) -> Prior | None:
     """The physics prior as `predict --model --hardware --dtype --tp [--engine]` builds it for the table: its
-    stated lengths, else the header prose's (what a user passes as --input-len/--output-len). Raises where `predict`
-    refuses, for want of the context the prior's KV reads and memory cap need (`context_known` says first)."""
+    stated lengths, else the header prose's (what a user passes as --input-len/--output-len). None where `predict`
+    refuses it for want of the context its KV reads and memory cap need (MeasuredWorkload.from_table's refusal)."""
     physics = Physics(setup.model, setup.hardware, setup.dtype, tp=setup.tp, engine=engine)
     w, stated = setup.workload, table.semantics.input_len is not None and table.semantics.output_len is not None
     flags = MeasuredWorkload(
         w.context_tokens, None if stated else w.input_len, None if stated else w.output_len, w.decode_only
     )
-    prior = prior_for(table, physics, flags)
-    if prior is None:
-        raise TokenroofError(f"{table.source}: the header names no model and hardware for a prior")
-    return prior
+    try:
+        MeasuredWorkload.from_table(table, flags.context_tokens, flags.input_len, flags.output_len, flags.decode_only)
+    except ParameterError:
+        return None
+    return prior_for(table, physics, flags)
 
 
 def split(table: MeasurementTable, k: int) -> tuple[MeasurementTable, MeasurementTable]:

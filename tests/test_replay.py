@@ -992,7 +992,7 @@ def test_held_concurrency_is_the_time_averaged_requests_in_flight_or_the_running
 
     def run(window: tuple[float, float]) -> Any:
         seqs = [SimpleNamespace(arrival_s=a, finished_s=f) for a, f in ((0.0, 10.0), (5.0, 15.0), (12.0, None))]
-        return SimpleNamespace(sequences=seqs, window_s=lambda: window, summary=lambda: {"running_batch": 7.5})
+        return SimpleNamespace(sequences=seqs, window_s=lambda: window, running_batch=lambda: 7.5)
 
     assert held_concurrency(run((0.0, 10.0)), True) == pytest.approx(1.5)
     assert held_concurrency(run((5.0, 15.0)), True) == pytest.approx(1.8)

@@ -30,7 +30,7 @@ import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 from scipy.optimize import least_squares, lsq_linear
@@ -212,7 +212,7 @@ def held_concurrency(result: SimResult, in_flight: bool) -> float:
     gauge). Not completions a second × mean end-to-end time: near saturation the queue grows over a run and the
     completions lag the arrivals, which would read the concurrency low and match it at a rate past the server's."""
     if not in_flight:
-        return float(result.summary()["running_batch"])
+        return result.running_batch()
     w0, w1 = result.window_s()
     start = np.array([s.arrival_s for s in result.sequences], dtype=float)
     end = np.array([w1 if s.finished_s is None else s.finished_s for s in result.sequences], dtype=float)
@@ -233,7 +233,7 @@ def open_loop_design(
     mean TTFT over a few hundred requests is a queue's sample (±39% between runs at 80% load, ±86% at 95%), and the
     fit weighs it so."""
     lengths = Lengths(point.input_len), Lengths(point.output_len)
-    served = (reference, point.client, kv_capacity_tokens, budget, kv_slots)
+    served = Served(reference, point.client, kv_capacity_tokens, budget, kv_slots)
     results = matched_runs(served, lengths, point.rate_req_s, point.concurrency, point.in_flight)
     chosen = [r.measured() for r in results]
     parts = [Design.of(r, c) for r, c in zip(results, chosen, strict=True)]
@@ -244,8 +244,19 @@ def open_loop_design(
     return replace(Design.mix([(d, 1.0 / len(parts)) for d in parts]), ttft_spread=spread)
 
 
+class Served(NamedTuple):
+    """The server an open loop is replayed on: the step model, the client's arrivals ("poisson" or "constant"), the KV
+    cache (tokens; None: unlimited), the prompt budget per step (None: whole prompts), per-slot KV streams' slots."""
+
+    model: StepModel
+    client: str
+    kv_capacity_tokens: int | None
+    budget: int | None
+    kv_slots: int | None
+
+
 def matched_runs(
-    served: tuple[StepModel, str, int | None, int | None, int | None],
+    served: Served,
     lengths: tuple[Lengths, Lengths],
     rate: float,
     concurrency: float,
@@ -1031,7 +1042,7 @@ def _open_loop_at(
     if guess is None:
         return None
     tpot_s, ttft_s, _ = guess
-    served = (serving.model, serving.client, kv, serving.max_num_batched_tokens, serving.kv_slots)
+    served = Served(serving.model, serving.client, kv, serving.max_num_batched_tokens, serving.kv_slots)
     start = batch / (ttft_s + (lengths[1].mean - 1) * tpot_s)
     summaries = [r.summary() for r in matched_runs(served, lengths, start, batch, serving.in_flight)]
     tpot = float(np.mean([s["tpot_ms"]["mean"] for s in summaries]))

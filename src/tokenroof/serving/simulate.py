@@ -378,6 +378,18 @@ class SimResult:
             return float(ends[open_at]), float(ends[close_at])
         return open_loop_window(arrivals, typical_lifetime_s(arrivals, finished), float(finished.max()))
 
+    def _overlap_s(self, w0: float, w1: float) -> np.ndarray:
+        """The time each step spends inside [w0, w1]: what the window's time averages weigh each step by."""
+        ends = self.step_starts_s + self.step_durations_s
+        return np.clip(np.minimum(ends, w1) - np.maximum(self.step_starts_s, w0), 0.0, None)
+
+    def running_batch(self, w0: float | None = None, w1: float | None = None) -> float:
+        """The running batch a replica holds, time-averaged over [w0, w1] (default: the window of `window_s`; idle
+        time counts): `summary`'s, without the rest of it."""
+        if w0 is None or w1 is None:
+            w0, w1 = self.window_s()
+        return float((self.step_batches * self._overlap_s(w0, w1)).sum() / (w1 - w0) / self.replicas)
+
     def summary(self, ttft_slo_ms: float | None = None, tpot_slo_ms: float | None = None) -> dict[str, Any]:
         """Throughput, request rate, goodput and running batch over the steady-state window (`window_s`): tokens
         emitted and requests completed in it, the batch time-averaged over it (idle time counts); latencies over
@@ -396,8 +408,7 @@ class SimResult:
         done = (finished >= w0) & (finished <= w1)  # rates count completions: an overloaded server's true rate
         ends = self.step_starts_s + self.step_durations_s
         in_window = (ends >= w0) & (ends <= w1)
-        # time each step spends inside the window, for the time-averaged running batch
-        overlap_s = np.clip(np.minimum(ends, w1) - np.maximum(self.step_starts_s, w0), 0.0, None)
+        overlap_s = self._overlap_s(w0, w1)
         good = done.copy()
         if ttft_slo_ms is not None:
             good &= ttft * 1e3 <= ttft_slo_ms
@@ -427,7 +438,7 @@ class SimResult:
             "request_throughput_req_s": float(done.sum() / span),
             "goodput_req_s": float(good.sum() / span),
             "replicas": self.replicas,
-            "running_batch": float((self.step_batches * overlap_s).sum() / span / self.replicas),
+            "running_batch": self.running_batch(w0, w1),
             "steps": int(self.step_batches.size),
             "preemptions": self.preemptions,
             "kv_cache_tokens": self.kv_capacity_tokens,
