@@ -29,6 +29,7 @@ import numpy as np
 
 from tokenroof.model.stepmodel import StepModel
 from tokenroof.serving.deployment import Physics
+from tokenroof.serving.replay import held_concurrency
 from tokenroof.serving.simulate import ClosedLoop, Lengths, Workload, simulate
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -128,13 +129,9 @@ def guidellm_report(
         workload = Workload(rate, Lengths(input_len), Lengths(output_len), num_requests=requests, burstiness=burstiness)
         result = simulate(sm, workload, 1024, seed + i, kv, max_num_batched_tokens=budget)
         summary = result.summary()
-        seqs = result.sequences
-        start = np.array([s.arrival_s for s in seqs])
-        end = np.array([s.finished_s or 0.0 for s in seqs])
-        w0, w1 = summary["window_start_s"], summary["window_end_s"]
         # requests in flight, time-averaged over the window the other metrics are taken over (GuideLLM's
-        # request_concurrency is the time-weighted distribution of requests in flight)
-        concurrency = float(np.clip(np.minimum(end, w1) - np.maximum(start, w0), 0.0, None).sum() / (w1 - w0))
+        # request_concurrency is the time-weighted distribution of requests in flight): what the fit matches
+        concurrency = held_concurrency(result, in_flight=True)
 
         def jitter(value: float) -> float:
             return noisy(rng, value) if noise else float(value)
