@@ -75,6 +75,9 @@ NOISE_FLOOR = 0.01  # relative TPOT noise assumed at least this (benchmarks repe
 MIN_ROOFLINE_POINTS = 6
 MIN_STEP_S = 1e-9  # no step is faster (a floor for degenerate fits moved far from their contexts)
 MAX_POINTS = 1024  # more distinct batches than this are fitted in bins (measurements.pooled)
+# a client-concurrency table whose throughput × TPOT (the sequences decoding at once, by Little's law) exceeds the
+# physics' memory cap by more than this contradicts the cap: more ran together than it allows
+RAN_PAST_CAP = 1.1
 
 
 @dataclass(frozen=True)
@@ -687,6 +690,14 @@ def fit_table(
     memory = seen is None or seen.cap is None  # the cap, if any, is the memory's (the prior's), not the data's
     cap = (prior.max_batch if prior is not None else None) if memory else seen.cap  # type: ignore[union-attr]
     scales = memory and cap is not None and several  # the memory's cap holds at the prior's context, shrinks past it
+    ran = running_seen(points.subset(keep)) if memory and not several and not queues else None
+    if cap is not None and ran is not None and ran > RAN_PAST_CAP * cap and cap < batch.max():
+        notes.append(
+            f"the physics puts the memory cap at {cap:g} sequences, below the ≈{ran:.3g} the data show decoding at "
+            f"once (throughput × TPOT), so the cap is taken at the largest concurrency measured, {batch.max():g}; "
+            "check --context, --dtype and --kv-dtype"
+        )
+        cap = float(batch.max())
     if cap is not None and points.semantics.batch_kind != "concurrency":
         held = batch * contexts.values / contexts.reference if scales and contexts.values is not None else batch
         if cap < held.max():
@@ -720,6 +731,22 @@ def fit_table(
     fit.excluded = seen
     fit.notes = notes
     return fit
+
+
+def running_seen(points: MeasurementTable) -> float | None:
+    """The most sequences a client-concurrency table shows decoding at once: throughput × TPOT (Little's law over
+    the decode: each decoding sequence emits a token per TPOT), over the points that measured both columns. None:
+    another batch kind, or no point that measured both."""
+    if points.semantics.batch_kind != "concurrency":
+        return None
+    both = (
+        np.array([d == "" for d in points.derived])
+        if len(points.derived) == len(points)
+        else np.ones(len(points), bool)
+    )
+    running = points.throughput_tok_s * points.tpot_ms / 1e3
+    both &= ~np.isclose(running, points.batch, rtol=1e-3)  # a column derived from the other: nothing to learn
+    return float(running[both].max()) if both.any() else None
 
 
 def _contexts(points: MeasurementTable, keep: np.ndarray, prior: Prior | None) -> Contexts:

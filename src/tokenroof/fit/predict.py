@@ -69,10 +69,14 @@ class PredictResult:
     @property
     def cap_source(self) -> str | None:
         """Where the running-batch cap comes from: "physics" (weights and KV in the engine's share of memory, an
-        estimate), "data" (a server's cap the points showed), None (no cap)."""
+        estimate), "measured" (the memory's cap raised to the largest batch measured, where the physics' estimate
+        was below what ran), "data" (a server's cap the points showed), None (no cap)."""
         if self.fit.curve.cap is None:
             return None
-        return "physics" if self.fit.curve.from_physics else "data"
+        if not self.fit.curve.from_physics:
+            return "data"
+        estimate = self.prior.max_batch if self.prior is not None else None
+        return "measured" if estimate is not None and self.fit.curve.cap > estimate else "physics"
 
     @property
     def reading_unstated(self) -> bool:
@@ -444,6 +448,8 @@ def fit_notes(result: PredictResult, max_asked: float) -> list[str]:
         source = (
             "the server's cap seen in the data"
             if result.excluded is not None
+            else "the memory: weights + KV cache at the mean context, as many as ran in the data"
+            if result.cap_source == "measured"
             else "weights + KV cache at the mean context in the engine's share of memory"
         )
         counts = (
@@ -462,11 +468,14 @@ def fit_notes(result: PredictResult, max_asked: float) -> list[str]:
             )
         )
         if fit.curve.from_physics:
+            what = (
+                "the largest batch measured (the physics' estimate was below what ran), a floor of what fits"
+                if result.cap_source == "measured"
+                else "the physics' estimate (the engine's KV dtype, memory fraction and reservations move it)"
+            )
             notes.append(
-                f"{'the caps of ' + cap_text + ' are' if several else 'the cap of ' + cap_text + ' is'} the "
-                "physics' estimate (the engine's KV dtype, memory fraction and "
-                f"reservations move it): past it the interval also holds up to {PHYSICS_CAP_SLACK:g}× as many "
-                "sequences running at once"
+                f"{'the caps of ' + cap_text + ' are' if several else 'the cap of ' + cap_text + ' is'} {what}: "
+                f"past it the interval also holds up to {PHYSICS_CAP_SLACK:g}× as many sequences running at once"
             )
     notes += [f"prior and data disagree: {c}" for c in fit.conflicts]
     return notes
