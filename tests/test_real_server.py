@@ -230,6 +230,8 @@ def test_the_real_llama_server_loads_are_simulated_within_the_issue_targets_on_p
 
 
 LLAMA_0612 = [ROOT / "examples" / f"llama-server-2026-12-06{run}" for run in "abc"]
+# 2026-12-07: the same model and flags, a CPU 40% faster at one sequence (15.4 ms a token against 25-26)
+LLAMA_1207 = ROOT / "examples" / "llama-server-2026-12-07f"
 
 
 def server_slots(run: Path) -> list[dict[str, float]]:
@@ -364,7 +366,7 @@ def test_the_ring_turns_by_the_calibration_requests_bench_sends_first(tmp_path: 
     assert protocol.ring_at_start([3, 0, 1, 2], 4, requests) == [3, 0, 1, 2]
 
 
-@pytest.mark.parametrize("run", LLAMA_0612, ids=lambda p: p.name)
+@pytest.mark.parametrize("run", [*LLAMA_0612, LLAMA_1207], ids=lambda p: p.name)
 def test_the_2026_12_06_llama_server_runs_from_the_ring_the_server_used(run: Path) -> None:
     """Three more llama-server runs (2026-12-06: the same 106M f32 model, this CPU 3× slower at decode than on 12-05;
     60 requests a load), each load simulated from the ring the server used, turned by bench's calibration requests:
@@ -375,8 +377,9 @@ def test_the_2026_12_06_llama_server_runs_from_the_ring_the_server_used(run: Pat
     +42 / +43%). In the issue's targets but for: 06a at 90% load, TTFT p50 / p90 +27 / +42% (the simulated decode is
     2-5% slower than the server's at every load, within TPOT's target, and this near saturation TTFT moves 6-10% per
     1% of step time: 3% faster steps give +8 / +11%); 06b at 60% load, TPOT p50 −13%; 06c at 90%, TTFT p50 / p90 +26
-    / +43% with TPOT on target (the simulated slots free later while the batch fills: its README). Pinned within a
-    few points of those figures, so that a change for the worse shows."""
+    / +43% with TPOT on target (the simulated slots free later while the batch fills: its README). 2026-12-07f, on a
+    faster day: every one in the targets (TTFT p50 −3 / −2 / −1%, TPOT p50 +7 / −8 / +8%). Pinned within a few points
+    of those figures, so that a change for the worse shows."""
     protocol = load_protocol()
     from tokenroof.fit.core import fit_table
     from tokenroof.io.measurements import read_table
@@ -386,7 +389,8 @@ def test_the_2026_12_06_llama_server_runs_from_the_ring_the_server_used(run: Pat
     swept = read_table([run / "sweep"])
     table = replace(swept, semantics=replace(swept.semantics, kv_slots=16))
     serving = serving_fit(fit_table(table, None, n_samples=0), table)
-    assert serving is not None and serving.tpot_rms < 0.08
+    # 07f's sweep replays within 15.8% only: its 16 streams fell into lockstep (TTFT 2.4 s, every prompt in one step)
+    assert serving is not None and serving.tpot_rms < (0.17 if run == LLAMA_1207 else 0.08)
     misses = {
         ("llama-server-2026-12-06a", 0.9): {"ttft_ms p50": 0.3, "ttft_ms p90": 0.45},
         ("llama-server-2026-12-06b", 0.6): {"tpot_ms p50": 0.15},
@@ -462,6 +466,44 @@ def test_advise_s_cap_on_the_2026_12_06_llama_server_meets_both_targets_on_the_r
         ttft = 0.2 if run.name.endswith("b") else 0.3
         assert answer["at_cap"]["ttft_ms"]["p99"] == pytest.approx(benched["ttft_ms"]["p99"], rel=ttft)
         assert answer["at_cap"]["tpot_ms"]["p99"] == pytest.approx(benched["tpot_ms"]["p99"], rel=0.1)
+
+
+def test_advise_s_cap_on_the_2026_12_07_llama_server_misses_ttft_on_the_restarted_server(tmp_path: Path) -> None:
+    """The same question on 2026-12-07f's sweep sets cap 10 (predicted p99 TPOT 79.7 ms, TTFT 1,329 ms); the server
+    restarted with -np 10 and benched at 10 streams measured 83.1 / 1,838 ms: TPOT met, TTFT missed by 23% (the
+    prediction 28% under), the first restarted server to miss since 12-05. Its lone prompts took as long as the swept
+    server's (213-224 ms), so not the slower prefill of 12-05's -np 14; at 10 streams the closed loop fell into
+    lockstep (TTFT p50 1.58 s: ten prompts prefilled in one step). Pinned as a miss, so that a fix shows."""
+    from tests.conftest import run_json
+
+    first, *rest = (LLAMA_1207 / "sweep" / "summary.csv").read_text().splitlines()
+    table = tmp_path / "sweep.csv"
+    table.write_text("\n".join([f"{first} kv_slots=16", *rest]) + "\n")
+    targets = ["--tpot-slo-ms", "100", "--ttft-slo-ms", "1500"]
+    answer = run_json(["advise", str(table), "--input-len", "128", "--output-len", "64", *targets])
+    assert answer["max_num_seqs"] == 10
+    (benched,) = json.loads((LLAMA_1207 / "advised-c10" / "summary.json").read_text())["points"]
+    assert benched["point"] == "concurrency=10" and benched["requests_completed"] >= 40
+    assert benched["tpot_ms"]["p99"] <= 100 < 1500 < benched["ttft_ms"]["p99"]
+    assert answer["at_cap"]["tpot_ms"]["p99"] == pytest.approx(benched["tpot_ms"]["p99"], rel=0.1)
+    assert answer["at_cap"]["ttft_ms"]["p99"] == pytest.approx(0.72 * benched["ttft_ms"]["p99"], rel=0.05)
+
+
+def test_a_step_of_several_passes_costs_what_its_passes_cost_apart() -> None:
+    """benchmarks/llama_server_passes.py on 2026-12-07's server: k streams pinned to slots, contiguous (one forward
+    pass) and spread over the ring (llama.cpp splits the step into one ubatch per run of consecutive slots); every
+    spread set's step is the sum of its passes' contiguous steps within -1...+6%, the scheduler's pricing of a pass
+    (a step of its own). The runs by hand first."""
+    spec = importlib.util.spec_from_file_location("passes", ROOT / "benchmarks" / "llama_server_passes.py")
+    assert spec is not None and spec.loader is not None
+    passes = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(passes)
+    assert passes.passes([5, 0, 2, 1]) == [3, 1] and passes.passes([0, 8]) == [1, 1] and passes.passes([3]) == [1]
+    rows = json.loads((LLAMA_1207 / "passes.json").read_text())
+    several = [r for r in rows if len(r["passes"]) > 1]
+    assert len(several) == 6
+    for r in several:
+        assert -0.02 < r["step_ms"] / r["sum_of_passes_ms"] - 1 < 0.07, r["slots"]
 
 
 SERVE = ROOT / "examples" / "serve-llama-123m"
