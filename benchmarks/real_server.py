@@ -238,14 +238,22 @@ def saturation_shown(loads: list[dict[str, Any]]) -> tuple[float, dict[str, Any]
     fell behind (completions under FELL_BEHIND of the rate sent, each over the middle of its own events) carried about
     its saturation; a load it kept up with carried what was sent, a floor of it. A load that fell behind but carried
     less than another load was sent and kept up with is one draw's noise (over 60 requests a burst reads as a queue),
-    not the saturation: the floor is the figure then, said to be one (None: no load, NaN)."""
-    behind = [x for x in loads if x["carried_req_s"] < FELL_BEHIND * x["sent_req_s"]]
-    kept = [x for x in loads if x not in behind]
+    not the saturation: the floor is the figure then, said to be one (None: no load, NaN). A load too short to tell a
+    rate from (NaN: under five events) is left out."""
+    told = [x for x in loads if math.isfinite(x["sent_req_s"]) and math.isfinite(x["carried_req_s"])]
+    behind = [x for x in told if x["carried_req_s"] < FELL_BEHIND * x["sent_req_s"]]
+    kept = [x for x in told if x not in behind]
     top = max(behind, key=lambda x: x["carried_req_s"], default=None)
-    up = max(kept, key=lambda x: x["sent_req_s"], default=None)
-    if up is not None and (top is None or up["sent_req_s"] > top["carried_req_s"]):
-        return up["sent_req_s"], up, True
+    up = max(kept, key=kept_up_with, default=None)
+    if up is not None and (top is None or kept_up_with(up) > top["carried_req_s"]):
+        return kept_up_with(up), up, True
     return (math.nan, None, False) if top is None else (top["carried_req_s"], top, False)
+
+
+def kept_up_with(load: dict[str, Any]) -> float:
+    """The rate a load the server kept up with shows it can carry: what was sent, or what completed where less (within
+    FELL_BEHIND of it)."""
+    return float(min(load["sent_req_s"], load["carried_req_s"]))
 
 
 def rate_of(times_s: list[float]) -> float:
@@ -443,8 +451,13 @@ def run(args: argparse.Namespace) -> None:
     if top is not None and floor:
         print(
             f"   saturation: at least {measured_saturation:.3f} req/s, the rate the server kept up with at "
-            f"{top['fraction']:.0%} load (completed {top['carried_req_s']:.3f}; no load it fell behind carried more); "
-            f"predicted {saturation:.3f} ({saturation / measured_saturation - 1:+.0%} of that floor)"
+            f"{top['fraction']:.0%} load (sent {top['sent_req_s']:.3f}, completed {top['carried_req_s']:.3f}; no load "
+            f"it fell behind carried more); predicted {saturation:.3f}, "
+            + (
+                f"{saturation / measured_saturation - 1:+.0%} over that floor (only a prediction under it misses)"
+                if saturation >= measured_saturation
+                else f"{saturation / measured_saturation - 1:+.0%}: under what the server carried"
+            )
         )
     elif top is not None:
         simulated = top["simulated_carried_req_s"]

@@ -249,32 +249,46 @@ def test_the_memory_cap_from_the_physics() -> None:
     ]
 
 
-def test_a_physics_cap_the_concurrency_data_ran_past_is_raised_to_the_data() -> None:
+def test_a_physics_cap_the_concurrency_data_ran_past_is_raised_to_what_they_held() -> None:
     # throughput × TPOT (Little's law over the decode): 380 tok/s × 10 ms = 3.8 decoding at concurrency 4,
     # 1,300 × 11.5 ms = 14.95 at 16, 2,200 × 13 ms = 28.6 at 32
     head = "# batch_kind=concurrency tpot_kind=tpot\nbatch,throughput_tok_s,tpot_ms\n"
     table = parse_csv(head + "4,380,10\n16,1300,11.5\n32,2200,13\n")
-    assert ft.running_seen(table) == pytest.approx(28.6)
+    assert ft.running_seen(table) == pytest.approx((28.6, 32.0))
     prior = Prior(StepModel(0.0, 5e-3, 0.0, 0.0), 1e-5, 1e-6, 0.0, max_batch=10, context_tokens=500.0)
     fit = ft.fit_table(table, prior, n_samples=0)
-    # 28.6 > 1.1 × 10: more ran together than the estimate allows; the cap is taken at the largest concurrency
-    assert fit.curve.cap == 32.0 and fit.curve.from_physics
+    # 28.6 > 1.1 × 10: more ran together than the estimate allows; the cap is what ran, the point at 32 a step there
+    assert fit.curve.cap == pytest.approx(28.6) and fit.curve.from_physics and fit.cap_raised_from == 10
     assert fit.notes == [
-        "the physics puts the memory cap at 10 sequences, below the ≈28.6 the data show decoding at once "
-        "(throughput × TPOT), so the cap is taken at the largest concurrency measured, 32; check --context, --dtype "
-        "and --kv-dtype"
+        "the physics puts the memory cap at 10 sequences, below the 28.6 the data show decoding at once (throughput "
+        "× TPOT at concurrency 32), so the cap is taken there, a floor of what fits; check --context, --dtype and "
+        "--kv-dtype"
     ]
     # within RAN_PAST_CAP of the estimate (28.6 ≤ 1.1 × 27) the data do not contradict it: the server ran 27
     held = ft.fit_table(table, replace(prior, max_batch=27), n_samples=0)
-    assert held.curve.cap == 27 and held.notes == []
-    # a column derived from the other says nothing of what ran (throughput × TPOT is the batch), nor does an
-    # end-to-end TPOT (its queue's wait is in it): the cap stays the physics'
-    derived = parse_csv("# batch_kind=concurrency tpot_kind=tpot\nbatch,tpot_ms\n4,10\n16,11.5\n32,13\n")
-    assert ft.running_seen(derived) is None and ft.fit_table(derived, prior, n_samples=0).curve.cap == 10
+    assert held.curve.cap == 27 and held.notes == [] and held.cap_raised_from is None
+    # an end-to-end TPOT (its queue's wait is in it) says nothing of what ran: the cap stays the physics'
     e2e = parse_csv(head.replace("tpot_kind=tpot", "tpot_kind=e2e") + "4,380,10\n16,1300,11.5\n32,2200,13\n")
     assert ft.fit_table(e2e, prior, n_samples=0).curve.cap == 10
     # another batch kind has its own rule (the measured batch itself ran)
     assert ft.running_seen(parse_csv("batch,throughput_tok_s,tpot_ms\n4,380,10\n16,1300,11.5\n")) is None
+
+
+def test_what_ran_counts_only_points_that_measured_both_columns_and_no_more_than_were_in_flight() -> None:
+    head = "# batch_kind=concurrency tpot_kind=tpot\nbatch,throughput_tok_s,tpot_ms\n"
+    # a column derived from the other: throughput × TPOT is the batch to the digit
+    derived = parse_csv("# batch_kind=concurrency tpot_kind=tpot\nbatch,tpot_ms\n4,10\n16,11.5\n32,13\n")
+    assert ft.running_seen(derived) is None
+    # both columns written, the same numbers (2,461.5 × 13 ms = 32.0): nothing learnt either
+    exact = parse_csv(head + "4,380,10\n32,2461.538,13\n")
+    assert ft.running_seen(exact) == pytest.approx((3.8, 4.0))
+    # a point labelled derived is not read, whatever its numbers say
+    labelled = replace(parse_csv(head + "4,380,10\n32,2200,13\n"), derived=("", "throughput_tok_s"))
+    assert ft.running_seen(labelled) == pytest.approx((3.8, 4.0))
+    # more decoding than in flight (a throughput counting prompt tokens: 5×): no evidence of what ran
+    total = parse_csv(head + "4,1900,10\n32,2200,13\n")
+    assert ft.running_seen(total) == pytest.approx((28.6, 32.0))
+    assert ft.running_seen(parse_csv(head + "4,1900,10\n32,11000,13\n")) is None
 
 
 def test_fit_points_weights_and_samples() -> None:

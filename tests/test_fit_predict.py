@@ -1088,25 +1088,32 @@ def test_the_cap_note_says_whose_cap_and_what_tpot_counts() -> None:
 
 def test_a_cap_raised_to_what_ran_is_named_measured_and_still_widened_past() -> None:
     # client concurrency whose throughput × TPOT shows 28.6 decoding at once (2,200 tok/s × 13 ms) over a physics
-    # cap of 10: the cap is taken at the largest concurrency, 32, and said to be the data's floor, not an estimate
+    # cap of 10: the cap is what ran, said to be the data's floor, not an estimate
     table = parse_csv(
         "# batch_kind=concurrency tpot_kind=tpot\nbatch,throughput_tok_s,tpot_ms\n4,380,10\n16,1300,11.5\n32,2200,13\n"
     )
     prior = Prior(StepModel(0.0, 5e-3, 0.0, 0.0), 1e-5, 1e-6, 0.0, max_batch=10, context_tokens=500.0)
-    result = predict_table(table, [64], prior, n_samples=0)
-    assert result.cap_source == "measured" and result.to_dict()["model"]["running_batch_cap"] == 32.0
+    result = predict_table(table, [32, 64], prior, n_samples=0)
+    assert result.cap_source == "measured" and result.to_dict()["model"]["running_batch_cap"] == pytest.approx(28.6)
     assert result.to_dict()["max_batch_by_memory"] == 10  # the physics' own figure is still reported as it is
     assert (
-        "batches above 32 do not run together (the memory: weights + KV cache at the mean context, as many as ran in "
-        "the data): there the running batch stays at the cap, throughput is flat and TPOT stays at the cap's "
-        "(queued requests wait before their first token: TTFT grows)" in result.warnings
+        "batches above 28.6 do not run together (the most the data show running at once, where the memory's "
+        "estimate was lower; more may fit): there the running batch stays at the cap, throughput is flat and TPOT "
+        "stays at the cap's (queued requests wait before their first token: TTFT grows)" in result.warnings
     )
     assert (
-        "the cap of 32 is the largest batch measured (the physics' estimate was below what ran), a floor of what "
-        "fits: past it the interval also holds up to 2× as many sequences running at once" in result.warnings
+        "the cap of 28.6 is what the data held (the physics' estimate, 10, was below it), a floor of what fits: past "
+        "it the interval also holds up to 2× as many sequences running at once" in result.warnings
     )
-    (row,) = result.predictions()
-    assert row["tpot_ms_high"] > row["tpot_ms"] * 1.2  # the band reaches the steps of up to 64 running
+    at_32, at_64 = result.predictions()
+    # throughput at the measured concurrency is what ran there (28.6 a step), not 32; flat past it
+    assert at_32["throughput_tok_s"] == pytest.approx(2200, rel=0.03) and at_64["throughput_tok_s"] == pytest.approx(
+        at_32["throughput_tok_s"]
+    )
+    assert at_64["tpot_ms_high"] > at_64["tpot_ms"] * 1.2  # the band reaches the steps of up to 57 running
+    # a running batch raised past the estimate is "measured" too (the memory held what was measured)
+    running = predict_table(parse_csv(LINE_TABLE), [16], replace(prior, max_batch=6), n_samples=0)
+    assert running.fit.curve.cap == 8 and running.cap_source == "measured"
 
 
 def test_notes_of_a_line_fit_asked_far_past_it() -> None:

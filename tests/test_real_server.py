@@ -161,6 +161,11 @@ def test_the_saturation_the_loads_show_is_a_fallen_behind_load_or_a_floor_the_se
     )
     rate, top, floor = protocol.saturation_shown([])
     assert math.isnan(rate) and top is None and not floor
+    # kept up with, within 0.95: the floor is what completed where less than was sent (12-06e: 1.719 of 1.794)
+    assert protocol.saturation_shown([load(0.9, 1.794, 1.719)])[:1] == (1.719,)
+    # a load too short to tell a rate from (NaN) says nothing either way
+    unknown = [load(0.6, 1.1, 1.1), load(1.1, 2.0, math.nan)]
+    assert protocol.saturation_shown(unknown) == (1.1, unknown[0], True)
 
 
 @pytest.mark.slow
@@ -500,6 +505,7 @@ def test_a_step_of_several_passes_costs_what_its_passes_cost_apart() -> None:
     spec.loader.exec_module(passes)
     assert passes.passes([5, 0, 2, 1]) == [3, 1] and passes.passes([0, 8]) == [1, 1] and passes.passes([3]) == [1]
     rows = json.loads((LLAMA_1207 / "passes.json").read_text())
+    assert passes.table({r["slots"]: r["step_ms"] for r in rows}) == rows  # the script's sums, from its steps
     several = [r for r in rows if len(r["passes"]) > 1]
     assert len(several) == 6
     for r in several:

@@ -78,6 +78,9 @@ MAX_POINTS = 1024  # more distinct batches than this are fitted in bins (measure
 # a client-concurrency table whose throughput × TPOT (the sequences decoding at once, by Little's law) exceeds the
 # physics' memory cap by more than this contradicts the cap: more ran together than it allows
 RAN_PAST_CAP = 1.1
+# ... and a point whose throughput × TPOT exceeds its concurrency by more than this is no evidence of what ran (a
+# throughput that counts prompt tokens too, or a TPOT that is not per output token)
+RAN_PAST_CONCURRENCY = 1.05
 
 
 @dataclass(frozen=True)
@@ -277,6 +280,9 @@ class Fit:
     notes: list[str] = field(default_factory=list)  # what the fit found worth a warning
     contexts: Contexts = field(default_factory=Contexts)
     context_range: tuple[float, float] | None = None  # the smallest and largest measured context (None: not stated)
+    # the physics' memory cap (at the reference context) where the data showed more running and the cap was raised to
+    # what they held, a floor of what fits (None: not raised)
+    cap_raised_from: float | None = None
 
     @property
     def method(self) -> str:
@@ -690,18 +696,22 @@ def fit_table(
     memory = seen is None or seen.cap is None  # the cap, if any, is the memory's (the prior's), not the data's
     cap = (prior.max_batch if prior is not None else None) if memory else seen.cap  # type: ignore[union-attr]
     scales = memory and cap is not None and several  # the memory's cap holds at the prior's context, shrinks past it
-    ran = running_seen(points.subset(keep)) if memory and not several and not queues else None
-    if cap is not None and ran is not None and ran > RAN_PAST_CAP * cap and cap < batch.max():
+    # one context only: at several, what ran at each would be held against the cap moved to that context
+    seen_running = running_seen(points.subset(keep)) if memory and not several and not queues else None
+    raised_from = None
+    if cap is not None and seen_running is not None and seen_running[0] > RAN_PAST_CAP * cap:
+        ran, at = seen_running
         notes.append(
-            f"the physics puts the memory cap at {cap:g} sequences, below the ≈{ran:.3g} the data show decoding at "
-            f"once (throughput × TPOT), so the cap is taken at the largest concurrency measured, {batch.max():g}; "
-            "check --context, --dtype and --kv-dtype"
+            f"the physics puts the memory cap at {cap:g} sequences, below the {ran:,.1f} the data show decoding at "
+            f"once (throughput × TPOT at concurrency {at:g}), so the cap is taken there, a floor of what fits; check "
+            "--context, --dtype and --kv-dtype"
         )
-        cap = float(batch.max())
+        raised_from, cap = cap, ran
     if cap is not None and points.semantics.batch_kind != "concurrency":
         held = batch * contexts.values / contexts.reference if scales and contexts.values is not None else batch
         if cap < held.max():
             if memory:
+                raised_from = cap
                 what = (
                     f" at a context of {contexts.reference:g}, below what the measured batches need there "
                     f"({held.max():.4g}): the memory held them"
@@ -730,13 +740,15 @@ def fit_table(
         fit.context_range = (float(points.context_tokens[keep].min()), float(points.context_tokens[keep].max()))
     fit.excluded = seen
     fit.notes = notes
+    fit.cap_raised_from = raised_from
     return fit
 
 
-def running_seen(points: MeasurementTable) -> float | None:
-    """The most sequences a client-concurrency table shows decoding at once: throughput × TPOT (Little's law over
-    the decode: each decoding sequence emits a token per TPOT), over the points that measured both columns. None:
-    another batch kind, or no point that measured both."""
+def running_seen(points: MeasurementTable) -> tuple[float, float] | None:
+    """The most sequences a client-concurrency table shows decoding at once, and the concurrency it showed them at:
+    throughput × TPOT (Little's law over the decode: each decoding sequence emits a token per TPOT), over the points
+    that measured both columns and show no more running than were in flight. None: another batch kind, or no such
+    point."""
     if points.semantics.batch_kind != "concurrency":
         return None
     both = (
@@ -746,7 +758,11 @@ def running_seen(points: MeasurementTable) -> float | None:
     )
     running = points.throughput_tok_s * points.tpot_ms / 1e3
     both &= ~np.isclose(running, points.batch, rtol=1e-3)  # a column derived from the other: nothing to learn
-    return float(running[both].max()) if both.any() else None
+    both &= running <= RAN_PAST_CONCURRENCY * points.batch
+    if not both.any():
+        return None
+    i = int(np.flatnonzero(both)[np.argmax(running[both])])
+    return float(running[i]), float(points.batch[i])
 
 
 def _contexts(points: MeasurementTable, keep: np.ndarray, prior: Prior | None) -> Contexts:

@@ -69,14 +69,13 @@ class PredictResult:
     @property
     def cap_source(self) -> str | None:
         """Where the running-batch cap comes from: "physics" (weights and KV in the engine's share of memory, an
-        estimate), "measured" (the memory's cap raised to the largest batch measured, where the physics' estimate
-        was below what ran), "data" (a server's cap the points showed), None (no cap)."""
+        estimate), "measured" (the memory's cap raised to what the data held, where the physics' estimate was below
+        what ran: a floor), "data" (a server's cap the points showed), None (no cap)."""
         if self.fit.curve.cap is None:
             return None
         if not self.fit.curve.from_physics:
             return "data"
-        estimate = self.prior.max_batch if self.prior is not None else None
-        return "measured" if estimate is not None and self.fit.curve.cap > estimate else "physics"
+        return "physics" if self.fit.cap_raised_from is None else "measured"
 
     @property
     def reading_unstated(self) -> bool:
@@ -448,7 +447,7 @@ def fit_notes(result: PredictResult, max_asked: float) -> list[str]:
         source = (
             "the server's cap seen in the data"
             if result.excluded is not None
-            else "the memory: weights + KV cache at the mean context, as many as ran in the data"
+            else "the most the data show running at once, where the memory's estimate was lower; more may fit"
             if result.cap_source == "measured"
             else "weights + KV cache at the mean context in the engine's share of memory"
         )
@@ -469,8 +468,9 @@ def fit_notes(result: PredictResult, max_asked: float) -> list[str]:
         )
         if fit.curve.from_physics:
             what = (
-                "the largest batch measured (the physics' estimate was below what ran), a floor of what fits"
-                if result.cap_source == "measured"
+                f"what the data held{', moved to each context' if several else ''} (the physics' estimate, "
+                f"{fit.cap_raised_from:.4g}, was below it), a floor of what fits"
+                if fit.cap_raised_from is not None
                 else "the physics' estimate (the engine's KV dtype, memory fraction and reservations move it)"
             )
             notes.append(
