@@ -289,6 +289,13 @@ def test_what_ran_counts_only_points_that_measured_both_columns_and_no_more_than
     total = parse_csv(head + "4,1900,10\n32,2200,13\n")
     assert ft.running_seen(total) == pytest.approx((28.6, 32.0))
     assert ft.running_seen(parse_csv(head + "4,1900,10\n32,11000,13\n")) is None
+    # at 1.05 × the concurrency exactly (2,100 × 10 ms = 21 at 20) still evidence; within 0.1% of it (2,461 tok/s ×
+    # 13 ms = 31.993 at 32) a derived column's rounding
+    assert ft.running_seen(parse_csv(head + "4,380,10\n20,2100,10\n")) == pytest.approx((21.0, 20.0))
+    assert ft.running_seen(parse_csv(head + "4,380,10\n32,2461,13\n")) == pytest.approx((3.8, 4.0))
+    # a table that does not say which columns were derived (built in code): every point is read
+    unsaid = replace(parse_csv(head + "4,380,10\n32,2200,13\n"), derived=())
+    assert ft.running_seen(unsaid) == pytest.approx((28.6, 32.0))
 
 
 def test_fit_points_weights_and_samples() -> None:
