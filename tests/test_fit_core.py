@@ -264,6 +264,9 @@ def test_a_physics_cap_the_concurrency_data_ran_past_is_raised_to_what_they_held
         "× TPOT at concurrency 32), so the cap is taken there, a floor of what fits; check --context, --dtype and "
         "--kv-dtype"
     ]
+    # at RAN_PAST_CAP × the estimate exactly (5.5 decoding at 8 against 5: 550 tok/s × 10 ms) still within it
+    edge = ft.fit_table(parse_csv(head + "2,190,10\n8,550,10\n"), replace(prior, max_batch=5), n_samples=0)
+    assert edge.cap_raised_from is None and edge.curve.cap == 5
     # within RAN_PAST_CAP of the estimate (28.6 ≤ 1.1 × 27) the data do not contradict it: the server ran 27
     held = ft.fit_table(table, replace(prior, max_batch=27), n_samples=0)
     assert held.curve.cap == 27 and held.notes == [] and held.cap_raised_from is None
@@ -550,7 +553,17 @@ def test_a_memory_cap_scales_with_each_points_effective_context() -> None:
     assert fit.cap_at(400.0) == pytest.approx(8.0) and fit.cap_at(800.0) == pytest.approx(1800 / 425)
     # a memory that holds exactly what was measured (9 at 200 tokens) is taken as it is, with nothing to say
     exact = ft.fit_table(table, replace(prior, max_batch=9), n_samples=0)
-    assert exact.curve.cap == 9 and exact.notes == []
+    assert exact.curve.cap == 9 and exact.notes == [] and exact.cap_raised_from is None and fit.cap_raised_from == 6
+    # predict says whose cap it is at each context asked: what the data held, moved there
+    from tokenroof.fit.predict import predict_table
+
+    said = predict_table(table, [16], prior, n_samples=0, contexts=[200.0, 800.0]).warnings
+    assert (
+        # 200 tokens count as (200 + 50)/2 = 125: 9 × 200/125 = 14.4 there
+        "the caps of 14.4 at 200 tokens, 4.235 at 800 tokens are what the data held, moved to each context (the "
+        "physics' estimate, 6, was below it), a floor of what fits: past it the interval also holds up to 2× as many "
+        "sequences running at once" in said
+    )
 
 
 def test_a_server_cap_seen_at_every_context_is_one_cap_that_does_not_move() -> None:
