@@ -53,7 +53,7 @@ import random
 import subprocess
 import sys
 import urllib.request
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -206,23 +206,26 @@ def ring_at_start(order: list[int], slots: int, requests: Path) -> list[int]:
     return sorted((s for s in released if released[s] >= 0), key=released.__getitem__)
 
 
+def load_traces(folder: Path) -> list[Trace]:
+    """What the server was sent for a load, in order: its preconditioning closed loop's requests (if run), its own."""
+    warm = folder.with_name(f"precondition-{folder.name}") / "requests.jsonl"
+    return [Trace.read(path) for path in (warm, folder / "requests.jsonl") if path.exists()]
+
+
 def predicted_load(
-    model: Any, folder: Path, slots: int, budget: int | None, per_slot_kv: bool, history: list[Trace]
+    model: Any, folder: Path, slots: int, budget: int | None, per_slot_kv: bool, history: Sequence[Trace]
 ) -> dict[str, Any]:
     """The fitted model run on the measured load's own arrivals and lengths. With per-slot KV streams the slots a
     request takes depend on the server's earlier use: the simulation starts from the slots as the server's /slots
     showed them when the load began (`slots.json`, turned by bench's calibration requests: `ring_at_start`), else
-    after the server's earlier traffic (`history`: the sweep's and the earlier loads' own arrivals, replayed)."""
-    warm = folder.with_name(f"precondition-{folder.name}") / "requests.jsonl"
-    if warm.exists():
-        history.append(Trace.read(warm))
-    trace = Trace.read(folder / "requests.jsonl")
+    after the server's earlier traffic (`history`: the sweep's and the earlier loads' own arrivals, replayed, and
+    this load's preconditioning)."""
+    *warm, trace = load_traces(folder)
     snapshot = folder / "slots.json"
     order = json.loads(snapshot.read_text())["order"] if per_slot_kv and snapshot.exists() else None
     if order is not None:
         order = ring_at_start(order, slots, folder / "requests.jsonl")
-    run = trace if order is not None else Trace.after(history, trace)
-    history.append(trace)
+    run = trace if order is not None else Trace.after([*history, *warm], trace)
     result = simulate(
         model, run, slots, 0, None, max_num_batched_tokens=budget, per_slot_kv=per_slot_kv, slot_order=order
     )
@@ -409,11 +412,11 @@ def run(args: argparse.Namespace) -> None:
         folder = args.out / f"load-{fraction:g}"
         print(f"3. load {fraction:.0%} of the predicted saturation: {rate:.3f} req/s, {args.requests} requests")
         measured = measure_load(args, rate, folder, draw)
-        before = list(history)
         predicted = predicted_load(model, folder, args.slots, serving.max_num_batched_tokens, per_slot_kv, history)
         # how far the simulated TTFT rests on the step time (simulate's own check): steps 3% slower, same arrivals
         slowed = model.scaled(1 + STEP_SENSITIVITY)
-        slower = predicted_load(slowed, folder, args.slots, serving.max_num_batched_tokens, per_slot_kv, before)
+        slower = predicted_load(slowed, folder, args.slots, serving.max_num_batched_tokens, per_slot_kv, history)
+        history += load_traces(folder)
         print(row("measured", measured))
         print(row("simulated", predicted))
         moved = slower["ttft_ms"]["p50"] / predicted["ttft_ms"]["p50"] - 1

@@ -172,7 +172,8 @@ class PredictResult:
         cache under fp8 weights holds twice the sequences the default bf16 cache does). Up to the raised cap its TPOT
         counts no queue: above the capped reading where TPOT counts steps, below it where TPOT counts the wait."""
         fit = self.fit
-        cap = None if fit.curve.cap is None else fit.curve.cap * PHYSICS_CAP_SLACK
+        assert fit.curve.cap is not None  # rows past a cap ask for it
+        cap = fit.curve.cap * PHYSICS_CAP_SLACK
         tpot, sd = step_interval_samples(replace(fit, curve=replace(fit.curve, cap=cap)), b, context)
         cal = self.calibration
         lo, hi = cal.bounds(tpot, cal.scale(sd, fit.sigma_rel, distance))

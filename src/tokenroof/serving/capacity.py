@@ -32,6 +32,7 @@ from tokenroof.serving.simulate import (
     simulate,
     simulate_disaggregated,
 )
+from tokenroof.style import fmt
 
 
 class Simulated(NamedTuple):
@@ -136,8 +137,8 @@ def simulate_rates(
         for rate in rates:
             at_rate = workload(dep, rate, traffic)
             row = {"rate_req_s": rate, **run_one(dep.max_num_seqs, server, sm, at_rate, traffic, billing, split)[0]}
-            note = None if split is not None else ttft_sensitivity(dep.max_num_seqs, server, sm, at_rate, traffic, row)
-            row["warnings"] = [*row["warnings"], *([note] if note else [])]
+            if split is None:
+                with_sensitivity(row, dep.max_num_seqs, server, sm, at_rate, traffic)
             rows.append(row)
         slo = goodput_slo(traffic.ttft_slo_ms, traffic.tpot_slo_ms) if rows[0]["slo"] else None
         unsteady = [f"at {row['rate_req_s']:g} req/s: {w}" for row in rows for w in row["warnings"]]
@@ -161,8 +162,7 @@ def simulate_rates(
     if split is not None:
         notes += prefill_room_notes(dep, result)
     else:
-        note = ttft_sensitivity(dep.max_num_seqs, server, sm, offered, traffic, summary)
-        summary["warnings"] = [*summary["warnings"], *([note] if note else [])]
+        with_sensitivity(summary, dep.max_num_seqs, server, sm, offered, traffic)
     summary.update({"step_model": sm.to_dict(), "warnings": [*notes, *summary["warnings"]]})
     if out is not None:
         result.write(out, summary)
@@ -213,23 +213,32 @@ def ttft_sensitivity(
     load, 6-10% of TTFT per 1% of step time): the same arrivals run again with every step STEP_SENSITIVITY slower, and
     a note where TTFT p50 moves by more than AMPLIFIED times that. None below it, or where the run is overloaded (its
     own warning says more)."""
-    if any(w.startswith("overloaded") for w in summary.get("warnings", [])):
-        return None
     base = summary["ttft_ms"]["p50"]
+    if base is None or base <= 0 or any(w.startswith("overloaded") for w in summary.get("warnings", [])):
+        return None
     slower, _ = run_one(max_num_seqs, server, sm.scaled(1 + STEP_SENSITIVITY), offered, traffic)
     moved = slower["ttft_ms"]["p50"]
-    if base is None or moved is None or base <= 0 or moved / base - 1 <= AMPLIFIED * STEP_SENSITIVITY:
+    if moved is None or moved / base - 1 <= AMPLIFIED * STEP_SENSITIVITY:
         return None
     return (
-        f"TTFT p50 {milliseconds(base)} ms rests on the step time: with every step {STEP_SENSITIVITY:.0%} slower it is "
-        f"{milliseconds(moved)} ms ({moved / base - 1:+.0%}); near what the server carries the queue amplifies any "
+        f"TTFT p50 {fmt(base)} ms rests on the step time: with every step {STEP_SENSITIVITY:.0%} slower it is "
+        f"{fmt(moved)} ms ({moved / base - 1:+.0%}); near what the server carries the queue amplifies any "
         "error in the steps (the fit's or the physics'), so read TTFT here as a range"
     )
 
 
-def milliseconds(value: float) -> str:
-    """Three significant figures, without an exponent: 52.4, 267, 1,489."""
-    return f"{value:,.0f}" if value >= 100 else f"{value:.3g}"
+def with_sensitivity(
+    summary: dict[str, Any],
+    max_num_seqs: int,
+    server: Server,
+    sm: StepModel,
+    offered: Workload | Trace,
+    traffic: Traffic,
+) -> None:
+    """`ttft_sensitivity`'s note, if any, added to the run's own warnings."""
+    note = ttft_sensitivity(max_num_seqs, server, sm, offered, traffic, summary)
+    if note:
+        summary["warnings"] = [*summary["warnings"], note]
 
 
 def run_one(
