@@ -25,6 +25,7 @@ from tokenroof.serving.advise import (
 )
 from tokenroof.serving.deployment import Physics
 from tokenroof.serving.engine.core import Server
+from tokenroof.serving.saturation import PHASES
 from tokenroof.serving.simulate import Lengths
 
 SM = StepModel(t_fixed_s=1e-3, t_weights_s=10e-3, t_compute_s=50e-6, t_kv_token_s=0.0, t_seq_s=10e-6)
@@ -537,7 +538,8 @@ def test_advise_with_prefill_from_files_keeps_the_cap_full_as_their_client_did(t
     on the scheduler's model fitted to the files (portable_model with the measured lengths), each cap kept full by the
     client that measured them (staggered streams; every stream at once where the file says burst) and prefilled with
     the fitted budget; the notes the fit made come first. A file that says it measured llama-server is told the cap
-    is a new -np. Refused: a --context the file's own context contradicts, a TTFT target nothing prices."""
+    is a new -np, and its cap is checked over bench's start phases (saturation.PHASES). Refused: a --context the
+    file's own context contradicts, a TTFT target nothing prices."""
     from tokenroof.errors import ParameterError
     from tokenroof.fit.core import fit_table
     from tokenroof.fit.predict import read_with_prior
@@ -547,7 +549,7 @@ def test_advise_with_prefill_from_files_keeps_the_cap_full_as_their_client_did(t
     text = SERVE_SWEEP.read_text()
     flags, targets, physics = MeasuredWorkload(input_len=128, output_len=64), Targets(100.0, 1000.0), Physics()
 
-    def expected(path: Path, client: str, how: str) -> dict:
+    def expected(path: Path, client: str, how: str, phases: int) -> dict:
         table, prior = read_with_prior([path], physics, flags, flags_are_target=True)
         fit = fit_table(table, prior, n_samples=0)
         travelling = portable_model(fit, table, None, (128, 64), "fit")
@@ -560,15 +562,15 @@ def test_advise_with_prefill_from_files_keeps_the_cap_full_as_their_client_did(t
         )
         sm = travelling.step_model
         direct = advise_cap_once(
-            sm, Lengths(128), Lengths(64), 100.0, 1000.0, "p99", server, source=source, client=client
+            sm, Lengths(128), Lengths(64), 100.0, 1000.0, "p99", server, source=source, client=client, phases=phases
         )
         answer = {**direct.to_dict(), "step_model": sm.to_dict()}
         answer["engine_flags"] = engine_flags(answer["max_num_seqs"], None, True)
         notes = [*table.warnings, *fit.conflicts, *travelling.notes(flags.mean_context)]
         return {**answer, "warnings": notes}
 
-    def compare(path: Path, client: str, how: str) -> dict:
-        got, want = advise_with_prefill([path], physics, flags, targets, None), expected(path, client, how)
+    def compare(path: Path, client: str, how: str, phases: int = 1) -> dict:
+        got, want = advise_with_prefill([path], physics, flags, targets, None), expected(path, client, how, phases)
         assert got["warnings"][: len(want["warnings"])] == want["warnings"]
         assert {k: v for k, v in got.items() if k != "warnings"} == {k: v for k, v in want.items() if k != "warnings"}
         return got
@@ -577,6 +579,7 @@ def test_advise_with_prefill_from_files_keeps_the_cap_full_as_their_client_did(t
     staggered.write_text(text)
     plain = compare(staggered, "staggered", "streams staggered")
     assert 1 <= plain["max_num_seqs"] <= 16 and not any("-np" in w for w in plain["warnings"])
+    assert "phases" not in plain["at_cap"]  # tokenroof serve's streams keep bench's stagger (saturation's module doc)
     unstated = tmp_path / "unstated.csv"  # no lengths in the header: the flags' stand in
     unstated.write_text(text.replace(" input_len=128 ", " ", 1).replace(" output_len=64 ", " ", 1))
     assert compare(unstated, "staggered", "streams staggered")["max_num_seqs"] == plain["max_num_seqs"]
@@ -585,7 +588,8 @@ def test_advise_with_prefill_from_files_keeps_the_cap_full_as_their_client_did(t
     compare(burst, "burst", "every stream started at once")
     llama = tmp_path / "llama.csv"
     llama.write_text(text.replace("client=staggered", "client=staggered server=llama-server", 1))
-    said = compare(llama, "staggered", "streams staggered")
+    said = compare(llama, "staggered", "streams staggered", PHASES)
+    assert said["at_cap"]["phases"]["runs"] == PHASES and said["max_num_seqs"] < plain["max_num_seqs"]
     (np_note,) = [w for w in said["warnings"] if "-np" in w]
     assert np_note.startswith(f"measured on llama-server; the cap is a new -np {said['max_num_seqs']}, a restarted")
     with pytest.raises(ParameterError, match="states the context it was measured at") as refused:
@@ -674,3 +678,74 @@ def test_the_margin_note_at_its_edges() -> None:
     assert low.endswith("max_num_seqs 3 keeps it (predicted p99 TPOT 0.4 ms)")
     (ttft_low,) = margin_notes(advised(95.0, 900.0), 0.01, 0.49975, targets, search)  # TTFT target 0.5 ms
     assert ttft_low.endswith("max_num_seqs 3 keeps it (predicted p99 TPOT 0.4 ms, TTFT 0)")
+
+
+def test_a_band_over_start_phases_by_hand() -> None:
+    """phase_band: at_cap's statistic from each start phase (0: bench's stagger) — bench's own, the lowest and the
+    highest; it meets targets where its highest does; to_dict is the contract's value with _low/_high siblings."""
+    from tokenroof.serving.saturation import PhaseBand, at_cap, phase_band
+
+    lengths = (Lengths(128), Lengths(16))
+    band = phase_band(SM, *lengths, 4, "p90", phases=3)
+    runs = [at_cap(SM, *lengths, 4, client="staggered", phase=k) for k in range(3)]
+    tpot, ttft = ([getattr(r, key)["p90"] for r in runs] for key in ("tpot_ms", "ttft_ms"))
+    assert band == PhaseBand(3, "p90", (tpot[0], min(tpot), max(tpot)), (ttft[0], min(ttft), max(ttft)))
+    made = PhaseBand(10, "p99", (50.0, 48.0, 52.0), (600.0, 500.0, 900.0))
+    assert made.meets(52.0, 900.0) and made.meets(52.0, None)
+    assert not made.meets(51.9, None) and not made.meets(60.0, 899.0)
+    assert made.to_dict() == {
+        "runs": 10,
+        "tpot_ms": 50.0,
+        "tpot_ms_low": 48.0,
+        "tpot_ms_high": 52.0,
+        "ttft_ms": 600.0,
+        "ttft_ms_low": 500.0,
+        "ttft_ms_high": 900.0,
+    }
+
+
+def test_advise_cap_over_start_phases_keeps_a_cap_every_phase_meets(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A made-up server: at cap c, bench's stagger gives p99 TPOT c ms and TTFT 10·c ms, and its start phases TTFT up
+    to 50·c ms. For TPOT ≤ 9 ms and TTFT ≤ 300 ms bench's stagger meets 9; with phases the cap is the largest whose
+    every phase meets them, 6 (50·6 = 300; 350 at 7), found by bisection below 9, bound by TTFT, and said. One phase
+    is the search as before; phases of a client other than bench's staggered one are refused."""
+    from tokenroof.serving import saturation
+    from tokenroof.serving.saturation import AtCap, PhaseBand, advise_cap
+
+    def made_at_cap(model, input_len, output_len, cap, server=None, seed=0, client="even", requests=None, phase=0):
+        assert phase == 0
+        return AtCap(cap, 10.0 * cap, {"p99": float(cap)}, {"p99": 10.0 * cap}, float(cap), 0)
+
+    banded: list[int] = []
+
+    def made_band(model, input_len, output_len, cap, statistic, server, phases):
+        banded.append(cap)
+        return PhaseBand(phases, statistic, (cap, cap, cap + 0.5), (10.0 * cap, 10.0 * cap, 50.0 * cap))
+
+    monkeypatch.setattr(saturation, "at_cap", made_at_cap)
+    monkeypatch.setattr(saturation, "phase_band", made_band)
+    lengths = (Lengths(128), Lengths(16))
+    plain = advise_cap(SM, *lengths, 9.0, 300.0, client="staggered")
+    assert (plain.chosen.max_num_seqs, plain.phases, banded) == (9, None, [])
+    assert "phases" not in plain.to_dict()["at_cap"]
+    found = advise_cap(SM, *lengths, 9.0, 300.0, client="staggered", phases=4)
+    assert (found.chosen.max_num_seqs, found.binding) == (6, "ttft") and banded == [9, 5, 7, 6]
+    assert found.to_dict()["at_cap"]["phases"] == {
+        "runs": 4,
+        "tpot_ms": 6,
+        "tpot_ms_low": 6,
+        "tpot_ms_high": 6.5,
+        "ttft_ms": 60.0,
+        "ttft_ms_low": 60.0,
+        "ttft_ms_high": 300.0,
+    }
+    (note,) = [w for w in found.warnings if "start phases" in w]
+    assert note.startswith("at max_num_seqs 9 the targets hold with the streams started as bench starts them")
+    assert note.endswith(
+        "over 4 start phases the p99 TPOT 9.0–9.5 ms, TTFT 90–450 ms; at 6 every phase meets them (TPOT 6.0–6.5 ms, "
+        "TTFT 60–300 ms)"
+    )
+    tight = advise_cap(SM, *lengths, 6.2, 1000.0, client="staggered", phases=4)  # TPOT's highest phase binds
+    assert (tight.chosen.max_num_seqs, tight.binding) == (5, "tpot")
+    with pytest.raises(TokenroofError, match="start phases are a staggered loop's"):
+        advise_cap(SM, *lengths, 9.0, 300.0, client="burst", phases=4)

@@ -368,6 +368,30 @@ def test_a_closed_loops_window_by_hand() -> None:
     assert two.window_s() == (1.0, 2.0)
 
 
+def test_a_staggered_loops_start_phases_by_hand() -> None:
+    """A staggered loop of 4 streams, 100-token prompts and 11 output tokens on t_fixed 10 ms + 1 ms a token: one
+    request alone lives 0.111 s (its prefill step: 10 + 100 × 1 + 1 ms) + 10 × 0.011 s = 0.221 s. Phase 0 starts
+    stream i at i/4 of it (bench's stagger); phase k draws the 4 starts uniformly over it, seeded by k alone, sorted:
+    the same requests, other starts. Only a staggered loop has phases, from 0 up."""
+    model = StepModel(t_fixed_s=0.01, t_weights_s=0.0, t_compute_s=0.001, t_kv_token_s=0.0)
+    lengths = (Lengths(100, "lognormal", 0.5), Lengths(11))
+
+    def starts(phase: int) -> tuple[list[float], list[int]]:
+        first, rest = ClosedLoop(4, *lengths, 8, phase=phase).requests(np.random.default_rng(5), model)
+        assert len(rest) == 4
+        return [s.arrival_s for s in first], [s.prompt_tokens for s in first + rest]
+
+    life = 0.221
+    own, prompts = starts(0)
+    assert own == pytest.approx([0.0, life / 4, life / 2, 3 * life / 4])
+    drawn, same = starts(3)
+    assert drawn == pytest.approx(sorted(np.random.default_rng(3).uniform(0.0, life, 4))) and same == prompts
+    assert starts(3)[0] == drawn and starts(4)[0] != drawn
+    for client, phase in (("burst", 1), ("even", 1), ("staggered", -1)):
+        with pytest.raises(TokenroofError, match="start phase"):
+            ClosedLoop(4, *lengths, 8, client, phase=phase)
+
+
 def test_an_open_loop_summary_by_hand() -> None:
     """Window: from the arrival 10% in (1 s), no sooner than a lifetime (1 s) after the first, to the last arrival
     (9 s). Latencies over the nine sent in it; rates over the nine finished in it; steps ending in it for tokens

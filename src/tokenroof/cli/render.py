@@ -398,6 +398,12 @@ def advice(console: Console, data: dict[str, Any], flags: bool = True) -> None:
     reached = f"TPOT {fmt(at_statistic(at_cap['tpot_ms'], stat))} ms"
     if at_cap.get("ttft_ms") is not None:
         reached += f", TTFT {fmt(at_statistic(at_cap['ttft_ms'], stat))} ms"
+    phases = at_cap.get("phases")
+    if phases is not None:  # bench's staggered streams: the figures over their start phases
+        reached += (
+            f" (over {phases['runs']} start phases TPOT {fmt(phases['tpot_ms_low'])}–{fmt(phases['tpot_ms_high'])}, "
+            f"TTFT {fmt(phases['ttft_ms_low'])}–{fmt(phases['ttft_ms_high'])})"
+        )
     console.print(
         f"{target} → batch cap [bold]{data['max_num_seqs']}[/]{interval}, bound by {data['binding']}: "
         f"{reached}, {fmt(at_cap['throughput_tok_s'])} tok/s",

@@ -251,7 +251,7 @@ def advise_with_prefill(
     From files the replica is kept full by the client that measured them (`vllm bench serve` starts every stream at
     once; tokenroof bench staggers them) and prefills as the measured server did (the fitted prompt budget), so the
     answer at the measured workload is what the files show."""
-    from tokenroof.serving.saturation import advise_cap
+    from tokenroof.serving.saturation import PHASES, advise_cap
     from tokenroof.serving.simulate import EVEN, Lengths, PromptLengths
 
     assert flags.input_len is not None and flags.output_len is not None
@@ -332,6 +332,8 @@ def advise_with_prefill(
         physics.kv_pool_tokens(speculative), max_num_batched_tokens, per_slot_kv, speculation, caching, separate
     )
     outputs = Lengths(round(flags.output_len))
+    # bench's staggered streams on llama-server: the cap checked over their start phases (saturation's module doc)
+    phases = PHASES if llama_server and client == "staggered" else 1
     result = advise_cap(
         sm,
         prompts,
@@ -342,11 +344,12 @@ def advise_with_prefill(
         server,
         source=source,
         client=client,
+        phases=phases,
     )
     cap = result.chosen.max_num_seqs
     if replayed is not None:
         notes += margin_notes(result, replayed.tpot_rms, replayed.ttft_rms, targets, lambda tpot, ttft: advise_cap(
-            sm, prompts, outputs, tpot, ttft, result.statistic, server, client=client
+            sm, prompts, outputs, tpot, ttft, result.statistic, server, client=client, phases=phases
         ))  # fmt: skip
     if (slots is not None and cap != slots) or (slots is None and llama_server):
         said = f"measured on {slots} slots (llama-server -np {slots})" if slots else "measured on llama-server"

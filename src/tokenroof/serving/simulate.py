@@ -150,8 +150,14 @@ class ClosedLoop:
     num_requests: int
     client: str = "staggered"
     measure: int | None = None  # a staggered loop's window: requests completed in it (None: as bench, 2×, ≥ 16)
+    # a staggered loop's start phase: 0, stream i at i/concurrency of the span (as bench starts them); k ≥ 1, the same
+    # streams started at uniform random times over the same span (seeded by k, apart from the lengths' draws): how a
+    # server's timing can line them up otherwise (whole prompts prefilled together keep whatever groups form)
+    phase: int = 0
 
     def __post_init__(self) -> None:
+        if self.phase < 0 or (self.phase and self.client != "staggered"):
+            raise TokenroofError(f"a start phase is a staggered loop's, at least 0; got {self.phase} ({self.client})")
         if self.concurrency < 1 or self.num_requests < 1:
             raise TokenroofError(
                 f"a closed loop needs a concurrency ≥ 1 and requests ≥ 1, got {self.concurrency} and "
@@ -166,7 +172,8 @@ class ClosedLoop:
 
     def requests(self, rng: np.random.Generator, model: StepModel) -> tuple[list[Sequence], list[Sequence]]:
         """The first `concurrency` requests with their start times, and the rest (sent as earlier ones end). A
-        staggered client starts stream i at i/concurrency of one request's life (as bench does after its probe)."""
+        staggered client starts stream i at i/concurrency of one request's life (as bench does after its probe), or
+        at random over it (`phase`)."""
         n = self.num_requests
         prompts, outputs = self.input_len.sample(rng, n), self.output_len.sample(rng, n)
         seqs = [Sequence(str(i), int(p), int(o), 0.0) for i, (p, o) in enumerate(zip(prompts, outputs, strict=True))]
@@ -178,8 +185,11 @@ class ClosedLoop:
             # this concurrency
             loaded = float(c if self.client == EVEN else 1)
             life_s = model.step_s(1.0, i + o / 2, i, i * i) + (o - 1) * model.step_s(loaded, loaded * (i + o / 2))
-            for k, seq in enumerate(seqs[:c]):
-                seq.arrival_s = k * life_s / c
+            starts = np.arange(c) * life_s / c
+            if self.phase:
+                starts = np.sort(np.random.default_rng(self.phase).uniform(0.0, life_s, c))
+            for seq, start in zip(seqs[:c], starts.tolist(), strict=True):
+                seq.arrival_s = start
         return seqs[:c], seqs[c:]
 
 
