@@ -1283,6 +1283,24 @@ def test_a_budget_the_fit_cannot_try_is_named_by_its_replay() -> None:
     assert "the table does not look like the workload assumed" in said
 
 
+def test_distinct_columns_are_numpys_unique_columns() -> None:
+    """distinct_columns gives np.unique(axis=1, return_inverse=True)'s arrays: columns with repeats, ties broken by
+    the later rows, a lone column, none; by hand on three columns first."""
+    from tokenroof.serving.replay import distinct_columns
+
+    distinct, which = distinct_columns(np.array([[2.0, 1.0, 2.0], [0.5, 3.0, 0.5]]))
+    assert distinct.tolist() == [[1.0, 2.0], [3.0, 0.5]] and which.tolist() == [1, 0, 1]
+    rng = np.random.default_rng(7)
+    for rows in (
+        rng.integers(0, 3, (6, 500)).astype(float) * [[1.0], [0.5], [128.0], [1e-3], [3.0], [1.0]],
+        np.array([[4.0], [2.0]]),
+        np.zeros((6, 0)),
+    ):
+        want, inverse = np.unique(rows, axis=1, return_inverse=True)
+        got, which = distinct_columns(rows)
+        assert np.array_equal(got, want) and np.array_equal(which, inverse.ravel())
+
+
 def test_condensed_steps_are_the_same_sums_each_distinct_step_once_per_point() -> None:
     def design(batch, context, tpot, ttft, passes=None) -> Design:  # decode steps (no prompt tokens)
         zeros = np.zeros(len(batch))

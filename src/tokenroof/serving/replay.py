@@ -757,13 +757,25 @@ def condensed(designs: Sequence[Design]) -> tuple[Design, np.ndarray]:
     passes = np.ones(stack.batch.size) if stack.passes is None else stack.passes
     weighs = (stack.tpot != 0.0) | (stack.ttft != 0.0)
     rows = np.stack([owner, stack.batch, stack.context, stack.prefill, stack.prefill_sq, passes])[:, weighs]
-    distinct, which = np.unique(rows, axis=1, return_inverse=True)
-    which = which.ravel()
+    distinct, which = distinct_columns(rows)
     tpot = np.bincount(which, stack.tpot[weighs], distinct.shape[1])
     ttft = np.bincount(which, stack.ttft[weighs], distinct.shape[1])
     point, batch, context, prefill, prefill_sq, steps_passes = distinct
     design = Design(batch, context, prefill, prefill_sq, tpot, ttft, None if stack.passes is None else steps_passes)
     return design, point.astype(int)
+
+
+def distinct_columns(rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """`np.unique(rows, axis=1, return_inverse=True)` (the distinct columns in lexicographic order, and which one
+    each column is) by one lexsort of the rows as keys: the same arrays, ~7× faster (np.unique sorts the columns
+    as one structured value each)."""
+    order = np.lexsort(rows[::-1])  # lexsort's last key is its first: the first row leads
+    ordered = rows[:, order]
+    new = np.ones(ordered.shape[1], dtype=bool)
+    np.any(ordered[:, 1:] != ordered[:, :-1], axis=0, out=new[1:])
+    which = np.empty(order.size, dtype=np.intp)
+    which[order] = np.cumsum(new) - 1
+    return ordered[:, new], which
 
 
 def pseudo_huber(z: np.ndarray) -> np.ndarray:
