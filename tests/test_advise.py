@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from pathlib import Path
 
 import numpy as np
@@ -740,12 +741,81 @@ def test_advise_cap_over_start_phases_keeps_a_cap_every_phase_meets(monkeypatch:
         "ttft_ms_high": 300.0,
     }
     (note,) = [w for w in found.warnings if "start phases" in w]
-    assert note.startswith("at max_num_seqs 9 the targets hold with the streams started as bench starts them")
-    assert note.endswith(
-        "over 4 start phases the p99 TPOT 9.0–9.5 ms, TTFT 90–450 ms; at 6 every phase meets them (TPOT 6.0–6.5 ms, "
-        "TTFT 60–300 ms)"
+    assert note == (
+        "at max_num_seqs 9 the targets hold with the streams started as bench starts them, but llama-server lines "
+        "them up into groups that prefill their prompts together (a request that arrives while it launches others "
+        "joins them), and which groups form depends on how they started: over 4 start phases the p99 TPOT 9.0–9.5 "
+        "ms, TTFT 90–450 ms; at 6 every phase meets them (TPOT 6.0–6.5 ms, TTFT 60–300 ms)"
     )
     tight = advise_cap(SM, *lengths, 6.2, 1000.0, client="staggered", phases=4)  # TPOT's highest phase binds
     assert (tight.chosen.max_num_seqs, tight.binding) == (5, "tpot")
-    with pytest.raises(TokenroofError, match="start phases are a staggered loop's"):
-        advise_cap(SM, *lengths, 9.0, 300.0, client="burst", phases=4)
+    # at 7 the highest phase's TPOT is on its target (met) and its TTFT over: TTFT binds
+    edge = advise_cap(SM, *lengths, 7.5, 300.0, client="staggered", phases=4)
+    assert (edge.chosen.max_num_seqs, edge.binding) == (6, "ttft")
+    # every phase misses past one stream (TTFT 100 ms at 2 against 60): one, which the search never bands
+    del banded[:]
+    lone = advise_cap(SM, *lengths, 9.0, 60.0, client="staggered", phases=2)
+    assert lone.chosen.max_num_seqs == 1 and banded == [6, 3, 2, 1] and lone.to_dict()["at_cap"]["phases"]["runs"] == 2
+    for phases in (2, 4):
+        with pytest.raises(TokenroofError, match="start phases are a staggered loop's"):
+            advise_cap(SM, *lengths, 9.0, 300.0, client="burst", phases=phases)
+
+
+def test_advise_cap_searches_a_made_up_server_by_hand(monkeypatch: pytest.MonkeyPatch) -> None:
+    """advise_cap's search on a server whose cap c gives p99 TPOT c ms, TTFT 10·c ms, throughput 100·c / (1 + c/50)
+    tok/s, and preempts from cap 20 on. TPOT ≤ 9 ms: the doubling grid 1, 2, 4, 8, 16, then bisection 12, 10, 9:
+    cap 9, bound by TPOT, the most throughput at 16. TTFT ≤ 75 ms binds at 7. A KV cache of 1,500 tokens at 100 +
+    50 tokens a request caps the search at 2 × 1,500 // 150 = 20 (every target met there: bound by the limit, and
+    it preempts); a prompt budget of 13 tokens at 12. Refused: an unknown statistic, targets that are not positive
+    finite numbers, and a server no cap serves within them (cap 1 already misses)."""
+    from tokenroof.serving import saturation
+    from tokenroof.serving.saturation import AtCap, advise_cap, knee_of
+
+    asked: list[int] = []
+    servers: set[Server | None] = set()
+
+    def made(cap: int) -> AtCap:
+        thr = 100.0 * cap / (1 + cap / 50)
+        return AtCap(cap, thr, {"p99": float(cap)}, {"p99": 10.0 * cap}, float(cap), 3 if cap >= 20 else 0)
+
+    def made_at_cap(model, input_len, output_len, cap, server=None, seed=0, client="even", requests=None, phase=0):
+        asked.append(cap)
+        servers.add(server)
+        return made(cap)
+
+    monkeypatch.setattr(saturation, "at_cap", made_at_cap)
+    lengths = (Lengths(100), Lengths(50))
+    found = advise_cap(SM, *lengths, 9.0)
+    assert asked == [1, 2, 4, 8, 16, 12, 10, 9]
+    assert (found.chosen.max_num_seqs, found.binding, found.reference.max_num_seqs) == (9, "tpot", 16)
+    assert (found.statistic, found.tpot_slo_ms, found.ttft_slo_ms, found.warnings) == ("p99", 9.0, None, [])
+    assert found.source == "" and servers == {Server()}
+    assert found.knee_batch == knee_of([made(c) for c in asked], "p99") and found.to_dict()["max_num_seqs"] == 9
+    ttft = advise_cap(SM, *lengths, 100.0, 75.0, source="made up")
+    assert (ttft.chosen.max_num_seqs, ttft.binding, ttft.source, ttft.ttft_slo_ms) == (7, "ttft", "made up", 75.0)
+    on_target = advise_cap(SM, *lengths, 8.0, 70.0)  # a target met exactly is met; at 8 TPOT is on it, TTFT over
+    assert (on_target.chosen.max_num_seqs, on_target.binding) == (7, "ttft")
+    assert advise_cap(SM, *lengths, 1.5).chosen.max_num_seqs == 1
+    full = advise_cap(SM, *lengths, 1000.0, server=Server(1500))
+    assert (full.chosen.max_num_seqs, full.binding) == (20, "limit")
+    assert full.warnings == [
+        "the targets are met at every cap up to 20: the cap is set by memory or admission",
+        "at max_num_seqs 20 the KV cache preempts (3 in the run): the cap is near what the cache holds",
+    ]
+    assert advise_cap(SM, *lengths, 1000.0, server=Server(None, 13)).chosen.max_num_seqs == 12
+    assert servers == {Server(), Server(1500), Server(None, 13)}
+    assert advise_cap(SM, *lengths, 1000.0, server=Server(50)).chosen.max_num_seqs == 1  # 100 // 150 = 0: one
+    assert advise_cap(SM, *lengths, 1000.0, limit=5).chosen.max_num_seqs == 5
+    unbounded = advise_cap(SM, *lengths, 1e9)
+    (said, *_) = unbounded.warnings
+    assert unbounded.chosen.max_num_seqs == 4096 and said.startswith("the targets are met at every cap up to 4096:")
+    with pytest.raises(TokenroofError, match=r"^unknown statistic 'p95'; known: mean, p50, p90, p99$"):
+        advise_cap(SM, *lengths, 9.0, statistic="p95")
+    for tpot, ttft in ((0.0, None), (math.inf, None), (9.0, 0.0), (9.0, math.inf)):
+        with pytest.raises(TokenroofError, match=r"^the TPOT and TTFT targets must be positive finite numbers$"):
+            advise_cap(SM, *lengths, tpot, ttft)
+    with pytest.raises(TokenroofError, match=r"^no batch cap meets"):  # a sub-millisecond TTFT target is a target
+        advise_cap(SM, *lengths, 9.0, 0.5)
+    with pytest.raises(TokenroofError) as refused:
+        advise_cap(SM, *lengths, 0.5)
+    assert str(refused.value) == "no batch cap meets the targets: at max_num_seqs 1 the p99 TPOT is 1 ms and TTFT 10 ms"

@@ -369,11 +369,14 @@ def test_a_closed_loops_window_by_hand() -> None:
 
 
 def test_a_staggered_loops_start_phases_by_hand() -> None:
-    """A staggered loop of 4 streams, 100-token prompts and 11 output tokens on t_fixed 10 ms + 1 ms a token: one
-    request alone lives 0.111 s (its prefill step: 10 + 100 × 1 + 1 ms) + 10 × 0.011 s = 0.221 s. Phase 0 starts
-    stream i at i/4 of it (bench's stagger); phase k draws the 4 starts uniformly over it, seeded by k alone, sorted:
-    the same requests, other starts. Only a staggered loop has phases, from 0 up."""
-    model = StepModel(t_fixed_s=0.01, t_weights_s=0.0, t_compute_s=0.001, t_kv_token_s=0.0)
+    """A staggered loop of 4 streams, 100-token prompts and 11 output tokens on t_fixed 10 ms, 1 ms a token's GEMMs,
+    10 µs a context token's KV read and 1 µs its attention: one request alone lives its prefill step, 10 + 100 × 1
+    (the prompt) + 1 (its token) + 0.1055 (its attention at context 100 + 11/2) + 10000/2 × 0.001 (the prompt's own
+    causal attention) + 1.055 ms (the KV read) = 117.1605 ms, then 10 decode steps of 10 + 1 + 0.1055 + 1.055 ms:
+    238.7655 ms. Phase 0 starts stream i at i/4 of it (bench's stagger); phase k draws the 4 starts uniformly over
+    it, seeded by k alone, sorted: the same requests, other starts. Only a staggered loop has phases, from 0 up; a
+    loop needs a stream and a request."""
+    model = StepModel(t_fixed_s=0.01, t_weights_s=0.0, t_compute_s=0.001, t_kv_token_s=1e-5, t_attn_token_s=1e-6)
     lengths = (Lengths(100, "lognormal", 0.5), Lengths(11))
 
     def starts(phase: int) -> tuple[list[float], list[int]]:
@@ -381,7 +384,7 @@ def test_a_staggered_loops_start_phases_by_hand() -> None:
         assert len(rest) == 4
         return [s.arrival_s for s in first], [s.prompt_tokens for s in first + rest]
 
-    life = 0.221
+    life = 0.2387655
     own, prompts = starts(0)
     assert own == pytest.approx([0.0, life / 4, life / 2, 3 * life / 4])
     drawn, same = starts(3)
@@ -390,6 +393,16 @@ def test_a_staggered_loops_start_phases_by_hand() -> None:
     for client, phase in (("burst", 1), ("even", 1), ("staggered", -1)):
         with pytest.raises(TokenroofError, match="start phase"):
             ClosedLoop(4, *lengths, 8, client, phase=phase)
+    assert ClosedLoop(1, *lengths, 1).num_requests == 1
+    for streams, requests in ((0, 8), (4, 0)):
+        with pytest.raises(TokenroofError) as refused:
+            ClosedLoop(streams, *lengths, requests)
+        assert str(refused.value) == (
+            f"a closed loop needs a concurrency ≥ 1 and requests ≥ 1, got {streams} and {requests}"
+        )
+    with pytest.raises(TokenroofError) as refused:
+        ClosedLoop(4, *lengths, 8, "waves")
+    assert str(refused.value) == "unknown client 'waves'; known: staggered, burst"
 
 
 def test_an_open_loop_summary_by_hand() -> None:
