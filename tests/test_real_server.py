@@ -480,6 +480,7 @@ def test_advise_s_cap_on_the_2026_12_07_llama_server_is_checked_over_bench_s_sta
     ten start phases the scheduler's p99 TTFT at 10 spans 1,132-1,927 ms, so advise now keeps a cap every phase meets,
     7 (TTFT 696-1,111); benched at 7 on a restarted -np 7: 63.1 / 772 ms, both met (TPOT 7% over the prediction)."""
     from tests.conftest import run_json
+    from tests.schemas import validate
 
     first, *rest = (LLAMA_1207 / "sweep" / "summary.csv").read_text().splitlines()
     table = tmp_path / "sweep.csv"
@@ -499,6 +500,7 @@ def test_advise_s_cap_on_the_2026_12_07_llama_server_is_checked_over_bench_s_sta
     assert low < measured["advised-c10"][1] < high and 0.85 * low < measured["advised-c10b"][1] < low
     assert measured["advised-c10"][1] > 1500 > measured["advised-c10b"][1]  # one cap, one server: missed, then met
     tpot, ttft = measured["advised-c7"]
+    validate("advise", answer)  # the phases as the schema has them
     phases = answer["at_cap"]["phases"]
     assert tpot <= 100 and ttft <= 1500 and phases["ttft_ms_low"] <= ttft <= phases["ttft_ms_high"] < 1500
     assert answer["at_cap"]["tpot_ms"]["p99"] == pytest.approx(tpot, rel=0.1)
