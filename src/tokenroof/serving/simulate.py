@@ -185,9 +185,10 @@ class ClosedLoop:
             # this concurrency
             loaded = float(c if self.client == EVEN else 1)
             life_s = model.step_s(1.0, i + o / 2, i, i * i) + (o - 1) * model.step_s(loaded, loaded * (i + o / 2))
-            starts = np.arange(c) * life_s / c
             if self.phase:
                 starts = np.sort(np.random.default_rng(self.phase).uniform(0.0, life_s, c))
+            else:
+                starts = np.arange(c) * life_s / c
             for seq, start in zip(seqs[:c], starts.tolist(), strict=True):
                 seq.arrival_s = start
         return seqs[:c], seqs[c:]
