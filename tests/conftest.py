@@ -3,6 +3,7 @@ from __future__ import annotations
 import ast
 import functools
 import gc
+import importlib.util
 import io
 import json
 import os
@@ -42,6 +43,13 @@ def _each_test_runs_its_own_at_cap() -> None:
     from tokenroof.serving.saturation import _kept_full
 
     _kept_full.cache_clear()
+
+
+# torch costs a process ~1.5 s to import, and each pytest-xdist worker collects every test file: the files that need
+# it import it in a module fixture (the first of their tests to run, on one worker) and skip without it by this mark
+NEEDS_TORCH = pytest.mark.skipif(
+    importlib.util.find_spec("torch") is None, reason="needs PyTorch: pip install 'tokenroof[local]'"
+)
 
 
 @functools.cache

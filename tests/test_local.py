@@ -5,23 +5,34 @@ from __future__ import annotations
 import subprocess
 import sys
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
 import pytest
 
-from tests.conftest import ROOT, run_cli, run_json
+from tests.conftest import NEEDS_TORCH, ROOT, run_cli, run_json
+from tests.schemas import validate
 from tokenroof.errors import TokenroofError
 from tokenroof.io.measurements import read_table
+from tokenroof.measure.local.calibrate import Calibration, calibrate, quietest
+from tokenroof.measure.local.device import check_fits, memory_needed_bytes, torch_dtype
+from tokenroof.measure.local.local import LocalConfig, make_point, run_bench_local
+from tokenroof.measure.local.microbench import Kernel, overheads
 from tokenroof.specs import Precision, load_hardware, load_model
 from tokenroof.specs.hardware import read_hardware_toml
 
-torch = pytest.importorskip("torch")
+if TYPE_CHECKING:
+    import torch
 
-from tests.schemas import validate  # noqa: E402
-from tokenroof.measure.local.calibrate import Calibration, calibrate, quietest  # noqa: E402
-from tokenroof.measure.local.device import check_fits, memory_needed_bytes, torch_dtype  # noqa: E402
-from tokenroof.measure.local.local import LocalConfig, make_point, run_bench_local  # noqa: E402
-from tokenroof.measure.local.microbench import Kernel, overheads  # noqa: E402
+pytestmark = NEEDS_TORCH
+
+
+@pytest.fixture(autouse=True, scope="module")
+def _torch() -> None:
+    """torch, imported when this file's first test runs (NEEDS_TORCH)."""
+    global torch
+    import torch
+
 
 TINY_SIZES = {"stream_bytes": 2**20, "gemv_bytes": 2**20, "kv_bytes": 2**20, "gemm_n": 64, "gemv_k": 64}
 

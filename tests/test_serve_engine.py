@@ -7,24 +7,35 @@ import asyncio
 import io
 import json
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pytest
 
-torch = pytest.importorskip("torch")
+from tests.conftest import NEEDS_TORCH
+from tests.test_torch_engine import tiny
+from tokenroof.model.stepmodel import StepModel
+from tokenroof.serving.engine.core import BatchScheduler, Sequence
+from tokenroof.specs.model import model_from_config
 
-from tests.test_torch_engine import tiny  # noqa: E402
-from tokenroof.measure.local.serve_engine import (  # noqa: E402
-    SlotEngine,
-    TorchRunner,
-    step_forward,
-    step_logits,
-    warm_up,
-)
-from tokenroof.measure.local.torch_engine import DecoderLM, can_prepack, pack_for_serving  # noqa: E402
-from tokenroof.model.stepmodel import StepModel  # noqa: E402
-from tokenroof.serving.engine.core import BatchScheduler, Sequence  # noqa: E402
-from tokenroof.specs.model import model_from_config  # noqa: E402
+if TYPE_CHECKING:
+    import torch
+
+    from tokenroof.measure.local.serve_engine import SlotEngine, TorchRunner, step_forward, step_logits, warm_up
+    from tokenroof.measure.local.torch_engine import DecoderLM, can_prepack, pack_for_serving
+
+pytestmark = NEEDS_TORCH
+
+
+@pytest.fixture(autouse=True, scope="module")
+def _torch() -> None:
+    """torch and the engine, imported when this file's first test runs (NEEDS_TORCH)."""
+    global torch, SlotEngine, TorchRunner, step_forward, step_logits, warm_up, DecoderLM, can_prepack
+    global pack_for_serving
+    import torch
+
+    from tokenroof.measure.local.serve_engine import SlotEngine, TorchRunner, step_forward, step_logits, warm_up
+    from tokenroof.measure.local.torch_engine import DecoderLM, can_prepack, pack_for_serving
+
 
 PLACEHOLDER = StepModel(1e-3, 0.0, 0.0, 0.0)  # the scheduler needs a model; serve's steps take their real time
 

@@ -3,23 +3,45 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pytest
 
-torch = pytest.importorskip("torch")
+from tests.conftest import NEEDS_TORCH
+from tokenroof.errors import TokenroofError
+from tokenroof.specs import load_model
+from tokenroof.specs.model import model_from_config
 
-from tokenroof.errors import TokenroofError  # noqa: E402
-from tokenroof.measure.local.torch_engine import (  # noqa: E402
-    PREPACK_MIN_ROWS,
-    DecoderLM,
-    can_prepack,
-    check_supported,
-    load_checkpoint,
-    rope_inv_freq,
-)
-from tokenroof.specs import load_model  # noqa: E402
-from tokenroof.specs.model import model_from_config  # noqa: E402
+if TYPE_CHECKING:
+    import torch
+
+    from tokenroof.measure.local.torch_engine import (
+        PREPACK_MIN_ROWS,
+        DecoderLM,
+        can_prepack,
+        check_supported,
+        load_checkpoint,
+        rope_inv_freq,
+    )
+
+pytestmark = NEEDS_TORCH
+
+
+@pytest.fixture(autouse=True, scope="module")
+def _torch() -> None:
+    """torch and the engine, imported when this file's first test runs (NEEDS_TORCH)."""
+    global torch, PREPACK_MIN_ROWS, DecoderLM, can_prepack, check_supported, load_checkpoint, rope_inv_freq
+    import torch
+
+    from tokenroof.measure.local.torch_engine import (
+        PREPACK_MIN_ROWS,
+        DecoderLM,
+        can_prepack,
+        check_supported,
+        load_checkpoint,
+        rope_inv_freq,
+    )
+
 
 LLAMA3_ROPE = {
     "rope_type": "llama3",
@@ -108,8 +130,9 @@ def test_sequences_given_a_copied_cache_decode_like_the_source() -> None:
         torch.testing.assert_close(logits[row], logits[0])
 
 
-@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
-def test_prepacked_weights_give_the_plain_result(dtype: torch.dtype) -> None:
+@pytest.mark.parametrize("dtype_name", ["float32", "bfloat16"])
+def test_prepacked_weights_give_the_plain_result(dtype_name: str) -> None:
+    dtype = getattr(torch, dtype_name)
     if not can_prepack(torch.device("cpu"), dtype):
         pytest.skip(f"this PyTorch build cannot prepack {dtype}")
     spec = model_from_config(tiny("llama"), "tiny")
