@@ -11,9 +11,14 @@ vLLM V1's 8,192-token budget, measured the way each tool measures:
 - `examples/vllm-holdout/`: the same at N = 256, 384 (what the fits are checked against, never fitted);
 - `examples/guidellm.json`: a GuideLLM sweep of Poisson request rates (256 in / 128 out), with the measured mean
   concurrency as GuideLLM reports it.
+- `examples/sglang/sweep.jsonl`: `python -m sglang.bench_serving --dataset-name random --random-input-len 1024
+  --random-output-len 256 --random-range-ratio 1 --request-rate R --num-prompts 1000 --output-file sweep.jsonl` at
+  R = 2, 4, 8, 12 and 16 req/s (Poisson arrivals; means over every request of the run, and its `concurrency`,
+  Σ latency ÷ duration, as bench_serving computes them), a line a run.
 
 Each metric carries 2% log-normal noise (seeded), as repeated runs of a real server scatter. The files say they are
-synthetic (a `tokenroof_provenance` key the readers keep as provenance). Run from the repository root:
+synthetic (a `tokenroof_provenance` key, which the readers pass over as they do any key they do not read). Run from
+the repository root:
 
     .venv/bin/python scripts/make_measured_examples.py
 """
@@ -157,6 +162,54 @@ def guidellm_report(
     return {"tokenroof_provenance": PROVENANCE.replace("vLLM run", "GuideLLM run"), "benchmarks": benchmarks}
 
 
+def sglang_line(
+    rate: float, input_len: int, output_len: int, rng: np.random.Generator, prompts: int = 1000, seed: int = 0
+) -> dict[str, Any]:
+    """One run of `sglang.bench_serving` at a request rate, as its calculate_metrics takes it: Poisson arrivals,
+    means over every request, the duration from the first request sent to the last finished, TPOT (latency − TTFT)
+    ÷ (output − 1), `concurrency` Σ latency ÷ duration; the examples' 2% noise on TTFT, TPOT and throughput."""
+    result = simulate(
+        TRUTH.step_model(),
+        Workload(rate, Lengths(input_len), Lengths(output_len), num_requests=prompts),
+        1024,
+        seed,
+        TRUTH.kv_pool_tokens(),
+        max_num_batched_tokens=BUDGET,
+    )
+    seqs = result.sequences
+    start = min(s.arrival_s for s in seqs)
+    duration = max(s.finished_s or 0 for s in seqs) - start
+    e2e = np.array([(s.finished_s or 0) - s.arrival_s for s in seqs])
+    ttft = np.array([(s.first_token_s or 0) - s.arrival_s for s in seqs])
+    tpot = (e2e - ttft) / (output_len - 1)
+    output_tok_s = noisy(rng, prompts * output_len / duration)
+    data: dict[str, Any] = {
+        "tokenroof_provenance": PROVENANCE.replace("vLLM run", "SGLang run"),
+        "backend": "sglang",
+        "dataset_name": "random",
+        "request_rate": rate,
+        "max_concurrency": None,
+        "sharegpt_output_len": None,
+        "random_input_len": input_len,
+        "random_output_len": output_len,
+        "random_range_ratio": 1.0,
+        "duration": duration,
+        "completed": prompts,
+        "total_input_tokens": input_len * prompts,
+        "total_output_tokens": output_len * prompts,
+        "total_output_tokens_retokenized": output_len * prompts,
+        "request_throughput": output_tok_s / output_len,
+        "input_throughput": output_tok_s * input_len / output_len,
+        "output_throughput": output_tok_s,
+        "total_throughput": output_tok_s * (input_len + output_len) / output_len,
+    }
+    ttft_ms, tpot_ms = ttft * 1e3 * noisy(rng, 1.0), tpot * 1e3 * noisy(rng, 1.0)
+    for name, values in (("e2e_latency", e2e * 1e3), ("ttft", ttft_ms), ("tpot", tpot_ms)):
+        data.update({f"{key}_{name}_ms": value for key, value in stats(values).items()})
+    data.update(concurrency=float(e2e.sum() / duration), accept_length=None)
+    return data
+
+
 def write(path: Path, data: dict[str, Any]) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps(data, indent=2) + "\n")
@@ -171,6 +224,12 @@ def main() -> None:
     for c in (256, 384):
         write(ROOT / "examples" / "vllm-holdout" / f"vllm-c{c}.json", vllm_result(c, 1024, 256, rng))
     write(ROOT / "examples" / "guidellm.json", guidellm_report([1, 5, 10, 20, 30, 40], 256, 128, rng))
+    sglang_rng = np.random.default_rng(2027)  # its own stream: added later, it leaves the files above as they were
+    lines = [sglang_line(rate, 1024, 256, sglang_rng, seed=i) for i, rate in enumerate((2, 4, 8, 12, 16))]
+    path = ROOT / "examples" / "sglang" / "sweep.jsonl"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text("".join(json.dumps(line) + "\n" for line in lines))
+    print(f"wrote {path.relative_to(ROOT)}")
 
 
 if __name__ == "__main__":

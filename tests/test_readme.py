@@ -55,9 +55,11 @@ def run_in_process(example) -> list[str]:
 
 
 def takes_seconds(example) -> bool:
-    """plan (its search), and predict or advise with a model (the physics prior's fit, or the scheduler's runs)."""
+    """plan (its search), predict or advise with a model (the physics prior's fit, or the scheduler's runs), and on
+    SGLang's JSON Lines (its rate runs' open-loop replays, each rate searched over four samples of arrivals)."""
     command, flags = example.args[0], set(example.args[1:])
-    return command == "plan" or (command in ("predict", "advise") and bool(flags & {"-m", "--model"}))
+    fits = command in ("predict", "advise")
+    return command == "plan" or (fits and bool(flags & {"-m", "--model"} or any(a.endswith(".jsonl") for a in flags)))
 
 
 def example_id(example) -> str:

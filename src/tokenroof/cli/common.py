@@ -215,8 +215,8 @@ EagerOpt = Annotated[
 FitOpt = Annotated[
     list[Path] | None,
     typer.Option(
-        help="Step model fitted to these measurements, as predict does: a CSV, vLLM/GuideLLM JSON files or bench "
-        "folders (repeat --fit for several)."
+        help="Step model fitted to these measurements, as predict does: a CSV, vLLM/GuideLLM JSON files, SGLang "
+        "bench_serving JSON Lines or bench folders (repeat --fit for several)."
     ),
 ]
 SpeculativeOpt = Annotated[

@@ -45,7 +45,12 @@ if TYPE_CHECKING:
 @app.command()
 @handle_errors
 def predict(
-    files: Annotated[list[Path], typer.Argument(help="Measurement CSV, or vllm bench serve / GuideLLM JSON files.")],
+    files: Annotated[
+        list[Path],
+        typer.Argument(
+            help="Measurement CSV; vllm bench serve, GuideLLM JSON or SGLang bench_serving JSON Lines files."
+        ),
+    ],
     batch: Annotated[str, typer.Option(help="Batches to predict: '256 512' or '256,512' (fractional allowed).")],
     model: OptModel = None,
     hardware: OptHardware = None,

@@ -1,15 +1,18 @@
 """Reading measurements: any file or folder of them into one MeasurementTable (io/table.py), by format: CSV
-(csvread.py), vLLM (vllm.py), GuideLLM (guidellm.py), tokenroof bench (benchfiles.py).
+(csvread.py), vLLM (vllm.py), GuideLLM (guidellm.py), SGLang's bench_serving (sglang.py), tokenroof bench
+(benchfiles.py).
 
 CSV format (DESIGN.md): `batch,throughput_tok_s,tpot_ms[,context_tokens][,ttft_ms]`,
 `#` lines are free-text provenance and are kept. At least one of throughput and
 TPOT per row; the other is derived (throughput = batch × 1000 / TPOT). Also read:
 `vllm bench serve --save-result` JSON files (one per concurrency: pass several)
-and GuideLLM JSON reports (one row per benchmark in the sweep).
+GuideLLM JSON reports (one row per benchmark in the sweep) and JSON Lines of results, a line a run (SGLang's
+bench_serving, `vllm bench serve --append-result`).
 """
 
 from __future__ import annotations
 
+import json
 from collections.abc import Mapping, Sequence
 from dataclasses import replace
 from pathlib import Path
@@ -19,6 +22,7 @@ from tokenroof.errors import TokenroofError
 from tokenroof.io.benchfiles import _bench_summary, _is_bench_summary, read_jsonl
 from tokenroof.io.csvread import parse_csv
 from tokenroof.io.guidellm import _guidellm_rows, _guidellm_settings
+from tokenroof.io.sglang import is_sglang_result, sglang_row, sglang_settings
 from tokenroof.io.table import (
     CLIENT_KINDS,
     COLUMNS,
@@ -93,6 +97,20 @@ def _json_rows(data: Any, where: str, warnings: list[str]) -> tuple[list[Row], l
     return rows, provenance, settings
 
 
+def json_documents(text: str, where: str) -> list[tuple[str, Any]]:
+    """A JSON file's document, or a JSON Lines file's, one a line and each named `path:N`: `sglang.bench_serving
+    --output-file` appends a line a run, and so does `vllm bench serve --append-result`."""
+    try:
+        return [(where, json.loads(text))]
+    except json.JSONDecodeError as exc:
+        if exc.msg != "Extra data":  # not a second document after the first: loads_json's error, naming the line
+            return [(where, loads_json(text, where, whole_file=True))]
+    except (ValueError, RecursionError):  # an over-long integer, nesting too deep: loads_json's error
+        return [(where, loads_json(text, where, whole_file=True))]
+    lines = [(f"{where}:{n}", line) for n, line in enumerate(text.splitlines(), 1) if line.strip()]
+    return [(here, loads_json(line, here)) for here, line in lines]
+
+
 def resolve_inputs(path: Path) -> list[Path]:
     """A measurement input as files: a bench folder (`tokenroof bench --out`) is its summary.csv (else its
     summary.json); another folder its JSON files (one `vllm bench serve --save-result` file per concurrency, say)."""
@@ -101,11 +119,11 @@ def resolve_inputs(path: Path) -> list[Path]:
     for name in ("summary.csv", "summary.json"):
         if (path / name).is_file():
             return [path / name]
-    found = sorted(path.glob("*.json"))
+    found = sorted([*path.glob("*.json"), *path.glob("*.jsonl")])
     if not found:
         raise TokenroofError(
             f"{path}: a folder without summary.csv, summary.json or JSON result files (expected a tokenroof bench "
-            "--out folder, or a folder of vllm bench serve results)"
+            "--out folder, or a folder of vllm bench serve or sglang.bench_serving results)"
         )
     return found
 
@@ -118,7 +136,8 @@ def describe_sources(files: Sequence[Path]) -> str:
 
 def read_table(paths: Sequence[Path | str]) -> MeasurementTable:
     """Read measurements into one table: CSV files (DESIGN.md), JSON (tokenroof points, `vllm bench serve` results,
-    GuideLLM reports, tokenroof bench's summary.json) and bench folders; several inputs are one table, their
+    GuideLLM reports, tokenroof bench's summary.json), JSON Lines of results (SGLang's bench_serving, vLLM's
+    --append-result) and bench folders; several inputs are one table, their
     settings merged (the kinds must agree)."""
     files = [f for p in paths for f in resolve_inputs(Path(p))]
     if not files:
@@ -131,6 +150,7 @@ def read_table(paths: Sequence[Path | str]) -> MeasurementTable:
     warnings: list[str] = []
     parts: list[tuple[str, dict[str, Any]]] = []
     vllm = 0  # rows from vLLM results: their batch is the client's concurrency, their context from token totals
+    sglang = 0  # rows from SGLang's closed-loop runs: the same
     for path, text in zip(files, texts, strict=True):
         if not text.lstrip().startswith(("{", "[")):
             table = parse_csv(text, str(path))
@@ -139,17 +159,35 @@ def read_table(paths: Sequence[Path | str]) -> MeasurementTable:
             warnings += table.warnings
             parts.append((str(path), {key: getattr(table.semantics, key) for key in table.semantics.stated}))
             continue
-        data = loads_json(text, str(path), whole_file=True)
-        if _is_bench_summary(data):
-            new_rows, settings = _bench_summary(data, str(path), warnings)
-            new_prov = [f"tokenroof bench summary {path}"]
-        else:
-            new_rows, new_prov, settings = _json_rows(data, str(path), warnings)
-        if isinstance(data, Mapping) and "output_throughput" in data:
-            vllm += len(new_rows)
-        rows += new_rows
-        provenance += new_prov
-        parts.append((str(path), settings))
+        for where, data in json_documents(text, str(path)):
+            if is_sglang_result(data):
+                row = sglang_row(data, where, warnings)
+                rows += [] if row is None else [row]
+                sglang += row is not None and row.concurrency is not None
+                provenance.append(f"sglang.bench_serving result {where}")
+                parts.append((where, sglang_settings(data, where)))
+                continue
+            if where != str(path) and not (isinstance(data, Mapping) and "output_throughput" in data):
+                raise TokenroofError(
+                    f"{where}: a JSON Lines file whose lines are not benchmark results (expected one "
+                    "sglang.bench_serving --output-file or vllm bench serve --append-result result a line)"
+                )
+            if _is_bench_summary(data):
+                new_rows, settings = _bench_summary(data, where, warnings)
+                new_prov = [f"tokenroof bench summary {where}"]
+            else:
+                new_rows, new_prov, settings = _json_rows(data, where, warnings)
+            if isinstance(data, Mapping) and "output_throughput" in data:
+                vllm += len(new_rows)
+            rows += new_rows
+            provenance += new_prov
+            parts.append((where, settings))
+    if sglang:
+        warnings.insert(
+            0,
+            f"{sglang} SGLang result(s) at a --max-concurrency: batch = max_concurrency, the client's; the running "
+            "batch can be lower (ramp-up, drain, server caps)",
+        )
     if vllm:
         warnings.insert(
             0,

@@ -1,0 +1,111 @@
+"""`python -m sglang.bench_serving --output-file F` results: JSON Lines, one line a run (the file grows a line
+each run), read as table rows.
+
+The metrics are vLLM's, which bench_serving was adapted from: TPOT the mean over requests of (latency − TTFT) ÷
+(output tokens − 1), the first token and so any queueing excluded; the lengths from the run's token totals. Two
+things differ, and both are read: SGLang's runs are as often at a request rate as at a concurrency (its sweeps are
+`--request-rate 1, 2, 4, …`), and each line records `concurrency`, the mean number of requests in flight over the
+run (Σ end-to-end latency ÷ duration), which is the batch a rate run held from the client's side (GuideLLM's
+request_concurrency, the same reading).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from typing import Any
+
+from tokenroof.errors import TokenroofError
+from tokenroof.io.table import Row, _batch, _number
+from tokenroof.io.vllm import _vllm_settings
+from tokenroof.model.stepmodel import mean_context_tokens
+
+SGLANG_KEY = "total_output_tokens_retokenized"  # a bench_serving line's own key: vLLM's results have no such total
+CAP_BOUND = 0.9  # a rate run whose requests in flight averaged above this share of its --max-concurrency was capped
+
+
+def is_sglang_result(data: Any) -> bool:
+    """One line of `sglang.bench_serving --output-file`."""
+    return isinstance(data, Mapping) and "output_throughput" in data and SGLANG_KEY in data
+
+
+def _rate(data: Mapping[str, Any], where: str) -> float:
+    """The run's request rate: a positive number, inf (every prompt sent at once, `--max-concurrency` gating)."""
+    rate = data.get("request_rate")
+    if isinstance(rate, str) and rate.strip().lower() == "trace":
+        raise TokenroofError(
+            f'{where}: an SGLang run that replayed a trace\'s timestamps (request_rate "trace") is neither a fixed '
+            "concurrency nor a rate; rerun with --max-concurrency or --request-rate"
+        )
+    try:
+        value = float(rate) if rate is not None and not isinstance(rate, bool) else math.nan
+    except (TypeError, ValueError):
+        value = math.nan
+    if not value > 0:  # NaN too
+        raise TokenroofError(f"{where}: request_rate must be a positive number or Infinity, got {rate!r}")
+    return value
+
+
+def _in_flight(data: Mapping[str, Any], where: str) -> float:
+    """The mean number of requests in flight: the line's `concurrency`, else (bench_serving before it recorded one)
+    the same Σ latency ÷ duration from the mean end-to-end latency, the completed requests and the duration."""
+    if data.get("concurrency") is not None:
+        return _batch(data["concurrency"], where, "concurrency")
+    latency_ms = _number(data.get("mean_e2e_latency_ms"), where, "mean_e2e_latency_ms")
+    done = _number(data.get("completed"), where, "completed")
+    duration_s = _number(data.get("duration"), where, "duration")
+    if latency_ms is None or done is None or duration_s is None:
+        raise TokenroofError(
+            f"{where}: a run at a request rate needs the requests it held in flight: no concurrency, and no "
+            "mean_e2e_latency_ms, completed and duration to count them from"
+        )
+    return done * latency_ms / 1e3 / duration_s
+
+
+def sglang_row(data: Mapping[str, Any], where: str, warnings: list[str]) -> Row | None:
+    """One run. At `--max-concurrency N` with every prompt sent at once (rate inf) the client is a closed loop of N
+    streams: batch N, as vLLM's results are read. At a finite rate arrivals are Poisson (bench_serving draws
+    exponential gaps) and the batch is the requests measured in flight; a `--max-concurrency` the rate ran under
+    caps that from the client's side, and where it bound (in flight on average above 90% of it) the run was neither
+    a rate nor a concurrency: left out, with a warning (None)."""
+    rate = _rate(data, where)
+    cap = data.get("max_concurrency")
+    if math.isinf(rate):
+        if cap is None:
+            raise TokenroofError(
+                f"{where}: an SGLang run with every prompt sent at once and no --max-concurrency has no steady batch "
+                "(it drains as requests finish); rerun with --max-concurrency N, or at a --request-rate"
+            )
+        batch = _batch(cap, where, "max_concurrency")
+        concurrency: float | None = batch
+    else:
+        batch = _in_flight(data, where)
+        concurrency = None  # an open loop
+        if cap is not None and batch > CAP_BOUND * _batch(cap, where, "max_concurrency"):
+            warnings.append(
+                f"{where}: left out: at request_rate {rate:g} the client's --max-concurrency {cap} bound ({batch:.1f} "
+                "requests in flight on average), so arrivals queued in the client: neither a rate nor a concurrency"
+            )
+            return None
+    lengths = _vllm_settings(data, where)
+    context = None
+    if lengths.get("input_len") is not None and lengths.get("output_len") is not None:
+        context = mean_context_tokens(lengths["input_len"], lengths["output_len"])
+    return Row(
+        batch,
+        _number(data.get("output_throughput"), where, "output_throughput"),
+        _number(data.get("mean_tpot_ms"), where, "mean_tpot_ms"),
+        context,
+        _number(data.get("mean_ttft_ms"), where, "mean_ttft_ms"),
+        where,
+        _number(data.get("completed"), where, "completed"),
+        concurrency,
+    )
+
+
+def sglang_settings(data: Mapping[str, Any], where: str) -> dict[str, Any]:
+    """vLLM's reading (TPOT after the first token; lengths from the totals), the batch counted as requests in flight
+    and the client as it ran: a closed loop started all at once, or Poisson arrivals at a rate."""
+    settings = _vllm_settings(data, where)
+    settings["client"] = "burst" if math.isinf(_rate(data, where)) else "poisson"
+    return settings
