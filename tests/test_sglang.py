@@ -177,3 +177,25 @@ def test_a_sweep_of_request_rates_recovers_the_server_that_ran_it(tmp_path: Path
     assert [row["batch"] for row in serving["replay"]] == pytest.approx(sorted(line["concurrency"] for line in lines))
     fitted = StepModel(**serving["step_model"])
     assert saturation_rate(fitted, *lengths, 32) == pytest.approx(saturation, rel=0.08)
+
+
+def test_the_page_reads_an_uploaded_sglang_file() -> None:
+    """The page's file input takes .jsonl, and an upload keeps its name: SGLang's lines read as from the command
+    line (no TTFT here: the decode fit alone, quick)."""
+    from tests.test_ui import call
+    from tokenroof.ui.page import PAGE
+
+    assert 'accept=".csv,.json,.jsonl"' in PAGE
+    lines = [
+        {**LINE, "max_concurrency": c, "mean_tpot_ms": t, "mean_ttft_ms": None}
+        for c, t in ((1, 9.0), (8, 11.7), (32, 14.2))
+    ]
+    text = "".join(
+        json.dumps({**line, "output_throughput": line["max_concurrency"] * 1e3 / line["mean_tpot_ms"]}) + "\n"
+        for line in lines
+    )
+    ((status, predict),) = call(
+        [("POST", "/api/predict", {"table": {"name": "sweep.jsonl", "text": text}, "batch_min": 1, "batch_max": 64})]
+    )
+    assert status == 200 and predict["measured"]["source"] == "sweep.jsonl"
+    assert [p["batch"] for p in predict["measured"]["points"]] == [1, 8, 32]

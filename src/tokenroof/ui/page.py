@@ -37,7 +37,7 @@ and from your measurements</header>
 </fieldset>
 <fieldset><legend>Your measurements</legend>
 <label for="measurements">CSV or JSON (as predict reads)</label>
-<input id="measurements" type="file" accept=".csv,.json">
+<input id="measurements" type="file" accept=".csv,.json,.jsonl">
 <label><input id="prior" type="checkbox"> fit with the physics prior (model, hardware, context above)</label>
 <button id="clear-table" type="button">forget the file</button>
 </fieldset>
