@@ -215,7 +215,7 @@ EagerOpt = Annotated[
 FitOpt = Annotated[
     list[Path] | None,
     typer.Option(
-        help="Step model fitted to these measurements, as predict does: a CSV, vLLM/GuideLLM JSON files, SGLang "
+        help="Step model fitted to these measurements, as predict does: a CSV, vLLM/GuideLLM/AIPerf JSON files, SGLang "
         "bench_serving JSON Lines or bench folders (repeat --fit for several)."
     ),
 ]

@@ -48,7 +48,8 @@ def predict(
     files: Annotated[
         list[Path],
         typer.Argument(
-            help="Measurement CSV; vllm bench serve, GuideLLM JSON or SGLang bench_serving JSON Lines files."
+            help="Measurement CSV; vllm bench serve, GuideLLM, AIPerf or GenAI-Perf JSON, SGLang bench_serving "
+            "JSON Lines; or their folders."
         ),
     ],
     batch: Annotated[str, typer.Option(help="Batches to predict: '256 512' or '256,512' (fractional allowed).")],

@@ -1,6 +1,6 @@
 """Reading measurements: any file or folder of them into one MeasurementTable (io/table.py), by format: CSV
-(csvread.py), vLLM (vllm.py), GuideLLM (guidellm.py), SGLang's bench_serving (sglang.py), tokenroof bench
-(benchfiles.py).
+(csvread.py), vLLM (vllm.py), GuideLLM (guidellm.py), SGLang's bench_serving (sglang.py), AIPerf and GenAI-Perf
+(genaiperf.py), tokenroof bench (benchfiles.py).
 
 CSV format (DESIGN.md): `batch,throughput_tok_s,tpot_ms[,context_tokens][,ttft_ms]`,
 `#` lines are free-text provenance and are kept. At least one of throughput and
@@ -21,6 +21,7 @@ from typing import Any
 from tokenroof.errors import TokenroofError
 from tokenroof.io.benchfiles import _bench_summary, _is_bench_summary, read_jsonl
 from tokenroof.io.csvread import parse_csv
+from tokenroof.io.genaiperf import genai_perf_row, genai_perf_settings, is_genai_perf_export, tool_of
 from tokenroof.io.guidellm import _guidellm_rows, _guidellm_settings
 from tokenroof.io.sglang import is_sglang_result, sglang_row, sglang_settings
 from tokenroof.io.table import (
@@ -52,7 +53,8 @@ def _json_rows(data: Any, where: str, warnings: list[str]) -> tuple[list[Row], l
     points = data.get("points") if isinstance(data, Mapping) else data
     if not isinstance(points, list):
         raise TokenroofError(
-            f"{where}: unrecognised JSON (expected tokenroof points, a vllm bench serve result or a GuideLLM report)"
+            f"{where}: unrecognised JSON (expected tokenroof points, a vllm bench serve result, a GuideLLM report, or "
+            "an AIPerf or GenAI-Perf profile export)"
         )
     rows = []
     for i, point in enumerate(points):
@@ -111,19 +113,29 @@ def json_documents(text: str, where: str) -> list[tuple[str, Any]]:
     return [(here, loads_json(line, here)) for here, line in lines]
 
 
+# the aggregate exports AIPerf and GenAI-Perf write in each run's folder (beside inputs.json and per-request
+# records, which are not results); `--profile-export-file NAME` makes them NAME_aiperf.json, NAME_genai_perf.json
+PROFILE_EXPORTS = ("*_aiperf.json", "*_genai_perf.json")
+
+
 def resolve_inputs(path: Path) -> list[Path]:
     """A measurement input as files: a bench folder (`tokenroof bench --out`) is its summary.csv (else its
-    summary.json); another folder its JSON files (one `vllm bench serve --save-result` file per concurrency, say)."""
+    summary.json); a folder of AIPerf or GenAI-Perf runs (their `artifacts/`, or one run's folder) the aggregate
+    exports in it and below; another folder its JSON and JSON Lines files (one `vllm bench serve --save-result` file
+    per concurrency, say)."""
     if not path.is_dir():
         return [path]
     for name in ("summary.csv", "summary.json"):
         if (path / name).is_file():
             return [path / name]
+    exports = sorted({f for pattern in PROFILE_EXPORTS for f in path.rglob(pattern) if f.is_file()})
+    if exports:
+        return exports
     found = sorted([*path.glob("*.json"), *path.glob("*.jsonl")])
     if not found:
         raise TokenroofError(
             f"{path}: a folder without summary.csv, summary.json or JSON result files (expected a tokenroof bench "
-            "--out folder, or a folder of vllm bench serve or sglang.bench_serving results)"
+            "--out folder, or a folder of vllm bench serve, sglang.bench_serving, AIPerf or GenAI-Perf results)"
         )
     return found
 
@@ -136,8 +148,8 @@ def describe_sources(files: Sequence[Path]) -> str:
 
 def read_table(paths: Sequence[Path | str]) -> MeasurementTable:
     """Read measurements into one table: CSV files (DESIGN.md), JSON (tokenroof points, `vllm bench serve` results,
-    GuideLLM reports, tokenroof bench's summary.json), JSON Lines of results (SGLang's bench_serving, vLLM's
-    --append-result) and bench folders; several inputs are one table, their
+    GuideLLM reports, AIPerf and GenAI-Perf exports, tokenroof bench's summary.json), JSON Lines of results (SGLang's
+    bench_serving, vLLM's --append-result) and bench folders; several inputs are one table, their
     settings merged (the kinds must agree)."""
     files = [f for p in paths for f in resolve_inputs(Path(p))]
     if not files:
@@ -151,6 +163,7 @@ def read_table(paths: Sequence[Path | str]) -> MeasurementTable:
     parts: list[tuple[str, dict[str, Any]]] = []
     vllm = 0  # rows from vLLM results: their batch is the client's concurrency, their context from token totals
     sglang = 0  # rows from SGLang's closed-loop runs: the same
+    nvidia = 0  # ... and from AIPerf's or GenAI-Perf's
     for path, text in zip(files, texts, strict=True):
         if not text.lstrip().startswith(("{", "[")):
             table = parse_csv(text, str(path))
@@ -160,6 +173,13 @@ def read_table(paths: Sequence[Path | str]) -> MeasurementTable:
             parts.append((str(path), {key: getattr(table.semantics, key) for key in table.semantics.stated}))
             continue
         for where, data in json_documents(text, str(path)):
+            if is_genai_perf_export(data):
+                row = genai_perf_row(data, where, warnings)
+                rows += [] if row is None else [row]
+                nvidia += row is not None and row.concurrency is not None
+                provenance.append(f"{tool_of(data)} export {where}")
+                parts.append((where, genai_perf_settings(data, where)))
+                continue
             if is_sglang_result(data):
                 row = sglang_row(data, where, warnings)
                 rows += [] if row is None else [row]
@@ -182,6 +202,12 @@ def read_table(paths: Sequence[Path | str]) -> MeasurementTable:
             rows += new_rows
             provenance += new_prov
             parts.append((where, settings))
+    if nvidia:
+        warnings.insert(
+            0,
+            f"{nvidia} AIPerf/GenAI-Perf run(s) at a --concurrency: batch = the concurrency, the client's; the running "
+            "batch can be lower (ramp-up, drain, server caps)",
+        )
     if sglang:
         warnings.insert(
             0,

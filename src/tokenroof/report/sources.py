@@ -3,7 +3,8 @@
 The shapes are the JSON contract's (schemas/*.schema.json): predict has `predictions`, advise `at_cap` and
 `engine_flags`, plan `feasible` and `chosen`, roofline `ridge_flops_per_byte`, a simulate sweep `points` of
 simulations with `rate_req_s`, one simulation `requests_in_window`; bench's summary.json has `url`, `model` and
-`points`. Anything else goes to `tokenroof.io.measurements.read_table` (CSV, tokenroof points, vLLM, GuideLLM, SGLang).
+`points`. Anything else goes to `tokenroof.io.measurements.read_table` (CSV, tokenroof points, vLLM, GuideLLM,
+SGLang, AIPerf).
 A JSON input told by its keys is then checked against its command's schema (`tokenroof.io.contract`): a file
 that has the keys but not the contract is one line naming the file and the key, never an error in the drawing.
 """

@@ -1,0 +1,158 @@
+"""NVIDIA's AIPerf (`profile_export_aiperf.json`) and its predecessor GenAI-Perf (`profile_export_genai_perf.json`):
+one file a run, read as a table row.
+
+Both write each metric as its statistics (`{"unit": "ms", "avg": …, "p50": …}`) and the run's settings under
+`input_config`: AIPerf's nested (`loadgen.concurrency`, `loadgen.request_rate`, `loadgen.request_rate_mode`),
+GenAI-Perf's flat (its flags' names) or, in its later config-file releases, under `perf_analyzer.stimulus`. Their
+`inter_token_latency` is vLLM's TPOT: per request (latency − TTFT) ÷ (output tokens − 1), averaged, so the first
+token and any queueing are out of it. A run at `--concurrency N` alone keeps N requests in flight, all started at
+once (`client=burst`, batch N, as vLLM's results are read); a run at `--request-rate` is an open loop, its batch the
+requests it held in flight by Little's law (request throughput × mean request latency), its arrivals Poisson
+(AIPerf's default) or evenly spaced (`request_rate_mode` constant; GenAI-Perf's perf_analyzer sends at a constant
+rate unless told).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from typing import Any
+
+from tokenroof.errors import TokenroofError
+from tokenroof.io.table import Row, _batch, _number
+from tokenroof.model.stepmodel import mean_context_tokens
+
+METRICS = ("inter_token_latency", "output_token_throughput", "time_to_first_token")
+CAP_BOUND = 0.9  # a rate run holding more than this share of its --concurrency in flight was capped by it
+TIME_UNITS = {"ms": 1.0, "s": 1e3, "sec": 1e3, "us": 1e-3}  # to milliseconds
+
+
+def is_genai_perf_export(data: Any) -> bool:
+    """An AIPerf or GenAI-Perf aggregate export: the per-run metrics as statistics objects."""
+    return isinstance(data, Mapping) and all(key in data for key in METRICS[:2])
+
+
+def _stat(data: Mapping[str, Any], metric: str, where: str, time: bool = False) -> float | None:
+    """A metric's mean (`avg`), in ms for a time; None when the export has no such metric."""
+    entry = data.get(metric)
+    if entry is None:
+        return None
+    if not isinstance(entry, Mapping):
+        raise TokenroofError(f"{where}: {metric} must be an object of statistics, got {type(entry).__name__}")
+    value = _number(entry.get("avg"), where, f"{metric}.avg")
+    if value is None or not time:
+        return value
+    unit = str(entry.get("unit", "ms")).strip().lower()
+    if unit not in TIME_UNITS:
+        raise TokenroofError(f"{where}: {metric} in unit {unit!r}; known: {', '.join(TIME_UNITS)}")
+    return value * TIME_UNITS[unit]
+
+
+def _infinite(value: Any) -> bool:
+    try:
+        return not isinstance(value, bool) and math.isinf(float(value))
+    except (TypeError, ValueError):
+        return False
+
+
+def _setting(config: Mapping[str, Any], name: str) -> Any:
+    """A load setting from input_config, wherever the tool's release kept it."""
+    for path in (("loadgen", name), (name,), ("perf_analyzer", "stimulus", name)):
+        node: Any = config
+        for key in path:
+            node = node.get(key) if isinstance(node, Mapping) else None
+        if node is not None:
+            return node
+    return None
+
+
+def _load(data: Mapping[str, Any], where: str) -> tuple[float | None, float | None, str]:
+    """(concurrency, request rate, arrivals) as the run was told them."""
+    config = data.get("input_config")
+    if not isinstance(config, Mapping):
+        raise TokenroofError(
+            f"{where}: no input_config: the run's --concurrency or --request-rate is not in the file; give the "
+            "measurements as a CSV with the batch"
+        )
+    concurrency = _setting(config, "concurrency")
+    rate = _setting(config, "request_rate")
+    cap = None if concurrency in (None, 0) else _batch(concurrency, where, "input_config concurrency")
+    per_s = None
+    if rate not in (None, 0) and not _infinite(rate):  # an unbounded rate: every request at once, the cap gating
+        per_s = _number(rate, where, "input_config request_rate")
+    mode = str(_setting(config, "request_rate_mode") or _setting(config, "arrival_pattern") or "").lower()
+    if "constant" in mode:
+        arrivals = "constant"
+    elif mode or "loadgen" in config:
+        arrivals = "poisson"  # AIPerf's default, and any mode it names that is not constant (poisson, gamma)
+    else:
+        arrivals = "constant"  # GenAI-Perf's perf_analyzer: --request-distribution constant unless told
+    if cap is None and per_s is None:
+        raise TokenroofError(
+            f"{where}: input_config gives neither a concurrency nor a request rate; give the measurements as a CSV "
+            "with the batch"
+        )
+    return cap, per_s, arrivals
+
+
+def genai_perf_row(data: Mapping[str, Any], where: str, warnings: list[str]) -> Row | None:
+    """One run: at a concurrency alone, batch N and a closed loop; at a rate, the requests held in flight (a rate
+    capped by a concurrency it filled, above 90% of it on average, was neither: left out with a warning, None)."""
+    cap, rate, _ = _load(data, where)
+    requests = _stat(data, "request_count", where)
+    if rate is None:
+        assert cap is not None
+        batch, concurrency = cap, cap
+    else:
+        throughput = _stat(data, "request_throughput", where)
+        latency_ms = _stat(data, "request_latency", where, time=True)
+        if throughput is None or latency_ms is None:
+            raise TokenroofError(
+                f"{where}: a run at a request rate needs request_throughput and request_latency to count the "
+                "requests it held in flight"
+            )
+        batch, concurrency = throughput * latency_ms / 1e3, None
+        if cap is not None and batch > CAP_BOUND * cap:
+            warnings.append(
+                f"{where}: left out: at request rate {rate:g} the client's concurrency {cap:g} bound ({batch:.1f} "
+                "requests in flight on average), so arrivals queued in the client: neither a rate nor a concurrency"
+            )
+            return None
+    settings = genai_perf_settings(data, where)
+    context = None
+    if settings.get("input_len") is not None and settings.get("output_len") is not None:
+        context = mean_context_tokens(settings["input_len"], settings["output_len"])
+    return Row(
+        batch,
+        _stat(data, "output_token_throughput", where),
+        _stat(data, "inter_token_latency", where, time=True),
+        context,
+        _stat(data, "time_to_first_token", where, time=True),
+        where,
+        requests,
+        concurrency,
+    )
+
+
+def tool_of(data: Mapping[str, Any]) -> str:
+    """Which tool wrote the export: AIPerf keeps its load settings under input_config.loadgen."""
+    config = data.get("input_config")
+    return (
+        "AIPerf" if "aiperf_version" in data or (isinstance(config, Mapping) and "loadgen" in config) else "GenAI-Perf"
+    )
+
+
+def genai_perf_settings(data: Mapping[str, Any], where: str) -> dict[str, Any]:
+    """TPOT after the first token, the batch counted as requests in flight, the client as it ran, the lengths the
+    run measured (its mean input and output sequence lengths)."""
+    _, rate, arrivals = _load(data, where)
+    settings: dict[str, Any] = {
+        "batch_kind": "concurrency",
+        "tpot_kind": "tpot",
+        "client": "burst" if rate is None else arrivals,
+    }
+    for key, metric in (("input_len", "input_sequence_length"), ("output_len", "output_sequence_length")):
+        value = _stat(data, metric, where)
+        if value is not None:
+            settings[key] = value
+    return settings
