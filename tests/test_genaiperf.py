@@ -75,6 +75,7 @@ def test_a_folder_of_runs_is_their_exports_and_a_concurrency_reads_as_vllm_s_res
     assert table.throughput_tok_s.tolist() == [512.0, 512.0]
     assert table.context_tokens is not None and table.context_tokens.tolist() == [576.0, 576.0]
     assert table.requests is not None and table.requests.tolist() == [200, 200]
+    assert table.concurrency is None  # a closed loop at the batch, as vLLM's results (the two mix in one table)
     s = table.semantics
     assert (s.batch_kind, s.tpot_kind, s.client, s.input_len, s.output_len) == (
         "concurrency",
@@ -130,6 +131,36 @@ def test_what_cannot_be_read_is_named(tmp_path: Path) -> None:
     refused(export(time_to_first_token=stats(95.0, "min")), r"time_to_first_token in unit 'min'; known: ms, s")
     refused(export(inter_token_latency=[13.4]), r"inter_token_latency must be an object of statistics, got list")
     refused(export(inter_token_latency={"avg": -1}), r"inter_token_latency\.avg must be a positive number")
+    refused(export(inter_token_latency={"unit": "ms"}), r"run_aiperf\.json: inter_token_latency has no avg")
+    for metric in ("inter_token_latency", "output_token_throughput", "input_sequence_length", "output_sequence_length"):
+        missing = {k: v for k, v in export().items() if k != metric}
+        refused(missing, rf"run_aiperf\.json: an export without {metric}")
+    refused(export(None, 4.0, request_throughput={"unit": "requests/min", "avg": 240.0}), r"request_throughput in unit")
+    refused(export(output_token_throughput={"unit": 7, "avg": 512.0}), r"output_token_throughput in unit 7; known")
+    refused(export(input_sequence_length={"unit": "kilotokens", "avg": 0.5}), r"input_sequence_length in unit")
+
+
+def test_a_cancelled_or_failing_run_says_so_and_a_run_folder_without_its_export_is_named(tmp_path: Path) -> None:
+    """was_cancelled and failed requests are warnings naming the file (their means cover what completed); a run's
+    folder holding only its inputs and per-request records has no result, and a folder with results of its own reads
+    them, not exports further down."""
+    runs = artifacts(
+        tmp_path / "a",
+        {"c8": export() | {"was_cancelled": True}, "c16": export(16) | {"error_request_count": {"avg": 3}}},
+    )
+    warnings = read_table([runs]).warnings
+    cancelled = "c8/profile_export_aiperf.json: the run was cancelled before it finished: its means are over the"
+    assert any(w.endswith(f"{cancelled} requests it completed") for w in warnings)
+    failed = "c16/profile_export_aiperf.json: 3 requests failed; the means are over those that did not"
+    assert any(w.endswith(failed) for w in warnings)
+    (runs / "c8" / "profile_export_aiperf.json").unlink()
+    with pytest.raises(TokenroofError, match=r"c8: an AIPerf or GenAI-Perf run's folder without its aggregate export"):
+        resolve_inputs(runs / "c8")
+    mixed = tmp_path / "mixed"
+    artifacts(mixed / "old", {"c64": export(64)})
+    (mixed / "c8_aiperf.json").write_text(json.dumps(export()))
+    (mixed / "c32_aiperf.json").write_text(json.dumps(export(32)))
+    assert [p.name for p in resolve_inputs(mixed)] == ["c32_aiperf.json", "c8_aiperf.json"]
 
 
 def aiperf_export(result: SimResult, concurrency: int) -> dict[str, Any]:

@@ -154,11 +154,27 @@ def test_vllm_bench_serve_results(tmp_path: Path) -> None:
     assert any("max_concurrency" in w for w in table.warnings)
 
 
-def test_vllm_rate_run_without_concurrency_is_refused(tmp_path: Path) -> None:
-    path = tmp_path / "rate.json"
-    path.write_text(json.dumps({"output_throughput": 100.0, "mean_tpot_ms": 10.0, "request_rate": 4.0}))
+def test_vllm_rate_runs_read_as_the_requests_they_held_in_flight(tmp_path: Path) -> None:
+    """A --request-rate run's batch is what it held in flight (completed × mean e2e latency ÷ duration: 100 × 2 s /
+    50 s = 4), an open loop (Poisson at burstiness 1); without the latency and duration it cannot be counted, and
+    every prompt at once without a cap has no steady batch: both refused. A cap the rate filled leaves it out."""
+    run = {"output_throughput": 100.0, "mean_tpot_ms": 10.0, "request_rate": 4.0, "burstiness": 1.0}
+    run |= {"completed": 100, "mean_e2el_ms": 2000.0, "duration": 50.0, "max_concurrency": None}
+    paths = [tmp_path / f"r{i}.json" for i in range(3)]
+    paths[0].write_text(json.dumps(run))
+    paths[1].write_text(json.dumps(run | {"request_rate": 8.0, "mean_e2el_ms": 2500.0, "mean_tpot_ms": 12.0}))
+    paths[2].write_text(json.dumps(run | {"request_rate": 20.0, "mean_e2el_ms": 4000.0, "max_concurrency": 8}))
+    table = read_table(paths)
+    assert table.batch.tolist() == [4.0, 5.0] and table.semantics.client == "poisson"
+    assert table.semantics.batch_kind == "concurrency" and not any("vLLM result(s)" in w for w in table.warnings)
+    (left,) = [w for w in table.warnings if "left out" in w]
+    assert left.startswith(f"{paths[2]}: left out: at request_rate 20.0 the client's --max-concurrency 8 bound (8.0")
+    paths[0].write_text(json.dumps({"output_throughput": 100.0, "mean_tpot_ms": 10.0, "request_rate": 4.0}))
+    with pytest.raises(TokenroofError, match="a vLLM run at a request rate needs the requests it held in flight"):
+        read_table([paths[0], paths[1]])
+    paths[0].write_text(json.dumps({"output_throughput": 100.0, "mean_tpot_ms": 10.0, "request_rate": "inf"}))
     with pytest.raises(TokenroofError, match="has no max_concurrency"):
-        read_table([path])
+        read_table([paths[0], paths[1]])
 
 
 def test_guidellm_report(tmp_path: Path) -> None:

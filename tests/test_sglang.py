@@ -69,7 +69,7 @@ def test_each_line_is_a_run_and_a_closed_loop_reads_as_vllm_s_results_do(tmp_pat
     assert table.ttft_ms.tolist() == [120.0, 120.0] and table.context_tokens is not None
     assert table.context_tokens.tolist() == [1152.0, 1152.0]
     assert table.requests is not None and table.requests.tolist() == [100, 100]
-    assert table.concurrency is not None and table.concurrency.tolist() == [8, 32]
+    assert table.concurrency is None  # a closed loop at the batch, as vLLM's results (the two mix in one table)
     s = table.semantics
     assert (s.batch_kind, s.tpot_kind, s.client, s.input_len, s.output_len) == (
         "concurrency",
@@ -118,17 +118,48 @@ def test_what_cannot_be_read_is_named_by_its_line(tmp_path: Path) -> None:
     rated = {**LINE, "request_rate": 2.0, "concurrency": None, "mean_e2e_latency_ms": None}
     refused([rated, LINE], r"bad\.jsonl:1: a run at a request rate needs the requests it held in flight")
     refused([{**rated, "concurrency": 3.0}, LINE], r"bad\.jsonl:2: client burst differs from poisson")
-    refused(['{"a": 1} x'], r"bad\.jsonl:1: not valid JSON \(Extra data\)")
+    refused(['{"a": 1} x'], r"bad\.jsonl: several JSON documents one after another, not one a line")
+    refused([json.dumps(LINE, indent=1), json.dumps(LINE, indent=1)], r"bad\.jsonl: several JSON documents")
+    refused([], r"bad\.jsonl: no JSON in the file \(it is empty\)")
+    refused(["", "  "], r"bad\.jsonl: no JSON in the file")
+    for key in ("completed", "total_output_tokens", "output_throughput", "mean_tpot_ms"):
+        missing = {k: v for k, v in LINE.items() if k != key}
+        refused([LINE, missing], rf"bad\.jsonl:2: an SGLang result without {key}")
+    # JSON Lines split at newlines alone: a form feed or U+2028 inside a line moves no line number
+    refused([LINE, "\f", '{"x": "\u2028"', LINE], r"bad\.jsonl:3: not valid JSON")
 
 
 def test_vllm_results_appended_a_line_each_are_read_as_its_files_are(tmp_path: Path) -> None:
     """`vllm bench serve --append-result` writes JSON Lines too: each line a vLLM result (no retokenized total)."""
-    vllm = {k: v for k, v in LINE.items() if k not in ("total_output_tokens_retokenized", "concurrency")}
+    sglang_only = ("total_output_tokens_retokenized", "concurrency", "accept_length")
+    vllm = {k: v for k, v in LINE.items() if k not in sglang_only} | {"backend": "vllm"}
     path = tmp_path / "vllm.jsonl"
     path.write_text(json.dumps(vllm) + "\n" + json.dumps({**vllm, "max_concurrency": 16}) + "\n")
     table = read_table([path])
     assert table.batch.tolist() == [8, 16] and table.provenance[0] == f"vllm bench serve result {path}:1"
     assert table.warnings[0].startswith("2 vLLM result(s)")
+    # an SGLang line without its retokenized total is still SGLang's: the requests in flight it measured, or its name
+    older = {k: v for k, v in LINE.items() if k != "total_output_tokens_retokenized"} | {"max_concurrency": None}
+    path.write_text(
+        json.dumps(older | {"request_rate": 2.0})
+        + "\n"
+        + json.dumps(older | {"request_rate": 3.0, "concurrency": 11.0})
+        + "\n"
+    )
+    assert read_table([path]).batch.tolist() == [7.75, 11.0]
+
+
+def test_fewer_prompts_than_the_cap_is_a_closed_loop_of_that_many(tmp_path: Path) -> None:
+    """--max-concurrency 256 with 100 prompts: all sent at once and the cap never reached, so batch 100 (SGLang's
+    completed requests; vLLM's num_prompts), not 256."""
+    path = write_lines(tmp_path / "s.jsonl", [{**LINE, "max_concurrency": 256}, {**LINE, "max_concurrency": 64}])
+    assert read_table([path]).batch.tolist() == [64, 100]
+    vllm = {k: v for k, v in LINE.items() if k not in ("total_output_tokens_retokenized", "concurrency")}
+    vllm |= {"backend": "vllm", "num_prompts": 100}
+    path.write_text(
+        json.dumps(vllm | {"max_concurrency": 256}) + "\n" + json.dumps(vllm | {"max_concurrency": 8}) + "\n"
+    )
+    assert read_table([path]).batch.tolist() == [8, 100]
 
 
 def sglang_line(result: SimResult, rate: float) -> dict[str, Any]:

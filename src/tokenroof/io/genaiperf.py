@@ -25,11 +25,20 @@ from tokenroof.model.stepmodel import mean_context_tokens
 METRICS = ("inter_token_latency", "output_token_throughput", "time_to_first_token")
 CAP_BOUND = 0.9  # a rate run holding more than this share of its --concurrency in flight was capped by it
 TIME_UNITS = {"ms": 1.0, "s": 1e3, "sec": 1e3, "us": 1e-3}  # to milliseconds
+# the units each tool writes for the other metrics read (per second, in tokens), as they spell them
+UNITS = {
+    "output_token_throughput": ("tokens/sec", "tokens/s", "tok/s"),
+    "request_throughput": ("requests/sec", "requests/s", "req/s"),
+    "input_sequence_length": ("tokens",),
+    "output_sequence_length": ("tokens",),
+    "request_count": ("requests", "count"),
+}
 
 
 def is_genai_perf_export(data: Any) -> bool:
-    """An AIPerf or GenAI-Perf aggregate export: the per-run metrics as statistics objects."""
-    return isinstance(data, Mapping) and all(key in data for key in METRICS[:2])
+    """An AIPerf or GenAI-Perf aggregate export: two or more of its metrics and settings (a missing metric is then
+    named, not taken for another format)."""
+    return isinstance(data, Mapping) and sum(key in data for key in (*METRICS, "request_latency", "input_config")) >= 2
 
 
 def _stat(data: Mapping[str, Any], metric: str, where: str, time: bool = False) -> float | None:
@@ -40,12 +49,21 @@ def _stat(data: Mapping[str, Any], metric: str, where: str, time: bool = False) 
     if not isinstance(entry, Mapping):
         raise TokenroofError(f"{where}: {metric} must be an object of statistics, got {type(entry).__name__}")
     value = _number(entry.get("avg"), where, f"{metric}.avg")
-    if value is None or not time:
-        return value
-    unit = str(entry.get("unit", "ms")).strip().lower()
-    if unit not in TIME_UNITS:
-        raise TokenroofError(f"{where}: {metric} in unit {unit!r}; known: {', '.join(TIME_UNITS)}")
-    return value * TIME_UNITS[unit]
+    if value is None:
+        raise TokenroofError(f"{where}: {metric} has no avg")
+    unit = entry.get("unit")
+    known = tuple(TIME_UNITS) if time else UNITS.get(metric, ())
+    if unit is not None and known and (not isinstance(unit, str) or unit.strip().lower() not in known):
+        raise TokenroofError(f"{where}: {metric} in unit {unit!r}; known: {', '.join(known)}")
+    return value * TIME_UNITS[(unit or "ms").strip().lower()] if time else value
+
+
+def _required(data: Mapping[str, Any], metric: str, where: str, time: bool = False) -> float:
+    """A metric the export must hold (a missing one named, not derived from the others)."""
+    value = _stat(data, metric, where, time)
+    if value is None:
+        raise TokenroofError(f"{where}: an export without {metric}")
+    return value
 
 
 def _infinite(value: Any) -> bool:
@@ -100,9 +118,17 @@ def genai_perf_row(data: Mapping[str, Any], where: str, warnings: list[str]) -> 
     capped by a concurrency it filled, above 90% of it on average, was neither: left out with a warning, None)."""
     cap, rate, _ = _load(data, where)
     requests = _stat(data, "request_count", where)
+    if data.get("was_cancelled") is True:
+        warnings.append(
+            f"{where}: the run was cancelled before it finished: its means are over the requests it completed"
+        )
+    errored = data.get("error_request_count")
+    errored = errored.get("avg") if isinstance(errored, Mapping) else errored
+    if isinstance(errored, int | float) and not isinstance(errored, bool) and errored > 0:
+        warnings.append(f"{where}: {errored:g} requests failed; the means are over those that did not")
     if rate is None:
         assert cap is not None
-        batch, concurrency = cap, cap
+        batch = cap
     else:
         throughput = _stat(data, "request_throughput", where)
         latency_ms = _stat(data, "request_latency", where, time=True)
@@ -111,7 +137,7 @@ def genai_perf_row(data: Mapping[str, Any], where: str, warnings: list[str]) -> 
                 f"{where}: a run at a request rate needs request_throughput and request_latency to count the "
                 "requests it held in flight"
             )
-        batch, concurrency = throughput * latency_ms / 1e3, None
+        batch = throughput * latency_ms / 1e3
         if cap is not None and batch > CAP_BOUND * cap:
             warnings.append(
                 f"{where}: left out: at request rate {rate:g} the client's concurrency {cap:g} bound ({batch:.1f} "
@@ -119,18 +145,14 @@ def genai_perf_row(data: Mapping[str, Any], where: str, warnings: list[str]) -> 
             )
             return None
     settings = genai_perf_settings(data, where)
-    context = None
-    if settings.get("input_len") is not None and settings.get("output_len") is not None:
-        context = mean_context_tokens(settings["input_len"], settings["output_len"])
     return Row(
         batch,
-        _stat(data, "output_token_throughput", where),
-        _stat(data, "inter_token_latency", where, time=True),
-        context,
+        _required(data, "output_token_throughput", where),
+        _required(data, "inter_token_latency", where, time=True),
+        mean_context_tokens(settings["input_len"], settings["output_len"]),
         _stat(data, "time_to_first_token", where, time=True),
         where,
         requests,
-        concurrency,
     )
 
 
@@ -152,7 +174,5 @@ def genai_perf_settings(data: Mapping[str, Any], where: str) -> dict[str, Any]:
         "client": "burst" if rate is None else arrivals,
     }
     for key, metric in (("input_len", "input_sequence_length"), ("output_len", "output_sequence_length")):
-        value = _stat(data, metric, where)
-        if value is not None:
-            settings[key] = value
+        settings[key] = _required(data, metric, where)
     return settings

@@ -49,7 +49,8 @@ def _json_rows(data: Any, where: str, warnings: list[str]) -> tuple[list[Row], l
     if isinstance(data, Mapping) and isinstance(data.get("benchmarks"), list):
         return _guidellm_rows(data, where), [f"GuideLLM report {where}"], _guidellm_settings(data, where)
     if isinstance(data, Mapping) and "output_throughput" in data:
-        return [_vllm_row(data, where, warnings)], [f"vllm bench serve result {where}"], _vllm_settings(data, where)
+        row = _vllm_row(data, where, warnings)
+        return [] if row is None else [row], [f"vllm bench serve result {where}"], _vllm_settings(data, where)
     points = data.get("points") if isinstance(data, Mapping) else data
     if not isinstance(points, list):
         raise TokenroofError(
@@ -99,9 +100,16 @@ def _json_rows(data: Any, where: str, warnings: list[str]) -> tuple[list[Row], l
     return rows, provenance, settings
 
 
+def is_json(path: Path, text: str) -> bool:
+    """A JSON or JSON Lines file (a `.jsonl` always, even empty), not a CSV."""
+    return path.suffix.lower() == ".jsonl" or text.lstrip().startswith(("{", "["))
+
+
 def json_documents(text: str, where: str) -> list[tuple[str, Any]]:
     """A JSON file's document, or a JSON Lines file's, one a line and each named `path:N`: `sglang.bench_serving
     --output-file` appends a line a run, and so does `vllm bench serve --append-result`."""
+    if not text.strip():
+        raise TokenroofError(f"{where}: no JSON in the file (it is empty)")
     try:
         return [(where, json.loads(text))]
     except json.JSONDecodeError as exc:
@@ -109,35 +117,57 @@ def json_documents(text: str, where: str) -> list[tuple[str, Any]]:
             return [(where, loads_json(text, where, whole_file=True))]
     except (ValueError, RecursionError):  # an over-long integer, nesting too deep: loads_json's error
         return [(where, loads_json(text, where, whole_file=True))]
-    lines = [(f"{where}:{n}", line) for n, line in enumerate(text.splitlines(), 1) if line.strip()]
-    return [(here, loads_json(line, here)) for here, line in lines]
+    # JSON Lines end lines with \n alone (str.splitlines would also split at form feeds and U+2028 inside strings)
+    lines = [(f"{where}:{n}", line) for n, line in enumerate(text.split("\n"), 1) if line.strip()]
+    if not lines:
+        raise TokenroofError(f"{where}: no JSON in the file")
+    documents = []
+    for i, (here, line) in enumerate(lines):
+        try:
+            documents.append((here, json.loads(line)))
+        except (ValueError, RecursionError):
+            if i == 0:  # the first line is no document of its own: not JSON Lines, but several documents at once
+                raise TokenroofError(
+                    f"{where}: several JSON documents one after another, not one a line (JSON Lines) nor one in all"
+                ) from None
+            loads_json(line, here)  # raises, naming the line and why
+    return documents
 
 
 # the aggregate exports AIPerf and GenAI-Perf write in each run's folder (beside inputs.json and per-request
 # records, which are not results); `--profile-export-file NAME` makes them NAME_aiperf.json, NAME_genai_perf.json
 PROFILE_EXPORTS = ("*_aiperf.json", "*_genai_perf.json")
+RUN_RECORDS = {"inputs.json", "profile_export.jsonl"}  # what else a run's folder holds: its prompts, each request
 
 
 def resolve_inputs(path: Path) -> list[Path]:
     """A measurement input as files: a bench folder (`tokenroof bench --out`) is its summary.csv (else its
-    summary.json); a folder of AIPerf or GenAI-Perf runs (their `artifacts/`, or one run's folder) the aggregate
-    exports in it and below; another folder its JSON and JSON Lines files (one `vllm bench serve --save-result` file
-    per concurrency, say)."""
+    summary.json); an AIPerf or GenAI-Perf run's folder its aggregate export; another folder its JSON and JSON Lines
+    files (one `vllm bench serve --save-result` file per concurrency, say), or where it has none, the exports below
+    it (AIPerf's `artifacts/`, a folder a run)."""
     if not path.is_dir():
         return [path]
     for name in ("summary.csv", "summary.json"):
         if (path / name).is_file():
             return [path / name]
-    exports = sorted({f for pattern in PROFILE_EXPORTS for f in path.rglob(pattern) if f.is_file()})
-    if exports:
-        return exports
-    found = sorted([*path.glob("*.json"), *path.glob("*.jsonl")])
-    if not found:
+    here = sorted({f for pattern in PROFILE_EXPORTS for f in path.glob(pattern) if f.is_file()})
+    if here:  # one run's folder: its export, not the inputs and per-request records beside it
+        return here
+    found = sorted(f for f in [*path.glob("*.json"), *path.glob("*.jsonl")] if f.is_file())
+    if found and {f.name for f in found} <= RUN_RECORDS:
         raise TokenroofError(
-            f"{path}: a folder without summary.csv, summary.json or JSON result files (expected a tokenroof bench "
-            "--out folder, or a folder of vllm bench serve, sglang.bench_serving, AIPerf or GenAI-Perf results)"
+            f"{path}: an AIPerf or GenAI-Perf run's folder without its aggregate export (profile_export_aiperf.json "
+            "or profile_export_genai_perf.json): inputs.json and the per-request records are not results"
         )
-    return found
+    if found:
+        return found
+    below = sorted({f for pattern in PROFILE_EXPORTS for f in path.rglob(pattern) if f.is_file()})
+    if below:  # their artifacts/ folder: a folder a run
+        return below
+    raise TokenroofError(
+        f"{path}: a folder without summary.csv, summary.json or JSON result files (expected a tokenroof bench "
+        "--out folder, or a folder of vllm bench serve, sglang.bench_serving, AIPerf or GenAI-Perf results)"
+    )
 
 
 def describe_sources(files: Sequence[Path]) -> str:
@@ -155,7 +185,7 @@ def read_table(paths: Sequence[Path | str]) -> MeasurementTable:
     if not files:
         raise TokenroofError("no measurement file given")
     texts = [read_text(path) for path in files]
-    if len(files) == 1 and not texts[0].lstrip().startswith(("{", "[")):
+    if len(files) == 1 and not is_json(files[0], texts[0]):
         return parse_csv(texts[0], str(files[0]))
     rows: list[Row] = []
     provenance: list[str] = []
@@ -165,7 +195,7 @@ def read_table(paths: Sequence[Path | str]) -> MeasurementTable:
     sglang = 0  # rows from SGLang's closed-loop runs: the same
     nvidia = 0  # ... and from AIPerf's or GenAI-Perf's
     for path, text in zip(files, texts, strict=True):
-        if not text.lstrip().startswith(("{", "[")):
+        if not is_json(path, text):
             table = parse_csv(text, str(path))
             rows += _table_rows(table)
             provenance += table.provenance
@@ -174,18 +204,18 @@ def read_table(paths: Sequence[Path | str]) -> MeasurementTable:
             continue
         for where, data in json_documents(text, str(path)):
             if is_genai_perf_export(data):
-                row = genai_perf_row(data, where, warnings)
+                row, settings = genai_perf_row(data, where, warnings), genai_perf_settings(data, where)
                 rows += [] if row is None else [row]
-                nvidia += row is not None and row.concurrency is not None
+                nvidia += row is not None and settings["client"] == "burst"
                 provenance.append(f"{tool_of(data)} export {where}")
-                parts.append((where, genai_perf_settings(data, where)))
+                parts.append((where, settings))
                 continue
             if is_sglang_result(data):
-                row = sglang_row(data, where, warnings)
+                row, settings = sglang_row(data, where, warnings), sglang_settings(data, where)
                 rows += [] if row is None else [row]
-                sglang += row is not None and row.concurrency is not None
+                sglang += row is not None and settings["client"] == "burst"
                 provenance.append(f"sglang.bench_serving result {where}")
-                parts.append((where, sglang_settings(data, where)))
+                parts.append((where, settings))
                 continue
             if where != str(path) and not (isinstance(data, Mapping) and "output_throughput" in data):
                 raise TokenroofError(
@@ -197,8 +227,8 @@ def read_table(paths: Sequence[Path | str]) -> MeasurementTable:
                 new_prov = [f"tokenroof bench summary {where}"]
             else:
                 new_rows, new_prov, settings = _json_rows(data, where, warnings)
-            if isinstance(data, Mapping) and "output_throughput" in data:
-                vllm += len(new_rows)
+            if isinstance(data, Mapping) and "output_throughput" in data and settings.get("client") == "burst":
+                vllm += len(new_rows)  # a closed loop at its max_concurrency (a rate's batch is what it held)
             rows += new_rows
             provenance += new_prov
             parts.append((where, settings))

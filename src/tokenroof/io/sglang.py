@@ -25,8 +25,20 @@ CAP_BOUND = 0.9  # a rate run whose requests in flight averaged above this share
 
 
 def is_sglang_result(data: Any) -> bool:
-    """One line of `sglang.bench_serving --output-file`."""
-    return isinstance(data, Mapping) and "output_throughput" in data and SGLANG_KEY in data
+    """One line of `sglang.bench_serving --output-file`: vLLM's metrics with its own retokenized total, or the
+    requests in flight it measured (`concurrency`), or its backend named."""
+    if not isinstance(data, Mapping) or not ("output_throughput" in data or "mean_tpot_ms" in data):
+        return False
+    backend = data.get("backend")
+    return SGLANG_KEY in data or "concurrency" in data or (isinstance(backend, str) and backend.startswith("sglang"))
+
+
+def _required(data: Mapping[str, Any], key: str, where: str) -> float:
+    """A number the line must hold (a missing one named, not derived from the others)."""
+    value = _number(data.get(key), where, key)
+    if value is None:
+        raise TokenroofError(f"{where}: an SGLang result without {key}")
+    return value
 
 
 def _rate(data: Mapping[str, Any], where: str) -> float:
@@ -64,23 +76,25 @@ def _in_flight(data: Mapping[str, Any], where: str) -> float:
 
 def sglang_row(data: Mapping[str, Any], where: str, warnings: list[str]) -> Row | None:
     """One run. At `--max-concurrency N` with every prompt sent at once (rate inf) the client is a closed loop of N
-    streams: batch N, as vLLM's results are read. At a finite rate arrivals are Poisson (bench_serving draws
-    exponential gaps) and the batch is the requests measured in flight; a `--max-concurrency` the rate ran under
-    caps that from the client's side, and where it bound (in flight on average above 90% of it) the run was neither
-    a rate nor a concurrency: left out, with a warning (None)."""
+    streams: batch N (the prompts, where fewer: the cap never bound), as vLLM's results are read. At a finite rate
+    arrivals are Poisson (bench_serving draws exponential gaps) and the batch is the requests measured in flight; a
+    `--max-concurrency` the rate ran under caps that from the client's side, and where it bound (in flight on
+    average above 90% of it) the run was neither a rate nor a concurrency: left out, with a warning (None). Its
+    metrics and token totals are required: none is derived from the others."""
     rate = _rate(data, where)
     cap = data.get("max_concurrency")
+    for key in ("completed", "total_input_tokens", "total_output_tokens", "output_throughput", "mean_tpot_ms"):
+        _required(data, key, where)
     if math.isinf(rate):
         if cap is None:
             raise TokenroofError(
                 f"{where}: an SGLang run with every prompt sent at once and no --max-concurrency has no steady batch "
                 "(it drains as requests finish); rerun with --max-concurrency N, or at a --request-rate"
             )
-        batch = _batch(cap, where, "max_concurrency")
-        concurrency: float | None = batch
+        # fewer prompts than the cap: all of them at once, the cap never reached (a closed loop of that many streams)
+        batch = min(_batch(cap, where, "max_concurrency"), _required(data, "completed", where))
     else:
         batch = _in_flight(data, where)
-        concurrency = None  # an open loop
         if cap is not None and batch > CAP_BOUND * _batch(cap, where, "max_concurrency"):
             warnings.append(
                 f"{where}: left out: at request_rate {rate:g} the client's --max-concurrency {cap} bound ({batch:.1f} "
@@ -99,7 +113,6 @@ def sglang_row(data: Mapping[str, Any], where: str, warnings: list[str]) -> Row 
         _number(data.get("mean_ttft_ms"), where, "mean_ttft_ms"),
         where,
         _number(data.get("completed"), where, "completed"),
-        concurrency,
     )
 
 

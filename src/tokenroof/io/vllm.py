@@ -13,20 +13,39 @@ from tokenroof.model.stepmodel import mean_context_tokens
 from tokenroof.specs.validate import read_text
 
 
-def _vllm_row(data: Mapping[str, Any], where: str, warnings: list[str]) -> Row:
-    """One `vllm bench serve --save-result` file: batch = max_concurrency (an upper bound on the running batch)."""
-    concurrency = data.get("max_concurrency")
-    if concurrency is None:
-        raise TokenroofError(
-            f"{where}: vLLM result has no max_concurrency (a request-rate run has no fixed batch); "
-            "rerun with --max-concurrency, or give the measured running batch in a CSV"
-        )
+def _vllm_row(data: Mapping[str, Any], where: str, warnings: list[str]) -> Row | None:
+    """One `vllm bench serve --save-result` file. Every prompt sent at once (`--request-rate inf`, the default) with
+    `--max-concurrency N`: a closed loop, batch = N (an upper bound on the running batch), or num_prompts where fewer
+    (the cap never reached). At a finite `--request-rate` an open loop, its batch the requests it held in flight by
+    Little's law (completed × mean end-to-end latency ÷ duration, GuideLLM's request concurrency); a
+    `--max-concurrency` the rate filled (in flight above 90% of it) made it neither: left out, with a warning
+    (None)."""
+    cap = data.get("max_concurrency")
     lengths = _vllm_settings(data, where)
     context = None  # the run's mean context from its token totals: runs at other lengths are other contexts
     if lengths.get("input_len") is not None and lengths.get("output_len") is not None:
         context = mean_context_tokens(lengths["input_len"], lengths["output_len"])
-    row = Row(
-        _batch(concurrency, where, "max_concurrency"),
+    if lengths["client"] == "burst":
+        if cap is None:
+            raise TokenroofError(
+                f"{where}: vLLM result has no max_concurrency (every prompt sent at once, no cap: no steady batch); "
+                "rerun with --max-concurrency or at a --request-rate, or give the measured running batch in a CSV"
+            )
+        batch = _batch(cap, where, "max_concurrency")
+        prompts = _number(data.get("num_prompts"), where, "num_prompts")
+        if prompts is not None and prompts < batch:  # all sent at once, the cap never reached: that many streams
+            batch = prompts
+    else:
+        batch = _held(data, where)
+        if cap is not None and batch > CAP_BOUND * _batch(cap, where, "max_concurrency"):
+            warnings.append(
+                f"{where}: left out: at request_rate {data.get('request_rate')} the client's --max-concurrency {cap} "
+                f"bound ({batch:.1f} requests in flight on average), so arrivals queued in the client: neither a rate "
+                "nor a concurrency"
+            )
+            return None
+    return Row(
+        batch,
         _number(data.get("output_throughput"), where, "output_throughput"),
         _number(data.get("mean_tpot_ms"), where, "mean_tpot_ms"),
         context,
@@ -34,7 +53,22 @@ def _vllm_row(data: Mapping[str, Any], where: str, warnings: list[str]) -> Row:
         where,
         _number(data.get("completed"), where, "completed"),
     )
-    return row
+
+
+CAP_BOUND = 0.9  # a rate run whose requests in flight averaged above this share of its max_concurrency was capped
+
+
+def _held(data: Mapping[str, Any], where: str) -> float:
+    """The requests a rate run held in flight on average: Σ latency ÷ duration, from its mean end-to-end latency."""
+    latency_ms = _number(data.get("mean_e2el_ms"), where, "mean_e2el_ms")
+    done = _number(data.get("completed"), where, "completed")
+    duration_s = _number(data.get("duration"), where, "duration")
+    if latency_ms is None or done is None or duration_s is None:
+        raise TokenroofError(
+            f"{where}: a vLLM run at a request rate needs the requests it held in flight: no mean_e2el_ms, completed "
+            "and duration to count them from (give the measured batch in a CSV)"
+        )
+    return done * latency_ms / 1e3 / duration_s
 
 
 def _vllm_settings(data: Mapping[str, Any], where: str) -> dict[str, Any]:
