@@ -1081,8 +1081,9 @@ def test_an_open_loop_fits_rows_hold_each_points_spread_and_the_rms_leaves_out_t
 def test_matched_runs_run_the_server_given_and_the_design_reads_their_spread() -> None:
     """The four runs of an open-loop point run the server it was measured on (its KV cache, prompt budget and per-slot
     KV streams) at the rate found, each its own seed; without a concurrency to match, at the rate given. The point's
-    design is their mix, its TTFT spread their mean TTFTs' sd ÷ mean (by hand), scaled to the point's requests where
-    the table gives them (4× the requests, half the spread); its concurrency read as the table measured it: requests
+    design is their mix, its TTFT spread their mean TTFTs' sd ÷ mean (by hand); a point whose means are a whole run's
+    of so many requests is replayed as whole runs of as many, their spread its own; its concurrency read as the table
+    measured it: requests
     in flight (GuideLLM) hold more than the running batch (bench) near saturation, so a lower rate meets them."""
     from tokenroof.serving.replay import Point, matched_runs, open_loop_design
 
@@ -1103,9 +1104,15 @@ def test_matched_runs_run_the_server_given_and_the_design_reads_their_spread() -
     ttft = np.array([d.ttft_s(SERVER) for d in parts])
     assert design.ttft_spread == pytest.approx(float(ttft.std(ddof=1) / ttft.mean()) * math.sqrt(1 / 4), rel=1e-9)
     assert design.ttft_s(SERVER) == pytest.approx(float(ttft.mean()), rel=1e-9)
-    few = open_loop_design(replace(point, requests=100), None, None, SERVER, None).ttft_spread
-    many = open_loop_design(replace(point, requests=400), None, None, SERVER, None).ttft_spread
-    assert few is not None and many is not None and few == pytest.approx(2 * many, rel=1e-9)
+    # means over a whole run of 300 requests (SGLang's, vLLM's, AIPerf's rate runs): four whole runs of 300, matched
+    # on the requests in flight over each whole run, and their own spread is the point's (one run of that length)
+    whole = open_loop_design(replace(point, requests=300), None, None, SERVER, None)
+    runs = matched_runs(served, (Lengths(256), Lengths(64)), 60.0, 24.0, False, 300)
+    assert {len(r.sequences) for r in runs} == {300}
+    every = [Design.of(r, np.ones(300, dtype=bool)) for r in runs]
+    ttft = np.array([d.ttft_s(SERVER) for d in every])
+    assert whole.ttft_spread == pytest.approx(float(ttft.std(ddof=1) / ttft.mean()), rel=1e-9)
+    assert whole.ttft_s(SERVER) == pytest.approx(float(ttft.mean()), rel=1e-9)
     in_flight = open_loop_design(replace(point, in_flight=True), None, None, SERVER, None)
     assert float(in_flight.batch @ in_flight.tpot) < float(design.batch @ design.tpot)
 

@@ -191,9 +191,11 @@ def sglang_line(result: SimResult, rate: float) -> dict[str, Any]:
 
 def test_a_sweep_of_request_rates_recovers_the_server_that_ran_it(tmp_path: Path) -> None:
     """A server (TRUTH, cap 32) swept by bench_serving at 20, 45, 70 and 90% of its saturation, 300 requests a rate
-    (256 in, 64 out): predict fits the scheduler to the lines (each an open loop at its rate, replayed at the rate
-    that holds the requests in flight) and its saturation is the server's within 8%; the rows it replays are the
-    lines' own within 3% in TPOT."""
+    (256 in, 64 out): predict fits the scheduler to the lines (each an open loop at its rate, replayed as whole runs
+    of the line's requests at the rate that holds its requests in flight over the whole run, as bench_serving counts
+    them) and its saturation is the server's within 5% (+2.2%; replayed over steady windows instead, −5.3% here and
+    −4 to −12% over fifteen samples of arrivals, the whole run's ramp and drain read as a lighter load); the rows it
+    replays are the lines' own within 3% in TPOT."""
     from tokenroof.serving.saturation import saturation_rate
 
     lengths = (Lengths(256), Lengths(64))
@@ -207,7 +209,7 @@ def test_a_sweep_of_request_rates_recovers_the_server_that_ran_it(tmp_path: Path
     assert serving["client"] == "poisson" and serving["tpot_rms"] < 0.03
     assert [row["batch"] for row in serving["replay"]] == pytest.approx(sorted(line["concurrency"] for line in lines))
     fitted = StepModel(**serving["step_model"])
-    assert saturation_rate(fitted, *lengths, 32) == pytest.approx(saturation, rel=0.08)
+    assert saturation_rate(fitted, *lengths, 32) == pytest.approx(saturation, rel=0.05)
 
 
 def test_the_page_reads_an_uploaded_sglang_file() -> None:
