@@ -14,7 +14,11 @@ saturation with 3,000 requests a rate; this one fits what a sweep measures:
   queue's tail sample), the saturation rate the fitted model predicts against the truth's (saturation_rate, the same
   server), and TPOT at twice the batch the sweep reached (a closed loop the sweep did not measure), each over seeds.
 
-    python benchmarks/open_loop.py [--requests N] [--seeds K] [--arrivals poisson|constant] [--prior-only | --data-only]
+`--format sglang` writes the same sweep as `sglang.bench_serving` does instead: a JSON line a rate, its means over the
+whole run (ramp-up and drain included) and its `concurrency` Σ latency ÷ duration, Poisson arrivals.
+
+    python benchmarks/open_loop.py [--requests N] [--seeds K] [--arrivals poisson|constant] [--format guidellm|sglang]
+        [--prior-only | --data-only]
 """
 
 from __future__ import annotations
@@ -52,6 +56,10 @@ def main(argv: list[str]) -> None:
         "--arrivals", choices=("poisson", "constant"), default="poisson",
         help="Poisson arrivals, or evenly spaced ones (GuideLLM's sweep default)",
     )  # fmt: skip
+    parser.add_argument(
+        "--format", choices=("guidellm", "sglang"), default="guidellm",
+        help="the sweep as GuideLLM's report (steady windows) or SGLang's bench_serving lines (whole runs)",
+    )  # fmt: skip
     parser.add_argument("--verbose", action="store_true")
     args = parser.parse_args(argv)
     modes = [m for m in (False, True) if not (m and args.data_only) and not (not m and args.prior_only)]
@@ -66,13 +74,23 @@ def main(argv: list[str]) -> None:
         print(f"{case.name}: saturation {truth_sat:.3g} req/s at cap {CAP}")
         for seed in range(args.seeds):
             rates = [f * truth_sat for f in FRACTIONS]
-            report = gen.guidellm_report(
-                rates, case.input_len, case.output_len, np.random.default_rng(seed), case.truth, case.budget,
-                None, requests=args.requests, noise=False, seed=100 * seed, arrivals=args.arrivals,
-            )  # fmt: skip
+            rng = np.random.default_rng(seed)
             with tempfile.TemporaryDirectory() as tmp:
-                path = Path(tmp) / "guidellm.json"
-                path.write_text(json.dumps(report))
+                if args.format == "sglang":
+                    path = Path(tmp) / "sweep.jsonl"
+                    lines = [
+                        gen.sglang_line(rate, case.input_len, case.output_len, rng, args.requests, 100 * seed + i,
+                                        case.truth, case.budget, None, noise=False)
+                        for i, rate in enumerate(rates)
+                    ]  # fmt: skip
+                    path.write_text("".join(json.dumps(line) + "\n" for line in lines))
+                else:
+                    path = Path(tmp) / "guidellm.json"
+                    report = gen.guidellm_report(
+                        rates, case.input_len, case.output_len, rng, case.truth, case.budget, None,
+                        requests=args.requests, noise=False, seed=100 * seed, arrivals=args.arrivals,
+                    )  # fmt: skip
+                    path.write_text(json.dumps(report))
                 table = read_table([path])
             for prior in modes:
                 physics = case.physics if prior else Physics()
@@ -111,8 +129,8 @@ def main(argv: list[str]) -> None:
     for prior, got in scores.items():
         sat_abs, far_abs = np.abs(got["sat"]), np.abs(got["far"])
         print(
-            f"{'with prior' if prior else 'data only'}: {len(sat_abs)} sweeps ({args.requests} {args.arrivals} "
-            "arrivals a rate): "
+            f"{'with prior' if prior else 'data only'}: {len(sat_abs)} {args.format} sweeps ({args.requests} "
+            f"{'poisson' if args.format == 'sglang' else args.arrivals} arrivals a rate): "
             f"saturation |error| median {np.median(sat_abs):.1%} max {sat_abs.max():.1%} (mean signed "
             f"{np.mean(got['sat']):+.1%}); TPOT at twice the swept batch median {np.median(far_abs):.1%} max "
             f"{far_abs.max():.1%}; replay rms TPOT median {np.median(got['tpot']):.1%}, TTFT "

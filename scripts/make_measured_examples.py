@@ -163,26 +163,35 @@ def guidellm_report(
 
 
 def sglang_line(
-    rate: float, input_len: int, output_len: int, rng: np.random.Generator, prompts: int = 1000, seed: int = 0
+    rate: float,
+    input_len: int,
+    output_len: int,
+    rng: np.random.Generator,
+    prompts: int = 1000,
+    seed: int = 0,
+    truth: StepModel | None = None,
+    budget: int | None = BUDGET,
+    kv_capacity_tokens: int | None = None,
+    noise: bool = True,
 ) -> dict[str, Any]:
     """One run of `sglang.bench_serving` at a request rate, as its calculate_metrics takes it: Poisson arrivals,
     means over every request, the duration from the first request sent to the last finished, TPOT (latency − TTFT)
-    ÷ (output − 1), `concurrency` Σ latency ÷ duration; the examples' 2% noise on TTFT, TPOT and throughput."""
-    result = simulate(
-        TRUTH.step_model(),
-        Workload(rate, Lengths(input_len), Lengths(output_len), num_requests=prompts),
-        1024,
-        seed,
-        TRUTH.kv_pool_tokens(),
-        max_num_batched_tokens=BUDGET,
-    )
+    ÷ (output − 1), `concurrency` Σ latency ÷ duration; the examples' 2% noise on TTFT, TPOT and throughput unless
+    `noise` is off. `truth`: the server's step model (TRUTH's by default, with its KV pool)."""
+    sm, kv = (TRUTH.step_model(), TRUTH.kv_pool_tokens()) if truth is None else (truth, kv_capacity_tokens)
+    workload = Workload(rate, Lengths(input_len), Lengths(output_len), num_requests=prompts)
+    result = simulate(sm, workload, 1024, seed, kv, max_num_batched_tokens=budget)
     seqs = result.sequences
     start = min(s.arrival_s for s in seqs)
     duration = max(s.finished_s or 0 for s in seqs) - start
     e2e = np.array([(s.finished_s or 0) - s.arrival_s for s in seqs])
     ttft = np.array([(s.first_token_s or 0) - s.arrival_s for s in seqs])
     tpot = (e2e - ttft) / (output_len - 1)
-    output_tok_s = noisy(rng, prompts * output_len / duration)
+
+    def jitter(value: float) -> float:
+        return noisy(rng, value) if noise else float(value)
+
+    output_tok_s = jitter(prompts * output_len / duration)
     data: dict[str, Any] = {
         "tokenroof_provenance": PROVENANCE.replace("vLLM run", "SGLang run"),
         "backend": "sglang",
@@ -203,7 +212,7 @@ def sglang_line(
         "output_throughput": output_tok_s,
         "total_throughput": output_tok_s * (input_len + output_len) / output_len,
     }
-    ttft_ms, tpot_ms = ttft * 1e3 * noisy(rng, 1.0), tpot * 1e3 * noisy(rng, 1.0)
+    ttft_ms, tpot_ms = ttft * 1e3 * jitter(1.0), tpot * 1e3 * jitter(1.0)
     for name, values in (("e2e_latency", e2e * 1e3), ("ttft", ttft_ms), ("tpot", tpot_ms)):
         data.update({f"{key}_{name}_ms": value for key, value in stats(values).items()})
     data.update(concurrency=float(e2e.sum() / duration), accept_length=None)
