@@ -85,7 +85,7 @@ def test_a_folder_of_runs_is_their_exports_and_a_concurrency_reads_as_vllm_s_res
         128,
     )
     assert table.provenance[0] == f"AIPerf export {root / 'm-openai-chat-concurrency32' / 'profile_export_aiperf.json'}"
-    assert table.warnings[0].startswith("2 AIPerf/GenAI-Perf run(s) at a --concurrency: batch = the concurrency")
+    assert table.warnings[0].startswith("2 AIPerf/GenAI-Perf run(s) at a fixed concurrency: batch = the concurrency")
 
 
 def test_genai_perf_s_flat_settings_and_a_rate_s_requests_in_flight(tmp_path: Path) -> None:
@@ -114,7 +114,9 @@ def test_genai_perf_s_flat_settings_and_a_rate_s_requests_in_flight(tmp_path: Pa
     table = read_table([paths[2], *rates])
     assert table.batch.tolist() == pytest.approx([7.2, 12.0]) and table.semantics.client == "poisson"
     (left,) = [w for w in table.warnings if "left out" in w]
-    assert left.startswith(f"{paths[2]}: left out: at request rate 9 the client's concurrency 16 bound (15.8 requests")
+    assert left.startswith(
+        f"{paths[2]}: left out: at request rate 9 the client's concurrency cap 16 bound (15.8 requests"
+    )
 
 
 def test_what_cannot_be_read_is_named(tmp_path: Path) -> None:

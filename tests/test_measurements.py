@@ -168,9 +168,9 @@ def test_vllm_rate_runs_read_as_the_requests_they_held_in_flight(tmp_path: Path)
     assert table.batch.tolist() == [4.0, 5.0] and table.semantics.client == "poisson"
     assert table.semantics.batch_kind == "concurrency" and not any("vLLM result(s)" in w for w in table.warnings)
     (left,) = [w for w in table.warnings if "left out" in w]
-    assert left.startswith(f"{paths[2]}: left out: at request_rate 20.0 the client's --max-concurrency 8 bound (8.0")
+    assert left.startswith(f"{paths[2]}: left out: at request rate 20 the client's concurrency cap 8 bound (8.0")
     paths[0].write_text(json.dumps({"output_throughput": 100.0, "mean_tpot_ms": 10.0, "request_rate": 4.0}))
-    with pytest.raises(TokenroofError, match="a vLLM run at a request rate needs the requests it held in flight"):
+    with pytest.raises(TokenroofError, match="vLLM's run at a request rate needs the requests it held in flight"):
         read_table([paths[0], paths[1]])
     paths[0].write_text(json.dumps({"output_throughput": 100.0, "mean_tpot_ms": 10.0, "request_rate": "inf"}))
     with pytest.raises(TokenroofError, match="has no max_concurrency"):

@@ -79,7 +79,7 @@ def test_each_line_is_a_run_and_a_closed_loop_reads_as_vllm_s_results_do(tmp_pat
         256,
     )
     assert table.provenance == (f"sglang.bench_serving result {path}:1", f"sglang.bench_serving result {path}:2")
-    assert table.warnings[0].startswith("2 SGLang result(s) at a --max-concurrency: batch = max_concurrency")
+    assert table.warnings[0].startswith("2 SGLang run(s) at a fixed concurrency: batch = the concurrency")
 
 
 def test_a_rate_run_s_batch_is_what_it_held_in_flight(tmp_path: Path) -> None:
@@ -98,9 +98,9 @@ def test_a_rate_run_s_batch_is_what_it_held_in_flight(tmp_path: Path) -> None:
     assert table.semantics.client == "poisson" and table.semantics.batch_kind == "concurrency"
     assert table.concurrency is None or np.isnan(table.concurrency).all()
     (left_out,) = [w for w in table.warnings if "left out" in w]
-    assert left_out.startswith(f"{tmp_path / 'rates.jsonl'}:3: left out: at request_rate 8 the client's")
-    assert "--max-concurrency 16 bound (15.2 requests in flight" in left_out
-    assert not any("SGLang result(s) at a --max-concurrency" in w for w in table.warnings)
+    assert left_out.startswith(f"{tmp_path / 'rates.jsonl'}:3: left out: at request rate 8 the client's")
+    assert "concurrency cap 16 bound (15.2 requests in flight" in left_out
+    assert not any("run(s) at a fixed concurrency" in w for w in table.warnings)
 
 
 def test_what_cannot_be_read_is_named_by_its_line(tmp_path: Path) -> None:
@@ -116,7 +116,7 @@ def test_what_cannot_be_read_is_named_by_its_line(tmp_path: Path) -> None:
     refused([LINE, '{"max_concurrency": 4,'], r"bad\.jsonl:2: not valid JSON")
     refused([LINE, {"id": 3}], r"bad\.jsonl:2: a JSON Lines file whose lines are not benchmark results")
     rated = {**LINE, "request_rate": 2.0, "concurrency": None, "mean_e2e_latency_ms": None}
-    refused([rated, LINE], r"bad\.jsonl:1: a run at a request rate needs the requests it held in flight")
+    refused([rated, LINE], r"bad\.jsonl:1: SGLang's run at a request rate needs the requests it held in flight")
     refused([{**rated, "concurrency": 3.0}, LINE], r"bad\.jsonl:2: client burst differs from poisson")
     refused(['{"a": 1} x'], r"bad\.jsonl: several JSON documents one after another, not one a line")
     refused([json.dumps(LINE, indent=1), json.dumps(LINE, indent=1)], r"bad\.jsonl: several JSON documents")

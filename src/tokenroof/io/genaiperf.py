@@ -19,11 +19,10 @@ from collections.abc import Mapping
 from typing import Any
 
 from tokenroof.errors import TokenroofError
-from tokenroof.io.table import Row, _batch, _number
+from tokenroof.io.table import Row, _batch, _number, capped
 from tokenroof.model.stepmodel import mean_context_tokens
 
 METRICS = ("inter_token_latency", "output_token_throughput", "time_to_first_token")
-CAP_BOUND = 0.9  # a rate run holding more than this share of its --concurrency in flight was capped by it
 TIME_UNITS = {"ms": 1.0, "s": 1e3, "sec": 1e3, "us": 1e-3}  # to milliseconds
 # the units each tool writes for the other metrics read (per second, in tokens), as they spell them
 UNITS = {
@@ -138,11 +137,7 @@ def genai_perf_row(data: Mapping[str, Any], where: str, warnings: list[str]) -> 
                 "requests it held in flight"
             )
         batch = throughput * latency_ms / 1e3
-        if cap is not None and batch > CAP_BOUND * cap:
-            warnings.append(
-                f"{where}: left out: at request rate {rate:g} the client's concurrency {cap:g} bound ({batch:.1f} "
-                "requests in flight on average), so arrivals queued in the client: neither a rate nor a concurrency"
-            )
+        if capped(where, rate, cap, batch, warnings):
             return None
     settings = genai_perf_settings(data, where)
     return Row(

@@ -13,8 +13,8 @@ bench_serving, `vllm bench serve --append-result`).
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping, Sequence
-from dataclasses import replace
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -98,6 +98,26 @@ def _json_rows(data: Any, where: str, warnings: list[str]) -> tuple[list[Row], l
             elif value not in allowed:
                 raise TokenroofError(f"{where}: {key}={_shown(value)} is not known; known: {', '.join(allowed)}")
     return rows, provenance, settings
+
+
+@dataclass(frozen=True)
+class RunReader:
+    """A tool whose files hold one run a document (a file, or a JSON Lines line): how to tell its documents, read one
+    into a row (None: left out, with a warning) and its settings, and name it."""
+
+    tool: str
+    recognises: Callable[[Any], bool]
+    row: Callable[[Mapping[str, Any], str, list[str]], Row | None]
+    settings: Callable[[Mapping[str, Any], str], dict[str, Any]]
+    label: Callable[[Mapping[str, Any]], str]
+
+
+RUN_READERS = (
+    RunReader(
+        "AIPerf/GenAI-Perf", is_genai_perf_export, genai_perf_row, genai_perf_settings, lambda d: f"{tool_of(d)} export"
+    ),
+    RunReader("SGLang", is_sglang_result, sglang_row, sglang_settings, lambda d: "sglang.bench_serving result"),
+)
 
 
 def is_json(path: Path, text: str) -> bool:
@@ -192,8 +212,7 @@ def read_table(paths: Sequence[Path | str]) -> MeasurementTable:
     warnings: list[str] = []
     parts: list[tuple[str, dict[str, Any]]] = []
     vllm = 0  # rows from vLLM results: their batch is the client's concurrency, their context from token totals
-    sglang = 0  # rows from SGLang's closed-loop runs: the same
-    nvidia = 0  # ... and from AIPerf's or GenAI-Perf's
+    closed_loops = dict.fromkeys((r.tool for r in RUN_READERS), 0)  # ... and from the other tools' closed-loop runs
     for path, text in zip(files, texts, strict=True):
         if not is_json(path, text):
             table = parse_csv(text, str(path))
@@ -203,18 +222,12 @@ def read_table(paths: Sequence[Path | str]) -> MeasurementTable:
             parts.append((str(path), {key: getattr(table.semantics, key) for key in table.semantics.stated}))
             continue
         for where, data in json_documents(text, str(path)):
-            if is_genai_perf_export(data):
-                row, settings = genai_perf_row(data, where, warnings), genai_perf_settings(data, where)
+            reader = next((r for r in RUN_READERS if r.recognises(data)), None)
+            if reader is not None:  # one run a document: AIPerf's and GenAI-Perf's exports, SGLang's lines
+                row, settings = reader.row(data, where, warnings), reader.settings(data, where)
                 rows += [] if row is None else [row]
-                nvidia += row is not None and settings["client"] == "burst"
-                provenance.append(f"{tool_of(data)} export {where}")
-                parts.append((where, settings))
-                continue
-            if is_sglang_result(data):
-                row, settings = sglang_row(data, where, warnings), sglang_settings(data, where)
-                rows += [] if row is None else [row]
-                sglang += row is not None and settings["client"] == "burst"
-                provenance.append(f"sglang.bench_serving result {where}")
+                closed_loops[reader.tool] += row is not None and settings["client"] == "burst"
+                provenance.append(f"{reader.label(data)} {where}")
                 parts.append((where, settings))
                 continue
             if where != str(path) and not (isinstance(data, Mapping) and "output_throughput" in data):
@@ -232,18 +245,13 @@ def read_table(paths: Sequence[Path | str]) -> MeasurementTable:
             rows += new_rows
             provenance += new_prov
             parts.append((where, settings))
-    if nvidia:
-        warnings.insert(
-            0,
-            f"{nvidia} AIPerf/GenAI-Perf run(s) at a --concurrency: batch = the concurrency, the client's; the running "
-            "batch can be lower (ramp-up, drain, server caps)",
-        )
-    if sglang:
-        warnings.insert(
-            0,
-            f"{sglang} SGLang result(s) at a --max-concurrency: batch = max_concurrency, the client's; the running "
-            "batch can be lower (ramp-up, drain, server caps)",
-        )
+    for tool, count in closed_loops.items():
+        if count:
+            warnings.insert(
+                0,
+                f"{count} {tool} run(s) at a fixed concurrency: batch = the concurrency, the client's; the running "
+                "batch can be lower (ramp-up, drain, server caps)",
+            )
     if vllm:
         warnings.insert(
             0,

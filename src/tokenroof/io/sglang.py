@@ -16,12 +16,10 @@ from collections.abc import Mapping
 from typing import Any
 
 from tokenroof.errors import TokenroofError
-from tokenroof.io.table import Row, _batch, _number
-from tokenroof.io.vllm import _vllm_settings
-from tokenroof.model.stepmodel import mean_context_tokens
+from tokenroof.io.table import Row, _batch, _number, capped, held_in_flight
+from tokenroof.io.vllm import _vllm_settings, metrics_row
 
 SGLANG_KEY = "total_output_tokens_retokenized"  # a bench_serving line's own key: vLLM's results have no such total
-CAP_BOUND = 0.9  # a rate run whose requests in flight averaged above this share of its --max-concurrency was capped
 
 
 def is_sglang_result(data: Any) -> bool:
@@ -63,15 +61,7 @@ def _in_flight(data: Mapping[str, Any], where: str) -> float:
     the same Σ latency ÷ duration from the mean end-to-end latency, the completed requests and the duration."""
     if data.get("concurrency") is not None:
         return _batch(data["concurrency"], where, "concurrency")
-    latency_ms = _number(data.get("mean_e2e_latency_ms"), where, "mean_e2e_latency_ms")
-    done = _number(data.get("completed"), where, "completed")
-    duration_s = _number(data.get("duration"), where, "duration")
-    if latency_ms is None or done is None or duration_s is None:
-        raise TokenroofError(
-            f"{where}: a run at a request rate needs the requests it held in flight: no concurrency, and no "
-            "mean_e2e_latency_ms, completed and duration to count them from"
-        )
-    return done * latency_ms / 1e3 / duration_s
+    return held_in_flight(data, where, "mean_e2e_latency_ms", "SGLang")
 
 
 def sglang_row(data: Mapping[str, Any], where: str, warnings: list[str]) -> Row | None:
@@ -95,25 +85,9 @@ def sglang_row(data: Mapping[str, Any], where: str, warnings: list[str]) -> Row 
         batch = min(_batch(cap, where, "max_concurrency"), _required(data, "completed", where))
     else:
         batch = _in_flight(data, where)
-        if cap is not None and batch > CAP_BOUND * _batch(cap, where, "max_concurrency"):
-            warnings.append(
-                f"{where}: left out: at request_rate {rate:g} the client's --max-concurrency {cap} bound ({batch:.1f} "
-                "requests in flight on average), so arrivals queued in the client: neither a rate nor a concurrency"
-            )
+        if capped(where, rate, None if cap is None else _batch(cap, where, "max_concurrency"), batch, warnings):
             return None
-    lengths = _vllm_settings(data, where)
-    context = None
-    if lengths.get("input_len") is not None and lengths.get("output_len") is not None:
-        context = mean_context_tokens(lengths["input_len"], lengths["output_len"])
-    return Row(
-        batch,
-        _number(data.get("output_throughput"), where, "output_throughput"),
-        _number(data.get("mean_tpot_ms"), where, "mean_tpot_ms"),
-        context,
-        _number(data.get("mean_ttft_ms"), where, "mean_ttft_ms"),
-        where,
-        _number(data.get("completed"), where, "completed"),
-    )
+    return metrics_row(data, where, batch)
 
 
 def sglang_settings(data: Mapping[str, Any], where: str) -> dict[str, Any]:

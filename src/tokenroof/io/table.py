@@ -318,6 +318,37 @@ def _number(text: Any, where: str, column: str) -> float | None:
     return value
 
 
+# a rate run whose requests in flight averaged above this share of its client's concurrency cap was capped by it:
+# arrivals queued in the client, so the run was neither a rate nor a concurrency
+CAP_BOUND = 0.9
+
+
+def held_in_flight(data: Mapping[str, Any], where: str, latency_key: str, tool: str) -> float:
+    """The requests a run at a rate held in flight on average, Σ latency ÷ duration, from its mean end-to-end latency
+    (`latency_key`, ms), completed requests and duration (s): vLLM's and SGLang's results hold all three."""
+    latency_ms = _number(data.get(latency_key), where, latency_key)
+    done = _number(data.get("completed"), where, "completed")
+    duration_s = _number(data.get("duration"), where, "duration")
+    if latency_ms is None or done is None or duration_s is None:
+        raise TokenroofError(
+            f"{where}: {tool}'s run at a request rate needs the requests it held in flight: no {latency_key}, "
+            "completed and duration to count them from (give the measured batch in a CSV)"
+        )
+    return done * latency_ms / 1e3 / duration_s
+
+
+def capped(where: str, rate: Any, cap: float | None, held: float, warnings: list[str]) -> bool:
+    """Whether a run at `rate` filled the client's concurrency `cap` (in flight above CAP_BOUND of it): then it is
+    left out, and a warning says why."""
+    if cap is None or held <= CAP_BOUND * cap:
+        return False
+    warnings.append(
+        f"{where}: left out: at request rate {rate:g} the client's concurrency cap {cap:g} bound ({held:.1f} requests "
+        "in flight on average), so arrivals queued in the client: neither a rate nor a concurrency"
+    )
+    return True
+
+
 def _batch(value: Any, where: str, column: str) -> float:
     """The batch of a JSON result: a positive number, never empty."""
     batch = _number(value, where, column)

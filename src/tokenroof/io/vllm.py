@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import Any
 
 from tokenroof.errors import TokenroofError
-from tokenroof.io.table import Row, _batch, _number
+from tokenroof.io.table import Row, _batch, _number, capped, held_in_flight
 from tokenroof.model.stepmodel import mean_context_tokens
 from tokenroof.specs.validate import read_text
 
@@ -21,11 +21,7 @@ def _vllm_row(data: Mapping[str, Any], where: str, warnings: list[str]) -> Row |
     `--max-concurrency` the rate filled (in flight above 90% of it) made it neither: left out, with a warning
     (None)."""
     cap = data.get("max_concurrency")
-    lengths = _vllm_settings(data, where)
-    context = None  # the run's mean context from its token totals: runs at other lengths are other contexts
-    if lengths.get("input_len") is not None and lengths.get("output_len") is not None:
-        context = mean_context_tokens(lengths["input_len"], lengths["output_len"])
-    if lengths["client"] == "burst":
+    if _vllm_client(data) == "burst":
         if cap is None:
             raise TokenroofError(
                 f"{where}: vLLM result has no max_concurrency (every prompt sent at once, no cap: no steady batch); "
@@ -36,14 +32,20 @@ def _vllm_row(data: Mapping[str, Any], where: str, warnings: list[str]) -> Row |
         if prompts is not None and prompts < batch:  # all sent at once, the cap never reached: that many streams
             batch = prompts
     else:
-        batch = _held(data, where)
-        if cap is not None and batch > CAP_BOUND * _batch(cap, where, "max_concurrency"):
-            warnings.append(
-                f"{where}: left out: at request_rate {data.get('request_rate')} the client's --max-concurrency {cap} "
-                f"bound ({batch:.1f} requests in flight on average), so arrivals queued in the client: neither a rate "
-                "nor a concurrency"
-            )
+        batch = held_in_flight(data, where, "mean_e2el_ms", "vLLM")
+        limit = None if cap is None else _batch(cap, where, "max_concurrency")
+        if capped(where, float(data["request_rate"]), limit, batch, warnings):
             return None
+    return metrics_row(data, where, batch)
+
+
+def metrics_row(data: Mapping[str, Any], where: str, batch: float) -> Row:
+    """A run's row at `batch` from vLLM's metrics (SGLang's are the same): output throughput, mean TPOT and TTFT, the
+    completed requests, and the mean context from the token totals (runs at other lengths are other contexts)."""
+    lengths = _vllm_settings(data, where)
+    context = None
+    if lengths.get("input_len") is not None and lengths.get("output_len") is not None:
+        context = mean_context_tokens(lengths["input_len"], lengths["output_len"])
     return Row(
         batch,
         _number(data.get("output_throughput"), where, "output_throughput"),
@@ -53,22 +55,6 @@ def _vllm_row(data: Mapping[str, Any], where: str, warnings: list[str]) -> Row |
         where,
         _number(data.get("completed"), where, "completed"),
     )
-
-
-CAP_BOUND = 0.9  # a rate run whose requests in flight averaged above this share of its max_concurrency was capped
-
-
-def _held(data: Mapping[str, Any], where: str) -> float:
-    """The requests a rate run held in flight on average: Σ latency ÷ duration, from its mean end-to-end latency."""
-    latency_ms = _number(data.get("mean_e2el_ms"), where, "mean_e2el_ms")
-    done = _number(data.get("completed"), where, "completed")
-    duration_s = _number(data.get("duration"), where, "duration")
-    if latency_ms is None or done is None or duration_s is None:
-        raise TokenroofError(
-            f"{where}: a vLLM run at a request rate needs the requests it held in flight: no mean_e2el_ms, completed "
-            "and duration to count them from (give the measured batch in a CSV)"
-        )
-    return done * latency_ms / 1e3 / duration_s
 
 
 def _vllm_settings(data: Mapping[str, Any], where: str) -> dict[str, Any]:
