@@ -199,3 +199,15 @@ def test_a_concurrency_sweep_recovers_the_server_that_ran_it(tmp_path: Path) -> 
     loop = ClosedLoop(64, Lengths(256), Lengths(64), 640, "burst")
     truth, fit = (simulate(m, loop, 1024, 0, None).summary()["tpot_ms"]["mean"] for m in (TRUTH, fitted))
     assert fit == pytest.approx(truth, rel=0.05)
+
+
+def test_report_takes_a_folder_of_runs_or_their_exports_as_one_table(tmp_path: Path) -> None:
+    """`report` reads AIPerf's runs as it reads vLLM's result files: their folder, or the exports given one by one, are
+    one measured table (a bench folder, with its summary.json, stays a bench run)."""
+    from tokenroof.report.sources import load_sources
+
+    root = artifacts(tmp_path / "artifacts", {"c8": export(), "c32": export(32, inter_token_latency=stats(17.5))})
+    exports = sorted(root.rglob("profile_export_aiperf.json"))
+    for given in ([root], exports):
+        (source,) = load_sources(given)
+        assert source.kind == "table" and source.table is not None and source.table.batch.tolist() == [8, 32]

@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from tokenroof.errors import TokenroofError
-from tokenroof.io.measurements import MeasurementTable, is_vllm_result, read_table
+from tokenroof.io.measurements import PROFILE_EXPORTS, MeasurementTable, is_vllm_result, read_table, resolve_inputs
 from tokenroof.specs.validate import read_text
 
 # kind → the keys that tell it (all must be present); checked in this order
@@ -144,6 +144,19 @@ def from_file(path: Path) -> Source:
     return Source(path, "table", {}, table)
 
 
+def one_run_each(path: Path) -> bool:
+    """A file holding one benchmark run, which with its siblings makes one table (`vllm bench serve`'s results,
+    AIPerf's and GenAI-Perf's exports), or a folder of them (not a bench or simulate folder)."""
+    if path.is_dir():
+        if (path / "summary.json").exists():
+            return False
+        try:
+            return any(one_run_each(f) for f in resolve_inputs(path))
+        except TokenroofError:
+            return False
+    return is_vllm_result(path) or any(path.match(pattern) for pattern in PROFILE_EXPORTS)
+
+
 def recognise(path: Path) -> Source:
     """One input, told by its shape."""
     if path.is_dir():
@@ -156,9 +169,9 @@ def recognise(path: Path) -> Source:
 def load_sources(paths: Sequence[Path]) -> list[Source]:
     if not paths:
         raise TokenroofError(f"give at least one input: {KNOWN}")
-    # vLLM writes one result file per concurrency: the files of a run (or a folder of them) are one table
+    # vLLM, AIPerf and GenAI-Perf write one file a run: the files of a sweep (or a folder of them) are one table
     paths = [Path(p) for p in paths]
-    results = [p for p in paths if is_vllm_result(p) or (p.is_dir() and any(map(is_vllm_result, p.glob("*.json"))))]
+    results = [p for p in paths if one_run_each(p)]
     sources = [recognise(p) for p in paths if p not in results]
     if results:
         sources.insert(0, Source(results[0], "table", {}, read_table(results)))
