@@ -211,3 +211,19 @@ def test_report_takes_a_folder_of_runs_or_their_exports_as_one_table(tmp_path: P
     for given in ([root], exports):
         (source,) = load_sources(given)
         assert source.kind == "table" and source.table is not None and source.table.batch.tolist() == [8, 32]
+
+
+def test_the_page_takes_runs_whose_exports_share_one_name() -> None:
+    """AIPerf names every run's export profile_export_aiperf.json: uploaded together they are each read (a repeated
+    name with other text goes into a numbered folder), the same file twice is refused."""
+    from tests.test_ui import call
+
+    runs = [{"name": "profile_export_aiperf.json", "text": json.dumps(export(c))} for c in (4, 16)]
+    ((status, predict), (refused, error)) = call(
+        [
+            ("POST", "/api/predict", {"tables": runs, "batch_min": 1, "batch_max": 32}),
+            ("POST", "/api/predict", {"tables": [runs[0], runs[0]]}),
+        ]
+    )
+    assert status == 200 and [p["batch"] for p in predict["measured"]["points"]] == [4, 16]
+    assert refused == 400 and "two uploads named profile_export_aiperf.json with the same text" in json.dumps(error)

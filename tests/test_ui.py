@@ -457,4 +457,4 @@ def test_several_vllm_result_files_are_one_table_as_on_the_command_line(monkeypa
     cli = run_json(["predict", *map(str, files), "--batch", batches, *flags])
     assert [p["tpot_ms"] for p in predict["predictions"]] == pytest.approx([p["tpot_ms"] for p in cli["predictions"]])
     ((status, refused),) = call([("POST", "/api/predict", {"tables": [tables[0], tables[0]]})])
-    assert status == 400 and "two uploads named" in json.dumps(refused)
+    assert status == 400 and "two uploads named vllm-c1.json with the same text" in json.dumps(refused)

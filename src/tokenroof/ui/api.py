@@ -171,14 +171,20 @@ class Request:
 
     def table_files(self) -> list[Path]:
         """The uploaded measurement files (`table`, one, or `tables`, several: vLLM's one result file per
-        concurrency), each written under its own (sanitised) name; [] when none."""
+        concurrency), each written under its own (sanitised) name; [] when none. AIPerf names every run's export
+        alike: a name given again with other text goes into a numbered folder (`2/profile_export_aiperf.json`), and
+        the same file twice is refused."""
         uploads = self.body.tables if self.body.tables is not None else [self.body.table] if self.body.table else []
-        paths = []
+        paths: list[Path] = []
+        texts: dict[str, set[str]] = {}
         for table in uploads:
             name = upload_name(table.name)
-            path = self.folder / name
-            if path in paths:
-                raise TokenroofError(f"two uploads named {name}")
+            seen = texts.setdefault(name, set())
+            if table.text in seen:
+                raise TokenroofError(f"two uploads named {name} with the same text (the same file twice?)")
+            path = self.folder / name if not seen else self.folder / str(len(seen) + 1) / name
+            seen.add(table.text)
+            path.parent.mkdir(exist_ok=True)
             path.write_text(table.text, encoding="utf-8")
             paths.append(path)
         return paths
