@@ -1,5 +1,6 @@
 """NVIDIA's AIPerf (`profile_export_aiperf.json`) and its predecessor GenAI-Perf (`profile_export_genai_perf.json`):
-one file a run, read as a table row.
+one file a run, read as a table row (AIPerf's means over the run's requests, a whole run; GenAI-Perf's over
+perf_analyzer's stable measurement windows, a steady one).
 
 Both write each metric as its statistics (`{"unit": "ms", "avg": …, "p50": …}`) and the run's settings under
 `input_config`: AIPerf's nested (`loadgen.concurrency`, `loadgen.request_rate`, `loadgen.request_rate_mode`),
@@ -8,8 +9,10 @@ GenAI-Perf's flat (its flags' names) or, in its later config-file releases, unde
 token and any queueing are out of it. A run at `--concurrency N` alone keeps N requests in flight, all started at
 once (`client=burst`, batch N, as vLLM's results are read); a run at `--request-rate` is an open loop, its batch the
 requests it held in flight by Little's law (request throughput × mean request latency), its arrivals Poisson
-(AIPerf's default) or evenly spaced (`request_rate_mode` constant; GenAI-Perf's perf_analyzer sends at a constant
-rate unless told).
+(AIPerf's default; its gamma arrivals are read as Poisson too) or evenly spaced (`request_rate_mode` or, in later
+AIPerf, `arrival_pattern` constant; GenAI-Perf's perf_analyzer sends at a constant rate unless told). AIPerf's
+`--benchmark-duration`, ramps or a warm-up inside the measured requests break "all started at once" and "the whole
+run": such runs are read as the file says.
 """
 
 from __future__ import annotations
@@ -116,7 +119,9 @@ def genai_perf_row(data: Mapping[str, Any], where: str, warnings: list[str]) -> 
     """One run: at a concurrency alone, batch N and a closed loop; at a rate, the requests held in flight (a rate
     capped by a concurrency it filled, above 90% of it on average, was neither: left out with a warning, None)."""
     cap, rate, _ = _load(data, where)
-    requests = _stat(data, "request_count", where)
+    # AIPerf's means are over its run's requests (after any warm-up); GenAI-Perf's perf_analyzer measures stable
+    # windows of a load already running: a steady window, no whole run (None)
+    requests = _stat(data, "request_count", where) if tool_of(data) == "AIPerf" else None
     if data.get("was_cancelled") is True:
         warnings.append(
             f"{where}: the run was cancelled before it finished: its means are over the requests it completed"

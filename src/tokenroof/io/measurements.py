@@ -2,11 +2,11 @@
 (csvread.py), vLLM (vllm.py), GuideLLM (guidellm.py), SGLang's bench_serving (sglang.py), AIPerf and GenAI-Perf
 (genaiperf.py), tokenroof bench (benchfiles.py).
 
-CSV format (DESIGN.md): `batch,throughput_tok_s,tpot_ms[,context_tokens][,ttft_ms]`,
-`#` lines are free-text provenance and are kept. At least one of throughput and
-TPOT per row; the other is derived (throughput = batch × 1000 / TPOT). Also read:
-`vllm bench serve --save-result` JSON files (one per concurrency: pass several)
-GuideLLM JSON reports (one row per benchmark in the sweep) and JSON Lines of results, a line a run (SGLang's
+CSV format (DESIGN.md): `batch,throughput_tok_s,tpot_ms[,context_tokens][,ttft_ms][,requests][,concurrency]`,
+`#` lines are free-text provenance and are kept. At least one of throughput and TPOT per row; the other is derived
+(throughput = batch × 1000 / TPOT). Also read: `vllm bench serve --save-result` JSON files (one a run, at a
+concurrency or a rate: pass several), GuideLLM JSON reports (one row per benchmark in the sweep), AIPerf and
+GenAI-Perf exports (one a run), tokenroof bench folders, and JSON Lines of results, a line a run (SGLang's
 bench_serving, `vllm bench serve --append-result`).
 """
 

@@ -2,11 +2,10 @@
 each run), read as table rows.
 
 The metrics are vLLM's, which bench_serving was adapted from: TPOT the mean over requests of (latency − TTFT) ÷
-(output tokens − 1), the first token and so any queueing excluded; the lengths from the run's token totals. Two
-things differ, and both are read: SGLang's runs are as often at a request rate as at a concurrency (its sweeps are
-`--request-rate 1, 2, 4, …`), and each line records `concurrency`, the mean number of requests in flight over the
-run (Σ end-to-end latency ÷ duration), which is the batch a rate run held from the client's side (GuideLLM's
-request_concurrency, the same reading).
+(output tokens − 1), the first token and so any queueing excluded; the lengths from the run's token totals. SGLang
+runs are often at a `--request-rate`, and each line records `concurrency`, the mean number of requests in flight
+over the whole run (Σ end-to-end latency ÷ duration, ramp-up and drain included): the batch a rate run held from
+the client's side, read as GuideLLM's request concurrency is but over the whole run.
 """
 
 from __future__ import annotations
@@ -24,11 +23,11 @@ SGLANG_KEY = "total_output_tokens_retokenized"  # a bench_serving line's own key
 
 def is_sglang_result(data: Any) -> bool:
     """One line of `sglang.bench_serving --output-file`: vLLM's metrics with its own retokenized total, or the
-    requests in flight it measured (`concurrency`), or its backend named."""
+    requests in flight it measured (`concurrency`). Not its backend: `vllm bench serve --backend sglang` names it
+    too."""
     if not isinstance(data, Mapping) or not ("output_throughput" in data or "mean_tpot_ms" in data):
         return False
-    backend = data.get("backend")
-    return SGLANG_KEY in data or "concurrency" in data or (isinstance(backend, str) and backend.startswith("sglang"))
+    return SGLANG_KEY in data or "concurrency" in data
 
 
 def _required(data: Mapping[str, Any], key: str, where: str) -> float:
@@ -66,9 +65,9 @@ def _in_flight(data: Mapping[str, Any], where: str) -> float:
 
 def sglang_row(data: Mapping[str, Any], where: str, warnings: list[str]) -> Row | None:
     """One run. At `--max-concurrency N` with every prompt sent at once (rate inf) the client is a closed loop of N
-    streams: batch N (the prompts, where fewer: the cap never bound), as vLLM's results are read. At a finite rate
-    arrivals are Poisson (bench_serving draws exponential gaps) and the batch is the requests measured in flight; a
-    `--max-concurrency` the rate ran under caps that from the client's side, and where it bound (in flight on
+    streams: batch N (the completed requests, where fewer: the cap never bound), as vLLM's results are read. At a
+    finite rate arrivals are Poisson (bench_serving draws exponential gaps) and the batch is the requests measured in
+    flight; a `--max-concurrency` the rate ran under caps that from the client's side, and where it bound (in flight on
     average above 90% of it) the run was neither a rate nor a concurrency: left out, with a warning (None). Its
     metrics and token totals are required: none is derived from the others."""
     rate = _rate(data, where)

@@ -214,7 +214,8 @@ def held_concurrency(result: SimResult, in_flight: bool, whole: bool = False) ->
     gauge). Not completions a second × mean end-to-end time: near saturation the queue grows over a run and the
     completions lag the arrivals, which would read the concurrency low and match it at a rate past the server's.
     `whole`: over the whole run, first arrival to last answer (SGLang's, vLLM's and AIPerf's rate runs: Σ latency ÷
-    duration, ramp-up and drain in it, 3–8% under a steady window's on 300–1,000 requests)."""
+    duration, ramp-up and drain in it, 3–8% under a steady window's on 300–1,000 requests; over a whole run the
+    completions do not lag, and the two counts agree)."""
     w0, w1 = result.window_s()
     if whole:
         w0 = min(s.arrival_s for s in result.sequences)
@@ -240,10 +241,9 @@ def open_loop_design(
     sample (±39% between runs at 80% load, ±86% at 95%), and the fit weighs it so. A point whose means are a whole
     run's (the table gives its requests: SGLang's, vLLM's and AIPerf's rate runs) is replayed as whole runs of as many
     requests, matched on the requests in flight over the whole run as its tool counts them, each run's spread its own
-    (matched over a steady window, the whole run's ramp and drain read as a lighter load: on 30 SGLang-style sweeps,
-    four rates of 300 or 1,000 requests on servers capped at 32 and 1,024, the fitted saturation was −6.3% median,
-    |error| p90 10.8%; matched over whole runs −1.6%, p90 7.7%, one sweep at +46% where two rates held one count in
-    flight; tests/test_sglang.py)."""
+    (matched over a steady window, the whole run's ramp and drain read as a lighter load: on the eight sweeps of
+    `benchmarks/open_loop.py --format sglang` the fitted saturation's median |error| was 5.9% data only and 4.1% with
+    the prior, matched over whole runs 2.0% and 0.9%; docs/ACCURACY.md)."""
     lengths = Lengths(point.input_len), Lengths(point.output_len)
     served = Served(reference, point.client, kv_capacity_tokens, budget, kv_slots)
     whole = point.requests  # a whole run's means (its requests given): replayed as whole runs of as many
