@@ -117,7 +117,7 @@ def test_what_cannot_be_read_is_named_by_its_line(tmp_path: Path) -> None:
     refused([LINE, {"id": 3}], r"bad\.jsonl:2: a JSON Lines file whose lines are not benchmark results")
     rated = {**LINE, "request_rate": 2.0, "concurrency": None, "mean_e2e_latency_ms": None}
     refused([rated, LINE], r"bad\.jsonl:1: SGLang's run at a request rate needs the requests it held in flight")
-    refused([{**rated, "concurrency": 3.0}, LINE], r"bad\.jsonl:2: client burst differs from poisson")
+    refused([{**rated, "concurrency": 3.0}, LINE], r"bad\.jsonl:2: client burst differs from poisson.*two tables: give")
     refused(['{"a": 1} x'], r"bad\.jsonl: several JSON documents one after another, not one a line")
     refused([json.dumps(LINE, indent=1), json.dumps(LINE, indent=1)], r"bad\.jsonl: several JSON documents")
     refused([], r"bad\.jsonl: no JSON in the file \(it is empty\)")

@@ -651,9 +651,16 @@ def merge_settings(parts: Sequence[tuple[str, Mapping[str, Any]]], provenance: S
     for where, part in parts:
         for key in ("batch_kind", "tpot_kind", "client", "kv_slots", "server"):
             if key in part and merged.setdefault(key, (part[key], where))[0] != part[key]:
+                closed = {part[key], merged[key][0]} & {"burst", "staggered"}
+                mixed = key == "client" and closed and {part[key], merged[key][0]} & {"poisson", "constant"}
                 raise TokenroofError(
                     f"{where}: {key} {part[key]} differs from {merged[key][0]} in {merged[key][1]}; "
-                    "give files of one kind"
+                    + (
+                        "runs at a fixed concurrency and runs at a request rate are two tables: give them apart "
+                        "(one kind of sweep a file: SGLang's bench_serving appends every run to one --output-file)"
+                        if mixed
+                        else "give files of one kind"
+                    )
                 )
     values: dict[str, Any] = {key: value for key, (value, _) in merged.items()}
     for key in ("input_len", "output_len"):
