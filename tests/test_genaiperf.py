@@ -76,6 +76,9 @@ def test_a_folder_of_runs_is_their_exports_and_a_concurrency_reads_as_vllm_s_res
     assert table.context_tokens is not None and table.context_tokens.tolist() == [576.0, 576.0]
     assert table.requests is not None and table.requests.tolist() == [200, 200]
     assert table.concurrency is None  # a closed loop at the batch, as vLLM's results (the two mix in one table)
+    few = tmp_path / "few_aiperf.json"  # fewer requests than --concurrency: all sent at once, that many streams
+    few.write_text(json.dumps(export(256) | {"request_count": {"unit": "requests", "avg": 100.0}}))
+    assert read_table([few, root]).batch.tolist() == [8, 32, 100]
     s = table.semantics
     assert (s.batch_kind, s.tpot_kind, s.client, s.input_len, s.output_len) == (
         "concurrency",

@@ -132,7 +132,7 @@ def genai_perf_row(data: Mapping[str, Any], where: str, warnings: list[str]) -> 
         warnings.append(f"{where}: {errored:g} requests failed; the means are over those that did not")
     if rate is None:
         assert cap is not None
-        batch = cap
+        batch = cap if requests is None else min(cap, requests)  # fewer requests than streams: all of them at once
     else:
         throughput = _stat(data, "request_throughput", where)
         latency_ms = _stat(data, "request_latency", where, time=True)
