@@ -116,8 +116,9 @@ def _load(data: Mapping[str, Any], where: str) -> tuple[float | None, float | No
 
 
 def genai_perf_row(data: Mapping[str, Any], where: str, warnings: list[str]) -> Row | None:
-    """One run: at a concurrency alone, batch N and a closed loop; at a rate, the requests held in flight (a rate
-    capped by a concurrency it filled, above 90% of it on average, was neither: left out with a warning, None)."""
+    """One run: at a concurrency alone, batch N (AIPerf's requests, where fewer: all sent at once) and a closed loop;
+    at a rate, the requests held in flight (a rate capped by a concurrency it filled, above 90% of it on average, was
+    neither: left out with a warning, None)."""
     cap, rate, _ = _load(data, where)
     # AIPerf's means are over its run's requests (after any warm-up); GenAI-Perf's perf_analyzer measures stable
     # windows of a load already running: a steady window, no whole run (None)
