@@ -657,7 +657,7 @@ def merge_settings(parts: Sequence[tuple[str, Mapping[str, Any]]], provenance: S
                     f"{where}: {key} {part[key]} differs from {merged[key][0]} in {merged[key][1]}; "
                     + (
                         "runs at a fixed concurrency and runs at a request rate are two tables: give them apart "
-                        "(one kind of sweep a file: SGLang's bench_serving appends every run to one --output-file)"
+                        "(one kind of sweep a file: SGLang's bench_serving appends every run to one output file)"
                         if mixed
                         else "give files of one kind"
                     )
