@@ -173,14 +173,16 @@ def sglang_line(
     budget: int | None = BUDGET,
     kv_capacity_tokens: int | None = None,
     noise: bool = True,
+    max_num_seqs: int = 1024,
 ) -> dict[str, Any]:
     """One run of `sglang.bench_serving` at a request rate, as its calculate_metrics takes it: Poisson arrivals,
     means over every request, the duration from the first request sent to the last finished, TPOT (latency − TTFT)
     ÷ (output − 1), `concurrency` Σ latency ÷ duration; the examples' 2% noise on TTFT, TPOT and throughput unless
-    `noise` is off. `truth`: the server's step model (TRUTH's by default, with its KV pool)."""
+    `noise` is off. `truth`: the server's step model (TRUTH's by default, with its KV pool), its batch cap
+    `max_num_seqs`."""
     sm, kv = (TRUTH.step_model(), TRUTH.kv_pool_tokens()) if truth is None else (truth, kv_capacity_tokens)
     workload = Workload(rate, Lengths(input_len), Lengths(output_len), num_requests=prompts)
-    result = simulate(sm, workload, 1024, seed, kv, max_num_batched_tokens=budget)
+    result = simulate(sm, workload, max_num_seqs, seed, kv, max_num_batched_tokens=budget)
     seqs = result.sequences
     start = min(s.arrival_s for s in seqs)
     duration = max(s.finished_s or 0 for s in seqs) - start

@@ -12,11 +12,11 @@ import numpy as np
 import pytest
 
 from tests.conftest import run_json
-from tests.test_replay import TRUTH
+from tests.test_replay import GENERATOR, TRUTH
 from tokenroof.errors import TokenroofError
 from tokenroof.io.measurements import read_table
 from tokenroof.model.stepmodel import StepModel
-from tokenroof.serving.simulate import Lengths, SimResult, Workload, simulate
+from tokenroof.serving.simulate import Lengths
 
 # one line as bench_serving writes it (its keys as of 2025; the totals make 1,024 in and 256 out a request)
 LINE: dict[str, Any] = {
@@ -162,33 +162,6 @@ def test_fewer_prompts_than_the_cap_is_a_closed_loop_of_that_many(tmp_path: Path
     assert read_table([path]).batch.tolist() == [8, 100]
 
 
-def sglang_line(result: SimResult, rate: float) -> dict[str, Any]:
-    """A simulated run as bench_serving reports it (calculate_metrics): means over every request of the run, the
-    duration from the first arrival to the last finish, TPOT (latency − TTFT) ÷ (output − 1), concurrency
-    Σ latency ÷ duration."""
-    seqs = result.sequences
-    start = min(s.arrival_s for s in seqs)
-    duration = max(s.finished_s for s in seqs if s.finished_s is not None) - start
-    latency = np.array([s.finished_s - s.arrival_s for s in seqs if s.finished_s is not None])
-    ttft = np.array([s.first_token_s - s.arrival_s for s in seqs if s.first_token_s is not None])
-    out = np.array([s.max_tokens for s in seqs])
-    return {
-        **LINE,
-        "request_rate": rate,
-        "max_concurrency": None,
-        "duration": duration,
-        "completed": len(seqs),
-        "total_input_tokens": int(sum(s.prompt_tokens for s in seqs)),
-        "total_output_tokens": int(out.sum()),
-        "total_output_tokens_retokenized": int(out.sum()),
-        "output_throughput": out.sum() / duration,
-        "mean_e2e_latency_ms": latency.mean() * 1e3,
-        "mean_ttft_ms": ttft.mean() * 1e3,
-        "mean_tpot_ms": np.mean((latency - ttft) / (out - 1)) * 1e3,
-        "concurrency": latency.sum() / duration,
-    }
-
-
 def test_a_sweep_of_request_rates_recovers_the_server_that_ran_it(tmp_path: Path) -> None:
     """A server (TRUTH, cap 32) swept by bench_serving at 20, 45, 70 and 90% of its saturation, 300 requests a rate
     (256 in, 64 out): predict fits the scheduler to the lines (each an open loop at its rate, replayed as whole runs
@@ -201,9 +174,10 @@ def test_a_sweep_of_request_rates_recovers_the_server_that_ran_it(tmp_path: Path
     lengths = (Lengths(256), Lengths(64))
     saturation = saturation_rate(TRUTH, *lengths, 32)
     lines = []
-    for seed, share in enumerate((0.2, 0.45, 0.7, 0.9)):
+    rng = np.random.default_rng(0)  # no noise is drawn: the arrivals' sample is the only one
+    for seed, share in enumerate((0.2, 0.45, 0.7, 0.9)):  # as bench_serving reports them (the examples' writer)
         rate = share * saturation
-        lines.append(sglang_line(simulate(TRUTH, Workload(rate, *lengths, 300), 32, seed, None), rate))
+        lines.append(GENERATOR.sglang_line(rate, 256, 64, rng, 300, seed, TRUTH, None, None, False, 32))
     path = write_lines(tmp_path / "sweep.jsonl", lines)
     serving = run_json(["predict", str(path), "--batch", "16"])["serving"]
     assert serving["client"] == "poisson" and serving["tpot_rms"] < 0.03

@@ -115,11 +115,12 @@ def _load(data: Mapping[str, Any], where: str) -> tuple[float | None, float | No
     return cap, per_s, arrivals
 
 
-def genai_perf_row(data: Mapping[str, Any], where: str, warnings: list[str]) -> Row | None:
-    """One run: at a concurrency alone, batch N (AIPerf's requests, where fewer: all sent at once) and a closed loop;
-    at a rate, the requests held in flight (a rate capped by a concurrency it filled, above 90% of it on average, was
-    neither: left out with a warning, None)."""
+def genai_perf_run(data: Mapping[str, Any], where: str, warnings: list[str]) -> tuple[Row | None, dict[str, Any]]:
+    """One run's row and settings (genai_perf_settings). The row: at a concurrency alone, batch N (AIPerf's requests,
+    where fewer: all sent at once) and a closed loop; at a rate, the requests held in flight (a rate capped by a
+    concurrency it filled, above 90% of it on average, was neither: left out with a warning, None)."""
     cap, rate, _ = _load(data, where)
+    settings = genai_perf_settings(data, where)
     # AIPerf's means are over its run's requests (after any warm-up); GenAI-Perf's perf_analyzer measures stable
     # windows of a load already running: a steady window, no whole run (None)
     requests = _stat(data, "request_count", where) if tool_of(data) == "AIPerf" else None
@@ -144,8 +145,7 @@ def genai_perf_row(data: Mapping[str, Any], where: str, warnings: list[str]) -> 
             )
         batch = throughput * latency_ms / 1e3
         if capped(where, rate, cap, batch, warnings):
-            return None
-    settings = genai_perf_settings(data, where)
+            return None, settings
     return Row(
         batch,
         _required(data, "output_token_throughput", where),
@@ -154,7 +154,7 @@ def genai_perf_row(data: Mapping[str, Any], where: str, warnings: list[str]) -> 
         _stat(data, "time_to_first_token", where, time=True),
         where,
         requests,
-    )
+    ), settings
 
 
 def tool_of(data: Mapping[str, Any]) -> str:

@@ -21,9 +21,9 @@ from typing import Any
 from tokenroof.errors import TokenroofError
 from tokenroof.io.benchfiles import _bench_summary, _is_bench_summary, read_jsonl
 from tokenroof.io.csvread import parse_csv
-from tokenroof.io.genaiperf import genai_perf_row, genai_perf_settings, is_genai_perf_export, tool_of
+from tokenroof.io.genaiperf import genai_perf_run, is_genai_perf_export, tool_of
 from tokenroof.io.guidellm import _guidellm_rows, _guidellm_settings
-from tokenroof.io.sglang import is_sglang_result, sglang_row, sglang_settings
+from tokenroof.io.sglang import is_sglang_result, sglang_run
 from tokenroof.io.table import (
     CLIENT_KINDS,
     COLUMNS,
@@ -103,20 +103,17 @@ def _json_rows(data: Any, where: str, warnings: list[str]) -> tuple[list[Row], l
 @dataclass(frozen=True)
 class RunReader:
     """A tool whose files hold one run a document (a file, or a JSON Lines line): how to tell its documents, read one
-    into a row (None: left out, with a warning) and its settings, and name it."""
+    into its row (None: left out, with a warning) and its settings, and name it."""
 
     tool: str
     recognises: Callable[[Any], bool]
-    row: Callable[[Mapping[str, Any], str, list[str]], Row | None]
-    settings: Callable[[Mapping[str, Any], str], dict[str, Any]]
+    read: Callable[[Mapping[str, Any], str, list[str]], tuple[Row | None, dict[str, Any]]]
     label: Callable[[Mapping[str, Any]], str]
 
 
 RUN_READERS = (
-    RunReader(
-        "AIPerf/GenAI-Perf", is_genai_perf_export, genai_perf_row, genai_perf_settings, lambda d: f"{tool_of(d)} export"
-    ),
-    RunReader("SGLang", is_sglang_result, sglang_row, sglang_settings, lambda d: "sglang.bench_serving result"),
+    RunReader("AIPerf/GenAI-Perf", is_genai_perf_export, genai_perf_run, lambda d: f"{tool_of(d)} export"),
+    RunReader("SGLang", is_sglang_result, sglang_run, lambda d: "sglang.bench_serving result"),
 )
 
 
@@ -224,7 +221,7 @@ def read_table(paths: Sequence[Path | str]) -> MeasurementTable:
         for where, data in json_documents(text, str(path)):
             reader = next((r for r in RUN_READERS if r.recognises(data)), None)
             if reader is not None:  # one run a document: AIPerf's and GenAI-Perf's exports, SGLang's lines
-                row, settings = reader.row(data, where, warnings), reader.settings(data, where)
+                row, settings = reader.read(data, where, warnings)
                 rows += [] if row is None else [row]
                 closed_loops[reader.tool] += row is not None and settings["client"] == "burst"
                 provenance.append(f"{reader.label(data)} {where}")

@@ -63,14 +63,15 @@ def _in_flight(data: Mapping[str, Any], where: str) -> float:
     return held_in_flight(data, where, "mean_e2e_latency_ms", "SGLang")
 
 
-def sglang_row(data: Mapping[str, Any], where: str, warnings: list[str]) -> Row | None:
-    """One run. At `--max-concurrency N` with every prompt sent at once (rate inf) the client is a closed loop of N
-    streams: batch N (the completed requests, where fewer: the cap never bound), as vLLM's results are read. At a
-    finite rate arrivals are Poisson (bench_serving draws exponential gaps) and the batch is the requests measured in
-    flight; a `--max-concurrency` the rate ran under caps that from the client's side, and where it bound (in flight on
-    average above 90% of it) the run was neither a rate nor a concurrency: left out, with a warning (None). Its
-    metrics and token totals are required: none is derived from the others."""
+def sglang_run(data: Mapping[str, Any], where: str, warnings: list[str]) -> tuple[Row | None, dict[str, Any]]:
+    """One run's row and settings (sglang_settings). At `--max-concurrency N` with every prompt sent at once (rate inf)
+    the client is a closed loop of N streams: batch N (the completed requests, where fewer: the cap never bound), as
+    vLLM's results are read. At a finite rate arrivals are Poisson (bench_serving draws exponential gaps) and the
+    batch is the requests measured in flight; a `--max-concurrency` the rate ran under caps that from the client's
+    side, and where it bound (in flight on average above 90% of it) the run was neither a rate nor a concurrency:
+    left out, with a warning (None). Its metrics and token totals are required: none is derived from the others."""
     rate = _rate(data, where)
+    settings = sglang_settings(data, where)
     cap = data.get("max_concurrency")
     for key in ("completed", "total_input_tokens", "total_output_tokens", "output_throughput", "mean_tpot_ms"):
         _required(data, key, where)
@@ -85,8 +86,8 @@ def sglang_row(data: Mapping[str, Any], where: str, warnings: list[str]) -> Row 
     else:
         batch = _in_flight(data, where)
         if capped(where, rate, None if cap is None else _batch(cap, where, "max_concurrency"), batch, warnings):
-            return None
-    return metrics_row(data, where, batch)
+            return None, settings
+    return metrics_row(data, where, batch), settings
 
 
 def sglang_settings(data: Mapping[str, Any], where: str) -> dict[str, Any]:
