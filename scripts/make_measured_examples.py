@@ -34,8 +34,8 @@ import numpy as np
 
 from tokenroof.model.stepmodel import StepModel
 from tokenroof.serving.deployment import Physics
-from tokenroof.serving.replay import held_concurrency
-from tokenroof.serving.simulate import ClosedLoop, Lengths, Workload, simulate
+from tokenroof.serving.replay import answered_by_stop, held_concurrency
+from tokenroof.serving.simulate import ClosedLoop, Lengths, SimResult, Workload, simulate
 
 ROOT = Path(__file__).resolve().parent.parent
 TRUTH = Physics("llama-3.1-8b", "h100-sxm", engine="vllm-v1")
@@ -122,17 +122,25 @@ def guidellm_report(
     noise: bool = True,
     seed: int = 0,
     arrivals: str = "poisson",
+    stop: str = "window",
 ) -> dict[str, Any]:
     """A GuideLLM report of request rates against the same server (open loop): Poisson or evenly spaced (`arrivals`
     "constant", GuideLLM's sweep default) arrivals, `requests` a rate, each rate its own sample (seeded `seed` + its
     index), its means with the examples' 2% noise unless `noise` is off (then the arrival sample is the only noise,
-    as on a real server)."""
+    as on a real server). `stop`: how each benchmark's means were taken, as GuideLLM's GenerativeMetrics.compile takes
+    them: "window", a steady window (warm-up and cool-down cut; no request totals, as the shipped example);
+    "seconds", a time limit at the last arrival, what is in flight then cancelled (`incomplete`), the means and the
+    concurrency over the requests answered by then; "requests", a request limit, every request answered, the means and
+    the concurrency over the whole run."""
     sm, kv = (TRUTH.step_model(), TRUTH.kv_pool_tokens()) if truth is None else (truth, kv_capacity_tokens)
     benchmarks = []
     for i, rate in enumerate(rates):
         burstiness = math.inf if arrivals == "constant" else 1.0
         workload = Workload(rate, Lengths(input_len), Lengths(output_len), num_requests=requests, burstiness=burstiness)
         result = simulate(sm, workload, 1024, seed + i, kv, max_num_batched_tokens=budget)
+        if stop != "window":
+            benchmarks.append(guidellm_run(result, rate, input_len, output_len, rng, noise, arrivals, stop))
+            continue
         summary = result.summary()
         # requests in flight, time-averaged over the window the other metrics are taken over (GuideLLM's
         # request_concurrency is the time-weighted distribution of requests in flight): what the fit matches
@@ -160,6 +168,60 @@ def guidellm_report(
             }
         )
     return {"tokenroof_provenance": PROVENANCE.replace("vLLM run", "GuideLLM run"), "benchmarks": benchmarks}
+
+
+def guidellm_run(
+    result: SimResult,
+    rate: float,
+    input_len: int,
+    output_len: int,
+    rng: np.random.Generator,
+    noise: bool,
+    arrivals: str,
+    stop: str,
+) -> dict[str, Any]:
+    """One GuideLLM 0.4+ benchmark over its whole run (`guidellm_report`'s "seconds" and "requests" stops): its
+    successful requests' means, their time-weighted concurrency from the first request to the run's end, the request
+    totals, the strategy and the limit in `config`."""
+    start, end, answered = answered_by_stop(result)
+    if stop == "requests":
+        answered = np.ones(len(result.sequences), dtype=bool)
+        end = max(s.finished_s or 0.0 for s in result.sequences)
+    seqs = [s for s, kept in zip(result.sequences, answered, strict=True) if kept]
+    e2e = np.array([(s.finished_s or 0.0) - s.arrival_s for s in seqs])
+    ttft = np.array([(s.first_token_s or 0.0) - s.arrival_s for s in seqs])
+    itl = (e2e - ttft) / (output_len - 1)
+
+    def jitter(value: float) -> float:
+        return noisy(rng, value) if noise else float(value)
+
+    def dist(mean: float) -> dict[str, Any]:
+        return {"successful": {"mean": mean, "median": mean}, "errored": None, "total": {"mean": mean}}
+
+    duration = end - start
+    limit = {"max_duration": {"seconds": duration}} if stop == "seconds" else {"max_requests": {"count": len(seqs)}}
+    incomplete = len(result.sequences) - len(seqs)
+    return {
+        "type_": "generative_benchmark",
+        "config": {
+            "strategy": {"type_": arrivals, "rate": rate},
+            "constraints": limit,
+            "warmup": {"percent": None, "value": None},
+            "cooldown": {"percent": None, "value": None},
+        },
+        "metrics": {
+            "request_totals": {
+                "successful": len(seqs), "incomplete": incomplete, "errored": 0, "total": len(result.sequences)
+            },
+            "requests_per_second": dist(len(seqs) / duration),
+            "request_concurrency": dist(float(e2e.sum() / duration)),
+            "output_tokens_per_second": dist(jitter(len(seqs) * output_len / duration)),
+            "inter_token_latency_ms": dist(jitter(float(itl.mean()) * 1e3)),
+            "time_to_first_token_ms": dist(jitter(float(ttft.mean()) * 1e3)),
+            "prompt_token_count": dist(float(input_len)),
+            "output_token_count": dist(float(output_len)),
+        },
+    }  # fmt: skip
 
 
 def sglang_line(

@@ -1,5 +1,5 @@
-"""The CSV reader: `batch,throughput_tok_s,tpot_ms[,context_tokens][,ttft_ms][,requests][,concurrency]` with `#`
-provenance and `# key=value` settings lines (DESIGN.md); a large plain table is parsed as one block by numpy.
+"""The CSV reader: `batch,throughput_tok_s,tpot_ms[,context_tokens][,ttft_ms][,requests][,concurrency][,sent]` with
+`#` provenance and `# key=value` settings lines (DESIGN.md); a large plain table is parsed as one block by numpy.
 The writer is csvio.py."""
 
 from __future__ import annotations

@@ -1,4 +1,14 @@
-"""GuideLLM JSON reports: one table row per benchmark of the sweep, with the client that drove it."""
+"""GuideLLM JSON reports: one table row per benchmark of the sweep, with the client that drove it.
+
+GuideLLM takes a benchmark's metrics over its successful requests between the first request's start and the run's end
+(GuideLLM's `GenerativeMetrics.compile`, 0.3 to 0.7): with warm-up or cool-down set, over the window they leave (read
+as a steady window); otherwise over the whole run. A run stopped by a request limit answers every request, the drain
+at its end included; one stopped by a time limit (`max_duration`, `--max-seconds`) sends until the limit and cancels
+what is still in flight, counted `incomplete` and left out of the means, and the request concurrency it reports is the
+successful requests' only. So a rate benchmark's successful requests go into the table's `requests` and, where some
+were cancelled, the requests it sent (successful and incomplete) into `sent`, and its points are replayed as such
+runs (serving/replay.py). A report without its request totals (before GuideLLM 0.3) is read as a steady window.
+"""
 
 from __future__ import annotations
 
@@ -48,6 +58,56 @@ def _guidellm_client(data: Mapping[str, Any]) -> str | None:
     return max(sorted(set(rates)), key=rates.count) if rates else None
 
 
+def _strategy_kind(bench: Mapping[str, Any]) -> str | None:
+    strategy = _dig(bench, "args", "strategy") or _dig(bench, "config", "strategy")
+    kind = strategy.get("type_") if isinstance(strategy, Mapping) else None
+    return kind if isinstance(kind, str) else None
+
+
+def _transient(bench: Mapping[str, Any]) -> bool:
+    """Whether a warm-up or cool-down was cut from the benchmark's metrics: GuideLLM 0.4+ `config.warmup` /
+    `config.cooldown` (a percent or a value), 0.3 `args.warmup_number` / `warmup_duration` / `cooldown_…`."""
+    for phase in ("warmup", "cooldown"):
+        given = _dig(bench, "config", phase)
+        if isinstance(given, Mapping) and any(_positive(given.get(k)) for k in ("percent", "value")):
+            return True
+        if _positive(given) or any(_positive(_dig(bench, "args", f"{phase}_{k}")) for k in ("number", "duration")):
+            return True
+    return False
+
+
+def _positive(value: Any) -> bool:
+    return isinstance(value, int | float) and not isinstance(value, bool) and value > 0
+
+
+def _totals(bench: Mapping[str, Any], where: str) -> tuple[int, int] | None:
+    """A benchmark's successful and incomplete requests (`metrics.request_totals`, 0.4+; `request_totals`, 0.3);
+    None where the report does not give them."""
+    totals = _dig(bench, "metrics", "request_totals") or bench.get("request_totals")
+    if not isinstance(totals, Mapping):
+        return None
+    counts = []
+    for key in ("successful", "incomplete"):
+        value = totals.get(key, 0)
+        if isinstance(value, bool) or not isinstance(value, int | float) or not value >= 0 or value != int(value):
+            raise TokenroofError(f"{where}: request_totals.{key} must be a whole number of requests, got {value!r}")
+        counts.append(int(value))
+    return counts[0], counts[1]
+
+
+def _run_requests(bench: Mapping[str, Any], where: str) -> tuple[int, int | None] | None:
+    """A rate benchmark measured over its whole run: the requests its means are over (the successful ones) and, where
+    a time limit cut it (requests still in flight cancelled: incomplete ones), the requests it sent. None: a closed
+    loop, a warm-up or cool-down window, no totals."""
+    if _strategy_kind(bench) not in ("poisson", "constant") or _transient(bench):
+        return None
+    totals = _totals(bench, where)
+    if totals is None or totals[0] == 0:
+        return None
+    successful, incomplete = totals
+    return successful, successful + incomplete if incomplete else None
+
+
 def _guidellm_settings(data: Mapping[str, Any], where: str) -> dict[str, Any]:
     settings: dict[str, Any] = {"batch_kind": "concurrency", "tpot_kind": "itl"}
     client = _guidellm_client(data)
@@ -80,6 +140,7 @@ def _guidellm_rows(data: Mapping[str, Any], where: str) -> list[Row]:
         if concurrency is None:
             raise TokenroofError(f"{here}: no request_concurrency metric and no concurrent strategy")
         batch = _batch(concurrency, here, "request_concurrency")
+        run = _run_requests(bench, here)
         rows.append(
             Row(
                 batch,
@@ -90,7 +151,9 @@ def _guidellm_rows(data: Mapping[str, Any], where: str) -> list[Row]:
                 None,
                 _number(_dig(metrics, "time_to_first_token_ms", "successful", "mean"), here, "time_to_first_token_ms"),
                 here,
+                requests=None if run is None else float(run[0]),
                 concurrency=_guidellm_streams(bench, batch, here),
+                sent=None if run is None or run[1] is None else float(run[1]),
             )
         )
     return rows

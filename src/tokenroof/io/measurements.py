@@ -2,7 +2,7 @@
 (csvread.py), vLLM (vllm.py), GuideLLM (guidellm.py), SGLang's bench_serving (sglang.py), AIPerf and GenAI-Perf
 (genaiperf.py), tokenroof bench (benchfiles.py).
 
-CSV format (DESIGN.md): `batch,throughput_tok_s,tpot_ms[,context_tokens][,ttft_ms][,requests][,concurrency]`,
+CSV format (DESIGN.md): `batch,throughput_tok_s,tpot_ms[,context_tokens][,ttft_ms][,requests][,concurrency][,sent]`,
 `#` lines are free-text provenance and are kept. At least one of throughput and TPOT per row; the other is derived
 (throughput = batch × 1000 / TPOT). Also read: `vllm bench serve --save-result` JSON files (one a run, at a
 concurrency or a rate: pass several), GuideLLM JSON reports (one row per benchmark in the sweep), AIPerf and
@@ -79,6 +79,7 @@ def _json_rows(data: Any, where: str, warnings: list[str]) -> tuple[list[Row], l
                 here,
                 values["requests"],
                 values["concurrency"],
+                values["sent"],
             )
         )
     provenance = data.get("provenance", []) if isinstance(data, Mapping) else []

@@ -18,10 +18,12 @@ from tokenroof.errors import TokenroofError
 from tokenroof.model.stepmodel import mean_context_tokens
 
 # `requests`: how many requests a point's means are taken over from the start of its run, ramp-up included (as vLLM
-# reports them); absent: a steady-state window (tokenroof bench; a rate point's window). `concurrency`: the
-# closed-loop client's concurrency where the batch column is the server's running batch or a measured mean
-# (tokenroof bench, GuideLLM's synchronous and concurrent points; empty for open-loop points)
-COLUMNS = ("batch", "throughput_tok_s", "tpot_ms", "context_tokens", "ttft_ms", "requests", "concurrency")
+# reports them); absent (or empty on a row): a steady-state window (tokenroof bench; a rate point's window).
+# `concurrency`: the closed-loop client's concurrency where the batch column is the server's running batch or a
+# measured mean (tokenroof bench, GuideLLM's synchronous and concurrent points; empty for open-loop points). `sent`:
+# with `requests`, how many the run sent where a time limit stopped it and dropped what was still in flight, its means
+# over the `requests` answered by then (GuideLLM's `max_duration`); absent: every request sent was answered
+COLUMNS = ("batch", "throughput_tok_s", "tpot_ms", "context_tokens", "ttft_ms", "requests", "concurrency", "sent")
 DISAGREE = 0.10  # throughput and TPOT inconsistent by more than this → warning
 # rows at one batch are repeated runs of it, pooled, unless their TPOTs scatter more than this (rms of log TPOT):
 # that is two servers or workloads in one table
@@ -146,6 +148,7 @@ class Row:
     where: str = ""
     requests: float | None = None
     concurrency: float | None = None
+    sent: float | None = None
 
 
 @dataclass(frozen=True)
@@ -161,6 +164,7 @@ class MeasurementTable:
     ttft_ms: np.ndarray | None = None
     requests: np.ndarray | None = None  # per point: the requests its means were taken over, whole run (None: a window)
     concurrency: np.ndarray | None = None  # per point: the closed-loop client's concurrency (NaN: open loop or unknown)
+    sent: np.ndarray | None = None  # per point: what a run cut at a time limit sent (NaN, None: all were answered)
     provenance: tuple[str, ...] = ()
     source: str = ""
     warnings: tuple[str, ...] = ()
@@ -212,6 +216,7 @@ class MeasurementTable:
             ttft_ms=cut(self.ttft_ms),
             requests=cut(self.requests),
             concurrency=cut(self.concurrency),
+            sent=cut(self.sent),
             derived=derived,
             count=cut(self.count),
             tpot_log_ss=cut(self.tpot_log_ss),
@@ -244,6 +249,8 @@ class MeasurementTable:
             columns["requests"] = self.requests
         if self.concurrency is not None:
             columns["concurrency"] = self.concurrency
+        if self.sent is not None:
+            columns["sent"] = self.sent
         out = io.StringIO()
         write_rows(out, self.provenance, list(columns), zip(*columns.values(), strict=True))
         return out.getvalue()
@@ -262,6 +269,7 @@ class MeasurementTable:
             "ttft_ms": self.ttft_ms,
             "requests": self.requests,
             "concurrency": self.concurrency,
+            "sent": self.sent,
             "count": self.count,
         }
         for name, values in extra.items():
@@ -418,6 +426,17 @@ def table_from_columns(
     starts = groups.starts
     ctx = col["context_tokens"]
     warnings = _repeats(groups, b, tpot_all, where, None if np.isnan(ctx).all() else ctx) + warnings
+    sent, requests = col["sent"], col["requests"]
+    odd = (~np.isnan(sent)) & (np.isnan(requests) | (sent < requests))
+    if odd.any():
+        i = int(np.argmax(odd))
+        raise TokenroofError(
+            f"{where(i)}: sent {sent[i]:g} without requests: give the requests its means are over (those answered) "
+            "beside what the run sent"
+            if np.isnan(requests[i])
+            else f"{where(i)}: sent {sent[i]:g} is fewer than the {requests[i]:g} requests its means are over: a run "
+            "sends at least the requests it answers"
+        )
     missing = np.isnan(col["ttft_ms"])
     if missing.any() and not missing.all():
         warnings.append(
@@ -438,8 +457,9 @@ def table_from_columns(
         throughput_tok_s=groups.geometric_mean(thr_all),
         context_tokens=None if np.isnan(ctx).all() else groups.mean(ctx),
         ttft_ms=None if np.isnan(col["ttft_ms"]).all() else groups.nanmean(col["ttft_ms"]),
-        requests=None if np.isnan(col["requests"]).any() else groups.mean(col["requests"]),
+        requests=None if np.isnan(col["requests"]).all() else groups.mean(col["requests"]),
         concurrency=None if np.isnan(col["concurrency"]).all() else groups.nanmean(col["concurrency"]),
+        sent=None if np.isnan(col["sent"]).all() else groups.mean(col["sent"]),
         provenance=tuple(provenance),
         source=source,
         warnings=tuple(warnings),
@@ -548,6 +568,7 @@ def pooled(table: MeasurementTable, max_points: int) -> tuple[MeasurementTable, 
         ttft_ms=None if table.ttft_ms is None else nanmean(table.ttft_ms),
         requests=None if table.requests is None else mean(table.requests),
         concurrency=None if table.concurrency is None else nanmean(table.concurrency),
+        sent=None if table.sent is None else mean(table.sent),
         derived=labels if len(table.derived) == n else (),
         count=np.rint(rows).astype(np.int64),
         tpot_log_ss=np.add.reduceat(scatter, starts),
@@ -573,6 +594,7 @@ def _concat(parts: Sequence[MeasurementTable]) -> MeasurementTable:
         ttft_ms=join("ttft_ms"),
         requests=join("requests"),
         concurrency=join("concurrency"),
+        sent=join("sent"),
         derived=derived if len(derived) == sum(len(p) for p in parts) else (),
         count=np.rint(np.concatenate(counts)).astype(np.int64),
         tpot_log_ss=np.concatenate([p.log_ss for p in parts]),
@@ -689,6 +711,7 @@ def _table_rows(table: MeasurementTable) -> list[Row]:
             f"{table.source} batch {table.batch[i]:g}",
             cell(table.requests, i),
             cell(table.concurrency, i),
+            cell(table.sent, i),
         )
         for i in range(len(table))
     ]

@@ -169,6 +169,7 @@ class Point:
     client: str = "staggered"  # how its client drove the server (io.measurements.CLIENT_KINDS)
     server_cap: int | None = None  # the server's running-batch cap the point shows (None: the concurrency)
     in_flight: bool = False  # an open loop's concurrency counts requests in flight (GuideLLM's), not the running batch
+    sent: int | None = None  # its run, cut at a time limit, sent this many; its means over the `requests` answered
 
 
 # requests simulated for an open-loop point: about 40 lifetimes of its mean concurrency, within these bounds
@@ -208,14 +209,34 @@ def open_loop_run(
     )
 
 
-def held_concurrency(result: SimResult, in_flight: bool, whole: bool = False) -> float:
+def answered_by_stop(result: SimResult) -> tuple[float, float, np.ndarray]:
+    """A run cut at a time limit, as GuideLLM's `max_duration` ends one: the client sends until the limit and then
+    drops what is still in flight. The run's first arrival, its stop (the last arrival: the limit, within one gap) and
+    which requests were answered by then, what its means are over."""
+    arrival = np.array([s.arrival_s for s in result.sequences], dtype=float)
+    finished = np.array([math.inf if s.finished_s is None else s.finished_s for s in result.sequences], dtype=float)
+    start, stop = float(arrival.min()), float(arrival.max())
+    return start, stop, finished <= stop
+
+
+def held_concurrency(result: SimResult, in_flight: bool, whole: bool = False, cut: bool = False) -> float:
     """What an open-loop point's batch column measured over a run's window, time-averaged: the requests in flight
     (sent and not yet answered: GuideLLM's request_concurrency), or the running batch (bench's, from the server's
     gauge). Not completions a second × mean end-to-end time: near saturation the queue grows over a run and the
     completions lag the arrivals, which would read the concurrency low and match it at a rate past the server's.
     `whole`: over the whole run, first arrival to last answer (SGLang's, vLLM's and AIPerf's rate runs: Σ latency ÷
     duration, ramp-up and drain in it, 3–8% under a steady window's on 300–1,000 requests; over a whole run the
-    completions do not lag, and the two counts agree)."""
+    completions do not lag, and the two counts agree). `cut` (with `whole`): over a run stopped at its last arrival,
+    the requests answered by then (GuideLLM's successful requests' concurrency from the first request to the stop:
+    what is in flight at the stop is dropped, not counted; 3–13% under a steady window's on 20–60 s runs)."""
+    if whole and cut:
+        w0, w1, answered = answered_by_stop(result)
+        if not in_flight:
+            return result.running_batch(w0, w1)
+        held = sum(
+            float(s.finished_s or w1) - s.arrival_s for s, k in zip(result.sequences, answered, strict=True) if k
+        )
+        return float(held / max(w1 - w0, 1e-12))
     w0, w1 = result.window_s()
     if whole:
         w0 = min(s.arrival_s for s in result.sequences)
@@ -226,6 +247,22 @@ def held_concurrency(result: SimResult, in_flight: bool, whole: bool = False) ->
     end = np.array([w1 if s.finished_s is None else s.finished_s for s in result.sequences], dtype=float)
     inside = np.clip(np.minimum(end, w1) - np.maximum(start, w0), 0.0, None)
     return float(inside.sum() / max(w1 - w0, 1e-12))
+
+
+def cut_count(result: SimResult, in_flight: bool, cancelled: int) -> float:
+    """What the search matches a run cut at its last arrival on, against GuideLLM's count of it: the answered
+    requests' concurrency (`held_concurrency`) with, beside it, what the requests cancelled at the stop held beyond the
+    `cancelled` the run measured (each held from its arrival to the stop, time-averaged). GuideLLM's count alone levels
+    off near saturation (a heavier load cancels more at the stop and answers no more: at 0.95, 1.0 and 1.05 of one
+    server's saturation, 89, 88 and 88 requests on runs of 500), where the count of the requests in flight at the stop
+    keeps growing, so a rate is found there too; below, the two runs cancel about as many: the count is GuideLLM's."""
+    answered = held_concurrency(result, in_flight, whole=True, cut=True)
+    if not in_flight:
+        return answered
+    w0, w1, kept = answered_by_stop(result)
+    ages = np.array([w1 - s.arrival_s for s, k in zip(result.sequences, kept, strict=True) if not k])
+    beyond = (ages.size - cancelled) * float(ages.mean()) if ages.size else 0.0
+    return max(answered + beyond / max(w1 - w0, 1e-12), 1e-9)
 
 
 def open_loop_design(
@@ -243,12 +280,23 @@ def open_loop_design(
     requests, matched on the requests in flight over the whole run as its tool counts them, each run's spread its own
     (matched over a steady window, the whole run's ramp and drain read as a lighter load: on the eight sweeps of
     `benchmarks/open_loop.py --format sglang` the fitted saturation's median |error| was 5.9% data only and 4.1% with
-    the prior, matched over whole runs 2.0% and 0.9%; docs/ACCURACY.md)."""
+    the prior, matched over whole runs 2.0% and 0.9%; docs/ACCURACY.md). A whole run cut at a time limit (GuideLLM's
+    `max_duration`: the point's `sent`) is replayed as runs of as many arrivals cut at the last, its means over what
+    was answered by then, matched on `cut_count` (read as steady windows: 14.4% and 14.6% on `--stop seconds`; so
+    replayed: 3.1% and 1.2%)."""
     lengths = Lengths(point.input_len), Lengths(point.output_len)
     served = Served(reference, point.client, kv_capacity_tokens, budget, kv_slots)
     whole = point.requests  # a whole run's means (its requests given): replayed as whole runs of as many
-    results = matched_runs(served, lengths, point.rate_req_s, point.concurrency, point.in_flight, whole)
-    chosen = [np.ones(len(r.sequences), dtype=bool) if whole else r.measured() for r in results]
+    cancelled = None  # … or a run cut at a time limit: as many arrivals as it sent, its means over those answered
+    if whole is not None and point.sent is not None and point.sent > whole:
+        whole, cancelled = point.sent, point.sent - whole
+    results = matched_runs(served, lengths, point.rate_req_s, point.concurrency, point.in_flight, whole, cancelled)
+    if whole is None:
+        chosen = [r.measured() for r in results]
+    else:
+        chosen = [
+            np.ones(len(r.sequences), dtype=bool) if cancelled is None else answered_by_stop(r)[2] for r in results
+        ]
     parts = [Design.of(r, c) for r, c in zip(results, chosen, strict=True)]
     ttft = np.array([d.ttft_s(reference) for d in parts])
     sampled = float(np.mean([c.sum() for c in chosen]))
@@ -275,11 +323,13 @@ def matched_runs(
     concurrency: float,
     in_flight: bool,
     whole: int | None = None,
+    cancelled: int | None = None,
 ) -> list[SimResult]:
     """OPEN_LOOP_REPLAYS open-loop runs (seeds 0, 1, …, each a share of one replay's requests, or each a whole run of
     `whole` requests) of `served` (the step model, the client, the KV cache, the prompt budget, per-slot KV streams)
     at the rate from `rate` on at which they hold `concurrency` on average (`held_concurrency`, over the whole run
-    where `whole`; `matched_rate`)."""
+    where `whole`; `matched_rate`). `cancelled`: the runs were cut at their last arrival, that many requests cancelled
+    there (`cut_count`)."""
     model, client, kv, budget, kv_slots = served
     n = OPEN_LOOP_REPLAYS
     ran: dict[float, list[SimResult]] = {}
@@ -288,6 +338,8 @@ def matched_runs(
         ran[at] = [
             open_loop_run(model, at, lengths, client, concurrency, kv, budget, kv_slots, k, n, whole) for k in range(n)
         ]
+        if cancelled is not None:
+            return float(np.mean([cut_count(r, in_flight, cancelled) for r in ran[at]]))
         return float(np.mean([held_concurrency(r, in_flight, whole is not None) for r in ran[at]]))
 
     found = matched_rate(held, rate, concurrency)
@@ -541,6 +593,12 @@ def online_points(table: MeasurementTable, fit: Fit, input_len: float, output_le
                     t = None  # its TTFT is the queue in front of the cap, which the client's window sets: not fitted
             elif client in CLOSED:
                 client = "poisson"  # bench --request-rate beside --concurrency points
+        requests = None  # a whole run's requests (a row without them: a steady window)
+        if table.requests is not None and np.isfinite(table.requests[i]):
+            requests = max(round(float(table.requests[i])), 1)
+        sent = None  # a run cut at a time limit: what it sent
+        if table.sent is not None and table.requests is not None and np.isfinite(table.sent[i]):
+            sent = max(round(float(table.sent[i])), 1)
         points.append(
             Point(
                 concurrency,
@@ -550,10 +608,11 @@ def online_points(table: MeasurementTable, fit: Fit, input_len: float, output_le
                 t,
                 float(table.throughput_tok_s[i]) / max(round(output_len), 2),
                 float(table.counts[i]),
-                None if table.requests is None else max(round(float(table.requests[i])), 1),
+                requests,
                 client,
                 cap,
                 in_flight_of(table),
+                sent,
             )
         )
     return points
