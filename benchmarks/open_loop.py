@@ -17,8 +17,14 @@ saturation with 3,000 requests a rate; this one fits what a sweep measures:
 `--format sglang` writes the same sweep as `sglang.bench_serving` does instead: a JSON line a rate, its means over the
 whole run (ramp-up and drain included) and its `concurrency` Σ latency ÷ duration, Poisson arrivals.
 
+`--stop seconds` writes GuideLLM's report as a run under a time limit takes it (no warm-up or cool-down): means and
+request concurrency over the successful requests from the first request to the limit, what was in flight then cancelled
+(`incomplete`); `--stop requests` as a run under a request limit (every request answered, the drain in the means);
+the default `window`, a steady window (warm-up and cool-down cut). `--as-window` drops the request totals from such a
+report, so it is read as a steady window, as before the reader took them.
+
     python benchmarks/open_loop.py [--requests N] [--seeds K] [--arrivals poisson|constant] [--format guidellm|sglang]
-        [--prior-only | --data-only]
+        [--stop window|seconds|requests] [--as-window] [--prior-only | --data-only]
 """
 
 from __future__ import annotations
@@ -60,6 +66,11 @@ def main(argv: list[str]) -> None:
         "--format", choices=("guidellm", "sglang"), default="guidellm",
         help="the sweep as GuideLLM's report (steady windows) or SGLang's bench_serving lines (whole runs)",
     )  # fmt: skip
+    parser.add_argument(
+        "--stop", choices=("window", "seconds", "requests"), default="window",
+        help="GuideLLM: a steady window, a run stopped at a time limit, or one stopped at a request limit",
+    )  # fmt: skip
+    parser.add_argument("--as-window", action="store_true", help="GuideLLM: drop the request totals from the report")
     parser.add_argument("--verbose", action="store_true")
     args = parser.parse_args(argv)
     modes = [m for m in (False, True) if not (m and args.data_only) and not (not m and args.prior_only)]
@@ -89,7 +100,10 @@ def main(argv: list[str]) -> None:
                     report = gen.guidellm_report(
                         rates, case.input_len, case.output_len, rng, case.truth, case.budget, None,
                         requests=args.requests, noise=False, seed=100 * seed, arrivals=args.arrivals,
+                        stop=args.stop,
                     )  # fmt: skip
+                    for bench in report["benchmarks"] if args.as_window else []:
+                        bench["metrics"].pop("request_totals", None)
                     path.write_text(json.dumps(report))
                 table = read_table([path])
             for prior in modes:
@@ -126,10 +140,13 @@ def main(argv: list[str]) -> None:
                         )
                     for warning in result.warnings:
                         print(f"    warning: {warning}")
+    stop_label = "" if args.format == "sglang" else f"(stop {args.stop}{' read as a window' * args.as_window}) "
     for prior, got in scores.items():
         sat_abs, far_abs = np.abs(got["sat"]), np.abs(got["far"])
         print(
-            f"{'with prior' if prior else 'data only'}: {len(sat_abs)} {args.format} sweeps ({args.requests} "
+            f"{'with prior' if prior else 'data only'}: {len(sat_abs)} {args.format} sweeps "
+            f"{stop_label}"
+            f"({args.requests} "
             f"{'poisson' if args.format == 'sglang' else args.arrivals} arrivals a rate): "
             f"saturation |error| median {np.median(sat_abs):.1%} max {sat_abs.max():.1%} (mean signed "
             f"{np.mean(got['sat']):+.1%}); TPOT at twice the swept batch median {np.median(far_abs):.1%} max "
