@@ -8,8 +8,10 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from tests.conftest import run_json
 from tokenroof.errors import TokenroofError
 from tokenroof.io.measurements import MeasurementTable, parse_csv, read_table
+from tokenroof.model.stepmodel import StepModel
 
 GOOD = """# measured on a test box
 # second provenance line
@@ -287,3 +289,32 @@ def test_semantics_past_the_two_kinds_are_named() -> None:
         Semantics("static", "e2e", 200.0, 200.0)  # type: ignore[misc]
     named = Semantics("static", "e2e", input_len=200.0, output_len=100.0)
     assert (named.client, named.input_len, named.output_len, named.mean_context) == (None, 200.0, 100.0, 250.0)
+
+
+def test_vllm_rate_runs_carry_their_burstiness_into_the_replay(tmp_path: Path) -> None:
+    """`vllm bench serve --burstiness 0.25` draws gamma gaps of shape 0.25 (twice Poisson's spread): the table says
+    so, runs of two burstinesses are two tables, and the replay draws its arrivals as the run did (gaps' coefficient of
+    variation 1/√0.25 = 2 against Poisson's 1); the answer says which arrivals it assumed."""
+    from tokenroof.serving.replay import Served, matched_runs
+    from tokenroof.serving.simulate import Lengths
+
+    run = {"output_throughput": 100.0, "mean_tpot_ms": 10.0, "request_rate": 4.0, "burstiness": 0.25}
+    run |= {"completed": 100, "mean_e2el_ms": 2000.0, "duration": 50.0, "max_concurrency": None}
+    run |= {"mean_ttft_ms": 30.0, "total_input_tokens": 25600, "total_output_tokens": 6400}
+    paths = [tmp_path / f"r{i}.json" for i in range(2)]
+    paths[0].write_text(json.dumps(run))
+    paths[1].write_text(json.dumps(run | {"request_rate": 8.0, "mean_e2el_ms": 2500.0, "mean_tpot_ms": 12.0}))
+    table = read_table(paths)
+    assert table.semantics.client == "poisson" and table.semantics.burstiness == 0.25
+    assert "gamma (burstiness 0.25)" in run_json(["predict", *map(str, paths), "--batch", "8"])["serving"]["semantics"]
+    paths[1].write_text(json.dumps(run | {"request_rate": 8.0, "burstiness": 1.0}))
+    with pytest.raises(TokenroofError, match=r"burstiness 1\.0 differs from 0\.25"):
+        read_table(paths)
+    sm = StepModel(t_fixed_s=3e-3, t_weights_s=12e-3, t_compute_s=60e-6, t_kv_token_s=2e-7, t_seq_s=1e-4)
+    lengths = (Lengths(256), Lengths(64))
+    spread = []
+    for burstiness in (0.25, 1.0):
+        runs = matched_runs(Served(sm, "poisson", None, None, None, burstiness), lengths, 5.0, 4.0, True, 400)
+        gaps = np.concatenate([np.diff(sorted(s.arrival_s for s in r.sequences)) for r in runs])
+        spread.append(float(gaps.std() / gaps.mean()))
+    assert spread[0] == pytest.approx(2.0, rel=0.15) and spread[1] == pytest.approx(1.0, rel=0.1)

@@ -94,7 +94,7 @@ def _json_rows(data: Any, where: str, warnings: list[str]) -> tuple[list[Row], l
             allowed = SETTINGS[key]
             if allowed is None:
                 if isinstance(value, bool) or not isinstance(value, int | float):
-                    raise TokenroofError(f"{where}: {key} must be a number of tokens, got {_shown(value)}")
+                    raise TokenroofError(f"{where}: {key} must be a number, got {_shown(value)}")
                 settings[key] = _number(str(value), where, key)
             elif value not in allowed:
                 raise TokenroofError(f"{where}: {key}={_shown(value)} is not known; known: {', '.join(allowed)}")

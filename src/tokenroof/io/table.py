@@ -55,6 +55,7 @@ SETTINGS = {
     "output_len": None,
     "kv_slots": None,
     "server": SERVERS,
+    "burstiness": None,
 }
 
 
@@ -89,6 +90,8 @@ class Semantics:
     # per run of consecutive busy slots (serving/engine/core.py); None: one KV cache for all (every other server)
     kv_slots: int | None = None
     server: str | None = None  # SERVERS: which server was measured, where the client could tell
+    # an open loop's random arrivals: the gamma shape of their gaps (`vllm bench serve --burstiness`; None: 1, Poisson)
+    burstiness: float | None = None
     stated: tuple[str, ...] = ()  # the settings the source stated (the rest are defaults)
 
     @property
@@ -286,6 +289,7 @@ class MeasurementTable:
             "output_len": self.semantics.output_len,
             "kv_slots": self.semantics.kv_slots,
             "server": self.semantics.server,
+            "burstiness": self.semantics.burstiness,
             "stated": list(self.semantics.stated),
             "points": points,
             "points_pooled_from": None,
@@ -671,7 +675,7 @@ def merge_settings(parts: Sequence[tuple[str, Mapping[str, Any]]], provenance: S
     """One table's semantics from several files: kinds must agree, lengths are averaged."""
     merged: dict[str, Any] = {}
     for where, part in parts:
-        for key in ("batch_kind", "tpot_kind", "client", "kv_slots", "server"):
+        for key in ("batch_kind", "tpot_kind", "client", "kv_slots", "server", "burstiness"):
             if key in part and merged.setdefault(key, (part[key], where))[0] != part[key]:
                 closed = {part[key], merged[key][0]} & {"burst", "staggered"}
                 mixed = key == "client" and closed and {part[key], merged[key][0]} & {"poisson", "constant"}

@@ -60,6 +60,9 @@ def metrics_row(data: Mapping[str, Any], where: str, batch: float) -> Row:
 def _vllm_settings(data: Mapping[str, Any], where: str) -> dict[str, Any]:
     """vLLM's TPOT excludes the first token and so any queueing; lengths from the run's token totals."""
     settings: dict[str, Any] = {"batch_kind": "concurrency", "tpot_kind": "tpot", "client": _vllm_client(data)}
+    burstiness = data.get("burstiness")
+    if settings["client"] == "poisson" and burstiness is not None:  # gamma gaps of this shape (1: Poisson)
+        settings["burstiness"] = _number(burstiness, where, "burstiness")
     done = _number(data.get("completed"), where, "completed")
     for key, total in (("input_len", "total_input_tokens"), ("output_len", "total_output_tokens")):
         value = _number(data.get(total), where, total)
@@ -70,7 +73,8 @@ def _vllm_settings(data: Mapping[str, Any], where: str) -> dict[str, Any]:
 
 def _vllm_client(data: Mapping[str, Any]) -> str:
     """`--request-rate inf` (the default) with `--max-concurrency`: every stream starts at once; a finite rate
-    arrives open-loop (`--burstiness` 1: Poisson, larger: smoother; inf is read as evenly spaced)."""
+    arrives open-loop: random gaps (gamma of shape `--burstiness`: 1 Poisson, below burstier, above smoother; the
+    table's `burstiness`), or evenly spaced at `--burstiness inf`."""
     rate = data.get("request_rate")
     try:
         finite = rate is not None and math.isfinite(float(rate))

@@ -170,6 +170,7 @@ class Point:
     server_cap: int | None = None  # the server's running-batch cap the point shows (None: the concurrency)
     in_flight: bool = False  # an open loop's concurrency counts requests in flight (GuideLLM's), not the running batch
     sent: int | None = None  # its run, cut at a time limit, sent this many; its means over the `requests` answered
+    burstiness: float = 1.0  # a "poisson" client's random arrivals: the gamma shape of their gaps (1: Poisson)
 
 
 # requests simulated for an open-loop point: about 40 lifetimes of its mean concurrency, within these bounds
@@ -195,12 +196,13 @@ def open_loop_run(
     seed: int = 0,
     share: int = 1,
     whole: int | None = None,
+    burstiness: float = 1.0,
 ) -> SimResult:
-    """Arrivals at `rate` (Poisson, or evenly spaced for "constant"), about 40 lifetimes of the expected concurrency
-    (split over `share` runs of other seeds, each at least OPEN_LOOP_MIN_REQUESTS) or, for a point measured over a
-    whole run, that run's `whole` requests, against a server whose cap does not bind (the file does not say it) or,
-    with per-slot KV streams, its slots."""
-    burstiness = 1.0 if client == "poisson" else math.inf
+    """Arrivals at `rate` (random, gamma gaps of shape `burstiness`, 1 Poisson; or evenly spaced for "constant"),
+    about 40 lifetimes of the expected concurrency (split over `share` runs of other seeds, each at least
+    OPEN_LOOP_MIN_REQUESTS) or, for a point measured over a whole run, that run's `whole` requests, against a server
+    whose cap does not bind (the file does not say it) or, with per-slot KV streams, its slots."""
+    burstiness = burstiness if client == "poisson" else math.inf
     n = whole or max(int(np.clip(40 * concurrency, *OPEN_LOOP_REQUESTS)) // share, OPEN_LOOP_MIN_REQUESTS)
     workload = Workload(rate, *lengths, num_requests=n, burstiness=burstiness)
     cap = kv_slots or OPEN_LOOP_MAX_NUM_SEQS
@@ -285,7 +287,7 @@ def open_loop_design(
     was answered by then, matched on `cut_count` (read as steady windows: 14.4% and 14.6% on `--stop seconds`; so
     replayed: 3.1% and 1.2%)."""
     lengths = Lengths(point.input_len), Lengths(point.output_len)
-    served = Served(reference, point.client, kv_capacity_tokens, budget, kv_slots)
+    served = Served(reference, point.client, kv_capacity_tokens, budget, kv_slots, point.burstiness)
     whole = point.requests  # a whole run's means (its requests given): replayed as whole runs of as many
     cancelled = None  # … or a run cut at a time limit: as many arrivals as it sent, its means over those answered
     if whole is not None and point.sent is not None and point.sent > whole:
@@ -307,13 +309,15 @@ def open_loop_design(
 
 class Served(NamedTuple):
     """The server an open loop is replayed on: the step model, the client's arrivals ("poisson" or "constant"), the KV
-    cache (tokens; None: unlimited), the prompt budget per step (None: whole prompts), per-slot KV streams' slots."""
+    cache (tokens; None: unlimited), the prompt budget per step (None: whole prompts), per-slot KV streams' slots, the
+    gamma shape of a "poisson" client's gaps (1: Poisson)."""
 
     model: StepModel
     client: str
     kv_capacity_tokens: int | None
     budget: int | None
     kv_slots: int | None
+    burstiness: float = 1.0
 
 
 def matched_runs(
@@ -330,13 +334,14 @@ def matched_runs(
     at the rate from `rate` on at which they hold `concurrency` on average (`held_concurrency`, over the whole run
     where `whole`; `matched_rate`). `cancelled`: the runs were cut at their last arrival, that many requests cancelled
     there (`cut_count`)."""
-    model, client, kv, budget, kv_slots = served
+    model, client, kv, budget, kv_slots, burstiness = Served(*served)  # (a plain tuple: Poisson's burstiness)
     n = OPEN_LOOP_REPLAYS
     ran: dict[float, list[SimResult]] = {}
 
     def held(at: float) -> float:
         ran[at] = [
-            open_loop_run(model, at, lengths, client, concurrency, kv, budget, kv_slots, k, n, whole) for k in range(n)
+            open_loop_run(model, at, lengths, client, concurrency, kv, budget, kv_slots, k, n, whole, burstiness)
+            for k in range(n)
         ]
         if cancelled is not None:
             return float(np.mean([cut_count(r, in_flight, cancelled) for r in ran[at]]))
@@ -486,6 +491,7 @@ class ServingFit:
     kv_slots: int | None = None  # per-slot KV streams on this many slots (the table's kv_slots), None: one KV cache
     form_rms: tuple[float, float | None] | None = None  # the form's own replay (TPOT, TTFT) where departures were kept
     in_flight: bool = False  # an open-loop table's batch counts requests in flight (GuideLLM's), not the running batch
+    burstiness: float = 1.0  # an open loop's random arrivals: the gamma shape of their gaps (1: Poisson)
 
     def samples(self, n: int, seed: int = 0) -> list[StepModel]:
         """`n` refits to noisy copies of the replayed points (noise at the replay's own rms, at least 1%): the spread
@@ -541,9 +547,10 @@ class ServingFit:
         prefill = "prefilled whole" if budget is None else f"chunked at {budget} tokens per step"
         how = {"fitted": "the best replay", "assumed": "assumed: no TTFT to tell", "engine": "the engine's default"}
         why = f" ({how[self.budget_source]})" if self.budget_source in how else ""
-        client = CLIENTS[self.client] + (
-            "" if self.client_stated else " (assumed: the table does not say; '# client=…')"
-        )
+        client = CLIENTS[self.client]
+        if self.client == "poisson" and self.burstiness != 1.0:
+            client = client.replace("Poisson", f"gamma (burstiness {self.burstiness:g})")
+        client += "" if self.client_stated else " (assumed: the table does not say; '# client=…')"
         slots = "" if self.kv_slots is None else f", per-slot KV streams on {self.kv_slots} slots (a pass per run)"
         return f"online, {client}, prompts {prefill}{why}{slots}"
 
@@ -551,6 +558,7 @@ class ServingFit:
         return {
             "step_model": self.model.to_dict(),
             "client": self.client,
+            "burstiness": self.burstiness,
             "max_num_batched_tokens": self.max_num_batched_tokens,
             "kv_slots": self.kv_slots,
             "budget_source": self.budget_source,
@@ -613,6 +621,7 @@ def online_points(table: MeasurementTable, fit: Fit, input_len: float, output_le
                 cap,
                 in_flight_of(table),
                 sent,
+                table.semantics.burstiness or 1.0,
             )
         )
     return points
@@ -679,6 +688,7 @@ def fit_serving(
         found.problem = (terms, list(points), designs, fit.sigma_rel)
         found.kv_slots = kv_slots
         found.in_flight = in_flight_of(table)
+        found.burstiness = table.semantics.burstiness or 1.0
         tried[_budget_name(b)] = (found, cost)
     if not tried:
         raise TokenroofError(
@@ -1130,7 +1140,9 @@ def _open_loop_at(
     if guess is None:
         return None
     tpot_s, ttft_s, _ = guess
-    served = Served(serving.model, serving.client, kv, serving.max_num_batched_tokens, serving.kv_slots)
+    served = Served(
+        serving.model, serving.client, kv, serving.max_num_batched_tokens, serving.kv_slots, serving.burstiness
+    )
     start = batch / (ttft_s + (lengths[1].mean - 1) * tpot_s)
     summaries = [r.summary() for r in matched_runs(served, lengths, start, batch, serving.in_flight)]
     tpot = float(np.mean([s["tpot_ms"]["mean"] for s in summaries]))
