@@ -104,7 +104,7 @@ def test_a_request_limit_drains_and_a_warm_up_leaves_a_window(tmp_path: Path) ->
 
 
 def test_request_totals_that_are_no_counts_are_named(tmp_path: Path) -> None:
-    for bad in (-1, 2.5, "6", True):
+    for bad in (-1, 2.5, "6", True, float("inf"), 1e30):
         path = write(
             tmp_path,
             [
@@ -182,3 +182,36 @@ def test_a_csv_says_what_a_cut_run_sent(tmp_path: Path) -> None:
         path.write_text(head + f"batch,tpot_ms,requests,sent\n1,10,,\n4,11,{cells}\n")
         with pytest.raises(TokenroofError, match=message):
             read_table([path])
+
+
+def test_failed_requests_a_ramp_up_and_a_filled_client_cap_are_said(tmp_path: Path) -> None:
+    """More than 1% of a run failed, a ramp-up inside the means: each warned of by benchmark; a rate whose client cap
+    filled (in flight above 90% of it) is no rate: left out, as vLLM's."""
+    rows = [
+        bench("poisson", 4.0, 11.0, {"successful": 200, "incomplete": 6, "errored": 9}),
+        bench("constant", 9.0, 13.0, totals(400, 20)),
+        bench("constant", 15.5, 16.0, totals(500, 30)),
+    ]
+    rows[1]["config"]["strategy"]["rampup_duration"] = 10.0
+    rows[2]["config"]["strategy"]["max_concurrency"] = 16
+    table = read_table([write(tmp_path, rows)])
+    assert table.batch.tolist() == [4.0, 9.0]
+    failed, ramp, left = table.warnings[:3]
+    assert failed.endswith("benchmark 0: 9 requests failed: the run is replayed with the 206 that did not, so its load "
+                           "reads lighter than the server's if they held it")  # fmt: skip
+    assert "benchmark 1: its 10 s ramp-up is in its means" in ramp
+    assert "benchmark 2: left out: at request rate 2 the client's concurrency cap 16 bound (15.5" in left
+
+
+def test_repeated_runs_at_one_concurrency_pool_what_they_sent(tmp_path: Path) -> None:
+    """Rows at one batch pool: a cut run (sent 120 of 100 answered) beside one that answered all it sent (100) sent 110
+    on average, still cut; two that answered all, no cut; a whole run pooled with a window, a window."""
+    path = tmp_path / "rates.csv"
+    head = "# batch_kind=concurrency tpot_kind=itl client=poisson input_len=256 output_len=64\n"
+    path.write_text(
+        head + "batch,tpot_ms,requests,sent\n4,11,100,120\n4,11.2,100,\n8,12,100,\n8,12.1,100,\n16,14,90,\n16,14,,\n"
+    )
+    table = read_table([path])
+    assert table.requests is not None and table.sent is not None
+    assert table.requests[:2].tolist() == [100, 100] and np.isnan(table.requests[2])
+    assert table.sent[0] == 110 and np.isnan(table.sent[1:]).all()

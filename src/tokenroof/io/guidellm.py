@@ -1,25 +1,29 @@
 """GuideLLM JSON reports: one table row per benchmark of the sweep, with the client that drove it.
 
 GuideLLM takes a benchmark's metrics over its successful requests between the first request's start and the run's end
-(GuideLLM's `GenerativeMetrics.compile`, 0.3 to 0.7): with warm-up or cool-down set, over the window they leave (read
-as a steady window); otherwise over the whole run. A run stopped by a request limit answers every request, the drain
-at its end included; one stopped by a time limit (`max_duration`, `--max-seconds`) sends until the limit and cancels
-what is still in flight, counted `incomplete` and left out of the means, and the request concurrency it reports is the
-successful requests' only. So a rate benchmark's successful requests go into the table's `requests` and, where some
-were cancelled, the requests it sent (successful and incomplete) into `sent`, and its points are replayed as such
-runs (serving/replay.py). A report without its request totals (before GuideLLM 0.3) is read as a steady window.
+(`GenerativeMetrics.compile` in 0.4–0.7, `GenerativeBenchmark.from_stats` in 0.2–0.3): with a warm-up or cool-down
+set, over the window they leave (read as a steady window); otherwise over the whole run. A run stopped by a request
+limit answers every request, the drain at its end included; one stopped by a time limit (`max_duration`:
+`--max-seconds`, in 0.7 `--constraint kind=max_duration`) sends until the limit and cancels what is still in flight,
+counted `incomplete` and left out of the means, and the request concurrency it reports is the successful requests'
+only. So a rate benchmark's successful requests go into the table's `requests` and, where some were cancelled, the
+requests it sent (successful and incomplete) into `sent`, and its points are replayed as such runs
+(serving/replay.py). A report without its request totals (before GuideLLM 0.2) is read as a steady window.
 """
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping
 from typing import Any
 
 import numpy as np
 
 from tokenroof.errors import TokenroofError
-from tokenroof.io.table import Row, _batch, _dig, _number
+from tokenroof.io.table import Row, _batch, _dig, _number, _shown, capped
 
+MOST_REQUESTS = 10_000_000  # a benchmark's request totals are at most this (its runs are simulated request by request)
+ERRORED_SHARE = 0.01  # failed requests above this share of a run's are warned of
 GUIDELLM_CLIENTS = {
     "concurrent": "burst",
     "throughput": "burst",
@@ -80,31 +84,46 @@ def _positive(value: Any) -> bool:
     return isinstance(value, int | float) and not isinstance(value, bool) and value > 0
 
 
-def _totals(bench: Mapping[str, Any], where: str) -> tuple[int, int] | None:
-    """A benchmark's successful and incomplete requests (`metrics.request_totals`, 0.4+; `request_totals`, 0.3);
-    None where the report does not give them."""
+def _totals(bench: Mapping[str, Any], where: str) -> tuple[int, int, int] | None:
+    """A benchmark's successful, incomplete and errored requests (`metrics.request_totals`, 0.4+; `request_totals`,
+    0.2–0.3); None where the report does not give them."""
     totals = _dig(bench, "metrics", "request_totals") or bench.get("request_totals")
     if not isinstance(totals, Mapping):
         return None
     counts = []
-    for key in ("successful", "incomplete"):
+    for key in ("successful", "incomplete", "errored"):
         value = totals.get(key, 0)
-        if isinstance(value, bool) or not isinstance(value, int | float) or not value >= 0 or value != int(value):
-            raise TokenroofError(f"{where}: request_totals.{key} must be a whole number of requests, got {value!r}")
+        whole = isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value)
+        if not (whole and 0 <= value <= MOST_REQUESTS and value == int(value)):
+            raise TokenroofError(
+                f"{where}: request_totals.{key} must be a whole number of requests (at most {MOST_REQUESTS:,}), got "
+                f"{_shown(value)}"
+            )
         counts.append(int(value))
-    return counts[0], counts[1]
+    return counts[0], counts[1], counts[2]
 
 
-def _run_requests(bench: Mapping[str, Any], where: str) -> tuple[int, int | None] | None:
+def _run_requests(bench: Mapping[str, Any], where: str, warnings: list[str]) -> tuple[int, int | None] | None:
     """A rate benchmark measured over its whole run: the requests its means are over (the successful ones) and, where
     a time limit cut it (requests still in flight cancelled: incomplete ones), the requests it sent. None: a closed
-    loop, a warm-up or cool-down window, no totals."""
+    loop, a warm-up or cool-down window, no totals. Failed requests and a ramp-up inside the means are warned of."""
     if _strategy_kind(bench) not in ("poisson", "constant") or _transient(bench):
         return None
     totals = _totals(bench, where)
     if totals is None or totals[0] == 0:
         return None
-    successful, incomplete = totals
+    successful, incomplete, errored = totals
+    if errored > ERRORED_SHARE * (successful + incomplete + errored):
+        warnings.append(
+            f"{where}: {errored:,} requests failed: the run is replayed with the {successful + incomplete:,} that did "
+            "not, so its load reads lighter than the server's if they held it"
+        )
+    ramp = _dig(bench, "config", "strategy", "rampup_duration") or _dig(bench, "args", "strategy", "rampup_duration")
+    if _positive(ramp):
+        warnings.append(
+            f"{where}: its {ramp:g} s ramp-up is in its means (no warm-up cut it), replayed as the full rate from the "
+            "start: the load reads heavier than it was (give a warm-up as long as the ramp to measure past it)"
+        )
     return successful, successful + incomplete if incomplete else None
 
 
@@ -125,7 +144,7 @@ def _guidellm_settings(data: Mapping[str, Any], where: str) -> dict[str, Any]:
     return settings
 
 
-def _guidellm_rows(data: Mapping[str, Any], where: str) -> list[Row]:
+def _guidellm_rows(data: Mapping[str, Any], where: str, warnings: list[str]) -> list[Row]:
     """GuideLLM report: batch = measured mean request concurrency; TPOT = inter_token_latency_ms (excludes the
     first token, like vLLM's TPOT; GuideLLM's own time_per_output_token_ms includes it)."""
     rows = []
@@ -140,7 +159,13 @@ def _guidellm_rows(data: Mapping[str, Any], where: str) -> list[Row]:
         if concurrency is None:
             raise TokenroofError(f"{here}: no request_concurrency metric and no concurrent strategy")
         batch = _batch(concurrency, here, "request_concurrency")
-        run = _run_requests(bench, here)
+        strategy = _dig(bench, "config", "strategy") or _dig(bench, "args", "strategy")
+        given = strategy if isinstance(strategy, Mapping) else {}
+        cap, rate = given.get("max_concurrency"), given.get("rate")
+        rate_run = _strategy_kind(bench) in ("poisson", "constant") and _positive(cap)
+        if rate_run and capped(here, rate if _positive(rate) else 0.0, cap, batch, warnings):
+            continue  # the client's cap filled: arrivals queued in the client, neither a rate nor a concurrency
+        run = _run_requests(bench, here, warnings)
         rows.append(
             Row(
                 batch,

@@ -47,7 +47,7 @@ from tokenroof.specs.validate import read_text
 
 def _json_rows(data: Any, where: str, warnings: list[str]) -> tuple[list[Row], list[str], dict[str, Any]]:
     if isinstance(data, Mapping) and isinstance(data.get("benchmarks"), list):
-        return _guidellm_rows(data, where), [f"GuideLLM report {where}"], _guidellm_settings(data, where)
+        return _guidellm_rows(data, where, warnings), [f"GuideLLM report {where}"], _guidellm_settings(data, where)
     if isinstance(data, Mapping) and "output_throughput" in data:
         row = _vllm_row(data, where, warnings)
         return [] if row is None else [row], [f"vllm bench serve result {where}"], _vllm_settings(data, where)

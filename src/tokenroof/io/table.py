@@ -463,7 +463,7 @@ def table_from_columns(
         ttft_ms=None if np.isnan(col["ttft_ms"]).all() else groups.nanmean(col["ttft_ms"]),
         requests=None if np.isnan(col["requests"]).all() else groups.mean(col["requests"]),
         concurrency=None if np.isnan(col["concurrency"]).all() else groups.nanmean(col["concurrency"]),
-        sent=None if np.isnan(col["sent"]).all() else groups.mean(col["sent"]),
+        sent=None if np.isnan(sent).all() else _pooled_sent(sent, requests, groups.mean),
         provenance=tuple(provenance),
         source=source,
         warnings=tuple(warnings),
@@ -572,12 +572,29 @@ def pooled(table: MeasurementTable, max_points: int) -> tuple[MeasurementTable, 
         ttft_ms=None if table.ttft_ms is None else nanmean(table.ttft_ms),
         requests=None if table.requests is None else mean(table.requests),
         concurrency=None if table.concurrency is None else nanmean(table.concurrency),
-        sent=None if table.sent is None else mean(table.sent),
+        sent=None if table.sent is None or table.requests is None else _pooled_sent(table.sent, table.requests, mean),
         derived=labels if len(table.derived) == n else (),
         count=np.rint(rows).astype(np.int64),
         tpot_log_ss=np.add.reduceat(scatter, starts),
     )
     return points, b[ends - 1]
+
+
+def _all_sent(sent: np.ndarray, requests: np.ndarray | None) -> np.ndarray:
+    """What each row's run sent: its `sent`, else (every request answered) its `requests`; NaN for a window."""
+    return sent if requests is None else np.where(np.isnan(sent), requests, sent)
+
+
+def _pooled_sent(sent: np.ndarray, requests: np.ndarray, mean: Callable[[np.ndarray], np.ndarray]) -> np.ndarray:
+    return _cut_only(mean(_all_sent(sent, requests)), mean(requests))
+
+
+def _cut_only(sent: np.ndarray, requests: np.ndarray | None) -> np.ndarray:
+    """Pooled points' `sent`, NaN where nothing was cancelled (or where a window was pooled in: no whole run)."""
+    if requests is None:
+        return np.full_like(sent, np.nan)
+    with np.errstate(invalid="ignore"):
+        return np.where(sent > requests, sent, np.nan)
 
 
 def _concat(parts: Sequence[MeasurementTable]) -> MeasurementTable:
