@@ -17,6 +17,10 @@ saturation with 3,000 requests a rate; this one fits what a sweep measures:
 `--format sglang` writes the same sweep as `sglang.bench_serving` does instead: a JSON line a rate, its means over the
 whole run (ramp-up and drain included) and its `concurrency` Σ latency ÷ duration, Poisson arrivals.
 
+`--format vllm` writes each rate as a `vllm bench serve --request-rate R --save-result` file (whole runs, as SGLang's),
+its arrivals gamma gaps of shape `--burstiness` (1: Poisson); `--as-poisson` says burstiness 1 in the files whatever
+the run drew, so they are replayed as Poisson, as before tokenroof read vLLM's burstiness.
+
 `--stop seconds` writes GuideLLM's report as a run under a time limit takes it (no warm-up or cool-down): means and
 request concurrency over the successful requests from the first request to the limit, what was in flight then cancelled
 (`incomplete`); `--stop requests` as a run under a request limit (every request answered, the drain in the means);
@@ -24,7 +28,8 @@ the default `window`, a steady window (warm-up and cool-down cut). `--as-window`
 report, so it is read as a steady window, as before the reader took them.
 
     python benchmarks/open_loop.py [--requests N] [--seeds K] [--arrivals poisson|constant] [--format guidellm|sglang]
-        [--stop window|seconds|requests] [--as-window] [--prior-only | --data-only]
+        [--stop window|seconds|requests] [--as-window] [--format vllm --burstiness B [--as-poisson]]
+        [--prior-only | --data-only]
 """
 
 from __future__ import annotations
@@ -63,14 +68,16 @@ def main(argv: list[str]) -> None:
         help="Poisson arrivals, or evenly spaced ones (GuideLLM's sweep default)",
     )  # fmt: skip
     parser.add_argument(
-        "--format", choices=("guidellm", "sglang"), default="guidellm",
-        help="the sweep as GuideLLM's report (steady windows) or SGLang's bench_serving lines (whole runs)",
+        "--format", choices=("guidellm", "sglang", "vllm"), default="guidellm",
+        help="the sweep as GuideLLM's report, SGLang's bench_serving lines or vllm bench serve results (whole runs)",
     )  # fmt: skip
     parser.add_argument(
         "--stop", choices=("window", "seconds", "requests"), default="window",
         help="GuideLLM: a steady window, a run stopped at a time limit, or one stopped at a request limit",
     )  # fmt: skip
     parser.add_argument("--as-window", action="store_true", help="GuideLLM: drop the request totals from the report")
+    parser.add_argument("--burstiness", type=float, default=1.0, help="vLLM: the gamma shape of arrival gaps")
+    parser.add_argument("--as-poisson", action="store_true", help="vLLM: the files say burstiness 1")
     parser.add_argument("--verbose", action="store_true")
     args = parser.parse_args(argv)
     modes = [m for m in (False, True) if not (m and args.data_only) and not (not m and args.prior_only)]
@@ -87,7 +94,15 @@ def main(argv: list[str]) -> None:
             rates = [f * truth_sat for f in FRACTIONS]
             rng = np.random.default_rng(seed)
             with tempfile.TemporaryDirectory() as tmp:
-                if args.format == "sglang":
+                if args.format == "vllm":
+                    path = Path(tmp)
+                    for i, rate in enumerate(rates):
+                        run = gen.vllm_rate_result(rate, case.input_len, case.output_len, rng, args.requests,
+                                                   100 * seed + i, case.truth, case.budget, None, noise=False,
+                                                   burstiness=args.burstiness)  # fmt: skip
+                        run["burstiness"] = 1.0 if args.as_poisson else args.burstiness
+                        (path / f"vllm-{i}.json").write_text(json.dumps(run))
+                elif args.format == "sglang":
                     path = Path(tmp) / "sweep.jsonl"
                     lines = [
                         gen.sglang_line(rate, case.input_len, case.output_len, rng, args.requests, 100 * seed + i,
@@ -140,14 +155,18 @@ def main(argv: list[str]) -> None:
                         )
                     for warning in result.warnings:
                         print(f"    warning: {warning}")
-    stop_label = "" if args.format == "sglang" else f"(stop {args.stop}{' read as a window' * args.as_window}) "
+    stop_label = {
+        "sglang": "",
+        "vllm": f"(burstiness {args.burstiness:g}{' read as Poisson' * args.as_poisson}) ",
+        "guidellm": f"(stop {args.stop}{' read as a window' * args.as_window}) ",
+    }[args.format]
     for prior, got in scores.items():
         sat_abs, far_abs = np.abs(got["sat"]), np.abs(got["far"])
         print(
             f"{'with prior' if prior else 'data only'}: {len(sat_abs)} {args.format} sweeps "
             f"{stop_label}"
             f"({args.requests} "
-            f"{'poisson' if args.format == 'sglang' else args.arrivals} arrivals a rate): "
+            f"{args.arrivals if args.format == 'guidellm' else 'random'} arrivals a rate): "
             f"saturation |error| median {np.median(sat_abs):.1%} max {sat_abs.max():.1%} (mean signed "
             f"{np.mean(got['sat']):+.1%}); TPOT at twice the swept batch median {np.median(far_abs):.1%} max "
             f"{far_abs.max():.1%}; replay rms TPOT median {np.median(got['tpot']):.1%}, TTFT "
