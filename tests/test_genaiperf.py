@@ -122,6 +122,25 @@ def test_genai_perf_s_flat_settings_and_a_rate_s_requests_in_flight(tmp_path: Pa
     )
 
 
+def test_aiperf_s_gamma_arrivals_are_the_table_s_burstiness(tmp_path: Path) -> None:
+    """`--arrival-pattern gamma --arrival-smoothness 0.5` draws gaps of gamma shape 0.5, as vLLM's `--burstiness 0.5`:
+    the table's burstiness; a gamma pattern without a smoothness, and Poisson, say none (1)."""
+    paths = []
+    for name, rate, extra in (("a", 4.0, {"arrival_smoothness": 0.5}), ("b", 6.0, {"arrival_smoothness": 0.5})):
+        data = export(None, rate) | {"request_throughput": {"avg": rate}}
+        data["input_config"]["loadgen"] |= {"arrival_pattern": "gamma", **extra}
+        del data["input_config"]["loadgen"]["request_rate_mode"]
+        paths.append(tmp_path / f"{name}_aiperf.json")
+        paths[-1].write_text(json.dumps(data))
+    table = read_table(paths)
+    assert table.semantics.client == "poisson" and table.semantics.burstiness == 0.5
+    for path in paths:
+        data = json.loads(path.read_text())
+        del data["input_config"]["loadgen"]["arrival_smoothness"]
+        path.write_text(json.dumps(data))
+    assert read_table(paths).semantics.burstiness is None
+
+
 def test_what_cannot_be_read_is_named(tmp_path: Path) -> None:
     def refused(data: dict[str, Any], match: str) -> None:
         path = tmp_path / "run_aiperf.json"

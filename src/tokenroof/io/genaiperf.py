@@ -9,7 +9,8 @@ GenAI-Perf's flat (its flags' names) or, in its later config-file releases, unde
 token and any queueing are out of it. A run at `--concurrency N` alone keeps N requests in flight, all started at
 once (`client=burst`, batch N, as vLLM's results are read); a run at `--request-rate` is an open loop, its batch the
 requests it held in flight by Little's law (request throughput × mean request latency), its arrivals Poisson
-(AIPerf's default; its gamma arrivals are read as Poisson too) or evenly spaced (`request_rate_mode` or, in later
+(AIPerf's default; its gamma arrivals, `--arrival-pattern gamma --arrival-smoothness S`, as gaps of gamma shape S:
+the table's burstiness, as vLLM's `--burstiness`) or evenly spaced (`request_rate_mode` or, in later
 AIPerf, `arrival_pattern` constant; GenAI-Perf's perf_analyzer sends at a constant rate unless told). AIPerf's
 `--benchmark-duration`, ramps or a warm-up inside the measured requests break "all started at once" and "the whole
 run": such runs are read as the file says.
@@ -174,6 +175,11 @@ def genai_perf_settings(data: Mapping[str, Any], where: str) -> dict[str, Any]:
         "tpot_kind": "tpot",
         "client": "burst" if rate is None else arrivals,
     }
+    config = data.get("input_config") or {}  # (_load checked it is there)
+    mode = str(_setting(config, "arrival_pattern") or _setting(config, "request_rate_mode") or "").lower()
+    smoothness = _setting(config, "arrival_smoothness") or _setting(config, "vllm_burstiness")
+    if rate is not None and arrivals == "poisson" and "gamma" in mode and smoothness is not None:
+        settings["burstiness"] = _number(smoothness, where, "input_config arrival_smoothness")  # the gamma shape
     for key, metric in (("input_len", "input_sequence_length"), ("output_len", "output_sequence_length")):
         settings[key] = _required(data, metric, where)
     return settings
