@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import math
 from pathlib import Path
 
 import numpy as np
@@ -318,3 +319,11 @@ def test_vllm_rate_runs_carry_their_burstiness_into_the_replay(tmp_path: Path) -
         gaps = np.concatenate([np.diff(sorted(s.arrival_s for s in r.sequences)) for r in runs])
         spread.append(float(gaps.std() / gaps.mean()))
     assert spread[0] == pytest.approx(2.0, rel=0.15) and spread[1] == pytest.approx(1.0, rel=0.1)
+
+
+def test_the_tools_spell_an_unbounded_rate_each_their_way() -> None:
+    """vLLM writes "inf", SGLang and AIPerf a JSON Infinity; text numbers read as numbers; anything else is no rate."""
+    from tokenroof.io.table import rate_value
+
+    assert [rate_value(v) for v in ("inf", float("inf"), "Infinity", 5, "2.5")] == [math.inf] * 3 + [5.0, 2.5]
+    assert all(math.isnan(rate_value(v)) for v in (None, True, "trace", "", [1], {"a": 1}))

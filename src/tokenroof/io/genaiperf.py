@@ -23,7 +23,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from tokenroof.errors import TokenroofError
-from tokenroof.io.table import Row, _batch, _number, capped
+from tokenroof.io.table import Row, _batch, _number, capped, rate_value
 from tokenroof.model.stepmodel import mean_context_tokens
 
 METRICS = ("inter_token_latency", "output_token_throughput", "time_to_first_token")
@@ -69,13 +69,6 @@ def _required(data: Mapping[str, Any], metric: str, where: str, time: bool = Fal
     return value
 
 
-def _infinite(value: Any) -> bool:
-    try:
-        return not isinstance(value, bool) and math.isinf(float(value))
-    except (TypeError, ValueError):
-        return False
-
-
 def _setting(config: Mapping[str, Any], name: str) -> Any:
     """A load setting from input_config, wherever the tool's release kept it."""
     for path in (("loadgen", name), (name,), ("perf_analyzer", "stimulus", name)):
@@ -99,7 +92,9 @@ def _load(data: Mapping[str, Any], where: str) -> tuple[float | None, float | No
     rate = _setting(config, "request_rate")
     cap = None if concurrency in (None, 0) else _batch(concurrency, where, "input_config concurrency")
     per_s = None
-    if rate not in (None, 0) and not _infinite(rate):  # an unbounded rate: every request at once, the cap gating
+    if rate not in (None, 0) and not math.isinf(
+        rate_value(rate)
+    ):  # an unbounded rate: every request at once, the cap gating
         per_s = _number(rate, where, "input_config request_rate")
     mode = str(_setting(config, "request_rate_mode") or _setting(config, "arrival_pattern") or "").lower()
     if "constant" in mode:

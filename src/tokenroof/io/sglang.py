@@ -15,7 +15,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from tokenroof.errors import TokenroofError
-from tokenroof.io.table import Row, _batch, _number, capped, held_in_flight
+from tokenroof.io.table import Row, _batch, _number, capped, held_in_flight, rate_value
 from tokenroof.io.vllm import _vllm_settings, metrics_row
 
 SGLANG_KEY = "total_output_tokens_retokenized"  # a bench_serving line's own key: vLLM's results have no such total
@@ -46,10 +46,7 @@ def _rate(data: Mapping[str, Any], where: str) -> float:
             f'{where}: an SGLang run that replayed a trace\'s timestamps (request_rate "trace") is neither a fixed '
             "concurrency nor a rate; rerun with --max-concurrency or --request-rate"
         )
-    try:
-        value = float(rate) if rate is not None and not isinstance(rate, bool) else math.nan
-    except (TypeError, ValueError):
-        value = math.nan
+    value = rate_value(rate)
     if not value > 0:  # NaN too
         raise TokenroofError(f"{where}: request_rate must be a positive number or Infinity, got {rate!r}")
     return value

@@ -349,6 +349,16 @@ def held_in_flight(data: Mapping[str, Any], where: str, latency_key: str, tool: 
     return done * latency_ms / 1e3 / duration_s
 
 
+def rate_value(value: Any) -> float:
+    """A benchmark file's request rate (or burstiness) as a number: a JSON number, Infinity, or their text ("inf", "5");
+    NaN for anything else (a missing rate, true/false, "trace"). The tools' files write an unbounded rate each their
+    way: vLLM "inf", SGLang and AIPerf Infinity."""
+    try:
+        return float(value) if value is not None and not isinstance(value, bool) else math.nan
+    except (TypeError, ValueError, OverflowError):
+        return math.nan
+
+
 def capped(where: str, rate: Any, cap: float | None, held: float, warnings: list[str]) -> bool:
     """Whether a run at `rate` filled the client's concurrency `cap` (in flight above CAP_BOUND of it): then it is
     left out, and a warning says why."""

@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import Any
 
 from tokenroof.errors import TokenroofError
-from tokenroof.io.table import Row, _batch, _number, capped, held_in_flight
+from tokenroof.io.table import Row, _batch, _number, capped, held_in_flight, rate_value
 from tokenroof.model.stepmodel import mean_context_tokens
 from tokenroof.specs.validate import read_text
 
@@ -75,15 +75,9 @@ def _vllm_client(data: Mapping[str, Any]) -> str:
     """`--request-rate inf` (the default) with `--max-concurrency`: every stream starts at once; a finite rate
     arrives open-loop: random gaps (gamma of shape `--burstiness`: 1 Poisson, below burstier, above smoother; the
     table's `burstiness`), or evenly spaced at `--burstiness inf`."""
-    rate = data.get("request_rate")
-    try:
-        finite = rate is not None and math.isfinite(float(rate))
-    except (TypeError, ValueError):
-        finite = False
-    if not finite:
+    if not math.isfinite(rate_value(data.get("request_rate"))):
         return "burst"
-    burstiness = data.get("burstiness", 1.0)
-    return "constant" if isinstance(burstiness, str) or burstiness in (math.inf,) else "poisson"
+    return "constant" if math.isinf(rate_value(data.get("burstiness", 1.0))) else "poisson"
 
 
 def is_vllm_result(path: Path) -> bool:
