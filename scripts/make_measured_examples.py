@@ -110,6 +110,27 @@ def vllm_result(
     return data
 
 
+def whole_rate_run(
+    workload: Workload,
+    seed: int,
+    truth: StepModel | None,
+    budget: int | None,
+    kv_capacity_tokens: int | None,
+    max_num_seqs: int,
+) -> tuple[float, np.ndarray, np.ndarray, np.ndarray]:
+    """A rate run as vLLM's and SGLang's clients take it (every request answered, none capped by the client): its
+    duration from the first request sent to the last finished, and each request's latency, TTFT and TPOT ((latency −
+    TTFT) ÷ (output − 1)), all in seconds. `truth`: the server's step model (TRUTH's by default, with its KV pool)."""
+    sm, kv = (TRUTH.step_model(), TRUTH.kv_pool_tokens()) if truth is None else (truth, kv_capacity_tokens)
+    result = simulate(sm, workload, max_num_seqs, seed, kv, max_num_batched_tokens=budget)
+    seqs = result.sequences
+    start = min(s.arrival_s for s in seqs)
+    duration = max(s.finished_s or 0 for s in seqs) - start
+    e2e = np.array([(s.finished_s or 0) - s.arrival_s for s in seqs])
+    ttft = np.array([(s.first_token_s or 0) - s.arrival_s for s in seqs])
+    return duration, e2e, ttft, (e2e - ttft) / (workload.output_len.mean - 1)
+
+
 def vllm_rate_result(
     rate: float,
     input_len: int,
@@ -126,15 +147,9 @@ def vllm_rate_result(
     """One `vllm bench serve --request-rate R --burstiness B --save-result` file: gamma gaps of shape B (1: Poisson),
     no client cap, means over every request, the duration from the first request sent to the last finished, as vLLM
     takes them; the examples' 2% noise on TTFT, TPOT and throughput unless `noise` is off."""
-    sm, kv = (TRUTH.step_model(), TRUTH.kv_pool_tokens()) if truth is None else (truth, kv_capacity_tokens)
     workload = Workload(rate, Lengths(input_len), Lengths(output_len), num_requests=prompts, burstiness=burstiness)
-    result = simulate(sm, workload, 1024, seed, kv, max_num_batched_tokens=budget)
-    seqs = result.sequences
-    start = min(s.arrival_s for s in seqs)
-    duration = max(s.finished_s or 0.0 for s in seqs) - start
-    e2e = np.array([(s.finished_s or 0.0) - s.arrival_s for s in seqs]) * 1e3
-    ttft = np.array([(s.first_token_s or 0.0) - s.arrival_s for s in seqs]) * 1e3
-    tpot = (e2e - ttft) / (output_len - 1)
+    duration, e2e, ttft, tpot = whole_rate_run(workload, seed, truth, budget, kv_capacity_tokens, 1024)
+    e2e, ttft, tpot = e2e * 1e3, ttft * 1e3, tpot * 1e3
 
     def jitter(value: float) -> float:
         return noisy(rng, value) if noise else float(value)
@@ -291,15 +306,8 @@ def sglang_line(
     ÷ (output − 1), `concurrency` Σ latency ÷ duration; the examples' 2% noise on TTFT, TPOT and throughput unless
     `noise` is off. `truth`: the server's step model (TRUTH's by default, with its KV pool), its batch cap
     `max_num_seqs`."""
-    sm, kv = (TRUTH.step_model(), TRUTH.kv_pool_tokens()) if truth is None else (truth, kv_capacity_tokens)
     workload = Workload(rate, Lengths(input_len), Lengths(output_len), num_requests=prompts)
-    result = simulate(sm, workload, max_num_seqs, seed, kv, max_num_batched_tokens=budget)
-    seqs = result.sequences
-    start = min(s.arrival_s for s in seqs)
-    duration = max(s.finished_s or 0 for s in seqs) - start
-    e2e = np.array([(s.finished_s or 0) - s.arrival_s for s in seqs])
-    ttft = np.array([(s.first_token_s or 0) - s.arrival_s for s in seqs])
-    tpot = (e2e - ttft) / (output_len - 1)
+    duration, e2e, ttft, tpot = whole_rate_run(workload, seed, truth, budget, kv_capacity_tokens, max_num_seqs)
 
     def jitter(value: float) -> float:
         return noisy(rng, value) if noise else float(value)
