@@ -233,6 +233,12 @@ def test_open_loop_rate_and_chat_endpoint(tmp_path: Path) -> None:
     records = [r for r in jsonl(tmp_path / "requests.jsonl") if r["type"] == "request"]
     assert len(records) == 30 and all(r["ok"] for r in records)
     assert point["requests_completed"] > 0 and point["window_end_s"] > point["window_start_s"]
+    # the table says how the arrivals were drawn, burstiness too, so predict replays them so
+    from tokenroof.io.table import parse_settings
+
+    head = [line for line in (tmp_path / "summary.csv").read_text().splitlines() if line.startswith("#")]
+    said = parse_settings(head, "summary.csv")
+    assert (said.client, said.burstiness) == ("poisson", 0.5)
 
 
 def test_arrival_process_mean_rate() -> None:

@@ -327,3 +327,25 @@ def test_the_tools_spell_an_unbounded_rate_each_their_way() -> None:
 
     assert [rate_value(v) for v in ("inf", float("inf"), "Infinity", 5, "2.5")] == [math.inf] * 3 + [5.0, 2.5]
     assert all(math.isnan(rate_value(v)) for v in (None, True, "trace", "", [1], {"a": 1}))
+
+
+def test_a_burstiness_goes_with_random_arrivals_and_vllm_s_inf_sends_all_at_once(tmp_path: Path) -> None:
+    """A CSV's burstiness without client=poisson is named, not ignored; vLLM at --burstiness inf draws no gaps and
+    sends every request at once: read as --request-rate inf (batch = its max_concurrency), refused without a cap."""
+    path = tmp_path / "t.csv"
+    for head in ("# client=constant burstiness=0.25", "# burstiness=0.25"):
+        path.write_text(head + "\nbatch,tpot_ms\n1,10\n4,11\n")
+        with pytest.raises(TokenroofError, match=r"t\.csv.*: burstiness=0\.25 shapes random arrivals' gaps"):
+            read_table([path])
+    path.write_text("# client=poisson burstiness=0.25\nbatch,tpot_ms\n1,10\n4,11\n")
+    assert read_table([path]).semantics.burstiness == 0.25
+    run = {"output_throughput": 800.0, "mean_tpot_ms": 10.0, "request_rate": 4.0, "burstiness": math.inf}
+    run |= {"completed": 100, "num_prompts": 100, "mean_e2el_ms": 2000.0, "duration": 50.0, "max_concurrency": 8}
+    files = [tmp_path / "a.json", tmp_path / "b.json"]
+    files[0].write_text(json.dumps(run))
+    files[1].write_text(json.dumps(run | {"max_concurrency": 16, "output_throughput": 1400.0}))
+    table = read_table(files)
+    assert table.batch.tolist() == [8, 16] and table.semantics.client == "burst" and table.semantics.burstiness is None
+    files[1].write_text(json.dumps(run | {"max_concurrency": None}))
+    with pytest.raises(TokenroofError, match="every prompt sent at once, as vLLM sends them at burstiness inf"):
+        read_table(files)

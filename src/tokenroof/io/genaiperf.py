@@ -171,7 +171,7 @@ def genai_perf_settings(data: Mapping[str, Any], where: str) -> dict[str, Any]:
         "client": "burst" if rate is None else arrivals,
     }
     config = data.get("input_config") or {}  # (_load checked it is there)
-    mode = str(_setting(config, "arrival_pattern") or _setting(config, "request_rate_mode") or "").lower()
+    mode = str(_setting(config, "request_rate_mode") or _setting(config, "arrival_pattern") or "").lower()  # as _load
     smoothness = _setting(config, "arrival_smoothness") or _setting(config, "vllm_burstiness")
     if rate is not None and arrivals == "poisson" and "gamma" in mode and smoothness is not None:
         settings["burstiness"] = _number(smoothness, where, "input_config arrival_smoothness")  # the gamma shape

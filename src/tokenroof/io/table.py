@@ -94,6 +94,13 @@ class Semantics:
     burstiness: float | None = None
     stated: tuple[str, ...] = ()  # the settings the source stated (the rest are defaults)
 
+    def __post_init__(self) -> None:
+        if self.burstiness is not None and self.client != "poisson":
+            raise TokenroofError(
+                f"burstiness={self.burstiness:g} shapes random arrivals' gaps: it goes with client=poisson ("
+                + (f"the table says client={self.client})" if self.client else "the table states no client)")
+            )
+
     @property
     def queues(self) -> bool:
         """Queued requests' waiting shows in TPOT only when it is end-to-end time per token."""
@@ -136,7 +143,10 @@ def parse_settings(lines: Iterable[str], where: str) -> Semantics:
                         raise TokenroofError(f"{where}: kv_slots={value} must be a whole number of slots, at least 1")
                     number = int(number)
                 found[key] = number
-    return Semantics(**found, stated=tuple(found))
+    try:
+        return Semantics(**found, stated=tuple(found))
+    except TokenroofError as exc:
+        raise TokenroofError(f"{where}: {exc}") from None
 
 
 @dataclass(frozen=True)
@@ -723,7 +733,10 @@ def merge_settings(parts: Sequence[tuple[str, Mapping[str, Any]]], provenance: S
     stated = parse_settings(provenance, "provenance")
     for key in stated.stated:
         values.setdefault(key, getattr(stated, key))
-    return Semantics(**values, stated=tuple(values))
+    try:
+        return Semantics(**values, stated=tuple(values))
+    except TokenroofError as exc:
+        raise TokenroofError(f"{parts[0][0] if parts else 'the table'}: {exc}") from None
 
 
 def _table_rows(table: MeasurementTable) -> list[Row]:

@@ -24,8 +24,10 @@ def _vllm_row(data: Mapping[str, Any], where: str, warnings: list[str]) -> Row |
     if _vllm_client(data) == "burst":
         if cap is None:
             raise TokenroofError(
-                f"{where}: vLLM result has no max_concurrency (every prompt sent at once, no cap: no steady batch); "
-                "rerun with --max-concurrency or at a --request-rate, or give the measured running batch in a CSV"
+                f"{where}: vLLM result has no max_concurrency (every prompt sent at once"
+                + (", as vLLM sends them at burstiness inf" if math.isinf(rate_value(data.get("burstiness"))) else "")
+                + ", no cap: no steady batch); rerun with --max-concurrency or at a --request-rate, or give the "
+                "measured running batch in a CSV"
             )
         batch = _batch(cap, where, "max_concurrency")
         prompts = _number(data.get("num_prompts"), where, "num_prompts")
@@ -74,10 +76,11 @@ def _vllm_settings(data: Mapping[str, Any], where: str) -> dict[str, Any]:
 def _vllm_client(data: Mapping[str, Any]) -> str:
     """`--request-rate inf` (the default) with `--max-concurrency`: every stream starts at once; a finite rate
     arrives open-loop: random gaps (gamma of shape `--burstiness`: 1 Poisson, below burstier, above smoother; the
-    table's `burstiness`), or evenly spaced at `--burstiness inf`."""
-    if not math.isfinite(rate_value(data.get("request_rate"))):
+    table's `burstiness`). At `--burstiness inf` vLLM draws gamma(inf, 0), NaN, and sleeps not at all: every request
+    at once, as at a rate of inf."""
+    if not math.isfinite(rate_value(data.get("request_rate"))) or math.isinf(rate_value(data.get("burstiness", 1.0))):
         return "burst"
-    return "constant" if math.isinf(rate_value(data.get("burstiness", 1.0))) else "poisson"
+    return "poisson"
 
 
 def is_vllm_result(path: Path) -> bool:

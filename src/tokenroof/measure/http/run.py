@@ -624,6 +624,8 @@ def write_outputs(
     counted = [s["prompt_tokens_mean"] for s in summaries if not s.get("invalid") and s.get("prompt_tokens_mean")]
     input_len = f"{np.mean(counted):.6g}" if counted else str(cfg.input_len)
     said = f"server={server['server']} " if server else ""
+    if client == "poisson" and cfg.burstiness != 1.0:  # gamma gaps of this shape: the replay draws them so
+        said += f"burstiness={cfg.burstiness:g} "
     lines = [
         f"tokenroof bench {url} model={model} endpoint={cfg.endpoint} input_len={input_len} "
         f"batch_kind=running tpot_kind=tpot client={client} {said}"
