@@ -92,9 +92,8 @@ def _load(data: Mapping[str, Any], where: str) -> tuple[float | None, float | No
     rate = _setting(config, "request_rate")
     cap = None if concurrency in (None, 0) else _batch(concurrency, where, "input_config concurrency")
     per_s = None
-    if rate not in (None, 0) and not math.isinf(
-        rate_value(rate)
-    ):  # an unbounded rate: every request at once, the cap gating
+    # an unbounded rate: every request at once, the cap gating
+    if rate not in (None, 0) and not math.isinf(rate_value(rate)):
         per_s = _number(rate, where, "input_config request_rate")
     mode = str(_setting(config, "request_rate_mode") or _setting(config, "arrival_pattern") or "").lower()
     if "constant" in mode:

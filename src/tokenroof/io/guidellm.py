@@ -70,7 +70,7 @@ def _strategy_kind(bench: Mapping[str, Any]) -> str | None:
 
 def _transient(bench: Mapping[str, Any]) -> bool:
     """Whether a warm-up or cool-down was cut from the benchmark's metrics: GuideLLM 0.4+ `config.warmup` /
-    `config.cooldown` (a percent or a value), 0.3 `args.warmup_number` / `warmup_duration` / `cooldown_…`."""
+    `config.cooldown` (a percent or a value), 0.2–0.3 `args.warmup_number` / `warmup_duration` / `cooldown_…`."""
     for phase in ("warmup", "cooldown"):
         given = _dig(bench, "config", phase)
         if isinstance(given, Mapping) and any(_positive(given.get(k)) for k in ("percent", "value")):

@@ -175,7 +175,7 @@ class MeasurementTable:
     throughput_tok_s: np.ndarray
     context_tokens: np.ndarray | None = None
     ttft_ms: np.ndarray | None = None
-    requests: np.ndarray | None = None  # per point: the requests its means were taken over, whole run (None: a window)
+    requests: np.ndarray | None = None  # per point: the requests its means are over, a whole run (NaN, None: a window)
     concurrency: np.ndarray | None = None  # per point: the closed-loop client's concurrency (NaN: open loop or unknown)
     sent: np.ndarray | None = None  # per point: what a run cut at a time limit sent (NaN, None: all were answered)
     provenance: tuple[str, ...] = ()
