@@ -243,14 +243,22 @@ def guidellm_run(
     noise: bool,
     arrivals: str,
     stop: str,
+    strategy: dict[str, Any] | None = None,
+    seconds: float | None = None,
 ) -> dict[str, Any]:
     """One GuideLLM 0.4+ benchmark over its whole run (`guidellm_report`'s "seconds" and "requests" stops): its
     successful requests' means, their time-weighted concurrency from the first request to the run's end, the request
-    totals, the strategy and the limit in `config`."""
+    totals, the strategy and the limit in `config`. `strategy` (a closed loop's) and `seconds`: a run cut that long
+    after its first request, what was in flight then cancelled (the requests not yet sent never were)."""
     start, end, answered = answered_by_stop(result)
+    sent = len(result.sequences)
     if stop == "requests":
         answered = np.ones(len(result.sequences), dtype=bool)
         end = max(s.finished_s or 0.0 for s in result.sequences)
+    elif seconds is not None:
+        end = start + seconds
+        answered = np.array([s.finished_s is not None and s.finished_s <= end for s in result.sequences])
+        sent = sum(s.arrival_s <= end for s in result.sequences)
     seqs = [s for s, kept in zip(result.sequences, answered, strict=True) if kept]
     e2e = np.array([(s.finished_s or 0.0) - s.arrival_s for s in seqs])
     ttft = np.array([(s.first_token_s or 0.0) - s.arrival_s for s in seqs])
@@ -264,18 +272,18 @@ def guidellm_run(
 
     duration = end - start
     limit = {"max_duration": {"seconds": duration}} if stop == "seconds" else {"max_requests": {"count": len(seqs)}}
-    incomplete = len(result.sequences) - len(seqs)
+    incomplete = sent - len(seqs)
     return {
         "type_": "generative_benchmark",
         "config": {
-            "strategy": {"type_": arrivals, "rate": rate},
+            "strategy": strategy or {"type_": arrivals, "rate": rate},
             "constraints": limit,
             "warmup": {"percent": None, "value": None},
             "cooldown": {"percent": None, "value": None},
         },
         "metrics": {
             "request_totals": {
-                "successful": len(seqs), "incomplete": incomplete, "errored": 0, "total": len(result.sequences)
+                "successful": len(seqs), "incomplete": incomplete, "errored": 0, "total": sent
             },
             "requests_per_second": dist(len(seqs) / duration),
             "request_concurrency": dist(float(e2e.sum() / duration)),
@@ -286,6 +294,25 @@ def guidellm_run(
             "output_token_count": dist(float(output_len)),
         },
     }  # fmt: skip
+
+
+def guidellm_throughput(
+    streams: int,
+    seconds: float,
+    input_len: int,
+    output_len: int,
+    truth: StepModel | None = None,
+    budget: int | None = BUDGET,
+    kv_capacity_tokens: int | None = None,
+) -> dict[str, Any]:
+    """GuideLLM's throughput benchmark (a sweep's second): `streams` requests at once, each replaced as it ends, cut
+    `seconds` after the first (its time limit, no warm-up), no noise."""
+    sm, kv = (TRUTH.step_model(), TRUTH.kv_pool_tokens()) if truth is None else (truth, kv_capacity_tokens)
+    loop = ClosedLoop(streams, Lengths(input_len), Lengths(output_len), 100 * streams, "burst")
+    result = simulate(sm, loop, 1024, 0, kv, max_num_batched_tokens=budget)
+    strategy = {"type_": "throughput", "max_concurrency": streams}
+    rng = np.random.default_rng(0)  # (no noise drawn)
+    return guidellm_run(result, 0.0, input_len, output_len, rng, False, "", "seconds", strategy, seconds)
 
 
 def sglang_line(

@@ -61,7 +61,8 @@ def totals(successful: int, incomplete: int) -> dict[str, int]:
 def test_a_rate_run_cut_at_its_time_limit_counts_what_it_sent_and_says_it_was_cut(tmp_path: Path) -> None:
     """A time limit (no warm-up or cool-down) cancels what is in flight: the rate's requests are the successful ones,
     what its means are over, and what it sent (successful and incomplete) is its `sent`; a synchronous point beside
-    them keeps a window."""
+    them, a closed loop, is a whole run of its answered requests (replayed with its streams all started at once, the
+    cut's one request in flight not modelled): no `sent`."""
     path = write(
         tmp_path,
         [
@@ -72,10 +73,10 @@ def test_a_rate_run_cut_at_its_time_limit_counts_what_it_sent_and_says_it_was_cu
     )
     table = read_table([path])
     assert table.semantics.client == "poisson" and table.requests is not None and table.sent is not None
-    assert np.isnan(table.requests[0]) and table.requests[1:].tolist() == [200.0, 580.0]
+    assert table.requests.tolist() == [30.0, 200.0, 580.0]
     assert np.isnan(table.sent[0]) and table.sent[1:].tolist() == [206.0, 605.0]
     points = run_json(["predict", str(path), "--batch", "16"])["measured"]["points"]
-    assert [(p["requests"], p["sent"]) for p in points] == [(None, None), (200, 206), (580, 605)]
+    assert [(p["requests"], p["sent"]) for p in points] == [(30, None), (200, 206), (580, 605)]
 
 
 def test_a_request_limit_drains_and_a_warm_up_leaves_a_window(tmp_path: Path) -> None:
@@ -215,3 +216,25 @@ def test_repeated_runs_at_one_concurrency_pool_what_they_sent(tmp_path: Path) ->
     assert table.requests is not None and table.sent is not None
     assert table.requests[:2].tolist() == [100, 100] and np.isnan(table.requests[2])
     assert table.sent[0] == 110 and np.isnan(table.sent[1:]).all()
+
+
+def test_a_sweep_s_throughput_benchmark_replays_as_every_stream_at_once(tmp_path: Path) -> None:
+    """GuideLLM's sweep runs a throughput benchmark beside its rates: every stream at once, each replaced as it ends,
+    averaged over the whole run (no warm-up), the first wave's prompts prefilled together in it. Replayed so (a burst
+    closed loop of its answered requests), its TTFT is the measured within 5% (0.0% here) and the saturation the
+    server's within 2.5% (−0.5%); replayed as a staggered loop over a steady window, −4.9%."""
+    from tokenroof.serving.saturation import saturation_rate
+
+    lengths = (Lengths(256), Lengths(64))
+    saturation = saturation_rate(TRUTH, *lengths, 32)
+    rates = [share * saturation for share in (0.2, 0.45, 0.7, 0.9)]
+    rng = np.random.default_rng(0)
+    report = GENERATOR.guidellm_report(rates, 256, 64, rng, TRUTH, None, None, 300, False, 0, "poisson", "seconds")
+    seconds = max(b["metrics"]["request_totals"]["total"] / r for b, r in zip(report["benchmarks"], rates, strict=True))
+    report["benchmarks"].append(GENERATOR.guidellm_throughput(32, seconds, 256, 64, TRUTH, None, None))
+    path = tmp_path / "benchmarks.json"
+    path.write_text(json.dumps(report))
+    serving = run_json(["predict", str(path), "--batch", "16"])["serving"]
+    top = max(serving["replay"], key=lambda row: row["batch"])
+    assert top["ttft_ms_replayed"] == pytest.approx(top["ttft_ms"], rel=0.05)
+    assert saturation_rate(StepModel(**serving["step_model"]), *lengths, 32) == pytest.approx(saturation, rel=0.025)

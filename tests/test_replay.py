@@ -499,7 +499,8 @@ def test_plan_leaves_out_the_choices_that_cannot_hold_the_weights() -> None:
 
 def test_mixed_points_keep_their_own_clients_and_empty_cells(tmp_path: Path) -> None:
     """A GuideLLM sweep mixes a synchronous point, the throughput point and rates; a bench table mixes concurrency
-    and rate points: each point is replayed as its own client drove it, and an empty cell stays empty."""
+    and rate points: each point is replayed as its own client drove it (GuideLLM's closed loops start every stream at
+    once, bench's staggered), and an empty cell stays empty."""
     from tokenroof.serving.replay import online_points
 
     report = json.loads(GUIDELLM.read_text())
@@ -511,8 +512,8 @@ def test_mixed_points_keep_their_own_clients_and_empty_cells(tmp_path: Path) -> 
     table = read_table([mixed])
     assert table.semantics.client == "poisson" and table.concurrency is not None
     points = online_points(table, fit_table(table, None, n_samples=0), 256, 128)
-    assert [p.client for p in points][:1] == ["staggered"] and points[0].concurrency == 1.0
-    assert {p.client for p in points[1:-1]} == {"poisson"} and points[-1].client == "staggered"
+    assert [p.client for p in points][:1] == ["burst"] and points[0].concurrency == 1.0
+    assert {p.client for p in points[1:-1]} == {"poisson"} and points[-1].client == "burst"
     # a bench CSV of both kinds: the rate point's concurrency is empty, written back empty
     csv = tmp_path / "summary.csv"
     csv.write_text(

@@ -6,9 +6,10 @@ set, over the window they leave (read as a steady window); otherwise over the wh
 limit answers every request, the drain at its end included; one stopped by a time limit (`max_duration`:
 `--max-seconds`, in 0.7 `--constraint kind=max_duration`) sends until the limit and cancels what is still in flight,
 counted `incomplete` and left out of the means, and the request concurrency it reports is the successful requests'
-only. So a rate benchmark's successful requests go into the table's `requests` and, where some were cancelled, the
-requests it sent (successful and incomplete) into `sent`, and its points are replayed as such runs
-(serving/replay.py). A report without its request totals (before GuideLLM 0.2) is read as a steady window.
+only. So a benchmark's successful requests go into the table's `requests` and, for a rate where some were cancelled,
+the requests it sent (successful and incomplete) into `sent`, and its points are replayed as such runs
+(serving/replay.py; a closed loop's, synchronous, concurrent or throughput, with every stream started at once). A
+report without its request totals (before GuideLLM 0.2) is read as a steady window.
 """
 
 from __future__ import annotations
@@ -104,10 +105,12 @@ def _totals(bench: Mapping[str, Any], where: str) -> tuple[int, int, int] | None
 
 
 def _run_requests(bench: Mapping[str, Any], where: str, warnings: list[str]) -> tuple[int, int | None] | None:
-    """A rate benchmark measured over its whole run: the requests its means are over (the successful ones) and, where
-    a time limit cut it (requests still in flight cancelled: incomplete ones), the requests it sent. None: a closed
-    loop, a warm-up or cool-down window, no totals. Failed requests and a ramp-up inside the means are warned of."""
-    if _strategy_kind(bench) not in ("poisson", "constant") or _transient(bench):
+    """A benchmark measured over its whole run: the requests its means are over (the successful ones) and, for a rate a
+    time limit cut (requests still in flight cancelled: incomplete ones), the requests it sent (a closed loop's streams,
+    all started at once, are replayed as a whole run of its answered requests, the cut's in-flight ones not modelled).
+    None: a warm-up or cool-down window, no totals. Failed requests and a ramp-up inside the means are warned of."""
+    kind = _strategy_kind(bench)
+    if kind not in GUIDELLM_CLIENTS or _transient(bench):
         return None
     totals = _totals(bench, where)
     if totals is None or totals[0] == 0:
@@ -124,7 +127,7 @@ def _run_requests(bench: Mapping[str, Any], where: str, warnings: list[str]) -> 
             f"{where}: its {ramp:g} s ramp-up is in its means (no warm-up cut it), replayed as the full rate from the "
             "start: the load reads heavier than it was (give a warm-up as long as the ramp to measure past it)"
         )
-    return successful, successful + incomplete if incomplete else None
+    return successful, successful + incomplete if incomplete and kind in ("poisson", "constant") else None
 
 
 def _guidellm_settings(data: Mapping[str, Any], where: str) -> dict[str, Any]:

@@ -595,7 +595,10 @@ def online_points(table: MeasurementTable, fit: Fit, input_len: float, output_le
         if table.concurrency is not None:
             if np.isfinite(table.concurrency[i]):  # a closed loop at the client's concurrency
                 concurrency = float(table.concurrency[i])
-                client = client if client in CLOSED else "staggered"  # GuideLLM's synchronous and concurrent points
+                # GuideLLM's synchronous, concurrent and throughput points beside its rates start every stream at once
+                # (only GuideLLM mixes them in a table of requests in flight); bench's concurrencies beside its rates
+                # start theirs staggered
+                client = client if client in CLOSED else ("burst" if in_flight_of(table) else "staggered")
                 if table.batch[i] < SERVER_CAP_SHOWN * concurrency:  # the server held its batch below the client's
                     cap = max(round(float(table.batch[i])), 1)
                     t = None  # its TTFT is the queue in front of the cap, which the client's window sets: not fitted
