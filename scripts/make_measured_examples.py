@@ -16,6 +16,10 @@ vLLM V1's 8,192-token budget, measured the way each tool measures:
   R = 2, 4, 8, 12 and 16 req/s (Poisson arrivals; means over every request of the run, and its `concurrency`,
   Σ latency ÷ duration, as bench_serving computes them), a line a run.
 
+The committed files were written with the vllm-v1 profile as it stood then (examples/vllm*/ and guidellm.json on
+2026-12-04, before the profile's bias correction and the presets' memory fix; examples/sglang/ on 2026-12-07): the
+profile has moved since, so running the script now writes other numbers than the docs show.
+
 Each metric carries 2% log-normal noise (seeded), as repeated runs of a real server scatter. The files say they are
 synthetic (a `tokenroof_provenance` key, which the readers pass over as they do any key they do not read). Run from
 the repository root:

@@ -28,7 +28,8 @@ from tokenroof.serving.simulate import ClosedLoop, Lengths, Workload, simulate
 VLLM = sorted((ROOT / "examples" / "vllm").glob("vllm-c*.json"))
 GUIDELLM = ROOT / "examples" / "guidellm.json"
 BENCH = ROOT / "examples" / "bench"
-# the server behind examples/vllm and examples/guidellm.json (scripts/make_measured_examples.py)
+# a server like the examples': llama-3.1-8b on h100-sxm with the vllm-v1 profile as it stands (examples/vllm and
+# examples/guidellm.json were written with it on 2026-12-04, before its bias correction; make_measured_examples.py)
 EXAMPLES_TRUTH = Physics("llama-3.1-8b", "h100-sxm", engine="vllm-v1").step_model()
 
 
