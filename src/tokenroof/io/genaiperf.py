@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping
-from typing import Any
+from typing import Any, NamedTuple
 
 from tokenroof.errors import TokenroofError
 from tokenroof.io.table import Row, _batch, _number, capped, rate_value
@@ -80,8 +80,18 @@ def _setting(config: Mapping[str, Any], name: str) -> Any:
     return None
 
 
-def _load(data: Mapping[str, Any], where: str) -> tuple[float | None, float | None, str]:
-    """(concurrency, request rate, arrivals) as the run was told them."""
+class Load(NamedTuple):
+    """How the run was told to load the server: its concurrency cap and request rate (None: not given, or unbounded),
+    its arrivals ("poisson" or "constant") and, for gamma arrivals, their shape (None: Poisson's)."""
+
+    cap: float | None
+    rate: float | None
+    arrivals: str
+    burstiness: float | None
+
+
+def _load(data: Mapping[str, Any], where: str) -> Load:
+    """The load settings as the run was told them."""
     config = data.get("input_config")
     if not isinstance(config, Mapping):
         raise TokenroofError(
@@ -107,15 +117,20 @@ def _load(data: Mapping[str, Any], where: str) -> tuple[float | None, float | No
             f"{where}: input_config gives neither a concurrency nor a request rate; give the measurements as a CSV "
             "with the batch"
         )
-    return cap, per_s, arrivals
+    smoothness = _setting(config, "arrival_smoothness") or _setting(config, "vllm_burstiness")
+    burstiness = None  # gamma gaps of this shape (AIPerf's smoothness, as vLLM's burstiness)
+    if per_s is not None and arrivals == "poisson" and "gamma" in mode and smoothness is not None:
+        burstiness = _number(smoothness, where, "input_config arrival_smoothness")
+    return Load(cap, per_s, arrivals, burstiness)
 
 
 def genai_perf_run(data: Mapping[str, Any], where: str, warnings: list[str]) -> tuple[Row | None, dict[str, Any]]:
-    """One run's row and settings (genai_perf_settings). The row: at a concurrency alone, batch N (AIPerf's requests,
+    """One run's row and settings (`_settings`). The row: at a concurrency alone, batch N (AIPerf's requests,
     where fewer: all sent at once) and a closed loop; at a rate, the requests held in flight (a rate capped by a
     concurrency it filled, above 90% of it on average, was neither: left out with a warning, None)."""
-    cap, rate, _ = _load(data, where)
-    settings = genai_perf_settings(data, where)
+    load = _load(data, where)
+    cap, rate = load.cap, load.rate
+    settings = _settings(data, where, load)
     # AIPerf's means are over its run's requests (after any warm-up); GenAI-Perf's perf_analyzer measures stable
     # windows of a load already running: a steady window, no whole run (None)
     requests = _stat(data, "request_count", where) if tool_of(data) == "AIPerf" else None
@@ -160,20 +175,16 @@ def tool_of(data: Mapping[str, Any]) -> str:
     )
 
 
-def genai_perf_settings(data: Mapping[str, Any], where: str) -> dict[str, Any]:
-    """TPOT after the first token, the batch counted as requests in flight, the client as it ran, the lengths the
-    run measured (its mean input and output sequence lengths)."""
-    _, rate, arrivals = _load(data, where)
+def _settings(data: Mapping[str, Any], where: str, load: Load) -> dict[str, Any]:
+    """TPOT after the first token, the batch counted as requests in flight, the client as it ran (`load`), the
+    lengths the run measured (its mean input and output sequence lengths)."""
     settings: dict[str, Any] = {
         "batch_kind": "concurrency",
         "tpot_kind": "tpot",
-        "client": "burst" if rate is None else arrivals,
+        "client": "burst" if load.rate is None else load.arrivals,
     }
-    config = data.get("input_config") or {}  # (_load checked it is there)
-    mode = str(_setting(config, "request_rate_mode") or _setting(config, "arrival_pattern") or "").lower()  # as _load
-    smoothness = _setting(config, "arrival_smoothness") or _setting(config, "vllm_burstiness")
-    if rate is not None and arrivals == "poisson" and "gamma" in mode and smoothness is not None:
-        settings["burstiness"] = _number(smoothness, where, "input_config arrival_smoothness")  # the gamma shape
+    if load.burstiness is not None:
+        settings["burstiness"] = load.burstiness
     for key, metric in (("input_len", "input_sequence_length"), ("output_len", "output_sequence_length")):
         settings[key] = _required(data, metric, where)
     return settings

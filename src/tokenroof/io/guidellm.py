@@ -37,12 +37,11 @@ GUIDELLM_CLIENTS = {
 def _guidellm_streams(bench: Mapping[str, Any], batch: float, where: str) -> float | None:
     """A closed-loop strategy's concurrency: synchronous 1, concurrent its streams, throughput (every request at
     once, as many as it holds) the concurrency measured; None for a rate (an open loop)."""
-    strategy = _dig(bench, "args", "strategy") or _dig(bench, "config", "strategy")
-    kind = strategy.get("type_") if isinstance(strategy, Mapping) else None
+    kind = _strategy_kind(bench)
     if kind == "synchronous":
         return 1.0
     if kind == "concurrent":
-        streams = strategy.get("streams") if isinstance(strategy, Mapping) else None
+        streams = _strategy(bench).get("streams")
         return _batch(streams, where, "strategy.streams") if streams is not None else batch
     if kind == "throughput":
         return batch
@@ -54,18 +53,21 @@ def _guidellm_client(data: Mapping[str, Any]) -> str | None:
     that one request runs at a time), else its streams' (concurrent and throughput start every stream at once)."""
     kinds = []
     for bench in data["benchmarks"]:
-        if isinstance(bench, Mapping):
-            strategy = _dig(bench, "args", "strategy") or _dig(bench, "config", "strategy")
-            kind = strategy.get("type_") if isinstance(strategy, Mapping) else None
-            if isinstance(kind, str) and kind in GUIDELLM_CLIENTS:
-                kinds.append(GUIDELLM_CLIENTS[kind])
+        kind = _strategy_kind(bench) if isinstance(bench, Mapping) else None
+        if kind in GUIDELLM_CLIENTS:
+            kinds.append(GUIDELLM_CLIENTS[kind])
     rates = [k for k in kinds if k in ("poisson", "constant")] or kinds
     return max(sorted(set(rates)), key=rates.count) if rates else None
 
 
-def _strategy_kind(bench: Mapping[str, Any]) -> str | None:
+def _strategy(bench: Mapping[str, Any]) -> Mapping[str, Any]:
+    """A benchmark's scheduling strategy: 0.2–0.3 `args.strategy`, 0.4+ `config.strategy` ({} where none)."""
     strategy = _dig(bench, "args", "strategy") or _dig(bench, "config", "strategy")
-    kind = strategy.get("type_") if isinstance(strategy, Mapping) else None
+    return strategy if isinstance(strategy, Mapping) else {}
+
+
+def _strategy_kind(bench: Mapping[str, Any]) -> str | None:
+    kind = _strategy(bench).get("type_")
     return kind if isinstance(kind, str) else None
 
 
@@ -121,7 +123,7 @@ def _run_requests(bench: Mapping[str, Any], where: str, warnings: list[str]) -> 
             f"{where}: {errored:,} requests failed: the run is replayed with the {successful + incomplete:,} that did "
             "not, so its load reads lighter than the server's if they held it"
         )
-    ramp = _dig(bench, "config", "strategy", "rampup_duration") or _dig(bench, "args", "strategy", "rampup_duration")
+    ramp = _strategy(bench).get("rampup_duration")
     if _positive(ramp):
         warnings.append(
             f"{where}: its {ramp:g} s ramp-up is in its means (no warm-up cut it), replayed as the full rate from the "
@@ -158,13 +160,11 @@ def _guidellm_rows(data: Mapping[str, Any], where: str, warnings: list[str]) -> 
         metrics = bench.get("metrics", {})
         concurrency = _dig(metrics, "request_concurrency", "successful", "mean")
         if concurrency is None:
-            concurrency = _dig(bench, "args", "strategy", "streams") or _dig(bench, "config", "strategy", "streams")
+            concurrency = _strategy(bench).get("streams")
         if concurrency is None:
             raise TokenroofError(f"{here}: no request_concurrency metric and no concurrent strategy")
         batch = _batch(concurrency, here, "request_concurrency")
-        strategy = _dig(bench, "config", "strategy") or _dig(bench, "args", "strategy")
-        given = strategy if isinstance(strategy, Mapping) else {}
-        cap, rate = given.get("max_concurrency"), given.get("rate")
+        cap, rate = _strategy(bench).get("max_concurrency"), _strategy(bench).get("rate")
         rate_run = _strategy_kind(bench) in ("poisson", "constant") and _positive(cap)
         if rate_run and capped(here, rate if _positive(rate) else 0.0, cap, batch, warnings):
             continue  # the client's cap filled: arrivals queued in the client, neither a rate nor a concurrency

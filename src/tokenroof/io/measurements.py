@@ -41,7 +41,7 @@ from tokenroof.io.table import (
     merge_settings,
     pooled,
 )
-from tokenroof.io.vllm import _vllm_row, _vllm_settings, is_vllm_result
+from tokenroof.io.vllm import is_vllm_result, vllm_run
 from tokenroof.specs.validate import read_text
 
 
@@ -49,8 +49,8 @@ def _json_rows(data: Any, where: str, warnings: list[str]) -> tuple[list[Row], l
     if isinstance(data, Mapping) and isinstance(data.get("benchmarks"), list):
         return _guidellm_rows(data, where, warnings), [f"GuideLLM report {where}"], _guidellm_settings(data, where)
     if isinstance(data, Mapping) and "output_throughput" in data:
-        row = _vllm_row(data, where, warnings)
-        return [] if row is None else [row], [f"vllm bench serve result {where}"], _vllm_settings(data, where)
+        row, read = vllm_run(data, where, warnings)
+        return [] if row is None else [row], [f"vllm bench serve result {where}"], read
     points = data.get("points") if isinstance(data, Mapping) else data
     if not isinstance(points, list):
         raise TokenroofError(

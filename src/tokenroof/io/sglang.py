@@ -61,14 +61,14 @@ def _in_flight(data: Mapping[str, Any], where: str) -> float:
 
 
 def sglang_run(data: Mapping[str, Any], where: str, warnings: list[str]) -> tuple[Row | None, dict[str, Any]]:
-    """One run's row and settings (sglang_settings). At `--max-concurrency N` with every prompt sent at once (rate inf)
+    """One run's row and settings (`_settings`). At `--max-concurrency N` with every prompt sent at once (rate inf)
     the client is a closed loop of N streams: batch N (the completed requests, where fewer: the cap never bound), as
     vLLM's results are read. At a finite rate arrivals are Poisson (bench_serving draws exponential gaps) and the
     batch is the requests measured in flight; a `--max-concurrency` the rate ran under caps that from the client's
     side, and where it bound (in flight on average above 90% of it) the run was neither a rate nor a concurrency:
     left out, with a warning (None). Its metrics and token totals are required: none is derived from the others."""
     rate = _rate(data, where)
-    settings = sglang_settings(data, where)
+    settings = _settings(data, where, rate)
     cap = data.get("max_concurrency")
     for key in ("completed", "total_input_tokens", "total_output_tokens", "output_throughput", "mean_tpot_ms"):
         _required(data, key, where)
@@ -84,12 +84,12 @@ def sglang_run(data: Mapping[str, Any], where: str, warnings: list[str]) -> tupl
         batch = _in_flight(data, where)
         if capped(where, rate, None if cap is None else _batch(cap, where, "max_concurrency"), batch, warnings):
             return None, settings
-    return metrics_row(data, where, batch), settings
+    return metrics_row(data, where, batch, settings), settings
 
 
-def sglang_settings(data: Mapping[str, Any], where: str) -> dict[str, Any]:
+def _settings(data: Mapping[str, Any], where: str, rate: float) -> dict[str, Any]:
     """vLLM's reading (TPOT after the first token; lengths from the totals), the batch counted as requests in flight
-    and the client as it ran: a closed loop started all at once, or Poisson arrivals at a rate."""
+    and the client as it ran at `rate`: a closed loop started all at once, or Poisson arrivals."""
     settings = _vllm_settings(data, where)
-    settings["client"] = "burst" if math.isinf(_rate(data, where)) else "poisson"
+    settings["client"] = "burst" if math.isinf(rate) else "poisson"
     return settings

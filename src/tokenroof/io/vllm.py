@@ -13,15 +13,16 @@ from tokenroof.model.stepmodel import mean_context_tokens
 from tokenroof.specs.validate import read_text
 
 
-def _vllm_row(data: Mapping[str, Any], where: str, warnings: list[str]) -> Row | None:
-    """One `vllm bench serve --save-result` file. Every prompt sent at once (`--request-rate inf`, the default) with
-    `--max-concurrency N`: a closed loop, batch = N (an upper bound on the running batch), or num_prompts where fewer
-    (the cap never reached). At a finite `--request-rate` an open loop, its batch the requests it held in flight by
-    Little's law (completed × mean end-to-end latency ÷ duration, GuideLLM's request concurrency); a
-    `--max-concurrency` the rate filled (in flight above 90% of it) made it neither: left out, with a warning
-    (None)."""
+def vllm_run(data: Mapping[str, Any], where: str, warnings: list[str]) -> tuple[Row | None, dict[str, Any]]:
+    """One `vllm bench serve --save-result` file's row and settings (`_vllm_settings`). Every prompt sent at once
+    (`--request-rate inf`, the default) with `--max-concurrency N`: a closed loop, batch = N (an upper bound on the
+    running batch), or num_prompts where fewer (the cap never reached). At a finite `--request-rate` an open loop, its
+    batch the requests it held in flight by Little's law (completed × mean end-to-end latency ÷ duration, GuideLLM's
+    request concurrency); a `--max-concurrency` the rate filled (in flight above 90% of it) made it neither: left
+    out, with a warning (None)."""
+    settings = _vllm_settings(data, where)
     cap = data.get("max_concurrency")
-    if _vllm_client(data) == "burst":
+    if settings["client"] == "burst":
         if cap is None:
             raise TokenroofError(
                 f"{where}: vLLM result has no max_concurrency (every prompt sent at once"
@@ -37,14 +38,14 @@ def _vllm_row(data: Mapping[str, Any], where: str, warnings: list[str]) -> Row |
         batch = held_in_flight(data, where, "mean_e2el_ms", "vLLM")
         limit = None if cap is None else _batch(cap, where, "max_concurrency")
         if capped(where, float(data["request_rate"]), limit, batch, warnings):
-            return None
-    return metrics_row(data, where, batch)
+            return None, settings
+    return metrics_row(data, where, batch, settings), settings
 
 
-def metrics_row(data: Mapping[str, Any], where: str, batch: float) -> Row:
+def metrics_row(data: Mapping[str, Any], where: str, batch: float, lengths: Mapping[str, Any]) -> Row:
     """A run's row at `batch` from vLLM's metrics (SGLang's are the same): output throughput, mean TPOT and TTFT, the
-    completed requests, and the mean context from the token totals (runs at other lengths are other contexts)."""
-    lengths = _vllm_settings(data, where)
+    completed requests, and the mean context from the token totals its `lengths` (its settings) were read from (runs
+    at other lengths are other contexts)."""
     context = None
     if lengths.get("input_len") is not None and lengths.get("output_len") is not None:
         context = mean_context_tokens(lengths["input_len"], lengths["output_len"])
