@@ -371,6 +371,90 @@ def sglang_line(
     return data
 
 
+def llmperf_statistics(name: str, values: np.ndarray) -> dict[str, Any]:
+    """One metric's statistics as LLMPerf's summary flattens them (pandas' quantiles, mean, min, max, stddev)."""
+    out = {f"results_{name}_quantiles_p{q}": float(np.percentile(values, q)) for q in (25, 50, 75, 90, 95, 99)}
+    out |= {f"results_{name}_mean": float(values.mean()), f"results_{name}_min": float(values.min())}
+    return out | {f"results_{name}_max": float(values.max()), f"results_{name}_stddev": float(values.std(ddof=1))}
+
+
+def llmperf_run(
+    concurrency: int,
+    input_len: int,
+    output_len: int,
+    completed: int,
+    truth: StepModel,
+    kv_capacity_tokens: int | None = None,
+    budget: int | None = None,
+    speed: float = 1.0,
+    spread: float = 0.0,
+) -> tuple[dict[str, Any], list[dict[str, Any]]]:
+    """One `token_benchmark_ray.py --num-concurrent-requests N --max-num-completed-requests M` run (ray-project/llmperf
+    as of 2024-12) against `truth`, its summary and its requests file: N threads start at once and each sends its next
+    request as its last ends until M have completed; the N − 1 then in flight run to their end (the run's end waits
+    for them) and are dropped. A request's inter_token_latency_s is its gaps from the send summed (the TTFT first)
+    over the chunks it received: its tokens, a role chunk and a finish chunk. `speed` scales every time (a run's
+    drift); `spread`: output lengths uniform over output_len × (1 ± spread) (LLMPerf draws them normal, mean ±
+    `--stddev-output-tokens`), so the streams drift apart as they do on a server."""
+    outputs = Lengths(output_len, "uniform", spread) if spread else Lengths(output_len)
+    run = ClosedLoop(concurrency, Lengths(input_len), outputs, completed + concurrency - 1, "burst")
+    result = simulate(truth, run, 1024, 0, kv_capacity_tokens, max_num_batched_tokens=budget)
+    seqs = sorted(result.sequences, key=lambda s: s.finished_s or 0.0)
+    counted = seqs[:completed]
+    ttft = np.array([(s.first_token_s or 0.0) - s.arrival_s for s in counted]) * speed
+    e2e = np.array([(s.finished_s or 0.0) - s.arrival_s for s in counted]) * speed
+    out = np.array([s.max_tokens for s in counted], dtype=float)
+    prompts = np.array([s.prompt_tokens for s in counted], dtype=float)
+    itl = e2e / (out + 2)  # the role chunk and the finish chunk are received but carry no token
+    end_s = max(s.finished_s or 0.0 for s in seqs) * speed
+    requests = [
+        {
+            "error_code": None,
+            "error_msg": "",
+            "inter_token_latency_s": float(i),
+            "ttft_s": float(t),
+            "end_to_end_latency_s": float(e),
+            "request_output_throughput_token_per_s": float(o / e),
+            "number_total_tokens": int(p + o),
+            "number_output_tokens": int(o),
+            "number_input_tokens": int(p),
+        }
+        for i, t, e, o, p in zip(itl, ttft, e2e, out, prompts, strict=True)
+    ]
+    model = "meta-llama/Llama-3.1-8B-Instruct"
+    summary: dict[str, Any] = {
+        "tokenroof_provenance": PROVENANCE.replace("a real vLLM run", "a real LLMPerf run"),
+        "version": "2023-08-31",
+        "name": f"meta-llama-Llama-3-1-8B-Instruct_{input_len}_{output_len}_summary",
+        "model": model,
+        "mean_input_tokens": input_len,
+        "stddev_input_tokens": 0,
+        "mean_output_tokens": output_len,
+        "stddev_output_tokens": 0,
+        "num_concurrent_requests": concurrency,
+    }
+    for name, values in (
+        ("inter_token_latency_s", itl),
+        ("ttft_s", ttft),
+        ("end_to_end_latency_s", e2e),
+        ("request_output_throughput_token_per_s", out / e2e),
+        ("number_input_tokens", prompts),
+        ("number_output_tokens", out),
+    ):
+        summary |= llmperf_statistics(name, values)
+    summary |= {
+        "results_num_requests_started": completed,
+        "results_error_rate": 0.0,
+        "results_number_errors": 0,
+        "results_error_code_frequency": "{}",
+        "results_mean_output_throughput_token_per_s": float(out.sum() / end_s),
+        "results_num_completed_requests": completed,
+        "results_num_completed_requests_per_min": completed / end_s * 60,
+        "timestamp": 1796644800,
+    }
+    return summary, requests
+
+
 def write(path: Path, data: dict[str, Any]) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps(data, indent=2) + "\n")

@@ -157,6 +157,38 @@ def test_vllm_bench_serve_results(tmp_path: Path) -> None:
     assert any("max_concurrency" in w for w in table.warnings)
 
 
+def test_vllm_detailed_results_state_how_spread_their_lengths_were(tmp_path: Path) -> None:
+    """`--save-detailed` keeps every request's lengths: their spread (sd ÷ mean, a failed request's output of 0 left
+    out) is the table's input_len_cv / output_len_cv, averaged over the runs, for the replay to draw lengths alike;
+    lengths all alike state none, and a list that is not token counts is named."""
+    base = {
+        "backend": "vllm",
+        "mean_ttft_ms": 50.0,
+        "completed": 3,
+        "total_input_tokens": 300,
+        "total_output_tokens": 30,
+    }
+    runs = [
+        base
+        | {"max_concurrency": 1, "mean_tpot_ms": 10.0, "output_throughput": 100.0}
+        | {"input_lens": [50, 100, 150, 999], "output_lens": [5, 10, 15, 0]},
+        base
+        | {"max_concurrency": 8, "mean_tpot_ms": 11.0, "output_throughput": 720.0}
+        | {"input_lens": [100, 100, 100], "output_lens": [4, 10, 16]},
+    ]
+    paths = []
+    for i, run in enumerate(runs):
+        paths.append(tmp_path / f"c{i}.json")
+        paths[-1].write_text(json.dumps(run))
+    sem = read_table(paths).semantics
+    first, second = np.std([5, 10, 15]) / 10, np.std([4, 10, 16]) / 10
+    assert sem.output_len_cv == pytest.approx((first + second) / 2)
+    assert sem.input_len_cv == pytest.approx(np.std([50, 100, 150]) / 100)  # the second run's are one length
+    paths[1].write_text(json.dumps(runs[1] | {"output_lens": "4,10,16"}))
+    with pytest.raises(TokenroofError, match=r"c1\.json: output_lens must be a list of token counts"):
+        read_table(paths)
+
+
 def test_vllm_rate_runs_read_as_the_requests_they_held_in_flight(tmp_path: Path) -> None:
     """A --request-rate run's batch is what it held in flight (completed × mean e2e latency ÷ duration: 100 × 2 s /
     50 s = 4), an open loop (Poisson at burstiness 1); without the latency and duration it cannot be counted, and

@@ -1,13 +1,13 @@
 """Reading measurements: any file or folder of them into one MeasurementTable (io/table.py), by format: CSV
 (csvread.py), vLLM (vllm.py), GuideLLM (guidellm.py), SGLang's bench_serving (sglang.py), AIPerf and GenAI-Perf
-(genaiperf.py), tokenroof bench (benchfiles.py).
+(genaiperf.py), LLMPerf (llmperf.py), tokenroof bench (benchfiles.py).
 
 CSV format (DESIGN.md): `batch,throughput_tok_s,tpot_ms[,context_tokens][,ttft_ms][,requests][,concurrency][,sent]`,
 `#` lines are free-text provenance and are kept. At least one of throughput and TPOT per row; the other is derived
 (throughput = batch × 1000 / TPOT). Also read: `vllm bench serve --save-result` JSON files (one a run, at a
 concurrency or a rate: pass several), GuideLLM JSON reports (one row per benchmark in the sweep), AIPerf and
-GenAI-Perf exports (one a run), tokenroof bench folders, and JSON Lines of results, a line a run (SGLang's
-bench_serving, `vllm bench serve --append-result`).
+GenAI-Perf exports (one a run), LLMPerf summaries (one a run, its requests file beside it), tokenroof bench folders,
+and JSON Lines of results, a line a run (SGLang's bench_serving, `vllm bench serve --append-result`).
 """
 
 from __future__ import annotations
@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from tokenroof.errors import TokenroofError
+from tokenroof.io import llmperf
 from tokenroof.io.benchfiles import _bench_summary, _is_bench_summary, read_jsonl
 from tokenroof.io.csvread import parse_csv
 from tokenroof.io.genaiperf import genai_perf_run, is_genai_perf_export, tool_of
@@ -54,8 +55,8 @@ def _json_rows(data: Any, where: str, warnings: list[str]) -> tuple[list[Row], l
     points = data.get("points") if isinstance(data, Mapping) else data
     if not isinstance(points, list):
         raise TokenroofError(
-            f"{where}: unrecognised JSON (expected tokenroof points, a vllm bench serve result, a GuideLLM report, or "
-            "an AIPerf or GenAI-Perf profile export)"
+            f"{where}: unrecognised JSON (expected tokenroof points, a vllm bench serve result, a GuideLLM report, an "
+            "AIPerf or GenAI-Perf profile export, or an LLMPerf summary)"
         )
     rows = []
     for i, point in enumerate(points):
@@ -110,11 +111,13 @@ class RunReader:
     recognises: Callable[[Any], bool]
     read: Callable[[Mapping[str, Any], str, list[str]], tuple[Row | None, dict[str, Any]]]
     label: Callable[[Mapping[str, Any]], str]
+    reading: str = ""  # how its figures were read where not as they stand: said once for a table holding its runs
 
 
 RUN_READERS = (
     RunReader("AIPerf/GenAI-Perf", is_genai_perf_export, genai_perf_run, lambda d: f"{tool_of(d)} export"),
     RunReader("SGLang", is_sglang_result, sglang_run, lambda d: "sglang.bench_serving result"),
+    RunReader("LLMPerf", llmperf.is_llmperf_summary, llmperf.llmperf_run, llmperf.label, llmperf.READING),
 )
 
 
@@ -155,6 +158,9 @@ def json_documents(text: str, where: str) -> list[tuple[str, Any]]:
 # the aggregate exports AIPerf and GenAI-Perf write in each run's folder (beside inputs.json and per-request
 # records, which are not results); `--profile-export-file NAME` makes them NAME_aiperf.json, NAME_genai_perf.json
 PROFILE_EXPORTS = ("*_aiperf.json", "*_genai_perf.json")
+# LLMPerf's summaries (`--results-dir D`: D/{model}_{in}_{out}_summary.json; a concurrency sweep, a folder a run, since
+# the name does not hold the concurrency)
+LLMPERF_SUMMARIES = "*_summary.json"
 RUN_RECORDS = {"inputs.json", "profile_export.jsonl"}  # what else a run's folder holds: its prompts, each request
 
 
@@ -182,9 +188,12 @@ def resolve_inputs(path: Path) -> list[Path]:
     below = sorted({f for pattern in PROFILE_EXPORTS for f in path.rglob(pattern) if f.is_file()})
     if below:  # their artifacts/ folder: a folder a run
         return below
+    below = sorted(f for f in path.rglob(LLMPERF_SUMMARIES) if f.is_file())
+    if below:  # LLMPerf's results folders, one a concurrency
+        return below
     raise TokenroofError(
         f"{path}: a folder without summary.csv, summary.json or JSON result files (expected a tokenroof bench "
-        "--out folder, or a folder of vllm bench serve, sglang.bench_serving, AIPerf or GenAI-Perf results)"
+        "--out folder, or a folder of vllm bench serve, sglang.bench_serving, AIPerf, GenAI-Perf or LLMPerf results)"
     )
 
 
@@ -202,6 +211,8 @@ def read_table(paths: Sequence[Path | str]) -> MeasurementTable:
     files = [f for p in paths for f in resolve_inputs(Path(p))]
     if not files:
         raise TokenroofError("no measurement file given")
+    read_with_summary = llmperf.summaries_beside(files)  # LLMPerf's requests files: each read with its summary
+    files = [f for f in files if f not in read_with_summary]
     texts = [read_text(path) for path in files]
     if len(files) == 1 and not is_json(files[0], texts[0]):
         return parse_csv(texts[0], str(files[0]))
@@ -211,6 +222,7 @@ def read_table(paths: Sequence[Path | str]) -> MeasurementTable:
     parts: list[tuple[str, dict[str, Any]]] = []
     vllm = 0  # rows from vLLM results: their batch is the client's concurrency, their context from token totals
     closed_loops = dict.fromkeys((r.tool for r in RUN_READERS), 0)  # ... and from the other tools' closed-loop runs
+    readings = {}  # how each tool's figures were read, where not as they stand
     for path, text in zip(files, texts, strict=True):
         if not is_json(path, text):
             table = parse_csv(text, str(path))
@@ -225,9 +237,16 @@ def read_table(paths: Sequence[Path | str]) -> MeasurementTable:
                 row, settings = reader.read(data, where, warnings)
                 rows += [] if row is None else [row]
                 closed_loops[reader.tool] += row is not None and settings["client"] == "burst"
+                if reader.reading:
+                    readings[reader.tool] = reader.reading
                 provenance.append(f"{reader.label(data)} {where}")
                 parts.append((where, settings))
                 continue
+            if llmperf.is_llmperf_responses(data):
+                raise TokenroofError(
+                    f"{where}: an LLMPerf run's requests ({llmperf.RESPONSES_SUFFIX}) without its summary beside it: "
+                    "pass the folder, or the _summary.json (its requests are read with it)"
+                )
             if where != str(path) and not (isinstance(data, Mapping) and "output_throughput" in data):
                 raise TokenroofError(
                     f"{where}: a JSON Lines file whose lines are not benchmark results (expected one "
@@ -243,6 +262,8 @@ def read_table(paths: Sequence[Path | str]) -> MeasurementTable:
             rows += new_rows
             provenance += new_prov
             parts.append((where, settings))
+    for tool, reading in readings.items():
+        warnings.insert(0, f"{tool}: {reading}")
     for tool, count in closed_loops.items():
         if count:
             warnings.insert(

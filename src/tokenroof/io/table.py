@@ -56,6 +56,8 @@ SETTINGS = {
     "kv_slots": None,
     "server": SERVERS,
     "burstiness": None,
+    "input_len_cv": None,
+    "output_len_cv": None,
 }
 
 
@@ -92,6 +94,10 @@ class Semantics:
     server: str | None = None  # SERVERS: which server was measured, where the client could tell
     # an open loop's random arrivals: the gamma shape of their gaps (`vllm bench serve --burstiness`; None: 1, Poisson)
     burstiness: float | None = None
+    # lengths the client drew at random (LLMPerf's normal draws, a ShareGPT sample): their relative standard deviation
+    # (sd ÷ mean), so that a replay draws them alike; None: every request of one length
+    input_len_cv: float | None = None
+    output_len_cv: float | None = None
     stated: tuple[str, ...] = ()  # the settings the source stated (the rest are defaults)
 
     def __post_init__(self) -> None:
@@ -300,6 +306,8 @@ class MeasurementTable:
             "kv_slots": self.semantics.kv_slots,
             "server": self.semantics.server,
             "burstiness": self.semantics.burstiness,
+            "input_len_cv": self.semantics.input_len_cv,
+            "output_len_cv": self.semantics.output_len_cv,
             "stated": list(self.semantics.stated),
             "points": points,
             "points_pooled_from": None,
@@ -379,6 +387,18 @@ def capped(where: str, rate: Any, cap: float | None, held: float, warnings: list
         "in flight on average), so arrivals queued in the client: neither a rate nor a concurrency"
     )
     return True
+
+
+LENGTHS_FIXED_BELOW = 0.02  # lengths spread less than this (sd ÷ mean) are one length: a replay sends them as such
+
+
+def lengths_cv(values: Sequence[float]) -> float | None:
+    """The spread (sd ÷ mean) of the lengths a client drew at random, as a table's input_len_cv and output_len_cv
+    state it; None where they are (nearly) one length, or too few to tell."""
+    if len(values) < 2:
+        return None
+    cv = float(np.std(values) / np.mean(values))
+    return cv if cv >= LENGTHS_FIXED_BELOW else None
 
 
 def _batch(value: Any, where: str, column: str) -> float:
@@ -709,7 +729,7 @@ def _dig(data: Mapping[str, Any], *path: str) -> Any:
 
 
 def merge_settings(parts: Sequence[tuple[str, Mapping[str, Any]]], provenance: Sequence[str]) -> Semantics:
-    """One table's semantics from several files: kinds must agree, lengths are averaged."""
+    """One table's semantics from several files: kinds must agree, lengths (and their spreads) are averaged."""
     merged: dict[str, Any] = {}
     for where, part in parts:
         for key in ("batch_kind", "tpot_kind", "client", "kv_slots", "server", "burstiness"):
@@ -726,7 +746,7 @@ def merge_settings(parts: Sequence[tuple[str, Mapping[str, Any]]], provenance: S
                     )
                 )
     values: dict[str, Any] = {key: value for key, (value, _) in merged.items()}
-    for key in ("input_len", "output_len"):
+    for key in ("input_len", "output_len", "input_len_cv", "output_len_cv"):
         given = [part[key] for _, part in parts if part.get(key) is not None]
         if given:
             values[key] = float(np.mean(given))

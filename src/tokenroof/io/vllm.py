@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import Any
 
 from tokenroof.errors import TokenroofError
-from tokenroof.io.table import Row, _batch, _number, capped, held_in_flight, rate_value
+from tokenroof.io.table import Row, _batch, _number, capped, held_in_flight, lengths_cv, rate_value
 from tokenroof.model.stepmodel import mean_context_tokens
 from tokenroof.specs.validate import read_text
 
@@ -71,7 +71,26 @@ def _vllm_settings(data: Mapping[str, Any], where: str) -> dict[str, Any]:
         value = _number(data.get(total), where, total)
         if done and value:
             settings[key] = value / done
-    return settings
+    return settings | _lengths_spread(data, where)
+
+
+def _lengths_spread(data: Mapping[str, Any], where: str) -> dict[str, float]:
+    """The spread of the requests' lengths where the file lists them (`--save-detailed`: `input_lens`, `output_lens`,
+    a failed request's output 0): a random dataset with `--random-range-ratio`, a ShareGPT sample."""
+    outputs, inputs = data.get("output_lens"), data.get("input_lens")
+    if outputs is None:
+        return {}
+    for key, values in (("output_lens", outputs), ("input_lens", inputs)):
+        if values is not None and (
+            not isinstance(values, list)
+            or not all(isinstance(v, int | float) and not isinstance(v, bool) and math.isfinite(v) for v in values)
+        ):
+            raise TokenroofError(f"{where}: {key} must be a list of token counts")
+    answered = [i for i, out in enumerate(outputs) if out > 0]
+    spread = {"output_len_cv": lengths_cv([outputs[i] for i in answered])}
+    if isinstance(inputs, list) and len(inputs) == len(outputs):
+        spread["input_len_cv"] = lengths_cv([inputs[i] for i in answered])
+    return {key: cv for key, cv in spread.items() if cv is not None}
 
 
 def _vllm_client(data: Mapping[str, Any]) -> str:

@@ -18,7 +18,15 @@ from pathlib import Path
 from typing import Any
 
 from tokenroof.errors import TokenroofError
-from tokenroof.io.measurements import PROFILE_EXPORTS, MeasurementTable, is_vllm_result, read_table, resolve_inputs
+from tokenroof.io.llmperf import RESPONSES_SUFFIX
+from tokenroof.io.measurements import (
+    LLMPERF_SUMMARIES,
+    PROFILE_EXPORTS,
+    MeasurementTable,
+    is_vllm_result,
+    read_table,
+    resolve_inputs,
+)
 from tokenroof.specs.validate import read_text
 
 # kind → the keys that tell it (all must be present); checked in this order
@@ -146,7 +154,8 @@ def from_file(path: Path) -> Source:
 
 def one_run_each(path: Path) -> bool:
     """A file holding one benchmark run, which with its siblings makes one table (`vllm bench serve`'s results,
-    AIPerf's and GenAI-Perf's exports), or a folder of them (not a bench or simulate folder)."""
+    AIPerf's and GenAI-Perf's exports, LLMPerf's summaries and the requests files beside them), or a folder of them
+    (not a bench or simulate folder)."""
     if path.is_dir():
         if (path / "summary.json").exists():
             return False
@@ -154,7 +163,8 @@ def one_run_each(path: Path) -> bool:
             return any(one_run_each(f) for f in resolve_inputs(path))
         except TokenroofError:
             return False
-    return is_vllm_result(path) or any(path.match(pattern) for pattern in PROFILE_EXPORTS)
+    patterns = (*PROFILE_EXPORTS, LLMPERF_SUMMARIES, f"*{RESPONSES_SUFFIX}")
+    return is_vllm_result(path) or any(path.match(pattern) for pattern in patterns)
 
 
 def recognise(path: Path) -> Source:
@@ -169,7 +179,7 @@ def recognise(path: Path) -> Source:
 def load_sources(paths: Sequence[Path]) -> list[Source]:
     if not paths:
         raise TokenroofError(f"give at least one input: {KNOWN}")
-    # vLLM, AIPerf and GenAI-Perf write one file a run: the files of a sweep (or a folder of them) are one table
+    # vLLM, AIPerf, GenAI-Perf and LLMPerf write one file a run: a sweep's files (or a folder of them) are one table
     paths = [Path(p) for p in paths]
     results = [p for p in paths if one_run_each(p)]
     sources = [recognise(p) for p in paths if p not in results]

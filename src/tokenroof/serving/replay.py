@@ -171,6 +171,22 @@ class Point:
     in_flight: bool = False  # an open loop's concurrency counts requests in flight (GuideLLM's), not the running batch
     sent: int | None = None  # its run, cut at a time limit, sent this many; its means over the `requests` answered
     burstiness: float = 1.0  # a "poisson" client's random arrivals: the gamma shape of their gaps (1: Poisson)
+    lengths_cv: tuple[float, float] = (0.0, 0.0)  # prompt and output lengths drawn at random: sd ÷ mean (0: fixed)
+
+    @property
+    def lengths(self) -> tuple[Lengths, Lengths]:
+        """The prompt and output lengths its client sent, as the replay draws them."""
+        return drawn(self.input_len, self.lengths_cv[0]), drawn(self.output_len, self.lengths_cv[1])
+
+
+def drawn(mean: float, cv: float) -> Lengths:
+    """Lengths of this mean: fixed (cv 0), or drawn at random with this relative standard deviation (sd ÷ mean), as a
+    client that drew them sent them (LLMPerf draws them from a normal, a ShareGPT sample is skewed): lognormal, whose
+    σ = √ln(1 + cv²) keeps the mean and gives that spread. Streams of unequal lengths fall out of step, so their
+    prompts arrive apart, where equal ones stay in lockstep and share their prefill steps: a TTFT apart by 15–25% at
+    one concurrency on LLMPerf's default spread (tests/test_llmperf.py)."""
+    tokens = max(round(mean), 1)
+    return Lengths(tokens) if cv <= 0 else Lengths(tokens, "lognormal", math.sqrt(math.log1p(cv * cv)))
 
 
 # requests simulated for an open-loop point: about 40 lifetimes of its mean concurrency, within these bounds
@@ -286,7 +302,7 @@ def open_loop_design(
     `max_duration`: the point's `sent`) is replayed as runs of as many arrivals cut at the last, its means over what
     was answered by then, matched on `cut_count` (read as steady windows: 14.4% and 14.6% on `--stop seconds`; so
     replayed: 3.1% and 1.2%)."""
-    lengths = Lengths(point.input_len), Lengths(point.output_len)
+    lengths = point.lengths
     served = Served(reference, point.client, kv_capacity_tokens, budget, kv_slots, point.burstiness)
     whole = point.requests  # a whole run's means (its requests given): replayed as whole runs of as many
     cancelled = None  # … or a run cut at a time limit: as many arrivals as it sent, its means over those answered
@@ -394,7 +410,7 @@ def design_at(
     With per-slot KV streams (`kv_slots`) the server's slots are simulated whatever the concurrency: which slots a
     loop's requests take, and so how many passes a step runs, depends on all of them."""
     client = point.client
-    lengths = Lengths(point.input_len), Lengths(point.output_len)
+    lengths = point.lengths
     if client in ("poisson", "constant"):
         return open_loop_design(point, budget, kv_capacity_tokens, reference, kv_slots)
     low = max(math.floor(point.concurrency), 1)
@@ -492,6 +508,7 @@ class ServingFit:
     form_rms: tuple[float, float | None] | None = None  # the form's own replay (TPOT, TTFT) where departures were kept
     in_flight: bool = False  # an open-loop table's batch counts requests in flight (GuideLLM's), not the running batch
     burstiness: float = 1.0  # an open loop's random arrivals: the gamma shape of their gaps (1: Poisson)
+    lengths_cv: tuple[float, float] = (0.0, 0.0)  # the measured prompt and output lengths' spread (sd ÷ mean)
 
     def samples(self, n: int, seed: int = 0) -> list[StepModel]:
         """`n` refits to noisy copies of the replayed points (noise at the replay's own rms, at least 1%): the spread
@@ -552,7 +569,11 @@ class ServingFit:
             client = client.replace("Poisson", f"gamma (burstiness {self.burstiness:g})")
         client += "" if self.client_stated else " (assumed: the table does not say; '# client=…')"
         slots = "" if self.kv_slots is None else f", per-slot KV streams on {self.kv_slots} slots (a pass per run)"
-        return f"online, {client}, prompts {prefill}{why}{slots}"
+        spread = " and ".join(
+            f"{what} lengths ±{cv:.0%}" for what, cv in zip(("prompt", "output"), self.lengths_cv, strict=True) if cv
+        )
+        drawn_as = f", {spread} drawn as measured (sd ÷ mean)" if spread else ""
+        return f"online, {client}, prompts {prefill}{why}{slots}{drawn_as}"
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -625,9 +646,15 @@ def online_points(table: MeasurementTable, fit: Fit, input_len: float, output_le
                 in_flight_of(table),
                 sent,
                 table.semantics.burstiness or 1.0,
+                lengths_cv_of(table),
             )
         )
     return points
+
+
+def lengths_cv_of(table: MeasurementTable) -> tuple[float, float]:
+    """The spread of the table's prompt and output lengths (sd ÷ mean; 0: fixed)."""
+    return table.semantics.input_len_cv or 0.0, table.semantics.output_len_cv or 0.0
 
 
 CLOSED = ("burst", "staggered")
@@ -692,6 +719,7 @@ def fit_serving(
         found.kv_slots = kv_slots
         found.in_flight = in_flight_of(table)
         found.burstiness = table.semantics.burstiness or 1.0
+        found.lengths_cv = lengths_cv_of(table)
         tried[_budget_name(b)] = (found, cost)
     if not tried:
         raise TokenroofError(
@@ -1101,7 +1129,7 @@ def replay_predictions(
     answers = {}
     for context in contexts:
         prompt = input_len if context is None else max(context - output_len / 2, 1.0)
-        lengths = Lengths(max(round(prompt), 1)), Lengths(out)
+        lengths = drawn(prompt, serving.lengths_cv[0]), drawn(out, serving.lengths_cv[1])
         for batch in batches:
             if serving.client in ("poisson", "constant"):
                 figures = _open_loop_at(serving, batch, lengths, kv_capacity_tokens)

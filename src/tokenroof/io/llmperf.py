@@ -1,0 +1,214 @@
+"""LLMPerf (`ray-project/llmperf`, `token_benchmark_ray.py --results-dir D`): one run a file, `D/{model}_{in}_{out}
+_summary.json`, with its requests beside it in `…_individual_responses.json`; read as a table row.
+
+What its numbers are, from its source (token_benchmark_ray.py, llmperf/ray_clients/openai_chat_completions_client.py,
+2024-12):
+- `--num-concurrent-requests N` starts N threads at once, each sending its next request as its last ends: a closed
+  loop started all at once (`client=burst`), batch N. It stops when `--max-num-completed-requests` have completed (or
+  at `--timeout`): the N − 1 requests still in flight then run to their end, and the run's end waits for them, but
+  their tokens are dropped. Its means are over the completed requests, the first wave included (a whole run).
+- Its **`inter_token_latency_s` is not TPOT**: a request's gaps between content chunks summed *from its send* (the
+  first is the TTFT) and divided by the chunks it received (any without a token, the first naming the role, say,
+  included): the first token's wait is spread over every gap. Read here as vLLM's TPOT instead, per request
+  (end-to-end − TTFT) ÷ (output tokens − 1), averaged, from the requests file beside the summary; without one, from
+  the summary's means ((mean end-to-end − mean TTFT) ÷ (mean output − 1), the same where a run's lengths are alike).
+- Its **`mean_output_throughput_token_per_s`** divides the completed requests' tokens by the run's whole time, which
+  includes the dropped requests' last stretch: up to one request's life too long, the more so the fewer requests a
+  stream completed (at `--max-num-completed-requests` = N, about half the rate). Read here as the rate the N streams
+  kept while counted, N × mean output ÷ mean end-to-end latency (a closed loop sends as each request ends, so each
+  stream delivers one request's output per request lifetime).
+- It counts tokens by re-tokenizing the text with a Llama-2 tokenizer (`hf-internal-testing/llama-tokenizer`), for
+  whatever model served it: a model with another tokenizer emits other counts, and its TPOT and throughput are then
+  per Llama-2 token. Where the mean counted differs from the `max_tokens` asked (`mean_output_tokens`) by more than
+  10%, a warning says so.
+- It draws each request's prompt and output lengths from normals (`--stddev-input-tokens 150`,
+  `--stddev-output-tokens 80` by default): their spread (sd ÷ mean, from the requests file, else the summary's
+  stddev) goes into the table (`input_len_cv`, `output_len_cv`) and the replay draws lengths so spread: streams of
+  unequal lengths fall out of step and their prompts arrive apart, which moves TTFT by 15–25% at one concurrency.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any, NamedTuple
+
+import numpy as np
+
+from tokenroof.errors import TokenroofError
+from tokenroof.io.table import LENGTHS_FIXED_BELOW, Row, _batch, _number, lengths_cv, loads_json
+from tokenroof.model.stepmodel import mean_context_tokens
+from tokenroof.specs.validate import read_text
+
+SUMMARY_KEYS = ("results_mean_output_throughput_token_per_s", "num_concurrent_requests")
+RESPONSE_KEYS = ("inter_token_latency_s", "ttft_s", "end_to_end_latency_s")  # a request's, in its requests file
+SUMMARY_SUFFIX, RESPONSES_SUFFIX = "_summary.json", "_individual_responses.json"
+ERRORED_SHARE = 0.01  # failed requests above this share of a run's are warned of
+TOKENS_ASKED_GAP = 0.1  # counted output tokens further than this from those asked are warned of
+
+
+def is_llmperf_summary(data: Any) -> bool:
+    """An LLMPerf run's summary: its flattened results and the concurrency it ran at."""
+    return isinstance(data, Mapping) and all(key in data for key in SUMMARY_KEYS)
+
+
+def is_llmperf_responses(data: Any) -> bool:
+    """An LLMPerf run's requests file: a list of requests, each with its latencies in seconds."""
+    return (
+        isinstance(data, list)
+        and bool(data)
+        and isinstance(data[0], Mapping)
+        and all(key in data[0] for key in RESPONSE_KEYS)
+    )
+
+
+def responses_path(summary: Path) -> Path:
+    """The requests file LLMPerf writes beside a summary (`X_summary.json` → `X_individual_responses.json`)."""
+    return summary.with_name(summary.name.removesuffix(SUMMARY_SUFFIX) + RESPONSES_SUFFIX)
+
+
+def _required(data: Mapping[str, Any], key: str, where: str) -> float:
+    value = _number(data.get(key), where, key)
+    if value is None:
+        raise TokenroofError(f"{where}: an LLMPerf summary without {key}")
+    return value
+
+
+def _count(data: Mapping[str, Any], key: str, where: str) -> int:
+    """A count the summary holds: a whole number, 0 or more."""
+    value = data.get(key, 0)
+    if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value) or value < 0:
+        raise TokenroofError(f"{where}: {key} must be a whole number of requests, got {value!r}")
+    if value != int(value):
+        raise TokenroofError(f"{where}: {key} must be a whole number of requests, got {value!r}")
+    return int(value)
+
+
+class Requests(NamedTuple):
+    """What a run's requests file says beyond its summary: vLLM's TPOT averaged over its requests, and the spread
+    (sd ÷ mean) of their prompt and output lengths."""
+
+    tpot_ms: float
+    input_cv: float | None
+    output_cv: float | None
+
+
+def _requests(path: Path, where: str) -> Requests | None:
+    """The requests file's completed requests (None: no such file): TPOT over those of two or more output tokens."""
+    if not path.is_file():
+        return None
+    data = loads_json(read_text(path), str(path), whole_file=True)
+    if not isinstance(data, list):
+        raise TokenroofError(f"{path}: expected LLMPerf's list of requests beside {where}")
+    tpots, prompts, outputs = [], [], []
+    for i, request in enumerate(data):
+        here = f"{path} request {i}"
+        if not isinstance(request, Mapping):
+            raise TokenroofError(f"{here}: expected an object")
+        if request.get("error_code") is not None:
+            continue
+        out = _number(request.get("number_output_tokens"), here, "number_output_tokens")
+        e2e = _number(request.get("end_to_end_latency_s"), here, "end_to_end_latency_s")
+        ttft = _number(request.get("ttft_s"), here, "ttft_s")
+        prompt = _number(request.get("number_input_tokens"), here, "number_input_tokens")
+        if out is None or e2e is None or ttft is None or prompt is None:
+            raise TokenroofError(
+                f"{here}: a completed request needs number_input_tokens, number_output_tokens, ttft_s and "
+                "end_to_end_latency_s"
+            )
+        prompts.append(prompt)
+        outputs.append(out)
+        if out >= 2 and e2e > ttft:
+            tpots.append((e2e - ttft) / (out - 1) * 1e3)
+    if not tpots:
+        raise TokenroofError(f"{path}: no completed request of two or more output tokens to take TPOT from")
+    return Requests(float(np.mean(tpots)), lengths_cv(prompts), lengths_cv(outputs))
+
+
+def _spread(data: Mapping[str, Any], name: str, mean: float) -> float | None:
+    """A length's sd ÷ mean from the summary's statistics (None where it gives none, or they are one length)."""
+    sd = data.get(f"results_{name}_stddev")
+    if not isinstance(sd, int | float) or isinstance(sd, bool) or not math.isfinite(sd):
+        return None
+    return sd / mean if sd / mean >= LENGTHS_FIXED_BELOW else None
+
+
+def llmperf_run(data: Mapping[str, Any], where: str, warnings: list[str]) -> tuple[Row | None, dict[str, Any]]:
+    """One run's row and settings (module doc): batch N, a closed loop started at once, means over the completed
+    requests; TPOT excluding the first token (from the requests file beside `where` where there is one); throughput
+    the rate the streams kept while counted."""
+    batch = _batch(data.get("num_concurrent_requests"), where, "num_concurrent_requests")
+    done = _count(data, "results_num_completed_requests", where)
+    if done == 0:
+        warnings.append(f"{where}: left out: no request completed")
+        return None, {"batch_kind": "concurrency", "tpot_kind": "tpot", "client": "burst"}
+    started = max(_count(data, "results_num_requests_started", where), done)
+    errored = _count(data, "results_number_errors", where)
+    if errored > ERRORED_SHARE * started:
+        warnings.append(f"{where}: {errored:,} of {started:,} requests failed; the means are over those that did not")
+    e2e_ms = _required(data, "results_end_to_end_latency_s_mean", where) * 1e3
+    ttft_ms = _required(data, "results_ttft_s_mean", where) * 1e3
+    output = _required(data, "results_number_output_tokens_mean", where)
+    prompt = _required(data, "results_number_input_tokens_mean", where)
+    if output < 2 or e2e_ms <= ttft_ms:
+        raise TokenroofError(
+            f"{where}: {output:g} output tokens a request over {e2e_ms:.4g} ms end to end after a {ttft_ms:.4g} ms "
+            "TTFT: no token after the first to take TPOT from"
+        )
+    settings: dict[str, Any] = {
+        "batch_kind": "concurrency",
+        "tpot_kind": "tpot",
+        "client": "burst",
+        "input_len": prompt,
+        "output_len": output,
+    }
+    beside = responses_path(Path(where)) if where.endswith(SUMMARY_SUFFIX) else None
+    requests = None if beside is None else _requests(beside, where)
+    if requests is None:
+        requests = Requests(
+            (e2e_ms - ttft_ms) / (output - 1),
+            _spread(data, "number_input_tokens", prompt),
+            _spread(data, "number_output_tokens", output),
+        )
+    for key, cv in (("input_len_cv", requests.input_cv), ("output_len_cv", requests.output_cv)):
+        if cv is not None:  # drawn at random: the replay draws them alike
+            settings[key] = cv
+    tpot_ms = requests.tpot_ms
+    throughput = batch * output / (e2e_ms / 1e3)
+    asked = data.get("mean_output_tokens")
+    if (
+        isinstance(asked, int | float)
+        and not isinstance(asked, bool)
+        and abs(output / max(asked, 1) - 1) > TOKENS_ASKED_GAP
+    ):
+        warnings.append(
+            f"{where}: {output:.4g} output tokens a request as LLMPerf counts them (a Llama-2 tokenizer on the "
+            f"text) where it asked for {asked:g}: the model stopped early or its tokenizer counts otherwise; TPOT "
+            "and throughput are per LLMPerf's token"
+        )
+    row = Row(batch, throughput, tpot_ms, mean_context_tokens(prompt, output), ttft_ms, where, float(done))
+    return row, settings
+
+
+def label(data: Mapping[str, Any]) -> str:
+    return "LLMPerf summary"
+
+
+# said once for a table holding LLMPerf runs (read_table): where its own figures were not taken as they stand
+READING = (
+    "TPOT = (end-to-end − TTFT) ÷ (output tokens − 1), not LLMPerf's inter_token_latency_s (which spreads the TTFT "
+    "over every gap); throughput = the streams × mean output ÷ mean end-to-end latency, not LLMPerf's "
+    "mean_output_throughput_token_per_s (whose time runs on while the requests it drops at the end finish)"
+)
+
+
+def summaries_beside(files: Sequence[Path]) -> set[Path]:
+    """The requests files among `files` whose summary is there too (each read with its summary, not on its own)."""
+    names = set(files)
+    return {
+        f
+        for f in files
+        if f.name.endswith(RESPONSES_SUFFIX)
+        and f.with_name(f.name.removesuffix(RESPONSES_SUFFIX) + SUMMARY_SUFFIX) in names
+    }

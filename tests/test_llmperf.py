@@ -1,0 +1,207 @@
+"""LLMPerf (`token_benchmark_ray.py --results-dir`) summaries and their requests files: each run a row, TPOT and
+throughput read as the server ran them rather than as LLMPerf's own two figures state them; a concurrency sweep
+recovers the server that ran it."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.conftest import run_cli, run_json
+from tests.test_replay import GENERATOR, TRUTH
+from tokenroof.errors import TokenroofError
+from tokenroof.io.llmperf import llmperf_run
+from tokenroof.io.measurements import read_table
+from tokenroof.model.stepmodel import StepModel, mean_context_tokens
+from tokenroof.serving.saturation import at_cap
+from tokenroof.serving.simulate import Lengths
+
+# a summary as LLMPerf writes it (flattened, its keys as of 2024-12), at 4 streams: 2 s end to end, 0.2 s TTFT, 91
+# output tokens a request; its own throughput counts a run that ran on 0.4 s past its last counted request
+SUMMARY: dict[str, Any] = {
+    "version": "2023-08-31",
+    "name": "meta-llama-Llama-3-1-8B-Instruct_512_91_summary",
+    "model": "meta-llama/Llama-3.1-8B-Instruct",
+    "mean_input_tokens": 512,
+    "stddev_input_tokens": 0,
+    "mean_output_tokens": 91,
+    "stddev_output_tokens": 0,
+    "num_concurrent_requests": 4,
+    "results_inter_token_latency_s_mean": 2.0 / 93,
+    "results_ttft_s_mean": 0.2,
+    "results_end_to_end_latency_s_mean": 2.0,
+    "results_request_output_throughput_token_per_s_mean": 45.5,
+    "results_number_input_tokens_mean": 512,
+    "results_number_output_tokens_mean": 91,
+    "results_num_requests_started": 40,
+    "results_error_rate": 0.0,
+    "results_number_errors": 0,
+    "results_error_code_frequency": "{}",
+    "results_mean_output_throughput_token_per_s": 40 * 91 / 20.4,
+    "results_num_completed_requests": 40,
+    "results_num_completed_requests_per_min": 40 / 20.4 * 60,
+    "timestamp": 1796644800,
+}
+NAME = "meta-llama-Llama-3-1-8B-Instruct_512_91"
+
+
+def request(ttft_s: float, e2e_s: float, out: int, error: int | None = None) -> dict[str, Any]:
+    return {
+        "error_code": error,
+        "error_msg": "",
+        "inter_token_latency_s": e2e_s / (out + 2),
+        "ttft_s": ttft_s,
+        "end_to_end_latency_s": e2e_s,
+        "request_output_throughput_token_per_s": out / e2e_s if e2e_s else 0,
+        "number_total_tokens": 512 + out,
+        "number_output_tokens": out,
+        "number_input_tokens": 512,
+    }
+
+
+def write_run(folder: Path, summary: dict[str, Any], requests: list[dict[str, Any]] | None = None) -> Path:
+    folder.mkdir(parents=True, exist_ok=True)
+    path = folder / f"{NAME}_summary.json"
+    path.write_text(json.dumps(summary))
+    if requests is not None:
+        (folder / f"{NAME}_individual_responses.json").write_text(json.dumps(requests))
+    return path
+
+
+def sweep(folder: Path, requests: list[dict[str, Any]] | None = None, concurrencies=(4, 8)) -> Path:
+    """The summary (and its requests) at each concurrency, a folder a run, as LLMPerf's names need."""
+    for n in concurrencies:
+        write_run(folder / f"c{n}", SUMMARY | {"num_concurrent_requests": n}, requests)
+    return folder
+
+
+def test_a_summary_reads_tpot_after_the_first_token_and_the_streams_rate(tmp_path: Path) -> None:
+    """From the summary alone: TPOT (2,000 − 200) ÷ 90 = 20 ms, not LLMPerf's 21.5 ms inter-token latency (the TTFT
+    spread over 93 chunks); throughput 4 × 91 ÷ 2 s = 182 tok/s, not LLMPerf's 178.4 (its time ran 0.4 s past its
+    last counted request); a closed loop started at once, batch 4, over 40 requests; the reading said once."""
+    table = read_table([sweep(tmp_path)])
+    assert table.batch.tolist() == [4, 8]
+    assert table.tpot_ms.tolist() == pytest.approx([20.0, 20.0])
+    assert table.throughput_tok_s.tolist() == pytest.approx([182.0, 364.0])
+    assert table.ttft_ms is not None and table.ttft_ms.tolist() == pytest.approx([200.0, 200.0])
+    assert table.requests is not None and table.requests.tolist() == [40, 40]
+    assert table.context_tokens is not None and table.context_tokens[0] == pytest.approx(mean_context_tokens(512, 91))
+    sem = table.semantics
+    assert (sem.batch_kind, sem.tpot_kind, sem.client) == ("concurrency", "tpot", "burst")
+    assert (sem.input_len, sem.output_len) == (512, 91)
+    said = [w for w in table.warnings if w.startswith("LLMPerf: ")]
+    assert len(said) == 1 and "inter_token_latency_s" in said[0] and "mean_output_throughput_token_per_s" in said[0]
+
+
+def test_the_requests_file_beside_gives_tpot_request_by_request(tmp_path: Path) -> None:
+    """With its requests file, TPOT is vLLM's, averaged over requests: (1.2 − 0.2) ÷ 50 = 20 ms and (3.2 − 0.2) ÷ 100
+    = 30 ms → 25 ms (the summary's means would give 26.7 ms); a failed request is left out. A folder of both files is
+    one run, and so is the summary named alone."""
+    requests = [request(0.2, 1.2, 51), request(0.2, 3.2, 101), request(0.0, 0.0, 0, error=500)]
+    sweep(tmp_path, requests)
+    for given in (
+        [tmp_path],
+        [tmp_path / "c4", tmp_path / "c8"],
+        [tmp_path / "c4" / f"{NAME}_summary.json", tmp_path / "c8" / f"{NAME}_summary.json"],
+    ):
+        table = read_table(given)
+        assert table.batch.tolist() == [4, 8] and table.tpot_ms.tolist() == pytest.approx([25.0, 25.0])
+
+
+def test_a_sweep_of_folders_is_one_table_and_a_requests_file_alone_is_refused(tmp_path: Path) -> None:
+    """LLMPerf names a run's files by model and lengths alone, so a concurrency sweep is a folder a run: the parent
+    reads as one table. Its requests file without its summary is no run."""
+    assert read_table([sweep(tmp_path, [request(0.2, 2.0, 91)], (1, 4, 16))]).batch.tolist() == [1, 4, 16]
+    alone = tmp_path / "alone" / f"{NAME}_individual_responses.json"
+    alone.parent.mkdir()
+    alone.write_text(json.dumps([request(0.2, 2.0, 91)]))
+    with pytest.raises(TokenroofError, match=r"requests \(_individual_responses\.json\) without its summary"):
+        read_table([alone])
+
+
+def test_the_report_takes_a_sweep_s_folders_or_a_run_s_two_files_as_one_table(tmp_path: Path) -> None:
+    from tokenroof.report.sources import load_sources
+
+    sweep(tmp_path, [request(0.2, 2.0, 91)], (1, 4))
+    (source,) = load_sources([tmp_path])
+    assert source.kind == "table" and source.table is not None and source.table.batch.tolist() == [1, 4]
+    (source,) = load_sources([*sorted((tmp_path / "c1").iterdir()), *sorted((tmp_path / "c4").iterdir())])
+    assert source.table is not None and source.table.batch.tolist() == [1, 4]
+
+
+@pytest.mark.parametrize(
+    ("change", "message"),
+    [
+        ({"results_ttft_s_mean": None}, "without results_ttft_s_mean"),
+        ({"results_num_completed_requests": 2.5}, "whole number of requests"),
+        ({"results_num_completed_requests": -1}, "whole number of requests"),
+        ({"num_concurrent_requests": 0}, "num_concurrent_requests must be a positive number"),
+        ({"results_number_output_tokens_mean": 1}, "no token after the first"),
+        ({"results_end_to_end_latency_s_mean": 0.1}, "no token after the first"),
+    ],
+)
+def test_a_summary_missing_or_breaking_what_it_needs_is_named(
+    tmp_path: Path, change: dict[str, Any], message: str
+) -> None:
+    with pytest.raises(TokenroofError, match=message):
+        read_table([write_run(tmp_path, SUMMARY | change)])
+
+
+def test_failures_counts_otherwise_and_empty_runs_are_said(tmp_path: Path) -> None:
+    """More than 1% failed, output tokens counted 20% off the max_tokens asked (a Llama-2 tokenizer on another
+    model's text, or early stops), and a run with nothing completed (left out) are each named."""
+    runs = {
+        "failed": SUMMARY | {"results_number_errors": 3, "results_num_requests_started": 43},
+        "tokens": SUMMARY | {"num_concurrent_requests": 8, "mean_output_tokens": 76},
+        "empty": SUMMARY | {"num_concurrent_requests": 16, "results_num_completed_requests": 0},
+    }
+    paths = [write_run(tmp_path / name, data) for name, data in runs.items()]
+    table = read_table(paths)
+    assert table.batch.tolist() == [4, 8]
+    text = " | ".join(table.warnings)
+    assert "3 of 43 requests failed" in text
+    assert "where it asked for 76" in text and "per LLMPerf's token" in text
+    assert "left out: no request completed" in text
+
+
+def test_a_sweep_recovers_the_server_that_ran_it(tmp_path: Path) -> None:
+    """A server (TRUTH) swept by LLMPerf at 1–32 streams, 6 requests a stream, 512 prompt tokens and 64 ± 30% output
+    tokens (LLMPerf draws them, so the streams fall out of step): predict fits the scheduler to the runs (closed loops
+    started at once, whole runs, the output lengths drawn as spread as the requests file shows) and replays them
+    within 1% in TPOT and 3% in TTFT (rms); its TPOT kept full at 32 is the server's within 3%. Replayed at one
+    length the streams stay in lockstep, their prompts share prefill steps, and the fit bends to that: TTFT 15% rms,
+    TPOT at 32 +9%. LLMPerf's own inter-token latency, read as TPOT, is 1% under to 7% over the server's here (the
+    TTFT spread over every gap)."""
+    from dataclasses import replace
+
+    from tokenroof.fit.core import fit_table
+    from tokenroof.serving.replay import serving_fit
+
+    itl_error = []
+    for n in (1, 2, 4, 8, 16, 32):
+        summary, requests = GENERATOR.llmperf_run(n, 512, 64, 6 * n, TRUTH, spread=0.3)
+        folder = tmp_path / f"c{n}"
+        folder.mkdir()
+        (folder / f"{NAME}_summary.json").write_text(json.dumps(summary))
+        (folder / f"{NAME}_individual_responses.json").write_text(json.dumps(requests))
+        row, _ = llmperf_run(summary, str(folder / f"{NAME}_summary.json"), [])
+        assert row is not None
+        itl_error.append(summary["results_inter_token_latency_s_mean"] * 1e3 / row.tpot_ms - 1)
+    assert min(itl_error) < 0 < 0.05 < max(itl_error)
+    table = read_table([tmp_path])
+    assert table.semantics.input_len_cv is None and table.semantics.output_len_cv == pytest.approx(0.3 / 3**0.5, 0.15)
+    serving = run_json(["predict", str(tmp_path), "--batch", "16"])["serving"]
+    assert serving["client"] == "burst" and serving["tpot_rms"] < 0.01 and serving["ttft_rms"] < 0.03
+    assert "output lengths ±19% drawn as measured" in serving["semantics"]
+    lengths = (Lengths(512), Lengths(64))
+    truth = at_cap(TRUTH, *lengths, 32).tpot_ms["mean"]
+    assert at_cap(StepModel(**serving["step_model"]), *lengths, 32).tpot_ms["mean"] == pytest.approx(truth, rel=0.04)
+    fixed = replace(table, semantics=replace(table.semantics, output_len_cv=None))
+    lockstep = serving_fit(fit_table(fixed, None, n_samples=0), fixed)
+    assert lockstep is not None and lockstep.ttft_rms is not None and lockstep.ttft_rms > 0.1
+    assert at_cap(lockstep.model, *lengths, 32).tpot_ms["mean"] > 1.05 * truth
+    out = run_cli(["predict", str(tmp_path), "--batch", "16"]).output
+    assert "LLMPerf: TPOT = (end-to-end − TTFT)" in out
