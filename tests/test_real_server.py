@@ -237,6 +237,7 @@ def test_the_real_llama_server_loads_are_simulated_within_the_issue_targets_on_p
 LLAMA_0612 = [ROOT / "examples" / f"llama-server-2026-12-06{run}" for run in "abc"]
 # 2026-12-07: the same model and flags, a CPU 40% faster at one sequence (15.4 ms a token against 25-26)
 LLAMA_1207 = ROOT / "examples" / "llama-server-2026-12-07f"
+LLAMA_1207H = ROOT / "examples" / "llama-server-2026-12-07h"  # the protocol again, on a run nothing was tuned to
 
 
 def server_slots(run: Path) -> list[dict[str, float]]:
@@ -371,7 +372,7 @@ def test_the_ring_turns_by_the_calibration_requests_bench_sends_first(tmp_path: 
     assert protocol.ring_at_start([3, 0, 1, 2], 4, requests) == [3, 0, 1, 2]
 
 
-@pytest.mark.parametrize("run", [*LLAMA_0612, LLAMA_1207], ids=lambda p: p.name)
+@pytest.mark.parametrize("run", [*LLAMA_0612, LLAMA_1207, LLAMA_1207H], ids=lambda p: p.name)
 def test_the_2026_12_06_llama_server_runs_from_the_ring_the_server_used(run: Path) -> None:
     """Three more llama-server runs (2026-12-06: the same 106M f32 model, this CPU 3× slower at decode than on 12-05;
     60 requests a load), each load simulated from the ring the server used, turned by bench's calibration requests:
@@ -383,8 +384,9 @@ def test_the_2026_12_06_llama_server_runs_from_the_ring_the_server_used(run: Pat
     2-5% slower than the server's at every load, within TPOT's target, and this near saturation TTFT moves 6-10% per
     1% of step time: 3% faster steps give +8 / +11%); 06b at 60% load, TPOT p50 −13%; 06c at 90%, TTFT p50 / p90 +26
     / +43% with TPOT on target (the simulated slots free later while the batch fills: its README). 2026-12-07f, on a
-    faster day: every one in the targets (TTFT p50 −3 / −2 / −1%, TPOT p50 +7 / −8 / +8%). Pinned within a few points
-    of those figures, so that a change for the worse shows."""
+    faster day: every one in the targets (TTFT p50 −3 / −2 / −1%, TPOT p50 +7 / −8 / +8%); 2026-12-07h, on a slower
+    one, all but TPOT p50 at 60% load (−13%; TTFT p50 −3 / −11 / −3%, the 90% load within 3% throughout). Pinned
+    within a few points of those figures, so that a change for the worse shows."""
     protocol = load_protocol()
     from tokenroof.fit.core import fit_table
     from tokenroof.io.measurements import read_table
@@ -394,12 +396,13 @@ def test_the_2026_12_06_llama_server_runs_from_the_ring_the_server_used(run: Pat
     swept = read_table([run / "sweep"])
     table = replace(swept, semantics=replace(swept.semantics, kv_slots=16))
     serving = serving_fit(fit_table(table, None, n_samples=0), table)
-    # 07f's sweep replays within 15.8% only: its 16 streams fell into lockstep (TTFT 2.4 s, every prompt in one step)
-    assert serving is not None and serving.tpot_rms < (0.17 if run == LLAMA_1207 else 0.08)
+    # 07f's and 07h's sweeps replay within 15.8% and 14.0% only: their 16 streams fell into lockstep (TTFT 2.4 s)
+    assert serving is not None and serving.tpot_rms < (0.17 if run in (LLAMA_1207, LLAMA_1207H) else 0.08)
     misses = {
         ("llama-server-2026-12-06a", 0.9): {"ttft_ms p50": 0.3, "ttft_ms p90": 0.45},
         ("llama-server-2026-12-06b", 0.6): {"tpot_ms p50": 0.15},
         ("llama-server-2026-12-06c", 0.9): {"ttft_ms p50": 0.3, "ttft_ms p90": 0.46},
+        ("llama-server-2026-12-07h", 0.6): {"tpot_ms p50": 0.15},
     }
     for fraction in (0.3, 0.6, 0.9):
         folder = run / f"load-{fraction:g}"
