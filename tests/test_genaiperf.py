@@ -249,3 +249,15 @@ def test_the_page_takes_runs_whose_exports_share_one_name() -> None:
     )
     assert status == 200 and [p["batch"] for p in predict["measured"]["points"]] == [4, 16]
     assert refused == 400 and "two uploads named profile_export_aiperf.json with the same text" in json.dumps(error)
+
+
+def test_lengths_drawn_at_random_state_their_spread(tmp_path: Path) -> None:
+    """`--output-tokens-stddev` (or a dataset's lengths): the export's std ÷ avg is the table's output_len_cv, for the
+    replay to draw lengths alike; a std of 0 states none."""
+    runs = {
+        f"c{c}": export(c, output_sequence_length={"unit": "tokens", "avg": 128.0, "std": 38.4})
+        | {"input_sequence_length": {"unit": "tokens", "avg": 512.0, "std": 0.0}}
+        for c in (4, 8)
+    }
+    sem = read_table([artifacts(tmp_path, runs)]).semantics
+    assert sem.output_len_cv == pytest.approx(0.3) and sem.input_len_cv is None

@@ -238,3 +238,15 @@ def test_a_sweep_s_throughput_benchmark_replays_as_every_stream_at_once(tmp_path
     top = max(serving["replay"], key=lambda row: row["batch"])
     assert top["ttft_ms_replayed"] == pytest.approx(top["ttft_ms"], rel=0.05)
     assert saturation_rate(StepModel(**serving["step_model"]), *lengths, 32) == pytest.approx(saturation, rel=0.025)
+
+
+def test_lengths_drawn_at_random_state_their_spread(tmp_path: Path) -> None:
+    """A dataset's (or `output_tokens_stdev`'s) spread of lengths: each benchmark's std_dev ÷ mean, averaged over the
+    sweep, as the table's output_len_cv for the replay to draw lengths alike; prompts of one length (std_dev 0) state
+    none."""
+    benchmarks = [bench("poisson", c, 20.0 + c, totals(100, 0)) for c in (2.0, 6.0)]
+    for b, sd in zip(benchmarks, (32.0, 48.0), strict=True):
+        b["metrics"]["output_token_count"] = {"successful": {"mean": 128.0, "std_dev": sd}}
+        b["metrics"]["prompt_token_count"] = {"successful": {"mean": 256.0, "std_dev": 0.0}}
+    sem = read_table([write(tmp_path, benchmarks)]).semantics
+    assert sem.output_len_cv == pytest.approx((0.25 + 0.375) / 2) and sem.input_len_cv is None

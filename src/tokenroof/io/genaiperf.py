@@ -23,7 +23,7 @@ from collections.abc import Mapping
 from typing import Any, NamedTuple
 
 from tokenroof.errors import TokenroofError
-from tokenroof.io.table import Row, _batch, _number, capped, rate_value
+from tokenroof.io.table import Row, _batch, _number, capped, rate_value, spread_of
 from tokenroof.model.stepmodel import mean_context_tokens
 
 METRICS = ("inter_token_latency", "output_token_throughput", "time_to_first_token")
@@ -187,4 +187,8 @@ def _settings(data: Mapping[str, Any], where: str, load: Load) -> dict[str, Any]
         settings["burstiness"] = load.burstiness
     for key, metric in (("input_len", "input_sequence_length"), ("output_len", "output_sequence_length")):
         settings[key] = _required(data, metric, where)
+        entry = data.get(metric)
+        cv = spread_of(entry.get("std"), settings[key]) if isinstance(entry, Mapping) else None
+        if cv is not None:  # lengths drawn at random (`--output-tokens-stddev`, a dataset's): the replay draws alike
+            settings[f"{key}_cv"] = cv
     return settings

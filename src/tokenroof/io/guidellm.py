@@ -21,7 +21,7 @@ from typing import Any
 import numpy as np
 
 from tokenroof.errors import TokenroofError
-from tokenroof.io.table import Row, _batch, _dig, _number, _shown, capped
+from tokenroof.io.table import Row, _batch, _dig, _number, _shown, capped, spread_of
 
 MOST_REQUESTS = 10_000_000  # a benchmark's request totals are at most this (its runs are simulated request by request)
 ERRORED_SHARE = 0.01  # failed requests above this share of a run's are warned of
@@ -146,6 +146,14 @@ def _guidellm_settings(data: Mapping[str, Any], where: str) -> dict[str, Any]:
         given = [v for v in values if v is not None]
         if given:
             settings[key] = float(np.mean(given))
+        # lengths its data drew at random (`prompt_tokens_stdev`, a dataset's): their spread, for the replay to draw
+        spreads = [
+            spread_of(_dig(bench.get("metrics", {}), metric, "successful", "std_dev"), mean)
+            for bench, mean in zip((b for b in data["benchmarks"] if isinstance(b, Mapping)), values, strict=True)
+        ]
+        spread = [cv for cv in spreads if cv is not None]
+        if spread:
+            settings[f"{key}_cv"] = float(np.mean(spread))
     return settings
 
 

@@ -37,7 +37,7 @@ from typing import Any, NamedTuple
 import numpy as np
 
 from tokenroof.errors import TokenroofError
-from tokenroof.io.table import LENGTHS_FIXED_BELOW, Row, _batch, _number, lengths_cv, loads_json
+from tokenroof.io.table import Row, _batch, _number, lengths_cv, loads_json, spread_of
 from tokenroof.model.stepmodel import mean_context_tokens
 from tokenroof.specs.validate import read_text
 
@@ -126,14 +126,6 @@ def _requests(path: Path, where: str) -> Requests | None:
     return Requests(float(np.mean(tpots)), lengths_cv(prompts), lengths_cv(outputs))
 
 
-def _spread(data: Mapping[str, Any], name: str, mean: float) -> float | None:
-    """A length's sd ÷ mean from the summary's statistics (None where it gives none, or they are one length)."""
-    sd = data.get(f"results_{name}_stddev")
-    if not isinstance(sd, int | float) or isinstance(sd, bool) or not math.isfinite(sd):
-        return None
-    return sd / mean if sd / mean >= LENGTHS_FIXED_BELOW else None
-
-
 def llmperf_run(data: Mapping[str, Any], where: str, warnings: list[str]) -> tuple[Row | None, dict[str, Any]]:
     """One run's row and settings (module doc): batch N, a closed loop started at once, means over the completed
     requests; TPOT excluding the first token (from the requests file beside `where` where there is one); throughput
@@ -168,8 +160,8 @@ def llmperf_run(data: Mapping[str, Any], where: str, warnings: list[str]) -> tup
     if requests is None:
         requests = Requests(
             (e2e_ms - ttft_ms) / (output - 1),
-            _spread(data, "number_input_tokens", prompt),
-            _spread(data, "number_output_tokens", output),
+            spread_of(data.get("results_number_input_tokens_stddev"), prompt),
+            spread_of(data.get("results_number_output_tokens_stddev"), output),
         )
     for key, cv in (("input_len_cv", requests.input_cv), ("output_len_cv", requests.output_cv)):
         if cv is not None:  # drawn at random: the replay draws them alike

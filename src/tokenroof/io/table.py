@@ -401,6 +401,13 @@ def lengths_cv(values: Sequence[float]) -> float | None:
     return cv if cv >= LENGTHS_FIXED_BELOW else None
 
 
+def spread_of(sd: Any, mean: float | None) -> float | None:
+    """sd ÷ mean from a tool's statistics of its requests' lengths (None: not given, not a number, or one length)."""
+    if mean is None or not isinstance(sd, int | float) or isinstance(sd, bool) or not math.isfinite(sd) or mean <= 0:
+        return None
+    return sd / mean if sd / mean >= LENGTHS_FIXED_BELOW else None
+
+
 def _batch(value: Any, where: str, column: str) -> float:
     """The batch of a JSON result: a positive number, never empty."""
     batch = _number(value, where, column)
