@@ -106,6 +106,7 @@ bench: $(STAMP)
 	$(BIN)/python benchmarks/accuracy.py
 	$(BIN)/python benchmarks/replay.py
 	$(BIN)/python benchmarks/open_loop.py
+	$(BIN)/python benchmarks/length_spread.py
 	$(BIN)/python benchmarks/contexts.py
 	$(BIN)/python benchmarks/first_principles.py
 	$(BIN)/python benchmarks/fit_scale.py

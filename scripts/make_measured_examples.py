@@ -388,6 +388,7 @@ def llmperf_run(
     budget: int | None = None,
     speed: float = 1.0,
     spread: float = 0.0,
+    input_spread: float = 0.0,
 ) -> tuple[dict[str, Any], list[dict[str, Any]]]:
     """One `token_benchmark_ray.py --num-concurrent-requests N --max-num-completed-requests M` run (ray-project/llmperf
     as of 2024-12) against `truth`, its summary and its requests file: N threads start at once and each sends its next
@@ -395,16 +396,17 @@ def llmperf_run(
     for them) and are dropped. A request's inter_token_latency_s is its gaps from the send summed (the TTFT first)
     over the chunks it received: its tokens, a role chunk and a finish chunk. `speed` scales every time (a run's
     drift); `spread`: output lengths uniform over output_len × (1 ± spread) (LLMPerf draws them normal, mean ±
-    `--stddev-output-tokens`), so the streams drift apart as they do on a server."""
+    `--stddev-output-tokens`), so the streams drift apart as they do on a server; `input_spread` the prompts'."""
     outputs = Lengths(output_len, "uniform", spread) if spread else Lengths(output_len)
-    run = ClosedLoop(concurrency, Lengths(input_len), outputs, completed + concurrency - 1, "burst")
+    prompts = Lengths(input_len, "uniform", input_spread) if input_spread else Lengths(input_len)
+    run = ClosedLoop(concurrency, prompts, outputs, completed + concurrency - 1, "burst")
     result = simulate(truth, run, 1024, 0, kv_capacity_tokens, max_num_batched_tokens=budget)
     seqs = sorted(result.sequences, key=lambda s: s.finished_s or 0.0)
     counted = seqs[:completed]
     ttft = np.array([(s.first_token_s or 0.0) - s.arrival_s for s in counted]) * speed
     e2e = np.array([(s.finished_s or 0.0) - s.arrival_s for s in counted]) * speed
     out = np.array([s.max_tokens for s in counted], dtype=float)
-    prompts = np.array([s.prompt_tokens for s in counted], dtype=float)
+    prompt_tokens = np.array([s.prompt_tokens for s in counted], dtype=float)
     itl = e2e / (out + 2)  # the role chunk and the finish chunk are received but carry no token
     end_s = max(s.finished_s or 0.0 for s in seqs) * speed
     requests = [
@@ -419,7 +421,7 @@ def llmperf_run(
             "number_output_tokens": int(o),
             "number_input_tokens": int(p),
         }
-        for i, t, e, o, p in zip(itl, ttft, e2e, out, prompts, strict=True)
+        for i, t, e, o, p in zip(itl, ttft, e2e, out, prompt_tokens, strict=True)
     ]
     model = "meta-llama/Llama-3.1-8B-Instruct"
     summary: dict[str, Any] = {
@@ -428,9 +430,9 @@ def llmperf_run(
         "name": f"meta-llama-Llama-3-1-8B-Instruct_{input_len}_{output_len}_summary",
         "model": model,
         "mean_input_tokens": input_len,
-        "stddev_input_tokens": 0,
+        "stddev_input_tokens": round(input_len * input_spread / math.sqrt(3)),  # a uniform spread's sd
         "mean_output_tokens": output_len,
-        "stddev_output_tokens": 0,
+        "stddev_output_tokens": round(output_len * spread / math.sqrt(3)),
         "num_concurrent_requests": concurrency,
     }
     for name, values in (
@@ -438,7 +440,7 @@ def llmperf_run(
         ("ttft_s", ttft),
         ("end_to_end_latency_s", e2e),
         ("request_output_throughput_token_per_s", out / e2e),
-        ("number_input_tokens", prompts),
+        ("number_input_tokens", prompt_tokens),
         ("number_output_tokens", out),
     ):
         summary |= llmperf_statistics(name, values)
