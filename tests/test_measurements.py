@@ -381,3 +381,12 @@ def test_a_burstiness_goes_with_random_arrivals_and_vllm_s_inf_sends_all_at_once
     files[1].write_text(json.dumps(run | {"max_concurrency": None}))
     with pytest.raises(TokenroofError, match="every prompt sent at once, as vLLM sends them at burstiness inf"):
         read_table(files)
+
+
+def test_a_csv_states_its_lengths_spread_zero_as_one_length_and_past_four_as_a_slip() -> None:
+    rows = "batch,throughput_tok_s,tpot_ms,ttft_ms\n1,100,10,50\n8,700,11.4,60\n"
+    head = "# client=burst input_len=512 output_len=128 "
+    assert parse_csv(head + "output_len_cv=0.3\n" + rows, "t.csv").semantics.output_len_cv == 0.3
+    assert parse_csv(head + "output_len_cv=0\n" + rows, "t.csv").semantics.output_len_cv is None
+    with pytest.raises(TokenroofError, match=r"t\.csv: output_len_cv=50: lengths whose standard deviation is 50"):
+        parse_csv(head + "output_len_cv=50\n" + rows, "t.csv")

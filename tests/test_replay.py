@@ -1332,3 +1332,15 @@ def test_condensed_steps_are_the_same_sums_each_distinct_step_once_per_point() -
     for i, d in enumerate((a, c)):
         assert float(stack.tpot[point == i] @ times[point == i]) == pytest.approx(d.tpot_s(sm), rel=1e-12)
         assert float(stack.ttft[point == i] @ times[point == i]) == pytest.approx(d.ttft_s(sm), rel=1e-12)
+
+
+def test_lengths_past_what_the_replay_simulates_are_refused_naming_the_table(tmp_path: Path) -> None:
+    """An output of a million tokens a request ran the replay 97 s into 4 GB before it was bounded: a slip, named."""
+    path = tmp_path / "long.csv"
+    path.write_text(
+        "# client=burst input_len=512 output_len=1000000\nbatch,throughput_tok_s,tpot_ms,ttft_ms\n1,100,10,50\n"
+        "8,700,11.4,60\n"
+    )
+    result = run_cli(["predict", str(path), "--batch", "16"])
+    assert result.exit_code != 0 and "Traceback" not in result.output
+    assert f"{path}: 1,000,000 output tokens a request is past what the scheduler's replay simulates" in result.output

@@ -6,7 +6,10 @@ What its numbers are, from its source (token_benchmark_ray.py, llmperf/ray_clien
 - `--num-concurrent-requests N` starts N threads at once, each sending its next request as its last ends: a closed
   loop started all at once (`client=burst`), batch N. It stops when `--max-num-completed-requests` have completed (or
   at `--timeout`): the N − 1 requests still in flight then run to their end, and the run's end waits for them, but
-  their tokens are dropped. Its means are over the completed requests, the first wave included (a whole run).
+  their tokens are dropped. Its means are over the completed requests, the first wave included (a whole run): the
+  table's `requests`, and beside them `sent`, completed + N − 1, which the replay sends, averaging the first answered
+  (a run stopped by its timeout sent no such extra; where it completed many requests a stream, the difference is the
+  last few requests' company).
 - Its **`inter_token_latency_s` is not TPOT**: a request's gaps between content chunks summed *from its send* (the
   first is the TTFT) and divided by the chunks it received (any without a token, the first naming the role, say,
   included): the first token's wait is spread over every gap. Read here as vLLM's TPOT instead, per request
@@ -29,7 +32,6 @@ What its numbers are, from its source (token_benchmark_ray.py, llmperf/ray_clien
 
 from __future__ import annotations
 
-import math
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any, NamedTuple
@@ -37,20 +39,25 @@ from typing import Any, NamedTuple
 import numpy as np
 
 from tokenroof.errors import TokenroofError
-from tokenroof.io.table import Row, _batch, _number, lengths_cv, loads_json, spread_of
+from tokenroof.io.table import Row, _batch, _number, _shown, finite_number, lengths_cv, loads_json, spread_of
 from tokenroof.model.stepmodel import mean_context_tokens
 from tokenroof.specs.validate import read_text
 
-SUMMARY_KEYS = ("results_mean_output_throughput_token_per_s", "num_concurrent_requests")
 RESPONSE_KEYS = ("inter_token_latency_s", "ttft_s", "end_to_end_latency_s")  # a request's, in its requests file
 SUMMARY_SUFFIX, RESPONSES_SUFFIX = "_summary.json", "_individual_responses.json"
 ERRORED_SHARE = 0.01  # failed requests above this share of a run's are warned of
+MOST_REQUESTS = 10_000_000  # a run's request counts are at most this (its runs are simulated request by request)
+MOST_STREAMS = 100_000  # and its concurrency at most this
 TOKENS_ASKED_GAP = 0.1  # counted output tokens further than this from those asked are warned of
 
 
 def is_llmperf_summary(data: Any) -> bool:
-    """An LLMPerf run's summary: its flattened results and the concurrency it ran at."""
-    return isinstance(data, Mapping) and all(key in data for key in SUMMARY_KEYS)
+    """An LLMPerf run's summary: the concurrency it ran at and its flattened results."""
+    return (
+        isinstance(data, Mapping)
+        and "num_concurrent_requests" in data
+        and any(isinstance(key, str) and key.startswith("results_") for key in data)
+    )
 
 
 def is_llmperf_responses(data: Any) -> bool:
@@ -61,6 +68,16 @@ def is_llmperf_responses(data: Any) -> bool:
         and isinstance(data[0], Mapping)
         and all(key in data[0] for key in RESPONSE_KEYS)
     )
+
+
+# LLMPerf's scripts/benchmark.py writes, beside each run's result_{model}_{N}/ folder, {model}_cur_{N}.json: a digest
+# of the summary's percentiles (no means), read as no run of its own
+DIGESTS = "*_cur_*.json"
+DIGEST_KEYS = ("concurrency", "latency_ms_per_token_(inter_token_latency)_p50")
+
+
+def is_llmperf_digest(data: Any) -> bool:
+    return isinstance(data, Mapping) and all(key in data for key in DIGEST_KEYS)
 
 
 def responses_path(summary: Path) -> Path:
@@ -75,13 +92,15 @@ def _required(data: Mapping[str, Any], key: str, where: str) -> float:
     return value
 
 
-def _count(data: Mapping[str, Any], key: str, where: str) -> int:
-    """A count the summary holds: a whole number, 0 or more."""
-    value = data.get(key, 0)
-    if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value) or value < 0:
-        raise TokenroofError(f"{where}: {key} must be a whole number of requests, got {value!r}")
-    if value != int(value):
-        raise TokenroofError(f"{where}: {key} must be a whole number of requests, got {value!r}")
+def _count(data: Mapping[str, Any], key: str, where: str, required: bool = False) -> int:
+    """A count the summary holds: a whole number, 0 or more (0 where it is absent and not `required`)."""
+    if key not in data:
+        if required:
+            raise TokenroofError(f"{where}: an LLMPerf summary without {key}")
+        return 0
+    value = finite_number(data[key])
+    if value is None or value < 0 or value != int(value) or value > MOST_REQUESTS:
+        raise TokenroofError(f"{where}: {key} must be a whole number of requests, got {_shown(data[key])}")
     return int(value)
 
 
@@ -131,12 +150,24 @@ def llmperf_run(data: Mapping[str, Any], where: str, warnings: list[str]) -> tup
     requests; TPOT excluding the first token (from the requests file beside `where` where there is one); throughput
     the rate the streams kept while counted."""
     batch = _batch(data.get("num_concurrent_requests"), where, "num_concurrent_requests")
-    done = _count(data, "results_num_completed_requests", where)
+    if not batch.is_integer():
+        raise TokenroofError(f"{where}: num_concurrent_requests must be a whole number of streams, got {batch:g}")
+    if batch > MOST_STREAMS:
+        raise TokenroofError(
+            f"{where}: num_concurrent_requests {batch:g} is more streams than any benchmark client runs (at most "
+            f"{MOST_STREAMS:,}): a slip"
+        )
+    done = _count(data, "results_num_completed_requests", where, required=True)
+    started = _count(data, "results_num_requests_started", where)
+    errored = _count(data, "results_number_errors", where)
+    if "results_num_requests_started" in data and done + errored > started:
+        raise TokenroofError(
+            f"{where}: {done:,} completed and {errored:,} failed requests of {started:,} started: the counts disagree"
+        )
     if done == 0:
         warnings.append(f"{where}: left out: no request completed")
         return None, {"batch_kind": "concurrency", "tpot_kind": "tpot", "client": "burst"}
-    started = max(_count(data, "results_num_requests_started", where), done)
-    errored = _count(data, "results_number_errors", where)
+    started = max(started, done + errored)
     if errored > ERRORED_SHARE * started:
         warnings.append(f"{where}: {errored:,} of {started:,} requests failed; the means are over those that did not")
     e2e_ms = _required(data, "results_end_to_end_latency_s_mean", where) * 1e3
@@ -168,18 +199,16 @@ def llmperf_run(data: Mapping[str, Any], where: str, warnings: list[str]) -> tup
             settings[key] = cv
     tpot_ms = requests.tpot_ms
     throughput = batch * output / (e2e_ms / 1e3)
-    asked = data.get("mean_output_tokens")
-    if (
-        isinstance(asked, int | float)
-        and not isinstance(asked, bool)
-        and abs(output / max(asked, 1) - 1) > TOKENS_ASKED_GAP
-    ):
+    asked = finite_number(data.get("mean_output_tokens"))
+    if asked is not None and asked > 0 and abs(output / asked - 1) > TOKENS_ASKED_GAP:
         warnings.append(
             f"{where}: {output:.4g} output tokens a request as LLMPerf counts them (a Llama-2 tokenizer on the "
             f"text) where it asked for {asked:g}: the model stopped early or its tokenizer counts otherwise; TPOT "
             "and throughput are per LLMPerf's token"
         )
-    row = Row(batch, throughput, tpot_ms, mean_context_tokens(prompt, output), ttft_ms, where, float(done))
+    # the streams still in flight when the count was reached run on, uncounted: sent beyond the requests averaged
+    sent = float(done + batch - 1)
+    row = Row(batch, throughput, tpot_ms, mean_context_tokens(prompt, output), ttft_ms, where, float(done), None, sent)
     return row, settings
 
 

@@ -178,6 +178,8 @@ def resolve_inputs(path: Path) -> list[Path]:
     if here:  # one run's folder: its export, not the inputs and per-request records beside it
         return here
     found = sorted(f for f in [*path.glob("*.json"), *path.glob("*.jsonl")] if f.is_file())
+    if found and all(f.match(llmperf.DIGESTS) for f in found):  # scripts/benchmark.py's: the runs are below
+        found = []
     if found and {f.name for f in found} <= RUN_RECORDS:
         raise TokenroofError(
             f"{path}: an AIPerf or GenAI-Perf run's folder without its aggregate export (profile_export_aiperf.json "
@@ -244,8 +246,13 @@ def read_table(paths: Sequence[Path | str]) -> MeasurementTable:
                 continue
             if llmperf.is_llmperf_responses(data):
                 raise TokenroofError(
-                    f"{where}: an LLMPerf run's requests ({llmperf.RESPONSES_SUFFIX}) without its summary beside it: "
-                    "pass the folder, or the _summary.json (its requests are read with it)"
+                    f"{where}: an LLMPerf run's requests ({llmperf.RESPONSES_SUFFIX}) given without its summary: pass "
+                    "the run's folder, or its _summary.json (the requests file beside it is read with it)"
+                )
+            if llmperf.is_llmperf_digest(data):
+                raise TokenroofError(
+                    f"{where}: a digest LLMPerf's scripts/benchmark.py writes (percentiles only, no means): give the "
+                    "result_* folders beside it (their _summary.json files)"
                 )
             if where != str(path) and not (isinstance(data, Mapping) and "output_throughput" in data):
                 raise TokenroofError(
@@ -280,6 +287,13 @@ def read_table(paths: Sequence[Path | str]) -> MeasurementTable:
     if vllm and len({row.context_tokens is None for row in rows}) > 1:
         # a vLLM result without token totals has no context: then none of them speaks for its context
         rows = [replace(row, context_tokens=None) for row in rows] if vllm == len(rows) else rows
+    left_out = [w for w in warnings if ": left out: " in w]
+    if len(rows) < 2 and left_out:  # the reasons, not a bare count of the points that are left
+        raise TokenroofError(
+            f"{describe_sources(files)}: need at least 2 measured points, got {len(rows)}; "
+            + "; ".join(left_out[:3])
+            + (f"; and {len(left_out) - 3} more left out" if len(left_out) > 3 else "")
+        )
     table = build_table(rows, provenance, describe_sources(files), merge_settings(parts, provenance))
     return replace(table, warnings=tuple(warnings) + table.warnings)
 

@@ -21,8 +21,9 @@ from tokenroof.model.stepmodel import mean_context_tokens
 # reports them); absent (or empty on a row): a steady-state window (tokenroof bench; a rate point's window).
 # `concurrency`: the closed-loop client's concurrency where the batch column is the server's running batch or a
 # measured mean (tokenroof bench, GuideLLM's synchronous and concurrent points; empty for open-loop points). `sent`:
-# with `requests`, how many the run sent where a time limit stopped it and dropped what was still in flight, its means
-# over the `requests` answered by then (GuideLLM's `max_duration`); absent: every request sent was answered
+# with `requests`, how many the run sent where it stopped counting before all were answered, its means over the first
+# `requests` answered (GuideLLM's `max_duration` drops what is still in flight; LLMPerf lets it finish uncounted);
+# absent: every request sent was answered
 COLUMNS = ("batch", "throughput_tok_s", "tpot_ms", "context_tokens", "ttft_ms", "requests", "concurrency", "sent")
 DISAGREE = 0.10  # throughput and TPOT inconsistent by more than this → warning
 # rows at one batch are repeated runs of it, pooled, unless their TPOTs scatter more than this (rms of log TPOT):
@@ -59,6 +60,8 @@ SETTINGS = {
     "input_len_cv": None,
     "output_len_cv": None,
 }
+LENGTH_SPREADS = ("input_len_cv", "output_len_cv")  # 0 stated: one length
+MOST_LENGTHS_CV = 4.0  # a spread of lengths past this (sd ÷ mean) is a slip, not a workload
 
 
 def loads_json(text: str, where: str, whole_file: bool = False) -> Any:
@@ -101,6 +104,13 @@ class Semantics:
     stated: tuple[str, ...] = ()  # the settings the source stated (the rest are defaults)
 
     def __post_init__(self) -> None:
+        for key in ("input_len_cv", "output_len_cv"):
+            cv = getattr(self, key)
+            if cv is not None and not 0 <= cv <= MOST_LENGTHS_CV:
+                raise TokenroofError(
+                    f"{key}={cv:g}: lengths whose standard deviation is {cv:g} times their mean are no workload "
+                    f"(ShareGPT's outputs spread about 1×; at most {MOST_LENGTHS_CV:g} is read): check the file"
+                )
         if self.burstiness is not None and self.client != "poisson":
             raise TokenroofError(
                 f"burstiness={self.burstiness:g} shapes random arrivals' gaps: it goes with client=poisson ("
@@ -132,6 +142,13 @@ def as_decode_only(table: MeasurementTable) -> MeasurementTable:
     return replace(table, semantics=replace(sem, tpot_kind="step", stated=stated))
 
 
+def _zero(text: str) -> bool:
+    try:
+        return float(text) == 0
+    except ValueError:
+        return False
+
+
 def parse_settings(lines: Iterable[str], where: str) -> Semantics:
     """`key=value` settings in provenance lines (`# batch_kind=static tpot_kind=e2e input_len=1024 ...`)."""
     found: dict[str, Any] = {}
@@ -142,6 +159,8 @@ def parse_settings(lines: Iterable[str], where: str) -> Semantics:
                 if value not in allowed:
                     raise TokenroofError(f"{where}: {key}={value} is not known; known: {', '.join(allowed)}")
                 found[key] = value
+            elif key in LENGTH_SPREADS and _zero(value):
+                found[key] = None  # stated as one length
             else:
                 number = _number(value, where, key)
                 if key == "kv_slots":
@@ -401,11 +420,24 @@ def lengths_cv(values: Sequence[float]) -> float | None:
     return cv if cv >= LENGTHS_FIXED_BELOW else None
 
 
+def finite_number(value: Any) -> float | None:
+    """A JSON value as a finite float, or None: not a number (true/false neither), NaN, infinite, or an integer past
+    what a float holds (JSON allows 10**400)."""
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        return None
+    try:
+        number = float(value)
+    except OverflowError:
+        return None
+    return number if math.isfinite(number) else None
+
+
 def spread_of(sd: Any, mean: float | None) -> float | None:
     """sd ÷ mean from a tool's statistics of its requests' lengths (None: not given, not a number, or one length)."""
-    if mean is None or not isinstance(sd, int | float) or isinstance(sd, bool) or not math.isfinite(sd) or mean <= 0:
+    deviation = finite_number(sd)
+    if mean is None or deviation is None or mean <= 0:
         return None
-    return sd / mean if sd / mean >= LENGTHS_FIXED_BELOW else None
+    return deviation / mean if deviation / mean >= LENGTHS_FIXED_BELOW else None
 
 
 def _batch(value: Any, where: str, column: str) -> float:
@@ -752,8 +784,15 @@ def merge_settings(parts: Sequence[tuple[str, Mapping[str, Any]]], provenance: S
                         else "give files of one kind"
                     )
                 )
+    for where, part in parts:  # each file's spread checked where it was read
+        for key in LENGTH_SPREADS:
+            if part.get(key) is not None:
+                try:
+                    Semantics(**{key: part[key]})
+                except TokenroofError as exc:
+                    raise TokenroofError(f"{where}: {exc}") from None
     values: dict[str, Any] = {key: value for key, (value, _) in merged.items()}
-    for key in ("input_len", "output_len", "input_len_cv", "output_len_cv"):
+    for key in ("input_len", "output_len", *LENGTH_SPREADS):
         given = [part[key] for _, part in parts if part.get(key) is not None]
         if given:
             values[key] = float(np.mean(given))

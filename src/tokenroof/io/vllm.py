@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import Any
 
 from tokenroof.errors import TokenroofError
-from tokenroof.io.table import Row, _batch, _number, capped, held_in_flight, lengths_cv, rate_value
+from tokenroof.io.table import Row, _batch, _number, capped, finite_number, held_in_flight, lengths_cv, rate_value
 from tokenroof.model.stepmodel import mean_context_tokens
 from tokenroof.specs.validate import read_text
 
@@ -74,6 +74,9 @@ def _vllm_settings(data: Mapping[str, Any], where: str) -> dict[str, Any]:
     return settings | _lengths_spread(data, where)
 
 
+MOST_TOKENS = 1e12  # a request's length in tokens is at most this (table.PLAUSIBLE's bound)
+
+
 def _lengths_spread(data: Mapping[str, Any], where: str) -> dict[str, float]:
     """The spread of the requests' lengths where the file lists them (`--save-detailed`: `input_lens`, `output_lens`,
     a failed request's output 0): a random dataset with `--random-range-ratio`, a ShareGPT sample."""
@@ -83,9 +86,9 @@ def _lengths_spread(data: Mapping[str, Any], where: str) -> dict[str, float]:
     for key, values in (("output_lens", outputs), ("input_lens", inputs)):
         if values is not None and (
             not isinstance(values, list)
-            or not all(isinstance(v, int | float) and not isinstance(v, bool) and math.isfinite(v) for v in values)
+            or not all((v := finite_number(n)) is not None and 0 <= v <= MOST_TOKENS for n in values)
         ):
-            raise TokenroofError(f"{where}: {key} must be a list of token counts")
+            raise TokenroofError(f"{where}: {key} must be a list of token counts, 0 or more")
     answered = [i for i, out in enumerate(outputs) if out > 0]
     spread = {"output_len_cv": lengths_cv([outputs[i] for i in answered])}
     if isinstance(inputs, list) and len(inputs) == len(outputs):

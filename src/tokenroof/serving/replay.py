@@ -39,6 +39,7 @@ from tokenroof.errors import TokenroofError
 from tokenroof.fit.core import NOISE_FLOOR, Fit, Prior
 from tokenroof.fit.travel import Replayed, Travelling, from_table, online, portable, portable_samples
 from tokenroof.io.measurements import MeasurementTable
+from tokenroof.io.table import LENGTHS_FIXED_BELOW
 from tokenroof.model.stepmodel import StepModel
 from tokenroof.serving.saturation import closed_loop
 from tokenroof.serving.simulate import Lengths, SimResult, Workload, bench_window, simulate
@@ -186,7 +187,9 @@ def drawn(mean: float, cv: float) -> Lengths:
     prompts arrive apart, where equal ones stay in lockstep and share their prefill steps: a TTFT apart by 15–25% at
     one concurrency on LLMPerf's default spread (tests/test_llmperf.py)."""
     tokens = max(round(mean), 1)
-    return Lengths(tokens) if cv <= 0 else Lengths(tokens, "lognormal", math.sqrt(math.log1p(cv * cv)))
+    if cv < LENGTHS_FIXED_BELOW:  # as the readers take it: within a bench's own jitter of one length
+        return Lengths(tokens)
+    return Lengths(tokens, "lognormal", math.sqrt(math.log1p(cv * cv)))
 
 
 # requests simulated for an open-loop point: about 40 lifetimes of its mean concurrency, within these bounds
@@ -418,15 +421,27 @@ def design_at(
     if budget is not None and budget <= high:
         raise TokenroofError(f"a prompt budget of {budget} tokens per step must exceed the concurrency {high}")
 
+    # a burst that sent on past the requests it counted (LLMPerf: the streams in flight when its count was reached run
+    # to their end, uncounted): as many sent, the means over the first answered
+    beyond = point.sent - point.requests if client == "burst" and point.sent and point.requests else 0
+
     def at(c: int) -> Design:
         loop = closed_loop(c, *lengths, client, point.requests if client == "burst" else None)
         if client == "staggered":  # bench's own window, its requests in flight at both ends
             loop = replace(loop, num_requests=2 * c + bench_window(c), measure=None)
+        if beyond > 0:
+            loop = replace(loop, num_requests=loop.num_requests + beyond)
         cap = kv_slots or min(c, point.server_cap or c)
         result = simulate(
             reference, loop, cap, 0, kv_capacity_tokens, max_num_batched_tokens=budget, per_slot_kv=kv_slots is not None
         )
-        return Design.of(result, result.measured())
+        chosen = result.measured()
+        if beyond > 0:
+            finished = np.array([s.finished_s for s in result.sequences], dtype=float)
+            first = np.argsort(finished, kind="stable")[: loop.num_requests - beyond]
+            chosen = np.zeros(len(result.sequences), dtype=bool)
+            chosen[first] = True
+        return Design.of(result, chosen)
 
     if high == low:
         return at(low)
@@ -600,6 +615,7 @@ def online_points(table: MeasurementTable, fit: Fit, input_len: float, output_le
     a bench table of both kinds is open-loop): those the decode fit did not leave out past a cap. A closed loop runs
     at the client's concurrency where the table gives it (bench's running batch is a little below it), else at the
     batch."""
+    replayable(table, input_len, output_len)
     # past a cap the data show (preempted, or queued behind the server's cap: their TTFT holds the queue)
     left_out = set() if fit.excluded is None else set(fit.excluded.indices(table).tolist())
     ttft = table.ttft_ms
@@ -658,6 +674,20 @@ def lengths_cv_of(table: MeasurementTable) -> tuple[float, float]:
 
 
 CLOSED = ("burst", "staggered")
+# the replay runs every request step by step: lengths and streams past these are slips in a file, not workloads it
+# could simulate in a reasonable time (an output of a million tokens took 97 s and 4 GB)
+MOST_REPLAYED = {"prompt tokens a request": 2_097_152, "output tokens a request": 131_072, "streams at once": 100_000}
+
+
+def replayable(table: MeasurementTable, input_len: float, output_len: float) -> None:
+    """Refuse, naming the table, a workload past what the replay simulates (MOST_REPLAYED)."""
+    given = (input_len, output_len, float(table.batch.max()))
+    for (what, most), value in zip(MOST_REPLAYED.items(), given, strict=True):
+        if value > most:
+            raise TokenroofError(
+                f"{table.source}: {value:,.0f} {what} is past what the scheduler's replay simulates (at most "
+                f"{most:,}): check the file"
+            )
 
 
 def in_flight_of(table: MeasurementTable) -> bool:
