@@ -101,7 +101,8 @@ def test_a_summary_reads_tpot_after_the_first_token_and_the_streams_rate(tmp_pat
 def test_the_requests_file_beside_gives_tpot_request_by_request(tmp_path: Path) -> None:
     """With its requests file, TPOT is vLLM's, averaged over requests: (1.2 − 0.2) ÷ 50 = 20 ms and (3.2 − 0.2) ÷ 100
     = 30 ms → 25 ms (the summary's means would give 26.7 ms); a failed request is left out. A folder of both files is
-    one run, and so is the summary named alone."""
+    one run, and so is the summary named alone. The lengths' spread is the one LLMPerf drew them with (none here),
+    the counted one only where the summary does not keep it."""
     requests = [request(0.2, 1.2, 51), request(0.2, 3.2, 101), request(0.0, 0.0, 0, error=500)]
     sweep(tmp_path, requests)
     for given in (
@@ -111,6 +112,11 @@ def test_the_requests_file_beside_gives_tpot_request_by_request(tmp_path: Path) 
     ):
         table = read_table(given)
         assert table.batch.tolist() == [4, 8] and table.tpot_ms.tolist() == pytest.approx([25.0, 25.0])
+        assert table.semantics.output_len_cv is None  # drawn at one length (stddev_output_tokens 0)
+    unsaid = {k: v for k, v in SUMMARY.items() if not k.startswith("stddev_")}
+    for n in (4, 8):
+        write_run(tmp_path / f"c{n}", unsaid | {"num_concurrent_requests": n}, requests)
+    assert read_table([tmp_path]).semantics.output_len_cv == pytest.approx(25 / 76)  # the counts' 51 and 101
 
 
 def test_a_sweep_of_folders_is_one_table_and_a_requests_file_alone_is_refused(tmp_path: Path) -> None:
@@ -147,7 +153,7 @@ def test_the_report_takes_a_sweep_s_folders_or_a_run_s_two_files_as_one_table(tm
         ({"results_number_errors": 100}, "40 completed and 100 failed requests of 40 started: the counts disagree"),
         ({"num_concurrent_requests": 2.5}, "num_concurrent_requests must be a whole number of streams"),
         ({"num_concurrent_requests": 1e11}, "more streams than any benchmark client runs"),
-        ({"results_number_output_tokens_stddev": 9.1e8}, "output_len_cv=1e.07: lengths whose standard deviation"),
+        ({"stddev_output_tokens": 9.1e8}, "output_len_cv=1e.07: lengths whose standard deviation"),
         ({"results_number_output_tokens_stddev": 10**400, "mean_output_tokens": 10**400}, None),
     ],
 )
@@ -232,10 +238,10 @@ def test_a_sweep_recovers_the_server_that_ran_it(tmp_path: Path) -> None:
         itl_error.append(summary["results_inter_token_latency_s_mean"] * 1e3 / row.tpot_ms - 1)
     assert min(itl_error) < 0 < 0.05 < max(itl_error)
     table = read_table([tmp_path])
-    assert table.semantics.input_len_cv is None and table.semantics.output_len_cv == pytest.approx(0.3 / 3**0.5, 0.15)
+    assert table.semantics.input_len_cv is None and table.semantics.output_len_cv == pytest.approx(11 / 64)  # as drawn
     serving = run_json(["predict", str(tmp_path), "--batch", "16"])["serving"]
     assert serving["client"] == "burst" and serving["tpot_rms"] < 0.01 and serving["ttft_rms"] < 0.03
-    assert "output lengths ±19% drawn as measured" in serving["semantics"]
+    assert "output lengths ±17% drawn as measured" in serving["semantics"]
     lengths = (Lengths(512), Lengths(64))
     truth = at_cap(TRUTH, *lengths, 32).tpot_ms["mean"]
     assert at_cap(StepModel(**serving["step_model"]), *lengths, 32).tpot_ms["mean"] == pytest.approx(truth, rel=0.02)

@@ -25,9 +25,11 @@ What its numbers are, from its source (token_benchmark_ray.py, llmperf/ray_clien
   per Llama-2 token. Where the mean counted differs from the `max_tokens` asked (`mean_output_tokens`) by more than
   10%, a warning says so.
 - It draws each request's prompt and output lengths from normals (`--stddev-input-tokens 150`,
-  `--stddev-output-tokens 80` by default): their spread (sd ÷ mean, from the requests file, else the summary's
-  stddev) goes into the table (`input_len_cv`, `output_len_cv`) and the replay draws lengths so spread: streams of
-  unequal lengths fall out of step and their prompts arrive apart, which moves TTFT by 15–25% at one concurrency.
+  `--stddev-output-tokens 80` by default): their spread (sd ÷ mean, as it drew them: the summary's `stddev_*_tokens`
+  ÷ `mean_*_tokens`; without those, the counted lengths' spread) goes into the table (`input_len_cv`,
+  `output_len_cv`) and the replay draws lengths so spread: streams of unequal lengths fall out of step and their
+  prompts arrive apart, which moves TTFT by 15–25% at one concurrency; drawn at one length (its
+  `scripts/benchmark.py` sweeps do), the streams stay in step.
 """
 
 from __future__ import annotations
@@ -194,7 +196,14 @@ def llmperf_run(data: Mapping[str, Any], where: str, warnings: list[str]) -> tup
             spread_of(data.get("results_number_input_tokens_stddev"), prompt),
             spread_of(data.get("results_number_output_tokens_stddev"), output),
         )
-    for key, cv in (("input_len_cv", requests.input_cv), ("output_len_cv", requests.output_cv)):
+    for key, name, counted in (
+        ("input_len_cv", "input_tokens", requests.input_cv),
+        ("output_len_cv", "output_tokens", requests.output_cv),
+    ):
+        # the spread it drew its lengths with (its --stddev-*-tokens), where the summary keeps it: the counts' own
+        # spread adds its Llama-2 tokenizer's noise (a Yi-1.5 sweep drawn at exactly 150 tokens counted 159 ± 3.5)
+        drawn_sd, drawn_mean = finite_number(data.get(f"stddev_{name}")), finite_number(data.get(f"mean_{name}"))
+        cv = counted if drawn_sd is None or drawn_mean is None else spread_of(drawn_sd, drawn_mean)
         if cv is not None:  # drawn at random: the replay draws them alike
             settings[key] = cv
     tpot_ms = requests.tpot_ms
