@@ -55,6 +55,7 @@ class Replayed:
     semantics: str  # the workload in words, as every header states it
     kv_slots: int | None = None  # per-slot KV streams on this many slots (llama-server without --kv-unified)
     form_tpot_rms: float | None = None  # the form's own replay, where measured departures were kept in range
+    separate_prefill: bool = False  # prompts prefilled in steps of their own (vLLM V0, TGI), the running waiting
 
     def to_dict(self) -> dict[str, Any]:
         data = {
@@ -68,6 +69,8 @@ class Replayed:
         }
         if self.form_tpot_rms is not None:
             data["form_tpot_rms"] = self.form_tpot_rms
+        if self.separate_prefill:
+            data["separate_prefill"] = True
         return data
 
 
@@ -348,6 +351,7 @@ class ReplayFields(Section):
     semantics: Text = ""
     kv_slots: Annotated[int, PlainValidator(whole(1))] | None = None
     form_tpot_rms: Annotated[float, PlainValidator(non_negative)] | None = None
+    separate_prefill: bool = False
 
     def replayed(self) -> Replayed:
         return Replayed(
@@ -359,6 +363,7 @@ class ReplayFields(Section):
             self.semantics,
             self.kv_slots,
             self.form_tpot_rms,
+            self.separate_prefill,
         )
 
 

@@ -195,9 +195,11 @@ class Deployment:
         """Whether the server prefills prompts in steps of their own, its running sequences waiting: the named
         engine's scheduling (vLLM V0 without chunked prefill, TGI: `prefill = "separate"` in its profile) on a step
         model from first principles; a model fitted on the scheduler keeps the scheduling it was fitted with."""
+        if travelling.replayed is not None:  # fitted on the scheduler: as the measured server was replayed
+            return travelling.replayed.separate_prefill
         if self.physics.engine is None or self.fit is not None or self.step_model_file is not None:
             return False
-        if travelling.replayed is not None or self.long_context_chunks():
+        if self.long_context_chunks():
             return False
         return self.physics.engine_profile().prefill == "separate"
 

@@ -47,6 +47,11 @@ from tokenroof.serving.simulate import Lengths, SimResult, Workload, bench_windo
 # the prompt budgets tried when neither the user nor an engine profile says how the server prefilled: whole prompts,
 # and the chunk budgets of vLLM V1 (2,048 below 70 GiB of GPU memory, 8,192 above) and SGLang's 8,192 default
 BUDGETS: tuple[int | None, ...] = (None, 2048, 8192)
+# vLLM V0 (without chunked prefill, its default below 32K of context) and TGI prefill waiting prompts in steps of their
+# own, whole, while they fit a token budget (V0's max(max_model_len, 2,048)), the running sequences waiting: tried when
+# the mixed steps above replay the table's TTFT no better than REPLAY_MISFIT, at these budgets (None: every waiting
+# prompt in one step)
+SEPARATE_BUDGETS: tuple[int | None, ...] = (None, 2048, 4096, 8192)
 CLIENTS = {
     "burst": "closed loop, every stream started at once",
     "staggered": "closed loop, streams staggered",
@@ -114,8 +119,13 @@ class Design:
         late = starts[j0] < begun
         np.add.at(ttft, j0[late], -(begun[late] - starts[j0[late]]) / durations[j0[late]] / n)
         used = (tpot > 0) | (ttft > 0)
+        batch = result.step_batches.astype(float)
+        if result.step_gaps_s is not None and result.step_tokens is not None:
+            # a prefill step of its own (separate_prefill) runs the sequences it prefills, the running ones waiting
+            # (its recorded batch is the gauge's, every running sequence): priced as the scheduler priced it
+            batch = np.where(np.isnan(result.step_gaps_s), result.step_tokens, batch)
         return cls(
-            result.step_batches[used].astype(float),
+            batch[used],
             result.step_contexts[used],
             result.step_prefill[used],
             result.step_prefill_sq[used],
@@ -216,17 +226,26 @@ def open_loop_run(
     share: int = 1,
     whole: int | None = None,
     burstiness: float = 1.0,
+    separate: bool = False,
 ) -> SimResult:
     """Arrivals at `rate` (random, gamma gaps of shape `burstiness`, 1 Poisson; or evenly spaced for "constant"),
     about 40 lifetimes of the expected concurrency (split over `share` runs of other seeds, each at least
     OPEN_LOOP_MIN_REQUESTS) or, for a point measured over a whole run, that run's `whole` requests, against a server
-    whose cap does not bind (the file does not say it) or, with per-slot KV streams, its slots."""
+    whose cap does not bind (the file does not say it) or, with per-slot KV streams, its slots; `separate`: the server
+    prefills prompts in steps of their own (vLLM V0's scheduling)."""
     burstiness = burstiness if client == "poisson" else math.inf
     n = whole or max(int(np.clip(40 * concurrency, *OPEN_LOOP_REQUESTS)) // share, OPEN_LOOP_MIN_REQUESTS)
     workload = Workload(rate, *lengths, num_requests=n, burstiness=burstiness)
     cap = kv_slots or OPEN_LOOP_MAX_NUM_SEQS
     return simulate(
-        model, workload, cap, seed, kv_capacity_tokens, max_num_batched_tokens=budget, per_slot_kv=kv_slots is not None
+        model,
+        workload,
+        cap,
+        seed,
+        kv_capacity_tokens,
+        max_num_batched_tokens=budget,
+        per_slot_kv=kv_slots is not None,
+        separate_prefill=separate,
     )
 
 
@@ -287,7 +306,12 @@ def cut_count(result: SimResult, in_flight: bool, cancelled: int) -> float:
 
 
 def open_loop_design(
-    point: Point, budget: int | None, kv_capacity_tokens: int | None, reference: StepModel, kv_slots: int | None
+    point: Point,
+    budget: int | None,
+    kv_capacity_tokens: int | None,
+    reference: StepModel,
+    kv_slots: int | None,
+    separate: bool = False,
 ) -> Design:
     """An open-loop point's design: the runs of `matched_runs` (OPEN_LOOP_REPLAYS samples of arrivals at the rate at
     which `reference` holds the concurrency the point measured), mixed. The step pattern a point's means are sums over
@@ -306,7 +330,7 @@ def open_loop_design(
     was answered by then, matched on `cut_count` (read as steady windows: 14.4% and 14.6% on `--stop seconds`; so
     replayed: 3.1% and 1.2%)."""
     lengths = point.lengths
-    served = Served(reference, point.client, kv_capacity_tokens, budget, kv_slots, point.burstiness)
+    served = Served(reference, point.client, kv_capacity_tokens, budget, kv_slots, point.burstiness, separate)
     whole = point.requests  # a whole run's means (its requests given): replayed as whole runs of as many
     cancelled = None  # … or a run cut at a time limit: as many arrivals as it sent, its means over those answered
     if whole is not None and point.sent is not None and point.sent > whole:
@@ -337,6 +361,7 @@ class Served(NamedTuple):
     budget: int | None
     kv_slots: int | None
     burstiness: float = 1.0
+    separate: bool = False  # prompts prefilled in steps of their own (vLLM V0), the running sequences waiting
 
 
 def matched_runs(
@@ -353,13 +378,15 @@ def matched_runs(
     at the rate from `rate` on at which they hold `concurrency` on average (`held_concurrency`, over the whole run
     where `whole`; `matched_rate`). `cancelled`: the runs were cut at their last arrival, that many requests cancelled
     there (`cut_count`)."""
-    model, client, kv, budget, kv_slots, burstiness = Served(*served)  # (a plain tuple: Poisson's burstiness)
+    model, client, kv, budget, kv_slots, burstiness, separate = Served(*served)  # (a plain tuple: Poisson's, mixed)
     n = OPEN_LOOP_REPLAYS
     ran: dict[float, list[SimResult]] = {}
 
     def held(at: float) -> float:
         ran[at] = [
-            open_loop_run(model, at, lengths, client, concurrency, kv, budget, kv_slots, k, n, whole, burstiness)
+            open_loop_run(
+                model, at, lengths, client, concurrency, kv, budget, kv_slots, k, n, whole, burstiness, separate
+            )
             for k in range(n)
         ]
         if cancelled is not None:
@@ -405,20 +432,26 @@ def matched_rate(held: Callable[[float], float], rate: float, concurrency: float
 
 
 def design_at(
-    point: Point, budget: int | None, kv_capacity_tokens: int | None, reference: StepModel, kv_slots: int | None = None
+    point: Point,
+    budget: int | None,
+    kv_capacity_tokens: int | None,
+    reference: StepModel,
+    kv_slots: int | None = None,
+    separate: bool = False,
 ) -> Design:
     """The design of a point. A closed loop is simulated at its concurrency (a fractional one between the two whole
     ones around it); an open-loop point at the rate that holds its concurrency (`open_loop_design`), its steps timed
     by `reference` (their pattern depends on it).
     With per-slot KV streams (`kv_slots`) the server's slots are simulated whatever the concurrency: which slots a
-    loop's requests take, and so how many passes a step runs, depends on all of them."""
+    loop's requests take, and so how many passes a step runs, depends on all of them. `separate`: the server prefills
+    prompts in steps of their own, at most `budget` tokens a step (vLLM V0's scheduling)."""
     client = point.client
     lengths = point.lengths
     if client in ("poisson", "constant"):
-        return open_loop_design(point, budget, kv_capacity_tokens, reference, kv_slots)
+        return open_loop_design(point, budget, kv_capacity_tokens, reference, kv_slots, separate)
     low = max(math.floor(point.concurrency), 1)
     high = max(math.ceil(point.concurrency), 1)
-    if budget is not None and budget <= high:
+    if budget is not None and budget <= high and not separate:
         raise TokenroofError(f"a prompt budget of {budget} tokens per step must exceed the concurrency {high}")
 
     # a burst that sent on past the requests it counted (LLMPerf: the streams in flight when its count was reached run
@@ -433,7 +466,14 @@ def design_at(
             loop = replace(loop, num_requests=loop.num_requests + beyond)
         cap = kv_slots or min(c, point.server_cap or c)
         result = simulate(
-            reference, loop, cap, 0, kv_capacity_tokens, max_num_batched_tokens=budget, per_slot_kv=kv_slots is not None
+            reference,
+            loop,
+            cap,
+            0,
+            kv_capacity_tokens,
+            max_num_batched_tokens=budget,
+            per_slot_kv=kv_slots is not None,
+            separate_prefill=separate,
         )
         chosen = result.measured()
         if beyond > 0:
@@ -524,6 +564,9 @@ class ServingFit:
     in_flight: bool = False  # an open-loop table's batch counts requests in flight (GuideLLM's), not the running batch
     burstiness: float = 1.0  # an open loop's random arrivals: the gamma shape of their gaps (1: Poisson)
     lengths_cv: tuple[float, float] = (0.0, 0.0)  # the measured prompt and output lengths' spread (sd ÷ mean)
+    # prompts prefilled in steps of their own (vLLM V0, TGI), at most max_num_batched_tokens a step, the running
+    # sequences waiting; False: in the decode steps, whole or chunked
+    separate_prefill: bool = False
 
     def samples(self, n: int, seed: int = 0) -> list[StepModel]:
         """`n` refits to noisy copies of the replayed points (noise at the replay's own rms, at least 1%): the spread
@@ -577,6 +620,8 @@ class ServingFit:
         """The workload semantics in one line, as every header states it."""
         budget = self.max_num_batched_tokens
         prefill = "prefilled whole" if budget is None else f"chunked at {budget} tokens per step"
+        if self.separate_prefill:
+            prefill = "prefilled in steps of their own" + ("" if budget is None else f" of up to {budget} tokens")
         how = {"fitted": "the best replay", "assumed": "assumed: no TTFT to tell", "engine": "the engine's default"}
         why = f" ({how[self.budget_source]})" if self.budget_source in how else ""
         client = CLIENTS[self.client]
@@ -596,6 +641,7 @@ class ServingFit:
             "client": self.client,
             "burstiness": self.burstiness,
             "max_num_batched_tokens": self.max_num_batched_tokens,
+            "separate_prefill": self.separate_prefill,
             "kv_slots": self.kv_slots,
             "budget_source": self.budget_source,
             "prefill_source": self.prefill_source,
@@ -710,10 +756,13 @@ def fit_serving(
     kv_capacity_tokens: int | None = None,
     budget: int | str | None = "fit",
     budget_source: str = "given",
+    separate: bool = False,
 ) -> ServingFit | None:
     """The scheduler's step model replaying the table's online points (module doc); None when the prefill has
     neither measured TTFT nor the physics to price it. `budget`: the prompt budget per step (None: whole prompts),
-    or "fit" to take the best replay of BUDGETS."""
+    or "fit" to take the best replay of BUDGETS (and, where none replays the TTFT within REPLAY_MISFIT, of prefill
+    steps of their own at SEPARATE_BUDGETS); `separate`: with a budget given, the server prefills in steps of their
+    own (the engine's scheduling)."""
     points = online_points(table, fit, input_len, output_len)
     has_ttft = any(p.ttft_s is not None for p in points)
     prior = fit.prior
@@ -730,31 +779,43 @@ def fit_serving(
         budget, budget_source = None, "assumed"
     candidates: tuple[int | None, ...] = BUDGETS if isinstance(budget, str) else (budget,)
     tried: dict[str, tuple[ServingFit, float]] = {}
-    whole_peak = math.inf  # the most tokens (prompt and decode) a step of the whole-prompt replay holds
     closed = [math.ceil(p.concurrency) for p in points if p.client in CLOSED]
     high = max(closed, default=0)
-    for b in candidates:
-        if b is not None and (b >= whole_peak or b <= high):
-            continue  # no step would chunk (the same replay as whole prompts), or the budget cannot hold the batch
-        designs = [design_at(p, b, kv_capacity_tokens, reference, kv_slots) for p in points]
-        if b is None:
-            whole_peak = max(float((d.batch + d.prefill).max()) for d in designs)
-        result, cost = _solve(terms, points, designs, fit.sigma_rel)
-        if timed:
-            designs = [design_at(p, b, kv_capacity_tokens, terms.model(result), kv_slots) for p in points]
+
+    def replay(policies: Sequence[int | None], apart: bool) -> None:
+        """Fit each prompt budget of one scheduling (prompts in the decode steps, or in steps of their own)."""
+        peak = math.inf  # the most prompt tokens (and, mixed, decode tokens) a step of the unbudgeted replay holds
+        for b in policies:
+            if b is not None and (b >= peak or (b <= high and not apart)):
+                continue  # no step would split (the same replay as no budget), or the budget cannot hold the batch
+            designs = [design_at(p, b, kv_capacity_tokens, reference, kv_slots, apart) for p in points]
+            if b is None:
+                peak = max(float((d.prefill if apart else d.batch + d.prefill).max()) for d in designs)
             result, cost = _solve(terms, points, designs, fit.sigma_rel)
-        source = "fitted" if isinstance(budget, str) else budget_source
-        found = _result(result, terms, points, designs, client, b, source, has_ttft, table.semantics.client is not None)
-        found.problem = (terms, list(points), designs, fit.sigma_rel)
-        found.kv_slots = kv_slots
-        found.in_flight = in_flight_of(table)
-        found.burstiness = table.semantics.burstiness or 1.0
-        found.lengths_cv = lengths_cv_of(table)
-        tried[_budget_name(b)] = (found, cost)
+            if timed:
+                designs = [design_at(p, b, kv_capacity_tokens, terms.model(result), kv_slots, apart) for p in points]
+                result, cost = _solve(terms, points, designs, fit.sigma_rel)
+            source = "fitted" if isinstance(budget, str) else budget_source
+            stated = table.semantics.client is not None
+            found = _result(result, terms, points, designs, client, b, source, has_ttft, stated)
+            found.problem = (terms, list(points), designs, fit.sigma_rel)
+            found.kv_slots = kv_slots
+            found.in_flight = in_flight_of(table)
+            found.burstiness = table.semantics.burstiness or 1.0
+            found.lengths_cv = lengths_cv_of(table)
+            found.separate_prefill = apart
+            tried[_budget_name(b, apart)] = (found, cost)
+
+    replay(candidates, separate and not isinstance(budget, str))
     if not tried:
         raise TokenroofError(
             f"no prompt budget exceeds the measured concurrency (tried {', '.join(map(str, candidates))})"
         )
+    best = min(tried.values(), key=lambda t: t[1])[0]
+    # llama.cpp prefills in the decode steps (per-slot KV streams, a llama-server measured): never steps of their own
+    llama = kv_slots is not None or table.semantics.server == "llama-server"
+    if isinstance(budget, str) and has_ttft and not llama and (best.ttft_rms or 0.0) > REPLAY_MISFIT:
+        replay(SEPARATE_BUDGETS, True)
     best_name = min(tried, key=lambda k: tried[k][1])
     best = tried[best_name][0]
     best.alternatives = {k: (f.tpot_rms, f.ttft_rms) for k, (f, _) in tried.items() if k != best_name}
@@ -865,7 +926,9 @@ def _rising(form: StepModel, knots: np.ndarray, factors: np.ndarray, context_per
     return bool(np.all(np.diff(steps) >= -1e-12 * steps[:-1]))
 
 
-def _budget_name(budget: int | None) -> str:
+def _budget_name(budget: int | None, separate: bool = False) -> str:
+    if separate:
+        return "prefill steps of their own" + ("" if budget is None else f" of up to {budget} tokens")
     return "whole prompts" if budget is None else f"chunked at {budget}"
 
 
@@ -1084,14 +1147,15 @@ def serving_fit(
     kv_capacity_tokens: int | None = None,
     lengths: tuple[float, float] | None = None,
     budget: int | str | None = "fit",
+    separate: bool = False,
 ) -> ServingFit | None:
     """The scheduler's model replaying an online table, or None: a static or pure-decode table, unknown lengths, or a
     prefill that nothing prices (no TTFT, no prior). `budget`: the measured server's prompt budget per step as an
-    engine profile gives it (None: whole prompts), or "fit"."""
+    engine profile gives it (None: whole prompts), or "fit"; `separate`: the engine prefills in steps of their own."""
     known = measured_lengths(table, lengths)
     if not online(table) or known is None:
         return None
-    return fit_serving(table, fit, known[0], known[1], kv_capacity_tokens, budget, "engine")
+    return fit_serving(table, fit, known[0], known[1], kv_capacity_tokens, budget, "engine", separate)
 
 
 def travelling_of(replay: ServingFit, fit: Fit, table: MeasurementTable) -> Travelling:
@@ -1107,6 +1171,7 @@ def travelling_of(replay: ServingFit, fit: Fit, table: MeasurementTable) -> Trav
         replay.describe(),
         replay.kv_slots,
         None if replay.form_rms is None else replay.form_rms[0],
+        replay.separate_prefill,
     )
     return Travelling(replay.model, context, 0.0, True, table.source, prior.label if prior is not None else None, info)
 
@@ -1178,12 +1243,19 @@ def _closed_loop_at(
     low, high = max(math.floor(batch), 1), max(math.ceil(batch), 1)
     runs = []
     for c in sorted({low, high}):
-        if budget is not None and budget <= c:
+        if budget is not None and budget <= c and not serving.separate_prefill:
             return None
         slots = serving.kv_slots
         loop = closed_loop(c, *lengths, client)
         result = simulate(
-            serving.model, loop, slots or c, 0, kv, max_num_batched_tokens=budget, per_slot_kv=slots is not None
+            serving.model,
+            loop,
+            slots or c,
+            0,
+            kv,
+            max_num_batched_tokens=budget,
+            per_slot_kv=slots is not None,
+            separate_prefill=serving.separate_prefill,
         )
         summary = result.summary()
         runs.append((summary["tpot_ms"]["mean"], summary["ttft_ms"]["mean"], summary["throughput_tok_s"]))
@@ -1202,7 +1274,13 @@ def _open_loop_at(
         return None
     tpot_s, ttft_s, _ = guess
     served = Served(
-        serving.model, serving.client, kv, serving.max_num_batched_tokens, serving.kv_slots, serving.burstiness
+        serving.model,
+        serving.client,
+        kv,
+        serving.max_num_batched_tokens,
+        serving.kv_slots,
+        serving.burstiness,
+        serving.separate_prefill,
     )
     start = batch / (ttft_s + (lengths[1].mean - 1) * tpot_s)
     summaries = [r.summary() for r in matched_runs(served, lengths, start, batch, serving.in_flight)]
@@ -1220,7 +1298,11 @@ def with_scheduler(result: Any, physics: Any, lengths: tuple[float, float] | Non
     table = result.table
     kv = physics.kv_pool_tokens() if physics.known else None
     budget = physics.prompt_budget() if physics.known else "fit"
-    result.serving = serving = serving_fit(result.fit, table, kv, lengths, budget)
+    # an engine that prefills in steps of their own (vLLM V0 without chunked prefill, TGI): replayed so, at its budget
+    separate = physics.known and budget is None and physics.engine_profile().prefill == "separate"
+    if separate:
+        budget = physics.separate_prefill_budget()
+    result.serving = serving = serving_fit(result.fit, table, kv, lengths, budget, separate)
     if serving is not None:
         result.warnings += [f"prior and data disagree: {c}" for c in serving.conflicts] + serving.misfit()
     known = measured_lengths(table, lengths)
