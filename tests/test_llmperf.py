@@ -276,3 +276,26 @@ def test_a_real_sweep_of_vllm_v0_replays_as_v0_schedules(tmp_path: Path) -> None
     for row in serving["replay"]:
         assert row["tpot_ms_replayed"] == pytest.approx(row["tpot_ms"], rel=0.07)
         assert row["ttft_ms_replayed"] == pytest.approx(row["ttft_ms"], rel=0.11)
+
+
+def test_a_model_fitted_to_v0_s_scheduling_travels_with_it(tmp_path: Path) -> None:
+    """--save-model keeps the scheduling the fit took (prompts in steps of their own, 2,048 tokens a step) and the
+    commands that run the saved model schedule so; a model saved before it existed reads as prompts in the decode
+    steps, as it was fitted."""
+    from tests.conftest import ROOT
+    from tokenroof.fit.physics import Physics
+    from tokenroof.fit.travel import read_step_model
+    from tokenroof.serving.deployment import Deployment
+
+    saved = tmp_path / "model.json"
+    sweep = ROOT / "examples" / "llmperf-yi-1.5-34b-4xa10g-vllm"
+    run_json(["predict", str(sweep), "--batch", "16", "--save-model", str(saved)])
+    travelling = read_step_model(saved)
+    assert travelling.replayed is not None and travelling.replayed.separate_prefill
+    dep = Deployment(Physics(), step_model_file=saved, input_len=Lengths(550), output_len=Lengths(150))
+    server = dep.server(travelling)
+    assert server.separate_prefill and server.max_num_batched_tokens == 2048
+    data = json.loads(saved.read_text())
+    data["fitted_at"]["replay"].pop("separate_prefill")
+    saved.write_text(json.dumps(data))
+    assert not dep.server(read_step_model(saved)).separate_prefill

@@ -113,17 +113,20 @@ def test_steps_s_is_step_s_term_for_term() -> None:
 
 
 @pytest.mark.parametrize(
-    "workload, budget",
+    "workload, budget, separate",
     [
-        (ClosedLoop(16, Lengths(1024), Lengths(64), 96, "staggered"), None),
-        (ClosedLoop(16, Lengths(1024), Lengths(64), 160, "burst"), 2048),
-        (ClosedLoop(8, Lengths(300, "uniform", 0.5), Lengths(40, "lognormal", 0.5), 80, "staggered"), 1024),
-        (Workload(40.0, Lengths(512), Lengths(64), 400), None),
+        (ClosedLoop(16, Lengths(1024), Lengths(64), 96, "staggered"), None, False),
+        (ClosedLoop(16, Lengths(1024), Lengths(64), 160, "burst"), 2048, False),
+        (ClosedLoop(8, Lengths(300, "uniform", 0.5), Lengths(40, "lognormal", 0.5), 80, "staggered"), 1024, False),
+        (Workload(40.0, Lengths(512), Lengths(64), 400), None, False),
+        (ClosedLoop(16, Lengths(550), Lengths(64), 160, "burst"), 2048, True),  # vLLM V0: prefill steps of their own
+        (Workload(40.0, Lengths(512, "uniform", 0.3), Lengths(64), 400), None, True),
     ],
 )
-def test_a_design_is_the_runs_own_means(workload, budget) -> None:
-    """TPOT and TTFT as weighted sums of step times are exactly the run's means, for the model that ran it."""
-    result = simulate(OTHER, workload, 64, 0, None, max_num_batched_tokens=budget)
+def test_a_design_is_the_runs_own_means(workload, budget, separate) -> None:
+    """TPOT and TTFT as weighted sums of step times are exactly the run's means, for the model that ran it (a prefill
+    step of its own priced at the prompts it runs, as the scheduler priced it, not at the running batch waiting)."""
+    result = simulate(OTHER, workload, 64, 0, None, max_num_batched_tokens=budget, separate_prefill=separate)
     chosen = result.measured()
     design = Design.of(result, chosen)
     summary = result.summary()
