@@ -390,3 +390,17 @@ def test_a_csv_states_its_lengths_spread_zero_as_one_length_and_past_four_as_a_s
     assert parse_csv(head + "output_len_cv=0\n" + rows, "t.csv").semantics.output_len_cv is None
     with pytest.raises(TokenroofError, match=r"t\.csv: output_len_cv=50: lengths whose standard deviation is 50"):
         parse_csv(head + "output_len_cv=50\n" + rows, "t.csv")
+
+
+def test_a_closed_loop_s_throughput_is_checked_against_its_requests_lifetimes() -> None:
+    """Requests in flight with TTFT: throughput = batch × output ÷ (TTFT + (output − 1) × TPOT) (Little's law over a
+    request's life), not batch ÷ TPOT, which a closed loop waiting out each TTFT never reaches: 16 streams, 100 tokens,
+    TTFT 1 s, TPOT 40 ms give 16 × 100 ÷ 4.96 s = 322.6 tok/s (batch ÷ TPOT: 400, −19%); a row 20% off that is named
+    with the formula."""
+    head = "# batch_kind=concurrency client=burst input_len=512 output_len=100\n"
+    head += "batch,throughput_tok_s,tpot_ms,ttft_ms\n"
+    quiet = parse_csv(head + "1,24.36,40,100\n16,322.6,40,1000\n", "t.csv")
+    assert not any("disagree" in w for w in quiet.warnings)
+    loud = parse_csv(head + "1,24.36,40,100\n16,258,40,1000\n", "t.csv")
+    (said,) = [w for w in loud.warnings if "disagree" in w]
+    assert "disagree by -20%" in said and "batch × output ÷ (TTFT + (output − 1) × TPOT) = 322.6 tok/s" in said

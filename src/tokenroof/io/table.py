@@ -502,7 +502,9 @@ def table_from_columns(
     empty = np.isnan(thr) & np.isnan(tpot)
     if empty.any():
         raise TokenroofError(f"{where(int(np.argmax(empty)))}: needs throughput_tok_s or tpot_ms (both are empty)")
-    warnings = _disagreements(b, thr, tpot, where)
+    in_flight = semantics is not None and semantics.batch_kind == "concurrency"
+    ttft_in = col["ttft_ms"] if in_flight and not np.isnan(col["ttft_ms"]).all() else None
+    warnings = _disagreements(b, thr, tpot, where, ttft_in, semantics.output_len if semantics is not None else None)
     tpot_all = np.where(np.isnan(tpot), b * 1000 / thr, tpot)
     thr_all = np.where(np.isnan(thr), b * 1000 / tpot_all, thr)
     groups = Groups.of(b, level)
@@ -743,14 +745,30 @@ def _more(n: int, what: str) -> list[str]:
     return [f"... and {n - MAX_ROW_WARNINGS} more {what}"] if n > MAX_ROW_WARNINGS else []
 
 
-def _disagreements(b: np.ndarray, thr: np.ndarray, tpot: np.ndarray, where: Callable[[int], str]) -> list[str]:
-    """Rows whose throughput and TPOT disagree by more than DISAGREE, named (the first MAX_ROW_WARNINGS)."""
+def _disagreements(
+    b: np.ndarray,
+    thr: np.ndarray,
+    tpot: np.ndarray,
+    where: Callable[[int], str],
+    ttft: np.ndarray | None = None,
+    output_len: float | None = None,
+) -> list[str]:
+    """Rows whose throughput and TPOT disagree by more than DISAGREE, named (the first MAX_ROW_WARNINGS). Where the
+    batch is the requests in flight and a row gives its TTFT (and the table its output length), the throughput they
+    imply is Little's law's over a request's whole life, batch × output ÷ (TTFT + (output − 1) × TPOT): a closed loop
+    of streams waiting out each TTFT emits less than batch ÷ TPOT, by design."""
+    expected = b * 1000 / tpot
+    how = np.full(b.size, "batch × 1000 / TPOT")
+    if ttft is not None and output_len is not None and output_len >= 2:
+        life = np.isfinite(ttft)
+        expected = np.where(life, b * output_len * 1000 / (ttft + (output_len - 1) * tpot), expected)
+        how = np.where(life, "batch × output ÷ (TTFT + (output − 1) × TPOT)", how)
     with np.errstate(invalid="ignore"):
-        gap = tpot / (b * 1000 / thr) - 1
+        gap = thr / expected - 1
         rows = np.flatnonzero(np.abs(gap) > DISAGREE)
     warnings = [
         f"{where(int(i))}: throughput {thr[i]:g} tok/s and TPOT {tpot[i]:g} ms disagree by {gap[i]:+.0%} "
-        f"(batch × 1000 / TPOT = {b[i] * 1000 / tpot[i]:.4g} tok/s); online runs average TPOT per request and "
+        f"({how[i]} = {expected[i]:.4g} tok/s); online runs average TPOT per request and "
         "count first tokens in throughput, and a batch that is not the running batch (queued or preempted "
         "requests) widens the gap; the fit uses TPOT"
         for i in rows[:MAX_ROW_WARNINGS]

@@ -184,7 +184,9 @@ class Point:
     client: str = "staggered"  # how its client drove the server (io.measurements.CLIENT_KINDS)
     server_cap: int | None = None  # the server's running-batch cap the point shows (None: the concurrency)
     in_flight: bool = False  # an open loop's concurrency counts requests in flight (GuideLLM's), not the running batch
-    sent: int | None = None  # its run, cut at a time limit, sent this many; its means over the `requests` answered
+    # its run sent this many, its means over the first `requests` answered (GuideLLM's time limit cut it; LLMPerf's
+    # streams ran on past its count)
+    sent: int | None = None
     burstiness: float = 1.0  # a "poisson" client's random arrivals: the gamma shape of their gaps (1: Poisson)
     lengths_cv: tuple[float, float] = (0.0, 0.0)  # prompt and output lengths drawn at random: sd ÷ mean (0: fixed)
 
