@@ -57,6 +57,7 @@ class Case:
     output_len: int
     fit_at: tuple[float, ...]  # concurrencies, or request rates for poisson
     held_at: tuple[float, ...]
+    separate: bool = False  # prompts prefilled in steps of their own (vLLM V0's scheduling), at most `budget` a step
 
 
 def cases() -> list[Case]:
@@ -73,6 +74,17 @@ def cases() -> list[Case]:
     return [
         Case("vLLM files, llama-3.1-8b H100, chunks of 8192", *v1, 8192, "burst", 1024, 256, closed, (256.0, 384.0)),
         Case("vLLM files, llama-2-7b A100, whole prompts", *v0, None, "burst", 512, 256, closed, (256.0, 384.0)),
+        Case(
+            "vLLM V0 files, llama-2-7b A100, prefill steps of their own up to 4096",
+            *v0,
+            4096,
+            "burst",
+            512,
+            256,
+            closed,
+            (256.0, 384.0),
+            separate=True,
+        ),
         Case("bench CSV, qwen2.5-7b H200, chunks of 2048", *sg, 2048, "staggered", 1024, 128, closed, (256.0, 384.0)),
         Case("GuideLLM rates, mistral-7b L40S, whole", *tr, None, "poisson", 256, 128, (1, 2, 4, 8), (12.0, 16.0)),
     ]
@@ -89,7 +101,7 @@ def write_files(case: Case, at: tuple[float, ...], folder: Path, seed: int) -> l
         return [path]
     files = []
     for c in at:
-        data = gen.vllm_result(int(c), case.input_len, case.output_len, rng, case.truth, case.budget, kv)
+        data = gen.vllm_result(int(c), case.input_len, case.output_len, rng, case.truth, case.budget, kv, case.separate)
         if case.client == "staggered":  # a bench-like CSV: the same means, a steady window, the client stated
             data.pop("num_prompts")
         path = folder / f"{case.client}-c{int(c)}.json"
@@ -159,6 +171,7 @@ def score(case: Case, prior: bool, verbose: bool) -> dict[str, object]:
             )
     return {
         "budget": None if serving is None else serving.max_num_batched_tokens,
+        "separate": serving is not None and serving.separate_prefill,
         "tpot_rms": None if serving is None else serving.tpot_rms,
         "ttft_rms": None if serving is None else serving.ttft_rms,
         "tpot_err": errors_tpot,
@@ -176,7 +189,7 @@ def main(argv: list[str]) -> None:
         print(case.name)
         for prior in (False, True):
             s = score(case, prior, verbose)
-            right = s["budget"] == case.budget
+            right = s["budget"] == case.budget and s["separate"] == case.separate
             totals[prior]["tpot"] += s["tpot_err"]
             totals[prior]["ttft"] += s["ttft_err"]
             totals[prior]["inside"] += s["inside"]
@@ -184,7 +197,8 @@ def main(argv: list[str]) -> None:
                 totals[prior]["budget"].append(right)
             mode = "with prior" if prior else "data only "
             print(
-                f"  {mode}: budget {s['budget']} ({'right' if right else 'wrong'}), replay rms TPOT "
+                f"  {mode}: budget {s['budget']}{' in steps of their own' if s['separate'] else ''} "
+                f"({'right' if right else 'wrong'}), replay rms TPOT "
                 f"{s['tpot_rms']:.1%} TTFT {s['ttft_rms']:.1%}; held out TPOT {np.mean(s['tpot_err']):.1%} "
                 f"TTFT {np.mean(s['ttft_err']):.1%} mean error, {sum(s['inside'])}/{len(s['inside'])} in the band"
             )

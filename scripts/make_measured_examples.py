@@ -72,14 +72,16 @@ def vllm_result(
     truth: StepModel | None = None,
     budget: int | None = BUDGET,
     kv_capacity_tokens: int | None = None,
+    separate: bool = False,
 ) -> dict[str, Any]:
     """One `vllm bench serve --save-result` file: `--num-prompts` 10× the concurrency (at least 100), every stream
     started at once, each replaced as one ends; means over every request, as vLLM takes them. `truth`: the server's
-    step model (TRUTH's by default, with its KV pool)."""
+    step model (TRUTH's by default, with its KV pool); `separate`: it prefills in steps of their own (vLLM V0), at most
+    `budget` tokens a step."""
     sm, kv = (TRUTH.step_model(), TRUTH.kv_pool_tokens()) if truth is None else (truth, kv_capacity_tokens)
     prompts = max(100, 10 * concurrency)
     run = ClosedLoop(concurrency, Lengths(input_len), Lengths(output_len), prompts, "burst")
-    result = simulate(sm, run, 1024, 0, kv, max_num_batched_tokens=budget)
+    result = simulate(sm, run, 1024, 0, kv, max_num_batched_tokens=budget, separate_prefill=separate)
     seqs = result.sequences
     ttft = np.array([(s.first_token_s or 0) - s.arrival_s for s in seqs]) * 1e3
     tpot = np.array([((s.finished_s or 0) - (s.first_token_s or 0)) / (s.max_tokens - 1) for s in seqs]) * 1e3

@@ -21,7 +21,7 @@ from tokenroof.io.measurements import parse_csv, read_table
 from tokenroof.model.stepmodel import StepModel
 from tokenroof.serving.deployment import Physics
 from tokenroof.serving.engine.core import Server
-from tokenroof.serving.replay import Design, condensed, fit_serving, serving_fit
+from tokenroof.serving.replay import REPLAY_MISFIT, Design, condensed, fit_serving, serving_fit
 from tokenroof.serving.saturation import at_cap
 from tokenroof.serving.simulate import ClosedLoop, Lengths, Workload, simulate
 
@@ -86,12 +86,14 @@ def closed_loop_table(server: Any, prompt: int) -> Any:
     return parse_csv(header + "batch,throughput_tok_s,tpot_ms,ttft_ms\n" + "\n".join(rows) + "\n")
 
 
-def vllm_files(tmp_path: Path, truth: StepModel, budget: int | None, concurrencies=(1, 4, 16, 32, 64)) -> list[Path]:
+def vllm_files(
+    tmp_path: Path, truth: StepModel, budget: int | None, concurrencies=(1, 4, 16, 32, 64), separate: bool = False
+) -> list[Path]:
     rng = np.random.default_rng(7)
     files = []
     for c in concurrencies:
         path = tmp_path / f"vllm-c{c}.json"
-        path.write_text(json.dumps(GENERATOR.vllm_result(c, 1024, 256, rng, truth, budget)))
+        path.write_text(json.dumps(GENERATOR.vllm_result(c, 1024, 256, rng, truth, budget, None, separate)))
         files.append(path)
     return files
 
@@ -147,6 +149,21 @@ def test_a_known_server_is_recovered_from_its_vllm_files(tmp_path: Path) -> None
     assert set(fit.alternatives) == {"whole prompts", "chunked at 8192"}
     assert all(ttft > 3 * fit.ttft_rms for _, ttft in fit.alternatives.values())  # the others replay TTFT badly
     assert fit.model.batch_factors == ()  # the form replays it within a bench's noise: no departures to keep
+
+
+def test_a_v0_server_is_recovered_with_its_prefill_steps_of_their_own(tmp_path: Path) -> None:
+    """The same server prefilling as vLLM V0 does, in steps of their own of up to 4,096 tokens: the mixed replays miss
+    its TTFT, the fit tries V0's scheduling and recovers it, its budget, its weight stream and a prompt token's
+    compute."""
+    table = read_table(vllm_files(tmp_path, OTHER, 4096, separate=True))
+    fit = fit_serving(table, fit_table(table, None, n_samples=0), 1024, 256)
+    assert fit is not None and fit.separate_prefill and fit.max_num_batched_tokens == 4096
+    assert fit.tpot_rms < 0.03 and fit.ttft_rms is not None and fit.ttft_rms < 0.03
+    assert fit.model.t_weights_s == pytest.approx(OTHER.t_weights_s, rel=0.1)
+    assert fit.model.t_compute_s == pytest.approx(OTHER.t_compute_s, rel=0.1)
+    mixed = [ttft for name, (_, ttft) in fit.alternatives.items() if "steps of their own" not in name]
+    assert mixed and min(mixed) > REPLAY_MISFIT
+    assert "prompts prefilled in steps of their own of up to 4096 tokens" in fit.describe()
 
 
 def swept_at(form: StepModel, ratios: tuple[tuple[int, float], ...]) -> tuple[list[Any], list[Any]]:
