@@ -137,6 +137,28 @@ def whole_rate_run(
     return duration, e2e, ttft, (e2e - ttft) / (workload.output_len.mean - 1)
 
 
+def measured_rate_run(
+    workload: Workload,
+    seed: int,
+    truth: StepModel | None,
+    budget: int | None,
+    kv_capacity_tokens: int | None,
+    max_num_seqs: int,
+    rng: np.random.Generator,
+    noise: bool,
+) -> tuple[float, float, np.ndarray, np.ndarray, np.ndarray]:
+    """`whole_rate_run` as a rate run's tool reports it (vLLM's, SGLang's): the duration (s), the output throughput
+    (tok/s), each request's end-to-end latency (s), TTFT and TPOT (ms), the examples' 2% noise drawn on the
+    throughput, TTFT and TPOT (in that order) unless `noise` is off."""
+    duration, e2e, ttft, tpot = whole_rate_run(workload, seed, truth, budget, kv_capacity_tokens, max_num_seqs)
+
+    def jitter(value: float) -> float:
+        return noisy(rng, value) if noise else float(value)
+
+    output_tok_s = jitter(workload.num_requests * workload.output_len.mean / duration)
+    return duration, output_tok_s, e2e, ttft * 1e3 * jitter(1.0), tpot * 1e3 * jitter(1.0)
+
+
 def vllm_rate_result(
     rate: float,
     input_len: int,
@@ -154,13 +176,9 @@ def vllm_rate_result(
     no client cap, means over every request, the duration from the first request sent to the last finished, as vLLM
     takes them; the examples' 2% noise on TTFT, TPOT and throughput unless `noise` is off."""
     workload = Workload(rate, Lengths(input_len), Lengths(output_len), num_requests=prompts, burstiness=burstiness)
-    duration, e2e, ttft, tpot = whole_rate_run(workload, seed, truth, budget, kv_capacity_tokens, 1024)
-    e2e, ttft, tpot = e2e * 1e3, ttft * 1e3, tpot * 1e3
-
-    def jitter(value: float) -> float:
-        return noisy(rng, value) if noise else float(value)
-
-    output_tok_s = jitter(prompts * output_len / duration)
+    duration, output_tok_s, e2e, ttft, tpot = measured_rate_run(
+        workload, seed, truth, budget, kv_capacity_tokens, 1024, rng, noise
+    )
     data: dict[str, Any] = {
         "tokenroof_provenance": PROVENANCE,
         "backend": "vllm",
@@ -175,7 +193,7 @@ def vllm_rate_result(
         "request_throughput": output_tok_s / output_len,
         "output_throughput": output_tok_s,
     }
-    for name, values in (("ttft", ttft * jitter(1.0)), ("tpot", tpot * jitter(1.0)), ("e2el", e2e)):
+    for name, values in (("ttft", ttft), ("tpot", tpot), ("e2el", e2e * 1e3)):
         data.update({f"{key}_{name}_ms": value for key, value in stats(values).items()})
     return data
 
@@ -340,12 +358,9 @@ def sglang_line(
     `noise` is off. `truth`: the server's step model (TRUTH's by default, with its KV pool), its batch cap
     `max_num_seqs`."""
     workload = Workload(rate, Lengths(input_len), Lengths(output_len), num_requests=prompts)
-    duration, e2e, ttft, tpot = whole_rate_run(workload, seed, truth, budget, kv_capacity_tokens, max_num_seqs)
-
-    def jitter(value: float) -> float:
-        return noisy(rng, value) if noise else float(value)
-
-    output_tok_s = jitter(prompts * output_len / duration)
+    duration, output_tok_s, e2e, ttft, tpot = measured_rate_run(
+        workload, seed, truth, budget, kv_capacity_tokens, max_num_seqs, rng, noise
+    )
     data: dict[str, Any] = {
         "tokenroof_provenance": PROVENANCE.replace("vLLM run", "SGLang run"),
         "backend": "sglang",
@@ -366,8 +381,7 @@ def sglang_line(
         "output_throughput": output_tok_s,
         "total_throughput": output_tok_s * (input_len + output_len) / output_len,
     }
-    ttft_ms, tpot_ms = ttft * 1e3 * jitter(1.0), tpot * 1e3 * jitter(1.0)
-    for name, values in (("e2e_latency", e2e * 1e3), ("ttft", ttft_ms), ("tpot", tpot_ms)):
+    for name, values in (("e2e_latency", e2e * 1e3), ("ttft", ttft), ("tpot", tpot)):
         data.update({f"{key}_{name}_ms": value for key, value in stats(values).items()})
     data.update(concurrency=float(e2e.sum() / duration), accept_length=None)
     return data

@@ -14,17 +14,14 @@ report without its request totals (before GuideLLM 0.2) is read as a steady wind
 
 from __future__ import annotations
 
-import math
 from collections.abc import Mapping
 from typing import Any
 
 import numpy as np
 
 from tokenroof.errors import TokenroofError
-from tokenroof.io.table import Row, _batch, _dig, _number, _shown, capped, spread_of
+from tokenroof.io.table import ERRORED_SHARE, Row, _batch, _dig, _number, capped, request_count, spread_of
 
-MOST_REQUESTS = 10_000_000  # a benchmark's request totals are at most this (its runs are simulated request by request)
-ERRORED_SHARE = 0.01  # failed requests above this share of a run's are warned of
 GUIDELLM_CLIENTS = {
     "concurrent": "burst",
     "throughput": "burst",
@@ -87,22 +84,16 @@ def _positive(value: Any) -> bool:
     return isinstance(value, int | float) and not isinstance(value, bool) and value > 0
 
 
+TOTALS = ("successful", "incomplete", "errored")
+
+
 def _totals(bench: Mapping[str, Any], where: str) -> tuple[int, int, int] | None:
     """A benchmark's successful, incomplete and errored requests (`metrics.request_totals`, 0.4+; `request_totals`,
     0.2–0.3); None where the report does not give them."""
     totals = _dig(bench, "metrics", "request_totals") or bench.get("request_totals")
     if not isinstance(totals, Mapping):
         return None
-    counts = []
-    for key in ("successful", "incomplete", "errored"):
-        value = totals.get(key, 0)
-        whole = isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value)
-        if not (whole and 0 <= value <= MOST_REQUESTS and value == int(value)):
-            raise TokenroofError(
-                f"{where}: request_totals.{key} must be a whole number of requests (at most {MOST_REQUESTS:,}), got "
-                f"{_shown(value)}"
-            )
-        counts.append(int(value))
+    counts = [request_count(totals.get(key, 0), where, f"request_totals.{key}") for key in TOTALS]
     return counts[0], counts[1], counts[2]
 
 

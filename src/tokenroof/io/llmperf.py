@@ -41,15 +41,23 @@ from typing import Any, NamedTuple
 import numpy as np
 
 from tokenroof.errors import TokenroofError
-from tokenroof.io.table import Row, _batch, _number, _shown, finite_number, lengths_cv, loads_json, spread_of
+from tokenroof.io.table import (
+    ERRORED_SHARE,
+    Row,
+    _batch,
+    _number,
+    finite_number,
+    lengths_cv,
+    loads_json,
+    request_count,
+    spread_of,
+)
 from tokenroof.model.stepmodel import mean_context_tokens
 from tokenroof.specs.validate import read_text
 
 RESPONSE_KEYS = ("inter_token_latency_s", "ttft_s", "end_to_end_latency_s")  # a request's, in its requests file
 SUMMARY_SUFFIX, RESPONSES_SUFFIX = "_summary.json", "_individual_responses.json"
-ERRORED_SHARE = 0.01  # failed requests above this share of a run's are warned of
-MOST_REQUESTS = 10_000_000  # a run's request counts are at most this (its runs are simulated request by request)
-MOST_STREAMS = 100_000  # and its concurrency at most this
+MOST_STREAMS = 100_000  # a run's concurrency is at most this (no benchmark client runs more streams)
 TOKENS_ASKED_GAP = 0.1  # counted output tokens further than this from those asked are warned of
 
 
@@ -100,10 +108,7 @@ def _count(data: Mapping[str, Any], key: str, where: str, required: bool = False
         if required:
             raise TokenroofError(f"{where}: an LLMPerf summary without {key}")
         return 0
-    value = finite_number(data[key])
-    if value is None or value < 0 or value != int(value) or value > MOST_REQUESTS:
-        raise TokenroofError(f"{where}: {key} must be a whole number of requests, got {_shown(data[key])}")
-    return int(value)
+    return request_count(data[key], where, key)
 
 
 class Requests(NamedTuple):

@@ -104,13 +104,10 @@ class Semantics:
     stated: tuple[str, ...] = ()  # the settings the source stated (the rest are defaults)
 
     def __post_init__(self) -> None:
-        for key in ("input_len_cv", "output_len_cv"):
-            cv = getattr(self, key)
-            if cv is not None and not 0 <= cv <= MOST_LENGTHS_CV:
-                raise TokenroofError(
-                    f"{key}={cv:g}: lengths whose standard deviation is {cv:g} times their mean are no workload "
-                    f"(ShareGPT's outputs spread about 1×; at most {MOST_LENGTHS_CV:g} is read): check the file"
-                )
+        for key in LENGTH_SPREADS:
+            problem = "" if getattr(self, key) is None else spread_problem(key, getattr(self, key))
+            if problem:
+                raise TokenroofError(problem)
         if self.burstiness is not None and self.client != "poisson":
             raise TokenroofError(
                 f"burstiness={self.burstiness:g} shapes random arrivals' gaps: it goes with client=poisson ("
@@ -430,6 +427,30 @@ def finite_number(value: Any) -> float | None:
     except OverflowError:
         return None
     return number if math.isfinite(number) else None
+
+
+MOST_REQUESTS = 10_000_000  # a run's request counts are at most this (its runs are simulated request by request)
+ERRORED_SHARE = 0.01  # failed requests above this share of a run's are warned of
+
+
+def request_count(value: Any, where: str, name: str) -> int:
+    """A tool's count of requests: a whole number from 0 to MOST_REQUESTS, else an error naming it."""
+    number = finite_number(value)
+    if number is None or not 0 <= number <= MOST_REQUESTS or number != int(number):
+        raise TokenroofError(
+            f"{where}: {name} must be a whole number of requests (at most {MOST_REQUESTS:,}), got {_shown(value)}"
+        )
+    return int(number)
+
+
+def spread_problem(key: str, cv: float) -> str:
+    """What is wrong with a stated spread of lengths (input_len_cv, output_len_cv), "" if nothing."""
+    if 0 <= cv <= MOST_LENGTHS_CV:
+        return ""
+    return (
+        f"{key}={cv:g}: lengths whose standard deviation is {cv:g} times their mean are no workload "
+        f"(ShareGPT's outputs spread about 1×; at most {MOST_LENGTHS_CV:g} is read): check the file"
+    )
 
 
 def spread_of(sd: Any, mean: float | None) -> float | None:
@@ -804,11 +825,9 @@ def merge_settings(parts: Sequence[tuple[str, Mapping[str, Any]]], provenance: S
                 )
     for where, part in parts:  # each file's spread checked where it was read
         for key in LENGTH_SPREADS:
-            if part.get(key) is not None:
-                try:
-                    Semantics(**{key: part[key]})
-                except TokenroofError as exc:
-                    raise TokenroofError(f"{where}: {exc}") from None
+            problem = "" if part.get(key) is None else spread_problem(key, part[key])
+            if problem:
+                raise TokenroofError(f"{where}: {problem}")
     values: dict[str, Any] = {key: value for key, (value, _) in merged.items()}
     for key in ("input_len", "output_len", *LENGTH_SPREADS):
         given = [part[key] for _, part in parts if part.get(key) is not None]
