@@ -432,7 +432,7 @@ def test_at_cap_runs_a_closed_loop_of_the_asked_client() -> None:
     assert burst.ttft_ms["mean"] > 3 * staggered.ttft_ms["mean"]
     assert burst.tpot_ms["mean"] == pytest.approx(staggered.tpot_ms["mean"], rel=0.1)
     with pytest.raises(TokenroofError, match="unknown client"):
-        ClosedLoop(4, Lengths(10), Lengths(10), 10, "waves")
+        ClosedLoop(4, Lengths(10), Lengths(10), 10, "tides")
 
 
 def test_at_cap_runs_each_deployment_once_and_hands_each_caller_its_own_figures() -> None:

@@ -401,8 +401,8 @@ def test_a_staggered_loops_start_phases_by_hand() -> None:
             f"a closed loop needs a concurrency ≥ 1 and requests ≥ 1, got {streams} and {requests}"
         )
     with pytest.raises(TokenroofError) as refused:
-        ClosedLoop(4, *lengths, 8, "waves")
-    assert str(refused.value) == "unknown client 'waves'; known: staggered, burst"
+        ClosedLoop(4, *lengths, 8, "tides")
+    assert str(refused.value) == "unknown client 'tides'; known: staggered, burst, waves"
 
 
 def test_an_open_loop_summary_by_hand() -> None:
@@ -774,3 +774,25 @@ def test_simulate_says_where_ttft_rests_on_the_step_time() -> None:
     assert len(near) == 1 and near[0].startswith("at 21 req/s: TTFT p50 ")
     (one,) = [w for w in run_json([*args, "--rate", "21"])["warnings"] if "rests on the step time" in w]
     assert one == near[0].removeprefix("at 21 req/s: ")
+
+
+def test_a_loop_in_waves_sends_the_next_wave_only_when_the_last_has_ended() -> None:
+    """LLMPerf before 2024-12-09: four streams started at once, the next four sent together when the slowest of the
+    four has ended (streams of unequal outputs idle meanwhile), so the server runs fewer sequences than a burst loop's
+    and its steps are shorter. At one length the two differ by the first request's head start only (prefilled alone
+    as it arrives, it ends a step before its wave: a burst loop replaces it then, a wave waits): TPOT alike."""
+    spread = (Lengths(100), Lengths(50, "uniform", 0.8))
+    waves = simulate(SM, ClosedLoop(4, *spread, 12, "waves"), 8)
+    seqs = sorted(waves.sequences, key=lambda s: int(s.request_id))
+    for wave in (seqs[0:4], seqs[4:8], seqs[8:12]):
+        assert len({s.arrival_s for s in wave}) == 1
+    for before, after in ((seqs[0:4], seqs[4:8]), (seqs[4:8], seqs[8:12])):
+        assert after[0].arrival_s == max(s.finished_s or 0.0 for s in before)
+    burst = simulate(SM, ClosedLoop(4, *spread, 12, "burst"), 8)
+    assert waves.summary()["running_batch"] < burst.summary()["running_batch"]
+    fixed = (Lengths(100), Lengths(50))
+    one, other = (simulate(SM, ClosedLoop(4, *fixed, 12, c), 8).summary() for c in ("waves", "burst"))
+    assert (
+        one["tpot_ms"] == other["tpot_ms"]
+        and one["ttft_ms"]["mean"] < other["ttft_ms"]["mean"] < 1.1 * one["ttft_ms"]["mean"]
+    )

@@ -79,8 +79,9 @@ def simulate(
     client: Annotated[
         str,
         typer.Option(
-            help="How a closed loop starts its streams: staggered (as tokenroof bench; figures over a steady window) "
-            "or burst (all at once, as vllm bench serve; figures over the whole run)."
+            help="How a closed loop starts its streams: staggered (as tokenroof bench; figures over a steady window), "
+            "burst (all at once, as vllm bench serve; figures over the whole run) or waves (all at once, the next "
+            "wave when the whole last one has ended, as LLMPerf before 2024-12-09)."
         ),
     ] = "staggered",
     burstiness: Annotated[float, typer.Option(help="Gamma shape of arrivals: 1 = Poisson; inf = constant.")] = 1.0,

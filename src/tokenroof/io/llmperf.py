@@ -4,12 +4,15 @@ _summary.json`, with its requests beside it in `…_individual_responses.json`; 
 What its numbers are, from its source (token_benchmark_ray.py, llmperf/ray_clients/openai_chat_completions_client.py,
 2024-12):
 - `--num-concurrent-requests N` starts N threads at once, each sending its next request as its last ends: a closed
-  loop started all at once (`client=burst`), batch N. It stops when `--max-num-completed-requests` have completed (or
+  loop started all at once (`client=burst`), batch N. Until commit f1d6bed (2024-12-09) it sent in **waves**
+  instead: N requests at once, then none until all N had ended (`client=waves`; its counts are whole waves: 104
+  completed at 8 streams where 100 were asked). A run is read as its summary's `timestamp` dates it; one without a
+  timestamp as the current code, said so. It stops when `--max-num-completed-requests` have completed (or
   at `--timeout`): the N − 1 requests still in flight then run to their end, and the run's end waits for them, but
   their tokens are dropped. Its means are over the completed requests, the first wave included (a whole run): the
   table's `requests`, and beside them `sent`, completed + N − 1, which the replay sends, averaging the first answered
   (a run stopped by its timeout sent no such extra; where it completed many requests a stream, the difference is the
-  last few requests' company).
+  last few requests' company). A run in waves sent none beyond those it counted.
 - Its **`inter_token_latency_s` is not TPOT**: a request's gaps between content chunks summed *from its send* (the
   first is the TTFT) and divided by the chunks it received (any without a token, the first naming the role, say,
   included): the first token's wait is spread over every gap. Read here as vLLM's TPOT instead, per request
@@ -19,7 +22,9 @@ What its numbers are, from its source (token_benchmark_ray.py, llmperf/ray_clien
   includes the dropped requests' last stretch: up to one request's life too long, the more so the fewer requests a
   stream completed (at `--max-num-completed-requests` = N, about half the rate). Read here as the rate the N streams
   kept while counted, N × mean output ÷ mean end-to-end latency (a closed loop sends as each request ends, so each
-  stream delivers one request's output per request lifetime).
+  stream delivers one request's output per request lifetime). In waves it is the whole run's (nothing dropped), the
+  client's own work between waves (tokenizing the answers, until 2024-06-18 drawing the next prompts) included: the
+  same N × output ÷ end-to-end is read, the rate while the streams were busy.
 - It counts tokens by re-tokenizing the text with a Llama-2 tokenizer (`hf-internal-testing/llama-tokenizer`), for
   whatever model served it: a model with another tokenizer emits other counts, and its TPOT and throughput are then
   per Llama-2 token. Where the mean counted differs from the `max_tokens` asked (`mean_output_tokens`) by more than
@@ -58,14 +63,18 @@ from tokenroof.specs.validate import read_text
 RESPONSE_KEYS = ("inter_token_latency_s", "ttft_s", "end_to_end_latency_s")  # a request's, in its requests file
 SUMMARY_SUFFIX, RESPONSES_SUFFIX = "_summary.json", "_individual_responses.json"
 MOST_STREAMS = 100_000  # a run's concurrency is at most this (no benchmark client runs more streams)
+WAVES = "waves"  # the client kind (table.CLIENT_KINDS) of a run that sent in waves
+# LLMPerf's commit f1d6bed (2024-12-09 01:52 UTC): each stream its own closed loop; until then requests went in waves
+CLOSED_LOOP_SINCE = 1_733_709_148
 TOKENS_ASKED_GAP = 0.1  # counted output tokens further than this from those asked are warned of
 
 
 def is_llmperf_summary(data: Any) -> bool:
-    """An LLMPerf run's summary: the concurrency it ran at and its flattened results."""
+    """An LLMPerf run's summary: the concurrency it ran at (or its count of completed requests, where that is
+    missing: named by llmperf_run) and its flattened results."""
     return (
         isinstance(data, Mapping)
-        and "num_concurrent_requests" in data
+        and ("num_concurrent_requests" in data or "results_num_completed_requests" in data)
         and any(isinstance(key, str) and key.startswith("results_") for key in data)
     )
 
@@ -95,6 +104,11 @@ def responses_path(summary: Path) -> Path:
     return summary.with_name(summary.name.removesuffix(SUMMARY_SUFFIX) + RESPONSES_SUFFIX)
 
 
+def summary_path(requests: Path) -> Path:
+    """The summary a requests file belongs beside (`X_individual_responses.json` → `X_summary.json`)."""
+    return requests.with_name(requests.name.removesuffix(RESPONSES_SUFFIX) + SUMMARY_SUFFIX)
+
+
 def _required(data: Mapping[str, Any], key: str, where: str) -> float:
     value = _number(data.get(key), where, key)
     if value is None:
@@ -120,42 +134,107 @@ class Requests(NamedTuple):
     output_cv: float | None
 
 
-def _requests(path: Path, where: str) -> Requests | None:
-    """The requests file's completed requests (None: no such file): TPOT over those of two or more output tokens."""
+def _whole(value: Any, where: str, name: str) -> float | None:
+    """A request's token count: a whole number, 0 or more (None: absent)."""
+    if value is None:
+        return None
+    number = finite_number(value)
+    if number is None or number < 0 or number != int(number):
+        raise TokenroofError(f"{where}: {name} must be a whole number of tokens, got {value!r}")
+    return number
+
+
+def _seconds(value: Any, where: str, name: str) -> float | None:
+    """A request's latency in seconds: a finite number, 0 or more (None: absent)."""
+    if value is None:
+        return None
+    number = finite_number(value)
+    if number is None or number < 0:
+        raise TokenroofError(f"{where}: {name} must be a number of seconds, 0 or more, got {value!r}")
+    return number
+
+
+def _requests(path: Path, where: str, completed: int, warnings: list[str]) -> Requests | None:
+    """The requests file's completed requests (None: no such file), `completed` of them as its summary counts: TPOT
+    over those of two or more output tokens. A completed request of no token (LLMPerf's client records a stream that
+    returned no text so: no error, 0 tokens, TTFT 0) and one whose TTFT is past its end are left out of TPOT, said."""
     if not path.is_file():
         return None
     data = loads_json(read_text(path), str(path), whole_file=True)
     if not isinstance(data, list):
         raise TokenroofError(f"{path}: expected LLMPerf's list of requests beside {where}")
-    tpots, prompts, outputs = [], [], []
+    tpots, prompts, outputs, empty, impossible = [], [], [], 0, []
     for i, request in enumerate(data):
         here = f"{path} request {i}"
         if not isinstance(request, Mapping):
             raise TokenroofError(f"{here}: expected an object")
         if request.get("error_code") is not None:
             continue
-        out = _number(request.get("number_output_tokens"), here, "number_output_tokens")
-        e2e = _number(request.get("end_to_end_latency_s"), here, "end_to_end_latency_s")
-        ttft = _number(request.get("ttft_s"), here, "ttft_s")
-        prompt = _number(request.get("number_input_tokens"), here, "number_input_tokens")
+        out = _whole(request.get("number_output_tokens"), here, "number_output_tokens")
+        prompt = _whole(request.get("number_input_tokens"), here, "number_input_tokens")
+        e2e = _seconds(request.get("end_to_end_latency_s"), here, "end_to_end_latency_s")
+        ttft = _seconds(request.get("ttft_s"), here, "ttft_s")
         if out is None or e2e is None or ttft is None or prompt is None:
             raise TokenroofError(
                 f"{here}: a completed request needs number_input_tokens, number_output_tokens, ttft_s and "
                 "end_to_end_latency_s"
             )
+        if out == 0:
+            empty += 1
+            continue
         prompts.append(prompt)
         outputs.append(out)
-        if out >= 2 and e2e > ttft:
+        if ttft > e2e:
+            impossible.append(i)
+        elif out >= 2 and e2e > ttft:
             tpots.append((e2e - ttft) / (out - 1) * 1e3)
+    if empty + len(outputs) != completed:
+        raise TokenroofError(
+            f"{path}: {empty + len(outputs):,} completed requests (no error_code) where its summary {where} counts "
+            f"{completed:,}: the requests file is not that run's"
+        )
+    if empty:
+        warnings.append(f"{path}: {empty:,} completed request(s) returned no token: left out of TPOT and the lengths")
+    if impossible:
+        shown = ", ".join(map(str, impossible[:5])) + (", …" if len(impossible) > 5 else "")
+        warnings.append(
+            f"{path}: {len(impossible):,} request(s) with ttft_s past end_to_end_latency_s (requests {shown}): left "
+            "out of TPOT"
+        )
     if not tpots:
-        raise TokenroofError(f"{path}: no completed request of two or more output tokens to take TPOT from")
+        raise TokenroofError(
+            f"{path}: no completed request of two or more output tokens, its TTFT before its end, to take TPOT from"
+        )
     return Requests(float(np.mean(tpots)), lengths_cv(prompts), lengths_cv(outputs))
 
 
+def client_of_run(data: Mapping[str, Any], where: str, warnings: list[str]) -> str:
+    """How the run's LLMPerf sent (module doc): in waves before commit f1d6bed, else a closed loop a stream; a run
+    without a timestamp as the current code, said once."""
+    stamp = finite_number(data.get("timestamp"))
+    if stamp is None:
+        said = "LLMPerf run(s) without a timestamp: read as its code since 2024-12-09 sends"
+        if not any(w.startswith(said) for w in warnings):
+            warnings.append(
+                f"{said} (each stream sending its next request as its last ends); a checkout older than commit "
+                "f1d6bed sent in waves of N, which its counts show as whole waves (104 completed at 8 streams where "
+                f"100 were asked): {where}"
+            )
+        return "burst"
+    if stamp < CLOSED_LOOP_SINCE:
+        said = "LLMPerf run(s) dated before 2024-12-09 (its commit f1d6bed): read as it then sent, in waves"
+        if not any(w.startswith(said) for w in warnings):
+            warnings.append(f"{said} (N requests at once, the next N when all had ended), its means over all it sent")
+        return WAVES
+    return "burst"
+
+
 def llmperf_run(data: Mapping[str, Any], where: str, warnings: list[str]) -> tuple[Row | None, dict[str, Any]]:
-    """One run's row and settings (module doc): batch N, a closed loop started at once, means over the completed
-    requests; TPOT excluding the first token (from the requests file beside `where` where there is one); throughput
-    the rate the streams kept while counted."""
+    """One run's row and settings (module doc): batch N, a closed loop started at once (or in waves, as LLMPerf
+    sent before 2024-12-09), means over the completed requests; TPOT excluding the first token (from the requests
+    file beside `where` where there is one); throughput the rate the streams kept while counted."""
+    if "num_concurrent_requests" not in data:
+        raise TokenroofError(f"{where}: an LLMPerf summary without num_concurrent_requests")
     batch = _batch(data.get("num_concurrent_requests"), where, "num_concurrent_requests")
     if not batch.is_integer():
         raise TokenroofError(f"{where}: num_concurrent_requests must be a whole number of streams, got {batch:g}")
@@ -171,9 +250,10 @@ def llmperf_run(data: Mapping[str, Any], where: str, warnings: list[str]) -> tup
         raise TokenroofError(
             f"{where}: {done:,} completed and {errored:,} failed requests of {started:,} started: the counts disagree"
         )
+    client = client_of_run(data, where, warnings)
     if done == 0:
         warnings.append(f"{where}: left out: no request completed")
-        return None, {"batch_kind": "concurrency", "tpot_kind": "tpot", "client": "burst"}
+        return None, {"batch_kind": "concurrency", "tpot_kind": "tpot", "client": client}
     started = max(started, done + errored)
     if errored > ERRORED_SHARE * started:
         warnings.append(f"{where}: {errored:,} of {started:,} requests failed; the means are over those that did not")
@@ -189,12 +269,12 @@ def llmperf_run(data: Mapping[str, Any], where: str, warnings: list[str]) -> tup
     settings: dict[str, Any] = {
         "batch_kind": "concurrency",
         "tpot_kind": "tpot",
-        "client": "burst",
+        "client": client,
         "input_len": prompt,
         "output_len": output,
     }
     beside = responses_path(Path(where)) if where.endswith(SUMMARY_SUFFIX) else None
-    requests = None if beside is None else _requests(beside, where)
+    requests = None if beside is None else _requests(beside, where, done, warnings)
     if requests is None:
         requests = Requests(
             (e2e_ms - ttft_ms) / (output - 1),
@@ -221,7 +301,8 @@ def llmperf_run(data: Mapping[str, Any], where: str, warnings: list[str]) -> tup
             "and throughput are per LLMPerf's token"
         )
     # the streams still in flight when the count was reached run on, uncounted: sent beyond the requests averaged
-    sent = float(done + batch - 1)
+    # (none in waves: each wave ended whole)
+    sent = float(done + batch - 1) if client != WAVES else None
     row = Row(batch, throughput, tpot_ms, mean_context_tokens(prompt, output), ttft_ms, where, float(done), None, sent)
     return row, settings
 
@@ -234,16 +315,12 @@ def label(data: Mapping[str, Any]) -> str:
 READING = (
     "TPOT = (end-to-end − TTFT) ÷ (output tokens − 1), not LLMPerf's inter_token_latency_s (which spreads the TTFT "
     "over every gap); throughput = the streams × mean output ÷ mean end-to-end latency, not LLMPerf's "
-    "mean_output_throughput_token_per_s (whose time runs on while the requests it drops at the end finish)"
+    "mean_output_throughput_token_per_s (whose time runs on while the requests it drops at the end finish or, in "
+    "waves, counts the client's own work between them)"
 )
 
 
 def summaries_beside(files: Sequence[Path]) -> set[Path]:
     """The requests files among `files` whose summary is there too (each read with its summary, not on its own)."""
     names = set(files)
-    return {
-        f
-        for f in files
-        if f.name.endswith(RESPONSES_SUFFIX)
-        and f.with_name(f.name.removesuffix(RESPONSES_SUFFIX) + SUMMARY_SUFFIX) in names
-    }
+    return {f for f in files if f.name.endswith(RESPONSES_SUFFIX) and summary_path(f) in names}

@@ -178,7 +178,8 @@ def resolve_inputs(path: Path) -> list[Path]:
     if here:  # one run's folder: its export, not the inputs and per-request records beside it
         return here
     found = sorted(f for f in [*path.glob("*.json"), *path.glob("*.jsonl")] if f.is_file())
-    if found and all(f.match(llmperf.DIGESTS) for f in found):  # scripts/benchmark.py's: the runs are below
+    digests = bool(found) and all(f.match(llmperf.DIGESTS) for f in found)
+    if digests:  # scripts/benchmark.py's: the runs are below
         found = []
     if found and {f.name for f in found} <= RUN_RECORDS:
         raise TokenroofError(
@@ -191,8 +192,15 @@ def resolve_inputs(path: Path) -> list[Path]:
     if below:  # their artifacts/ folder: a folder a run
         return below
     below = sorted(f for f in path.rglob(LLMPERF_SUMMARIES) if f.is_file())
-    if below:  # LLMPerf's results folders, one a concurrency
-        return below
+    if below:  # LLMPerf's results folders, one a concurrency; a requests file without its summary is named, not dropped
+        summaries = set(below)
+        requests = path.rglob(f"*{llmperf.RESPONSES_SUFFIX}")
+        return sorted([*below, *(f for f in requests if f.is_file() and llmperf.summary_path(f) not in summaries)])
+    if digests:
+        raise TokenroofError(
+            f"{path}: only digests LLMPerf's scripts/benchmark.py writes (percentiles only, no means): give the "
+            "result_* folders beside them (their _summary.json files)"
+        )
     raise TokenroofError(
         f"{path}: a folder without summary.csv, summary.json or JSON result files (expected a tokenroof bench "
         "--out folder, or a folder of vllm bench serve, sglang.bench_serving, AIPerf, GenAI-Perf or LLMPerf results)"
@@ -238,7 +246,7 @@ def read_table(paths: Sequence[Path | str]) -> MeasurementTable:
             if reader is not None:  # one run a document: AIPerf's and GenAI-Perf's exports, SGLang's lines
                 row, settings = reader.read(data, where, warnings)
                 rows += [] if row is None else [row]
-                closed_loops[reader.tool] += row is not None and settings["client"] == "burst"
+                closed_loops[reader.tool] += row is not None and settings["client"] in ("burst", "waves")
                 if reader.reading:
                     readings[reader.tool] = reader.reading
                 provenance.append(f"{reader.label(data)} {where}")

@@ -58,6 +58,7 @@ SEPARATE_BUDGETS: tuple[int | None, ...] = (None, 2048, 4096, 8192)
 SEPARATE_MARGIN = 0.5
 CLIENTS = {
     "burst": "closed loop, every stream started at once",
+    "waves": "closed loop in waves, every stream started at once and the next wave when the last has ended",
     "staggered": "closed loop, streams staggered",
     "poisson": "open loop, Poisson arrivals at each point's rate",
     "constant": "open loop, evenly spaced arrivals at each point's rate",
@@ -465,7 +466,7 @@ def design_at(
     beyond = point.sent - point.requests if client == "burst" and point.sent and point.requests else 0
 
     def at(c: int) -> Design:
-        loop = closed_loop(c, *lengths, client, point.requests if client == "burst" else None)
+        loop = closed_loop(c, *lengths, client, point.requests if client in UNTIMED else None)
         if client == "staggered":  # bench's own window, its requests in flight at both ends
             loop = replace(loop, num_requests=2 * c + bench_window(c), measure=None)
         if beyond > 0:
@@ -725,7 +726,8 @@ def lengths_cv_of(table: MeasurementTable) -> tuple[float, float]:
     return table.semantics.input_len_cv or 0.0, table.semantics.output_len_cv or 0.0
 
 
-CLOSED = ("burst", "staggered")
+CLOSED = ("burst", "staggered", "waves")
+UNTIMED = ("burst", "waves")  # closed loops whose steps' pattern does not depend on how long they take
 # the replay runs every request step by step: lengths and streams past these are slips in a file, not workloads it
 # could simulate in a reasonable time (an output of a million tokens took 97 s and 4 GB)
 MOST_REPLAYED = {"prompt tokens a request": 2_097_152, "output tokens a request": 131_072, "streams at once": 100_000}
@@ -778,7 +780,7 @@ def fit_serving(
     kv_slots = table.semantics.kv_slots
     # an open loop's steps, and a staggered loop's phases, depend on how long steps take: designed once with the
     # starting model (the decode fit, its prefill priced from the TTFT), once more with the fitted one
-    timed = any(p.client != "burst" for p in points)
+    timed = any(p.client not in UNTIMED for p in points)
     terms = Terms.of(fit.step_model, prior, table.several_contexts)
     reference = terms.model(_start(terms, points)[0])
     if budget == "fit" and not has_ttft:  # TPOT alone barely tells how prompts were scheduled: assume whole ones
@@ -1249,7 +1251,7 @@ def replay_predictions(
 def _closed_loop_at(
     serving: ServingFit, batch: float, lengths: tuple[Lengths, Lengths], kv: int | None
 ) -> tuple[float, float, float] | None:
-    client = serving.client if serving.client in ("burst", "staggered") else "staggered"
+    client = serving.client if serving.client in CLOSED else "staggered"
     budget = serving.max_num_batched_tokens
     low, high = max(math.floor(batch), 1), max(math.ceil(batch), 1)
     runs = []

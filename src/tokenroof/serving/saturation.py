@@ -41,7 +41,7 @@ from tokenroof.errors import ParameterError, TokenroofError
 from tokenroof.model.stepmodel import StepModel
 from tokenroof.serving.advice import advice_dict
 from tokenroof.serving.engine.core import PLAIN, Server
-from tokenroof.serving.simulate import EVEN, ClosedLoop, Lengths, Workload, simulate
+from tokenroof.serving.simulate import EVEN, WAVES, ClosedLoop, Lengths, Workload, simulate
 
 STATISTICS = ("mean", "p50", "p90", "p99")
 
@@ -91,13 +91,13 @@ def closed_loop(
 ) -> ClosedLoop:
     """The closed loop `at_cap` runs: enough requests for its window (`requests`: a burst run's size as measured;
     `phase`: a staggered loop's start phase, ClosedLoop.phase)."""
-    if client == "burst":
+    if client in ("burst", WAVES):
         return ClosedLoop(
             concurrency,
             input_len,
             output_len,
             requests or max(BURST_AT_LEAST, PROMPTS_PER_STREAM * concurrency),
-            "burst",
+            client,
         )
     measure = max(MEASURED_AT_LEAST, MEASURED_PER_STREAM * concurrency)
     return ClosedLoop(concurrency, input_len, output_len, 2 * concurrency + measure, client, measure, phase)

@@ -123,7 +123,10 @@ class Workload:
         return seqs
 
 
-CLOSED_CLIENTS = ("staggered", "burst")  # the clients a user names (simulate --client)
+# the clients a user names (simulate --client); "waves": every stream started at once, the next wave of as many sent
+# only when the whole last one has ended (LLMPerf before 2024-12-09 collected its requests so)
+WAVES = "waves"
+CLOSED_CLIENTS = ("staggered", "burst", WAVES)
 # and the one a replica "kept full" is: streams spread over a loaded request's life, so no two start together and
 # no wave forms (what steady production traffic at that concurrency looks like; advise's and plan's figure)
 EVEN = "even"
@@ -142,7 +145,9 @@ class ClosedLoop:
     `num_requests` are sent: `tokenroof bench --concurrency` (its streams start staggered over one probe request's
     life, alone on the server: "staggered"; on a loaded server they start closer than a request's life, and whole
     prompts prefilled together keep them in groups) and `vllm bench serve --max-concurrency` (every stream starts at
-    once: "burst"; with fixed lengths they keep finishing, and prefilling, together)."""
+    once: "burst"; with fixed lengths they keep finishing, and prefilling, together); "waves" starts them at once
+    too but sends the next `concurrency` only when all of the last have ended (LLMPerf before 2024-12-09: streams of
+    unequal lengths idle while their wave's slowest finishes)."""
 
     concurrency: int
     input_len: Lengths
@@ -381,7 +386,7 @@ class SimResult:
         finished = np.array([s.finished_s or 0.0 for s in self.sequences[self.first_measured :]])
         if self.loop is not None:
             ends = np.sort(finished)
-            if self.loop.client == "burst" or ends.size < 2:
+            if self.loop.client in ("burst", WAVES) or ends.size < 2:
                 return float(arrivals.min()), float(ends[-1])
             c = self.loop.concurrency
             open_at = min(c, ends.size - 2)
@@ -732,6 +737,8 @@ def simulate(
     ends: list[tuple[float, int]] = []  # heap of (step end, replica)
 
     closed_fleet = isinstance(workload, ClosedLoop) and replicas > 1
+    waves = isinstance(workload, ClosedLoop) and workload.client == WAVES
+    wave_size = wave_left = len(first)
 
     def next_event_s() -> float:
         """The earliest event that could change a replica's next step: an arrival (scheduled, or a closed loop's
@@ -773,7 +780,15 @@ def simulate(
                 finished = engine.scheduler.complete_step(engine.plan)
             done.extend(finished)
             for _ in finished:  # a closed loop sends the next request as one ends (after this replica plans on)
-                if waiting_to_send:
+                if waves:  # … or the next wave as the last of this one ends
+                    wave_left -= 1
+                    if wave_left == 0 and waiting_to_send:
+                        wave = [waiting_to_send.popleft() for _ in range(min(wave_size, len(waiting_to_send)))]
+                        wave_left = len(wave)
+                        for seq in wave:
+                            seq.arrival_s = end_s
+                        replacements.extend(wave)
+                elif waiting_to_send:
                     seq = waiting_to_send.popleft()
                     seq.arrival_s = end_s
                     replacements.append(seq)
