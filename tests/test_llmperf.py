@@ -380,6 +380,13 @@ def test_a_model_fitted_to_v0_s_scheduling_travels_with_it(tmp_path: Path) -> No
     dep = Deployment(Physics(), step_model_file=saved, input_len=Lengths(550), output_len=Lengths(150))
     server = dep.server(travelling)
     assert server.separate_prefill and server.max_num_batched_tokens == 2048
+    sim = run_json(["simulate", "--step-model", str(saved), "--concurrency", "16", "--client", "burst"])
+    said = [w for w in sim["warnings"] if w.startswith("prompts prefilled in steps of their own")]
+    assert said == [
+        "prompts prefilled in steps of their own (at most 2,048 prompt tokens a step: the measured server's budget, "
+        "as fitted, --max-num-batched-tokens to change it), the running sequences waiting: the measured server's "
+        "scheduling, as fitted"
+    ]
     data = json.loads(saved.read_text())
     data["fitted_at"]["replay"].pop("separate_prefill")
     saved.write_text(json.dumps(data))

@@ -300,3 +300,31 @@ def test_measured_departures_travel_with_the_saved_model(tmp_path: Path) -> None
     (note,) = back.notes(160.0)
     assert "in range its decode steps take the measured departures from these terms (×0.90 at 1, ×1.10 at 2, " in note
     assert "×0.97 at 16 sequences; fading to none by 32)" in note
+
+
+def test_predict_json_of_a_scheduler_fit_travels_as_the_saved_model(tmp_path: Path) -> None:
+    """`predict --json` of files with TTFT carries the scheduler's model under "serving": --step-model runs it, as
+    --save-model's file (its top-level "model", the decode fit, prices a prompt's prefill at nothing)."""
+    from tests.conftest import ROOT
+
+    files = str(ROOT / "examples" / "vllm")
+    as_json, saved = tmp_path / "predict.json", tmp_path / "model.json"
+    as_json.write_text(json.dumps(run_json(["predict", files, "--batch", "128", "--save-model", str(saved)])))
+    one, other = read_step_model(as_json), read_step_model(saved)
+    assert one.step_model == other.step_model and one.replayed == other.replayed and one.split
+    assert one.replayed is not None and one.replayed.client == "burst" and one.prices_prefill
+
+
+def test_a_scheduler_fit_says_its_kv_reads_stay_only_where_they_do(tmp_path: Path) -> None:
+    """Fitted at one context without a prior, the KV reads stay as measured at another context, said; fitted across
+    two contexts they were fitted per token and move with the context: no such note."""
+    from tests.conftest import ROOT
+
+    one, two = tmp_path / "one.json", tmp_path / "two.json"
+    run_json(["predict", str(ROOT / "examples" / "vllm"), "--batch", "64", "--save-model", str(one)])
+    both = [str(ROOT / "examples" / "vllm"), str(ROOT / "examples" / "vllm-in4096")]
+    run_json(["predict", *both, "--batch", "64", "--save-model", str(two)])
+    assert read_step_model(two).step_model.t_kv_token_s > 0
+    notes = {path: read_step_model(path).notes(4224.0) for path in (one, two)}
+    assert any("they are not moved" in n and "at 4,224" in n for n in notes[one])
+    assert not any("not moved" in n for n in notes[two])

@@ -112,7 +112,7 @@ class Travelling:
         )
         departures = self.step_model.departures()
         if departures and self.context_tokens:  # the whole step is scaled, its KV reads with it
-            departures += f", measured at a mean context of {self.context_tokens:g} tokens"
+            departures += f", measured at a mean context of {self.context_tokens:,.0f} tokens"
         form = f" (the form alone {r.form_tpot_rms:.1%})" if r.form_tpot_rms is not None else ""
         notes = [
             f"step model fitted on the scheduler to {self.source} ({r.semantics}): it replays the measured TPOT "
@@ -126,15 +126,18 @@ class Travelling:
                 "every step as one pass (simulated from a freshly started server whose slots are the batch cap)"
             )
         fitted_at = self.context_tokens
+        sm = self.step_model
+        moved = sm.t_kv_token_s > 0 or sm.t_attn_token_s > 0  # fitted across contexts (or split by a prior): moved
         if (
             context_tokens is not None
             and fitted_at
             and self.prior is None
+            and not moved
             and abs(context_tokens / fitted_at - 1) > 0.1
         ):
             notes.append(
-                f"its KV reads were measured at a mean context of {self.context_tokens:g} tokens only: at "
-                f"{context_tokens:g} they are not moved (fit with --model/--hardware to move them)"
+                f"its KV reads were measured at a mean context of {fitted_at:,.0f} tokens only: at "
+                f"{context_tokens:,.0f} they are not moved (fit with --model/--hardware to move them)"
             )
         return notes
 
@@ -410,5 +413,13 @@ def read_step_model(path: Path) -> Travelling:
         )
     if "predictions" in data:  # predict --json
         terms = validated(PredictTerms, data.get("model"), str(path), "a JSON object", where="model")
+        serving = data.get("serving")
+        if isinstance(serving, dict) and "step_model" in serving:  # the scheduler's model, as --save-model saves it
+            inside = "serving.step_model"
+            sm = validated(StepModelFields, serving["step_model"], str(path), "a JSON object", where=inside)
+            replay = {k: serving[k] for k in ReplayFields.model_fields if k in serving}
+            fields = validated(ReplayFields, replay, str(path), "a JSON object", where="serving")
+            source = f"{path} (predict --json)"
+            return Travelling(sm.step_model(), terms.context_tokens, 0.0, True, source, None, fields.replayed())
         return Travelling(terms.step_model(), terms.context_tokens, 0.0, False, f"{path} (predict --json)")
     return Travelling(validated(StepModelFields, data, str(path), "a JSON object").step_model(), source=str(path))

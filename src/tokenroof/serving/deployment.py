@@ -288,14 +288,19 @@ class Deployment:
                 ]
             return []
         budget = self.prompt_budget(travelling)
+        # whose scheduling: the measured server's (a model fitted so) or the named engine's
+        fitted = travelling.replayed is not None and travelling.replayed.separate_prefill
+        engine = self.physics.engine
+        default, scheduling = (
+            ("the measured server's budget, as fitted", "the measured server's scheduling, as fitted")
+            if fitted
+            else (f"{engine}'s default", f"{engine}'s scheduling")
+        )
         most = "" if budget is None else f" (at most {budget:,} prompt tokens a step"
         if budget is not None:
             given = self.max_num_batched_tokens is not None
-            most += ")" if given else f": {self.physics.engine}'s default, --max-num-batched-tokens to change it)"
-        return [
-            f"prompts prefilled in steps of their own{most}, the running sequences waiting: {self.physics.engine}'s "
-            "scheduling"
-        ]
+            most += ")" if given else f": {default}, --max-num-batched-tokens to change it)"
+        return [f"prompts prefilled in steps of their own{most}, the running sequences waiting: {scheduling}"]
 
     def budget_notes(self, travelling: Travelling) -> list[str]:
         """The prompt budget an answer assumes when it is the named engine's default (not given, not measured), and
