@@ -86,3 +86,19 @@ def test_malformed_csv_names_the_line(tmp_path: Path) -> None:
     result = run_cli(["predict", str(bad), "--batch", "8"])
     assert result.exit_code == 2
     assert f"{bad}:3: tpot_ms 'oops' is not a number" in result.stderr
+
+
+def test_lengths_given_against_the_files_own_are_said_not_used() -> None:
+    """vLLM's files state the lengths they measured (1024 in / 256 out): --input-len 4096 beside them is said not used,
+    and the answer is the files' own (the prior and the scheduler's replay once took different ones); lengths that
+    agree with the files are said nothing of."""
+    from tests.conftest import ROOT
+
+    files = str(ROOT / "examples" / "vllm")
+    plain = run_json(["predict", files, "--batch", "64"])
+    other = run_json(["predict", files, "--batch", "64", "--input-len", "4096", "--output-len", "256"])
+    same = run_json(["predict", files, "--batch", "64", "--input-len", "1024", "--output-len", "256"])
+    said = [w for w in other["warnings"] if "not used" in w]
+    assert len(said) == 1 and said[0].startswith("--input-len 4096 not used: the files state the lengths they measured")
+    assert other["predictions"] == plain["predictions"] == same["predictions"]
+    assert not any("not used" in w for w in same["warnings"])

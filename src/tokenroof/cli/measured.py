@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any
 
@@ -93,6 +94,7 @@ def predict(
         from tokenroof.io.measurements import as_decode_only
 
         table = as_decode_only(table)
+    table, input_len, output_len = stated_lengths(table, input_len, output_len)
     measured_at, contexts = split_contexts(table, parse_numbers(context, "--context") if context else None)
     prior = prior_for(table, physics, MeasuredWorkload(measured_at, input_len, output_len, decode_only))
     lengths = (input_len, output_len) if input_len is not None and output_len is not None else None
@@ -114,6 +116,27 @@ def predict(
     from tokenroof.report.plots import plot_prediction
 
     finish(result.to_dict(), render.prediction, json_output, plot, lambda path: plot_prediction(result, path))
+
+
+def stated_lengths(
+    table: Any, input_len: float | None, output_len: float | None
+) -> tuple[Any, float | None, float | None]:
+    """The measured workload's lengths where the files state them (vLLM's, GuideLLM's, LLMPerf's results, a CSV's
+    '# input_len=… output_len=…'): the flags describe the measured workload only where the files do not, and flags
+    that differ from the files' are said not used (the prior and the scheduler's replay both take the files')."""
+    sem = table.semantics
+    if sem.input_len is None or sem.output_len is None or (input_len is None and output_len is None):
+        return table, input_len, output_len
+    given = {"--input-len": (input_len, sem.input_len), "--output-len": (output_len, sem.output_len)}
+    differ = [f"{flag} {value:g}" for flag, (value, files) in given.items() if value is not None and value != files]
+    if differ:
+        note = (
+            f"{' and '.join(differ)} not used: the files state the lengths they measured ({sem.input_len:g} in / "
+            f"{sem.output_len:g} out), which the fit takes; to answer for another workload, give these lengths to "
+            "advise, or to simulate and plan with the saved model (--save-model, then --step-model)"
+        )
+        table = replace(table, warnings=(*table.warnings, note))
+    return table, None, None
 
 
 def save_fitted(result: Any, path: Path) -> None:

@@ -135,8 +135,11 @@ def advise(
         raise TokenroofError("the weights alone do not fit in memory: no batch cap can run")
     interval: list[int | None] = [None, None]
     if samples:
+        # the samples' 5–95% span, widened to hold the answer: the central fit (an Akaike mixture of the structures)
+        # is not their median, and a band that leaves out the cap it brackets says nothing of it (a bench sweep's
+        # 12 ms target: cap 55, its samples' span 57–62)
         caps = np.array([largest_batch_within(m, slo_s, context, memory_limit) for m in samples])
-        interval = [int(np.percentile(caps, 5)), int(np.percentile(caps, 95))]
+        interval = [min(int(np.percentile(caps, 5)), cap), max(int(np.percentile(caps, 95)), cap)]
     reference = float(memory_limit) if memory_limit else float(max(4 * cap, 512))
     knee = throughput_latency_knee(sm, context, reference)
     if cap >= SEARCH_LIMIT:
