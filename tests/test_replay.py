@@ -1252,7 +1252,8 @@ def test_the_scheduler_fits_workload_line_is_the_headers_words(client, stated, b
 def test_a_scheduler_fit_travels_with_its_context_source_and_replay() -> None:
     """travelling_of: the scheduler's model, at the context the prior was made for (else the fit's), the table as
     its source, the prior's label, nothing folded (its prefill is a term of its own), and how it was measured and
-    replays (Replayed: client, budget, prefill source, rms, the workload line, slots, the form's rms)."""
+    replays (Replayed: client, budget, prefill source, rms, the workload line, slots, the form's rms, the lengths
+    replayed at)."""
     from tokenroof.fit.prior import MeasuredWorkload
     from tokenroof.fit.travel import Replayed
     from tokenroof.serving.replay import travelling_of
@@ -1265,7 +1266,7 @@ def test_a_scheduler_fit_travels_with_its_context_source_and_replay() -> None:
     assert (t.step_model, t.context_tokens, t.prefill_ratio, t.split) == (serving.model, 160.0, 0.0, True)
     assert (t.source, t.prior) == (table.source, None)
     info = (serving.client, None, "ttft", serving.tpot_rms, serving.ttft_rms, serving.describe(), 16, 0.04)
-    assert t.replayed == Replayed(*info)
+    assert t.replayed == Replayed(*info, False, *serving.lengths) and serving.lengths == (128.0, 64.0)
     assert travelling_of(replace(serving, form_rms=None), fit, table).replayed.form_tpot_rms is None
     prior = Physics("llama-3.1-8b", "h100-sxm").prior(
         MeasuredWorkload(context_tokens=900.0, input_len=128, output_len=64)

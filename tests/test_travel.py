@@ -328,3 +328,22 @@ def test_a_scheduler_fit_says_its_kv_reads_stay_only_where_they_do(tmp_path: Pat
     notes = {path: read_step_model(path).notes(4224.0) for path in (one, two)}
     assert any("they are not moved" in n and "at 4,224" in n for n in notes[one])
     assert not any("not moved" in n for n in notes[two])
+
+
+def test_a_scheduler_fit_run_at_other_lengths_than_it_replayed_says_so(tmp_path: Path) -> None:
+    """The saved model keeps the lengths the files measured (1,024 in / 256 out); simulate at its own defaults
+    (1,000 / 300) says its replay error holds for those, not these; at the files' lengths nothing is said."""
+    from tests.conftest import ROOT
+
+    saved = tmp_path / "model.json"
+    run_json(["predict", str(ROOT / "examples" / "vllm"), "--batch", "128", "--save-model", str(saved)])
+    replayed = read_step_model(saved).replayed
+    assert replayed is not None and (replayed.input_len, replayed.output_len) == (1024, 256)
+    args = ["simulate", "--step-model", str(saved), "--concurrency", "16", "--client", "burst"]
+    said = [w for w in run_json(args)["warnings"] if w.startswith("run at")]
+    assert said == [
+        "run at 1,000 prompt / 300 output tokens, where the files measured 1,024 / 256: its replay error holds for "
+        "theirs (give their lengths to replay the files)"
+    ]
+    at_theirs = run_json([*args, "--input-len", "1024", "--output-len", "256"])
+    assert not any(w.startswith("run at") for w in at_theirs["warnings"])

@@ -41,6 +41,7 @@ from tokenroof.specs.validate import (
 )
 
 FORMAT = "tokenroof step model"
+LENGTHS_MOVED = 0.1  # a run at lengths this far (relative) from those a scheduler fit replayed is said to be
 
 
 @dataclass(frozen=True)
@@ -56,6 +57,8 @@ class Replayed:
     kv_slots: int | None = None  # per-slot KV streams on this many slots (llama-server without --kv-unified)
     form_tpot_rms: float | None = None  # the form's own replay, where measured departures were kept in range
     separate_prefill: bool = False  # prompts prefilled in steps of their own (vLLM V0, TGI), the running waiting
+    input_len: float | None = None  # the measured workload's mean lengths, which it was replayed at (None: not kept)
+    output_len: float | None = None
 
     def to_dict(self) -> dict[str, Any]:
         data = {
@@ -71,6 +74,8 @@ class Replayed:
             data["form_tpot_rms"] = self.form_tpot_rms
         if self.separate_prefill:
             data["separate_prefill"] = True
+        if self.input_len is not None and self.output_len is not None:
+            data["input_len"], data["output_len"] = self.input_len, self.output_len
         return data
 
 
@@ -92,12 +97,13 @@ class Travelling:
         sm = self.step_model
         return not sm.prompts_folded and (sm.t_compute_s > 0 or sm.t_attn_token_s > 0)
 
-    def notes(self, context_tokens: float | None) -> list[str]:
-        """What a user of the model should know when running it at `context_tokens` (None: unknown)."""
+    def notes(self, context_tokens: float | None, lengths: tuple[float, float] | None = None) -> list[str]:
+        """What a user of the model should know when running it at `context_tokens` (None: unknown) and, for a model
+        fitted on the scheduler, at mean `lengths` (prompt, output; None: not said)."""
         if self.source == "specs":
             return []
         if self.replayed is not None:
-            return self._replay_notes(context_tokens)
+            return self._replay_notes(context_tokens) + self._lengths_notes(lengths)
         departures = self.step_model.departures()
         return self._prefill_note() + self._context_notes(context_tokens) + ([departures] if departures else [])
 
@@ -140,6 +146,22 @@ class Travelling:
                 f"{context_tokens:,.0f} they are not moved (fit with --model/--hardware to move them)"
             )
         return notes
+
+    def _lengths_notes(self, lengths: tuple[float, float] | None) -> list[str]:
+        """A scheduler fit run at other lengths than it replayed (simulate's defaults, 1,000 in / 300 out, beside a
+        model fitted at 1,024 / 256): its replay error was measured at those, not these."""
+        r = self.replayed
+        assert r is not None
+        if lengths is None or r.input_len is None or r.output_len is None:
+            return []
+        fitted = (r.input_len, r.output_len)
+        if all(abs(here / there - 1) <= LENGTHS_MOVED for here, there in zip(lengths, fitted, strict=True)):
+            return []
+        return [
+            f"run at {lengths[0]:,.0f} prompt / {lengths[1]:,.0f} output tokens, where the files measured "
+            f"{fitted[0]:,.0f} / {fitted[1]:,.0f}: its replay error holds for theirs (give their lengths to replay "
+            "the files)"
+        ]
 
     def _prefill_note(self) -> list[str]:
         """A fit without a compute term (a memory-bound line) prices a prompt's prefill at nothing."""
@@ -355,6 +377,8 @@ class ReplayFields(Section):
     kv_slots: Annotated[int, PlainValidator(whole(1))] | None = None
     form_tpot_rms: Annotated[float, PlainValidator(non_negative)] | None = None
     separate_prefill: bool = False
+    input_len: Annotated[float, PlainValidator(non_negative)] | None = None
+    output_len: Annotated[float, PlainValidator(non_negative)] | None = None
 
     def replayed(self) -> Replayed:
         return Replayed(
@@ -367,6 +391,8 @@ class ReplayFields(Section):
             self.kv_slots,
             self.form_tpot_rms,
             self.separate_prefill,
+            self.input_len,
+            self.output_len,
         )
 
 
@@ -417,7 +443,7 @@ def read_step_model(path: Path) -> Travelling:
         if isinstance(serving, dict) and "step_model" in serving:  # the scheduler's model, as --save-model saves it
             inside = "serving.step_model"
             sm = validated(StepModelFields, serving["step_model"], str(path), "a JSON object", where=inside)
-            replay = {k: serving[k] for k in ReplayFields.model_fields if k in serving}
+            replay = {k: serving[k] for k in ReplayFields.model_fields if k in serving}  # (lengths: as saved)
             fields = validated(ReplayFields, replay, str(path), "a JSON object", where="serving")
             source = f"{path} (predict --json)"
             return Travelling(sm.step_model(), terms.context_tokens, 0.0, True, source, None, fields.replayed())

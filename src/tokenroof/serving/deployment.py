@@ -90,6 +90,13 @@ class Deployment:
                 raise ParameterError(f"{{}} must be at least 1, got {value}", name)
 
     @property
+    def mean_lengths(self) -> tuple[float, float] | None:
+        """The traffic's mean prompt and output tokens (None without lengths)."""
+        if self.input_len is None or self.output_len is None:
+            return None
+        return float(self.input_len.mean), float(self.output_len.mean)
+
+    @property
     def mean_context_tokens(self) -> float | None:
         """Mean tokens in the KV cache over a request's decode (input + output/2); None without lengths."""
         if self.input_len is None or self.output_len is None:

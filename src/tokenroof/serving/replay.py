@@ -574,6 +574,7 @@ class ServingFit:
     # prompts prefilled in steps of their own (vLLM V0, TGI), at most max_num_batched_tokens a step, the running
     # sequences waiting; False: in the decode steps, whole or chunked
     separate_prefill: bool = False
+    lengths: tuple[float, float] = (0.0, 0.0)  # the measured workload's mean prompt and output tokens, replayed at
 
     def samples(self, n: int, seed: int = 0) -> list[StepModel]:
         """`n` refits to noisy copies of the replayed points (noise at the replay's own rms, at least 1%): the spread
@@ -646,6 +647,8 @@ class ServingFit:
         return {
             "step_model": self.model.to_dict(),
             "client": self.client,
+            "input_len": self.lengths[0],
+            "output_len": self.lengths[1],
             "burstiness": self.burstiness,
             "max_num_batched_tokens": self.max_num_batched_tokens,
             "separate_prefill": self.separate_prefill,
@@ -812,6 +815,7 @@ def fit_serving(
             found.burstiness = table.semantics.burstiness or 1.0
             found.lengths_cv = lengths_cv_of(table)
             found.separate_prefill = apart
+            found.lengths = (input_len, output_len)
             tried[_budget_name(b, apart)] = (found, cost)
 
     replay(candidates, separate and not isinstance(budget, str))
@@ -1185,6 +1189,7 @@ def travelling_of(replay: ServingFit, fit: Fit, table: MeasurementTable) -> Trav
         replay.kv_slots,
         None if replay.form_rms is None else replay.form_rms[0],
         replay.separate_prefill,
+        *replay.lengths,
     )
     return Travelling(replay.model, context, 0.0, True, table.source, prior.label if prior is not None else None, info)
 
