@@ -764,9 +764,9 @@ def test_advise_cap_over_start_phases_keeps_a_cap_every_phase_meets(monkeypatch:
 def test_advise_cap_searches_a_made_up_server_by_hand(monkeypatch: pytest.MonkeyPatch) -> None:
     """advise_cap's search on a server whose cap c gives p99 TPOT c ms, TTFT 10·c ms, throughput 100·c / (1 + c/50)
     tok/s, and preempts from cap 20 on. TPOT ≤ 9 ms: the doubling grid 1, 2, 4, 8, 16, then bisection 12, 10, 9:
-    cap 9, bound by TPOT, the most throughput at 16. TTFT ≤ 75 ms binds at 7. A KV cache of 1,500 tokens at 100 +
-    50 tokens a request caps the search at 2 × 1,500 // 150 = 20 (every target met there: bound by the limit, and
-    it preempts); a prompt budget of 13 tokens at 12. Refused: an unknown statistic, targets that are not positive
+    cap 9, bound by TPOT, the most throughput at 16. TTFT ≤ 75 ms binds at 7. A KV cache of 2,500 tokens at a mean
+    context of 100 + 50 / 2 tokens caps the search at 2,500 // 125 = 20 (every target met there: bound by the limit,
+    and it preempts); a prompt budget of 13 tokens at 12. Refused: an unknown statistic, targets that are not positive
     finite numbers, and a server no cap serves within them (cap 1 already misses)."""
     from tokenroof.serving import saturation
     from tokenroof.serving.saturation import AtCap, advise_cap, knee_of
@@ -796,14 +796,14 @@ def test_advise_cap_searches_a_made_up_server_by_hand(monkeypatch: pytest.Monkey
     on_target = advise_cap(SM, *lengths, 8.0, 70.0)  # a target met exactly is met; at 8 TPOT is on it, TTFT over
     assert (on_target.chosen.max_num_seqs, on_target.binding) == (7, "ttft")
     assert advise_cap(SM, *lengths, 1.5).chosen.max_num_seqs == 1
-    full = advise_cap(SM, *lengths, 1000.0, server=Server(1500))
+    full = advise_cap(SM, *lengths, 1000.0, server=Server(2500))
     assert (full.chosen.max_num_seqs, full.binding) == (20, "limit")
     assert full.warnings == [
         "the targets are met at every cap up to 20: the cap is set by memory or admission",
         "at max_num_seqs 20 the KV cache preempts (3 in the run): the cap is near what the cache holds",
     ]
     assert advise_cap(SM, *lengths, 1000.0, server=Server(None, 13)).chosen.max_num_seqs == 12
-    assert servers == {Server(), Server(1500), Server(None, 13)}
+    assert servers == {Server(), Server(2500), Server(None, 13)}
     assert advise_cap(SM, *lengths, 1000.0, server=Server(50)).chosen.max_num_seqs == 1  # 100 // 150 = 0: one
     assert advise_cap(SM, *lengths, 1000.0, limit=5).chosen.max_num_seqs == 5
     unbounded = advise_cap(SM, *lengths, 1e9)
@@ -828,5 +828,27 @@ def test_the_caps_interval_holds_the_cap_it_brackets() -> None:
     from tests.conftest import ROOT
 
     for target in ("9", "12", "14"):
-        answer = run_json(["advise", str(ROOT / "examples" / "bench"), "--tpot-slo-ms", target])
+        args = ["advise", str(ROOT / "examples" / "bench"), "--tpot-slo-ms", target, "--context", "576"]
+        answer = run_json(args)  # (at the files' context: the decode step time's answer)
         assert answer["max_num_seqs_low"] <= answer["max_num_seqs"] <= answer["max_num_seqs_high"]
+
+
+def test_advise_on_files_that_state_their_lengths_answers_on_the_scheduler_at_them() -> None:
+    """vLLM's and LLMPerf's files state the lengths they measured: advise without --input-len/--output-len answers at
+    those on the scheduler (once it answered from the decode step alone, no prompts in its steps, 5,217 tok/s at cap
+    130 where the files measured 4,835 at 128; and refused a TTFT target), and says so; --context asks for the decode
+    step's answer."""
+    from tests.conftest import ROOT
+
+    vllm = str(ROOT / "examples" / "vllm")
+    said = run_json(["advise", vllm, "--tpot-slo-ms", "25", "--slo-statistic", "mean"])
+    given = run_json(["advise", vllm, "--tpot-slo-ms", "25", "--slo-statistic", "mean", "--input-len", "1024",
+                      "--output-len", "256"])  # fmt: skip
+    assert said["max_num_seqs"] == given["max_num_seqs"] and said["at_cap"] == given["at_cap"]
+    assert said["warnings"][0].startswith("advised at the lengths the files state, 1,024 prompt / 256 output tokens")
+    assert said["at_cap"]["throughput_tok_s"] < 4900
+    decode = run_json(["advise", vllm, "--tpot-slo-ms", "25", "--context", "1152"])
+    assert decode["at_cap"]["ttft_ms"] is None
+    llmperf = str(ROOT / "examples" / "llmperf-yi-1.5-34b-4xa10g-vllm")
+    both = run_json(["advise", llmperf, "--tpot-slo-ms", "100", "--ttft-slo-ms", "2000"])
+    assert both["at_cap"]["ttft_ms"]["p99"] <= 2000 and both["at_cap"]["tpot_ms"]["p99"] <= 100

@@ -419,7 +419,8 @@ def test_advise_from_vllm_files_is_true_to_them() -> None:
     assert "every stream started at once" in advice["source"]
     assert advice["engine_flags"]["vllm"] == f"--max-num-seqs {cap}"  # the files' server, its cap as it is spelt
     # the decode-only answer from the same files (TPOT alone) agrees within its interval
-    decode = run_json(["advise", *map(str, VLLM), "--tpot-slo-ms", str(tpot_slo), "--samples", "50"])
+    args = ["advise", *map(str, VLLM), "--tpot-slo-ms", str(tpot_slo), "--samples", "50", "--context", "1152"]
+    decode = run_json(args)
     assert decode["max_num_seqs_low"] - 2 <= cap <= decode["max_num_seqs_high"] + 2
 
 

@@ -205,8 +205,9 @@ def advise(
 ) -> None:
     """The largest batch cap (max_num_seqs) that meets a TPOT (and TTFT) target, and the flags to set it.
 
-    With --input-len and --output-len the answer comes from the scheduler simulate uses (a replica kept full at each
-    cap, prefill included); without, from the decode step time alone."""
+    With --input-len and --output-len (or the lengths the files state, unless --context is given) the answer comes
+    from the scheduler simulate uses (a replica kept full at each cap, prefill included); without, from the decode
+    step time alone."""
     from tokenroof.fit.predict import MeasuredWorkload
     from tokenroof.serving.advise import Targets, advise_answer
 

@@ -38,7 +38,7 @@ from typing import Any
 import numpy as np
 
 from tokenroof.errors import ParameterError, TokenroofError
-from tokenroof.model.stepmodel import StepModel
+from tokenroof.model.stepmodel import StepModel, mean_context_tokens
 from tokenroof.serving.advice import advice_dict
 from tokenroof.serving.engine.core import PLAIN, Server
 from tokenroof.serving.simulate import EVEN, WAVES, ClosedLoop, Lengths, Workload, simulate
@@ -292,8 +292,8 @@ def advise_cap(
     if phases > 1 and client != "staggered":
         raise TokenroofError(f"start phases are a staggered loop's; the client is {client}")
     kv, budget = server.kv_capacity_tokens, server.max_num_batched_tokens
-    if kv is not None:  # past what the cache holds at full length a larger cap only preempts
-        limit = min(limit, max(2 * kv // (input_len.mean + output_len.mean), 1))
+    if kv is not None:  # past what the cache holds at the mean context a larger cap only preempts or waits for room
+        limit = min(limit, max(int(kv // mean_context_tokens(input_len.mean, output_len.mean)), 1))
     if budget is not None:  # a step holds one token per sequence of its budget, and a prompt's chunk
         limit = min(limit, budget - 1)
     memo: dict[int, AtCap] = {}
