@@ -223,6 +223,26 @@ def test_a_server_cap_behind_client_concurrency() -> None:
     assert ft.past_cap(roof) is None
 
 
+def test_a_server_cap_under_a_running_batch_the_client_sent_past() -> None:
+    """bench's table: the running batch (the server's gauge) holds at 48 while the client's concurrency goes 48 → 64
+    and TTFT grows 26 → 424 ms, TPOT within what 1% more sequences allow: the server's own cap held the batch, the
+    rest queued. The cap is the data's; the point is a step at that batch (not preemption: fitted, not left out). A
+    batch that grew with its client, or a client no further than the batch, shows none."""
+    head = "# batch_kind=running tpot_kind=tpot\nbatch,throughput_tok_s,tpot_ms,ttft_ms,concurrency\n"
+    rows = "16,2115,7.47,19.7,16\n32,3528,8.97,21.5,32\n47.48,4501,10.54,25.9,48\n48,4153,10.84,424.5,64\n"
+    seen = ft.past_cap(parse_csv(head + rows))
+    assert seen is not None and seen.batches == (48.0,) and seen.cap == 48.0 and not seen.left_out
+    assert seen.reason == (
+        "the running batch holds at ≈48 while the client's concurrency grows to 64 (TTFT 25.9 → 424.5 ms): a server "
+        "cap (max_num_seqs, slots) holds the batch and the rest queue; these points are steps at that batch"
+    )
+    fit = ft.fit_table(parse_csv(head + rows), n_samples=0)
+    assert fit.curve.cap == 48.0 and fit.n_fit == 4
+    grew = rows.replace("48,4153,10.84,424.5,64", "62,5100,12.2,27,64")
+    assert ft.past_cap(parse_csv(head + grew)) is None
+    assert ft.past_cap(parse_csv(head + rows.replace(",424.5,64", ",424.5,50"))) is None
+
+
 def test_end_to_end_tpot_queues_unless_ttft_says_otherwise() -> None:
     head = "# batch_kind=concurrency tpot_kind=e2e\nbatch,throughput_tok_s,tpot_ms,ttft_ms\n"
     queued = parse_csv(head + "8,800,10,50\n16,1600,10,50\n32,1620,19.8,500\n")

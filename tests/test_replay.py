@@ -1366,3 +1366,16 @@ def test_lengths_past_what_the_replay_simulates_are_refused_naming_the_table(tmp
     result = run_cli(["predict", str(path), "--batch", "16"])
     assert result.exit_code != 0 and "Traceback" not in result.output
     assert f"{path}: 1,000,000 output tokens a request is past what the scheduler's replay simulates" in result.output
+
+
+def test_a_server_cap_the_files_show_holds_the_schedulers_answers_past_it() -> None:
+    """examples/bench: the server held its running batch at 48 where the client ran 64 streams (TTFT 424 ms measured,
+    4,153 tok/s, TPOT 10.8 ms). The scheduler's answer at 64 runs the client's 64 streams against that cap: TTFT the
+    queue's, TPOT and throughput the cap's (it had run 64 sequences at once: 35 ms and 5,180 tok/s)."""
+    from tests.conftest import ROOT
+
+    answer = run_json(["predict", str(ROOT / "examples" / "bench"), "--batch", "48", "64"])
+    at_cap, past = answer["predictions"]
+    assert answer["serving"] is not None and past["ttft_ms"] > 300 and past["ttft_ms"] == pytest.approx(424.5, rel=0.2)
+    assert past["tpot_ms"] == pytest.approx(at_cap["tpot_ms"], rel=0.03)
+    assert past["throughput_tok_s"] == pytest.approx(at_cap["throughput_tok_s"], rel=0.03)

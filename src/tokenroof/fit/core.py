@@ -641,6 +641,8 @@ def past_cap(table: MeasurementTable) -> Excluded | None:
         stalled = _from_here(b)[1:] < 1.03 * b[:-1]
         moved = tpot[-1] > 1.03 * tpot[:-1] * np.maximum(b[-1] / b[:-1], 1.0)
         hits = stalled & moved
+        if not hits.any():
+            return server_held(table)
     else:
         flat = (b[1:] >= 1.2 * b[:-1]) & (_from_here(thr)[1:] < 1.05 * thr[:-1])
         hits = flat & _queued(table)
@@ -663,6 +665,33 @@ def past_cap(table: MeasurementTable) -> Excluded | None:
         f"throughput stops growing past concurrency {b[i - 1]:g}: the server holds its running batch near "
         f"{running:.4g} and {what}; these points are fitted as steps at that batch",
         min(running, float(b[i - 1])),
+        left_out=False,
+    )
+
+
+SENT_BEYOND_HELD = 1.2  # a closed-loop client holding this many times the running batch the server ran: a cap held it
+
+
+def server_held(table: MeasurementTable) -> Excluded | None:
+    """A running-batch table whose client's concurrency (bench's column) grows past a batch that stops growing: the
+    server's own cap (max_num_seqs, llama-server's slots) held the batch and the rest queued (their wait is TTFT). The
+    points from there on are steps at that batch (fitted as they are), and the cap is the data's."""
+    if table.concurrency is None or len(table) < 2:
+        return None
+    b, c = table.batch.astype(float), table.concurrency
+    held = (c[1:] >= SENT_BEYOND_HELD * b[1:]) & (_from_here(b)[1:] < 1.03 * b[:-1])
+    if not held.any():
+        return None
+    i = int(np.argmax(held)) + 1
+    cap = float(b[i - 1 :].max())
+    ttft = ""
+    if table.ttft_ms is not None and np.isfinite(table.ttft_ms[[i - 1, -1]]).all():
+        ttft = f" (TTFT {table.ttft_ms[i - 1]:.4g} → {table.ttft_ms[-1]:.4g} ms)"
+    return Excluded(
+        tuple(float(x) for x in b[i:]),
+        f"the running batch holds at ≈{cap:.4g} while the client's concurrency grows to {c[-1]:g}{ttft}: a server "
+        "cap (max_num_seqs, slots) holds the batch and the rest queue; these points are steps at that batch",
+        cap,
         left_out=False,
     )
 

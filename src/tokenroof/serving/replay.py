@@ -575,6 +575,7 @@ class ServingFit:
     # sequences waiting; False: in the decode steps, whole or chunked
     separate_prefill: bool = False
     lengths: tuple[float, float] = (0.0, 0.0)  # the measured workload's mean prompt and output tokens, replayed at
+    server_cap: int | None = None  # the running-batch cap the measured server held its client's streams to (None: none)
 
     def samples(self, n: int, seed: int = 0) -> list[StepModel]:
         """`n` refits to noisy copies of the replayed points (noise at the replay's own rms, at least 1%): the spread
@@ -816,6 +817,7 @@ def fit_serving(
             found.lengths_cv = lengths_cv_of(table)
             found.separate_prefill = apart
             found.lengths = (input_len, output_len)
+            found.server_cap = server_cap_of(fit, points)
             tried[_budget_name(b, apart)] = (found, cost)
 
     replay(candidates, separate and not isinstance(budget, str))
@@ -850,6 +852,15 @@ def fit_serving(
             best.model = bent
             best.replay, best.tpot_rms, best.ttft_rms = replayed_points(bent, points, designs)
     return best
+
+
+def server_cap_of(fit: Fit, points: Sequence[Point]) -> int | None:
+    """The running-batch cap the measured server held its client to: where the decode fit saw its points past it
+    queue (its points there left out of the replay), else the most a replayed point shows; None where none shows."""
+    held = fit.excluded
+    if held is not None and not held.left_out and held.cap is not None:
+        return max(round(held.cap), 1)
+    return max((p.server_cap for p in points if p.server_cap), default=None)
 
 
 def knot_basis(knots: np.ndarray, batch: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -1268,7 +1279,7 @@ def _closed_loop_at(
         result = simulate(
             serving.model,
             loop,
-            slots or c,
+            slots or min(c, serving.server_cap or c),  # the client's streams past the server's cap queue
             0,
             kv,
             max_num_batched_tokens=budget,
