@@ -852,3 +852,11 @@ def test_advise_on_files_that_state_their_lengths_answers_on_the_scheduler_at_th
     llmperf = str(ROOT / "examples" / "llmperf-yi-1.5-34b-4xa10g-vllm")
     both = run_json(["advise", llmperf, "--tpot-slo-ms", "100", "--ttft-slo-ms", "2000"])
     assert both["at_cap"]["ttft_ms"]["p99"] <= 2000 and both["at_cap"]["tpot_ms"]["p99"] <= 100
+
+
+def test_advise_says_a_ttft_nothing_prices_is_no_servers() -> None:
+    """The seed table measured no TTFT and names no model: a TTFT target is refused, and the answer without one says
+    the TTFT it prints holds no prompt's compute."""
+    args = ["advise", str(SEED_TABLE), "--tpot-slo-ms", "30", "--input-len", "1000", "--output-len", "300"]
+    answer = run_json(args)
+    assert any("the TTFT here is the wait for a step, not the server's" in w for w in answer["warnings"])

@@ -51,6 +51,11 @@ from tokenroof.errors import TokenroofError
 from tokenroof.params import whole_numbers
 from tokenroof.serving.deployment import Deployment, Physics
 
+SpreadOpt = Annotated[
+    float | None,
+    typer.Option(help="Uniform ± fraction (at most 1), or lognormal sigma, of the drawn lengths. [default: 0.5]"),
+]
+
 
 @app.command()
 @handle_errors
@@ -89,7 +94,7 @@ def simulate(
     output_len: Annotated[int, typer.Option(help="Mean output tokens.")] = 300,
     input_dist: Annotated[str, typer.Option(help="fixed, uniform or lognormal.")] = "fixed",
     output_dist: Annotated[str, typer.Option(help="fixed, uniform or lognormal.")] = "fixed",
-    spread: Annotated[float, typer.Option(help="Uniform ± fraction, or lognormal sigma.")] = 0.5,
+    spread: SpreadOpt = None,
     prefix_len: PrefixLenOpt = 0,
     num_prefixes: NumPrefixesOpt = 1,
     enable_prefix_caching: PrefixCachingOpt = None,
@@ -138,8 +143,8 @@ def simulate(
         Physics(model, hardware, dtype, kv_dtype, compute_dtype, tp, engine, enforce_eager),
         fit,
         step_model,
-        prompt_lengths(input_len, input_dist, spread, prefix_len, num_prefixes),
-        Lengths(output_len, output_dist, spread),
+        prompt_lengths(input_len, input_dist, spread_of(spread, input_dist, output_dist), prefix_len, num_prefixes),
+        Lengths(output_len, output_dist, spread_of(spread, input_dist, output_dist)),
         max_num_seqs,
         kv_cache_tokens,
         max_num_batched_tokens,
@@ -167,6 +172,16 @@ def simulate(
     else:
         answer = simulate_rates(dep, parse_numbers(request_rate, "--request-rate"), traffic, trace, out)
     finish(answer.data, render.rate_sweep if answer.sweep else render.simulation, json_output, plot, figure_of(answer))
+
+
+def spread_of(spread: float | None, input_dist: str, output_dist: str) -> float:
+    """--spread as the lengths take it: 0.5 unless given; given beside two fixed lengths it spreads nothing: said."""
+    if spread is not None and input_dist == "fixed" and output_dist == "fixed":
+        raise TokenroofError(
+            f"--spread {spread:g} spreads nothing: both lengths are fixed (give --input-dist or --output-dist uniform "
+            "or lognormal)"
+        )
+    return 0.5 if spread is None else spread
 
 
 def figure_of(answer: Any) -> Callable[[Path], None]:
@@ -207,7 +222,7 @@ def plan(
     output_len: Annotated[int, typer.Option(help="Mean output tokens.")] = 300,
     input_dist: Annotated[str, typer.Option(help="fixed, uniform or lognormal.")] = "fixed",
     output_dist: Annotated[str, typer.Option(help="fixed, uniform or lognormal.")] = "fixed",
-    spread: Annotated[float, typer.Option(help="Uniform ± fraction, or lognormal sigma.")] = 0.5,
+    spread: SpreadOpt = None,
     length_dist: Annotated[
         str | None, typer.Option(hidden=True, help="Both --input-dist and --output-dist (the older spelling).")
     ] = None,
@@ -268,8 +283,8 @@ def plan(
     if length_dist is not None:
         input_dist = output_dist = length_dist
     lengths = (
-        prompt_lengths(input_len, input_dist, spread, prefix_len, num_prefixes),
-        Lengths(output_len, output_dist, spread),
+        prompt_lengths(input_len, input_dist, spread_of(spread, input_dist, output_dist), prefix_len, num_prefixes),
+        Lengths(output_len, output_dist, spread_of(spread, input_dist, output_dist)),
     )
     dep = Deployment(
         Physics(model, chips[0] if chips else None, dtype, kv_dtype, compute_dtype, tp, engine, enforce_eager),

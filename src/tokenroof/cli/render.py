@@ -723,6 +723,18 @@ def layout_line(colocated: dict[str, Any], split: dict[str, Any]) -> str:
     return f"{pools} ({verdict}); {met}"
 
 
+def judged(data: dict[str, Any], chosen: dict[str, Any]) -> str:
+    """What plan's answer was judged on: its seeds' runs (and the fit's samples), each of so many requests (a run
+    that had not settled was run again, longer)."""
+    runs = "seeds and model samples" if data.get("model_samples") else "seeds"
+    asked = (data.get("workload") or {}).get("num_requests")
+    requests = chosen.get("requests")
+    if requests is None:
+        return runs
+    longer = f", run longer than the {asked:,} asked to settle" if asked is not None and requests > asked else ""
+    return f"{runs}, {requests:,} requests a run{longer}"
+
+
 def plan_result(console: Console, data: dict[str, Any]) -> None:
     slo = data["slo"]
     if data.get("choices"):
@@ -789,7 +801,7 @@ def plan_result(console: Console, data: dict[str, Any]) -> None:
             f"[bold]{counted_as(chosen['replicas'], 'replica')} × max_num_seqs {chosen['max_num_seqs']}[/] "
             f"({counted_as(gpus, 'GPU')}{cost}): "
             f"{stat} TTFT {fmt(chosen['ttft_ms_low'][stat])}–{fmt(chosen['ttft_ms_high'][stat])} ms, {stat} TPOT "
-            f"{fmt(chosen['tpot_ms_low'][stat])}–{fmt(chosen['tpot_ms_high'][stat])} ms over seeds and model samples; "
+            f"{fmt(chosen['tpot_ms_low'][stat])}–{fmt(chosen['tpot_ms_high'][stat])} ms over {judged(data, chosen)}; "
             f"binding: {chosen['binding']}",
             highlight=False,
         )

@@ -322,6 +322,11 @@ def advise_with_prefill(
                 "ttft_slo_ms",
             )
         sm, notes = travelling.step_model, [*table.warnings, *fit.conflicts, *travelling.notes(flags.mean_context)]
+        if not travelling.prices_prefill:  # the TTFT it prints is the wait for a step, no prompt's compute in it
+            notes.append(
+                f"{table.source}: nothing prices a prompt's prefill (no TTFT measured, no model and hardware for the "
+                "physics): the TTFT here is the wait for a step, not the server's"
+            )
         source = f"fitted to {table.source}, run on simulate's scheduler"
         replayed = travelling.replayed
         if replayed is not None:
@@ -420,8 +425,9 @@ def margin_notes(
     if not close or tpot <= 0 or (ttft is not None and ttft <= 0):
         return []
     text = (
-        f"at max_num_seqs {chosen.max_num_seqs} the predicted {' and '.join(close)} is within twice the fit's replay "
-        "error (rms, in brackets) of its target, so the server may miss it"
+        f"at max_num_seqs {chosen.max_num_seqs} the predicted {' and '.join(close)} "
+        f"{'are' if len(close) > 1 else 'is'} within twice the fit's replay error (the rms beside each target) of its "
+        "target, so the server may miss it"
     )
     try:
         safer = search(tpot, ttft).chosen

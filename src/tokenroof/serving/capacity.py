@@ -387,6 +387,7 @@ def plan_choices(
         )
         entry = {**result.to_dict(), "hardware": chip, "tp": degree, "gpus_per_replica": degree}
         entry["step_model"] = travelling.step_model.to_dict()
+        entry["model_samples"] = len(samples)
         spec = option.speculation()
         entry["speculation"] = None if spec is None else spec.to_dict()
         entry["prefix_caching"] = server.prefix_caching

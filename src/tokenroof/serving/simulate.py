@@ -55,6 +55,11 @@ class Lengths:
             raise TokenroofError(f"unknown length distribution '{self.kind}'; known: {', '.join(DISTRIBUTIONS)}")
         if self.mean < 1 or self.spread < 0:
             raise TokenroofError(f"lengths need a mean ≥ 1 and a spread ≥ 0, got {self.mean} and {self.spread}")
+        if self.kind == "uniform" and self.spread > 1:
+            raise TokenroofError(
+                f"uniform lengths span mean·(1 ± spread): a spread of {self.spread:g} reaches below zero tokens (its "
+                "draws clipped at 1 would move the mean); at most 1, or a lognormal spread"
+            )
 
     @property
     def shared_prefix(self) -> SharedPrefix | None:
