@@ -330,6 +330,12 @@ def prediction(console: Console, data: dict[str, Any]) -> None:
     crit_text = "none" if crit is None else fmt(crit)
     if crit is not None and lo is not None:
         crit_text += f" (90%: {fmt(lo)}–{fmt(hi) if hi is not None else 'none'})"
+    if data.get("serving") is not None:  # the figures below are the decode fit's, the predictions the scheduler's
+        console.print(
+            "the decode fit's curve (an average step's prompts folded in; the predictions run the scheduler's model):",
+            style="dim",
+            highlight=False,
+        )
     summary = Table.grid(padding=(0, 2))
     summary.add_row("critical batch", f"[bold]{crit_text}[/]")
     summary.add_row("knee batch", f"[bold]{fmt(data['knee_batch'])}[/]")
