@@ -347,3 +347,23 @@ def test_a_scheduler_fit_run_at_other_lengths_than_it_replayed_says_so(tmp_path:
     ]
     at_theirs = run_json([*args, "--input-len", "1024", "--output-len", "256"])
     assert not any(w.startswith("run at") for w in at_theirs["warnings"])
+
+
+def test_a_scheduler_fit_of_a_capped_server_says_when_it_runs_under_another_cap(tmp_path: Path) -> None:
+    """examples/bench: the server held its running batch at 48 while its client ran 64 streams. The saved model
+    keeps that cap; simulate under its default cap of 256 says so and how to run it as measured; under 48, nothing."""
+    from tests.conftest import ROOT
+
+    saved = tmp_path / "model.json"
+    run_json(["predict", str(ROOT / "examples" / "bench"), "--batch", "64", "--save-model", str(saved)])
+    replayed = read_step_model(saved).replayed
+    assert replayed is not None and replayed.server_cap == 48
+    args = ["simulate", "--step-model", str(saved), "--concurrency", "64", "--input-len", "512", "--output-len", "128"]
+    said = [w for w in run_json(args)["warnings"] if "held its running batch" in w]
+    assert said == [
+        "the files' server held its running batch at 48 (its client ran more streams, which queued); run here under "
+        "a cap of 256 (give max_num_seqs 48 to run it as measured)"
+    ]
+    capped = run_json([*args, "--max-num-seqs", "48"])
+    assert not any("held its running batch" in w for w in capped["warnings"])
+    assert capped["points"][0]["ttft_ms"]["p50"] > 150

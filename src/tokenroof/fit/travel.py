@@ -59,6 +59,7 @@ class Replayed:
     separate_prefill: bool = False  # prompts prefilled in steps of their own (vLLM V0, TGI), the running waiting
     input_len: float | None = None  # the measured workload's mean lengths, which it was replayed at (None: not kept)
     output_len: float | None = None
+    server_cap: int | None = None  # the running-batch cap the measured server held its client to (None: none seen)
 
     def to_dict(self) -> dict[str, Any]:
         data = {
@@ -76,6 +77,8 @@ class Replayed:
             data["separate_prefill"] = True
         if self.input_len is not None and self.output_len is not None:
             data["input_len"], data["output_len"] = self.input_len, self.output_len
+        if self.server_cap is not None:
+            data["server_cap"] = self.server_cap
         return data
 
 
@@ -97,13 +100,15 @@ class Travelling:
         sm = self.step_model
         return not sm.prompts_folded and (sm.t_compute_s > 0 or sm.t_attn_token_s > 0)
 
-    def notes(self, context_tokens: float | None, lengths: tuple[float, float] | None = None) -> list[str]:
+    def notes(
+        self, context_tokens: float | None, lengths: tuple[float, float] | None = None, max_num_seqs: int | None = None
+    ) -> list[str]:
         """What a user of the model should know when running it at `context_tokens` (None: unknown) and, for a model
-        fitted on the scheduler, at mean `lengths` (prompt, output; None: not said)."""
+        fitted on the scheduler, at mean `lengths` (prompt, output; None: not said) and `max_num_seqs`."""
         if self.source == "specs":
             return []
         if self.replayed is not None:
-            return self._replay_notes(context_tokens) + self._lengths_notes(lengths)
+            return self._replay_notes(context_tokens) + self._lengths_notes(lengths) + self._cap_notes(max_num_seqs)
         departures = self.step_model.departures()
         return self._prefill_note() + self._context_notes(context_tokens) + ([departures] if departures else [])
 
@@ -161,6 +166,16 @@ class Travelling:
             f"run at {lengths[0]:,.0f} prompt / {lengths[1]:,.0f} output tokens, where the files measured "
             f"{fitted[0]:,.0f} / {fitted[1]:,.0f}: its replay error holds for theirs (give their lengths to replay "
             "the files)"
+        ]
+
+    def _cap_notes(self, max_num_seqs: int | None) -> list[str]:
+        """A scheduler fit whose server held its client's streams at a cap, run under another cap."""
+        held = None if self.replayed is None else self.replayed.server_cap
+        if held is None or max_num_seqs is None or max_num_seqs == held:
+            return []
+        return [
+            f"the files' server held its running batch at {held} (its client ran more streams, which queued); "
+            f"run here under a cap of {max_num_seqs} (give max_num_seqs {held} to run it as measured)"
         ]
 
     def _prefill_note(self) -> list[str]:
@@ -379,6 +394,7 @@ class ReplayFields(Section):
     separate_prefill: bool = False
     input_len: Annotated[float, PlainValidator(non_negative)] | None = None
     output_len: Annotated[float, PlainValidator(non_negative)] | None = None
+    server_cap: Annotated[int, PlainValidator(whole(1))] | None = None
 
     def replayed(self) -> Replayed:
         return Replayed(
@@ -393,6 +409,7 @@ class ReplayFields(Section):
             self.separate_prefill,
             self.input_len,
             self.output_len,
+            self.server_cap,
         )
 
 

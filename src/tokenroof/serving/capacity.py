@@ -98,7 +98,7 @@ def simulate_concurrencies(dep: Deployment, concurrencies: Sequence[int], traffi
     slo = goodput_slo(traffic.ttft_slo_ms, traffic.tpot_slo_ms) if rows[0]["slo"] else None
     unsteady = [f"at concurrency {row['concurrency']}: {w}" for row in rows for w in row["warnings"]]
     notes = [
-        *travelling.notes(dep.mean_context_tokens, dep.mean_lengths),
+        *travelling.notes(dep.mean_context_tokens, dep.mean_lengths, dep.max_num_seqs),
         *dep.physics.eager_notes(),
         *speculation_notes(dep),
         *dep.prefix_notes(travelling),
@@ -118,7 +118,11 @@ def simulate_rates(
     server, dep, billing = dep.server(travelling), dep.scheduled_as(travelling), dep.billing()
     sm = travelling.step_model
     notes = [
-        *(travelling.notes(dep.mean_context_tokens, dep.mean_lengths) if trace is None else travelling.notes(None)),
+        *(
+            travelling.notes(dep.mean_context_tokens, dep.mean_lengths, dep.max_num_seqs)
+            if trace is None
+            else travelling.notes(None)
+        ),
         *dep.physics.eager_notes(),
         *speculation_notes(dep),
         *dep.prefix_notes(travelling),

@@ -650,6 +650,7 @@ class ServingFit:
             "client": self.client,
             "input_len": self.lengths[0],
             "output_len": self.lengths[1],
+            "server_cap": self.server_cap,
             "burstiness": self.burstiness,
             "max_num_batched_tokens": self.max_num_batched_tokens,
             "separate_prefill": self.separate_prefill,
@@ -1201,6 +1202,7 @@ def travelling_of(replay: ServingFit, fit: Fit, table: MeasurementTable) -> Trav
         None if replay.form_rms is None else replay.form_rms[0],
         replay.separate_prefill,
         *replay.lengths,
+        replay.server_cap,
     )
     return Travelling(replay.model, context, 0.0, True, table.source, prior.label if prior is not None else None, info)
 
