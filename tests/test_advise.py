@@ -845,7 +845,11 @@ def test_advise_on_files_that_state_their_lengths_answers_on_the_scheduler_at_th
     given = run_json(["advise", vllm, "--tpot-slo-ms", "25", "--slo-statistic", "mean", "--input-len", "1024",
                       "--output-len", "256"])  # fmt: skip
     assert said["max_num_seqs"] == given["max_num_seqs"] and said["at_cap"] == given["at_cap"]
-    assert said["warnings"][0].startswith("advised at the lengths the files state, 1,024 prompt / 256 output tokens")
+    assert said["warnings"][0].startswith("advised at 1,024 prompt / 256 output tokens (the lengths the files state)")
+    one = run_json(["advise", vllm, "--tpot-slo-ms", "25", "--output-len", "512"])  # the other length the files'
+    assert one["warnings"][0].startswith("advised at 1,024 prompt / 512 output tokens (the files' where not given)")
+    refused = run_cli(["advise", vllm, "--tpot-slo-ms", "25", "--prefix-len", "2000"])  # checked against theirs
+    assert refused.exit_code != 0 and "--prefix-len (2000) is part of the prompt" in refused.output
     assert said["at_cap"]["throughput_tok_s"] < 4900
     decode = run_json(["advise", vllm, "--tpot-slo-ms", "25", "--context", "1152"])
     assert decode["at_cap"]["ttft_ms"] is None

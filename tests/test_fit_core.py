@@ -241,6 +241,7 @@ def test_a_server_cap_under_a_running_batch_the_client_sent_past() -> None:
     grew = rows.replace("48,4153,10.84,424.5,64", "62,5100,12.2,27,64")
     assert ft.past_cap(parse_csv(head + grew)) is None
     assert ft.past_cap(parse_csv(head + rows.replace(",424.5,64", ",424.5,50"))) is None
+    assert ft.past_cap(parse_csv(head + rows + "48.5,4200,10.9,300,\n")) is None  # a rate row beside: no client held
 
 
 def test_end_to_end_tpot_queues_unless_ttft_says_otherwise() -> None:

@@ -1379,3 +1379,23 @@ def test_a_server_cap_the_files_show_holds_the_schedulers_answers_past_it() -> N
     assert answer["serving"] is not None and past["ttft_ms"] > 300 and past["ttft_ms"] == pytest.approx(424.5, rel=0.2)
     assert past["tpot_ms"] == pytest.approx(at_cap["tpot_ms"], rel=0.03)
     assert past["throughput_tok_s"] == pytest.approx(at_cap["throughput_tok_s"], rel=0.03)
+
+
+def test_no_server_cap_is_read_where_the_table_did_not_measure_one(tmp_path: Path) -> None:
+    """The cap the scheduler's answers take is a running batch measured held while the client's streams grew past it;
+    not a concurrency table's estimate (vLLM's files: none), nor one point whose running batch sat below its client's
+    (bench's first point read 0.85 at one stream: a ramp, which had capped every answer at 1: 163 tok/s at 16)."""
+    from tests.conftest import ROOT
+
+    vllm = run_json(["predict", str(ROOT / "examples" / "vllm"), "--batch", "128"])
+    assert vllm["serving"]["server_cap"] is None
+    lines = (ROOT / "examples" / "bench" / "summary.csv").read_text().splitlines()
+    ramp = [line.replace("1,161.139,6.14522", "0.85,161.139,6.14522") for line in lines if not line.endswith(",64")]
+    (tmp_path / "summary.csv").write_text("\n".join(ramp) + "\n")
+    answer = run_json(["predict", str(tmp_path / "summary.csv"), "--batch", "16"])
+    assert answer["serving"]["server_cap"] is None
+    assert answer["predictions"][0]["throughput_tok_s"] == pytest.approx(2115, rel=0.05)
+    untimed = [",".join(cell for k, cell in enumerate(line.split(",")) if k != 4) for line in lines]
+    (tmp_path / "untimed.csv").write_text("\n".join(untimed) + "\n")
+    args = ["predict", str(tmp_path / "untimed.csv"), "--batch", "16", "-m", "llama-3.1-8b", "-H", "h100-sxm"]
+    assert "the predictions run the scheduler's model" not in run_cli(args).output  # no TTFT: the decode fit's

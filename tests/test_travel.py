@@ -362,8 +362,21 @@ def test_a_scheduler_fit_of_a_capped_server_says_when_it_runs_under_another_cap(
     said = [w for w in run_json(args)["warnings"] if "held its running batch" in w]
     assert said == [
         "the files' server held its running batch at 48 (its client ran more streams, which queued); run here under "
-        "a cap of 256 (give max_num_seqs 48 to run it as measured)"
+        "a cap of 256 (--max-num-seqs 48 runs it as measured)"
     ]
     capped = run_json([*args, "--max-num-seqs", "48"])
     assert not any("held its running batch" in w for w in capped["warnings"])
     assert capped["points"][0]["ttft_ms"]["p50"] > 150
+
+
+def test_a_saved_model_with_no_lengths_is_refused(tmp_path: Path) -> None:
+    """A saved scheduler fit whose replayed lengths are 0 is a slip: named when read (it had divided by them)."""
+    from tests.conftest import ROOT
+
+    saved = tmp_path / "model.json"
+    run_json(["predict", str(ROOT / "examples" / "vllm"), "--batch", "128", "--save-model", str(saved)])
+    data = json.loads(saved.read_text())
+    data["fitted_at"]["replay"]["input_len"] = 0
+    saved.write_text(json.dumps(data))
+    with pytest.raises(TokenroofError, match="input_len"):
+        read_step_model(saved)

@@ -330,7 +330,7 @@ def prediction(console: Console, data: dict[str, Any]) -> None:
     crit_text = "none" if crit is None else fmt(crit)
     if crit is not None and lo is not None:
         crit_text += f" (90%: {fmt(lo)}–{fmt(hi) if hi is not None else 'none'})"
-    if data.get("serving") is not None:  # the figures below are the decode fit's, the predictions the scheduler's
+    if any(p.get("ttft_ms") is not None for p in data["predictions"]):  # the predictions are the scheduler's
         console.print(
             "the decode fit's curve (an average step's prompts folded in; the predictions run the scheduler's model):",
             style="dim",

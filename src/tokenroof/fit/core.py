@@ -676,8 +676,8 @@ def server_held(table: MeasurementTable) -> Excluded | None:
     """A running-batch table whose client's concurrency (bench's column) grows past a batch that stops growing: the
     server's own cap (max_num_seqs, llama-server's slots) held the batch and the rest queued (their wait is TTFT). The
     points from there on are steps at that batch (fitted as they are), and the cap is the data's."""
-    if table.concurrency is None or len(table) < 2:
-        return None
+    if table.concurrency is None or len(table) < 2 or not np.isfinite(table.concurrency).all():
+        return None  # (rate rows beside the closed loops: their batch is no running batch the client held)
     b, c = table.batch.astype(float), table.concurrency
     held = (c[1:] >= SENT_BEYOND_HELD * b[1:]) & (_from_here(b)[1:] < 1.03 * b[:-1])
     if not held.any():

@@ -175,7 +175,7 @@ class Travelling:
             return []
         return [
             f"the files' server held its running batch at {held} (its client ran more streams, which queued); "
-            f"run here under a cap of {max_num_seqs} (give max_num_seqs {held} to run it as measured)"
+            f"run here under a cap of {max_num_seqs} (--max-num-seqs {held} runs it as measured)"
         ]
 
     def _prefill_note(self) -> list[str]:
@@ -392,8 +392,8 @@ class ReplayFields(Section):
     kv_slots: Annotated[int, PlainValidator(whole(1))] | None = None
     form_tpot_rms: Annotated[float, PlainValidator(non_negative)] | None = None
     separate_prefill: bool = False
-    input_len: Annotated[float, PlainValidator(non_negative)] | None = None
-    output_len: Annotated[float, PlainValidator(non_negative)] | None = None
+    input_len: Annotated[float, PlainValidator(positive)] | None = None
+    output_len: Annotated[float, PlainValidator(positive)] | None = None
     server_cap: Annotated[int, PlainValidator(whole(1))] | None = None
 
     def replayed(self) -> Replayed:

@@ -194,7 +194,10 @@ def _requests(path: Path, where: str, completed: int, warnings: list[str]) -> Re
             f"{completed:,}: the requests file is not that run's"
         )
     if empty:
-        warnings.append(f"{path}: {empty:,} completed request(s) returned no token: left out of TPOT and the lengths")
+        warnings.append(
+            f"{path}: {empty:,} completed request(s) returned no token: left out of TPOT and the lengths' spread (the "
+            "summary's means, which count them, give the row's other figures)"
+        )
     if impossible:
         shown = ", ".join(map(str, impossible[:5])) + (", …" if len(impossible) > 5 else "")
         warnings.append(

@@ -197,19 +197,27 @@ def advise_answer(
             "give a measurement file, or {} and {} for the first-principles curve", "model", "hardware"
         )
     stated = None if contexts or flags.context_tokens is not None else stated_lengths(files, flags)
-    if stated is not None:  # the measured workload, where the files state it and nothing else was asked
+    if stated is not None:  # the measured workload where the files state it (a length given kept), nothing else asked
+        if prefix is not None and prefix.tokens >= stated[0]:
+            raise ParameterError(
+                f"{{}} ({prefix.tokens}) is part of the prompt: it must be shorter than the {stated[0]:g} tokens the "
+                "files' prompts hold (or give {})",
+                "prefix_len",
+                "input_len",
+            )
+        given = flags.input_len is not None or flags.output_len is not None
         flags = replace(flags, input_len=stated[0], output_len=stated[1])
-    lengths = flags.input_len is not None and flags.output_len is not None and not flags.decode_only
-    if stated is not None:
         answer = advise_answer(
             files, physics, flags, targets, max_num_batched_tokens, samples, None, speculative, prefix, prefix_caching
         )
+        whose = "the files' where not given" if given else "the lengths the files state"
         answer["warnings"].insert(
             0,
-            f"advised at the lengths the files state, {stated[0]:,.4g} prompt / {stated[1]:,.4g} output tokens, on the "
-            "scheduler (--input-len/--output-len for another workload; --context for the decode step time alone)",
+            f"advised at {stated[0]:,.4g} prompt / {stated[1]:,.4g} output tokens ({whose}), on the scheduler "
+            "(--input-len/--output-len for another workload; --context for the decode step time alone)",
         )
         return answer
+    lengths = flags.input_len is not None and flags.output_len is not None and not flags.decode_only
     if contexts and len(contexts) > 1 and lengths:
         raise ParameterError(
             "{} takes one value with {}/{} (the lengths set the context); list several contexts for the decode-only "
@@ -253,16 +261,20 @@ def advise_answer(
 
 
 def stated_lengths(files: Sequence[Path], flags: MeasuredWorkload) -> tuple[float, float] | None:
-    """The prompt and output lengths the files state (vLLM's, GuideLLM's, SGLang's, LLMPerf's results; a CSV's
-    '# input_len=… output_len=…'), where no lengths were given and the steps held prompts; None otherwise."""
-    if not files or flags.input_len is not None or flags.output_len is not None or flags.decode_only:
+    """The prompt and output lengths to advise at where the flags give one or none: the files' (vLLM's, GuideLLM's,
+    SGLang's, LLMPerf's results; a CSV's '# input_len=… output_len=…') for the one not given, where they state them
+    and their steps held prompts; None otherwise (both given, or nothing stated)."""
+    if not files or flags.decode_only or (flags.input_len is not None and flags.output_len is not None):
         return None
     from tokenroof.io.measurements import read_table
 
     sem = read_table(list(files)).semantics
     if sem.input_len is None or sem.output_len is None or sem.tpot_kind == "step" or sem.batch_kind == "static":
         return None
-    return sem.input_len, sem.output_len
+    return (
+        flags.input_len if flags.input_len is not None else sem.input_len,
+        flags.output_len if flags.output_len is not None else sem.output_len,
+    )
 
 
 def advise_with_prefill(

@@ -818,7 +818,7 @@ def fit_serving(
             found.lengths_cv = lengths_cv_of(table)
             found.separate_prefill = apart
             found.lengths = (input_len, output_len)
-            found.server_cap = server_cap_of(fit, points)
+            found.server_cap = server_cap_of(fit, table)
             tried[_budget_name(b, apart)] = (found, cost)
 
     replay(candidates, separate and not isinstance(budget, str))
@@ -855,13 +855,15 @@ def fit_serving(
     return best
 
 
-def server_cap_of(fit: Fit, points: Sequence[Point]) -> int | None:
-    """The running-batch cap the measured server held its client to: where the decode fit saw its points past it
-    queue (its points there left out of the replay), else the most a replayed point shows; None where none shows."""
+def server_cap_of(fit: Fit, table: MeasurementTable) -> int | None:
+    """The running-batch cap the measured server held its client to, where the table measured it: a running batch
+    that stopped growing while the client's streams grew past it (fit/core.server_held; its points left out of the
+    replay). A concurrency table's cap is an estimate (throughput × TPOT), and one point's running batch below its
+    client's a ramp as often as a cap: neither is taken."""
     held = fit.excluded
-    if held is not None and not held.left_out and held.cap is not None:
-        return max(round(held.cap), 1)
-    return max((p.server_cap for p in points if p.server_cap), default=None)
+    if table.semantics.batch_kind != "running" or held is None or held.left_out or held.cap is None:
+        return None
+    return max(round(held.cap), 1)
 
 
 def knot_basis(knots: np.ndarray, batch: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
