@@ -848,6 +848,8 @@ def test_advise_on_files_that_state_their_lengths_answers_on_the_scheduler_at_th
     assert said["warnings"][0].startswith("advised at 1,024 prompt / 256 output tokens (the lengths the files state)")
     one = run_json(["advise", vllm, "--tpot-slo-ms", "25", "--output-len", "512"])  # the other length the files'
     assert one["warnings"][0].startswith("advised at 1,024 prompt / 512 output tokens (the files' where not given)")
+    two = run_cli(["advise", vllm, str(ROOT / "examples" / "vllm-in4096"), "--tpot-slo-ms", "25"])  # no one workload
+    assert two.exit_code != 0 and "holds curves at several contexts (1152, 4224): give --context" in two.output
     refused = run_cli(["advise", vllm, "--tpot-slo-ms", "25", "--prefix-len", "2000"])  # checked against theirs
     assert refused.exit_code != 0 and "--prefix-len (2000) is part of the prompt" in refused.output
     assert said["at_cap"]["throughput_tok_s"] < 4900

@@ -268,8 +268,11 @@ def stated_lengths(files: Sequence[Path], flags: MeasuredWorkload) -> tuple[floa
         return None
     from tokenroof.io.measurements import read_table
 
-    sem = read_table(list(files)).semantics
+    table = read_table(list(files))
+    sem = table.semantics
     if sem.input_len is None or sem.output_len is None or sem.tpot_kind == "step" or sem.batch_kind == "static":
+        return None
+    if table.several_contexts:  # files of several lengths state their mean, no workload of them: --context says which
         return None
     return (
         flags.input_len if flags.input_len is not None else sem.input_len,
