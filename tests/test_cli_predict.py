@@ -102,3 +102,15 @@ def test_lengths_given_against_the_files_own_are_said_not_used() -> None:
     assert len(said) == 1 and said[0].startswith("--input-len 4096 not used: the files state the lengths they measured")
     assert other["predictions"] == plain["predictions"] == same["predictions"]
     assert not any("not used" in w for w in same["warnings"])
+
+
+def test_save_model_alone_predicts_at_the_measured_batches(tmp_path: Path) -> None:
+    """--save-model needs no --batch (the answer is then at the measured batches); without either, --batch is asked
+    for, by name."""
+    from tests.conftest import ROOT
+
+    saved = tmp_path / "model.json"
+    answer = run_json(["predict", str(ROOT / "examples" / "vllm"), "--save-model", str(saved)])
+    assert [p["batch"] for p in answer["predictions"]] == [1, 4, 16, 32, 64, 128] and saved.is_file()
+    refused = run_cli(["predict", str(ROOT / "examples" / "vllm")])
+    assert refused.exit_code != 0 and "give --batch, the batches to predict" in refused.output

@@ -50,10 +50,17 @@ def predict(
         list[Path],
         typer.Argument(
             help="Measurement CSV; vllm bench serve, GuideLLM, AIPerf or GenAI-Perf JSON, SGLang bench_serving "
-            "JSON Lines; or their folders."
+            "JSON Lines, LLMPerf results (a run's _summary.json or its folder); tokenroof bench --out folders; or "
+            "their folders."
         ),
     ],
-    batch: Annotated[str, typer.Option(help="Batches to predict: '256 512' or '256,512' (fractional allowed).")],
+    batch: Annotated[
+        str | None,
+        typer.Option(
+            help="Batches to predict: '256 512' or '256,512' (fractional allowed); with --save-model alone, the "
+            "measured batches."
+        ),
+    ] = None,
     model: OptModel = None,
     hardware: OptHardware = None,
     dtype: DtypeOpt = "bf16",
@@ -98,9 +105,12 @@ def predict(
     measured_at, contexts = split_contexts(table, parse_numbers(context, "--context") if context else None)
     prior = prior_for(table, physics, MeasuredWorkload(measured_at, input_len, output_len, decode_only))
     lengths = (input_len, output_len) if input_len is not None and output_len is not None else None
+    if batch is None and save_model is None:
+        raise TokenroofError("give --batch, the batches to predict (or --save-model to save the fitted model)")
+    batches = parse_numbers(batch, "--batch") if batch is not None else sorted({float(b) for b in table.batch})
     result = predict_table(
         table,
-        parse_numbers(batch, "--batch"),
+        batches,
         prior,
         critical_batch,
         roof_tok_s,
@@ -157,6 +167,12 @@ def save_fitted(result: Any, path: Path) -> None:
     err.print(f"wrote {path} (use it with --step-model)", highlight=False)
 
 
+ADVISE_LENGTHS = (
+    "{} tokens per request of the workload to advise for (the scheduler's answer; default: the lengths the files "
+    "state, where they state them)."
+)
+
+
 @app.command()
 @handle_errors
 def advise(
@@ -191,8 +207,8 @@ def advise(
             "With --input-len/--output-len one value, the measured table's context when it does not state one."
         ),
     ] = None,
-    input_len: InputLenOpt = None,
-    output_len: OutputLenOpt = None,
+    input_len: Annotated[float | None, typer.Option(help=ADVISE_LENGTHS.format("Prompt"))] = None,
+    output_len: Annotated[float | None, typer.Option(help=ADVISE_LENGTHS.format("Output"))] = None,
     decode_only: DecodeOnlyOpt = False,
     max_num_batched_tokens: Annotated[int | None, typer.Option(help="Token budget per step (chunked prefill).")] = None,
     samples: Annotated[int, typer.Option(help="Samples for the cap's interval.")] = 200,
