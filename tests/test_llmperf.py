@@ -162,6 +162,9 @@ def test_the_report_takes_a_sweep_s_folders_or_a_run_s_two_files_as_one_table(tm
         ({"num_concurrent_requests": 2.5}, "num_concurrent_requests must be a whole number of streams"),
         ({"num_concurrent_requests": 1e11}, "more streams than any benchmark client runs"),
         ({"stddev_output_tokens": 9.1e8}, "output_len_cv=1e.07: lengths whose standard deviation"),
+        ({"stddev_input_tokens": -150}, "stddev_input_tokens -150 around mean_input_tokens 512: a spread is 0 or more"),
+        ({"mean_input_tokens": 0, "stddev_input_tokens": 150}, "stddev_input_tokens 150 around mean_input_tokens 0"),
+        ({"mean_input_tokens": None, "stddev_input_tokens": -1}, "stddev_input_tokens -1: a spread is 0 or more"),
         ({"results_number_output_tokens_stddev": 10**400, "mean_output_tokens": 10**400}, None),
     ],
 )

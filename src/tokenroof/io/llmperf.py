@@ -291,6 +291,11 @@ def llmperf_run(data: Mapping[str, Any], where: str, warnings: list[str]) -> tup
         # the spread it drew its lengths with (its --stddev-*-tokens), where the summary keeps it: the counts' own
         # spread adds its Llama-2 tokenizer's noise (a Yi-1.5 sweep drawn at exactly 150 tokens counted 159 ± 3.5)
         drawn_sd, drawn_mean = finite_number(data.get(f"stddev_{name}")), finite_number(data.get(f"mean_{name}"))
+        if (drawn_sd is not None and drawn_sd < 0) or (drawn_mean is not None and drawn_mean <= 0 and drawn_sd):
+            around = "" if drawn_mean is None else f" around mean_{name} {drawn_mean:g}"
+            raise TokenroofError(
+                f"{where}: stddev_{name} {drawn_sd:g}{around}: a spread is 0 or more around a positive mean"
+            )
         cv = counted if drawn_sd is None or drawn_mean is None else spread_of(drawn_sd, drawn_mean)
         if cv is not None:  # drawn at random: the replay draws them alike
             settings[key] = cv
