@@ -101,7 +101,7 @@ def predict(
         from tokenroof.io.measurements import as_decode_only
 
         table = as_decode_only(table)
-    table, input_len, output_len = stated_lengths(table, input_len, output_len)
+    table, input_len, output_len = files_lengths_win(table, input_len, output_len)
     measured_at, contexts = split_contexts(table, parse_numbers(context, "--context") if context else None)
     prior = prior_for(table, physics, MeasuredWorkload(measured_at, input_len, output_len, decode_only))
     lengths = (input_len, output_len) if input_len is not None and output_len is not None else None
@@ -128,7 +128,7 @@ def predict(
     finish(result.to_dict(), render.prediction, json_output, plot, lambda path: plot_prediction(result, path))
 
 
-def stated_lengths(
+def files_lengths_win(
     table: Any, input_len: float | None, output_len: float | None
 ) -> tuple[Any, float | None, float | None]:
     """The measured workload's lengths where the files state them (vLLM's, GuideLLM's, LLMPerf's results, a CSV's

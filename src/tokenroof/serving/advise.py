@@ -196,7 +196,7 @@ def advise_answer(
         raise ParameterError(
             "give a measurement file, or {} and {} for the first-principles curve", "model", "hardware"
         )
-    stated = None if contexts or flags.context_tokens is not None else stated_lengths(files, flags)
+    stated = None if contexts or flags.context_tokens is not None else lengths_to_advise(files, flags)
     if stated is not None:  # the measured workload where the files state it (a length given kept), nothing else asked
         if prefix is not None and prefix.tokens >= stated[0]:
             raise ParameterError(
@@ -260,7 +260,7 @@ def advise_answer(
     return {"contexts": each, "warnings": list(dict.fromkeys(warnings))}
 
 
-def stated_lengths(files: Sequence[Path], flags: MeasuredWorkload) -> tuple[float, float] | None:
+def lengths_to_advise(files: Sequence[Path], flags: MeasuredWorkload) -> tuple[float, float] | None:
     """The prompt and output lengths to advise at where the flags give one or none: the files' (vLLM's, GuideLLM's,
     SGLang's, LLMPerf's results; a CSV's '# input_len=… output_len=…') for the one not given, where they state them
     and their steps held prompts; None otherwise (both given, or nothing stated)."""

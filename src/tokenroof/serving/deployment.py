@@ -99,9 +99,8 @@ class Deployment:
     @property
     def mean_context_tokens(self) -> float | None:
         """Mean tokens in the KV cache over a request's decode (input + output/2); None without lengths."""
-        if self.input_len is None or self.output_len is None:
-            return None
-        return mean_context_tokens(self.input_len.mean, self.output_len.mean)
+        lengths = self.mean_lengths
+        return None if lengths is None else mean_context_tokens(*lengths)
 
     def kv_budget_tokens(self) -> int | None:
         """The KV-cache capacity the server has: as given, else from the memory `physics` leaves (beside a draft
