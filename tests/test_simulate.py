@@ -14,6 +14,7 @@ from tokenroof.model.speculative import Speculation
 from tokenroof.model.stepmodel import StepModel
 from tokenroof.serving.engine.core import BatchScheduler, Sequence
 from tokenroof.serving.simulate import ClosedLoop, Lengths, PromptLengths, SimResult, Trace, Workload, simulate
+from tokenroof.stats import trend
 
 SM = StepModel(t_fixed_s=2e-3, t_weights_s=8e-3, t_compute_s=50e-6, t_kv_token_s=0.0, t_seq_s=20e-6)
 
@@ -429,21 +430,61 @@ def test_an_open_loop_summary_by_hand() -> None:
     assert s["kv_use_mean_fraction"] == pytest.approx((30 * 1 + 20 * 2 + 40 * 0.2) / 8 / 100)
     assert (s["steps"], s["preemptions"], s["kv_cache_tokens"], s["replicas"]) == (4, 2, 100, 1)
     assert s["slo"] == {"statistic": "request", "ttft_ms": 155, "tpot_ms": 216}
-    # the batch over [1, 5] is 3/4, over [5, 9] (2·2 + 4·0.2)/4 = 1.2: still growing
+    # the batch over [1, 5] is 3/4, over [5, 9] (2·2 + 4·0.2)/4 = 1.2, but in 16 half-second blocks it reads
+    # 0 0 3 3 0 0 0 0 2 2 2 2 0 0 0 1.6: no trend its noise can tell. Decoding by requests 1-9 (arrived in [1, 9]):
+    # Σ (0.9 − 0.01·i) = 7.65 s, of which request 9's 9.19-10 s, 0.81 s, came after the last arrival (9 s): 10.6%
     assert s["warnings"] == [
-        "no steady state: the running batch grew from 0.75 to 1.2 across the window (1–9 s), so TPOT and throughput "
-        "here are lower than the load will settle at: simulate more requests (--num-requests), or the rate is near "
-        "what the server can carry"
+        "short run: 11% of the decoding by the window's requests came after the last arrival, while the batch "
+        "drained, so TPOT here reads low: simulate more requests (--num-requests)"
     ]
-    # a near-empty server's few percent is noise, not a queue: growth must also pass a twentieth of a sequence
-    tiny = hand_result()
-    tiny.step_batches = tiny.step_batches * 0.05  # 0.0375 → 0.06: +60%, but 0.0225 of a sequence
-    assert tiny.steadiness_warnings(1.0, 9.0) == []
-    tiny.step_batches = tiny.step_batches * 4  # 0.15 → 0.24: 0.09 of a sequence
-    assert tiny.steadiness_warnings(1.0, 9.0)[0].startswith("no steady state: the running batch grew from 0.15 to 0.24")
     plain = hand_result(kv_capacity=None).summary()
     assert plain["slo"] is None and plain["kv_use_mean_fraction"] is None
     assert plain["goodput_req_s"] == pytest.approx(9 / 8)  # no targets: every completed request
+
+
+def ramp_result(batches: np.ndarray) -> SimResult:
+    """hand_result's requests (window 1-9 s) over 16 half-second steps filling it, of these running batches."""
+    result = hand_result()
+    result.step_starts_s = 1.0 + 0.5 * np.arange(16)
+    result.step_durations_s = np.full(16, 0.5)
+    result.step_batches = np.asarray(batches, dtype=float)
+    result.step_kv_tokens = np.zeros(16)
+    return result
+
+
+def test_a_growing_batch_is_told_from_its_noise() -> None:
+    """The window's 16 block means (one step each here) are a trend when the slope stands 3 standard errors up.
+    A straight line 1, 2 … 16: halves 4.5 and 12.5, error 0: growth. The same line plus ±8 alternating: slope
+    1 − 8·8/340 = 0.812 a block, residuals ±8 + 0.188·x (squares 1,011.95 over 14, lag-one −949/1,012 held at 0),
+    error √(1,011.95/14/340) = 0.461: 1.76 errors, noise. Growth must also pass 5% and a twentieth of a sequence."""
+    line = np.arange(1.0, 17.0)
+    grew = ramp_result(line).steadiness_warnings(1.0, 9.0)
+    assert [w for w in grew if w.startswith("no steady")] == [
+        "no steady state: the running batch grew from 4.5 to 12.5 across the window (1–9 s), so TPOT and throughput "
+        "here are lower than the load will settle at: simulate more requests (--num-requests), or the rate is near "
+        "what the server can carry"
+    ]
+    wiggle = 8.0 * (-1.0) ** np.arange(16)
+    assert trend(line + wiggle) == pytest.approx((1 - 64 / 340, math.sqrt(1011.9529 / 14 / 340)))
+    assert not [w for w in ramp_result(line + wiggle).steadiness_warnings(1.0, 9.0) if w.startswith("no steady")]
+    # a near-empty server's few percent is noise, not a queue: growth must also pass a twentieth of a sequence
+    tiny = ramp_result(line * 0.002)  # 0.009 → 0.025: +178%, but 0.016 of a sequence
+    assert not [w for w in tiny.steadiness_warnings(1.0, 9.0) if w.startswith("no steady")]
+    tiny.step_batches = tiny.step_batches * 10  # 0.09 → 0.25: 0.16 of a sequence
+    assert [w for w in tiny.steadiness_warnings(1.0, 9.0) if w.startswith("no steady")]
+
+
+def test_a_trend_and_its_error_by_hand() -> None:
+    """Means 0 2 1 3 at x = −1.5 … 1.5 (Σx² = 5): slope 4/5 = 0.8; the line 0.3 1.1 1.9 2.7 leaves −0.3 0.9 −0.9 0.3,
+    squares 1.8, lag-one −1.35/1.8 held at 0: error √(1.8/2/5) = 0.4243. A line 1…8 plus the even wiggle
+    1 1 −1 −1 −1 −1 1 1 (orthogonal to x): slope 1, residuals the wiggle, squares 8, lag-one 3/8: error
+    √(8/6/42 · 1.375/0.625) = 0.2643, where unwidened it would be 0.1782. On a line, error 0."""
+    assert trend([0, 2, 1, 3]) == pytest.approx((0.8, math.sqrt(0.18)))
+    wiggle = np.array([1, 1, -1, -1, -1, -1, 1, 1])
+    assert trend(np.arange(1.0, 9.0) + wiggle) == pytest.approx((1.0, math.sqrt(8 / 6 / 42 * 1.375 / 0.625)))
+    assert trend([2, 4, 6]) == (2.0, 0.0)
+    with pytest.raises(ValueError, match="at least 3"):
+        trend([1, 2])
 
 
 def test_an_overloaded_open_loop_is_named() -> None:
@@ -465,6 +506,64 @@ def test_an_overloaded_open_loop_is_named() -> None:
         h.first_token_s, h.finished_s = h.arrival_s + 0.1, h.arrival_s + 1.0
     result.sequences, result.first_measured = history + result.sequences, 2
     assert result.overload_warnings(1.0, 9.0)[0].startswith("overloaded: 1 req/s offered, 0.625 carried")
+    # overloaded, the queue moves TPOT, not the drain: hand_result's 11% after the last arrival goes unsaid
+    assert not [w for w in result.steadiness_warnings(1.0, 9.0) if w.startswith("short run")]
+
+
+def wandering_result(period_s: float) -> SimResult:
+    """100 s of requests arriving in pairs every `period_s`, each living `period_s` / 2: two in the server for half of
+    each period, none for the other half (the steps' batches no matter here)."""
+    from tokenroof.serving.engine.core import Sequence
+
+    seqs = []
+    for k in range(int(100 / period_s)):
+        for j in range(2):
+            s = Sequence(f"{k}.{j}", 10, 5, k * period_s)
+            s.admitted_s, s.first_token_s, s.finished_s = k * period_s, k * period_s, (k + 0.5) * period_s
+            seqs.append(s)
+    return SimResult(
+        sequences=seqs,
+        step_starts_s=np.array([0.0]),
+        step_durations_s=np.array([100.0]),
+        step_batches=np.array([1]),
+        step_kv_tokens=np.array([0]),
+        kv_capacity_tokens=None,
+        preemptions=0,
+    )
+
+
+def test_a_window_of_few_independent_stretches_says_its_tails_are_thin() -> None:
+    """The count of requests in the server at 1,024 even times across [0, 100] s, a square wave switching every
+    h = 12.5 s: its autocorrelation falls as 1 − 2·lag/h, positive for h/2, so it stays correlated ~h/2 = 6.25 s and
+    the window holds about 100/6.25 = 16 independent stretches (15.0 with the lagged sums' own shrinkage): under 20,
+    said. Switching every second: ~200 of them, none said. Only an open loop's own window: not a closed loop's."""
+    from tokenroof.stats import independent_samples
+
+    slow = wandering_result(25.0)
+    [said] = slow._stretch_warnings(0.0, 100.0)
+    times = (np.arange(1024) + 0.5) * 100 / 1024
+    stretches = independent_samples(np.where(times % 25.0 < 12.5, 2, 0))
+    assert stretches == pytest.approx(15.0, abs=0.01)
+    assert said == (
+        "few stretches: the requests in the server wander over about 6.7 s at a time, so the window (100 s) holds "
+        "about 15 independent stretches: its p99 latencies rest on few of the excursions they come from and read low "
+        "near saturation; simulate more requests (--num-requests)"
+    )
+    assert wandering_result(2.0)._stretch_warnings(0.0, 100.0) == []
+    slow.loop = ClosedLoop(2, Lengths(10), Lengths(5), 8)
+    assert slow._stretch_warnings(0.0, 100.0) == []
+
+
+def test_independent_samples_by_hand() -> None:
+    """1 1 −1 −1 1 1 −1 −1: lagged sums 8, 1, −6 → ρ₁ = 1/8, then negative: 8 / (1 + 2/8) = 6.4. Alternating ±1: ρ₁
+    negative at once, every sample independent (8). 1 2 3 4 (centred −1.5 −0.5 0.5 1.5): sums 5, 1.25, −1.5: 4 / 1.5.
+    A constant series: its length."""
+    from tokenroof.stats import independent_samples
+
+    assert independent_samples([1, 1, -1, -1, 1, 1, -1, -1]) == pytest.approx(6.4)
+    assert independent_samples([1, -1] * 4) == pytest.approx(8.0)
+    assert independent_samples([1, 2, 3, 4]) == pytest.approx(4 / 1.5)
+    assert independent_samples([3.0] * 5) == 5.0
 
 
 def test_least_outstanding_counts_a_prompt_being_chunked_as_work_in_hand() -> None:

@@ -61,3 +61,38 @@ def open_loop_window(
     if w1 - w0 < lifetime_s:
         return float(ordered[0]), max(last_end_s, float(ordered[0]) + 1e-9)
     return w0, w1
+
+
+def trend(means: Sequence[float] | np.ndarray) -> tuple[float, float]:
+    """The slope of a straight line through equally spaced block means (a block apart) and its standard error: the
+    residuals' variance over n − 2, widened by (1 + r)/(1 − r) for their lag-one correlation r (held in [0, 0.9]),
+    as the batch-means method of simulation output analysis widens for blocks shorter than the series remembers.
+    An error of 0: the means lie on the line."""
+    y = np.asarray(means, dtype=float)
+    if y.size < 3:
+        raise ValueError(f"a trend needs at least 3 block means, got {y.size}")
+    x = np.arange(y.size) - (y.size - 1) / 2
+    slope = float((x * y).sum() / (x * x).sum())
+    residuals = y - y.mean() - slope * x
+    squares = float((residuals**2).sum())
+    if squares <= 0:
+        return slope, 0.0
+    lag_one = float(np.clip((residuals[1:] * residuals[:-1]).sum() / squares, 0.0, 0.9))
+    return slope, math.sqrt(squares / (y.size - 2) / float((x * x).sum()) * (1 + lag_one) / (1 - lag_one))
+
+
+def independent_samples(series: Sequence[float] | np.ndarray) -> float:
+    """How many independent samples an evenly sampled series is worth: its length over its integrated autocorrelation
+    time 1 + 2 Σ ρ_k, summed while ρ_k stays positive (the initial positive sequence; ρ_k from the sums of lagged
+    products over those of the series, as a long run's estimator has it). A constant series is worth its length."""
+    y = np.asarray(series, dtype=float)
+    y = y - y.mean()
+    n = y.size
+    spectrum = np.fft.rfft(y, 2 * n)
+    sums = np.fft.irfft(spectrum * np.conj(spectrum), 2 * n)[:n]
+    if n < 2 or sums[0] <= 1e-12 * n:
+        return float(n)
+    rho = sums[1:] / sums[0]
+    negative = np.flatnonzero(rho < 0)
+    kept = rho[: negative[0]] if negative.size else rho
+    return n / (1 + 2 * float(kept.sum()))
