@@ -91,6 +91,38 @@ def test_two_measured_contexts_predict_a_third() -> None:
     assert [r["extrapolated"] for r in result.predictions()] == [False] * 4 + [True] + [True] * 5
 
 
+def test_a_batch_the_long_context_never_reached_is_extrapolated_there() -> None:
+    """8k measured at batches 1-128, 32k at 1-16 (its memory held no more): batch 64 lies inside the table's batches
+    but was measured only at 8k. At 8k it is in range; at 32k and at 16k (between the two, the 32k curve's side
+    reaching 16 only) it lies two doublings past what was measured there, so it is extrapolated and its interval
+    is wider than at 8k's same distance 0. Batch 8 is in range at every measured and between context."""
+    rng = np.random.default_rng(3)
+    rows = [
+        Row(b, None, float(TRUTH.step_time_s(b, c)) * 1e3 * float(np.exp(0.02 * rng.normal())), c)
+        for c, top in ((8192, 128), (32768, 16))
+        for b in BATCHES
+        if b <= top
+    ]
+    result = predict_table(build_table(rows, semantics=STEP), [8, 64], n_samples=100, contexts=[8192, 16384, 32768])
+    assert result.fit.context_batches == ((8192, 8192, 1, 128), (32768, 32768, 1, 16))
+    rows_by = {(r["batch"], r["context_tokens"]): r for r in result.predictions()}
+    assert {key: r["extrapolated"] for key, r in rows_by.items()} == {
+        (8, 8192): False,
+        (8, 16384): False,
+        (8, 32768): False,
+        (64, 8192): False,
+        (64, 16384): True,
+        (64, 32768): True,
+    }
+    np.testing.assert_allclose(result.fit.batch_doublings(np.array([8.0, 64.0]), 32768), [0.0, 2.0])
+    np.testing.assert_allclose(result.fit.batch_doublings(np.array([8.0, 64.0]), 4096), [0.0, 0.0])  # 8k's side
+
+    def width(key: tuple[float, float]) -> float:
+        return rows_by[key]["tpot_ms_high"] / rows_by[key]["tpot_ms_low"]
+
+    assert width((64, 32768)) > 1.3 * width((8, 32768))  # 1.56 against 1.11 (1.13 read over the whole table)
+
+
 def test_the_measured_contexts_are_described_at_every_point() -> None:
     table = measured([4096, 32768])
     result = predict_table(table, BATCHES, n_samples=20)  # no --context: each measured context

@@ -39,6 +39,7 @@ import numpy as np
 from numpy.typing import ArrayLike
 
 from tokenroof.errors import ParameterError
+from tokenroof.fit.intervals import distance_doublings
 from tokenroof.fit.structures import (
     ContextLaw,
     Prior,
@@ -280,6 +281,9 @@ class Fit:
     notes: list[str] = field(default_factory=list)  # what the fit found worth a warning
     contexts: Contexts = field(default_factory=Contexts)
     context_range: tuple[float, float] | None = None  # the smallest and largest measured context (None: not stated)
+    # at each context level of a table of several (uncapped; else empty), in context order: its smallest and largest
+    # context, and its smallest and largest measured batch
+    context_batches: tuple[tuple[float, float, float, float], ...] = ()
     # the physics' memory cap (at the reference context) where the data showed more running and the cap was raised to
     # what they held, a floor of what fits (None: not raised)
     cap_raised_from: float | None = None
@@ -292,6 +296,19 @@ class Fit:
     def context_tokens(self) -> float:
         """The (effective) context the fitted terms are folded at: the step model, the critical batch."""
         return self.contexts.reference
+
+    def batch_doublings(self, batch: np.ndarray, context: float | None) -> np.ndarray:
+        """How many doublings each batch lies outside the batches measured (0 inside). At a context of a table of
+        several, those measured at the contexts either side of it (the nearest one past the measured range), the
+        farther of the two: a long context's memory holds fewer sequences, so its curve stops at a smaller batch,
+        and a batch the short context reached but the long one did not was never measured that long. Else the
+        whole table's."""
+        if context is None or not self.context_batches:
+            return distance_doublings(batch, float(self.batch_range[0]), float(self.batch_range[1]))
+        below = [level for level in self.context_batches if level[0] <= context]
+        above = [level for level in self.context_batches if level[1] >= context]
+        sides = [*below[-1:], *above[:1]]
+        return np.max([distance_doublings(batch, low, high) for _, _, low, high in sides], axis=0)
 
     @property
     def context_source(self) -> str | None:
@@ -767,6 +784,18 @@ def fit_table(
         fit.batch_range = (float(table.batch.min()), float(batch.max()) if capped else top)
     if points.context_tokens is not None:
         fit.context_range = (float(points.context_tokens[keep].min()), float(points.context_tokens[keep].max()))
+        if several and not capped:
+            levels, measured = points.levels[keep], points.context_tokens[keep]
+            low, high = points.batch[keep], tops[keep]
+            fit.context_batches = tuple(
+                (
+                    float(measured[levels == k].min()),
+                    float(measured[levels == k].max()),
+                    float(low[levels == k].min()),
+                    float(high[levels == k].max()),
+                )
+                for k in np.unique(levels)
+            )
     fit.excluded = seen
     fit.notes = notes
     fit.cap_raised_from = raised_from

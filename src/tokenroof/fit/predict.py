@@ -126,8 +126,7 @@ class PredictResult:
         running = fit.curve.running(b, ctx)
         thr = fit.curve.throughput_tok_s(b, tpot, ctx)
         cal = self.calibration
-        distance = intervals.distance_doublings(b, float(fit.batch_range[0]), float(fit.batch_range[1]))
-        distance = distance + context_doublings(fit, context)
+        distance = fit.batch_doublings(b, context) + context_doublings(fit, context)
         t_lo, t_hi = cal.bounds(tpot, cal.scale(sd, fit.sigma_rel, distance))
         t_lo, t_hi = np.minimum(t_lo, tpot), np.maximum(t_hi, tpot)
         # throughput = running / step: its bounds are the TPOT bounds' reciprocals
