@@ -79,20 +79,3 @@ def trend(means: Sequence[float] | np.ndarray) -> tuple[float, float]:
         return slope, 0.0
     lag_one = float(np.clip((residuals[1:] * residuals[:-1]).sum() / squares, 0.0, 0.9))
     return slope, math.sqrt(squares / (y.size - 2) / float((x * x).sum()) * (1 + lag_one) / (1 - lag_one))
-
-
-def independent_samples(series: Sequence[float] | np.ndarray) -> float:
-    """How many independent samples an evenly sampled series is worth: its length over its integrated autocorrelation
-    time 1 + 2 Σ ρ_k, summed while ρ_k stays positive (the initial positive sequence; ρ_k from the sums of lagged
-    products over those of the series, as a long run's estimator has it). A constant series is worth its length."""
-    y = np.asarray(series, dtype=float)
-    y = y - y.mean()
-    n = y.size
-    spectrum = np.fft.rfft(y, 2 * n)
-    sums = np.fft.irfft(spectrum * np.conj(spectrum), 2 * n)[:n]
-    if n < 2 or sums[0] <= 1e-12 * n:
-        return float(n)
-    rho = sums[1:] / sums[0]
-    negative = np.flatnonzero(rho < 0)
-    kept = rho[: negative[0]] if negative.size else rho
-    return n / (1 + 2 * float(kept.sum()))

@@ -5,9 +5,10 @@ model comes from a fit, over samples of the fit; a candidate is feasible when th
 worst of those runs meets both targets (on the SLO's statistic: p99 unless told). The search walks replica counts up
 from the throughput lower bound and, at each, tries batch caps from large to
 small; the cheapest feasible count wins, and among its caps the one with the most
-headroom. A winner whose runs had not settled (the running batch still grew across
-the window: near saturation a queue relaxes slowly and its latencies read low) runs
-again with 4× and then 16× the requests and is judged on those runs. Candidates are
+headroom. A winner whose runs were too short to read (simulate's warnings: the running
+batch still grew across the window, the drain read TPOT low, or the window held few
+independent stretches of the load, so its p99 read low) runs again with 4× and then 16×
+the requests and is judged on those runs. Candidates are
 evaluated in parallel processes.
 """
 
@@ -72,7 +73,7 @@ class Outcome:
     tpot_ms: list[dict[str, float | None]] = field(default_factory=list)
     throughput_tok_s: list[float] = field(default_factory=list)
     preemptions: list[int] = field(default_factory=list)
-    unsteady: list[str] = field(default_factory=list)  # a run's window had not settled (simulate's warning)
+    unsteady: list[str] = field(default_factory=list)  # per run too short to read, the first of simulate's warnings
 
     def add(self, summary: dict[str, Any]) -> None:
         """One run's figures, from simulate's summary."""
@@ -80,7 +81,7 @@ class Outcome:
         self.tpot_ms.append(summary["tpot_ms"])
         self.throughput_tok_s.append(summary["throughput_tok_s"])
         self.preemptions.append(summary["preemptions"])
-        self.unsteady.extend(summary["warnings"])
+        self.unsteady.extend(summary["warnings"][:1])
 
     def worst(self, metric: str, statistic: str) -> float:
         """The largest `statistic` of `metric` over the runs (a run with no value counts as never meeting it)."""
@@ -345,9 +346,9 @@ def settled_best(
     outcomes: list[Outcome], tried: list[Outcome], slo: Slo, longer: Callable[[Outcome], Outcome], most_requests: int
 ) -> Outcome | None:
     """The feasible candidate with the most headroom (then the larger cap), once its runs have settled: a winner
-    whose running batch still grew across the window (near saturation the queue relaxes slowly, and TTFT and TPOT
-    read low) runs again with more requests, up to `SETTLE_ROUNDS` times, and is judged on the longer runs (which
-    replace it in `tried`). None: nothing feasible."""
+    whose runs simulate said were too short to read (near saturation the load relaxes slowly, and TTFT and TPOT read
+    low) runs again with more requests, up to `SETTLE_ROUNDS` times, and is judged on the longer runs (which replace
+    it in `tried`). None: nothing feasible."""
     feasible = [o for o in outcomes if o.feasible(slo)]
     while feasible:
         best = max(feasible, key=lambda o: (o.headroom(slo), o.candidate.max_num_seqs))

@@ -36,14 +36,7 @@ from tokenroof.serving.engine.core import (
     StepPlan,
 )
 from tokenroof.serving.engine.fleet import Router, prefix_of
-from tokenroof.stats import (
-    arrival_times,
-    independent_samples,
-    open_loop_window,
-    percentiles,
-    trend,
-    typical_lifetime_s,
-)
+from tokenroof.stats import arrival_times, open_loop_window, percentiles, trend, typical_lifetime_s
 
 DISTRIBUTIONS = ("fixed", "uniform", "lognormal")
 OVERLOAD = 0.95  # an open loop whose servers complete fewer of the requests it offers than this is overloaded
@@ -338,6 +331,8 @@ class SimResult:
     # waited through (NaN: such a prefill step; None: every gap is its step's duration)
     step_gaps_s: np.ndarray | None = None
     measured_window_s: tuple[float, float] | None = None  # a replayed bench point's own window (Trace.window_s)
+    model: StepModel | None = None  # the (decode) step model the steps were timed with (None: not kept)
+    replayed: bool = False  # a trace's arrivals: its length is the trace's, not --num-requests
 
     def write(self, out_dir: Path, summary: dict[str, Any]) -> None:
         """requests.jsonl (one line per request), timeseries.csv (per step), summary.json."""
@@ -598,7 +593,7 @@ class SimResult:
         """A window whose running batch still grows (a short run, or a load near saturation, where the queue relaxes
         slowly) has no steady state to report, and a window whose requests decoded largely after the last arrival
         (while the batch drained) reads TPOT low: say so rather than print figures that move with --num-requests."""
-        overload = self.overload_warnings(w0, w1)  # past capacity the queue, not the drain, is what moves TPOT
+        overload = self.overload_warnings(w0, w1)  # past capacity the queue, not the drain or its wander, moves all
         rest = [] if overload else [*self._drain_warnings(w0, w1), *self._stretch_warnings(w0, w1)]
         return [*overload, *self._growth_warnings(w0, w1), *rest]
 
@@ -632,16 +627,23 @@ class SimResult:
             "near what the server can carry"
         ]
 
+    def _own_length(self) -> bool:
+        """Whether the run's length is simulate's to choose (--num-requests): an open loop's arrivals at a rate, not a
+        closed loop (its window is the client's), nor a trace (its length is the trace's)."""
+        return self.loop is None and not self.replayed and self.measured_window_s is None
+
     def _drain_warnings(self, w0: float, w1: float) -> list[str]:
-        """An open loop's requests that arrive in the window decode on after it, and past the last arrival the
-        batch drains: where a request lives long next to the run (near saturation, or few requests) much of the
-        window's decoding is in the drain and TPOT reads low (an 8B model at 95% load: 25% of it on 300 requests,
-        TPOT 31% under a 40,000-request run's; 5.6% on 1,000, 6% under; 1.4% on 4,000, within 1%; at 40% load 3.8%
-        on 300, 2% under). A replayed bench point keeps its own window (bench's drains too)."""
-        if self.loop is not None or self.measured_window_s is not None:
+        """An open loop's requests that arrive in the window decode on after it, and once the last request is
+        admitted the running batch only drains: its steps shorten (fewer sequences, no prompts), and where a request
+        lives long next to the run (near saturation, or few requests) much of the window's decoding is in those
+        steps and TPOT reads low. Estimated from the steps: the decoding after the last admission run at the
+        window's mean step instead of the drain's (an 8B model at 95% load on 300 requests: 25% of it, TPOT 31%
+        under a 40,000-request run's; on 4,000, 1.4%). Said past `DRAIN_BIAS`; past capacity the queue keeps the
+        batch full after the last arrival, so the last admission, not arrival, starts the drain."""
+        if not self._own_length() or w1 <= w0:
             return []
         measured = self.sequences[self.first_measured :]
-        last = max(s.arrival_s for s in measured)
+        admitted = [s.admitted_s for s in measured if s.admitted_s is not None]
         spans = np.array(
             [
                 (s.first_token_s, s.finished_s)
@@ -651,38 +653,67 @@ class SimResult:
             dtype=float,
         ).reshape(-1, 2)
         decoding = float((spans[:, 1] - spans[:, 0]).sum())
-        if decoding <= 0:
+        if decoding <= 0 or not admitted:
             return []
-        share = float(np.clip(spans[:, 1] - np.maximum(spans[:, 0], last), 0.0, None).sum()) / decoding
-        if share <= DRAIN_SHARE:
+        last = max(admitted)
+        after = float(np.clip(spans[:, 1] - np.maximum(spans[:, 0], last), 0.0, None).sum())
+        # each step's duration as its sequences waited it (weighed by the running batch: a token's wait, as TPOT
+        # is): inside the window by the share of each step in it, in the drain every step after the last admission
+        d = self.step_durations_s
+        inside = self.step_batches * self._overlap_s(w0, w1) / np.where(d > 0, d, 1.0)
+        draining = np.where(self.step_starts_s >= last, self.step_batches, 0.0)
+        if after <= 0 or inside.sum() <= 0 or draining.sum() <= 0:
+            return []
+        shorter = float((d * draining).sum() / draining.sum()) / float((d * inside).sum() / inside.sum())
+        if shorter >= 1:
+            return []
+        low = after * (1 / shorter - 1) / (decoding + after * (1 / shorter - 1))  # TPOT under what it would read
+        if low <= DRAIN_BIAS:
             return []
         return [
-            f"short run: {share:.0%} of the decoding by the window's requests came after the last arrival, while the "
-            "batch drained, so TPOT here reads low: simulate more requests (--num-requests)"
+            f"short run: {after / decoding:.0%} of the decoding by the window's requests came after the last "
+            f"admission, while the batch drained in steps {1 - shorter:.0%} shorter than the window's, so TPOT here "
+            f"reads about {low:.0%} low: simulate more requests (--num-requests)"
         ]
 
     def _stretch_warnings(self, w0: float, w1: float) -> list[str]:
-        """Near saturation the requests in the server wander for long stretches (at 95% load an 8B model's count
-        stays correlated ~14 s), and a window holding few independent stretches samples few of the excursions its
-        tails come from: its p99 TPOT reads low (under `LEAST_STRETCHES`: 8–9% low at 90–95% load on 4,000
-        requests; from 30: within 3%; at 40% load on 1,000 requests, ~25 of them, within 1% ± 4%). Counted from
-        the requests sent and not finished at 1,024 even times across the window, whose integrated autocorrelation
-        (stats.independent_samples) tells how many stretches it holds. An open loop's only (a closed loop holds its
-        count), and not a replayed bench point's (its window is bench's)."""
-        if self.loop is not None or self.measured_window_s is not None or w1 <= w0:
+        """Tail latencies come from the load's excursions, and a window holding few independent stretches of them
+        samples few: its p99 TPOT reads low (8–9% at 90–95% load on 4,000 requests). How long an excursion lasts:
+        requests live L (the typical lifetime), and where each step slows with the batch (elasticity ε of the step
+        time in the batch, from the step model at the window's mean batch and context) a batch above its mean
+        slows its own drain: it relaxes over τ = L / (1 − ε), the linearised fluid balance dB/dt = λ − B / E2E(B)
+        (measured on the simulated load it runs 1–1.5× that, longer near saturation). The window holds span / τ
+        stretches; under `LEAST_STRETCHES`, said — where ε ≥ `LEAST_ELASTICITY` (below it the step barely moves
+        with the batch, nor do the tails with the excursions). From the model, not from the run's own wander: a run
+        whose load happened not to wander would read many stretches and go unsaid, the very run whose p99 missed
+        the excursions."""
+        if not self._own_length() or w1 <= w0 or self.model is None:
             return []
-        times = w0 + (np.arange(STRETCH_SAMPLES) + 0.5) * (w1 - w0) / STRETCH_SAMPLES
-        arrival = np.sort([s.arrival_s for s in self.sequences])
-        finished = np.sort([math.inf if s.finished_s is None else s.finished_s for s in self.sequences])
-        inside = np.searchsorted(arrival, times, "right") - np.searchsorted(finished, times, "right")
-        stretches = independent_samples(inside)
+        overlap = self._overlap_s(w0, w1)
+        busy = float((self.step_batches * overlap).sum())
+        if busy <= 0 or self.step_contexts is None:
+            return []
+        batch = busy / (w1 - w0) / self.replicas
+        context = float((self.step_contexts * overlap).sum()) / busy
+        up, down = (float(self.model.step_time_s(b, context)) for b in (batch * 1.01, batch / 1.01))
+        elasticity = math.log(up / down) / (2 * math.log(1.01))
+        if elasticity < LEAST_ELASTICITY:
+            return []
+        measured = self.sequences[self.first_measured :]
+        arrivals = np.array([s.arrival_s for s in measured])
+        ends = np.array([np.nan if s.finished_s is None else s.finished_s for s in measured])
+        lifetime = typical_lifetime_s(arrivals, ends)
+        if lifetime <= 0:
+            return []
+        relax = lifetime / max(1 - elasticity, 0.05)
+        stretches = (w1 - w0) / relax
         if stretches >= LEAST_STRETCHES:
             return []
         return [
-            f"few stretches: the requests in the server wander over about {(w1 - w0) / stretches:.2g} s at a time, "
-            f"so the window ({w1 - w0:.3g} s) holds about {stretches:.0f} independent stretches: its p99 latencies "
-            "rest on few of the excursions they come from and read low near saturation; simulate more requests "
-            "(--num-requests)"
+            f"few stretches: requests live ~{lifetime:.2g} s and each step slows with the batch (elasticity "
+            f"{elasticity:.2f}), so an excursion of the load lasts ~{relax:.2g} s and the window ({w1 - w0:.3g} s) "
+            f"holds about {stretches:.0f} of them: its p99 latencies rest on few and read low; simulate more "
+            "requests (--num-requests)"
         ]
 
     def overload_warnings(self, w0: float, w1: float) -> list[str]:
@@ -701,9 +732,10 @@ class SimResult:
         if offered <= 0 or carried >= OVERLOAD * offered:
             return []
         return [
-            f"overloaded: {offered:.3g} req/s offered, {carried:.3g} carried: past what the server holds the queue and "
-            "TTFT grow for as long as the run lasts (these figures grow with --num-requests); lower the rate, or add "
-            "replicas"
+            f"overloaded: {offered:.3g} req/s offered, {carried:.3g} carried: fewer requests completed than arrived, "
+            "so the queue and TTFT grew across the run (these figures grow with --num-requests); past what the server "
+            "holds they grow for as long as it lasts (lower the rate, or add replicas), near it a short run's queue "
+            "still filling reads so too (simulate more requests to tell)"
         ]
 
     def _itl_ms(self, in_window: np.ndarray) -> list[float | None]:
@@ -746,12 +778,12 @@ class Replica:
         return self.scheduler.outstanding
 
 
-STEADY_SEQUENCES = 0.05  # the least growth of the mean running batch (a replica) that steadiness_warnings names
+STEADY_SEQUENCES = 0.05  # the least growth of the mean running batch (a replica) that _growth_warnings names
 TREND_BLOCKS = 16  # the window's spans whose mean batches tell a trend from noise (_growth_warnings)
 GROWTH_T = 3.0  # standard errors of the batch's slope that read as growth (~1 in 30 runs at 40–60% load at most)
 LEAST_STRETCHES = 20  # independent stretches of the load a window needs before its p99 is read (_stretch_warnings)
-STRETCH_SAMPLES = 1024  # even times across the window at which _stretch_warnings counts the requests in the server
-DRAIN_SHARE = 0.05  # the share of the window's decoding after the last arrival past which TPOT reads low (~as much)
+LEAST_ELASTICITY = 0.1  # a step slower by less than this share of the batch's growth leaves the tails to the arrivals
+DRAIN_BIAS = 0.03  # how low the drain may read TPOT before _drain_warnings says so
 
 
 def simulate(
@@ -924,6 +956,8 @@ def simulate(
         cached,
         step_gaps_s=None if np.array_equal(gaps, duration) else gaps,
         measured_window_s=workload.window_s if isinstance(workload, Trace) else None,
+        model=model,
+        replayed=isinstance(workload, Trace),
     )
 
 
@@ -1151,6 +1185,7 @@ def simulate_disaggregated(
     )
     result.disaggregation = summary
     result.measured_window_s = workload.window_s if isinstance(workload, Trace) else None
+    result.model, result.replayed = model, isinstance(workload, Trace)
     result.prefill_steps, result.prefill_replicas = prefill_steps, dis.prefill_replicas
     result.prefill_model, result.prefill_tp = prefill_sm, dis.prefill_tp
     return result
