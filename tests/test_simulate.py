@@ -569,6 +569,16 @@ def test_few_stretches_of_the_load_by_hand() -> None:
         "low; simulate more requests (--num-requests)"
     ]
     assert steady_result(300, model)._stretch_warnings(0.0, 300.0) == []
+    two = steady_result(80, model)  # two replicas (each at batch 10): their loads wander apart, 2 × 8 stretches
+    two.replicas, two.step_batches, two.step_contexts = 2, two.step_batches * 2, two.step_contexts * 2
+    assert two._stretch_warnings(0.0, 80.0) == [
+        "few stretches: requests live ~5 s and each step slows with the batch (elasticity 0.50), so an excursion of "
+        "the load lasts ~10 s and the window (80 s on each of 2 replicas) holds about 16 of them: its p99 latencies "
+        "rest on few and read low; simulate more requests (--num-requests)"
+    ]
+    three = steady_result(80, model)  # 3 × 8 = 24: enough
+    three.replicas, three.step_batches, three.step_contexts = 3, three.step_batches * 3, three.step_contexts * 3
+    assert three._stretch_warnings(0.0, 80.0) == []
     light = StepModel(t_fixed_s=0.01, t_weights_s=0.0, t_compute_s=0.0, t_kv_token_s=1e-7)
     assert steady_result(100, light)._stretch_warnings(0.0, 100.0) == []
 

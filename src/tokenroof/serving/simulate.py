@@ -683,10 +683,10 @@ class SimResult:
         time in the batch, from the step model at the window's mean batch and context) a batch above its mean
         slows its own drain: it relaxes over τ = L / (1 − ε), the linearised fluid balance dB/dt = λ − B / E2E(B)
         (measured on the simulated load it runs 1–1.5× that, longer near saturation). The window holds span / τ
-        stretches; under `LEAST_STRETCHES`, said — where ε ≥ `LEAST_ELASTICITY` (below it the step barely moves
-        with the batch, nor do the tails with the excursions). From the model, not from the run's own wander: a run
-        whose load happened not to wander would read many stretches and go unsaid, the very run whose p99 missed
-        the excursions."""
+        stretches on each replica (their loads wander apart); under `LEAST_STRETCHES` in all, said — where
+        ε ≥ `LEAST_ELASTICITY` (below it the step barely moves with the batch, nor do the tails with the
+        excursions). From the model, not from the run's own wander: a run whose load happened not to wander would
+        read many stretches and go unsaid, the very run whose p99 missed the excursions."""
         if not self._own_length() or w1 <= w0 or self.model is None:
             return []
         overlap = self._overlap_s(w0, w1)
@@ -706,14 +706,15 @@ class SimResult:
         if lifetime <= 0:
             return []
         relax = lifetime / max(1 - elasticity, 0.05)
-        stretches = (w1 - w0) / relax
+        stretches = self.replicas * (w1 - w0) / relax  # each replica's load wanders on its own
         if stretches >= LEAST_STRETCHES:
             return []
+        across = "" if self.replicas == 1 else f" on each of {self.replicas} replicas"
         return [
             f"few stretches: requests live ~{lifetime:.2g} s and each step slows with the batch (elasticity "
-            f"{elasticity:.2f}), so an excursion of the load lasts ~{relax:.2g} s and the window ({w1 - w0:.3g} s) "
-            f"holds about {stretches:.0f} of them: its p99 latencies rest on few and read low; simulate more "
-            "requests (--num-requests)"
+            f"{elasticity:.2f}), so an excursion of the load lasts ~{relax:.2g} s and the window ({w1 - w0:.3g} s"
+            f"{across}) holds about {stretches:.0f} of them: its p99 latencies rest on few and read low; simulate "
+            "more requests (--num-requests)"
         ]
 
     def overload_warnings(self, w0: float, w1: float) -> list[str]:
