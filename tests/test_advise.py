@@ -858,6 +858,11 @@ def test_advise_on_files_that_state_their_lengths_answers_on_the_scheduler_at_th
     llmperf = str(ROOT / "examples" / "llmperf-yi-1.5-34b-4xa10g-vllm")
     both = run_json(["advise", llmperf, "--tpot-slo-ms", "100", "--ttft-slo-ms", "2000"])
     assert both["at_cap"]["ttft_ms"]["p99"] <= 2000 and both["at_cap"]["tpot_ms"]["p99"] <= 100
+    # LLMPerf sent these in waves; a cap is kept full as production traffic would, and the answer says which
+    assert both["source"].endswith(
+        "each cap kept full by steady traffic, streams spread over a request's life (not the files' waves: no "
+        "production client waits for a whole wave to end)"
+    )
 
 
 def test_advise_says_a_ttft_nothing_prices_is_no_servers() -> None:

@@ -296,7 +296,7 @@ def advise_with_prefill(
     once; tokenroof bench staggers them) and prefills as the measured server did (the fitted prompt budget), so the
     answer at the measured workload is what the files show."""
     from tokenroof.serving.saturation import PHASES, advise_cap
-    from tokenroof.serving.simulate import EVEN, Lengths, PromptLengths
+    from tokenroof.serving.simulate import EVEN, WAVES, Lengths, PromptLengths
 
     assert flags.input_len is not None and flags.output_len is not None
     notes: list[str] = []
@@ -350,9 +350,14 @@ def advise_with_prefill(
                 client = replayed.client
             if max_num_batched_tokens is None:
                 max_num_batched_tokens = replayed.max_num_batched_tokens
+            kept = {
+                "burst": "a closed loop, every stream started at once",
+                "staggered": "a closed loop, streams staggered",
+            }.get(client, "steady traffic, streams spread over a request's life")
+            if replayed.client == WAVES:
+                kept += " (not the files' waves: no production client waits for a whole wave to end)"
             source = (
-                f"fitted on simulate's scheduler to {table.source} ({replayed.semantics}); each cap kept full by "
-                f"a closed loop, {'every stream started at once' if client == 'burst' else 'streams staggered'}"
+                f"fitted on simulate's scheduler to {table.source} ({replayed.semantics}); each cap kept full by {kept}"
             )
     else:
         sm = physics.step_model()
