@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import re
 from collections.abc import Callable
 
@@ -150,6 +151,35 @@ def test_advise_plan_and_simulate_give_one_answer_for_one_deployment() -> None:
         ["plan", *deployment, "--rate", "30", *slo, "--seeds", "1", "--num-requests", "400", "--workers", "1"]
     )
     assert plan["reference"]["throughput_tok_s"] == pytest.approx(sim["throughput_tok_s"], rel=0.05)
+
+
+def test_a_load_past_what_the_search_may_try_is_said_not_a_crash() -> None:
+    """3,000 req/s of 100-token outputs needs more replicas than 2 kept full can give: with --max-replicas 2
+    nothing is simulated and the answer says how many it takes (it had raised from max() of no candidates)."""
+    heavy = Workload(3000, Lengths(200), Lengths(100), num_requests=100)
+    plan = make_plan([SM], heavy, Slo(ttft_ms=500, tpot_ms=20), seeds=(0,), workers=1, max_replicas=2)
+    data = plan.to_dict()
+    assert not data["feasible"] and data["points"] == [] and data["chosen"] is None
+    assert re.search(r"takes at least \d+ replicas \(one kept full gives at most [\d,]+, at max_num_seqs \d+, prefill "
+                     r"included\), past --max-replicas 2$", data["reason"]), data["reason"]  # fmt: skip
+    args = ["plan", "-m", "llama-3.1-8b", "-H", "h100-sxm", "--request-rate", "50", "--max-replicas", "2"]
+    said = run_cli([*args, "--ttft-slo-ms", "1000", "--tpot-slo-ms", "50", "--json"])
+    assert said.exit_code == 1 and "Traceback" not in said.output
+    validate("plan", json.loads(said.stdout))
+
+
+def test_an_overloaded_candidate_is_never_the_answer() -> None:
+    """A run that completed fewer requests than arrived meets a loose TTFT target only because its run ended: not
+    feasible whatever its latencies, and its binding says the load."""
+    slo = Slo(ttft_ms=3_600_000, tpot_ms=20)
+    over = Outcome(Candidate(1, 8), 300)
+    run = {"mean": 1.0, "p50": 1.0, "p90": 1.0, "p99": 1.0}
+    summary = {"ttft_ms": run, "tpot_ms": run, "throughput_tok_s": 1.0, "preemptions": 0}
+    over.add({**summary, "warnings": ["overloaded: 19.7 req/s offered, 3.38 carried: ..."]})
+    assert not over.feasible(slo) and over.binding(slo) == "load (overloaded: its queue grows)"
+    fine = Outcome(Candidate(1, 8), 300)
+    fine.add({**summary, "warnings": ["few stretches: ..."]})
+    assert fine.feasible(slo) and not fine.overloaded
 
 
 def outcome(cap: int, ttft_p99: float, requests: int = 1000, unsteady: bool = False) -> Outcome:

@@ -842,7 +842,8 @@ def plan_result(console: Console, data: dict[str, Any]) -> None:
             "[green]yes[/]" if t["feasible"] else "no",
             t["binding"],
         )
-    console.print(table)
+    if data["points"]:  # none where the load needs more replicas than the search may try
+        console.print(table)
 
 
 def rate_sweep(console: Console, data: dict[str, Any]) -> None:

@@ -29,7 +29,7 @@ from tokenroof.model.stepmodel import StepModel
 from tokenroof.serving.advice import engine_flags
 from tokenroof.serving.engine.core import PLAIN, Server
 from tokenroof.serving.saturation import STATISTICS, at_cap
-from tokenroof.serving.simulate import Lengths, Workload, simulate
+from tokenroof.serving.simulate import OVERLOADED, Lengths, Workload, simulate
 
 CAPS = (256, 128, 64, 32, 16, 8)
 SETTLE_FACTOR, SETTLE_ROUNDS = 4, 2  # a winner whose runs had not settled runs again with 4×, then 16× the requests
@@ -74,6 +74,7 @@ class Outcome:
     throughput_tok_s: list[float] = field(default_factory=list)
     preemptions: list[int] = field(default_factory=list)
     unsteady: list[str] = field(default_factory=list)  # per run too short to read, the first of simulate's warnings
+    overloaded: bool = False  # a run completed fewer requests than arrived: its queue grows for as long as it runs
 
     def add(self, summary: dict[str, Any]) -> None:
         """One run's figures, from simulate's summary."""
@@ -82,6 +83,7 @@ class Outcome:
         self.throughput_tok_s.append(summary["throughput_tok_s"])
         self.preemptions.append(summary["preemptions"])
         self.unsteady.extend(summary["warnings"][:1])
+        self.overloaded |= any(w.startswith(OVERLOADED) for w in summary["warnings"])
 
     def worst(self, metric: str, statistic: str) -> float:
         """The largest `statistic` of `metric` over the runs (a run with no value counts as never meeting it)."""
@@ -89,8 +91,12 @@ class Outcome:
         return max(math.inf if v is None else v for v in values)
 
     def feasible(self, slo: Slo) -> bool:
+        """Both targets met in every run, and the load carried: an overloaded fleet's TTFT is that of however long
+        its run lasted (a loose TTFT target had passed one carrying a sixth of the rate)."""
         return (
-            self.worst("ttft_ms", slo.statistic) <= slo.ttft_ms and self.worst("tpot_ms", slo.statistic) <= slo.tpot_ms
+            not self.overloaded
+            and self.worst("ttft_ms", slo.statistic) <= slo.ttft_ms
+            and self.worst("tpot_ms", slo.statistic) <= slo.tpot_ms
         )
 
     def headroom(self, slo: Slo) -> float:
@@ -102,6 +108,8 @@ class Outcome:
         """The constraint closest to (or past) its limit, named by its cause."""
         ttft = self.worst("ttft_ms", slo.statistic) / slo.ttft_ms
         tpot = self.worst("tpot_ms", slo.statistic) / slo.tpot_ms
+        if self.overloaded and ttft <= 1 and tpot <= 1:
+            return "load (overloaded: its queue grows)"
         if max(self.preemptions) > 0 and ttft >= tpot:
             return "KV-cache capacity (preemptions raise TTFT)"
         return f"{slo.label('TTFT')} (queueing)" if ttft >= tpot else f"{slo.label('TPOT')} (batch size)"
@@ -281,6 +289,18 @@ def make_plan(
         key=lambda pair: pair[1],
     )
     start = replicas_lower_bound(per_replica, workload)
+    if start > max_replicas:
+        return Plan(
+            slo,
+            None,
+            [],
+            f"no configuration meets the SLOs: carrying {workload.rate_req_s * workload.output_len.mean:,.0f} output "
+            f"tok/s takes at least {start:,} replicas (one kept full gives at most {per_replica:,.0f}, at "
+            f"max_num_seqs {best_cap}, prefill included), past --max-replicas {max_replicas}",
+            (best_cap, per_replica),
+            workload,
+            router,
+        )
     tried: list[Outcome] = []
     pool_cm: Any = (
         RayPool(ray_address)

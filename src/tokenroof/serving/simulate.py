@@ -40,6 +40,7 @@ from tokenroof.stats import arrival_times, open_loop_window, percentiles, trend,
 
 DISTRIBUTIONS = ("fixed", "uniform", "lognormal")
 OVERLOAD = 0.95  # an open loop whose servers complete fewer of the requests it offers than this is overloaded
+OVERLOADED = "overloaded:"  # how that warning starts (plan reads it: an overloaded candidate carries no plan)
 TIMESERIES_COLUMNS = ("start_s", "duration_s", "running_batch", "kv_tokens")  # timeseries.csv, one row per step
 
 
@@ -733,7 +734,7 @@ class SimResult:
         if offered <= 0 or carried >= OVERLOAD * offered:
             return []
         return [
-            f"overloaded: {offered:.3g} req/s offered, {carried:.3g} carried: fewer requests completed than arrived, "
+            f"{OVERLOADED} {offered:.3g} req/s offered, {carried:.3g} carried: fewer requests completed than arrived, "
             "so the queue and TTFT grew across the run (these figures grow with --num-requests); past what the server "
             "holds they grow for as long as it lasts (lower the rate, or add replicas), near it a short run's queue "
             "still filling reads so too (simulate more requests to tell)"
