@@ -131,6 +131,33 @@ def test_round_robin_smooths_each_replicas_arrivals_and_a_random_router_does_not
     assert fleet["random"]["ttft_ms"]["p90"] > 1.5 * fleet["round-robin"]["ttft_ms"]["p90"]
 
 
+@pytest.mark.parametrize(
+    ("field", "value", "message"),
+    [
+        ("output_tokens", None, "output_tokens must be a whole number, 0 or more, got None"),
+        ("output_tokens", -5, "output_tokens must be a whole number, 0 or more, got -5"),
+        ("output_tokens", 5.7, "output_tokens must be a whole number, 0 or more, got 5.7"),
+        ("output_tokens", True, "output_tokens must be a whole number, 0 or more, got True"),
+        ("prompt_tokens", -10, "prompt_tokens must be a whole number, 0 or more, got -10"),
+        ("start_s", "abc", "start_s must be a number of seconds, got 'abc'"),
+        ("start_s", float("nan"), "start_s must be a number of seconds, got nan"),
+        ("index", "a", "index must be a whole number, got 'a'"),
+    ],
+)
+def test_a_malformed_trace_record_is_named(tmp_path, field: str, value: object, message: str) -> None:  # type: ignore[no-untyped-def]
+    """A bench requests.jsonl whose second line is a completed request with one field wrong: named with its line
+    (a KeyError, a TypeError or a NaN run had come out instead); a line that is no object, too."""
+    good = {"type": "request", "ok": True, "index": 0, "start_s": 0.0, "prompt_tokens": 10, "output_tokens": 5}
+    path = tmp_path / "requests.jsonl"
+    path.write_text(json.dumps(good) + "\n" + json.dumps({**good, field: value}) + "\n")
+    with pytest.raises(TokenroofError) as refused:
+        Trace.read(path)
+    assert str(refused.value) == f"{path}:2: {message}"
+    path.write_text(json.dumps(good) + "\n[1, 2]\n")
+    with pytest.raises(TokenroofError, match=":2: expected a JSON object"):
+        Trace.read(path)
+
+
 def test_trace_replay_and_outputs(tmp_path) -> None:  # type: ignore[no-untyped-def]
     import json
 
@@ -237,7 +264,6 @@ def test_a_bench_file_is_read_as_bench_wrote_it(tmp_path) -> None:  # type: igno
         {**base, "start_s": 1.0, "prefix_group": True, "prompt_tokens": None},  # no index: request 0
         {**base, "index": 2, "start_s": 3.0},
         {**base, "index": 3, "start_s": 4.0, "ok": False},
-        [1],  # not a record: passed over
     ]
     trace = write({"prefix_len": 64, "num_prefixes": 2}, rows)
     assert trace.records == ((0.0, 1, 8), (1.0, 100, 8), (2.0, 100, 8))
@@ -912,3 +938,17 @@ def test_a_loop_in_waves_sends_the_next_wave_only_when_the_last_has_ended() -> N
         one["tpot_ms"] == other["tpot_ms"]
         and one["ttft_ms"]["mean"] < other["ttft_ms"]["mean"] < 1.1 * one["ttft_ms"]["mean"]
     )
+
+
+def test_one_token_outputs_have_no_inter_token_latency() -> None:
+    """Every request one token: no gap between tokens, so ITL is unknown (it had printed the prefill steps' 22 ms
+    beside a TPOT of —), and simulate's JSON with it still keeps its contract."""
+    summary = simulate(SM, Workload(5, Lengths(100), Lengths(1), num_requests=50), max_num_seqs=8).summary()
+    assert summary["itl_ms"] == dict.fromkeys(("mean", "p50", "p90", "p99")) == summary["tpot_ms"]
+    from tests.conftest import run_json
+    from tests.schemas import validate
+
+    said = run_json(["simulate", "-m", "llama-3.1-8b", "-H", "h100-sxm", "--rate", "5", "--output-len", "1",
+                     "--num-requests", "50"])  # fmt: skip
+    assert said["itl_ms"]["p50"] is None
+    validate("simulate", said)

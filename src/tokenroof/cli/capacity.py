@@ -123,7 +123,9 @@ def simulate(
     trace: Annotated[Path | None, typer.Option(help="Replay arrivals and lengths from bench's requests.jsonl.")] = None,
     out: Annotated[Path | None, typer.Option(help="Write requests.jsonl, timeseries.csv, summary.json here.")] = None,
     plot: PlotOpt = None,
-    seed: Annotated[int, typer.Option(help="Seed for arrivals and lengths (and speculation's acceptance draws).")] = 0,
+    seed: Annotated[
+        int, typer.Option(min=0, help="Seed for arrivals and lengths (and speculation's acceptance draws).")
+    ] = 0,
     speculative_config: SpeculativeOpt = None,
     acceptance_rate: AcceptanceOpt = None,
     gpu_cost_per_hour: GpuCostOpt = None,

@@ -60,7 +60,7 @@ def bench_local(
         typer.Option(help="Measurement CSV, one row per batch as measured (default: bench-local-MODEL-DTYPE-cN.csv)."),
     ] = None,
     memory_fraction: Annotated[float, typer.Option(help="Refuse points needing more of the free memory.")] = 0.9,
-    seed: Annotated[int, typer.Option(help="Seed of the random weights and prompts.")] = 0,
+    seed: Annotated[int, typer.Option(min=0, help="Seed of the random weights and prompts.")] = 0,
     mode: Annotated[
         str | None,
         typer.Option(
@@ -208,7 +208,7 @@ def serve(
     read_timeout: Annotated[
         float, typer.Option(help="Seconds a client may take to send a request's headers, and again its body (408).")
     ] = 30.0,
-    seed: Annotated[int, typer.Option(help="Seed of the random weights.")] = 0,
+    seed: Annotated[int, typer.Option(min=0, help="Seed of the random weights.")] = 0,
     step_log: Annotated[
         Path | None,
         typer.Option(help="JSONL with one line per engine step: batch, prompt tokens, context, compute and wall s."),

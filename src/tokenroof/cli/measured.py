@@ -82,7 +82,7 @@ def predict(
     critical_batch: Annotated[float | None, typer.Option(help="Assert the compute roof (knee) at this batch.")] = None,
     roof_tok_s: Annotated[float | None, typer.Option(help="Assert the throughput asymptote (tok/s).")] = None,
     samples: Annotated[int, typer.Option(help="Samples for the 90% intervals.")] = 200,
-    seed: Annotated[int, typer.Option(help="Seed for the interval samples.")] = 0,
+    seed: Annotated[int, typer.Option(min=0, help="Seed for the interval samples.")] = 0,
     save_model: Annotated[
         Path | None,
         typer.Option(help="Write the fitted step model (and the workload it was fitted at) for --step-model."),

@@ -85,7 +85,9 @@ def emulate(
     ] = 30.0,
     speculative_config: SpeculativeOpt = None,
     acceptance_rate: AcceptanceOpt = None,
-    seed: Annotated[int, typer.Option(help="Seed of speculation's acceptance draws and of a random router.")] = 0,
+    seed: Annotated[
+        int, typer.Option(min=0, help="Seed of speculation's acceptance draws and of a random router.")
+    ] = 0,
     enable_prefix_caching: PrefixCachingOpt = None,
     prefill_replicas: PrefillReplicasOpt = None,
     prefill_tp: PrefillTpOpt = None,
@@ -236,7 +238,7 @@ def bench(
     tpot_slo_ms: Annotated[float | None, typer.Option(help="TPOT target for goodput.")] = None,
     max_failure_fraction: Annotated[float, typer.Option(help="A point with more failures is marked invalid.")] = 0.05,
     ignore_eos: Annotated[bool, typer.Option(help="Send ignore_eos and min_tokens (vLLM, SGLang, llama.cpp).")] = True,
-    seed: Annotated[int, typer.Option(help="Seed for prompts and arrivals.")] = 0,
+    seed: Annotated[int, typer.Option(min=0, help="Seed for prompts and arrivals.")] = 0,
     prompt_salt: Annotated[
         int | None,
         typer.Option(

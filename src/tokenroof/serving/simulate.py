@@ -245,7 +245,7 @@ class Trace:
         prefix: SharedPrefix | None = None
         windows: dict[Any, tuple[float, float] | None] = {}
         labels = set()
-        for _, record in read_jsonl(path):
+        for line, record in read_jsonl(path):
             if isinstance(record, dict) and record.get("type") == "point":
                 edges = [record.get("window_start_s"), record.get("window_end_s")]
                 numbers = [float(w) for w in edges if isinstance(w, int | float) and not isinstance(w, bool)]
@@ -259,21 +259,24 @@ class Trace:
                 tokens, groups = settings.get("prefix_len"), settings.get("num_prefixes")
                 if isinstance(tokens, int) and isinstance(groups, int) and tokens > 0 and groups > 0:
                     prefix = SharedPrefix(tokens, groups)
-            if (
-                not isinstance(record, dict)
-                or record.get("type") != "request"
-                or not record.get("ok")
-                or record.get("index", 0) < 0
-            ):
+            where = f"{path}:{line}"
+            if not isinstance(record, dict):
+                raise TokenroofError(f"{where}: expected a JSON object (a bench requests.jsonl record)")
+            if record.get("type") != "request" or not record.get("ok"):
                 continue
+            if trace_whole(record.get("index", 0), where, "index", least=None) < 0:
+                continue  # a warm-up request
             labels.add(record.get("point"))
-            prompt = record.get("prompt_tokens") or 1
+            start_s = record.get("start_s")
+            if not isinstance(start_s, int | float) or isinstance(start_s, bool) or not math.isfinite(start_s):
+                raise TokenroofError(f"{where}: start_s must be a number of seconds, got {start_s!r}")
+            prompt = record.get("prompt_tokens")
             group = record.get("prefix_group")
             rows.append(
                 (
-                    float(record["start_s"]),
-                    int(prompt),
-                    int(record["output_tokens"]),
+                    float(start_s),
+                    max(trace_whole(prompt, where, "prompt_tokens"), 1) if prompt is not None else 1,
+                    trace_whole(record.get("output_tokens"), where, "output_tokens"),
                     group if isinstance(group, int) and not isinstance(group, bool) else -1,
                 )
             )
@@ -301,6 +304,15 @@ class Trace:
                 if group >= 0:  # as bench sent it: its first prefix.tokens tokens one of the run's prefixes
                     seq.prefix_group, seq.prefix_tokens = group, self.prefix.tokens
         return seqs
+
+
+def trace_whole(value: Any, where: str, name: str, least: int | None = 0) -> int:
+    """A request record's count (tokens, its index): a whole number, at least `least` (None: any)."""
+    whole = isinstance(value, int) and not isinstance(value, bool)
+    if not whole or (least is not None and value < least):
+        floor = "" if least is None else f", {least} or more"
+        raise TokenroofError(f"{where}: {name} must be a whole number{floor}, got {value!r}")
+    return int(value)
 
 
 @dataclass
@@ -743,7 +755,10 @@ class SimResult:
     def _itl_ms(self, in_window: np.ndarray) -> list[float | None]:
         """The gaps between a running sequence's tokens: each decode step's duration, with the prefill steps of their
         own its sequences waited through before it (on its replica); None where no step decoded (every request one
-        token, prefilled in steps of their own)."""
+        token, prefilled in steps of their own) or where no request has a second token (each one token: there is no
+        gap between tokens, and the steps are prefills)."""
+        if all(s.max_tokens <= 1 for s in self.sequences[self.first_measured :]):
+            return [None] * 4
         durations = self.step_durations_s
         if self.step_gaps_s is not None:
             decoding = np.isfinite(self.step_gaps_s)
