@@ -24,6 +24,8 @@ from tokenroof.serving.deployment import Deployment
 from tokenroof.serving.engine.core import Server
 from tokenroof.serving.plan import Slo
 from tokenroof.serving.simulate import (
+    OVERLOADED,
+    TOO_FEW,
     ClosedLoop,
     SimResult,
     Trace,
@@ -215,10 +217,11 @@ def ttft_sensitivity(
 ) -> str | None:
     """Near what a server carries, the queue amplifies any error in the step time into TTFT (on llama-server at 90%
     load, 6-10% of TTFT per 1% of step time): the same arrivals run again with every step STEP_SENSITIVITY slower, and
-    a note where TTFT p50 moves by more than AMPLIFIED times that. None below it, or where the run is overloaded (its
-    own warning says more)."""
+    a note where TTFT p50 moves by more than AMPLIFIED times that. None below it, where the run is overloaded (its
+    own warning says more), or where it holds too few requests for a p50 to move smoothly."""
     base = summary["ttft_ms"]["p50"]
-    if base is None or base <= 0 or any(w.startswith("overloaded") for w in summary.get("warnings", [])):
+    said = summary.get("warnings", [])
+    if base is None or base <= 0 or any(w.startswith((OVERLOADED, TOO_FEW)) for w in said):
         return None
     slower, _ = run_one(max_num_seqs, server, sm.scaled(1 + STEP_SENSITIVITY), offered, traffic)
     moved = slower["ttft_ms"]["p50"]

@@ -40,7 +40,9 @@ from tokenroof.stats import arrival_times, open_loop_window, percentiles, trend,
 
 DISTRIBUTIONS = ("fixed", "uniform", "lognormal")
 OVERLOAD = 0.95  # an open loop whose servers complete fewer of the requests it offers than this is overloaded
+OVERLOAD_SD = 2.5  # ... by more than this many standard deviations of the window's Poisson arrivals
 OVERLOADED = "overloaded:"  # how that warning starts (plan reads it: an overloaded candidate carries no plan)
+TOO_FEW = "too few requests:"  # how the warning of a window too thin for any figure starts
 TIMESERIES_COLUMNS = ("start_s", "duration_s", "running_batch", "kv_tokens")  # timeseries.csv, one row per step
 
 
@@ -412,6 +414,9 @@ class SimResult:
             c = self.loop.concurrency
             open_at = min(c, ends.size - 2)
             close_at = min(open_at + (self.loop.measure or bench_window(c)), ends.size - 1)
+            drains = ends.size - c  # past this completion no stream sends again: the batch drains
+            if drains > open_at:  # (else no window before the drain: steadiness_warnings says so)
+                close_at = min(close_at, drains)
             return float(ends[open_at]), float(ends[close_at])
         return open_loop_window(arrivals, typical_lifetime_s(arrivals, finished), float(finished.max()))
 
@@ -606,6 +611,9 @@ class SimResult:
         """A window whose running batch still grows (a short run, or a load near saturation, where the queue relaxes
         slowly) has no steady state to report, and a window whose requests decoded largely after the last arrival
         (while the batch drained) reads TPOT low: say so rather than print figures that move with --num-requests."""
+        few = self._few_requests_warnings(w0, w1)
+        if few:
+            return few
         overload = self.overload_warnings(w0, w1)  # past capacity the queue, not the drain or its wander, moves all
         rest = [] if overload else [*self._drain_warnings(w0, w1), *self._stretch_warnings(w0, w1)]
         return [*overload, *self._growth_warnings(w0, w1), *rest]
@@ -638,6 +646,30 @@ class SimResult:
             f"{second / self.replicas:.3g} across the window ({w0:.3g}–{w1:.3g} s), so TPOT and throughput here "
             "are lower than the load will settle at: simulate more requests (--num-requests), or the rate is "
             "near what the server can carry"
+        ]
+
+    def _few_requests_warnings(self, w0: float, w1: float) -> list[str]:
+        """Too few requests for any steady figure: under `LEAST_IN_WINDOW` in the window (one request read 141 tok/s
+        and 0.47 req/s at 10 req/s), or a staggered closed loop of c streams given no more than 2c requests, whose
+        streams stop sending before the first c have been replaced (64 streams on 100 requests read 54 req/s beside
+        2,361 tok/s, the batch 19.8: the drain)."""
+        if self.replayed or self.measured_window_s is not None:
+            return []
+        seqs = self.sequences[self.first_measured :]
+        loop = self.loop
+        if loop is not None and loop.client not in ("burst", WAVES) and len(seqs) <= 2 * loop.concurrency:
+            return [
+                f"short run: {len(seqs):,} requests over {loop.concurrency} streams leave no steady window (the "
+                f"streams stop sending before the first {loop.concurrency} are replaced, so these figures are the "
+                f"ramp and the drain): simulate at least {2 * loop.concurrency + bench_window(loop.concurrency):,} "
+                "requests (--num-requests)"
+            ]
+        inside = int(self.measured().sum())
+        if inside >= LEAST_IN_WINDOW:
+            return []
+        return [
+            f"{TOO_FEW} {inside} in the window ({w0:.3g}–{w1:.3g} s), too few for a rate or a percentile: "
+            "simulate more requests (--num-requests)"
         ]
 
     def _own_length(self) -> bool:
@@ -743,7 +775,10 @@ class SimResult:
             return []
         offered = (arrival.size - 1) / span  # the rate requests came at (a short run's window is the whole run)
         carried = float(((finished >= w0) & (finished <= w1)).sum()) / (w1 - w0)
-        if offered <= 0 or carried >= OVERLOAD * offered:
+        expected = offered * (w1 - w0)  # completions the window would hold if every arrival were carried
+        # and short of it by more than Poisson arrivals' own noise: 50 requests at 2% load had read overloaded
+        short = expected - carried * (w1 - w0)
+        if offered <= 0 or carried >= OVERLOAD * offered or short <= OVERLOAD_SD * math.sqrt(expected):
             return []
         return [
             f"{OVERLOADED} {offered:.3g} req/s offered, {carried:.3g} carried: fewer requests completed than arrived, "
@@ -798,6 +833,7 @@ class Replica:
 STEADY_SEQUENCES = 0.05  # the least growth of the mean running batch (a replica) that _growth_warnings names
 TREND_BLOCKS = 16  # the window's spans whose mean batches tell a trend from noise (_growth_warnings)
 GROWTH_T = 3.0  # standard errors of the batch's slope that read as growth (~1 in 30 runs at 40–60% load at most)
+LEAST_IN_WINDOW = 10  # requests in the window below which no figure is steady (_few_requests_warnings)
 LEAST_STRETCHES = 20  # independent stretches of the load a window needs before its p99 is read (_stretch_warnings)
 LEAST_ELASTICITY = 0.1  # a step slower by less than this share of the batch's growth leaves the tails to the arrivals
 DRAIN_BIAS = 0.03  # how low the drain may read TPOT before _drain_warnings says so
