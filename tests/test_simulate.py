@@ -621,6 +621,15 @@ def test_few_stretches_of_the_load_by_hand() -> None:
         "the load lasts ~10 s and the window (80 s on each of 2 replicas) holds about 16 of them: its p99 latencies "
         "rest on few and read low; simulate more requests (--num-requests)"
     ]
+    bursty = steady_result(300, model)  # 30 stretches, but arrivals of gamma shape 0.5 vary twice Poisson's: worth 15
+    bursty.burstiness = 0.5
+    assert bursty._stretch_warnings(0.0, 300.0)[0].endswith(
+        "the window (300 s) holds about 30 of them, worth 15 at burstiness 0.5: its p99 latencies rest on few and read "
+        "low; simulate more requests (--num-requests)"
+    )
+    constant = steady_result(100, model)  # arrivals at a constant rate: no excursion to sample
+    constant.burstiness = math.inf
+    assert constant._stretch_warnings(0.0, 100.0) == []
     three = steady_result(80, model)  # 3 × 8 = 24: enough
     three.replicas, three.step_batches, three.step_contexts = 3, three.step_batches * 3, three.step_contexts * 3
     assert three._stretch_warnings(0.0, 80.0) == []

@@ -348,6 +348,7 @@ class SimResult:
     measured_window_s: tuple[float, float] | None = None  # a replayed bench point's own window (Trace.window_s)
     model: StepModel | None = None  # the (decode) step model the steps were timed with (None: not kept)
     replayed: bool = False  # a trace's arrivals: its length is the trace's, not --num-requests
+    burstiness: float = 1.0  # the arrivals' gamma shape (1: Poisson; inf: a constant rate)
 
     def write(self, out_dir: Path, summary: dict[str, Any]) -> None:
         """requests.jsonl (one line per request), timeseries.csv (per step), summary.json."""
@@ -752,14 +753,20 @@ class SimResult:
             return []
         relax = lifetime / max(1 - elasticity, 0.05)
         stretches = self.replicas * (w1 - w0) / relax  # each replica's load wanders on its own
-        if stretches >= LEAST_STRETCHES:
+        # arrivals of gamma shape β vary as 1/β of Poisson's: the same tail takes 1/β the stretches (none: constant)
+        if stretches * self.burstiness >= LEAST_STRETCHES:
             return []
         across = "" if self.replicas == 1 else f" on each of {self.replicas} replicas"
+        regular = (
+            ""
+            if self.burstiness == 1
+            else f", worth {stretches * self.burstiness:.0f} at burstiness {self.burstiness:g}"
+        )
         return [
             f"few stretches: requests live ~{lifetime:.2g} s and each step slows with the batch (elasticity "
             f"{elasticity:.2f}), so an excursion of the load lasts ~{relax:.2g} s and the window ({w1 - w0:.3g} s"
-            f"{across}) holds about {stretches:.0f} of them: its p99 latencies rest on few and read low; simulate "
-            "more requests (--num-requests)"
+            f"{across}) holds about {stretches:.0f} of them{regular}: its p99 latencies rest on few and read low; "
+            "simulate more requests (--num-requests)"
         ]
 
     def overload_warnings(self, w0: float, w1: float) -> list[str]:
@@ -1011,6 +1018,7 @@ def simulate(
         measured_window_s=workload.window_s if isinstance(workload, Trace) else None,
         model=model,
         replayed=isinstance(workload, Trace),
+        burstiness=workload.burstiness if isinstance(workload, Workload) else 1.0,
     )
 
 
@@ -1239,6 +1247,7 @@ def simulate_disaggregated(
     result.disaggregation = summary
     result.measured_window_s = workload.window_s if isinstance(workload, Trace) else None
     result.model, result.replayed = model, isinstance(workload, Trace)
+    result.burstiness = workload.burstiness if isinstance(workload, Workload) else 1.0
     result.prefill_steps, result.prefill_replicas = prefill_steps, dis.prefill_replicas
     result.prefill_model, result.prefill_tp = prefill_sm, dis.prefill_tp
     return result
