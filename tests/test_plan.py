@@ -168,6 +168,17 @@ def test_a_load_past_what_the_search_may_try_is_said_not_a_crash() -> None:
     validate("plan", json.loads(said.stdout))
 
 
+def test_an_unreachable_ttft_stops_the_search_once_the_queue_is_gone() -> None:
+    """A TTFT target under one prompt's prefill: more replicas lower TTFT only while they shorten the queue, so the
+    search stops where a replica more gains under 5% (it had simulated every count up to --max-replicas, then named
+    that limit, and called the binding queueing)."""
+    plan = make_plan([SM], WORKLOAD, Slo(ttft_ms=0.5, tpot_ms=50), seeds=(0,), workers=1, max_replicas=64)
+    data = plan.to_dict()
+    assert not data["feasible"] and max(p["replicas"] for p in data["points"]) < 10
+    assert "TTFT stopped falling with more replicas at" in data["reason"]
+    assert data["reason"].endswith("bound by TTFT p99 (the prompt's prefill and the step)")
+
+
 def test_an_overloaded_candidate_is_never_the_answer() -> None:
     """A run that completed fewer requests than arrived meets a loose TTFT target only because its run ended: not
     feasible whatever its latencies, and its binding says the load."""

@@ -33,6 +33,7 @@ from tokenroof.serving.simulate import OVERLOADED, Lengths, Workload, simulate
 
 CAPS = (256, 128, 64, 32, 16, 8)
 SETTLE_FACTOR, SETTLE_ROUNDS = 4, 2  # a winner whose runs had not settled runs again with 4×, then 16× the requests
+TTFT_STILL_FALLING = 0.05  # a replica more that lowers the best TTFT by less than this: the queue is gone
 
 
 @dataclass(frozen=True)
@@ -310,6 +311,7 @@ def make_plan(
         else ProcessPoolExecutor(max_workers=workers)
     )
     most = workload.num_requests * SETTLE_FACTOR**SETTLE_ROUNDS
+    last_ttft: float | None = None  # the best TTFT at the replica count before
     with pool_cm as pool:
 
         def longer(o: Outcome) -> Outcome:
@@ -342,6 +344,10 @@ def make_plan(
                 return Plan(slo, best, tried, reason, (best_cap, per_replica), workload, router)
             if all(o.worst("tpot_ms", slo.statistic) > slo.tpot_ms for o in outcomes) and replicas > start + 1:
                 break  # more replicas do not lower TPOT once queueing is gone: the step itself is too slow
+            ttft = min(o.worst("ttft_ms", slo.statistic) for o in outcomes)
+            if ttft > slo.ttft_ms and last_ttft is not None and ttft > (1 - TTFT_STILL_FALLING) * last_ttft:
+                break  # nor TTFT once the queue is gone: what is left is the prompt's prefill and the step
+            last_ttft = ttft
     closest = max(tried, key=lambda o: o.headroom(slo))
     return Plan(
         slo,
@@ -385,20 +391,29 @@ def settled_best(
 def infeasible_reason(tried: Sequence[Outcome], closest: Outcome, slo: Slo, max_replicas: int) -> str:
     """Why nothing meets the targets: the step itself too slow at the smallest cap (no replica count helps), or
     the search's replica limit reached; then the closest candidate and what binds it."""
+    bound = closest.binding(slo)
     smallest = min(tried, key=lambda o: o.candidate.max_num_seqs)
     floor_ms = smallest.worst("tpot_ms", slo.statistic)
     last = tried[-1].candidate.replicas
+    ttft_ms = min(o.worst("ttft_ms", slo.statistic) for o in tried if o.candidate.replicas == last)
     if floor_ms > slo.tpot_ms:
         why = (
             f"even at max_num_seqs {smallest.candidate.max_num_seqs} the {slo.statistic} TPOT is {floor_ms:.3g} ms "
             f"> {slo.tpot_ms:g} ms: the step itself is too slow, and more replicas do not shorten it (searched "
             f"{tried[0].candidate.replicas}–{last})"
         )
+    elif last < max_replicas and ttft_ms > slo.ttft_ms:
+        bound = f"{slo.label('TTFT')} (the prompt's prefill and the step)"
+        why = (
+            f"the {slo.statistic} TTFT stopped falling with more replicas at {ttft_ms:.3g} ms > {slo.ttft_ms:g} ms "
+            f"(searched {tried[0].candidate.replicas}–{last}): with the queue gone what is left is the prompt's "
+            "prefill and the step, which more replicas do not shorten"
+        )
     else:
         why = f"searched up to {last} replicas (--max-replicas {max_replicas})"
     return (
         f"no configuration meets the SLOs: {why}; closest: {closest.candidate.replicas} × max_num_seqs "
-        f"{closest.candidate.max_num_seqs}, bound by {closest.binding(slo)}"
+        f"{closest.candidate.max_num_seqs}, bound by {bound}"
     )
 
 
