@@ -459,3 +459,17 @@ def test_no_fitted_term_beats_the_hardware_without_a_named_conflict(table: Measu
         serving.model.t_weights_s <= peak.t_weights_s * 1.001 or serving.model.t_compute_s <= peak.t_compute_s * 1.001
     )
     assert not at_floor or serving.conflicts
+
+
+def test_an_empty_item_between_commas_is_named_not_passed_over() -> None:
+    """`--request-rate 10,,20` left a value out: named (it had simulated 10 and 20 as if nothing were missing); the
+    same for a list of names. Commas with spaces, or spaces alone, still separate."""
+    from tokenroof.params import parse_names
+
+    for text in ("10,,20", "1,8,", ",4"):
+        with pytest.raises(TokenroofError, match=f"--batch: an empty item between commas in '{text}'"):
+            parse_numbers(text, "--batch")
+    assert parse_numbers("1, 8 32", "--batch") == [1.0, 8.0, 32.0]
+    assert parse_names("h100-sxm, a100-sxm-80gb", "--hardware") == ("h100-sxm", "a100-sxm-80gb")
+    with pytest.raises(TokenroofError, match="--hardware: an empty item between commas in 'h100-sxm,,a100'"):
+        parse_names("h100-sxm,,a100", "--hardware")

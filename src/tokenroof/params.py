@@ -12,8 +12,12 @@ from tokenroof.errors import TokenroofError
 
 
 def parse_numbers(text: str, what: str) -> list[float]:
-    """`"1,8, 32"` → [1.0, 8.0, 32.0] (commas or any whitespace between); a bad item names itself, on one line."""
+    """`"1,8, 32"` → [1.0, 8.0, 32.0] (commas or any whitespace between); a bad item names itself, on one line, and so
+    does an empty one between commas (`10,,20`: a value left out, not a separator to pass over)."""
     values = []
+    pieces = text.split(",")
+    if len(pieces) > 1 and any(not piece.strip() for piece in pieces):
+        raise TokenroofError(f"{what}: an empty item between commas in '{repr(text[:60])[1:-1]}'")
     for item in re.split(r"[\s,]+", text):
         if not item:
             continue
@@ -22,6 +26,14 @@ def parse_numbers(text: str, what: str) -> list[float]:
         except ValueError:
             raise TokenroofError(f"{what}: '{repr(item[:40])[1:-1]}' is not a number") from None
     return values
+
+
+def parse_names(text: str, what: str) -> tuple[str, ...]:
+    """`"h100-sxm, a100-sxm-80gb"` → its names; an empty one between commas named (`a,,b`)."""
+    names = tuple(part.strip() for part in text.split(","))
+    if not all(names):
+        raise TokenroofError(f"{what}: an empty item between commas in '{repr(text[:60])[1:-1]}'")
+    return names
 
 
 # The range each numeric flag takes, by its parameter name: (lowest, whether the lowest itself is allowed, highest).

@@ -48,7 +48,7 @@ from tokenroof.cli.common import (
 )
 from tokenroof.cli.common import speculative_config as speculative_config_of
 from tokenroof.errors import TokenroofError
-from tokenroof.params import whole_numbers
+from tokenroof.params import parse_names, whole_numbers
 from tokenroof.serving.deployment import Deployment, Physics
 
 SpreadOpt = Annotated[
@@ -280,8 +280,8 @@ def plan(
     from tokenroof.serving.plan import Slo
     from tokenroof.serving.simulate import Lengths, Workload
 
-    chips = tuple(h.strip() for h in hardware.split(",") if h.strip()) if hardware else ()
-    prefill_chips = tuple(h.strip() for h in prefill_hardware.split(",") if h.strip()) if prefill_hardware else ()
+    chips = parse_names(hardware, "--hardware") if hardware else ()
+    prefill_chips = parse_names(prefill_hardware, "--prefill-hardware") if prefill_hardware else ()
     if length_dist is not None:
         input_dist = output_dist = length_dist
     lengths = (
