@@ -998,3 +998,31 @@ def test_a_closed_loop_too_short_for_a_window_says_so_and_a_window_stops_before_
     assert not [w for w in run.summary()["warnings"] if w.startswith(("short run", "too few"))]
     one = simulate(SM, Workload(10, *lengths, num_requests=1)).summary()
     assert one["warnings"][0].startswith("too few requests: 1 in the window")
+
+
+@pytest.mark.parametrize(
+    ("flags", "message"),
+    [
+        (
+            ["--concurrency", "4", "--rate", "5"],
+            "--concurrency runs closed loops, --request-rate an open loop: give one",
+        ),
+        (["--client", "burst"], "--client is how a closed loop starts its streams: give --concurrency too"),
+    ],
+)
+def test_flags_one_mode_would_pass_over_are_refused(flags: list[str], message: str) -> None:
+    """simulate ran one mode and dropped the other's flag without a word (a rate beside closed loops, a client with no
+    loop to start)."""
+    from tests.conftest import run_cli
+
+    said = run_cli(["simulate", "-m", "llama-3.1-8b", "-H", "h100-sxm", *flags, "--num-requests", "50"])
+    assert said.exit_code == 2 and message in said.output
+
+
+def test_a_trace_with_a_rate_is_refused(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    from tests.conftest import run_cli
+
+    path = tmp_path / "requests.jsonl"
+    path.write_text(json.dumps({"type": "request", "ok": True, "start_s": 0.0, "output_tokens": 5}) + "\n")
+    said = run_cli(["simulate", "-m", "llama-3.1-8b", "-H", "h100-sxm", "--trace", str(path), "--rate", "5"])
+    assert said.exit_code == 2 and "--trace replays its own arrivals: drop --request-rate" in said.output

@@ -71,9 +71,11 @@ def simulate(
     engine: EngineOpt = None,
     enforce_eager: EagerOpt = False,
     request_rate: Annotated[
-        str,
-        typer.Option("--request-rate", "--rate", help="Request rate(s) (req/s): '10', or a sweep '5,10,20,40'."),
-    ] = "10",
+        str | None,
+        typer.Option(
+            "--request-rate", "--rate", help="Request rate(s) (req/s): '10' (the default), or a sweep '5,10,20,40'."
+        ),
+    ] = None,
     concurrency: Annotated[
         str | None,
         typer.Option(
@@ -82,13 +84,13 @@ def simulate(
         ),
     ] = None,
     client: Annotated[
-        str,
+        str | None,
         typer.Option(
             help="How a closed loop starts its streams: staggered (as tokenroof bench; figures over a steady window), "
             "burst (all at once, as vllm bench serve; figures over the whole run) or waves (all at once, the next "
-            "wave when the whole last one has ended, as LLMPerf before 2024-12-09)."
+            "wave when the whole last one has ended, as LLMPerf before 2024-12-09). Default: staggered."
         ),
-    ] = "staggered",
+    ] = None,
     burstiness: Annotated[float, typer.Option(help="Gamma shape of arrivals: 1 = Poisson; inf = constant.")] = 1.0,
     input_len: Annotated[int, typer.Option(help="Mean prompt tokens.")] = 1000,
     output_len: Annotated[int, typer.Option(help="Mean output tokens.")] = 300,
@@ -136,8 +138,15 @@ def simulate(
     from tokenroof.serving.capacity import Traffic, simulate_concurrencies, simulate_rates
     from tokenroof.serving.simulate import CLOSED_CLIENTS, Lengths
 
-    if client not in CLOSED_CLIENTS:
+    if client is not None and client not in CLOSED_CLIENTS:
         raise TokenroofError(f"unknown --client '{client}'; known: {', '.join(CLOSED_CLIENTS)}")
+    # flags one mode takes and the other would pass over without a word
+    if concurrency is not None and request_rate is not None:
+        raise TokenroofError("--concurrency runs closed loops, --request-rate an open loop: give one")
+    if trace is not None and request_rate is not None:
+        raise TokenroofError("--trace replays its own arrivals: drop --request-rate")
+    if client is not None and concurrency is None:
+        raise TokenroofError("--client is how a closed loop starts its streams: give --concurrency too")
     if num_requests is not None and num_requests < 1:
         raise TokenroofError(f"--num-requests must be at least 1, got {num_requests}")
 
@@ -164,7 +173,7 @@ def simulate(
     for flag, given in (("--prefill-tp", prefill_tp), ("--prefill-hardware", prefill_hardware)):
         if given is not None and prefill_replicas is None:
             raise TokenroofError(f"{flag} sizes a disaggregated server's prefill pool: give --prefill-replicas too")
-    traffic = Traffic(num_requests, burstiness, replicas, router, seed, ttft_slo_ms, tpot_slo_ms, client)
+    traffic = Traffic(num_requests, burstiness, replicas, router, seed, ttft_slo_ms, tpot_slo_ms, client or "staggered")
     if concurrency is not None:
         if trace is not None or out is not None:
             raise TokenroofError("--concurrency runs a sweep: --trace and --out take a single --request-rate")
@@ -172,7 +181,7 @@ def simulate(
             dep, whole_numbers(parse_numbers(concurrency, "--concurrency"), "--concurrency"), traffic
         )
     else:
-        answer = simulate_rates(dep, parse_numbers(request_rate, "--request-rate"), traffic, trace, out)
+        answer = simulate_rates(dep, parse_numbers(request_rate or "10", "--request-rate"), traffic, trace, out)
     finish(answer.data, render.rate_sweep if answer.sweep else render.simulation, json_output, plot, figure_of(answer))
 
 
