@@ -327,8 +327,11 @@ class Choices:
     def __post_init__(self) -> None:
         if self.prices and len(self.prices) not in (1, max(len(self.hardware), 1)):
             raise ParameterError("give one {}, or one per {} choice", "gpu_cost_per_hour", "hardware")
-        if any(not 0 < p < math.inf for p in self.prices) or any(t < 1 for t in self.tp):
-            raise TokenroofError("GPU prices must be positive and tensor-parallel degrees at least 1")
+        bad = [p for p in self.prices if not 0 < p < math.inf]
+        if bad:
+            raise ParameterError(f"{{}} must be a positive price, got {bad[0]:g}", "gpu_cost_per_hour")
+        if any(t < 1 for t in self.tp):
+            raise ParameterError(f"{{}} must be at least 1, got {min(self.tp)}", "tp_choices")
 
     def price(self, chip: str | None) -> float | None:
         if not self.prices:
