@@ -609,9 +609,10 @@ class SimResult:
         return steps, float(emitted[(ends >= w0) & (ends <= w1)].sum())
 
     def steadiness_warnings(self, w0: float, w1: float) -> list[str]:
-        """A window whose running batch still grows (a short run, or a load near saturation, where the queue relaxes
-        slowly) has no steady state to report, and a window whose requests decoded largely after the last arrival
-        (while the batch drained) reads TPOT low: say so rather than print figures that move with --num-requests."""
+        """Whether the run was long enough for its figures, rather than print figures that move with --num-requests:
+        too few requests for any (alone, where so); an open loop overloaded (then nothing else of the drain or the
+        wander: the queue moves every figure); a running batch still growing across the window; the drain reading
+        TPOT low; too few stretches of the load for its tails (benchmarks/steadiness.py measures each)."""
         few = self._few_requests_warnings(w0, w1)
         if few:
             return few
