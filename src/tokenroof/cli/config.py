@@ -52,6 +52,10 @@ def value_for(param: Any, value: Any, where: str) -> Any:
     """A TOML value as the option takes it: a list joins with commas where the option takes one string."""
     if isinstance(value, dict):
         raise TokenroofError(f"{where}: a table where a flag's value belongs")
+    switch = bool(getattr(param, "is_bool_flag", False))  # --json, --plot: true or false, nothing else
+    if switch != isinstance(value, bool):
+        wanted = "true or false" if switch else "a value, not true or false"
+        raise TokenroofError(f"{where}: the flag takes {wanted}, got {value!r}")
     if isinstance(value, list) and not param.multiple:
         if any(isinstance(v, dict | list) for v in value):
             raise TokenroofError(f"{where}: a list of plain values, got {value!r}")
