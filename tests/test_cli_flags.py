@@ -148,7 +148,7 @@ def test_config_gives_any_commands_flags_from_toml_and_the_command_line_wins(tmp
         ),
         ("model = [\n", "not TOML"),
         ("[roofline]\nbatch = [[1]]\n", "a list of plain values"),
-        ("[roofline]\njson = \"yes\"\n", "[roofline] json: the flag takes true or false, got 'yes'"),
+        ('[roofline]\njson = "yes"\n', "[roofline] json: the flag takes true or false, got 'yes'"),
         ("[roofline]\ncontext = true\n", "[roofline] context: the flag takes a value, not true or false, got True"),
     ],
 )
