@@ -989,7 +989,7 @@ def test_a_closed_loop_too_short_for_a_window_says_so_and_a_window_stops_before_
     lengths = (Lengths(100), Lengths(20))
     short = simulate(SM, ClosedLoop(8, *lengths, 12), max_num_seqs=8).summary()
     assert short["warnings"] == [
-        "short run: 12 requests over 8 streams leave no steady window (the streams stop sending before the first 8 "
+        "too few requests: 12 over 8 streams leave no steady window (the streams stop sending before the first 8 "
         "are replaced, so these figures are the ramp and the drain): simulate at least 32 requests (--num-requests)"
     ]
     run = simulate(SM, ClosedLoop(8, *lengths, 30), max_num_seqs=8)

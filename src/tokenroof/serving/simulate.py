@@ -661,7 +661,7 @@ class SimResult:
         loop = self.loop
         if loop is not None and loop.client not in ("burst", WAVES) and len(seqs) <= 2 * loop.concurrency:
             return [
-                f"short run: {len(seqs):,} requests over {loop.concurrency} streams leave no steady window (the "
+                f"{TOO_FEW} {len(seqs):,} over {loop.concurrency} streams leave no steady window (the "
                 f"streams stop sending before the first {loop.concurrency} are replaced, so these figures are the "
                 f"ramp and the drain): simulate at least {2 * loop.concurrency + bench_window(loop.concurrency):,} "
                 "requests (--num-requests)"
