@@ -196,7 +196,12 @@ def advise_answer(
         raise ParameterError(
             "give a measurement file, or {} and {} for the first-principles curve", "model", "hardware"
         )
-    stated = None if contexts or flags.context_tokens is not None else lengths_to_advise(files, flags)
+    table = None
+    if files:  # read once: every answer below is on it
+        from tokenroof.io.measurements import read_table
+
+        table = read_table(list(files))
+    stated = None if contexts or flags.context_tokens is not None else lengths_to_advise(table, flags)
     if stated is not None:  # the measured workload where the files state it (a length given kept), nothing else asked
         if prefix is not None and prefix.tokens >= stated[0]:
             raise ParameterError(
@@ -207,8 +212,8 @@ def advise_answer(
             )
         given = flags.input_len is not None or flags.output_len is not None
         flags = replace(flags, input_len=stated[0], output_len=stated[1])
-        answer = advise_answer(
-            files, physics, flags, targets, max_num_batched_tokens, samples, None, speculative, prefix, prefix_caching
+        answer = advise_with_prefill(
+            files, physics, flags, targets, max_num_batched_tokens, speculative, prefix, prefix_caching, table
         )
         whose = "the files' where not given" if given else "the lengths the files state"
         answer["warnings"].insert(
@@ -228,7 +233,7 @@ def advise_answer(
         )
     if lengths:
         return advise_with_prefill(
-            files, physics, flags, targets, max_num_batched_tokens, speculative, prefix, prefix_caching
+            files, physics, flags, targets, max_num_batched_tokens, speculative, prefix, prefix_caching, table
         )
     if prefix is not None and prefix.tokens:
         raise ParameterError(
@@ -247,7 +252,7 @@ def advise_answer(
     if targets.ttft_slo_ms is not None:
         raise ParameterError("{} needs {} and {} (the prompts decide TTFT)", "ttft_slo_ms", "input_len", "output_len")
     asked: list[float | None] = list(contexts) if contexts else [None]
-    each = advise_decode_only(files, physics, flags, targets.tpot_slo_ms, samples, asked)
+    each = advise_decode_only(files, physics, flags, targets.tpot_slo_ms, samples, asked, table)
     if targets.statistic not in (None, "mean"):
         each[0]["warnings"].append(
             f"--slo-statistic {targets.statistic} needs the scheduler's distribution (give --input-len and "
@@ -260,15 +265,12 @@ def advise_answer(
     return {"contexts": each, "warnings": list(dict.fromkeys(warnings))}
 
 
-def lengths_to_advise(files: Sequence[Path], flags: MeasuredWorkload) -> tuple[float, float] | None:
+def lengths_to_advise(table: MeasurementTable | None, flags: MeasuredWorkload) -> tuple[float, float] | None:
     """The prompt and output lengths to advise at where the flags give one or none: the files' (vLLM's, GuideLLM's,
     SGLang's, LLMPerf's results; a CSV's '# input_len=… output_len=…') for the one not given, where they state them
     and their steps held prompts; None otherwise (both given, or nothing stated)."""
-    if not files or flags.decode_only or (flags.input_len is not None and flags.output_len is not None):
+    if table is None or flags.decode_only or (flags.input_len is not None and flags.output_len is not None):
         return None
-    from tokenroof.io.measurements import read_table
-
-    table = read_table(list(files))
     sem = table.semantics
     if sem.input_len is None or sem.output_len is None or sem.tpot_kind == "step" or sem.batch_kind == "static":
         return None
@@ -289,6 +291,7 @@ def advise_with_prefill(
     speculative: SpeculativeConfig | None = None,
     prefix: SharedPrefix | None = None,
     prefix_caching: bool = True,
+    table: MeasurementTable | None = None,
 ) -> dict[str, Any]:
     """advise from the scheduler: the model fitted on it to the files (or first principles), a replica kept full.
 
@@ -308,10 +311,12 @@ def advise_with_prefill(
     replayed = None  # the scheduler's fit to the files, where they measured the scheduler (its replay error)
     if files:
         from tokenroof.fit.core import fit_table
-        from tokenroof.fit.predict import read_with_prior
+        from tokenroof.fit.predict import prior_for
+        from tokenroof.io.measurements import read_table
         from tokenroof.serving.replay import portable_model
 
-        table, prior = read_with_prior(list(files), physics, flags, flags_are_target=True)
+        table = read_table(list(files)) if table is None else table  # (advise_answer's, read once)
+        prior = prior_for(table, physics, flags, flags_are_target=True)
         stated = table.context_tokens is not None or table.semantics.mean_context is not None
         if flags.context_tokens is not None and stated:
             raise ParameterError(
@@ -466,6 +471,7 @@ def advise_decode_only(
     tpot_slo_ms: float,
     samples: int,
     contexts: Sequence[float | None] = (None,),
+    table: MeasurementTable | None = None,
 ) -> list[dict[str, Any]]:
     """advise from the decode step time alone (no prompts in the steps): the fitted curve (fitted once) or first
     principles; one answer per context (None: the measured workload's, or the workload's --context)."""
@@ -475,7 +481,7 @@ def advise_decode_only(
     from tokenroof.fit.predict import prior_for, split_contexts
     from tokenroof.io.measurements import read_table
 
-    table = read_table(list(files))
+    table = read_table(list(files)) if table is None else table  # (advise_answer's, read once)
     if flags.decode_only:  # TPOT of pure decode steps, whatever the file's own kinds say
         from tokenroof.io.measurements import as_decode_only
 

@@ -42,7 +42,7 @@ from tokenroof.io.measurements import MeasurementTable
 from tokenroof.io.table import LENGTHS_FIXED_BELOW
 from tokenroof.model.stepmodel import StepModel
 from tokenroof.serving.saturation import closed_loop
-from tokenroof.serving.simulate import Lengths, SimResult, Workload, bench_window, simulate
+from tokenroof.serving.simulate import CLOSED_CLIENTS, UNTIMED, Lengths, SimResult, Workload, bench_window, simulate
 
 # the prompt budgets tried when neither the user nor an engine profile says how the server prefilled: whole prompts,
 # and the chunk budgets of vLLM V1 (2,048 below 70 GiB of GPU memory, 8,192 above) and SGLang's 8,192 default
@@ -731,8 +731,7 @@ def lengths_cv_of(table: MeasurementTable) -> tuple[float, float]:
     return table.semantics.input_len_cv or 0.0, table.semantics.output_len_cv or 0.0
 
 
-CLOSED = ("burst", "staggered", "waves")
-UNTIMED = ("burst", "waves")  # closed loops whose steps' pattern does not depend on how long they take
+CLOSED = CLOSED_CLIENTS  # the clients a closed-loop table names (simulate's; UNTIMED: those started all at once)
 # the replay runs every request step by step: lengths and streams past these are slips in a file, not workloads it
 # could simulate in a reasonable time (an output of a million tokens took 97 s and 4 GB)
 MOST_REPLAYED = {"prompt tokens a request": 2_097_152, "output tokens a request": 131_072, "streams at once": 100_000}

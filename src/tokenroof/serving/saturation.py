@@ -41,7 +41,7 @@ from tokenroof.errors import ParameterError, TokenroofError
 from tokenroof.model.stepmodel import StepModel, mean_context_tokens
 from tokenroof.serving.advice import advice_dict
 from tokenroof.serving.engine.core import PLAIN, Server
-from tokenroof.serving.simulate import EVEN, WAVES, ClosedLoop, Lengths, Workload, simulate
+from tokenroof.serving.simulate import EVEN, UNTIMED, ClosedLoop, Lengths, Workload, simulate
 
 STATISTICS = ("mean", "p50", "p90", "p99")
 
@@ -91,7 +91,7 @@ def closed_loop(
 ) -> ClosedLoop:
     """The closed loop `at_cap` runs: enough requests for its window (`requests`: a burst run's size as measured;
     `phase`: a staggered loop's start phase, ClosedLoop.phase)."""
-    if client in ("burst", WAVES):
+    if client in UNTIMED:
         return ClosedLoop(
             concurrency,
             input_len,

@@ -136,6 +136,7 @@ class Workload:
 # only when the whole last one has ended (LLMPerf before 2024-12-09 collected its requests so)
 WAVES = "waves"
 CLOSED_CLIENTS = ("staggered", "burst", WAVES)
+UNTIMED = ("burst", WAVES)  # closed loops started all at once: whose steps do not depend on how long they take
 # and the one a replica "kept full" is: streams spread over a loaded request's life, so no two start together and
 # no wave forms (what steady production traffic at that concurrency looks like; advise's and plan's figure)
 EVEN = "even"
@@ -410,7 +411,7 @@ class SimResult:
         finished = np.array([s.finished_s or 0.0 for s in self.sequences[self.first_measured :]])
         if self.loop is not None:
             ends = np.sort(finished)
-            if self.loop.client in ("burst", WAVES) or ends.size < 2:
+            if self.loop.client in UNTIMED or ends.size < 2:
                 return float(arrivals.min()), float(ends[-1])
             c = self.loop.concurrency
             open_at = min(c, ends.size - 2)
@@ -659,7 +660,7 @@ class SimResult:
             return []
         seqs = self.sequences[self.first_measured :]
         loop = self.loop
-        if loop is not None and loop.client not in ("burst", WAVES) and len(seqs) <= 2 * loop.concurrency:
+        if loop is not None and loop.client not in UNTIMED and len(seqs) <= 2 * loop.concurrency:
             return [
                 f"{TOO_FEW} {len(seqs):,} over {loop.concurrency} streams leave no steady window (the "
                 f"streams stop sending before the first {loop.concurrency} are replaced, so these figures are the "
