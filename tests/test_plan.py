@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import re
 from collections.abc import Callable
@@ -172,11 +173,18 @@ def test_an_unreachable_ttft_stops_the_search_once_the_queue_is_gone() -> None:
     """A TTFT target under one prompt's prefill: more replicas lower TTFT only while they shorten the queue, so the
     search stops where a replica more gains under 5% (it had simulated every count up to --max-replicas, then named
     that limit, and called the binding queueing)."""
-    plan = make_plan([SM], WORKLOAD, Slo(ttft_ms=0.5, tpot_ms=50), seeds=(0,), workers=1, max_replicas=64)
+    workload = dataclasses.replace(WORKLOAD, num_requests=600)  # the same stop as on 1,500 (searched 1–5)
+    plan = make_plan([SM], workload, Slo(ttft_ms=0.5, tpot_ms=50), seeds=(0,), workers=1, max_replicas=64)
     data = plan.to_dict()
     assert not data["feasible"] and max(p["replicas"] for p in data["points"]) < 10
     assert "TTFT stopped falling with more replicas at" in data["reason"]
-    assert data["reason"].endswith("bound by TTFT p99 (the prompt's prefill and the step)")
+    assert data["reason"].endswith("bound by TTFT p99 (prefill and step, no queue)")
+    # each row by its own runs: a cap that admits at once waits for no place, a small one queues (rows had all said
+    # queueing while the reason said the queue was gone)
+    last = [p for p in data["points"] if p["replicas"] == max(q["replicas"] for q in data["points"])]
+    widest, narrowest = max(last, key=lambda p: p["max_num_seqs"]), min(last, key=lambda p: p["max_num_seqs"])
+    assert widest["binding"] == "TTFT p99 (prefill and step, no queue)"
+    assert narrowest["binding"] == "TTFT p99 (queueing)" and narrowest["ttft_ms"]["p99"] > 2 * widest["ttft_ms"]["p99"]
 
 
 def test_an_overloaded_candidate_is_never_the_answer() -> None:
@@ -191,6 +199,20 @@ def test_an_overloaded_candidate_is_never_the_answer() -> None:
     fine = Outcome(Candidate(1, 8), 300)
     fine.add({**summary, "warnings": ["few stretches: ..."]})
     assert fine.feasible(slo) and not fine.overloaded
+
+
+def test_a_ttft_binds_by_queueing_where_the_wait_for_a_place_is_half_of_it_or_more() -> None:
+    slo = Slo(ttft_ms=100, tpot_ms=50)
+    ttft, tpot = {"mean": 1.0, "p50": 1.0, "p90": 1.0, "p99": 300.0}, {"mean": 1.0, "p50": 1.0, "p90": 1.0, "p99": 10.0}
+    summary = {"ttft_ms": ttft, "tpot_ms": tpot, "throughput_tok_s": 1.0, "preemptions": 0, "warnings": []}
+    for wait_p99, cause in ((150.0, "queueing"), (149.0, "prefill and step, no queue")):
+        o = Outcome(Candidate(1, 8), 300)
+        o.add({**summary, "queue_wait_ms": {**ttft, "p99": wait_p99}})
+        assert o.binding(slo) == f"TTFT p99 ({cause})"
+    unsaid = Outcome(Candidate(1, 8), 300)  # runs that did not say their wait (a disaggregated split's)
+    unsaid.add(summary)
+    assert unsaid.binding(slo) == "TTFT p99 (queueing)"
+    assert unsaid.binding(Slo(ttft_ms=1000, tpot_ms=5)) == "TPOT p99 (batch size)"
 
 
 def outcome(cap: int, ttft_p99: float, requests: int = 1000, unsteady: bool = False) -> Outcome:

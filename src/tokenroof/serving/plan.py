@@ -34,6 +34,8 @@ from tokenroof.serving.simulate import OVERLOADED, Lengths, Workload, simulate
 CAPS = (256, 128, 64, 32, 16, 8)
 SETTLE_FACTOR, SETTLE_ROUNDS = 4, 2  # a winner whose runs had not settled runs again with 4×, then 16× the requests
 TTFT_STILL_FALLING = 0.05  # a replica more that lowers the best TTFT by less than this: the queue is gone
+QUEUED_SHARE = 0.5  # a TTFT whose wait for admission is at least this share of it is bound by queueing
+PREFILL_AND_STEP = "prefill and step, no queue"  # what a TTFT is without its queue: the prompt's prefill, the steps
 
 
 @dataclass(frozen=True)
@@ -76,9 +78,12 @@ class Outcome:
     preemptions: list[int] = field(default_factory=list)
     unsteady: list[str] = field(default_factory=list)  # per run too short to read, the first of simulate's warnings
     overloaded: bool = False  # a run completed fewer requests than arrived: its queue grows for as long as it runs
+    queue_wait_ms: list[dict[str, float | None]] = field(default_factory=list)  # each run's wait for admission
 
     def add(self, summary: dict[str, Any]) -> None:
         """One run's figures, from simulate's summary."""
+        if "queue_wait_ms" in summary:
+            self.queue_wait_ms.append(summary["queue_wait_ms"])
         self.ttft_ms.append(summary["ttft_ms"])
         self.tpot_ms.append(summary["tpot_ms"])
         self.throughput_tok_s.append(summary["throughput_tok_s"])
@@ -113,7 +118,18 @@ class Outcome:
             return "load (overloaded: its queue grows)"
         if max(self.preemptions) > 0 and ttft >= tpot:
             return "KV-cache capacity (preemptions raise TTFT)"
-        return f"{slo.label('TTFT')} (queueing)" if ttft >= tpot else f"{slo.label('TPOT')} (batch size)"
+        if ttft < tpot:
+            return f"{slo.label('TPOT')} (batch size)"
+        return f"{slo.label('TTFT')} ({self.ttft_cause(slo.statistic)})"
+
+    def ttft_cause(self, statistic: str) -> str:
+        """What makes up the TTFT: the wait for a place in the batch (queueing) where it is at least
+        QUEUED_SHARE of it, else the prompt's prefill and the steps it shares (more replicas do not shorten them).
+        Queueing where the runs did not say their wait."""
+        if not self.queue_wait_ms:
+            return "queueing"
+        wait = max(math.inf if run[statistic] is None else run[statistic] for run in self.queue_wait_ms)
+        return "queueing" if wait >= QUEUED_SHARE * self.worst("ttft_ms", statistic) else PREFILL_AND_STEP
 
     def to_dict(self, slo: Slo) -> dict[str, Any]:
         """The contract's shape: each distribution is the median run, `_low`/`_high` the smallest and largest run."""
@@ -403,7 +419,7 @@ def infeasible_reason(tried: Sequence[Outcome], closest: Outcome, slo: Slo, max_
             f"{tried[0].candidate.replicas}–{last})"
         )
     elif last < max_replicas and ttft_ms > slo.ttft_ms:
-        bound = f"{slo.label('TTFT')} (the prompt's prefill and the step)"
+        bound = f"{slo.label('TTFT')} ({PREFILL_AND_STEP})"
         why = (
             f"the {slo.statistic} TTFT stopped falling with more replicas at {ttft_ms:.3g} ms > {slo.ttft_ms:g} ms "
             f"(searched {tried[0].candidate.replicas}–{last}): with the queue gone what is left is the prompt's "
