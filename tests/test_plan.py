@@ -33,7 +33,8 @@ def test_cheapest_feasible_configuration() -> None:
 
 
 def test_infeasible_tpot_says_what_is_closest_and_why() -> None:
-    plan = make_plan([SM], WORKLOAD, Slo(ttft_ms=500, tpot_ms=5), seeds=(0,), workers=1, max_replicas=4)
+    workload = dataclasses.replace(WORKLOAD, num_requests=600)  # the step's floor: no length changes it
+    plan = make_plan([SM], workload, Slo(ttft_ms=500, tpot_ms=5), seeds=(0,), workers=1, max_replicas=4)
     data = plan.to_dict()
     assert not data["feasible"] and data["chosen"] is None
     assert "closest" in data["reason"] and "TPOT p99 (batch size)" in data["reason"]

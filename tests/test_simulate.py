@@ -101,12 +101,16 @@ def test_two_replicas_at_twice_the_rate_behave_like_one() -> None:
 
 
 def test_least_outstanding_router_cuts_the_ttft_tail() -> None:
+    """Bursty arrivals below what four replicas carry: the least-outstanding router halves the p99 TTFT round-robin
+    gives (×0.26–0.69 over six seeds; at 60 req/s, as this test once ran, both queues grew without end and either
+    router could read lower)."""
     workload = Workload(
-        60, Lengths(200, "lognormal", 1.0), Lengths(150, "lognormal", 1.0), num_requests=6000, burstiness=0.3
+        32, Lengths(200, "lognormal", 1.0), Lengths(150, "lognormal", 1.0), num_requests=2000, burstiness=0.3
     )
     rr = simulate(SM, workload, max_num_seqs=16, replicas=4, router="round-robin").summary()
     lo = simulate(SM, workload, max_num_seqs=16, replicas=4, router="least-outstanding").summary()
-    assert lo["ttft_ms"]["p99"] < rr["ttft_ms"]["p99"]
+    assert not rr["warnings"] and not lo["warnings"]  # a steady load both carry
+    assert lo["ttft_ms"]["p99"] < 0.75 * rr["ttft_ms"]["p99"]
     with pytest.raises(TokenroofError, match="unknown router 'hash'; known: round-robin, least-outstanding, random"):
         simulate(SM, workload, router="hash")
 
