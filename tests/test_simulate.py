@@ -948,6 +948,11 @@ def test_simulate_says_where_ttft_rests_on_the_step_time() -> None:
     assert len(near) == 1 and near[0].startswith("at 21 req/s: TTFT p50 ")
     (one,) = [w for w in run_json([*args, "--rate", "21"])["warnings"] if "rests on the step time" in w]
     assert one == near[0].removeprefix("at 21 req/s: ")
+    # at a tenth of that load a run of 50 has one request for its p50, which slower steps' boundaries move by a
+    # step's share (+10% on these two seeds): the mean, which moves by the 3%, keeps the note unsaid
+    light = ["simulate", "-m", "llama-3.1-8b", "-H", "h100-sxm", "--num-requests", "50", "--rate", "2"]
+    for seed in ("4", "7"):
+        assert not any("rests on the step time" in w for w in run_json([*light, "--seed", seed])["warnings"])
 
 
 def test_a_loop_in_waves_sends_the_next_wave_only_when_the_last_has_ended() -> None:
