@@ -217,8 +217,8 @@ def ttft_sensitivity(
 ) -> str | None:
     """Near what a server carries, the queue amplifies any error in the step time into TTFT (on llama-server at 90%
     load, 6-10% of TTFT per 1% of step time): the same arrivals run again with every step STEP_SENSITIVITY slower, and
-    a note where TTFT p50 and mean both move by more than AMPLIFIED times that. None below it, where the run is overloaded (its
-    own warning says more), or where it holds too few requests for a p50 to move smoothly."""
+    a note where TTFT p50 and mean both move by more than AMPLIFIED times that. None below it, where the run is
+    overloaded (its own warning says more), or where it holds too few requests for a p50 to move smoothly."""
     base = summary["ttft_ms"]["p50"]
     said = summary.get("warnings", [])
     if base is None or base <= 0 or any(w.startswith((OVERLOADED, TOO_FEW)) for w in said):

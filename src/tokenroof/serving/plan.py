@@ -128,7 +128,7 @@ class Outcome:
         Queueing where the runs did not say their wait."""
         if not self.queue_wait_ms:
             return "queueing"
-        wait = max(math.inf if run[statistic] is None else run[statistic] for run in self.queue_wait_ms)
+        wait = max(math.inf if (v := run[statistic]) is None else v for run in self.queue_wait_ms)
         return "queueing" if wait >= QUEUED_SHARE * self.worst("ttft_ms", statistic) else PREFILL_AND_STEP
 
     def to_dict(self, slo: Slo) -> dict[str, Any]:
