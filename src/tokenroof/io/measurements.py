@@ -27,6 +27,7 @@ from tokenroof.io.guidellm import _guidellm_rows, _guidellm_settings
 from tokenroof.io.sglang import is_sglang_result, sglang_run
 from tokenroof.io.table import (
     CLIENT_KINDS,
+    CLOSED_CLIENT_KINDS,
     COLUMNS,
     CONTEXT_LEVEL_RATIO,
     SETTINGS,
@@ -309,6 +310,7 @@ def read_table(paths: Sequence[Path | str]) -> MeasurementTable:
 # the front door: what the rest of tokenroof (and its users) read tables through
 __all__ = [
     "CLIENT_KINDS",
+    "CLOSED_CLIENT_KINDS",
     "COLUMNS",
     "CONTEXT_LEVEL_RATIO",
     "MeasurementTable",

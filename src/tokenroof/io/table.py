@@ -45,6 +45,7 @@ TPOT_KINDS = ("tpot", "itl", "e2e", "step")
 # How the measuring client drove the server: a closed loop whose streams all start at once (`vllm bench serve
 # --max-concurrency`, GuideLLM's concurrent and throughput strategies), a closed loop whose streams start staggered
 # over a request's life (tokenroof bench), or open-loop arrivals at a request rate (Poisson or evenly spaced).
+CLOSED_CLIENT_KINDS = ("staggered", "burst", "waves")  # the closed loops (simulate --client names them)
 CLIENT_KINDS = ("burst", "staggered", "waves", "poisson", "constant")
 # The server measured, where the measuring client could tell (bench asks llama-server's GET /props); None: not said.
 SERVERS = ("llama-server",)
@@ -812,7 +813,7 @@ def merge_settings(parts: Sequence[tuple[str, Mapping[str, Any]]], provenance: S
     for where, part in parts:
         for key in ("batch_kind", "tpot_kind", "client", "kv_slots", "server", "burstiness"):
             if key in part and merged.setdefault(key, (part[key], where))[0] != part[key]:
-                closed = {part[key], merged[key][0]} & {"burst", "staggered", "waves"}
+                closed = {part[key], merged[key][0]} & set(CLOSED_CLIENT_KINDS)
                 mixed = key == "client" and closed and {part[key], merged[key][0]} & {"poisson", "constant"}
                 raise TokenroofError(
                     f"{where}: {key} {part[key]} differs from {merged[key][0]} in {merged[key][1]}; "

@@ -20,7 +20,7 @@ import numpy as np
 
 from tokenroof.errors import TokenroofError
 from tokenroof.io.csvio import write_rows
-from tokenroof.io.measurements import read_jsonl
+from tokenroof.io.measurements import CLOSED_CLIENT_KINDS, read_jsonl
 from tokenroof.model.cost import Billing, PowerModel, Price, bill_of_steps
 from tokenroof.model.disagg import Disaggregation
 from tokenroof.model.prefix import SharedPrefix
@@ -135,7 +135,7 @@ class Workload:
 # the clients a user names (simulate --client); "waves": every stream started at once, the next wave of as many sent
 # only when the whole last one has ended (LLMPerf before 2024-12-09 collected its requests so)
 WAVES = "waves"
-CLOSED_CLIENTS = ("staggered", "burst", WAVES)
+CLOSED_CLIENTS = CLOSED_CLIENT_KINDS  # the tables' own list (io.table), WAVES among them
 UNTIMED = ("burst", WAVES)  # closed loops started all at once: whose steps do not depend on how long they take
 # and the one a replica "kept full" is: streams spread over a loaded request's life, so no two start together and
 # no wave forms (what steady production traffic at that concurrency looks like; advise's and plan's figure)
