@@ -133,6 +133,7 @@ def test_a_cut_run_holds_the_requests_answered_by_its_last_arrival() -> None:
     assert held_concurrency(run, in_flight=True, whole=True) == pytest.approx(1.3)
 
 
+@pytest.mark.heavy
 def test_a_sweep_cut_at_its_time_limits_recovers_the_server_that_ran_it(tmp_path: Path) -> None:
     """A server (TRUTH, cap 32) swept by GuideLLM at 20, 45, 70 and 90% of its saturation under a time limit, 300
     requests sent a rate (256 in, 64 out), each benchmark's means and concurrency over the requests answered by the
@@ -218,6 +219,7 @@ def test_repeated_runs_at_one_concurrency_pool_what_they_sent(tmp_path: Path) ->
     assert table.sent[0] == 110 and np.isnan(table.sent[1:]).all()
 
 
+@pytest.mark.heavy
 def test_a_sweep_s_throughput_benchmark_replays_as_every_stream_at_once(tmp_path: Path) -> None:
     """GuideLLM's sweep runs a throughput benchmark beside its rates: every stream at once, each replaced as it ends,
     averaged over the whole run (no warm-up), the first wave's prompts prefilled together in it. Replayed so (a burst

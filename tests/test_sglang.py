@@ -162,6 +162,7 @@ def test_fewer_prompts_than_the_cap_is_a_closed_loop_of_that_many(tmp_path: Path
     assert read_table([path]).batch.tolist() == [8, 100]
 
 
+@pytest.mark.heavy
 def test_a_sweep_of_request_rates_recovers_the_server_that_ran_it(tmp_path: Path) -> None:
     """A server (TRUTH, cap 32) swept by bench_serving at 20, 45, 70 and 90% of its saturation, 300 requests a rate
     (256 in, 64 out): predict fits the scheduler to the lines (each an open loop at its rate, replayed as whole runs
