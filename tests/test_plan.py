@@ -14,7 +14,7 @@ from tests.schemas import validate
 from tokenroof.cli import render
 from tokenroof.errors import TokenroofError
 from tokenroof.model.stepmodel import StepModel
-from tokenroof.serving.plan import SETTLE_FACTOR, Candidate, Outcome, Plan, Slo, make_plan, settled_best, ttft_floor
+from tokenroof.serving.plan import SETTLE_FACTOR, Candidate, Outcome, Plan, Slo, make_plan, settled_best
 from tokenroof.serving.simulate import Lengths, Workload
 
 SM = StepModel(t_fixed_s=2e-3, t_weights_s=8e-3, t_compute_s=50e-6, t_kv_token_s=0.0, t_seq_s=30e-6)
@@ -180,8 +180,8 @@ def test_an_unreachable_ttft_stops_the_search_once_the_queue_is_gone() -> None:
     assert not data["feasible"] and max(p["replicas"] for p in data["points"]) < 10
     assert "TTFT stopped falling with more replicas at" in data["reason"]
     assert data["reason"].endswith("bound by TTFT p99 (prefill and step, no queue)")
-    # each row against the least TTFT the search reached: the widest cap at the last count is that floor, a small cap
-    # queues (rows had all said queueing while the reason said the queue was gone)
+    # each row by its own runs: the widest cap runs each prompt at once, a small one keeps it waiting for a place
+    # (rows had all said queueing while the reason said the queue was gone)
     last = [p for p in data["points"] if p["replicas"] == max(q["replicas"] for q in data["points"])]
     widest, narrowest = max(last, key=lambda p: p["max_num_seqs"]), min(last, key=lambda p: p["max_num_seqs"])
     assert widest["binding"] == "TTFT p99 (prefill and step, no queue)"
@@ -202,19 +202,20 @@ def test_an_overloaded_candidate_is_never_the_answer() -> None:
     assert fine.feasible(slo) and not fine.overloaded
 
 
-def test_a_ttft_binds_by_queueing_where_it_lies_above_the_least_the_search_reached() -> None:
-    """A TTFT more than 5% above the least any candidate reached waits on a queue (for a place in the batch, or
-    behind other prompts' prefill: at 40 req/s two replicas' 117 ms fell to 51 at five, their requests all admitted
-    at once); within it, on the prompt's prefill and the steps. Without a floor (a split's rows), queueing."""
+def test_a_ttft_binds_by_queueing_where_half_of_it_passed_before_its_prompt_ran() -> None:
+    """simulate's queue wait (vLLM's queue time: until a step first runs part of the prompt) at half the TTFT or more
+    reads as queueing; less, as the steps that ran the prompt. Runs that did not say their wait: queueing."""
     slo = Slo(ttft_ms=100, tpot_ms=50)
     ttft, tpot = {"mean": 1.0, "p50": 1.0, "p90": 1.0, "p99": 300.0}, {"mean": 1.0, "p50": 1.0, "p90": 1.0, "p99": 10.0}
-    o = Outcome(Candidate(1, 8), 300)
-    o.add({"ttft_ms": ttft, "tpot_ms": tpot, "throughput_tok_s": 1.0, "preemptions": 0, "warnings": []})
-    assert o.binding(slo, 300.0 / 1.05) == "TTFT p99 (prefill and step, no queue)"
-    assert o.binding(slo, 300.0 / 1.06) == o.binding(slo) == "TTFT p99 (queueing)"
-    assert o.binding(Slo(ttft_ms=1000, tpot_ms=5), 1.0) == "TPOT p99 (batch size)"
-    other = Outcome(Candidate(2, 8), 300, [{**ttft, "p99": 120.0}], [tpot], [1.0], [0])
-    assert ttft_floor([o, other], slo) == 120.0 and ttft_floor([], slo) is None
+    summary = {"ttft_ms": ttft, "tpot_ms": tpot, "throughput_tok_s": 1.0, "preemptions": 0, "warnings": []}
+    for wait_p99, cause in ((150.0, "queueing"), (149.0, "prefill and step, no queue")):
+        o = Outcome(Candidate(1, 8), 300)
+        o.add({**summary, "queue_wait_ms": {**ttft, "p99": wait_p99}})
+        assert o.binding(slo) == f"TTFT p99 ({cause})"
+    unsaid = Outcome(Candidate(1, 8), 300)
+    unsaid.add(summary)
+    assert unsaid.binding(slo) == "TTFT p99 (queueing)"
+    assert unsaid.binding(Slo(ttft_ms=1000, tpot_ms=5)) == "TPOT p99 (batch size)"
 
 
 def outcome(cap: int, ttft_p99: float, requests: int = 1000, unsteady: bool = False) -> Outcome:

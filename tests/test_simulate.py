@@ -366,7 +366,8 @@ def hand_result(kv_capacity: int | None = 100) -> SimResult:
     seqs = []
     for i in range(10):
         s = Sequence(str(i), 10, 5, float(i))
-        s.admitted_s, s.first_token_s, s.finished_s = i + 0.05, i + 0.1 + 0.01 * i, i + 1.0
+        s.admitted_s, s.first_token_s, s.finished_s = i + 0.02, i + 0.1 + 0.01 * i, i + 1.0
+        s.scheduled_s = i + 0.05  # its prompt first ran 50 ms after it arrived (admitted 30 ms before that)
         seqs.append(s)
     return SimResult(
         sequences=seqs,
@@ -856,8 +857,9 @@ def test_write_puts_each_request_and_step_on_its_own_line_as_computed(tmp_path) 
     one token has no TPOT, one of two its one gap; timeseries.csv holds each step to the µs and whole counts;
     summary.json is the summary given, indented; a folder that exists already, or is nested, is written into."""
     done = Sequence("a", 100, 5, 1.0, preemptions=1, admitted_s=1.25, first_token_s=1.5, finished_s=2.5)
-    one = Sequence("b", 7, 1, 2.0, admitted_s=2.0, first_token_s=2.125, finished_s=2.125)
-    two = Sequence("c", 8, 2, 3.0, admitted_s=3.0, first_token_s=3.5, finished_s=3.625)
+    done.scheduled_s = 1.375
+    one = Sequence("b", 7, 1, 2.0, admitted_s=2.0, scheduled_s=2.0, first_token_s=2.125, finished_s=2.125)
+    two = Sequence("c", 8, 2, 3.0, admitted_s=3.0, scheduled_s=3.25, first_token_s=3.5, finished_s=3.625)
     sim = SimResult(
         [done, one, two], np.array([0.0, 1.5]), np.array([0.25, 1e-3]), np.array([2.0, 3.0]), np.array([10.0, 12.0])
     )
@@ -867,17 +869,20 @@ def test_write_puts_each_request_and_step_on_its_own_line_as_computed(tmp_path) 
     rows = [json.loads(line) for line in (out / "requests.jsonl").read_text().splitlines()]
     assert rows == [
         {
-            "request_id": "a", "arrival_s": 1.0, "admitted_s": 1.25, "first_token_s": 1.5, "finished_s": 2.5,
+            "request_id": "a", "arrival_s": 1.0, "admitted_s": 1.25, "scheduled_s": 1.375, "first_token_s": 1.5,
+            "finished_s": 2.5,
             "prompt_tokens": 100, "output_tokens": 5, "preemptions": 1,
             "ttft_ms": 500.0,  # (1.5 − 1.0) s
             "tpot_ms": 250.0,  # (2.5 − 1.5) s over 5 − 1 tokens
         },
         {
-            "request_id": "b", "arrival_s": 2.0, "admitted_s": 2.0, "first_token_s": 2.125, "finished_s": 2.125,
+            "request_id": "b", "arrival_s": 2.0, "admitted_s": 2.0, "scheduled_s": 2.0, "first_token_s": 2.125,
+            "finished_s": 2.125,
             "prompt_tokens": 7, "output_tokens": 1, "preemptions": 0, "ttft_ms": 125.0, "tpot_ms": None,
         },
         {
-            "request_id": "c", "arrival_s": 3.0, "admitted_s": 3.0, "first_token_s": 3.5, "finished_s": 3.625,
+            "request_id": "c", "arrival_s": 3.0, "admitted_s": 3.0, "scheduled_s": 3.25, "first_token_s": 3.5,
+            "finished_s": 3.625,
             "prompt_tokens": 8, "output_tokens": 2, "preemptions": 0, "ttft_ms": 500.0, "tpot_ms": 125.0,
         },
     ]  # fmt: skip
@@ -1035,3 +1040,20 @@ def test_a_trace_with_a_rate_is_refused(tmp_path) -> None:  # type: ignore[no-un
     path.write_text(json.dumps({"type": "request", "ok": True, "start_s": 0.0, "output_tokens": 5}) + "\n")
     said = run_cli(["simulate", "-m", "llama-3.1-8b", "-H", "h100-sxm", "--trace", str(path), "--rate", "5"])
     assert said.exit_code == 2 and "--trace replays its own arrivals: drop --request-rate" in said.output
+
+
+def test_the_queue_wait_ends_when_a_step_first_runs_part_of_the_prompt() -> None:
+    """vLLM's queue time: two 300-token prompts arrive together under a 100-token budget; the second is admitted as the
+    first step (the first's first chunk) ends, but its own first chunk runs only once the first's three have: its
+    queue wait is those three steps, not the one until its admission. In steps of their own (V0, TGI) a prompt runs
+    whole in the step it is admitted to: the wait is the admission's."""
+    trace = Trace(((0.0, 300, 4), (0.0, 300, 4)))
+    result = simulate(SM, trace, 8, max_num_batched_tokens=100)
+    first, second = sorted(result.sequences, key=lambda s: int(s.request_id))
+    assert first.admitted_s == first.scheduled_s == 0.0
+    assert second.admitted_s == pytest.approx(float(result.step_durations_s[0]))
+    three = float(result.step_durations_s[:3].sum())
+    assert second.scheduled_s == pytest.approx(three) and three > second.admitted_s > 0
+    assert result.summary()["queue_wait_ms"]["p99"] == pytest.approx(0.99 * three * 1e3)
+    apart = simulate(SM, trace, 8, separate_prefill=True)
+    assert all(s.scheduled_s == s.admitted_s for s in apart.sequences)

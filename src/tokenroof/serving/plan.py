@@ -34,7 +34,8 @@ from tokenroof.serving.simulate import OVERLOADED, Lengths, Workload, simulate
 CAPS = (256, 128, 64, 32, 16, 8)
 SETTLE_FACTOR, SETTLE_ROUNDS = 4, 2  # a winner whose runs had not settled runs again with 4×, then 16× the requests
 TTFT_STILL_FALLING = 0.05  # a replica more that lowers the best TTFT by less than this: the queue is gone
-PREFILL_AND_STEP = "prefill and step, no queue"  # what a TTFT is without its queue: the prompt's prefill, the steps
+QUEUED_SHARE = 0.5  # a TTFT at least this share of which passed before any of its prompt ran is bound by queueing
+PREFILL_AND_STEP = "prefill and step, no queue"  # what a TTFT is without its queue: the steps that ran its prompt
 
 
 @dataclass(frozen=True)
@@ -77,9 +78,12 @@ class Outcome:
     preemptions: list[int] = field(default_factory=list)
     unsteady: list[str] = field(default_factory=list)  # per run too short to read, the first of simulate's warnings
     overloaded: bool = False  # a run completed fewer requests than arrived: its queue grows for as long as it runs
+    queue_wait_ms: list[dict[str, float | None]] = field(default_factory=list)  # each run's wait before its prompt ran
 
     def add(self, summary: dict[str, Any]) -> None:
         """One run's figures, from simulate's summary."""
+        if "queue_wait_ms" in summary:
+            self.queue_wait_ms.append(summary["queue_wait_ms"])
         self.ttft_ms.append(summary["ttft_ms"])
         self.tpot_ms.append(summary["tpot_ms"])
         self.throughput_tok_s.append(summary["throughput_tok_s"])
@@ -106,9 +110,8 @@ class Outcome:
             slo.ttft_ms / self.worst("ttft_ms", slo.statistic), slo.tpot_ms / self.worst("tpot_ms", slo.statistic)
         )
 
-    def binding(self, slo: Slo, ttft_floor_ms: float | None = None) -> str:
-        """The constraint closest to (or past) its limit, named by its cause (`ttft_cause`: `ttft_floor_ms` the least
-        TTFT the search reached)."""
+    def binding(self, slo: Slo) -> str:
+        """The constraint closest to (or past) its limit, named by its cause (`ttft_cause`)."""
         ttft = self.worst("ttft_ms", slo.statistic) / slo.ttft_ms
         tpot = self.worst("tpot_ms", slo.statistic) / slo.tpot_ms
         if self.overloaded and ttft <= 1 and tpot <= 1:
@@ -117,20 +120,20 @@ class Outcome:
             return "KV-cache capacity (preemptions raise TTFT)"
         if ttft < tpot:
             return f"{slo.label('TPOT')} (batch size)"
-        return f"{slo.label('TTFT')} ({self.ttft_cause(slo.statistic, ttft_floor_ms)})"
+        return f"{slo.label('TTFT')} ({self.ttft_cause(slo.statistic)})"
 
-    def ttft_cause(self, statistic: str, floor_ms: float | None) -> str:
-        """What the TTFT waits on: a queue (requests for a place in the batch, or prompts ahead of its own in the
-        prefill) where it lies more than TTFT_STILL_FALLING above the least TTFT any configuration the search ran
-        reached (`floor_ms`: what more replicas and a larger cap leave), else the prompt's own prefill and the steps
-        it shares, which neither shortens. Queueing where no floor is given."""
-        if floor_ms is None or self.worst("ttft_ms", statistic) > (1 + TTFT_STILL_FALLING) * floor_ms:
+    def ttft_cause(self, statistic: str) -> str:
+        """What the TTFT is spent on: a queue (for a place in the batch, or behind other prompts in the prefill
+        budget) where at least QUEUED_SHARE of it passed before any of the prompt ran (simulate's queue_wait, vLLM's
+        queue time), else the steps that ran the prompt (slow where they also hold a large batch). Queueing where
+        the runs did not say their wait."""
+        if not self.queue_wait_ms:
             return "queueing"
-        return PREFILL_AND_STEP
+        wait = max(math.inf if (v := run[statistic]) is None else v for run in self.queue_wait_ms)
+        return "queueing" if wait >= QUEUED_SHARE * self.worst("ttft_ms", statistic) else PREFILL_AND_STEP
 
-    def to_dict(self, slo: Slo, ttft_floor_ms: float | None = None) -> dict[str, Any]:
-        """The contract's shape: each distribution is the median run, `_low`/`_high` the smallest and largest run;
-        `ttft_floor_ms` names a binding TTFT's cause (`binding`)."""
+    def to_dict(self, slo: Slo) -> dict[str, Any]:
+        """The contract's shape: each distribution is the median run, `_low`/`_high` the smallest and largest run."""
         row: dict[str, Any] = {
             "replicas": self.candidate.replicas,
             "max_num_seqs": self.candidate.max_num_seqs,
@@ -145,15 +148,8 @@ class Outcome:
         row["throughput_tok_s_low"] = min(self.throughput_tok_s)
         row["throughput_tok_s_high"] = max(self.throughput_tok_s)
         row["preemptions"] = max(self.preemptions)
-        row["binding"] = self.binding(slo, ttft_floor_ms)
+        row["binding"] = self.binding(slo)
         return row
-
-
-def ttft_floor(tried: Sequence[Outcome], slo: Slo) -> float | None:
-    """The least TTFT (the targets' statistic, each candidate's worst run) any candidate reached: with the queue
-    gone, what the prompt's prefill and the steps leave (None: none measured)."""
-    worst = [o.worst("ttft_ms", slo.statistic) for o in tried]
-    return min((w for w in worst if math.isfinite(w)), default=None)
 
 
 def _median(values: Sequence[float]) -> float:
@@ -225,17 +221,16 @@ class Plan:
     router: str = "least-outstanding"  # the fleet's router (an assumption too: round-robin smooths, random does not)
 
     def to_dict(self) -> dict[str, Any]:
-        floor = ttft_floor(self.tried, self.slo)
         return {
             "feasible": self.chosen is not None,
             "workload": None if self.workload is None else workload_dict(self.workload),
             "router": self.router,
             "reference": {"max_num_seqs": self.replica[0], "throughput_tok_s": self.replica[1]},
-            "chosen": None if self.chosen is None else self.chosen.to_dict(self.slo, floor),
+            "chosen": None if self.chosen is None else self.chosen.to_dict(self.slo),
             "reason": self.reason,
             "slo": self.slo.to_dict(),
             "interval": "_low/_high: the smallest and largest over every seed × model sample",
-            "points": [o.to_dict(self.slo, floor) for o in self.tried],
+            "points": [o.to_dict(self.slo) for o in self.tried],
             "engine_flags": None if self.chosen is None else engine_flags(self.chosen.candidate.max_num_seqs),
             "warnings": self.warnings(),
         }
@@ -349,8 +344,7 @@ def make_plan(
             if best is not None:
                 below = [o for o in tried if o.candidate.replicas == replicas - 1]
                 if below:
-                    closest = max(below, key=lambda o: o.headroom(slo))
-                    why = f"{replicas - 1} fail, bound by " + closest.binding(slo, ttft_floor(tried, slo))
+                    why = f"{replicas - 1} fail, bound by " + max(below, key=lambda o: o.headroom(slo)).binding(slo)
                 else:
                     why = (
                         f"fewer cannot carry {workload.rate_req_s * workload.output_len.mean:,.0f} output tok/s: "
@@ -414,7 +408,7 @@ def settled_best(
 def infeasible_reason(tried: Sequence[Outcome], closest: Outcome, slo: Slo, max_replicas: int) -> str:
     """Why nothing meets the targets: the step itself too slow at the smallest cap (no replica count helps), or
     the search's replica limit reached; then the closest candidate and what binds it."""
-    bound = closest.binding(slo, ttft_floor(tried, slo))
+    bound = closest.binding(slo)
     smallest = min(tried, key=lambda o: o.candidate.max_num_seqs)
     floor_ms = smallest.worst("tpot_ms", slo.statistic)
     last = tried[-1].candidate.replicas

@@ -363,6 +363,7 @@ class SimResult:
                             "request_id": s.request_id,
                             "arrival_s": s.arrival_s,
                             "admitted_s": s.admitted_s,
+                            "scheduled_s": s.scheduled_s,
                             "first_token_s": first,
                             "finished_s": end,
                             "prompt_tokens": s.prompt_tokens,
@@ -442,7 +443,8 @@ class SimResult:
         arrival = np.array([s.arrival_s for s in seqs])
         first = np.array([s.first_token_s for s in seqs], dtype=float)
         finished = np.array([s.finished_s for s in seqs], dtype=float)
-        admitted = np.array([s.admitted_s for s in seqs], dtype=float)
+        # the wait before a step first ran part of its prompt: vLLM's queue time (a request waiting, then scheduled)
+        scheduled = np.array([s.scheduled_s for s in seqs], dtype=float)
         out = np.array([s.max_tokens for s in seqs])
         ttft = first - arrival
         tpot = np.where(out > 1, (finished - first) / np.maximum(out - 1, 1), np.nan)
@@ -476,7 +478,7 @@ class SimResult:
             "ttft_ms": pct(ttft),
             "tpot_ms": pct(tpot),
             "e2e_ms": pct(finished - arrival),
-            "queue_wait_ms": pct(admitted - arrival),
+            "queue_wait_ms": pct(scheduled - arrival),
             "itl_ms": {k: v for k, v in zip(("mean", "p50", "p90", "p99"), self._itl_ms(in_window), strict=True)},
             "throughput_tok_s": float(emitted[in_window].sum() / span),
             "request_throughput_req_s": float(done.sum() / span),
@@ -1209,7 +1211,7 @@ def simulate_disaggregated(
             if kind == "prefill":
                 for job in finished:
                     seq = original[job.request_id]
-                    seq.prefilled_s = now
+                    seq.prefilled_s, seq.scheduled_s = now, job.scheduled_s  # its queue ended on the prefill pool
                     begin = max(now, link_free[index])
                     link_free[index] = begin + dis.transfer.time_s(seq.prompt_tokens)
                     transfers_s.append(link_free[index] - now)

@@ -87,6 +87,7 @@ class Sequence:
     admission: int = 0  # bumps on preemption: invalidates the old finish-heap entry
     admitted_step: int = -1
     admitted_s: float | None = None
+    scheduled_s: float | None = None  # the start of the step that first ran part of its prompt (vLLM's queue time ends)
     first_token_s: float | None = None
     finished_s: float | None = None
     aborted: bool = False
@@ -653,6 +654,8 @@ class BatchScheduler:
         prompts: list[int] = []
         while self.prefilling and room > 0:
             seq = self.prefilling[0]
+            if seq.scheduled_s is None:
+                seq.scheduled_s = now
             if self.per_slot_kv:
                 prompts.append(self._slot_of[seq.request_id])
             if self.prefix_caching and not seq.prefill_started and not seq.kv_ready:
@@ -727,6 +730,8 @@ class BatchScheduler:
             take = seq.prefill_left
             if completed and take > room:
                 break
+            if seq.scheduled_s is None:
+                seq.scheduled_s = now
             room -= take
             prefill += take
             prefill_sq += self._prefill_chunk(seq, take)
