@@ -1057,3 +1057,17 @@ def test_the_queue_wait_ends_when_a_step_first_runs_part_of_the_prompt() -> None
     assert result.summary()["queue_wait_ms"]["p99"] == pytest.approx(0.99 * three * 1e3)
     apart = simulate(SM, trace, 8, separate_prefill=True)
     assert all(s.scheduled_s == s.admitted_s for s in apart.sequences)
+
+
+def test_arrivals_that_end_before_a_window_opens_are_too_few_not_an_overload() -> None:
+    """Ten requests at 10 req/s arrive over ~1.4 s, less than the ramp and one ~2.3 s life after it: no steady window,
+    said so (they had read 'overloaded' and had plan add replicas for them); past capacity on a run long enough to
+    be served with a window, the queue's long lives still read as the overload they are."""
+    from tests.conftest import run_json
+
+    args = ["simulate", "-m", "llama-3.1-8b", "-H", "h100-sxm"]
+    (few,) = run_json([*args, "--request-rate", "10", "--num-requests", "10"])["warnings"]
+    assert few.startswith("too few requests: 10 arrive over ") and "no steady window" in few
+    assert "(at least " in few and few.endswith("at this rate) (--num-requests)")
+    over = run_json([*args, "--request-rate", "40", "--num-requests", "2000"])["warnings"]
+    assert over[0].startswith("at 40 req/s: overloaded: ") or over[0].startswith("overloaded: ")

@@ -670,11 +670,32 @@ class SimResult:
                 "requests (--num-requests)"
             ]
         inside = int(self.measured().sum())
-        if inside >= LEAST_IN_WINDOW:
+        if inside < LEAST_IN_WINDOW:
+            return [
+                f"{TOO_FEW} {inside} in the window ({w0:.3g}–{w1:.3g} s), too few for a rate or a percentile: "
+                "simulate more requests (--num-requests)"
+            ]
+        return self._no_window_warnings(seqs, w1) if self._own_length() else []
+
+    def _no_window_warnings(self, seqs: list[Sequence], w1: float) -> list[str]:
+        """An open loop whose arrivals end before a steady window opens: the window then spans the whole run
+        (open_loop_window) and holds the ramp and the drain (10 requests at 10 req/s read 'overloaded' and had plan
+        add replicas for them). Told from a queue's long lives, which also leave no window, by the requests' lives
+        from their prompt's first step: the arrivals must outlast the ramp and one of those, as the window asks."""
+        arrivals = np.array([s.arrival_s for s in seqs])
+        if w1 <= arrivals.max():  # a steady window: it ends at the last arrival
             return []
+        started = np.array([s.arrival_s if s.scheduled_s is None else s.scheduled_s for s in seqs])
+        life = typical_lifetime_s(started, np.array([s.finished_s or 0.0 for s in seqs]))
+        opens = max(float(np.sort(arrivals)[int(0.1 * arrivals.size)]), float(arrivals.min()) + life)
+        if arrivals.max() - opens >= life:
+            return []  # served, there is a window: the lives are a queue's (overload_warnings)
+        span = float(arrivals.max() - arrivals.min())
+        more = f" (at least {math.ceil(2.5 * life * len(seqs) / span):,} at this rate)" if span > 0 else ""
         return [
-            f"{TOO_FEW} {inside} in the window ({w0:.3g}–{w1:.3g} s), too few for a rate or a percentile: "
-            "simulate more requests (--num-requests)"
+            f"{TOO_FEW} {len(seqs):,} arrive over {span:.3g} s, less than a ramp and a request's typical life "
+            f"({life:.3g} s) after it: no steady window, so these figures are the ramp and the drain: simulate more "
+            f"requests{more} (--num-requests)"
         ]
 
     def _own_length(self) -> bool:
