@@ -323,6 +323,11 @@ def test_a_prefill_pool_of_its_own_tensor_parallelism() -> None:
     [
         (["--prefill-tp", "2"], "--prefill-tp sizes a disaggregated server's prefill pool: give --prefill-replicas"),
         (["--prefill-tp", "0", "--prefill-replicas", "1", "--decode-replicas", "1"], "--prefill-tp must be at least 1"),
+        # the prefill pool's own TP, under its own flag (it had named --tp, which the user never gave)
+        (
+            ["--prefill-tp", "3", "--prefill-replicas", "1", "--decode-replicas", "1"],
+            "--prefill-tp 3 does not divide llama-3.1-8b's 32 attention heads",
+        ),
     ],
 )
 def test_prefill_tp_is_refused_where_it_means_nothing(args: list[str], message: str) -> None:
@@ -637,3 +642,32 @@ def test_two_prefill_replicas_take_two_prompts_at_once_and_the_pools_busy_share_
     assert later.first_measured == 1 and later.measured_window_s is None
     plain = simulate_disaggregated(SM, replace(later_trace, history=0), Disaggregation(1, 1, LINK))
     assert later.summary()["window_start_s"] == 30.0 and plain.summary()["window_start_s"] < 1.0
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["--kv-transfer-gb-s", "0"], "--kv-transfer-gb-s must be a positive finite bandwidth, got 0 GB/s"),
+        (["--prefill-hardware", "h999"], "unknown hardware 'h999'"),
+        (["--prefill-tp", "3"], "--prefill-tp 3 does not divide llama-3.1-8b's 32 attention heads"),
+    ],
+)
+def test_a_split_no_choice_can_make_is_the_flags_mistake(args: list[str], message: str) -> None:
+    """plan --disaggregate: where no choice's split can be built the flags are wrong, said before anything is
+    simulated, exit 2 (it had printed the error in place of the split and the colocated answer after it, exit 0); a
+    choice that alone cannot serve is left out in its own entry (the heavy test beside)."""
+    from tests.conftest import run_cli
+
+    base = ["plan", "-m", "llama-3.1-8b", "-H", "h100-sxm", "--num-requests", "50", "--seeds", "1", "--workers", "1"]
+    result = run_cli([*base, "--disaggregate", *args])
+    assert result.exit_code == 2 and message in " ".join(result.output.split()), result.output
+
+
+def test_a_prefill_pools_cap_fits_its_budget() -> None:
+    """A prefill replica's sequences end with their prompts, so its budget need not exceed a decode batch: 512
+    prompt tokens a step run (it had asked the budget to exceed a cap of 1,024 the user never set)."""
+    link = KvTransfer(131072, 50e9)
+    workload = Workload(4.0, Lengths(600), Lengths(20), 60)
+    result = simulate_disaggregated(SM, workload, Disaggregation(1, 1, link, 512), 256)
+    assert len(result.sequences) == 60 and all(s.finished_s is not None for s in result.sequences)
+    assert max(result.prefill_steps[5]) <= 512  # each prefill step's prompt tokens within the budget

@@ -316,3 +316,18 @@ def test_plan_says_when_the_engine_prefills_in_steps_of_their_own() -> None:
     assert "prompts prefilled in steps of their own (at most 8,192 prompt tokens a step), the running " in " ".join(
         wider["warnings"]
     )
+
+
+def test_plan_searches_the_caps_its_prompt_budget_holds() -> None:
+    """A step's budget holds a token of each running sequence: plan searches the caps under it (a 100-token budget:
+    64 and below), and a budget under every cap is named by its flag (it had failed on the first cap, naming
+    max_num_seqs, which plan has no flag for)."""
+    from tokenroof.errors import ParameterError
+    from tokenroof.serving.engine.core import Server
+
+    light = dataclasses.replace(WORKLOAD, rate_req_s=5, num_requests=300)
+    plan = make_plan([SM], light, Slo(ttft_ms=2000, tpot_ms=50), (0,), Server(max_num_batched_tokens=100), workers=1)
+    assert {p["max_num_seqs"] for p in plan.to_dict()["points"]} <= {64, 32, 16, 8} and plan.chosen is not None
+    with pytest.raises(ParameterError) as refused:
+        make_plan([SM], light, Slo(ttft_ms=2000, tpot_ms=50), (0,), Server(max_num_batched_tokens=8), workers=1)
+    assert refused.value.as_flags().startswith("--max-num-batched-tokens 8 holds none of the batch caps plan searches")

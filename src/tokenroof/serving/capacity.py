@@ -366,6 +366,8 @@ def plan_choices(
         for speculative in choices.speculation
         for caching in choices.prefix_caching
     ]
+    if choices.disaggregate:
+        splittable(dep, options, choices)
     for chip, degree, speculative, caching in options:  # a hardware, a TP degree, speculation or not, caching or not
         option = replace(
             dep.with_physics(replace(dep.physics, hardware=chip, tp=degree)),
@@ -480,6 +482,30 @@ def chosen_energy(
         "power_watts_mean": bill["power_watts_mean"],
         "power": power.to_dict(),
     }
+
+
+def splittable(dep: Deployment, options: list[tuple[Any, ...]], choices: Choices) -> None:
+    """A split no choice can make is the flags' mistake, not one choice's (the link, the prefill pool's hardware or
+    TP, a step model without the physics the KV transfer needs): raised before anything is simulated. Where some
+    choice can make it, each that cannot is left out in its own entry (disaggregated_entry)."""
+    first: TokenroofError | None = None
+    for chip, degree, *_ in options:
+        option = dep.with_physics(replace(dep.physics, hardware=chip, tp=degree))
+        for prefill in choices.prefill_hardware or (option.prefill_hardware,):
+            split = replace(
+                option,
+                prefill_hardware=prefill,
+                prefill_replicas=1,
+                decode_replicas=1,
+                kv_transfer_gb_s=choices.kv_transfer_gb_s,
+            )
+            try:
+                split.disaggregation()
+                return
+            except TokenroofError as exc:
+                first = first or exc
+    if first is not None:
+        raise first
 
 
 def disaggregated_entry(

@@ -256,7 +256,13 @@ class Deployment:
                     "hardware of its own: drop {} or use n-gram speculation",
                     "prefill_hardware",
                 )
-            prefill_model = prefill.step_model()
+            try:
+                prefill_model = prefill.step_model()
+            except ParameterError as exc:  # the prefill pool's own TP or hardware, under its own flags
+                if prefill.tp == self.physics.tp and "hardware" not in exc.parameters:
+                    raise
+                own = {"tp": "prefill_tp", "hardware": "prefill_hardware"}
+                raise ParameterError(exc.template, *(own.get(p, p) for p in exc.parameters)) from exc
         return Disaggregation(
             self.prefill_replicas,
             self.decode_replicas,

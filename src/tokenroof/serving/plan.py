@@ -302,6 +302,16 @@ def make_plan(
     `server` (its KV cache, prompt budget, KV streams and speculation), the fleet behind `router`."""
     if not models:
         raise TokenroofError("no step model to plan with")
+    budget = server.max_num_batched_tokens
+    if budget is not None and not server.separate_prefill:  # each running sequence takes a token of every step's
+        held = [cap for cap in caps if cap < budget]
+        if not held:
+            raise ParameterError(
+                f"{{}} {budget} holds none of the batch caps plan searches ({', '.join(map(str, caps))}): each running "
+                "sequence takes one token of every step's budget",
+                "max_num_batched_tokens",
+            )
+        caps = held
     best_cap, per_replica = max(
         ((cap, replica_throughput_tok_s(models[0], workload, cap, server)) for cap in caps),
         key=lambda pair: pair[1],

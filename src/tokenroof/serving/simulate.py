@@ -1165,10 +1165,14 @@ def simulate_disaggregated(
     arrivals = sorted(workload.arrivals(rng), key=lambda s: s.arrival_s)
     dis = disaggregation
     prefill_sm = prefill_model or disaggregation.prefill_model or model
+    # a prefill replica's sequences end as their prompt does, so none holds a decode token of its budget: its cap
+    # only bounds the prompts admitted at once, under the budget
+    budget = dis.prefill_budget_tokens
+    cap = max(max_num_seqs, 1024) if budget is None else max(min(max(max_num_seqs, 1024), budget - 1), 1)
     prefillers = [
         BatchScheduler(
             prefill_sm,
-            max_num_seqs=max(max_num_seqs, 1024),
+            max_num_seqs=cap,
             max_num_batched_tokens=dis.prefill_budget_tokens,
             block_size=block_size,
             prefix_caching=prefix_caching,
