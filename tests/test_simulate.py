@@ -939,8 +939,9 @@ def test_ttft_near_saturation_says_it_rests_on_the_step_time() -> None:
         and note
         == (
             f"TTFT p50 {base:,.0f} ms rests on the step time: with every step 3% slower it is {moved:,.0f} ms "
-            f"({moved / base - 1:+.0%}), 3% faster {down:,.0f} ms ({down / base - 1:+.0%}); near what the server carries "
-            "the queue amplifies any error in the steps (the fit's or the physics'), so read TTFT here as a range"
+            f"({moved / base - 1:+.0%}), 3% faster {down:,.0f} ms ({down / base - 1:+.0%}); near what the server "
+            "carries the queue amplifies any error in the steps (the fit's or the physics'), so read TTFT here as a "
+            "range"
         )
     )
     base, moved, _, _, note = said[0.5]
