@@ -404,3 +404,21 @@ def test_a_closed_loop_s_throughput_is_checked_against_its_requests_lifetimes() 
     loud = parse_csv(head + "1,24.36,40,100\n16,258,40,1000\n", "t.csv")
     (said,) = [w for w in loud.warnings if "disagree" in w]
     assert "disagree by -20%" in said and "batch × output ÷ (TTFT + (output − 1) × TPOT) = 322.6 tok/s" in said
+
+
+def test_a_tpot_in_seconds_and_a_context_the_stated_lengths_cannot_hold_are_named() -> None:
+    """Two slips a table carries silently otherwise: TPOT written in seconds (advise had answered a cap of 523,415 at
+    17 million tok/s) and, at one context, a context_tokens the header's lengths cannot make (predict had printed a
+    mean context of 8,000 beside 1024 in / 256 out)."""
+    with pytest.raises(TokenroofError, match=r"s.csv:2: a TPOT of 0.0125 ms \(from tpot_ms\) is shorter than any"):
+        parse_csv("batch,tpot_ms\n1,0.0125\n8,0.0133\n32,0.0145\n", "s.csv")
+    with pytest.raises(TokenroofError, match=r"t.csv:2: a TPOT of 0.05 ms \(from throughput_tok_s\)"):
+        parse_csv("batch,throughput_tok_s\n1,20000\n8,150000\n", "t.csv")
+    header = "# input_len=1024 output_len=256\nbatch,tpot_ms,context_tokens\n"
+    with pytest.raises(
+        TokenroofError, match=r"c\.csv:3: context_tokens 8000 is not a context of the lengths the header"
+    ):
+        parse_csv(header + "1,6.2,8000\n4,6.5,8000\n", "c.csv")
+    assert parse_csv(header + "1,6.2,1152\n4,6.5,1152\n").context_tokens is not None  # the mean context: agreed
+    several = parse_csv(header + "1,6.2,1152\n4,6.5,1152\n1,9.0,4224\n4,9.5,4224\n")  # one curve's lengths: not checked
+    assert several.context_tokens is not None and len(np.unique(several.context_tokens)) == 2

@@ -529,9 +529,32 @@ def table_from_columns(
     warnings = _disagreements(b, thr, tpot, where, ttft_in, semantics.output_len if semantics is not None else None)
     tpot_all = np.where(np.isnan(tpot), b * 1000 / thr, tpot)
     thr_all = np.where(np.isnan(thr), b * 1000 / tpot_all, thr)
+    fast = tpot_all < FASTEST_TPOT_MS
+    if fast.any():  # a column in seconds (or throughput per ms): no decode step is this short
+        i = int(np.argmax(fast))
+        column = "throughput_tok_s" if np.isnan(tpot[i]) else "tpot_ms"
+        raise TokenroofError(
+            f"{where(i)}: a TPOT of {tpot_all[i]:.3g} ms (from {column}) is shorter than any decode step (≥ "
+            f"{FASTEST_TPOT_MS:g} ms): is the column in seconds? tpot_ms is milliseconds, throughput_tok_s tokens a "
+            "second"
+        )
     groups = Groups.of(b, level)
     starts = groups.starts
     ctx = col["context_tokens"]
+    # one context the whole table through, beside the lengths its header states: the two must agree (with several
+    # contexts the stated lengths are one curve's, or the files' mean)
+    stated = semantics is not None and semantics.input_len is not None and semantics.output_len is not None
+    if stated and np.unique(ctx[~np.isnan(ctx)]).size == 1:
+        assert semantics is not None and semantics.input_len is not None and semantics.output_len is not None
+        low, high = 0.9 * semantics.input_len, 1.1 * (semantics.input_len + semantics.output_len)
+        off = ~np.isnan(ctx) & ((ctx < low) | (ctx > high))
+        if off.any():
+            i = int(np.argmax(off))
+            raise TokenroofError(
+                f"{where(i)}: context_tokens {ctx[i]:g} is not a context of the lengths the header states (input_len "
+                f"{semantics.input_len:g}, output_len {semantics.output_len:g}: {semantics.input_len:g}–"
+                f"{semantics.input_len + semantics.output_len:g} tokens): correct one or the other"
+            )
     warnings = _repeats(groups, b, tpot_all, where, None if np.isnan(ctx).all() else ctx) + warnings
     sent, requests = col["sent"], col["requests"]
     odd = (~np.isnan(sent)) & (np.isnan(requests) | (sent < requests))
@@ -575,6 +598,9 @@ def table_from_columns(
         count=groups.count if repeated else None,
         tpot_log_ss=groups.log_scatter(tpot_all) if repeated else None,
     )
+
+
+FASTEST_TPOT_MS = 0.1  # below any decode step measured (a small model's on an H100 is ~2 ms a token at batch 1)
 
 
 def _derived(thr: np.ndarray, tpot: np.ndarray, starts: np.ndarray) -> tuple[str, ...]:
