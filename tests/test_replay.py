@@ -1399,3 +1399,19 @@ def test_no_server_cap_is_read_where_the_table_did_not_measure_one(tmp_path: Pat
     (tmp_path / "untimed.csv").write_text("\n".join(untimed) + "\n")
     args = ["predict", str(tmp_path / "untimed.csv"), "--batch", "16", "-m", "llama-3.1-8b", "-H", "h100-sxm"]
     assert "the predictions run the scheduler's model" not in run_cli(args).output  # no TTFT: the decode fit's
+
+
+def test_a_prompt_budget_tried_that_cannot_hold_the_prompts_is_passed_over(tmp_path: Path) -> None:
+    """6,000-token prompts whose TTFT the prompts-in-the-steps replay misses: the fit also tries prefill steps of their
+    own at 2,048 tokens, which cannot hold one (vLLM V0 never splits a prompt there). That budget is passed over, not
+    the answer (predict had ended with 'raise --max-num-batched-tokens', a flag it does not have)."""
+    path = tmp_path / "long.csv"
+    path.write_text(
+        "# batch_kind=concurrency tpot_kind=tpot client=burst input_len=6000 output_len=256\n"
+        "batch,throughput_tok_s,tpot_ms,ttft_ms\n1,113.7,8.114,545.2\n4,328.2,10.96,977\n16,614.9,23.62,1566\n"
+        "32,714.4,39.78,2957\n64,776.5,69.96,7402\n"
+    )
+    answer = run_json(["predict", str(path), "--batch", "128"])
+    tried = answer["serving"]["alternatives"]
+    assert "prefill steps of their own" in tried  # the steps of their own were tried, whole prompts each
+    assert not any(f"prefill steps of their own of up to {b} tokens" in tried for b in (2048, 4096))

@@ -41,6 +41,7 @@ from tokenroof.fit.travel import Replayed, Travelling, from_table, online, porta
 from tokenroof.io.measurements import MeasurementTable
 from tokenroof.io.table import LENGTHS_FIXED_BELOW
 from tokenroof.model.stepmodel import StepModel
+from tokenroof.serving.engine.core import PromptOverBudget
 from tokenroof.serving.saturation import closed_loop
 from tokenroof.serving.simulate import CLOSED_CLIENTS, UNTIMED, Lengths, SimResult, Workload, bench_window, simulate
 
@@ -800,7 +801,12 @@ def fit_serving(
         for b in policies:
             if b is not None and (b >= peak or (b <= high and not apart)):
                 continue  # no step would split (the same replay as no budget), or the budget cannot hold the batch
-            designs = [design_at(p, b, kv_capacity_tokens, reference, kv_slots, apart) for p in points]
+            try:
+                designs = [design_at(p, b, kv_capacity_tokens, reference, kv_slots, apart) for p in points]
+            except PromptOverBudget:
+                if not isinstance(budget, str):
+                    raise
+                continue  # a budget tried that no prefill step of its own can hold the prompts in: not this server's
             if b is None:
                 peak = max(float((d.prefill if apart else d.batch + d.prefill).max()) for d in designs)
             result, cost = _solve(terms, points, designs, fit.sigma_rel)
