@@ -114,3 +114,14 @@ def test_save_model_alone_predicts_at_the_measured_batches(tmp_path: Path) -> No
     assert [p["batch"] for p in answer["predictions"]] == [1, 4, 16, 32, 64, 128] and saved.is_file()
     refused = run_cli(["predict", str(ROOT / "examples" / "vllm")])
     assert refused.exit_code != 0 and "give --batch, the batches to predict" in refused.output
+
+
+def test_a_batch_under_one_sequence_is_refused() -> None:
+    """A step runs whole sequences: predict at 0.5 is refused (the scheduler's answers had read it as 1, the decode
+    fit as a line's point below the first sequence), as is roofline's; 1.5, a time-averaged batch, is a batch."""
+    from tests.conftest import ROOT
+
+    for args in (["predict", str(ROOT / "examples" / "vllm")], ["roofline", "-m", "llama-3.1-8b", "-H", "h100-sxm"]):
+        refused = run_cli([*args, "--batch", "0.5", "1"])
+        assert refused.exit_code == 2 and "at least 1, got 0.5" in refused.output
+    assert run_json(["predict", str(ROOT / "examples" / "h100_7b_seed.csv"), "--batch", "1.5"])["predictions"]

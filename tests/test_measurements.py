@@ -422,3 +422,16 @@ def test_a_tpot_in_seconds_and_a_context_the_stated_lengths_cannot_hold_are_name
     assert parse_csv(header + "1,6.2,1152\n4,6.5,1152\n").context_tokens is not None  # the mean context: agreed
     several = parse_csv(header + "1,6.2,1152\n4,6.5,1152\n1,9.0,4224\n4,9.5,4224\n")  # one curve's lengths: not checked
     assert several.context_tokens is not None and len(np.unique(several.context_tokens)) == 2
+
+
+def test_a_file_given_twice_is_read_once_and_said(tmp_path: Path) -> None:
+    """The same folder twice (or a file and its folder) had counted each result as a repeated run and narrowed the
+    intervals; it is read once, and the table says so."""
+    from tests.conftest import ROOT
+
+    once, twice = read_table([ROOT / "examples" / "vllm"]), read_table([ROOT / "examples" / "vllm"] * 2)
+    assert twice.batch.tolist() == once.batch.tolist() and twice.count is None
+    assert twice.warnings[0] == "6 file(s) given more than once: each read once"
+    csv = tmp_path / "t.csv"
+    csv.write_text("batch,tpot_ms\n1,10\n8,11\n")
+    assert read_table([csv, tmp_path / "." / "t.csv"]).warnings[0].startswith("1 file(s) given more than once")

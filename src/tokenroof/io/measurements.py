@@ -219,14 +219,24 @@ def read_table(paths: Sequence[Path | str]) -> MeasurementTable:
     GuideLLM reports, AIPerf and GenAI-Perf exports, tokenroof bench's summary.json), JSON Lines of results (SGLang's
     bench_serving, vLLM's --append-result) and bench folders; several inputs are one table, their
     settings merged (the kinds must agree)."""
-    files = [f for p in paths for f in resolve_inputs(Path(p))]
-    if not files:
+    given = [f for p in paths for f in resolve_inputs(Path(p))]
+    if not given:
         raise TokenroofError("no measurement file given")
+    # a file given twice (a folder and a file in it, or the same folder twice) is read once: twice, it had counted as
+    # a repeated run and narrowed the intervals
+    first: dict[Path, Path] = {}
+    for f in given:
+        first.setdefault(f.resolve(), f)
+    files = list(first.values())
+    once = (
+        [] if len(files) == len(given) else [f"{len(given) - len(files)} file(s) given more than once: each read once"]
+    )
     read_with_summary = llmperf.summaries_beside(files)  # LLMPerf's requests files: each read with its summary
     files = [f for f in files if f not in read_with_summary]
     texts = [read_text(path) for path in files]
     if len(files) == 1 and not is_json(files[0], texts[0]):
-        return parse_csv(texts[0], str(files[0]))
+        table = parse_csv(texts[0], str(files[0]))
+        return replace(table, warnings=(*once, *table.warnings))
     rows: list[Row] = []
     provenance: list[str] = []
     warnings: list[str] = []
@@ -304,7 +314,7 @@ def read_table(paths: Sequence[Path | str]) -> MeasurementTable:
             + (f"; and {len(left_out) - 3} more left out" if len(left_out) > 3 else "")
         )
     table = build_table(rows, provenance, describe_sources(files), merge_settings(parts, provenance))
-    return replace(table, warnings=tuple(warnings) + table.warnings)
+    return replace(table, warnings=(*once, *warnings, *table.warnings))
 
 
 # the front door: what the rest of tokenroof (and its users) read tables through
