@@ -435,3 +435,28 @@ def test_a_file_given_twice_is_read_once_and_said(tmp_path: Path) -> None:
     csv = tmp_path / "t.csv"
     csv.write_text("batch,tpot_ms\n1,10\n8,11\n")
     assert read_table([csv, tmp_path / "." / "t.csv"]).warnings[0].startswith("1 file(s) given more than once")
+
+
+@pytest.mark.parametrize(
+    ("key", "value", "message"),
+    [
+        ("request_rate", "fast", "request_rate 'fast' is not a number (nor inf"),
+        ("burstiness", "high", "burstiness 'high' is not a number (nor inf"),
+        ("max_concurrency", 16.5, "max_concurrency 16.5 is not a whole number of streams"),
+    ],
+)
+def test_a_vllm_result_s_rate_burstiness_and_cap_are_numbers(
+    tmp_path: Path, key: str, value: object, message: str
+) -> None:
+    """A rate of "fast" had read as inf (every prompt at once), a burstiness of "high" as none, a cap of 16.5 as 16.5
+    streams: each is named, with its file."""
+    from tests.conftest import ROOT
+
+    data = json.loads((ROOT / "examples" / "vllm" / "vllm-c16.json").read_text())
+    data[key] = value
+    if key == "burstiness":
+        data["request_rate"] = 4.0
+    path = tmp_path / "r.json"
+    path.write_text(json.dumps(data))
+    with pytest.raises(TokenroofError, match=f"r.json: {message}".replace("(", r"\(").replace(".", r"\.")):
+        read_table([path])

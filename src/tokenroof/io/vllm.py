@@ -20,6 +20,9 @@ def vllm_run(data: Mapping[str, Any], where: str, warnings: list[str]) -> tuple[
     batch the requests it held in flight by Little's law (completed × mean end-to-end latency ÷ duration, GuideLLM's
     request concurrency); a `--max-concurrency` the rate filled (in flight above 90% of it) made it neither: left
     out, with a warning (None)."""
+    for key in ("request_rate", "burstiness"):  # a number or inf; "fast" had read as inf, "high" as nothing
+        if data.get(key) is not None and math.isnan(rate_value(data.get(key))):
+            raise TokenroofError(f"{where}: {key} {data.get(key)!r} is not a number (nor inf, vLLM's unbounded one)")
     settings = _vllm_settings(data, where)
     cap = data.get("max_concurrency")
     if settings["client"] == "burst":
@@ -31,6 +34,8 @@ def vllm_run(data: Mapping[str, Any], where: str, warnings: list[str]) -> tuple[
                 "measured running batch in a CSV"
             )
         batch = _batch(cap, where, "max_concurrency")
+        if not batch.is_integer():
+            raise TokenroofError(f"{where}: max_concurrency {batch:g} is not a whole number of streams")
         prompts = _number(data.get("num_prompts"), where, "num_prompts")
         if prompts is not None and prompts < batch:  # all sent at once, the cap never reached: that many streams
             batch = prompts
