@@ -125,3 +125,13 @@ def test_a_batch_under_one_sequence_is_refused() -> None:
         refused = run_cli([*args, "--batch", "0.5", "1"])
         assert refused.exit_code == 2 and "at least 1, got 0.5" in refused.output
     assert run_json(["predict", str(ROOT / "examples" / "h100_7b_seed.csv"), "--batch", "1.5"])["predictions"]
+
+
+def test_lengths_that_nothing_prices_are_said_to_change_nothing() -> None:
+    """A CSV with no TTFT and no --model/--hardware: --input-len/--output-len price no prompt, and the answer says so
+    (it had printed the same answer and asked for them); with the physics they price it, and nothing is said."""
+    args = ["predict", str(SEED_TABLE), "--batch", "256", "--input-len", "4096", "--output-len", "256"]
+    (said,) = [w for w in run_json(args)["warnings"] if "change nothing" in w]
+    assert said.startswith("--input-len 4096 and --output-len 256 change nothing here: with no TTFT in the table")
+    priced = run_json([*args, "-m", "llama-2-7b", "-H", "h100-sxm"])["warnings"]
+    assert not any("change nothing" in w for w in priced)

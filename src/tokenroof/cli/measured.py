@@ -121,6 +121,12 @@ def predict(
     from tokenroof.serving.replay import with_scheduler
 
     with_scheduler(result, physics, lengths)  # an online table: the scheduler's model replays it, and answers
+    if lengths is not None and result.serving is None and not physics.known and result.table.ttft_ms is None:
+        result.warnings.append(  # given, they had changed nothing and the answer had asked for them
+            f"--input-len {lengths[0]:g} and --output-len {lengths[1]:g} change nothing here: with no TTFT in the "
+            "table and no --model/--hardware nothing prices a prompt, so the measured prefill stays in the "
+            "per-sequence terms"
+        )
     if save_model is not None:
         save_fitted(result, save_model)
     from tokenroof.report.plots import plot_prediction
