@@ -460,3 +460,24 @@ def test_a_vllm_result_s_rate_burstiness_and_cap_are_numbers(
     path.write_text(json.dumps(data))
     with pytest.raises(TokenroofError, match=f"r.json: {message}".replace("(", r"\(").replace(".", r"\.")):
         read_table([path])
+
+
+def test_results_of_two_models_or_two_workloads_at_one_context_are_named(tmp_path: Path) -> None:
+    """vLLM results that name two models are refused; results whose lengths make one context but not one workload
+    (1,024 in / 256 out beside 128 in / 2,048 out: both a mean context of 1,152) are said (the replay had taken their
+    mean lengths, 725 in / 853 out, which none measured); the two lengths' files at two contexts stay two curves."""
+    from tests.conftest import ROOT
+
+    source = ROOT / "examples" / "vllm"
+    for name in ("vllm-c1.json", "vllm-c4.json", "vllm-c16.json"):
+        (tmp_path / name).write_text((source / name).read_text())
+    other = json.loads((source / "vllm-c32.json").read_text())
+    path = tmp_path / "vllm-c32.json"
+    path.write_text(json.dumps({**other, "model_id": "Qwen/Qwen2.5-72B-Instruct"}))
+    with pytest.raises(TokenroofError, match=r"vllm-c32\.json: model_id Qwen/Qwen2\.5-72B-Instruct differs from "):
+        read_table([tmp_path])
+    done = other["completed"]
+    path.write_text(json.dumps({**other, "total_input_tokens": 128 * done, "total_output_tokens": 2048 * done}))
+    said = [w for w in read_table([tmp_path]).warnings if "share a context but not a workload" in w]
+    assert len(said) == 1 and "(1024 in / 256 out) and " in said[0] and "(128 in / 2048 out)" in said[0]
+    assert not any("share a context" in w for w in read_table([source, ROOT / "examples" / "vllm-in4096"]).warnings)

@@ -44,6 +44,7 @@ from tokenroof.io.table import (
     pooled,
 )
 from tokenroof.io.vllm import is_vllm_result, vllm_run
+from tokenroof.model.stepmodel import mean_context_tokens
 from tokenroof.specs.validate import read_text
 
 
@@ -214,6 +215,29 @@ def describe_sources(files: Sequence[Path]) -> str:
     return ", ".join(names) if len(names) <= 2 else f"{names[0]} and {len(names) - 1} more"
 
 
+def one_context_two_workloads(parts: Sequence[tuple[str, Mapping[str, Any]]]) -> list[str]:
+    """Files whose lengths make one mean context but not one workload (1,024 in / 256 out beside 128 in / 2,048 out):
+    the fit takes them as one curve and the replay their mean lengths, which none of them measured."""
+    stated = [
+        (where, s["input_len"], s["output_len"]) for where, s in parts if s.get("input_len") and s.get("output_len")
+    ]
+    for i, (a, in_a, out_a) in enumerate(stated):
+        for b, in_b, out_b in stated[i + 1 :]:
+            same = (
+                abs(mean_context_tokens(in_a, out_a) / mean_context_tokens(in_b, out_b) - 1) < CONTEXT_LEVEL_RATIO - 1
+            )
+            if same and max(in_a, in_b) > OTHER_WORKLOAD * min(in_a, in_b):
+                return [
+                    f"{a} ({in_a:g} in / {out_a:g} out) and {b} ({in_b:g} in / {out_b:g} out) share a context but not "
+                    "a workload: the fit takes them as one curve and the replay their mean lengths, which neither "
+                    "measured; give each workload's files apart"
+                ]
+    return []
+
+
+OTHER_WORKLOAD = 1.25  # prompts this many times longer at one context: another workload, not a run's spread
+
+
 def read_table(paths: Sequence[Path | str]) -> MeasurementTable:
     """Read measurements into one table: CSV files (DESIGN.md), JSON (tokenroof points, `vllm bench serve` results,
     GuideLLM reports, AIPerf and GenAI-Perf exports, tokenroof bench's summary.json), JSON Lines of results (SGLang's
@@ -244,6 +268,7 @@ def read_table(paths: Sequence[Path | str]) -> MeasurementTable:
     vllm = 0  # rows from vLLM results: their batch is the client's concurrency, their context from token totals
     closed_loops = dict.fromkeys((r.tool for r in RUN_READERS), 0)  # ... and from the other tools' closed-loop runs
     readings = {}  # how each tool's figures were read, where not as they stand
+    models: dict[str, str] = {}  # each model a result names, and the first result that names it
     for path, text in zip(files, texts, strict=True):
         if not is_json(path, text):
             table = parse_csv(text, str(path))
@@ -253,6 +278,9 @@ def read_table(paths: Sequence[Path | str]) -> MeasurementTable:
             parts.append((str(path), {key: getattr(table.semantics, key) for key in table.semantics.stated}))
             continue
         for where, data in json_documents(text, str(path)):
+            model = data.get("model_id") if isinstance(data, Mapping) else None
+            if isinstance(model, str) and model:  # vLLM's and SGLang's results name the model they measured
+                models.setdefault(model, where)
             reader = next((r for r in RUN_READERS if r.recognises(data)), None)
             if reader is not None:  # one run a document: AIPerf's and GenAI-Perf's exports, SGLang's lines
                 row, settings = reader.read(data, where, warnings)
@@ -288,6 +316,13 @@ def read_table(paths: Sequence[Path | str]) -> MeasurementTable:
             rows += new_rows
             provenance += new_prov
             parts.append((where, settings))
+    if len(models) > 1:
+        (named, at), (other, there) = list(models.items())[:2]
+        raise TokenroofError(
+            f"{there}: model_id {other} differs from {named} in {at}: results of two models are two tables (give "
+            "each model's files apart)"
+        )
+    warnings += one_context_two_workloads(parts)
     for tool, reading in readings.items():
         warnings.insert(0, f"{tool}: {reading}")
     for tool, count in closed_loops.items():
