@@ -249,7 +249,7 @@ def test_generated_tables_never_raise_and_every_estimate_lies_inside_its_interva
         table = parse_csv(kinds + "batch,tpot_ms\n" + "".join(f"{x:g},{y:.6g}\n" for x, y in zip(b, t, strict=True)))
         for p, pins in ((None, {}), (prior, {}), (prior, {"critical_batch": 64.0})):
             try:
-                rows = predict_table(table, [0.5, float(b.max()), 4 * float(b.max())], p, n_samples=5, **pins)
+                rows = predict_table(table, [1.0, float(b.max()), 4 * float(b.max())], p, n_samples=5, **pins)
             except TokenroofError:
                 continue
             for row in rows.predictions():

@@ -335,21 +335,13 @@ class RooflineResult:
 
 
 def validate_batches(batches: Sequence[float]) -> np.ndarray:
-    """Batches must be positive finite numbers, a step's sequences: at least 1 (fractional allowed past it: a
-    time-averaged running batch; below it no step runs a fraction of a sequence, and the scheduler's answers had read
-    0.5 as 1)."""
+    """Batches must be positive finite numbers (fractional allowed: a measured average running batch)."""
     arr = np.asarray(list(batches), dtype=float)
     if arr.size == 0:
         raise TokenroofError("no batch sizes given")
     bad = arr[~np.isfinite(arr) | (arr <= 0)]
     if bad.size:
         raise TokenroofError(f"batch sizes must be positive numbers, got {bad[0]:g}")
-    small = arr[arr < 1]
-    if small.size:
-        raise TokenroofError(
-            f"batch sizes are the sequences a step runs, at least 1, got {small[0]:g} (a fractional batch past 1 is "
-            "a time-averaged one)"
-        )
     return arr
 
 

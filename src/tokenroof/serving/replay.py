@@ -1257,7 +1257,8 @@ def replay_predictions(
     the server: (mean TPOT s, mean TTFT s, output tok/s) by (batch, context). A closed loop runs at the batch as its
     concurrency (a fractional one between the whole ones around it); an open-loop table (a rate sweep, its batch the
     mean concurrency measured) at the rate that holds that concurrency, over several arrival samples. A
-    batch the fitted prompt budget cannot hold (it needs a token per sequence) has no answer here."""
+    batch the fitted prompt budget cannot hold (it needs a token per sequence), or a closed loop's under one stream,
+    has no answer here."""
     out = max(round(output_len), 2)
     answers = {}
     for context in contexts:
@@ -1276,6 +1277,8 @@ def replay_predictions(
 def _closed_loop_at(
     serving: ServingFit, batch: float, lengths: tuple[Lengths, Lengths], kv: int | None
 ) -> tuple[float, float, float] | None:
+    if batch < 1:  # a closed loop runs whole streams, one at least (0.5 had been run as 1)
+        return None
     client = serving.client if serving.client in CLOSED else "staggered"
     budget = serving.max_num_batched_tokens
     low, high = max(math.floor(batch), 1), max(math.ceil(batch), 1)
@@ -1347,7 +1350,14 @@ def with_scheduler(result: Any, physics: Any, lengths: tuple[float, float] | Non
     if serving is not None and serving.prefill_source == "ttft" and known is not None:
         asked = list(result.contexts) if result.contexts else [None]
         result.scheduler = replay_predictions(serving, result.batches.tolist(), asked, *known, kv)
-        beyond = sorted({b for b in result.batches.tolist() for c in asked if (float(b), c) not in result.scheduler})
+        missing = sorted({b for b in result.batches.tolist() for c in asked if (float(b), c) not in result.scheduler})
+        under = [b for b in missing if b < 1 and serving.client not in ("poisson", "constant")]
+        beyond = [b for b in missing if b not in under]
+        if under:
+            result.warnings.append(
+                f"batch {', '.join(f'{b:g}' for b in under[:5])}: under one stream, which no closed loop runs: "
+                "answered from the decode fit's line alone, without TTFT"
+            )
         if beyond:
             shown = ", ".join(f"{b:g}" for b in beyond[:5])
             result.warnings.append(
