@@ -137,3 +137,17 @@ def test_lengths_that_nothing_prices_are_said_to_change_nothing() -> None:
     assert said.startswith("--input-len 4096 and --output-len 256 change nothing here: with no TTFT in the table")
     priced = run_json([*args, "-m", "llama-2-7b", "-H", "h100-sxm"])["warnings"]
     assert not any("change nothing" in w for w in priced)
+
+
+def test_physics_flags_without_a_model_and_hardware_are_said_unread() -> None:
+    """--tp, --dtype, --kv-dtype, --compute-dtype feed the physics prior: without --model/--hardware they had changed
+    nothing and said nothing, in predict and in advise; with them, nothing is said."""
+    base = ["predict", str(SEED_TABLE), "--batch", "256"]
+    said = run_json([*base, "--tp", "4", "--dtype", "fp8"])["warnings"]
+    assert "without --model and --hardware nothing here reads --tp 4, --dtype fp8 (the physics prior's flags)" in said
+    advised = run_json(["advise", str(SEED_TABLE), "--tpot-slo-ms", "30", "--kv-dtype", "fp8"])["warnings"]
+    assert "without --model and --hardware nothing here reads --kv-dtype fp8 (the physics prior's flags)" in advised
+    priced = run_json([*base, "--tp", "2", "-m", "llama-2-7b", "-H", "h100-sxm", "--context", "300"])["warnings"]
+    assert not any("nothing here reads" in w for w in priced) and not any(
+        "nothing here reads" in w for w in run_json(base)["warnings"]
+    )

@@ -121,6 +121,7 @@ def predict(
     from tokenroof.serving.replay import with_scheduler
 
     with_scheduler(result, physics, lengths)  # an online table: the scheduler's model replays it, and answers
+    result.warnings += unread_physics_flags(model, hardware, dtype, kv_dtype, compute_dtype, tp)
     if lengths is not None and result.serving is None and not physics.known and result.table.ttft_ms is None:
         result.warnings.append(  # given, they had changed nothing and the answer had asked for them
             f"--input-len {lengths[0]:g} and --output-len {lengths[1]:g} change nothing here: with no TTFT in the "
@@ -132,6 +133,28 @@ def predict(
     from tokenroof.report.plots import plot_prediction
 
     finish(result.to_dict(), render.prediction, json_output, plot, lambda path: plot_prediction(result, path))
+
+
+def unread_physics_flags(
+    model: str | None, hardware: str | None, dtype: str | None, kv_dtype: str | None, compute_dtype: str | None, tp: int
+) -> list[str]:
+    """Flags that describe the physics prior, given without --model and --hardware: nothing reads them (they had
+    changed nothing and said nothing)."""
+    if model is not None or hardware is not None:
+        return []
+    given = [
+        flag
+        for flag, shown in (
+            (f"--tp {tp}", tp != 1),
+            (f"--dtype {dtype}", dtype not in (None, "bf16")),
+            (f"--kv-dtype {kv_dtype}", kv_dtype is not None),
+            (f"--compute-dtype {compute_dtype}", compute_dtype is not None),
+        )
+        if shown
+    ]
+    if not given:
+        return []
+    return [f"without --model and --hardware nothing here reads {', '.join(given)} (the physics prior's flags)"]
 
 
 def files_lengths_win(
@@ -253,4 +276,6 @@ def advise(
         prefix,
         enable_prefix_caching is not False,
     )
+    if isinstance(data.get("warnings"), list):
+        data["warnings"] += unread_physics_flags(model, hardware, dtype, kv_dtype, compute_dtype, tp)
     finish(data, render.advice_contexts if "contexts" in data else render.advice, json_output)
