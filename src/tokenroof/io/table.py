@@ -543,17 +543,16 @@ def table_from_columns(
     ctx = col["context_tokens"]
     # one context the whole table through, beside the lengths its header states: the two must agree (with several
     # contexts the stated lengths are one curve's, or the files' mean)
-    stated = semantics is not None and semantics.input_len is not None and semantics.output_len is not None
-    if stated and np.unique(ctx[~np.isnan(ctx)]).size == 1:
-        assert semantics is not None and semantics.input_len is not None and semantics.output_len is not None
-        low, high = 0.9 * semantics.input_len, 1.1 * (semantics.input_len + semantics.output_len)
+    lengths = (semantics.input_len, semantics.output_len) if semantics is not None else (None, None)
+    if lengths[0] is not None and lengths[1] is not None and np.unique(ctx[~np.isnan(ctx)]).size == 1:
+        low, high = 0.9 * lengths[0], 1.1 * (lengths[0] + lengths[1])
         off = ~np.isnan(ctx) & ((ctx < low) | (ctx > high))
         if off.any():
             i = int(np.argmax(off))
             raise TokenroofError(
                 f"{where(i)}: context_tokens {ctx[i]:g} is not a context of the lengths the header states (input_len "
-                f"{semantics.input_len:g}, output_len {semantics.output_len:g}: {semantics.input_len:g}–"
-                f"{semantics.input_len + semantics.output_len:g} tokens): correct one or the other"
+                f"{lengths[0]:g}, output_len {lengths[1]:g}: {lengths[0]:g}–{lengths[0] + lengths[1]:g} tokens): "
+                "correct one or the other"
             )
     warnings = _repeats(groups, b, tpot_all, where, None if np.isnan(ctx).all() else ctx) + warnings
     sent, requests = col["sent"], col["requests"]

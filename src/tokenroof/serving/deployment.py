@@ -158,7 +158,9 @@ class Deployment:
         budget = self.physics.prompt_budget() if self.physics.engine is not None else None
         if not isinstance(budget, int):
             return None
-        if budget <= self.max_num_seqs:  # the server would refuse to start, as vLLM does
+        from tokenroof.serving.engine.core import budget_holds
+
+        if not budget_holds(budget, self.max_num_seqs):  # the server would refuse to start, as vLLM does
             raise ParameterError(
                 f"{{}} is {budget:,} by default for {self.physics.engine} on this GPU: it must exceed {{}} "
                 f"({self.max_num_seqs:,}), every running sequence taking a token of it; give a larger {{}}",

@@ -27,7 +27,7 @@ from tokenroof.errors import ParameterError, TokenroofError
 from tokenroof.model.disagg import Disaggregation
 from tokenroof.model.stepmodel import StepModel
 from tokenroof.serving.advice import engine_flags
-from tokenroof.serving.engine.core import PLAIN, Server
+from tokenroof.serving.engine.core import PLAIN, Server, budget_holds
 from tokenroof.serving.saturation import STATISTICS, at_cap
 from tokenroof.serving.simulate import OVERLOADED, Lengths, Workload, simulate
 
@@ -303,15 +303,14 @@ def make_plan(
     if not models:
         raise TokenroofError("no step model to plan with")
     budget = server.max_num_batched_tokens
-    if budget is not None and not server.separate_prefill:  # each running sequence takes a token of every step's
-        held = [cap for cap in caps if cap < budget]
-        if not held:
-            raise ParameterError(
-                f"{{}} {budget} holds none of the batch caps plan searches ({', '.join(map(str, caps))}): each running "
-                "sequence takes one token of every step's budget",
-                "max_num_batched_tokens",
-            )
-        caps = held
+    held = [cap for cap in caps if budget_holds(budget, cap, server.separate_prefill)]
+    if not held:
+        raise ParameterError(
+            f"{{}} {budget} holds none of the batch caps plan searches ({', '.join(map(str, caps))}): each running "
+            "sequence takes one token of every step's budget",
+            "max_num_batched_tokens",
+        )
+    caps = held
     best_cap, per_replica = max(
         ((cap, replica_throughput_tok_s(models[0], workload, cap, server)) for cap in caps),
         key=lambda pair: pair[1],

@@ -41,7 +41,7 @@ from tokenroof.fit.travel import Replayed, Travelling, from_table, online, porta
 from tokenroof.io.measurements import MeasurementTable
 from tokenroof.io.table import LENGTHS_FIXED_BELOW
 from tokenroof.model.stepmodel import StepModel
-from tokenroof.serving.engine.core import PromptOverBudget
+from tokenroof.serving.engine.core import PromptOverBudget, budget_holds
 from tokenroof.serving.saturation import closed_loop
 from tokenroof.serving.simulate import CLOSED_CLIENTS, UNTIMED, Lengths, SimResult, Workload, bench_window, simulate
 
@@ -459,7 +459,7 @@ def design_at(
         return open_loop_design(point, budget, kv_capacity_tokens, reference, kv_slots, separate)
     low = max(math.floor(point.concurrency), 1)
     high = max(math.ceil(point.concurrency), 1)
-    if budget is not None and budget <= high and not separate:
+    if not budget_holds(budget, high, separate):
         raise TokenroofError(f"a prompt budget of {budget} tokens per step must exceed the concurrency {high}")
 
     # a burst that sent on past the requests it counted (LLMPerf: the streams in flight when its count was reached run
@@ -799,7 +799,7 @@ def fit_serving(
         """Fit each prompt budget of one scheduling (prompts in the decode steps, or in steps of their own)."""
         peak = math.inf  # the most prompt tokens (and, mixed, decode tokens) a step of the unbudgeted replay holds
         for b in policies:
-            if b is not None and (b >= peak or (b <= high and not apart)):
+            if b is not None and (b >= peak or not budget_holds(b, high, apart)):
                 continue  # no step would split (the same replay as no budget), or the budget cannot hold the batch
             try:
                 designs = [design_at(p, b, kv_capacity_tokens, reference, kv_slots, apart) for p in points]
@@ -1284,7 +1284,7 @@ def _closed_loop_at(
     low, high = max(math.floor(batch), 1), max(math.ceil(batch), 1)
     runs = []
     for c in sorted({low, high}):
-        if budget is not None and budget <= c and not serving.separate_prefill:
+        if not budget_holds(budget, c, serving.separate_prefill):
             return None
         slots = serving.kv_slots
         loop = closed_loop(c, *lengths, client)

@@ -686,9 +686,9 @@ class SimResult:
         if w1 <= arrivals.max():  # a steady window: it ends at the last arrival
             return []
         started = np.array([s.arrival_s if s.scheduled_s is None else s.scheduled_s for s in seqs])
-        life = typical_lifetime_s(started, np.array([s.finished_s or 0.0 for s in seqs]))
-        opens = max(float(np.sort(arrivals)[int(0.1 * arrivals.size)]), float(arrivals.min()) + life)
-        if arrivals.max() - opens >= life:
+        finished = np.array([s.finished_s or 0.0 for s in seqs])
+        life = typical_lifetime_s(started, finished)
+        if open_loop_window(arrivals, life, float(finished.max()))[1] <= arrivals.max():
             return []  # served, there is a window: the lives are a queue's (overload_warnings)
         span = float(arrivals.max() - arrivals.min())
         more = f" (at least {math.ceil(2.5 * life * len(seqs) / span):,} at this rate)" if span > 0 else ""
@@ -1168,12 +1168,14 @@ def simulate_disaggregated(
     # a prefill replica's sequences end as their prompt does, so none holds a decode token of its budget: its cap
     # only bounds the prompts admitted at once, under the budget
     budget = dis.prefill_budget_tokens
-    cap = max(max_num_seqs, 1024) if budget is None else max(min(max(max_num_seqs, 1024), budget - 1), 1)
+    cap = max(max_num_seqs, 1024)
+    if budget is not None:
+        cap = max(min(cap, budget - 1), 1)
     prefillers = [
         BatchScheduler(
             prefill_sm,
             max_num_seqs=cap,
-            max_num_batched_tokens=dis.prefill_budget_tokens,
+            max_num_batched_tokens=budget,
             block_size=block_size,
             prefix_caching=prefix_caching,
             speculation=None if speculation is None or speculation.draft is None else speculation,

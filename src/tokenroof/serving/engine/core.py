@@ -222,6 +222,12 @@ class SpecCounts(NamedTuple):
     accepted_by_position: tuple[int, ...]
 
 
+def budget_holds(budget: int | None, batch: float, separate: bool = False) -> bool:
+    """Whether a step's prompt budget holds `batch` running sequences: each takes one token of every step's budget
+    (prefilled in steps of their own, the budget bounds those steps alone; None: no budget)."""
+    return budget is None or separate or budget > batch
+
+
 def slot_runs(slots: list[int]) -> int:
     """Runs of consecutive ids among `slots` (distinct): the ubatches llama.cpp splits a step's sequences into when
     each slot has its own KV stream. [0, 1, 2] → 1, [2, 5, 6] → 2, [] → 0."""
@@ -297,11 +303,7 @@ class BatchScheduler:
             )
         if self.kv_capacity_tokens is not None and self.kv_capacity_tokens < self.block_size:
             raise TokenroofError(f"the KV cache must hold at least one block ({self.block_size} tokens)")
-        if (  # prefilled in steps of their own, the budget bounds those steps alone
-            self.max_num_batched_tokens is not None
-            and not self.separate_prefill
-            and self.max_num_batched_tokens <= self.max_num_seqs
-        ):
+        if not budget_holds(self.max_num_batched_tokens, self.max_num_seqs, self.separate_prefill):
             raise TokenroofError(
                 f"max_num_batched_tokens ({self.max_num_batched_tokens}) must exceed max_num_seqs "
                 f"({self.max_num_seqs}): every running sequence needs one token of the budget"
