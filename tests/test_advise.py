@@ -229,6 +229,21 @@ def test_advise_refuses_bad_and_unreachable_targets() -> None:
             advise(LINE, bad)
     with pytest.raises(TokenroofError, match=r"^no batch cap meets TPOT ≤ 1000 ms: batch 1 already takes 1.12e\+03 ms"):
         advise(LINE, 1000.0)
+    # a miss by less than the third figure is told apart from its target (a fault test read "30 ms" beside 30)
+    with pytest.raises(TokenroofError, match=r"^no batch cap meets TPOT ≤ 30 ms: batch 1 already takes 30.004 ms"):
+        advise(StepModel(0.030004, 0.0, 0.0, 0.0), 30.0)
+
+
+def test_a_number_beside_its_target_shows_the_figures_that_tell_them_apart() -> None:
+    from tokenroof.style import fmt_beside
+
+    assert [fmt_beside(v, 30.0) for v in (30.004, 29.99, 30.0, 45.25, 30.000004)] == [
+        "30.004",
+        "29.99",
+        "30",
+        "45.2",
+        "30.000004",
+    ]
 
 
 def test_advise_interval_over_samples_and_the_unbounded_warning() -> None:
@@ -818,7 +833,9 @@ def test_advise_cap_searches_a_made_up_server_by_hand(monkeypatch: pytest.Monkey
         advise_cap(SM, *lengths, 9.0, 0.5)
     with pytest.raises(TokenroofError) as refused:
         advise_cap(SM, *lengths, 0.5)
-    assert str(refused.value) == "no batch cap meets the targets: at max_num_seqs 1 the p99 TPOT is 1 ms and TTFT 10 ms"
+    assert str(refused.value) == (
+        "no batch cap meets the targets: at max_num_seqs 1 the p99 TPOT 1 ms (target 0.5) and TTFT 10 ms"
+    )
 
 
 def test_the_caps_interval_holds_the_cap_it_brackets() -> None:

@@ -321,6 +321,40 @@ def test_preemption_recomputes_the_newest_and_readmits_it_first() -> None:
     assert b.admitted_s == 0.0  # its queueing ended at its first admission, not at the readmission
 
 
+def test_reserving_the_whole_output_admits_fewer_and_never_preempts() -> None:
+    """TensorRT-LLM's GUARANTEED_NO_EVICT, by hand: the two sequences of the test above (prompt 2, 4 tokens to make,
+    a life of 2 + 4 = 6 tokens at block 1) in a cache of 9: the second waits until the first leaves (6 + 6 > 9), and
+    nothing is preempted; with a cache of 12 both run from the first step."""
+    sched = BatchScheduler(FLAT, max_num_seqs=4, kv_capacity_tokens=9, block_size=1, reserve_output=True)
+    a = Sequence("a", prompt_tokens=2, max_tokens=4, arrival_s=0.0)
+    b = Sequence("b", prompt_tokens=2, max_tokens=4, arrival_s=0.0)
+    sched.submit(a)
+    sched.submit(b)
+    plans = run(sched, 20)
+    assert [p.batch for p in plans] == [1, 1, 1, 1, 1, 1, 1, 1] and sched.preemptions == 0
+    assert plans[4].admitted == (b,) and b.first_token_s == pytest.approx(plans[4].end_s)
+    assert max(p.kv_tokens for p in plans) <= 6 and sched._promised == 0  # all given back
+    roomy = BatchScheduler(FLAT, max_num_seqs=4, kv_capacity_tokens=12, block_size=1, reserve_output=True)
+    for seq in (Sequence("a", 2, 4, 0.0), Sequence("b", 2, 4, 0.0)):
+        roomy.submit(seq)
+    assert [p.batch for p in run(roomy, 20)] == [2, 2, 2, 2]
+    with pytest.raises(TokenroofError, match="needs 7 tokens of KV cache; the cache holds 6"):  # a life past it
+        BatchScheduler(FLAT, kv_capacity_tokens=6, block_size=1, reserve_output=True).submit(Sequence("c", 2, 5, 0.0))
+
+
+def test_an_aborted_reservation_is_given_back() -> None:
+    sched = BatchScheduler(FLAT, max_num_seqs=4, kv_capacity_tokens=12, block_size=1, reserve_output=True)
+    a, b, c = (Sequence(name, 2, 4, 0.0) for name in "abc")
+    for seq in (a, b, c):
+        sched.submit(seq)
+    plan = sched.plan_step(0.0)
+    assert plan is not None and plan.admitted == (a, b) and list(sched.waiting) == [c]
+    sched.complete_step(plan)
+    sched.abort("a")
+    nxt = sched.plan_step(plan.end_s)
+    assert nxt is not None and nxt.admitted == (c,) and sched._promised == 12
+
+
 def test_a_lone_sequence_is_never_preempted() -> None:
     sched = BatchScheduler(FLAT, max_num_seqs=4, kv_capacity_tokens=6, block_size=1)
     seq = Sequence("a", prompt_tokens=1, max_tokens=5, arrival_s=0.0)

@@ -470,3 +470,22 @@ def test_roofline_says_a_prompt_longer_than_tgis_prefill_step_is_refused_by_that
     assert not any(
         "prefill step holds" in w for w in run_json([*args, "--input-len", "4000", "--output-len", "9"])["warnings"]
     )
+
+
+def test_tensorrt_llm_reserves_each_requests_whole_output_and_says_so() -> None:
+    """TensorRT-LLM's default capacity scheduler (GUARANTEED_NO_EVICT) admits a request only with its prompt and
+    whole output reserved: in a cache of 50,000 tokens, 1,000 + 1,000-token requests run 50,000 // 2,015 = 24 at once
+    and never preempt, where vLLM's on-demand admission runs more and preempts; the answer says which it assumed."""
+    assert load_engine("tensorrt-llm").admission == "reserve-output"
+    assert {load_engine(name).admission for name in list_engines() if name != "tensorrt-llm"} == {"on-demand"}
+    base = ["simulate", "-m", "llama-3.1-8b", "-H", "h100-sxm", "--input-len", "1000", "--output-len", "1000"]
+    run = [*base, "--concurrency", "64", "--num-requests", "300", "--kv-cache-tokens", "50000"]
+    trt = run_json([*run, "--engine", "tensorrt-llm"])
+    vllm = run_json([*run, "--engine", "vllm-v1"])
+    (point,) = trt["points"]
+    assert point["running_batch"] == pytest.approx(24.0) and point["preemptions"] == 0
+    assert vllm["points"][0]["running_batch"] > 30 and vllm["points"][0]["preemptions"] > 0
+    said = "the KV cache admits as tensorrt-llm's default capacity scheduler (GUARANTEED_NO_EVICT)"
+    assert any(w.startswith(said) for w in trt["warnings"]) and not any(w.startswith(said) for w in vllm["warnings"])
+    advised = run_json(["advise", *base[1:], "--engine", "tensorrt-llm", "--tpot-slo-ms", "60"])
+    assert any(w.startswith(said) for w in advised["warnings"])

@@ -274,6 +274,11 @@ def test_unreadable_and_malformed_files(tmp_path: Path) -> None:
         (b'{"benchmarks":[1,2]}', "g.json", "benchmark 0: expected an object"),
         (b'{"points":[{"batch":1' + b"0" * 5000 + b',"tpot_ms":10}]}', "big.json", "big.json: not valid JSON"),
         (b'{"max_concurrency":"","output_throughput":10,"mean_tpot_ms":10}', "v.json", "max_concurrency is empty"),
+        (  # a fault test's find: a null TPOT had been derived from the throughput, silently
+            b'{"max_concurrency":4,"output_throughput":10,"mean_tpot_ms":null}',
+            "t.json",
+            "t.json: a vLLM result without mean_tpot_ms",
+        ),
         (b'{"points":[{"batch":1,"tpot_ms":10},{"batch":8,"tpot_ms":12}],"input_len":"abc"}', "s.json", "input_len"),
     ],
 )

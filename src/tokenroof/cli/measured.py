@@ -91,7 +91,7 @@ def predict(
     plot: PlotOpt = None,
 ) -> None:
     """Fit measured points and predict TPOT and throughput at other batches, with 90% intervals."""
-    from tokenroof.fit.predict import MeasuredWorkload, predict_table, prior_for, split_contexts
+    from tokenroof.fit.predict import MeasuredWorkload, predict_table, prior_for, split_contexts, unread_context
     from tokenroof.io.measurements import read_table
 
     physics = Physics(model, hardware, dtype, kv_dtype, compute_dtype, tp, engine)  # measured: no --enforce-eager
@@ -122,6 +122,7 @@ def predict(
 
     with_scheduler(result, physics, lengths)  # an online table: the scheduler's model replays it, and answers
     result.warnings += unread_physics_flags(model, hardware, dtype, kv_dtype, compute_dtype, tp)
+    result.warnings += unread_context(measured_at, prior)
     if lengths is not None and result.serving is None and not physics.known and result.table.ttft_ms is None:
         result.warnings.append(  # given, they had changed nothing and the answer had asked for them
             f"--input-len {lengths[0]:g} and --output-len {lengths[1]:g} change nothing here: with no TTFT in the "
@@ -240,7 +241,10 @@ def advise(
     output_len: Annotated[float | None, typer.Option(help=ADVISE_LENGTHS.format("Output"))] = None,
     decode_only: DecodeOnlyOpt = False,
     max_num_batched_tokens: Annotated[int | None, typer.Option(help="Token budget per step (chunked prefill).")] = None,
-    samples: Annotated[int, typer.Option(help="Samples for the cap's interval.")] = 200,
+    samples: Annotated[
+        int | None,
+        typer.Option(help="Samples for the cap's interval (the decode-only answer's; default 200)."),
+    ] = None,
     speculative_config: SpeculativeOpt = None,
     acceptance_rate: AcceptanceOpt = None,
     prefix_len: PrefixLenOpt = 0,

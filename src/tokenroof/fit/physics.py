@@ -107,6 +107,12 @@ class Physics:
         profile = load_engine(self.engine)
         return profile.enforce_eager() if self.eager else profile
 
+    @property
+    def reserves_output(self) -> bool:
+        """Whether the named engine admits a request only with its whole output's KV reserved, never preempting
+        (TensorRT-LLM's GUARANTEED_NO_EVICT: its profile's `admission`); the default admits on demand, as vLLM."""
+        return self.engine is not None and self.engine_profile().admission == "reserve-output"
+
     def unservable(self, memory_utilization: float = 0.9) -> str | None:
         """Why the weights alone do not fit in the memory the server may use (None: they fit)."""
         from tokenroof.model.roofline import resident_weight_bytes

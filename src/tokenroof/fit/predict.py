@@ -341,6 +341,19 @@ def split_contexts(table: MeasurementTable, contexts: list[float] | None) -> tup
     return contexts[0], None
 
 
+def unread_context(measured_at: float | None, prior: Prior | None) -> list[str]:
+    """--context read as the context a table that states none was measured at: only the physics prior reads it
+    (its KV traffic and memory cap), so without one it changes nothing, and says so."""
+    if measured_at is None or prior is not None:
+        return []
+    return [
+        f"--context {measured_at:g} changes nothing here: the table states no context, so it is read as the one the "
+        "table was measured at, which only the physics prior reads (give --model and --hardware); to move the "
+        "answer to another context the table must state its own (a context_tokens column, or '# input_len=… "
+        "output_len=…')"
+    ]
+
+
 def workload_line(table: MeasurementTable, serving: Any = None) -> str:
     """What the measured steps held, in one line (every header states it): pure decode, or online with how the
     prompts met the steps."""

@@ -23,6 +23,11 @@ def vllm_run(data: Mapping[str, Any], where: str, warnings: list[str]) -> tuple[
     for key in ("request_rate", "burstiness"):  # a number or inf; "fast" had read as inf, "high" as nothing
         if data.get(key) is not None and math.isnan(rate_value(data.get(key))):
             raise TokenroofError(f"{where}: {key} {data.get(key)!r} is not a number (nor inf, vLLM's unbounded one)")
+    for key in ("output_throughput", "mean_tpot_ms"):  # vLLM writes both: a missing one is named, not derived
+        if _number(data.get(key), where, key) is None:
+            raise TokenroofError(
+                f"{where}: a vLLM result without {key} (vllm bench serve writes it; is the file cut or edited?)"
+            )
     settings = _vllm_settings(data, where)
     cap = data.get("max_concurrency")
     if settings["client"] == "burst":

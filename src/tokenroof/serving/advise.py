@@ -13,6 +13,7 @@ from numpy.typing import ArrayLike, NDArray
 from tokenroof.errors import ParameterError, TokenroofError, prefixed
 from tokenroof.serving.advice import advice_dict, engine_flags
 from tokenroof.serving.engine.core import Server
+from tokenroof.style import fmt_beside
 from tokenroof.units import MS_PER_S
 
 if TYPE_CHECKING:
@@ -121,7 +122,7 @@ def advise(
     if by_slo == 0:
         raise TokenroofError(
             f"no batch cap meets TPOT ≤ {tpot_slo_ms:g} ms: batch 1 already takes "
-            f"{float(sm.step_time_s(1.0, context)) * MS_PER_S:.3g} ms per token"
+            f"{fmt_beside(float(sm.step_time_s(1.0, context)) * MS_PER_S, tpot_slo_ms)} ms per token"
         )
     cap, binding = by_slo, "tpot"
     warnings = []
@@ -181,7 +182,7 @@ def advise_answer(
     flags: MeasuredWorkload,
     targets: Targets,
     max_num_batched_tokens: int | None = None,
-    samples: int = 200,
+    samples: int | None = None,
     contexts: Sequence[float] | None = None,
     speculative: SpeculativeConfig | None = None,
     prefix: SharedPrefix | None = None,
@@ -189,7 +190,10 @@ def advise_answer(
 ) -> dict[str, Any]:
     """advise's JSON: from the scheduler simulate uses when the lengths are known (prefill included), else from
     the decode step time alone — fitted to `files`, or from first principles — at `contexts` (the decode-only
-    answer: one answer each, `{"contexts": [...], "warnings": [...]}` for more than one; None: the workload's)."""
+    answer: one answer each, `{"contexts": [...], "warnings": [...]}` for more than one; None: the workload's).
+
+    `samples` (None: DECODE_SAMPLES) sizes the decode-only answer's cap interval; the scheduler's answer has none,
+    and a `samples` or a `max_num_batched_tokens` given to the answer that does not read it is said unread."""
     if files:
         physics.refuse_eager_for_measurements()
     if not files and not physics.known:
@@ -221,6 +225,7 @@ def advise_answer(
             f"advised at {stated[0]:,.4g} prompt / {stated[1]:,.4g} output tokens ({whose}), on the scheduler "
             "(--input-len/--output-len for another workload; --context for the decode step time alone)",
         )
+        answer["warnings"] += unread_on_scheduler(samples)
         return answer
     lengths = flags.input_len is not None and flags.output_len is not None and not flags.decode_only
     if contexts and len(contexts) > 1 and lengths:
@@ -232,9 +237,11 @@ def advise_answer(
             "output_len",
         )
     if lengths:
-        return advise_with_prefill(
+        answer = advise_with_prefill(
             files, physics, flags, targets, max_num_batched_tokens, speculative, prefix, prefix_caching, table
         )
+        answer["warnings"] += unread_on_scheduler(samples)
+        return answer
     if prefix is not None and prefix.tokens:
         raise ParameterError(
             "shared prefixes are answered on the scheduler: give {} and {} with {}",
@@ -252,7 +259,15 @@ def advise_answer(
     if targets.ttft_slo_ms is not None:
         raise ParameterError("{} needs {} and {} (the prompts decide TTFT)", "ttft_slo_ms", "input_len", "output_len")
     asked: list[float | None] = list(contexts) if contexts else [None]
-    each = advise_decode_only(files, physics, flags, targets.tpot_slo_ms, samples, asked, table)
+    each = advise_decode_only(
+        files, physics, flags, targets.tpot_slo_ms, DECODE_SAMPLES if samples is None else samples, asked, table
+    )
+    if max_num_batched_tokens is not None:
+        each[0]["warnings"].append(
+            f"--max-num-batched-tokens {max_num_batched_tokens} changes nothing here: the decode-only answer has no "
+            "prompts in its steps to budget (give --input-len and --output-len for the scheduler's answer, which "
+            "reads it)"
+        )
     if targets.statistic not in (None, "mean"):
         each[0]["warnings"].append(
             f"--slo-statistic {targets.statistic} needs the scheduler's distribution (give --input-len and "
@@ -263,6 +278,19 @@ def advise_answer(
         return each[0]
     warnings = [w for answer in each for w in answer["warnings"]]
     return {"contexts": each, "warnings": list(dict.fromkeys(warnings))}
+
+
+DECODE_SAMPLES = 200  # the decode-only answer's interval samples where none are asked for
+
+
+def unread_on_scheduler(samples: int | None) -> list[str]:
+    """The scheduler's answer draws no interval samples: a --samples given to it is said unread."""
+    if samples is None:
+        return []
+    return [
+        f"--samples {samples} changes nothing here: the scheduler's answer has no cap interval to sample (the "
+        "decode-only answer's, with --decode-only or --context, has)"
+    ]
 
 
 def lengths_to_advise(table: MeasurementTable | None, flags: MeasuredWorkload) -> tuple[float, float] | None:
@@ -382,13 +410,22 @@ def advise_with_prefill(
     speculation = None if speculative is None else physics.speculation(speculative)
     if speculation is not None:
         notes.append(speculation.assumption())
+    from tokenroof.serving.deployment import admission_notes
+
+    notes += admission_notes(physics, physics.kv_pool_tokens(speculative))
     caching = prefix_caching and not per_slot_kv
     prompts: Lengths = Lengths(round(flags.input_len))
     if prefix is not None and prefix.tokens:
         notes.append(prefix.assumption(prefix_caching, per_slot_kv, sm.prompts_folded))
         prompts = PromptLengths(round(flags.input_len), prefix=prefix)
     server = Server(
-        physics.kv_pool_tokens(speculative), max_num_batched_tokens, per_slot_kv, speculation, caching, separate
+        physics.kv_pool_tokens(speculative),
+        max_num_batched_tokens,
+        per_slot_kv,
+        speculation,
+        caching,
+        separate,
+        physics.reserves_output,
     )
     outputs = Lengths(round(flags.output_len))
     # bench's staggered streams on llama-server: the cap checked over their start phases (saturation's module doc)
@@ -478,7 +515,7 @@ def advise_decode_only(
     if not files:
         return [at_context(first_principles_advice, context, physics, flags, tpot_slo_ms) for context in contexts]
     from tokenroof.fit.core import fit_table
-    from tokenroof.fit.predict import prior_for, split_contexts
+    from tokenroof.fit.predict import prior_for, split_contexts, unread_context
     from tokenroof.io.measurements import read_table
 
     table = read_table(list(files)) if table is None else table  # (advise_answer's, read once)
@@ -498,7 +535,9 @@ def advise_decode_only(
             "context",
         )
     where: list[float | None] = list(targets) if targets else [None]
-    return [at_context(fitted_advice, context, fit, table, tpot_slo_ms) for context in where]
+    each = [at_context(fitted_advice, context, fit, table, tpot_slo_ms) for context in where]
+    each[0]["warnings"] += unread_context(measured_at, prior)
+    return each
 
 
 def at_context(answer: Any, context: float | None, *args: Any) -> dict[str, Any]:

@@ -293,6 +293,7 @@ def run_one(
             server.kv_capacity_tokens,
             prefix_caching=server.prefix_caching,
             speculation=server.speculation,
+            reserve_output=server.reserve_output,
         )
         summary = result.summary(traffic.ttft_slo_ms, traffic.tpot_slo_ms)
         if billing is not None and billing.known:

@@ -181,7 +181,7 @@ class Deployment:
 
     def server(self, travelling: Travelling) -> Server:
         """Each replica's scheduler settings: the KV budget, the prompt budget and the KV streams (as given, else as
-        `travelling` was measured), and the speculation."""
+        `travelling` was measured), the speculation, and how the named engine's KV cache admits."""
         from tokenroof.serving.engine.core import Server
 
         slots = self.slot_streams(travelling)
@@ -192,6 +192,7 @@ class Deployment:
             self.speculation(),
             self.prefix_caching and not slots,
             self.separate_prefill(travelling),
+            self.physics.reserves_output,  # the engine named admits so, whatever set the step times
         )
 
     def long_context_chunks(self) -> bool:
@@ -317,8 +318,16 @@ class Deployment:
         return [f"prompts prefilled in steps of their own{most}, the running sequences waiting: {scheduling}"]
 
     def budget_notes(self, travelling: Travelling) -> list[str]:
-        """The prompt budget an answer assumes when it is the named engine's default (not given, not measured), and
-        the engine's scheduling where it prefills in steps of their own."""
+        """The prompt budget an answer assumes when it is the named engine's default (not given, not measured), the
+        engine's scheduling where it prefills in steps of their own, and how its KV cache admits where that is not
+        vLLM's way (`admission_notes`)."""
+        return self._prompt_notes(travelling) + self.admission_notes()
+
+    def admission_notes(self) -> list[str]:
+        """What an answer assumes of the KV cache's admission (`admission_notes`, for this deployment's cache)."""
+        return admission_notes(self.physics, self.kv_budget_tokens())
+
+    def _prompt_notes(self, travelling: Travelling) -> list[str]:
         scheduling = self.scheduling_notes(travelling)
         if scheduling:
             return scheduling
@@ -370,3 +379,15 @@ class Deployment:
 
     def with_physics(self, physics: Physics) -> Deployment:
         return replace(self, physics=physics)
+
+
+def admission_notes(physics: Physics, kv_cache_tokens: int | None) -> list[str]:
+    """What an answer assumes of the KV cache's admission where the named engine reserves each request's whole output
+    (TensorRT-LLM's default) and a cache size bounds it (none otherwise: vLLM's way, admitted on demand)."""
+    if not physics.reserves_output or kv_cache_tokens is None:
+        return []
+    return [
+        f"the KV cache admits as {physics.engine}'s default capacity scheduler (GUARANTEED_NO_EVICT): each request "
+        "reserves its prompt and its whole output at admission and is never preempted, so fewer run at once than the "
+        "cache holds at their mean length (its MAX_UTILIZATION policy, which admits more and pauses, is not modelled)"
+    ]

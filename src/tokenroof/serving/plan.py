@@ -491,6 +491,7 @@ def run_split(
                 server.kv_capacity_tokens,
                 prefix_caching=server.prefix_caching,
                 speculation=server.speculation,
+                reserve_output=server.reserve_output,
             ).summary()
             split.outcome.add(s)
             split.prefill_busy.append(s["disaggregation"]["prefill_busy_fraction"] or 0.0)

@@ -42,6 +42,7 @@ from tokenroof.model.stepmodel import StepModel, mean_context_tokens
 from tokenroof.serving.advice import advice_dict
 from tokenroof.serving.engine.core import PLAIN, Server
 from tokenroof.serving.simulate import EVEN, UNTIMED, ClosedLoop, Lengths, Workload, simulate
+from tokenroof.style import fmt_beside
 
 STATISTICS = ("mean", "p50", "p90", "p99")
 
@@ -293,7 +294,13 @@ def advise_cap(
         raise TokenroofError(f"start phases are a staggered loop's; the client is {client}")
     kv, budget = server.kv_capacity_tokens, server.max_num_batched_tokens
     if kv is not None:  # past what the cache holds at the mean context a larger cap only preempts or waits for room
-        limit = min(limit, max(int(kv // mean_context_tokens(input_len.mean, output_len.mean)), 1))
+        # (reserving each request's whole output, what it holds at the end: a larger cap only waits)
+        held = (
+            input_len.mean + output_len.mean
+            if server.reserve_output
+            else mean_context_tokens(input_len.mean, output_len.mean)
+        )
+        limit = min(limit, max(int(kv // held), 1))
     if budget is not None:  # a step holds one token per sequence of its budget, and a prompt's chunk
         limit = min(limit, budget - 1)
     memo: dict[int, AtCap] = {}
@@ -310,10 +317,13 @@ def advise_cap(
     grid = sorted({min(2**k, limit) for k in range(0, int(math.log2(limit)) + 2)})
     if not meets(1):
         r = run(1)
-        raise TokenroofError(
-            f"no batch cap meets the targets: at max_num_seqs 1 the {statistic} TPOT is {r.tpot_ms[statistic]:.3g} ms "
-            f"and TTFT {r.ttft_ms[statistic]:.3g} ms"
-        )
+        tpot, ttft = r.tpot_ms[statistic], r.ttft_ms[statistic]
+        said = [f"TPOT {fmt_beside(tpot, tpot_slo_ms)} ms (target {tpot_slo_ms:g})"]
+        if ttft_slo_ms is not None:
+            said.append(f"TTFT {fmt_beside(ttft, ttft_slo_ms)} ms (target {ttft_slo_ms:g})")
+        else:
+            said.append(f"TTFT {ttft:.3g} ms")
+        raise TokenroofError(f"no batch cap meets the targets: at max_num_seqs 1 the {statistic} {' and '.join(said)}")
     good, bad = 1, None
     for cap in grid[1:]:
         if meets(cap):

@@ -886,6 +886,7 @@ def simulate(
     speculation: Speculation | None = None,
     prefix_caching: bool = False,
     separate_prefill: bool = False,
+    reserve_output: bool = False,
 ) -> SimResult:
     """Run the workload through `replicas` continuous-batching schedulers behind a router, on a virtual clock.
 
@@ -924,6 +925,7 @@ def simulate(
                 seed=seed + 1 + index,  # the acceptance draws: one stream per replica, apart from the arrivals'
                 prefix_caching=prefix_caching,
                 separate_prefill=separate_prefill,
+                reserve_output=reserve_output,
             )
         )
         for index in range(replicas)
@@ -1150,6 +1152,7 @@ def simulate_disaggregated(
     prefix_caching: bool = False,
     prefill_model: StepModel | None = None,
     speculation: Speculation | None = None,
+    reserve_output: bool = False,
 ) -> SimResult:
     """Prefill and decode on pools of their own, joined by a KV transfer (model/disagg.py), on a virtual clock.
 
@@ -1183,7 +1186,15 @@ def simulate_disaggregated(
         for _ in range(dis.prefill_replicas)
     ]
     decoders = [
-        BatchScheduler(model, max_num_seqs, kv_capacity_tokens, block_size, speculation=speculation, seed=seed + 1 + i)
+        BatchScheduler(
+            model,
+            max_num_seqs,
+            kv_capacity_tokens,
+            block_size,
+            speculation=speculation,
+            seed=seed + 1 + i,
+            reserve_output=reserve_output,
+        )
         for i in range(dis.decode_replicas)
     ]
     if prefix_caching:

@@ -12,6 +12,10 @@ adds per step and per sequence. A profile carries, for one engine and version fa
 - how prefill is scheduled: `chunked` (prompt tokens share the decode steps, up to a token
   budget per step when `max_num_batched_tokens` is given) or `separate` (prompts in steps of
   their own, decoding paused);
+- how its KV cache admits requests (`admission`): `on-demand` (admitted while the prompt's blocks fit, the
+  running sequences preempted by recompute when their growth fills the cache: vLLM) or `reserve-output` (admitted
+  only while the prompt and its whole output fit beside what every admitted request may still grow to, never
+  preempted: TensorRT-LLM's default capacity scheduler, GUARANTEED_NO_EVICT);
 - `[accuracy]`: how far its first-principles TPOT missed published curves, leave-one-curve-out
   (benchmarks/first_principles.py), and the quantiles of log(measured / predicted) that set
   the intervals of first-principles answers;
@@ -245,6 +249,7 @@ class EngineProfile:
     kv_dtype_by_weights: Mapping[str, str] = field(default_factory=dict)
     eager: Eager | None = None  # what --enforce-eager costs (None: the engine has no eager mode tokenroof knows)
     eager_enforced: bool = False
+    admission: str = "on-demand"  # how the KV cache admits requests (module doc): or "reserve-output"
 
     def enforce_eager(self) -> EngineProfile:
         """This engine without CUDA graphs (`--enforce-eager`, or a release from before them): every layer's kernels
@@ -341,6 +346,7 @@ class EngineProfile:
             "kv_dtype_by_weights": dict(self.kv_dtype_by_weights),
             "eager": None if self.eager is None else self.eager.to_dict(),
             "eager_enforced": self.eager_enforced,
+            "admission": self.admission,
         }
 
 
@@ -539,6 +545,7 @@ class EngineFile(Section):
     name: Annotated[str, PlainValidator(_name)]
     versions: Annotated[str, PlainValidator(text)]
     prefill: Literal["chunked", "separate"]
+    admission: Literal["on-demand", "reserve-output"] = "on-demand"
     fitted: Annotated[bool, PlainValidator(flag)] = False
     max_num_batched_tokens: Annotated[int, PlainValidator(whole(1))] | None = None
     efficiencies: EngineEfficiencies = EngineEfficiencies()
@@ -576,6 +583,7 @@ def engine_from_dict(data: Mapping[str, Any], origin: str, key: str = "") -> Eng
         server=None if spec.server is None else _server(spec.server),
         kv_dtype_by_weights=MappingProxyType(dict(spec.kv_dtype_by_weights)),
         eager=None if spec.eager is None else Eager(**spec.eager.model_dump()),
+        admission=spec.admission,
     )
 
 

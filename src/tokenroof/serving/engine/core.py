@@ -21,6 +21,11 @@ plan at time `now`, waits `plan.duration_s` (really, for `emulate`; virtually, f
   prompt plus what it had generated (vLLM's default policy). Block use is counted
   as Σ(context + 1) + b·(block_size − 1) tokens, an upper bound on the blocks
   vLLM's allocator holds, kept in O(1).
+- With `reserve_output` (TensorRT-LLM's default capacity scheduler, GUARANTEED_NO_EVICT), a sequence is admitted
+  only if its whole life fits beside every admitted sequence's: the blocks of prompt + max_tokens (+ the γ slots a
+  speculating step reserves) summed over the admitted ones, whatever they hold yet. The cache then never overflows
+  and nothing is preempted; the running batch stops at what the cache holds at the sequences' final lengths, not
+  their mean, and the rest wait.
 - With per-slot KV streams (`per_slot_kv`: llama-server with `-np N` and no `--kv-unified`, its default since
   2025), every sequence holds one of `max_num_seqs` slots, taken as llama-server takes them (the idle slot least
   recently released; among never-used ones the highest id), and a step runs one forward pass per run of
@@ -104,6 +109,7 @@ class Sequence:
     kv_ready: bool = False  # disaggregated decode: its prompt's KV arrived from a prefill replica (1 token recomputed)
     prefilled_s: float | None = None  # disaggregated: when its prefill step ended on the prefill replica
     prefill_started: bool = False  # a chunk of its prompt has been scheduled since its admission
+    promised: int = 0  # reserve_output: the KV tokens its admission reserved for its whole life
 
     @property
     def context_at_admission(self) -> int:
@@ -183,6 +189,7 @@ class Server:
     speculation: Speculation | None = None
     prefix_caching: bool = False  # vLLM's automatic prefix caching (SGLang's RadixAttention)
     separate_prefill: bool = False  # prompts prefilled in steps of their own, decodes paused (vLLM V0, TGI)
+    reserve_output: bool = False  # admitted with its whole output's KV reserved, never preempted (TensorRT-LLM)
 
     def settings(self) -> dict[str, Any]:
         """The scheduler's keyword arguments (BatchScheduler's, and simulate's)."""
@@ -193,6 +200,7 @@ class Server:
             "speculation": self.speculation,
             "prefix_caching": self.prefix_caching,
             "separate_prefill": self.separate_prefill,
+            "reserve_output": self.reserve_output,
         }
 
 
@@ -254,6 +262,7 @@ class BatchScheduler:
     seed: int = 0  # the acceptance draws of speculative decoding
     prefix_caching: bool = False  # prompt blocks computed once are kept and shared (vLLM's automatic prefix caching)
     separate_prefill: bool = False  # waiting prompts prefilled in steps of their own, decodes paused (vLLM V0, TGI)
+    reserve_output: bool = False  # admit with the whole output's KV reserved; never preempt (TensorRT-LLM's default)
     waiting: deque[Sequence] = field(default_factory=deque)
     prefilling: deque[Sequence] = field(default_factory=deque)
     running: dict[str, Sequence] = field(default_factory=dict)
@@ -268,6 +277,7 @@ class BatchScheduler:
     _sum_ctx0: int = 0  # Σ context at admission over running sequences
     _sum_admit: int = 0  # Σ admission step over running sequences
     _reserved: int = 0  # KV tokens held by sequences still prefilling
+    _promised: int = 0  # reserve_output: Σ over admitted sequences of the KV tokens reserved for their whole life
     _slot_of: dict[str, int] = field(default_factory=dict)  # per-slot KV: the slot each admitted sequence holds
     _released: list[int] = field(default_factory=list)  # per-slot KV: per slot, the order it was last released in
     _releases: int = 0
@@ -317,9 +327,7 @@ class BatchScheduler:
         """Refuse a request this server can never run (no tokens to make, more KV than the cache holds)."""
         if seq.max_tokens < 1:
             raise TokenroofError(f"{seq.request_id}: max_tokens must be at least 1")
-        if self.kv_capacity_tokens is not None and self._footprint(seq.prompt_tokens + seq.max_tokens) > (
-            self.kv_capacity_tokens
-        ):
+        if self.kv_capacity_tokens is not None and self._life(seq) > self.kv_capacity_tokens:
             raise TokenroofError(
                 f"request {seq.request_id} needs {seq.prompt_tokens + seq.max_tokens} tokens of KV "
                 f"cache; the cache holds {self.kv_capacity_tokens}"
@@ -381,6 +389,11 @@ class BatchScheduler:
     def _footprint(self, tokens: int) -> int:
         return tokens + self.block_size - 1
 
+    def _life(self, seq: Sequence) -> int:
+        """The most KV a sequence's whole life holds: its prompt and output, the slots its last step reserves past
+        the first (γ, speculating), in blocks."""
+        return self._footprint(seq.prompt_tokens + seq.max_tokens + self._lookahead - 1)
+
     def _contexts(self, b: int) -> float:
         """Σ context over the `b` running sequences (speculating: expected, E tokens a step after the first)."""
         if self._gain == 1.0:
@@ -400,6 +413,8 @@ class BatchScheduler:
         if release:
             self._release_slot(seq)
         del self.running[seq.request_id]
+        self._promised -= seq.promised
+        seq.promised = 0
         self._sum_ctx0 -= seq.context_at_admission
         self._sum_admit -= seq.admitted_step
         self._sum_shared -= seq.shared_blocks * self.block_size
@@ -436,6 +451,8 @@ class BatchScheduler:
                 if queued in self.prefilling:
                     self._reserved -= queued.reserved
                     queued.reserved = 0
+                    self._promised -= queued.promised
+                    queued.promised = 0
                     self._unshare(queued)
                     self._release_slot(queued)
         self.waiting = deque(s for s in self.waiting if not s.aborted)
@@ -604,6 +621,8 @@ class BatchScheduler:
     def _fits(self, seq: Sequence, need: int) -> bool:
         if self.kv_capacity_tokens is None:
             return True
+        if self.reserve_output:  # its whole life beside every admitted one's (more than they hold, so it is enough)
+            return self._promised + self._life(seq) <= self.kv_capacity_tokens
         return self.kv_tokens_next_step(need) <= self.kv_capacity_tokens
 
     def _start_running(self, seq: Sequence, admitted_step: int | None = None) -> None:
@@ -633,6 +652,9 @@ class BatchScheduler:
             if not self._fits(seq, need):
                 break
             self.waiting.popleft()
+            if self.reserve_output:
+                seq.promised = self._life(seq)
+                self._promised += seq.promised
             seq.admitted_s = seq.admitted_s if seq.admitted_s is not None else now
             seq.cached_tokens = hit * self.block_size
             seq.prefill_started = False
