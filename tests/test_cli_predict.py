@@ -173,3 +173,12 @@ def test_flags_the_answer_does_not_read_are_said_unread() -> None:
         w.startswith("--samples")
         for w in run_json(["advise", SEED, "--tpot-slo-ms", "30", "--samples", "20"])["warnings"]
     )
+
+
+def test_a_fitted_term_below_a_nanosecond_prints_as_zero() -> None:
+    """An optimiser's bound is not a cost: the scheduler's overhead read 1.25e-09 ms on one machine and 1.86e-09 on
+    another (the guide's example then differed by machine); below a nanosecond a term prints 0."""
+    from tokenroof.cli.render import term
+
+    assert [term(v, 1e3) for v in (1.86e-12, 0.0, -1e-15, 1e-9, 4.47e-3)] == ["0", "0", "0", "1e-06", "4.47"]
+    assert term(2.5e-5, 1e6) == "25"

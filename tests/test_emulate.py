@@ -293,3 +293,14 @@ def test_a_prompt_longer_than_a_prefill_step_is_a_400_on_the_prompt_naming_the_b
             assert response.status == 200
 
     with_emulator(check, separate_prefill=True, max_num_batched_tokens=4)
+
+
+def test_an_emulated_tensorrt_llm_reserves_each_requests_whole_output() -> None:
+    """`serve --engine tensorrt-llm` admits as simulate does (GUARANTEED_NO_EVICT): its schedulers, and a split
+    engine's decode pool, reserve each request's whole output; the default admits on demand."""
+    from tokenroof.model.disagg import Disaggregation, KvTransfer
+
+    reserving = Emulator(FAST, kv_cache_tokens=4096, reserve_output=True)
+    assert reserving.scheduler.reserve_output and not Emulator(FAST).scheduler.reserve_output
+    split = reserving.split_engine(Disaggregation(1, 1, KvTransfer(1.0, 1e9)))
+    assert all(s.reserve_output for s in split.decode) and not any(s.reserve_output for s in split.prefill)

@@ -288,12 +288,21 @@ def roofline_points(console: Console, data: dict[str, Any]) -> None:
     console.print(table)
 
 
+TERM_RESOLUTION_S = 1e-9  # a fitted term below a nanosecond is an optimiser's zero, not a cost: shown as 0
+
+
+def term(seconds: float, scale: float) -> str:
+    """A fitted step-model term in the unit `scale` gives (1e3: ms, 1e6: µs), 3 figures; 0 below a nanosecond (an
+    optimiser's bound read 1.25e-09 ms on one machine and 1.86e-09 on another)."""
+    return "0" if abs(seconds) < TERM_RESOLUTION_S else f"{seconds * scale:.3g}"
+
+
 def prediction(console: Console, data: dict[str, Any]) -> None:
     m, measured = data["model"], data["measured"]
     console.print(f"fit: [bold]{m['method']}[/] on {m['points_fitted']} points — {m['why']}", highlight=False)
     console.print(
-        f"terms: overhead {m['t_fixed_s'] * 1e3:.3g} ms, weights {m['t_weights_s'] * 1e3:.3g} ms, "
-        f"compute {m['t_compute_s'] * 1e6:.3g} µs/seq, KV+other {m['t_seq_s'] * 1e6:.3g} µs/seq; "
+        f"terms: overhead {term(m['t_fixed_s'], 1e3)} ms, weights {term(m['t_weights_s'], 1e3)} ms, "
+        f"compute {term(m['t_compute_s'], 1e6)} µs/seq, KV+other {term(m['t_seq_s'], 1e6)} µs/seq; "
         f"residual {m['residual_rms_relative']:.1%} rms over all fitted points",
         style="dim",
         highlight=False,
@@ -317,9 +326,9 @@ def prediction(console: Console, data: dict[str, Any]) -> None:
         sm = serving["step_model"]
         ttft = f", TTFT {serving['ttft_rms']:.1%}" if serving["ttft_rms"] is not None else ""
         console.print(
-            f"on the scheduler (--save-model): overhead {sm['t_fixed_s'] * 1e3:.3g} ms, weights "
-            f"{sm['t_weights_s'] * 1e3:.3g} ms, {sm['t_compute_s'] * 1e6:.3g} µs per token's GEMMs (a prompt's "
-            f"prefill: {serving['prefill_source']}), {sm['t_seq_s'] * 1e6:.3g} µs/seq; replays the measured TPOT "
+            f"on the scheduler (--save-model): overhead {term(sm['t_fixed_s'], 1e3)} ms, weights "
+            f"{term(sm['t_weights_s'], 1e3)} ms, {term(sm['t_compute_s'], 1e6)} µs per token's GEMMs (a prompt's "
+            f"prefill: {serving['prefill_source']}), {term(sm['t_seq_s'], 1e6)} µs/seq; replays the measured TPOT "
             f"within {serving['tpot_rms']:.1%} rms{ttft}"
             + (f"; {departures_text(sm['batch_factors'])}" if sm.get("batch_factors") else ""),
             style="dim",

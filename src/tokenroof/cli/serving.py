@@ -158,6 +158,7 @@ def emulate(
         seed=seed,
         prefix_caching=dep.server(travelling).prefix_caching,
         separate_prefill=split is None and dep.server(travelling).separate_prefill,
+        reserve_output=dep.server(travelling).reserve_output,
         disaggregation=split,
         replicas=replicas,
         router=router,

@@ -83,6 +83,7 @@ class Emulator:
     power: PowerModel | None = None  # boards' power: DCGM's energy counter and power gauge on /metrics, per board
     tp: int = 1  # boards per replica (each draws the replica's power)
     separate_prefill: bool = False  # prompts prefilled in steps of their own, decodes paused (vLLM V0, TGI)
+    reserve_output: bool = False  # admitted with its whole output's KV reserved, never preempted (TensorRT-LLM)
     scheduler: BatchScheduler = field(init=False)
 
     def __post_init__(self) -> None:
@@ -168,6 +169,7 @@ class Emulator:
             seed=seed,
             prefix_caching=self.prefix_caching,
             separate_prefill=self.separate_prefill,
+            reserve_output=self.reserve_output,
         )
 
     def split_engine(self, dis: Disaggregation) -> SplitEngine:
@@ -184,7 +186,8 @@ class Emulator:
             for _ in range(dis.prefill_replicas)
         ]
         decode = [
-            BatchScheduler(self.model, self.max_num_seqs, self.kv_cache_tokens) for _ in range(dis.decode_replicas)
+            BatchScheduler(self.model, self.max_num_seqs, self.kv_cache_tokens, reserve_output=self.reserve_output)
+            for _ in range(dis.decode_replicas)
         ]
         return SplitEngine(prefill, decode, dis.transfer, self.on_token)
 
