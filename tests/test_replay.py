@@ -1415,3 +1415,23 @@ def test_a_prompt_budget_tried_that_cannot_hold_the_prompts_is_passed_over(tmp_p
     tried = answer["serving"]["alternatives"]
     assert "prefill steps of their own" in tried  # the steps of their own were tried, whole prompts each
     assert not any(f"prefill steps of their own of up to {b} tokens" in tried for b in (2048, 4096))
+
+
+def test_past_the_memory_cap_the_warning_says_what_the_schedulers_rows_hold() -> None:
+    """A fault test's finds: past the physics' memory cap the scheduler's rows (a full KV cache: preempted sequences
+    recomputed, the rest queued) rose while the warning said TPOT stays at the cap's; and the decode step's knee,
+    prompts apart (near 263), was printed beside the decode fit's 52.2 with nothing to say which was which."""
+    from tokenroof.fit.predict import CAP_FLAT, CAP_SCHEDULED
+
+    specs = ["-m", "llama-3.1-8b", "-H", "h100-sxm"]
+    data = run_json(["predict", *map(str, VLLM), "--batch", "64", "512", "--samples", "10", *specs])
+    (cap,) = [w for w in data["warnings"] if w.startswith("batches above")]
+    assert CAP_SCHEDULED in cap and CAP_FLAT not in cap
+    (knee,) = [w for w in data["warnings"] if "prompts apart, lies near batch" in w]
+    assert "(the decode fit's knee of 52.2 folds each step's share of prompt compute" in knee
+    seed = str(ROOT / "examples" / "h100_7b_seed.csv")
+    decode_only = run_json(
+        ["predict", seed, "--batch", "512", "--samples", "10", "-m", "llama-2-7b", "-H", "h100-sxm", "--context", "300"]
+    )
+    assert any(CAP_FLAT in w for w in decode_only["warnings"])
+    assert not any(CAP_SCHEDULED in w for w in decode_only["warnings"])

@@ -465,13 +465,13 @@ def fit_notes(result: PredictResult, max_asked: float) -> list[str]:
             else "weights + KV cache at the mean context in the engine's share of memory"
         )
         counts = (
-            "TPOT (end-to-end per token) grows with the queue"
+            "there the running batch stays at the cap, throughput is flat and TPOT (end-to-end per token) grows with "
+            "the queue"
             if fit.curve.queues
-            else "TPOT stays at the cap's (queued requests wait before their first token: TTFT grows)"
+            else CAP_FLAT
         )
         notes.append(
-            f"batches above {cap_text} do not run together ({source}): there the running batch stays at the cap, "
-            f"throughput is flat and {counts}"
+            f"batches above {cap_text} do not run together ({source}): {counts}"
             + (
                 "; the table does not say what its TPOT counts ('# tpot_kind=tpot' or 'e2e'), so the interval holds "
                 "both readings (flat, and growing with the queue)"
@@ -492,6 +492,18 @@ def fit_notes(result: PredictResult, max_asked: float) -> list[str]:
             )
     notes += [f"prior and data disagree: {c}" for c in fit.conflicts]
     return notes
+
+
+CAP_FLAT = (
+    "there the running batch stays at the cap, throughput is flat and TPOT stays at the cap's (queued requests wait "
+    "before their first token: TTFT grows)"
+)
+# … and where the scheduler answers past the cap (serving/replay.with_scheduler), what its rows hold instead
+CAP_SCHEDULED = (
+    "the scheduler's answers there run the KV cache full: the running batch stays near the cap, the sequences it "
+    "preempts are recomputed and the rest queue, so throughput levels off, TPOT can still grow a little and TTFT "
+    "grows with the queue"
+)
 
 
 def physics_checks(table: MeasurementTable, prior: Prior) -> list[str]:

@@ -1366,6 +1366,12 @@ def with_scheduler(result: Any, physics: Any, lengths: tuple[float, float] | Non
             )
         # the measured TTFT priced a prompt token's GEMMs: the compute the decode line lacked is known
         result.warnings = [w for w in result.warnings if not w.startswith("no knee observed")]
+        if kv is not None and result.scheduler:  # past the memory's cap the rows are the scheduler's, not flat
+            from tokenroof.fit.predict import CAP_FLAT, CAP_SCHEDULED
+
+            result.warnings = [
+                w.replace(CAP_FLAT, CAP_SCHEDULED) if w.startswith("batches above") else w for w in result.warnings
+            ]
         if kv is None and float(result.batches.max()) > result.fit.batch_range[1]:
             result.warnings.append(
                 "past the measured concurrency the KV cache may fill and the server preempt, which these answers do "
@@ -1373,8 +1379,16 @@ def with_scheduler(result: Any, physics: Any, lengths: tuple[float, float] | Non
             )
         knee = serving.model.knee_batch(0.0)
         if knee is not None and knee > result.fit.batch_range[1]:
+            folded = result.fit.step_model.knee_batch(0.0)
+            beside = (
+                f" (the decode fit's knee of {folded:.3g} folds each step's share of prompt compute into its "
+                "per-sequence terms)"
+                if folded is not None and abs(folded / knee - 1) > 0.1
+                else ""
+            )
             result.warnings.append(
                 f"the measured TTFT prices a token's GEMMs at {serving.model.t_compute_s * 1e6:.3g} µs: the decode "
-                f"step's knee lies near batch {knee:.0f}, past the measured points; the scheduler's answers carry it"
+                f"step's knee, prompts apart, lies near batch {knee:.0f}, past the measured points{beside}; the "
+                "scheduler's answers carry it"
             )
     return result
