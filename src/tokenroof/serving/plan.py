@@ -111,16 +111,22 @@ class Outcome:
         )
 
     def binding(self, slo: Slo) -> str:
-        """The constraint closest to (or past) its limit, named by its cause (`ttft_cause`)."""
+        """The constraint closest to (or past) its limit, named by its cause (`ttft_cause`); on a candidate that
+        meets both targets none binds yet: the nearest, and how near (a winner at 58% of its TPOT target had read
+        "TPOT p99 (batch size)" as though the batch size held it there)."""
         ttft = self.worst("ttft_ms", slo.statistic) / slo.ttft_ms
         tpot = self.worst("tpot_ms", slo.statistic) / slo.tpot_ms
         if self.overloaded and ttft <= 1 and tpot <= 1:
             return "load (overloaded: its queue grows)"
         if max(self.preemptions) > 0 and ttft >= tpot:
-            return "KV-cache capacity (preemptions raise TTFT)"
-        if ttft < tpot:
-            return f"{slo.label('TPOT')} (batch size)"
-        return f"{slo.label('TTFT')} ({self.ttft_cause(slo.statistic)})"
+            named = "KV-cache capacity (preemptions raise TTFT)"
+        elif ttft < tpot:
+            named = f"{slo.label('TPOT')} (batch size)"
+        else:
+            named = f"{slo.label('TTFT')} ({self.ttft_cause(slo.statistic)})"
+        if self.feasible(slo):
+            return f"{named}, {max(ttft, tpot):.0%} of target"
+        return named
 
     def ttft_cause(self, statistic: str) -> str:
         """What the TTFT is spent on: a queue (for a place in the batch, or behind other prompts in the prefill
