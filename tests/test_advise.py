@@ -383,7 +383,11 @@ def test_fitted_answers_cap_at_the_memory_of_each_context(tmp_path: Path) -> Non
         1548,
         1548,
     )
-    assert own["source"] == f"fitted to {table} (prior); the decode step time (no prompts in the steps)"
+    # an online table (prompts in its steps, as assumed): the fit folds their share in, and keeps it at 2,048
+    assert (
+        own["source"]
+        == f"fitted to {table} (prior); the measured steps' time, their prompts' share folded in as measured"
+    )
     assert (far["max_num_seqs"], far["binding"], far["context_tokens"]) == (226, "memory", 2048.0)
     assert far["step_model"] != own["step_model"] and far["at_cap"]["tpot_ms"] < own["at_cap"]["tpot_ms"]
     # the workload's --context, when no context is asked, is where to advise: the same answer as asking for it
@@ -399,7 +403,7 @@ def test_fitted_answers_cap_at_the_memory_of_each_context(tmp_path: Path) -> Non
 
 def test_fitted_answers(tmp_path: Path) -> None:
     d = advise_answer([SEED_TABLE], Physics(), MeasuredWorkload(), Targets(30.0), samples=10)
-    assert d["source"].startswith(f"fitted to {SEED_TABLE} (") and "the decode step time" in d["source"]
+    assert d["source"].startswith(f"fitted to {SEED_TABLE} (") and "the measured steps' time" in d["source"]
     assert "context_tokens" not in d and d["max_num_seqs_low"] is not None
     # a table that states its context is advised at another with the physics
     table = seed_with_lengths(tmp_path)

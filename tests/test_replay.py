@@ -1435,3 +1435,27 @@ def test_past_the_memory_cap_the_warning_says_what_the_schedulers_rows_hold() ->
     )
     assert any(CAP_FLAT in w for w in decode_only["warnings"])
     assert not any(CAP_SCHEDULED in w for w in decode_only["warnings"])
+
+
+def test_predict_and_advise_at_another_context_say_which_workload_each_runs() -> None:
+    """A fault test's find: at --context 2000 on the vLLM sweep advise answered cap 181 at 39.9 ms and predict 49.1 ms
+    at 165: advise's decode fit keeps the measured prompts' share and moves only the KV reads, predict's scheduler
+    runs 1,872-token prompts; neither said so, and advise called its online fit "no prompts in the steps"."""
+    specs = ["-m", "llama-3.1-8b", "-H", "h100-sxm", "--context", "2000"]
+    predicted = run_json(["predict", *map(str, VLLM), "--batch", "165", "--samples", "10", *specs])
+    assert any(
+        w.startswith("at each context asked the scheduler runs prompts of that context less half the measured output")
+        and "(1,872 tokens at 2,000) with the measured 256-token outputs" in w
+        for w in predicted["warnings"]
+    )
+    advised = run_json(["advise", *map(str, VLLM), "--tpot-slo-ms", "40", "--samples", "10", *specs])
+    assert "their prompts' share folded in as measured (the KV reads moved to this context" in advised["source"]
+    assert any(
+        w.startswith("at another context this answer keeps the measured prompts' share of each step")
+        and "(1,872 tokens at 2,000, with the measured 256-token outputs)" in w
+        for w in advised["warnings"]
+    )
+    static = run_json(["advise", str(ROOT / "examples" / "llama-3.1-8b_h100_two_contexts.csv"), "--tpot-slo-ms", "30",
+                       "--context", "8192"])  # fmt: skip
+    assert static["source"].endswith("the decode step time (no prompts in the steps)")
+    assert not any(w.startswith("at another context") for w in static["warnings"])

@@ -537,6 +537,16 @@ def advise_decode_only(
     where: list[float | None] = list(targets) if targets else [None]
     each = [at_context(fitted_advice, context, fit, table, tpot_slo_ms) for context in where]
     each[0]["warnings"] += unread_context(measured_at, prior)
+    from tokenroof.fit.travel import online
+
+    if targets and online(table) and table.semantics.output_len is not None:
+        out = table.semantics.output_len
+        each[0]["warnings"].append(
+            "at another context this answer keeps the measured prompts' share of each step; predict --context (and "
+            "advise --input-len/--output-len) run the scheduler on prompts of that context instead ("
+            + ", ".join(f"{max(c - out / 2, 1.0):,.0f} tokens at {c:,.0f}" for c in targets)
+            + f", with the measured {out:,.0f}-token outputs), whose prefill each step then carries"
+        )
     return each
 
 
@@ -549,15 +559,22 @@ def at_context(answer: Any, context: float | None, *args: Any) -> dict[str, Any]
 
 
 def fitted_advice(at: float | None, fit: Fit, table: MeasurementTable, tpot_slo_ms: float) -> dict[str, Any]:
+    from tokenroof.fit.travel import online
+
     cap = fit.cap_at(at)
     where = f" at context {at:g}" if at is not None else ""
+    steps = "the decode step time (no prompts in the steps)"
+    if online(table):  # the measured steps held prompts: the fit folds their share in, and keeps it where it moves
+        steps = "the measured steps' time, their prompts' share folded in as measured" + (
+            " (the KV reads moved to this context, the prompts' compute not)" if at is not None else ""
+        )
     result = advise(
         fit.as_step_time(at),
         tpot_slo_ms,
         0.0,
         int(cap) if cap is not None else None,
         fit.sample_models_at(at),
-        f"fitted to {table.source} ({fit.method}){where}; the decode step time (no prompts in the steps)",
+        f"fitted to {table.source} ({fit.method}){where}; {steps}",
     )
     result.warnings = list(table.warnings) + result.warnings
     answer = {**result.to_dict(), "step_model": fit.step_model_at(at).to_dict()}

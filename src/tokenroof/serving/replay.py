@@ -1350,6 +1350,13 @@ def with_scheduler(result: Any, physics: Any, lengths: tuple[float, float] | Non
     if serving is not None and serving.prefill_source == "ttft" and known is not None:
         asked = list(result.contexts) if result.contexts else [None]
         result.scheduler = replay_predictions(serving, result.batches.tolist(), asked, *known, kv)
+        moved = [c for c in asked if c is not None and any(key[1] == c for key in result.scheduler)]
+        if moved:  # the workload each context stands for, on the scheduler (replay_predictions' prompt)
+            result.warnings.append(
+                "at each context asked the scheduler runs prompts of that context less half the measured output ("
+                + ", ".join(f"{max(c - known[1] / 2, 1.0):,.0f} tokens at {c:,.0f}" for c in moved)
+                + f") with the measured {known[1]:,.4g}-token outputs: their prefill moves with them"
+            )
         missing = sorted({b for b in result.batches.tolist() for c in asked if (float(b), c) not in result.scheduler})
         under = [b for b in missing if b < 1 and serving.client not in ("poisson", "constant")]
         beyond = [b for b in missing if b not in under]
