@@ -338,7 +338,11 @@ def test_first_principles_answer_on_the_scheduler(advise_cap_once) -> None:
     from tokenroof.serving.simulate import EVEN
 
     flags = MeasuredWorkload(input_len=100, output_len=20)
-    sm, source = PHYSICS.step_model(), "first principles: llama-3.1-8b on h100-sxm ×1, run on simulate's scheduler"
+    sm = PHYSICS.step_model()
+    source = (
+        "first principles: llama-3.1-8b on h100-sxm ×1, run on simulate's scheduler; each cap kept full by steady "
+        "traffic, streams spread over a request's life (simulate --client even --concurrency N)"
+    )
 
     def direct(targets: Targets, budget: int | None) -> dict:
         server = Server(PHYSICS.kv_pool_tokens(), budget, False, None, True, False)
@@ -413,7 +417,7 @@ def test_fitted_answers(tmp_path: Path) -> None:
     assert online["source"] == (
         f"fitted on simulate's scheduler to {table} (online, closed loop, streams staggered (assumed: the table does "
         "not say; '# client=…'), prompts prefilled whole (assumed: no TTFT to tell)); each cap kept full by a closed "
-        "loop, streams staggered"
+        "loop, streams staggered (simulate --client staggered)"
     )
 
 
@@ -514,13 +518,16 @@ def test_advise_with_prefill_from_first_principles_runs_the_scheduler_the_deploy
 
     def expected(physics: Physics, server: Server, notes: list[str], prompts=None, spec=None, caching=True) -> dict:
         sm = physics.step_model()
-        source = f"first principles: {physics.label()}, run on simulate's scheduler"
+        source = (
+            f"first principles: {physics.label()}, run on simulate's scheduler; each cap kept full by steady traffic, "
+            "streams spread over a request's life (simulate --client even --concurrency N)"
+        )
         direct = advise_cap_once(
             sm, prompts or Lengths(512), Lengths(64), 80.0, 2000.0, "p99", server, source=source, client=EVEN
         )
         answer = {**direct.to_dict(), "step_model": sm.to_dict()}
         answer["warnings"] = notes + answer["warnings"]
-        answer["engine_flags"] = engine_flags(answer["max_num_seqs"], spec, caching)
+        answer["engine_flags"] = engine_flags(answer["max_num_seqs"], spec, caching, physics.server_name)
         return answer
 
     plain = advise_with_prefill([], A10G, flags, targets, None)
@@ -578,7 +585,7 @@ def test_advise_with_prefill_from_files_keeps_the_cap_full_as_their_client_did(t
         server = Server(None, replayed.max_num_batched_tokens, False, None, True, False)
         source = (
             f"fitted on simulate's scheduler to {table.source} ({replayed.semantics}); each cap kept full by a closed "
-            f"loop, {how}"
+            f"loop, {how} (simulate --client {client})"
         )
         sm = travelling.step_model
         direct = advise_cap_once(
@@ -881,8 +888,8 @@ def test_advise_on_files_that_state_their_lengths_answers_on_the_scheduler_at_th
     assert both["at_cap"]["ttft_ms"]["p99"] <= 2000 and both["at_cap"]["tpot_ms"]["p99"] <= 100
     # LLMPerf sent these in waves; a cap is kept full as production traffic would, and the answer says which
     assert both["source"].endswith(
-        "each cap kept full by steady traffic, streams spread over a request's life (not the files' waves: no "
-        "production client waits for a whole wave to end)"
+        "each cap kept full by steady traffic, streams spread over a request's life (simulate --client even; not the "
+        "files' waves: no production client waits for a whole wave to end)"
     )
 
 
@@ -892,3 +899,18 @@ def test_advise_says_a_ttft_nothing_prices_is_no_servers() -> None:
     args = ["advise", str(SEED_TABLE), "--tpot-slo-ms", "30", "--input-len", "1000", "--output-len", "300"]
     answer = run_json(args)
     assert any("the TTFT here is the wait for a step, not the server's" in w for w in answer["warnings"])
+
+
+def test_simulate_client_even_replays_advises_answer_at_its_cap() -> None:
+    """A cross-command check's find: advise keeps each cap full with steady traffic ("even": streams spread over a
+    request's life), which simulate could not be asked for, and the guide called it staggered; at advise's cap
+    simulate --client even now reads advise's p99 TPOT and TTFT, and advise's first line names the client."""
+    physics = ["-m", "llama-3.1-8b", "-H", "h100-sxm", "--input-len", "1000", "--output-len", "300"]
+    answer = run_json(["advise", *physics, "--tpot-slo-ms", "100", "--ttft-slo-ms", "300"])
+    assert answer["source"].endswith("streams spread over a request's life (simulate --client even --concurrency N)")
+    cap = answer["max_num_seqs"]
+    args = ["simulate", *physics, "--concurrency", str(cap), "--max-num-seqs", str(cap), "--client", "even"]
+    (point,) = run_json(args)["points"]
+    assert point["client"] == "even"
+    assert point["ttft_ms"]["p99"] == pytest.approx(answer["at_cap"]["ttft_ms"]["p99"], rel=1e-6)
+    assert point["tpot_ms"]["p99"] == pytest.approx(answer["at_cap"]["tpot_ms"]["p99"], rel=1e-6)

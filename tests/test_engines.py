@@ -489,3 +489,27 @@ def test_tensorrt_llm_reserves_each_requests_whole_output_and_says_so() -> None:
     assert any(w.startswith(said) for w in trt["warnings"]) and not any(w.startswith(said) for w in vllm["warnings"])
     advised = run_json(["advise", *base[1:], "--engine", "tensorrt-llm", "--tpot-slo-ms", "60"])
     assert any(w.startswith(said) for w in advised["warnings"])
+    # plan too, and its default prompt budget (a cross-command check found plan silent on both)
+    rate = ["--request-rate", "10", "--num-requests", "1000", "--ttft-slo-ms", "2000", "--tpot-slo-ms", "60"]
+    planned = run_json(["plan", *base[1:], *rate, "--engine", "tensorrt-llm"])["warnings"]
+    assert any(w.startswith(said) for w in planned)
+    assert "prompts chunked at 8,192 tokens a step: tensorrt-llm's default on this GPU" in " ".join(planned)
+
+
+def test_the_cap_found_for_a_named_engine_is_given_in_its_words_alone() -> None:
+    """A cross-command check's find: advise --engine vllm-v1 printed its cap as TensorRT-LLM's --max_batch_size too,
+    whose admission, budget and efficiencies give another cap; a named engine's answer names its server alone, an
+    answer for no engine (or one without a server of its own) every server's."""
+    from tokenroof.serving.advice import engine_flags
+
+    base = ["advise", "-m", "llama-3.1-8b", "-H", "h100-sxm", "--tpot-slo-ms", "40"]
+    assert set(run_json([*base, "--engine", "vllm-v1"])["engine_flags"]) == {"vllm"}
+    scheduled = run_json([*base, "--engine", "tensorrt-llm", "--input-len", "1000", "--output-len", "300"])
+    assert set(scheduled["engine_flags"]) == {"tensorrt-llm"}
+    assert (
+        len(run_json(base)["engine_flags"]) > 4
+        and len(run_json([*base, "--engine", "fastertransformer"])["engine_flags"]) > 4
+    )
+    assert engine_flags(8, server="tensorrt-llm") == {"tensorrt-llm": "--max_batch_size 8"}
+    assert Physics("llama-3.1-8b", "h100-sxm", engine="vllm-v0").server_name == "vllm"
+    assert Physics("llama-3.1-8b", "h100-sxm").server_name is None

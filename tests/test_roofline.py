@@ -677,8 +677,10 @@ HAND = StepModel(t_fixed_s=1e-3, t_weights_s=10e-3, t_compute_s=0.1e-3, t_kv_tok
 @pytest.mark.parametrize(
     ("static", "chunked", "tpot_kind", "expected_ms"),
     [
-        # online, chunked: b/o = 0.2 (2) prompts per step share it: 1+max(10, 1+2)+1.25; 1+max(10, 10+20)+12.5
-        (False, True, "tpot", [12.25, 43.5]),
+        # online, chunked: at 10, b/o = 0.2 prompts a step, each whole in the step it falls in: a fifth of the steps
+        # 1+max(10, (10+100)·0.1)+1.25 = 13.25, the rest 12.25 (spread over every step they had read 12.25, hidden
+        # under the weights); at 100, 2 prompts in every step: 1+max(10, 10+20)+12.5
+        (False, True, "tpot", [0.2 * 13.25 + 0.8 * 12.25, 43.5]),
         # online, separate: + 0.2 prefill steps of 1 prompt (1+max(10, 10)); 100: + 1 step of 2 prompts (1+20)
         (False, False, "tpot", [12.25 + 0.2 * 11, 23.5 + 21]),
         # decode steps only (tpot_kind step), cap 50: 100 runs in waves of 50: 1+max(10, 5)+6.25
@@ -701,7 +703,20 @@ def test_served_tpot_sees_the_window_context() -> None:
 
     workload = DecodeWorkload(100, 50)
     at_window = served_tpot_s(HAND, [10], workload, cap=50, kv_context=25.0)
-    assert at_window[0] * 1e3 == pytest.approx(12.25 - 10 * 100 * 1e-3)  # 100 fewer KV tokens per sequence
+    assert at_window[0] * 1e3 == pytest.approx(12.45 - 10 * 100 * 1e-3)  # 100 fewer KV tokens per sequence
+
+
+def test_a_prompt_runs_in_the_chunks_its_budget_leaves_not_spread_over_every_step() -> None:
+    """With a budget of 70 tokens a step and 10 decodes, a 100-token prompt runs in chunks of 60: 20 prompt tokens a
+    step on average, so a chunk in a third of the steps, each 1+max(10, (10+60)·0.1)+1.25 = 12.25 (its GEMMs under
+    the weights), the mean step 12.25. Without a budget, at batch 30 a whole prompt lands in 0.6 of the steps:
+    1+max(10, (30+100)·0.1)+3.75 = 17.75 there, 1+10+3.75 = 14.75 in the rest. At batch 100 (a budget of 300) two
+    prompts arrive a step, every step carries prompt tokens: the mean load, 1+max(10, 10+20)+12.5 = 43.5."""
+    from tokenroof.model.analysis import DecodeWorkload, online_step_s, served_tpot_s
+
+    assert online_step_s(HAND, 10, 100, 50, True, budget=70) * 1e3 == pytest.approx(12.25)
+    assert online_step_s(HAND, 30, 100, 50, True) * 1e3 == pytest.approx(0.6 * 17.75 + 0.4 * 14.75)
+    assert served_tpot_s(HAND, [100], DecodeWorkload(100, 50, budget=300), cap=200)[0] * 1e3 == pytest.approx(43.5)
 
 
 def test_slowed_scales_every_term_of_the_step() -> None:

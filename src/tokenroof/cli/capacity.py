@@ -87,8 +87,10 @@ def simulate(
         str | None,
         typer.Option(
             help="How a closed loop starts its streams: staggered (as tokenroof bench; figures over a steady window), "
-            "burst (all at once, as vllm bench serve; figures over the whole run) or waves (all at once, the next "
-            "wave when the whole last one has ended, as LLMPerf before 2024-12-09). Default: staggered."
+            "burst (all at once, as vllm bench serve; figures over the whole run), waves (all at once, the next "
+            "wave when the whole last one has ended, as LLMPerf before 2024-12-09) or even (spread over one "
+            "request's life at that concurrency: the steady traffic advise keeps each cap full with). Default: "
+            "staggered."
         ),
     ] = None,
     burstiness: Annotated[float, typer.Option(help="Gamma shape of arrivals: 1 = Poisson; inf = constant.")] = 1.0,
@@ -136,10 +138,10 @@ def simulate(
 ) -> None:
     """Simulate a workload on the emulator's scheduler with a virtual clock (thousands of times real time)."""
     from tokenroof.serving.capacity import Traffic, simulate_concurrencies, simulate_rates
-    from tokenroof.serving.simulate import CLOSED_CLIENTS, Lengths
+    from tokenroof.serving.simulate import CLOSED_CLIENTS, EVEN, Lengths
 
-    if client is not None and client not in CLOSED_CLIENTS:
-        raise TokenroofError(f"unknown --client '{client}'; known: {', '.join(CLOSED_CLIENTS)}")
+    if client is not None and client not in (*CLOSED_CLIENTS, EVEN):
+        raise TokenroofError(f"unknown --client '{client}'; known: {', '.join((*CLOSED_CLIENTS, EVEN))}")
     # flags one mode takes and the other would pass over without a word
     if concurrency is not None and request_rate is not None:
         raise TokenroofError("--concurrency runs closed loops, --request-rate an open loop: give one")

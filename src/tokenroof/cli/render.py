@@ -828,7 +828,8 @@ def plan_result(console: Console, data: dict[str, Any]) -> None:
                 highlight=False,
             )
         console.print(data["reason"], style="dim", highlight=False)
-    table = Table(title="candidates tried", title_justify="left")
+    # each the worst of its runs (seeds × model samples), what the targets are judged on; --json has the median too
+    table = Table(title="candidates tried (the worst of each one's runs, as judged)", title_justify="left")
     for col in (
         "replicas",
         "max_num_seqs",

@@ -123,7 +123,13 @@ def roofline(
             )
         long_context = speculative_config is None and profile.chunks_prefill_for(spec.max_position_embeddings)
         chunked = profile.prefill == "chunked" or long_context
-        workload = DecodeWorkload(input_len, output_len, batching == "static", chunked)
+        budget = None  # the named engine's default prompt budget, as simulate runs it (whole prompts: none named)
+        if engine is not None and chunked:
+            from tokenroof.fit.physics import Physics
+
+            named = Physics(model, hardware, dtype, kv_dtype, compute_dtype, tp, engine, enforce_eager).prompt_budget()
+            budget = named if isinstance(named, int) else None
+        workload = DecodeWorkload(input_len, output_len, batching == "static", chunked, budget)
     elif batching != "online":
         raise TokenroofError("--batching describes a workload: give --input-len and --output-len with it")
     precision = Precision.create(

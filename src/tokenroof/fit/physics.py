@@ -108,6 +108,15 @@ class Physics:
         return profile.enforce_eager() if self.eager else profile
 
     @property
+    def server_name(self) -> str | None:
+        """The server the named engine runs as (its flags' owner: `vllm` for V0 and V1), None for none named or an
+        engine without a server of its own (a framework, the generic profile)."""
+        if self.engine is None:
+            return None
+        server = self.engine_profile().server
+        return None if server is None else server.name
+
+    @property
     def reserves_output(self) -> bool:
         """Whether the named engine admits a request only with its whole output's KV reserved, never preempting
         (TensorRT-LLM's GUARANTEED_NO_EVICT: its profile's `admission`); the default admits on demand, as vLLM."""

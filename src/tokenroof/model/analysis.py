@@ -35,6 +35,7 @@ class DecodeWorkload:
     output_len: float
     static: bool = False
     chunked: bool = True
+    budget: int | None = None  # chunked: the prompt tokens a step may carry beside its decodes (None: whole prompts)
 
     def __post_init__(self) -> None:
         for name, value in (("input_len", self.input_len), ("output_len", self.output_len)):
@@ -51,22 +52,43 @@ class DecodeWorkload:
             "output_len": self.output_len,
             "batching": "static" if self.static else "online",
             "prefill": "chunked" if self.chunked else "separate",
+            "max_num_batched_tokens": self.budget if self.chunked else None,
             "mean_context_tokens": self.mean_context,
         }
 
 
 def online_step_s(
-    sm: StepModel, batch: float, input_len: float, output_len: float, chunked: bool, context: float | None = None
+    sm: StepModel,
+    batch: float,
+    input_len: float,
+    output_len: float,
+    chunked: bool,
+    context: float | None = None,
+    budget: int | None = None,
 ) -> float:
     """The mean step (s) of a server continuously batching `batch` sequences: each sequence brings one prompt per
     `output_len` steps, so batch/output_len prompts arrive per step, prefilled in the decode steps (chunked) or, one
     step every output_len/batch, in a prefill step of their own (all arrivals of a step together when they are
     more than one). Contexts are spread evenly over a request's life: the mean context each (`context`: the one the
-    KV terms see, a sliding window's)."""
+    KV terms see, a sliding window's).
+
+    In the decode steps a prompt runs whole, or in chunks of what the step's `budget` leaves beside the decodes
+    (None: whole), in the steps it falls in, not spread over every step: where fewer steps than all carry one, the
+    mean step is those steps' share of a step with a chunk and the rest's of one without. Spread thin, a prompt's
+    tokens hide under the weight stream (max(weights, tokens·compute) is convex: Jensen), which read the mean step
+    20–30% under simulate's at batch 16–64 of 1,000-token prompts and 300-token outputs; as it runs, 14.3 ms at 64
+    on an H100's llama-3.1-8b where simulate reads 14.2. Past where every step carries prompt tokens, the mean load."""
     total_ctx = batch * (mean_context_tokens(input_len, output_len) if context is None else context)
     arriving = batch / output_len
     if chunked:
-        return sm.step_s(batch, total_ctx, arriving * input_len, arriving * input_len**2)
+        per_step = arriving * input_len  # prompt tokens a step carries on average
+        chunk = input_len if budget is None else float(min(input_len, max(budget - batch, 1)))
+        share = per_step / chunk  # the steps that carry one
+        if share >= 1.0:
+            return sm.step_s(batch, total_ctx, per_step, arriving * input_len**2)
+        # a chunk's attention over the prompt before it: a prompt's Σ chunk² is input_len² however it is cut
+        lumpy = sm.step_s(batch, total_ctx, chunk, input_len * chunk)
+        return share * lumpy + (1.0 - share) * sm.step_s(batch, total_ctx)
     together = max(arriving, 1.0)
     prefill = sm.step_s(0.0, 0.0, together * input_len, together * input_len**2)
     return sm.step_s(batch, total_ctx) + min(arriving, 1.0) * prefill
@@ -93,7 +115,7 @@ def served_tpot_s(
     b = np.asarray(batches, dtype=float)
     i, o = workload.input_len, workload.output_len
     if not workload.static and tpot_kind != "step":
-        steps = [online_step_s(sm, x, i, o, workload.chunked, kv_context) for x in b.ravel()]
+        steps = [online_step_s(sm, x, i, o, workload.chunked, kv_context, workload.budget) for x in b.ravel()]
         return np.array(steps).reshape(b.shape)
     running = np.minimum(b, max(cap, 1))
     step = sm.step_time_s(running, workload.mean_context if kv_context is None else kv_context)

@@ -11,12 +11,18 @@ from tokenroof.specs.engines import server_flags
 NO_PREFIX_CACHING = {"vllm": "--no-enable-prefix-caching", "sglang": "--disable-radix-cache"}
 
 
-def engine_flags(cap: int, speculative: SpeculativeConfig | None = None, prefix_caching: bool = True) -> dict[str, str]:
+def engine_flags(
+    cap: int, speculative: SpeculativeConfig | None = None, prefix_caching: bool = True, server: str | None = None
+) -> dict[str, str]:
     """The same cap in each server's own words: its batch-cap flag from the engines table (specs/data/engines),
     by server name. With speculative decoding, vLLM's (its --speculative-config) and SGLang's (its --speculative-*
     flags) beside the cap: the servers whose speculation tokenroof spells (a cap alone would not speculate).
-    Without prefix caching, vLLM's and SGLang's caps gain the flag that turns their default (on) off."""
-    flags = {server: f"{flag} {cap}" for server, flag in server_flags("max_num_seqs").items()}
+    Without prefix caching, vLLM's and SGLang's caps gain the flag that turns their default (on) off. `server`: the
+    one server the cap was found for (an --engine named: its admission, budget and efficiencies are not another's),
+    its flag alone."""
+    flags = {name: f"{flag} {cap}" for name, flag in server_flags("max_num_seqs").items()}
+    if server is not None and server in flags:
+        flags = {server: flags[server]}
     if not prefix_caching:
         flags = {
             server: f"{flag} {NO_PREFIX_CACHING[server]}" if server in NO_PREFIX_CACHING else flag
@@ -24,10 +30,12 @@ def engine_flags(cap: int, speculative: SpeculativeConfig | None = None, prefix_
         }
     if speculative is None:
         return flags
-    return {
-        "vllm": f"{flags['vllm']} --speculative-config '{speculative.vllm_json()}'",
-        "sglang": f"{flags['sglang']} {speculative.sglang_flags()}",
+    spelled = {
+        "vllm": lambda flag: f"{flag} --speculative-config '{speculative.vllm_json()}'",
+        "sglang": lambda flag: f"{flag} {speculative.sglang_flags()}",
     }
+    spoken = {name: spell(flags[name]) for name, spell in spelled.items() if name in flags}
+    return spoken or flags  # the one server named does not spell speculation here: its cap, as found
 
 
 def advice_dict(

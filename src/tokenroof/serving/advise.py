@@ -262,6 +262,8 @@ def advise_answer(
     each = advise_decode_only(
         files, physics, flags, targets.tpot_slo_ms, DECODE_SAMPLES if samples is None else samples, asked, table
     )
+    for answer in each:  # the cap in the named engine's words alone
+        answer["engine_flags"] = engine_flags(answer["max_num_seqs"], server=physics.server_name)
     if max_num_batched_tokens is not None:
         each[0]["warnings"].append(
             f"--max-num-batched-tokens {max_num_batched_tokens} changes nothing here: the decode-only answer has no "
@@ -387,14 +389,19 @@ def advise_with_prefill(
                 "burst": "a closed loop, every stream started at once",
                 "staggered": "a closed loop, streams staggered",
             }.get(client, "steady traffic, streams spread over a request's life")
+            kept += f" (simulate --client {client}"
             if replayed.client == WAVES:
-                kept += " (not the files' waves: no production client waits for a whole wave to end)"
+                kept += "; not the files' waves: no production client waits for a whole wave to end"
+            kept += ")"
             source = (
                 f"fitted on simulate's scheduler to {table.source} ({replayed.semantics}); each cap kept full by {kept}"
             )
     else:
         sm = physics.step_model()
-        source = f"first principles: {physics.label()}, run on simulate's scheduler"
+        source = (
+            f"first principles: {physics.label()}, run on simulate's scheduler; each cap kept full by steady traffic, "
+            "streams spread over a request's life (simulate --client even --concurrency N)"
+        )
         notes += physics.eager_notes()
         # the engine's prefill scheduling and its default budget as simulate and plan take them (Deployment's rules):
         # prefill steps of their own (vLLM V0, TGI), or V0's chunking past 32K of context
@@ -456,7 +463,9 @@ def advise_with_prefill(
         )
     result.warnings = notes + result.warnings
     answer = {**result.to_dict(), "step_model": sm.to_dict()}
-    answer["engine_flags"] = engine_flags(answer["max_num_seqs"], speculative, caching or per_slot_kv)
+    answer["engine_flags"] = engine_flags(
+        answer["max_num_seqs"], speculative, caching or per_slot_kv, physics.server_name
+    )
     return answer
 
 

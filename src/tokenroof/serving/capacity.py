@@ -400,7 +400,7 @@ def plan_choices(
             *speculation_notes(option),
         ]
         said += option.prefix_notes(travelling) if len(choices.prefix_caching) == 1 else []
-        said += option.scheduling_notes(travelling)
+        said += option.budget_notes(travelling)  # the engine's scheduling, default budget and admission
         notes += [n for n in said if n not in notes]
         server = option.server(travelling)
         result = make_plan(
@@ -442,7 +442,10 @@ def plan_choices(
             )
         if result.chosen is not None:
             entry["engine_flags"] = engine_flags(
-                result.chosen.candidate.max_num_seqs, speculative, server.prefix_caching or server.per_slot_kv
+                result.chosen.candidate.max_num_seqs,
+                speculative,
+                server.prefix_caching or server.per_slot_kv,
+                option.physics.server_name,
             )
         entry["usd_per_million_output_tokens"] = None
         entry["energy"] = None
