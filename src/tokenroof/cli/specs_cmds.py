@@ -83,8 +83,12 @@ def roofline(
         typer.Option(help="Fixed per-step overhead in ms (default: the engine profile's, or the hardware file's)."),
     ] = None,
     memory_utilization: Annotated[
-        float, typer.Option(help="Fraction of memory for weights + KV (vLLM --gpu-memory-utilization).")
-    ] = 0.9,
+        float | None,
+        typer.Option(
+            help="Fraction of memory for weights + KV (vLLM --gpu-memory-utilization; default: the engine's own, as "
+            "simulate sizes its KV cache: 0.9 of the whole memory, TensorRT-LLM's of what the weights leave)."
+        ),
+    ] = None,
     prompt_tokens: Annotated[float | None, typer.Option(help="Also estimate TTFT for a prompt this long.")] = None,
     speculative_config: SpeculativeOpt = None,
     acceptance_rate: AcceptanceOpt = None,

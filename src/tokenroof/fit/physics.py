@@ -11,8 +11,7 @@ from typing import TYPE_CHECKING
 
 from tokenroof.errors import ParameterError, TokenroofError
 from tokenroof.fit.prior import MeasuredWorkload, prior_from_specs
-
-DEFAULT_MEMORY_FRACTION = 0.9  # vLLM's --gpu-memory-utilization
+from tokenroof.specs.engines import DEFAULT_MEMORY_FRACTION  # vLLM's --gpu-memory-utilization
 
 if TYPE_CHECKING:
     from tokenroof.fit.core import Prior
@@ -321,10 +320,9 @@ class Physics:
     def memory_fraction(self) -> tuple[float, bool]:
         """(fraction, whether of the memory left after the weights) of the named engine's server, by its default
         (`[server.defaults] memory_fraction`); 0.9 of the whole memory (vLLM's default) when it has none."""
-        server = self.engine_profile().server if self.engine is not None else None
-        if server is None or "memory_fraction" not in server.defaults:
+        if self.engine is None:
             return DEFAULT_MEMORY_FRACTION, False
-        return float(server.defaults["memory_fraction"]), server.memory_fraction_of == "free"
+        return self.engine_profile().memory_fraction()
 
     def reserved_bytes(self) -> float:
         """What the named engine's server holds per GPU beside weights and KV cache (its `[server.reserve]`: the

@@ -141,6 +141,7 @@ class RooflineResult:
     prompt_tokens: float | None = None
     warnings: list[str] = field(default_factory=list)
     engine: EngineProfile = field(default_factory=load_engine)  # whose efficiencies, and whose error spread
+    memory_of_free: bool = False  # memory_utilization is of what the weights leave (TensorRT-LLM's, LMDeploy's)
     workload: DecodeWorkload | None = None  # None: the bare decode step at context_tokens
     speculation: Speculation | None = None  # speculative decoding: its TPOT, throughput and speed-up beside each point
     price: Price | None = None  # what one accelerator costs an hour: $ per million tokens beside each point
@@ -188,16 +189,21 @@ class RooflineResult:
         """Sequences whose KV cache fits beside the weights and `reserved` bytes per GPU; with a workload whose
         prompts share a cached prefix, that prefix held once: b = (pool − P) / (context − P) for P shared tokens of
         each sequence's context."""
-        whole = rl.max_batch_by_memory(
-            self.model, self.hardware, self.precision, self.context_tokens, self.tp, self.memory_utilization, reserved
-        )
+        whole = self.held_at(self.context_tokens, reserved)
         shared = cacheable_tokens(round(self.prompt_tokens or 0), self.prefix_tokens, VLLM_BLOCK_SIZE)
         if not shared or self.workload is None or shared >= self.context_tokens:
             return whole
-        pool = rl.max_batch_by_memory(
-            self.model, self.hardware, self.precision, 1.0, self.tp, self.memory_utilization, reserved
-        )
+        pool = self.held_at(1.0, reserved)
         return max(whole, math.floor((pool - shared) / (self.context_tokens - shared)))
+
+    def held_at(self, context: float, reserved: float) -> int:
+        """Sequences of `context` tokens the memory holds beside the weights and `reserved`, its fraction read as
+        the engine reads it (of the whole memory, or of what the weights leave: Physics.kv_pool_tokens' pool)."""
+        m, hw, p = self.model, self.hardware, self.precision
+        if self.memory_of_free:
+            pool = rl.kv_cache_tokens(m, hw, p, self.tp, self.memory_utilization, True, reserved)
+            return rl.batch_in_pool(m, pool, context)
+        return rl.max_batch_by_memory(m, hw, p, context, self.tp, self.memory_utilization, reserved)
 
     def points(self) -> list[dict[str, Any]]:
         sm, b, ctx = self.step_model, self.batches, self.kv_context_tokens
@@ -375,7 +381,7 @@ def analyze_roofline(
     context_tokens: float = 1024,
     tp: int = 1,
     eff: rl.Efficiencies | None = None,
-    memory_utilization: float = 0.9,
+    memory_utilization: float | None = None,
     prompt_tokens: float | None = None,
     engine: EngineProfile | None = None,
     workload: DecodeWorkload | None = None,
@@ -388,8 +394,13 @@ def analyze_roofline(
 
     `engine` (None: the default profile) gives the efficiencies unless `eff` does, and always the intervals: its
     spread of first-principles TPOT against published curves (EngineProfile.accuracy). The profile's HTTP-serving
-    cost per sequence counts unless the workload is a static batch."""
+    cost per sequence counts unless the workload is a static batch. `memory_utilization` (None: the engine's
+    default, as it reads it: of the whole memory, or of what the weights leave) is a fraction of the whole memory,
+    vLLM's --gpu-memory-utilization."""
     engine = engine or load_engine()
+    of_free = False
+    if memory_utilization is None:
+        memory_utilization, of_free = engine.memory_fraction()
     eff = eff or rl.default_efficiencies(hardware, precision, engine, serving=workload is None or not workload.static)
     if workload is not None:
         context_tokens = workload.mean_context
@@ -434,9 +445,24 @@ def analyze_roofline(
             "prefix_len",
         )
     result = replace(
-        result, engine=engine, workload=workload, speculation=spec, price=price, prefix_tokens=prefix_tokens
+        result,
+        engine=engine,
+        workload=workload,
+        speculation=spec,
+        price=price,
+        prefix_tokens=prefix_tokens,
+        memory_of_free=of_free,
     )
     warnings += memory_warnings(result, float(arr.max()))
+    if engine.admission == "reserve-output" and workload is not None and not workload.static:
+        # a life's blocks: prompt, output and the last block's unused slots (BatchScheduler's reservation)
+        life = workload.input_len + workload.output_len + VLLM_BLOCK_SIZE - 1
+        held = result.held_at(life, result.reserved_bytes)
+        warnings.append(
+            f"{engine.key} admits a request only with its prompt and whole output reserved in the KV cache (its "
+            f"default capacity scheduler, GUARANTEED_NO_EVICT): at most {held} run at once at these lengths, where "
+            f"the memory holds {result.max_batch_by_memory} at their mean context (the fits column); simulate runs it"
+        )
     return result
 
 
@@ -460,7 +486,8 @@ def memory_warnings(result: RooflineResult, largest_batch: float) -> list[str]:
             if reserved_gb
             else f"the weights alone ({weights_gb:.1f} GB per GPU)"
         )
-        return [f"{what} do not fit in {result.memory_utilization:.0%} of {result.hardware.name}'s memory"]
+        share = "of what they leave of" if result.memory_of_free else "of"
+        return [f"{what} do not fit in {result.memory_utilization:.0%} {share} {result.hardware.name}'s memory"]
     if largest_batch > limit_b:
         static = result.workload is not None and result.workload.static
         held = "weights + KV cache + the engine's reserve" if result.reserved_bytes else "weights + KV cache"

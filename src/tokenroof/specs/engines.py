@@ -63,6 +63,7 @@ from tokenroof.specs.validate import (
 DEFAULT_ENGINE = "generic"  # today's defaults, named: one bandwidth and compute efficiency, 1 ms per step
 PREFILL = ("chunked", "separate")
 DEFAULT_LEVEL = 0.9
+DEFAULT_MEMORY_FRACTION = 0.9  # vLLM's --gpu-memory-utilization: a profile's server without its own default
 Setting = Literal["max_num_seqs", "max_num_batched_tokens", "memory_fraction"]  # the [server.flags] keys
 Metric = Literal[
     "running",
@@ -321,6 +322,13 @@ class EngineProfile:
     def reserve(self) -> MemoryReserve | None:
         """What its server holds beside weights and KV cache (`[server.reserve]`; None: not modelled, or no server)."""
         return self.server.reserve if self.server is not None else None
+
+    def memory_fraction(self) -> tuple[float, bool]:
+        """(fraction, whether of the memory left after the weights) this engine's server fills by default
+        (`[server.defaults] memory_fraction`, `memory_fraction_of`); vLLM's 0.9 of the whole memory when it has none."""
+        if self.server is None or "memory_fraction" not in self.server.defaults:
+            return DEFAULT_MEMORY_FRACTION, False
+        return float(self.server.defaults["memory_fraction"]), self.server.memory_fraction_of == "free"
 
     def efficiency_values(self, serving: bool = True) -> dict[str, float]:
         """The `Efficiencies` fields this profile sets; `serving` adds the HTTP server's cost per sequence."""
