@@ -1459,3 +1459,41 @@ def test_predict_and_advise_at_another_context_say_which_workload_each_runs() ->
                        "--context", "8192"])  # fmt: skip
     assert static["source"].endswith("the decode step time (no prompts in the steps)")
     assert not any(w.startswith("at another context") for w in static["warnings"])
+
+
+def test_a_saved_model_keeps_the_kv_cache_predict_answered_with(tmp_path: Path) -> None:
+    """A cross-command check's find: predict -m -H ran its answers with the physics' KV pool (preempting past it at
+    384 streams), but --save-model dropped it, and simulate --step-model ran an unlimited cache (TTFT 876 ms against
+    predict's 1,702) with nothing said. The pool is saved with the model, simulate runs it and says so, and a pool
+    given wins."""
+    saved = tmp_path / "m.json"
+    specs = ["-m", "llama-3.1-8b", "-H", "h100-sxm", "--engine", "vllm-v1"]
+    (row,) = run_json(
+        ["predict", *map(str, VLLM), "--batch", "384", "--samples", "10", *specs, "--save-model", str(saved)]
+    )["predictions"]
+    kv = Physics("llama-3.1-8b", "h100-sxm", engine="vllm-v1").kv_pool_tokens()
+    assert json.loads(saved.read_text())["fitted_at"]["kv_cache_tokens"] == kv
+    run = [
+        "simulate",
+        "--step-model",
+        str(saved),
+        "--concurrency",
+        "384",
+        "--max-num-seqs",
+        "1024",
+        "--client",
+        "burst",
+    ]
+    run += ["--input-len", "1024", "--output-len", "256"]
+    data = run_json(run)
+    (point,) = data["points"]
+    assert point["kv_cache_tokens"] == kv and point["preemptions"] > 0
+    assert point["tpot_ms"]["mean"] == pytest.approx(row["tpot_ms"], rel=1e-6)
+    assert point["ttft_ms"]["mean"] == pytest.approx(row["ttft_ms"], rel=1e-6)
+    assert any(
+        w.startswith(f"a KV cache of {kv:,} tokens, the pool predict sized for llama-3.1-8b") for w in data["warnings"]
+    )
+    given = run_json([*run, "--kv-cache-tokens", "900000"])
+    assert given["points"][0]["kv_cache_tokens"] == 900_000 and not any(
+        "pool predict sized" in w for w in given["warnings"]
+    )

@@ -130,7 +130,7 @@ def predict(
             "per-sequence terms"
         )
     if save_model is not None:
-        save_fitted(result, save_model)
+        save_fitted(result, save_model, physics.kv_pool_tokens() if physics.known else None)
     from tokenroof.report.plots import plot_prediction
 
     finish(result.to_dict(), render.prediction, json_output, plot, lambda path: plot_prediction(result, path))
@@ -179,10 +179,11 @@ def files_lengths_win(
     return table, None, None
 
 
-def save_fitted(result: Any, path: Path) -> None:
+def save_fitted(result: Any, path: Path, kv_cache_tokens: int | None = None) -> None:
     """predict --save-model: the step model other commands run: fitted on the scheduler to an online table (its
     replay, result.serving), else the decode fit with its KV reads and prompt share split out where a prior is
-    known (fit.travel)."""
+    known (fit.travel); with the KV pool predict's answers ran with (`kv_cache_tokens`, from --model/--hardware),
+    which a run of the saved model keeps unless told otherwise."""
     from tokenroof.fit.travel import portable
     from tokenroof.serving.replay import travelling_of
 
@@ -190,6 +191,7 @@ def save_fitted(result: Any, path: Path) -> None:
         travelling = travelling_of(result.serving, result.fit, result.table)
     else:
         travelling = portable(result.fit, result.table)
+    travelling = replace(travelling, kv_cache_tokens=kv_cache_tokens)
     try:
         path.write_text(travelling.to_json())
     except OSError as exc:

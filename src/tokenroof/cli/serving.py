@@ -131,7 +131,7 @@ def emulate(
     split = dep.disaggregation()
     if split is not None and (dep.speculative is not None or dep.slot_streams(travelling)):
         raise TokenroofError("a disaggregated emulator runs plain vLLM-like engines: drop --speculative-config")
-    sm, kv = travelling.step_model, dep.kv_budget_tokens()
+    sm, kv = travelling.step_model, dep.kv_tokens(travelling)
     max_num_batched_tokens = dep.prompt_budget(travelling)
     per_slot_kv = dep.slot_streams(travelling)
     from tokenroof.serving.capacity import speculation_notes

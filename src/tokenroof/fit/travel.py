@@ -93,6 +93,7 @@ class Travelling:
     source: str = "specs"
     prior: str | None = None
     replayed: Replayed | None = None  # fitted on the scheduler to the measured TPOT and TTFT (None: a decode fit)
+    kv_cache_tokens: int | None = None  # the KV pool predict's answers ran with (its --model/--hardware), saved
 
     @property
     def prices_prefill(self) -> bool:
@@ -236,6 +237,7 @@ class Travelling:
                 "source": self.source,
                 "prior": self.prior,
                 **({"replay": self.replayed.to_dict()} if self.replayed is not None else {}),
+                **({"kv_cache_tokens": self.kv_cache_tokens} if self.kv_cache_tokens is not None else {}),
             },
             "split": self.split,
         }
@@ -419,6 +421,7 @@ class FittedAt(Section):
     source: Text | None = None
     prior: Text | None = None
     replay: ReplayFields | None = None
+    kv_cache_tokens: Annotated[int, PlainValidator(whole(1))] | None = None
 
 
 def _format(value: Any) -> str:
@@ -453,6 +456,7 @@ def read_step_model(path: Path) -> Travelling:
             at.source or str(path),
             at.prior,
             at.replay.replayed() if at.replay is not None else None,
+            at.kv_cache_tokens,
         )
     if "predictions" in data:  # predict --json
         terms = validated(PredictTerms, data.get("model"), str(path), "a JSON object", where="model")

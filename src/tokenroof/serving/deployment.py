@@ -109,6 +109,22 @@ class Deployment:
             return self.kv_cache_tokens
         return self.physics.kv_pool_tokens(self.speculative)
 
+    def kv_tokens(self, travelling: Travelling) -> int | None:
+        """The KV-cache capacity a run of `travelling` has: `kv_budget_tokens`, else the pool a saved model's
+        predict ran its answers with (its --model/--hardware, saved beside it), else None (unlimited)."""
+        given = self.kv_budget_tokens()
+        return given if given is not None else travelling.kv_cache_tokens
+
+    def kv_notes(self, travelling: Travelling) -> list[str]:
+        """Where the KV cache comes from the saved model, so (nothing here sized it otherwise)."""
+        if self.kv_budget_tokens() is not None or travelling.kv_cache_tokens is None:
+            return []
+        whose = f" for {travelling.prior}" if travelling.prior else ""
+        return [
+            f"a KV cache of {travelling.kv_cache_tokens:,} tokens, the pool predict sized{whose} and saved with the "
+            "model (--kv-cache-tokens to change it)"
+        ]
+
     def billing(self) -> Billing:
         """How this deployment's runs are billed: its TP's boards at the price (given, else the hardware file's) and
         the hardware's power model (cost.py)."""
@@ -186,7 +202,7 @@ class Deployment:
 
         slots = self.slot_streams(travelling)
         return Server(
-            self.kv_budget_tokens(),
+            self.kv_tokens(travelling),
             self.prompt_budget(travelling),
             slots,
             self.speculation(),
@@ -321,7 +337,7 @@ class Deployment:
         """The prompt budget an answer assumes when it is the named engine's default (not given, not measured), the
         engine's scheduling where it prefills in steps of their own, and how its KV cache admits where that is not
         vLLM's way (`admission_notes`)."""
-        return self._prompt_notes(travelling) + self.admission_notes()
+        return self._prompt_notes(travelling) + self.admission_notes() + self.kv_notes(travelling)
 
     def admission_notes(self) -> list[str]:
         """What an answer assumes of the KV cache's admission (`admission_notes`, for this deployment's cache)."""
@@ -359,6 +375,7 @@ class Deployment:
             self,
             max_num_batched_tokens=self.prompt_budget(travelling),
             per_slot_kv=self.slot_streams(travelling),
+            kv_cache_tokens=self.kv_tokens(travelling),
         )
 
     def _prior_of(self, table: MeasurementTable) -> Prior | None:
