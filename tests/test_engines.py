@@ -536,3 +536,29 @@ def test_roofline_sizes_the_memory_as_each_engine_and_simulate_do() -> None:
     )  # fmt: skip
     assert simulated["points"][0]["running_batch"] <= held < 1.03 * simulated["points"][0]["running_batch"]
     assert not any("GUARANTEED_NO_EVICT" in w for w in run_json(["roofline", *base, *lengths])["warnings"])
+
+
+def test_simulate_starts_with_the_named_engines_batch_cap_and_says_so() -> None:
+    """A cross-command check's find: simulate --engine vllm-v1 capped the batch at 256, vLLM V0's default, while the
+    KV reserve assumed V1's 1,024 on an H100 (the batch pinned at 256, TTFT 4.5 s at 384 streams); the engine's own
+    cap is taken where none is given, and said; tokenroof's 256 without an engine, unsaid."""
+    assert Physics("llama-3.1-8b", "h100-sxm", engine="vllm-v1").max_num_seqs() == (
+        1024,
+        "vllm-v1's default on this GPU",
+    )
+    assert Physics("llama-3.1-8b", "a10g", engine="vllm-v1").max_num_seqs()[0] == 256
+    assert Physics("llama-3.1-8b", "h100-sxm", engine="vllm-v0").max_num_seqs() == (256, "vllm-v0's default")
+    assert Physics("llama-3.1-8b", "h100-sxm").max_num_seqs() == (256, None)
+    run = ["simulate", "-m", "llama-3.1-8b", "-H", "h100-sxm", "--input-len", "1000", "--output-len", "300"]
+    run += ["--concurrency", "384", "--num-requests", "1200"]
+    v1 = run_json([*run, "--engine", "vllm-v1"])
+    assert v1["points"][0]["running_batch"] > 300
+    assert "max_num_seqs 1,024: vllm-v1's default on this GPU (--max-num-seqs to change it)" in v1["warnings"]
+    plain = run_json(run)
+    assert plain["points"][0]["running_batch"] == pytest.approx(256) and not any(
+        w.startswith("max_num_seqs") for w in plain["warnings"]
+    )
+    given = run_json([*run, "--engine", "vllm-v1", "--max-num-seqs", "128"])
+    assert given["points"][0]["running_batch"] == pytest.approx(128) and not any(
+        w.startswith("max_num_seqs") for w in given["warnings"]
+    )

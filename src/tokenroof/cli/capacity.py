@@ -114,7 +114,12 @@ def simulate(
             "concurrency) staggered, 10 × concurrency (at least 100) in a burst)."
         ),
     ] = None,
-    max_num_seqs: Annotated[int, typer.Option(help="Running-batch cap.")] = 256,
+    max_num_seqs: Annotated[
+        int | None,
+        typer.Option(
+            help="Running-batch cap (default: the --engine's own, vLLM V1's 1,024 on GPUs of 70 GiB or more; else 256)."
+        ),
+    ] = None,
     replicas: ReplicasOpt = 1,
     max_num_batched_tokens: Annotated[int | None, typer.Option(help="Token budget per step (chunked prefill).")] = None,
     router: RouterOpt = "round-robin",
@@ -152,8 +157,10 @@ def simulate(
     if num_requests is not None and num_requests < 1:
         raise TokenroofError(f"--num-requests must be at least 1, got {num_requests}")
 
+    physics = Physics(model, hardware, dtype, kv_dtype, compute_dtype, tp, engine, enforce_eager)
+    max_num_seqs, cap_default = (max_num_seqs, None) if max_num_seqs is not None else physics.max_num_seqs()
     dep = Deployment(
-        Physics(model, hardware, dtype, kv_dtype, compute_dtype, tp, engine, enforce_eager),
+        physics,
         fit,
         step_model,
         prompt_lengths(input_len, input_dist, spread_of(spread, input_dist, output_dist), prefix_len, num_prefixes),
@@ -170,6 +177,7 @@ def simulate(
         kv_transfer_gb_s=kv_transfer_gb_s,
         prefill_tp=prefill_tp,
         prefill_hardware=prefill_hardware,
+        max_num_seqs_default=cap_default,
     )
     prefill_price_flags(prefill_gpu_cost_per_hour, prefill_hardware, [hardware] if hardware else [])
     for flag, given in (("--prefill-tp", prefill_tp), ("--prefill-hardware", prefill_hardware)):

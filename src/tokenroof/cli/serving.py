@@ -60,7 +60,13 @@ def emulate(
     tp: TpOpt = 1,
     engine: EngineOpt = None,
     enforce_eager: EagerOpt = False,
-    max_num_seqs: Annotated[int, typer.Option(help="Running-batch cap; requests beyond it queue.")] = 256,
+    max_num_seqs: Annotated[
+        int | None,
+        typer.Option(
+            help="Running-batch cap; requests beyond it queue (default: the --engine's own, vLLM V1's 1,024 on GPUs "
+            "of 70 GiB or more; else 256)."
+        ),
+    ] = None,
     max_model_len: Annotated[
         int | None,
         typer.Option(help="Longest prompt + output accepted (default: the model's positions, else 32,768)."),
@@ -105,6 +111,7 @@ def emulate(
     from tokenroof.serving.emulate.server import Emulator, serve
 
     physics = Physics(model, hardware, dtype, kv_dtype, compute_dtype, tp, engine, enforce_eager)
+    max_num_seqs, cap_default = (max_num_seqs, None) if max_num_seqs is not None else physics.max_num_seqs()
     speculative = speculative_config_of(speculative_config, acceptance_rate)
     dep = Deployment(
         physics,
@@ -123,6 +130,7 @@ def emulate(
         prefill_tp=prefill_tp,
         prefill_hardware=prefill_hardware,
         max_model_len=max_model_len,
+        max_num_seqs_default=cap_default,
     )
     for flag, given in (("--prefill-tp", prefill_tp), ("--prefill-hardware", prefill_hardware)):
         if given is not None and prefill_replicas is None:

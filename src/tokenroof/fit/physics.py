@@ -106,6 +106,25 @@ class Physics:
         profile = load_engine(self.engine)
         return profile.enforce_eager() if self.eager else profile
 
+    DEFAULT_MAX_NUM_SEQS = 256  # vLLM V0's max_num_seqs: the cap where no named engine says its own
+
+    def max_num_seqs(self) -> tuple[int, str | None]:
+        """The batch cap the named engine's server starts with, and whose default it is (None: tokenroof's 256,
+        vLLM V0's, where no engine named says): its `[server.defaults] max_num_seqs`, else the one its start-up profile
+        takes on this GPU (vLLM V1: 1,024 on GPUs of 70 GiB or more, A100s aside, else 256)."""
+        if self.engine is None or not self.known:
+            return self.DEFAULT_MAX_NUM_SEQS, None
+        profile = self.engine_profile()
+        server, reserve = profile.server, profile.reserve
+        if server is not None and "max_num_seqs" in server.defaults:
+            return int(server.defaults["max_num_seqs"]), f"{profile.key}'s default"
+        if reserve is not None and reserve.large_gpu_profile_seqs is not None:
+            _, hardware = self._specs()
+            return reserve.profile(hardware.memory_bytes, hardware.name, None)[
+                1
+            ], f"{profile.key}'s default on this GPU"
+        return self.DEFAULT_MAX_NUM_SEQS, None
+
     @property
     def server_name(self) -> str | None:
         """The server the named engine runs as (its flags' owner: `vllm` for V0 and V1), None for none named or an

@@ -59,6 +59,7 @@ class Deployment:
     prefill_hardware: str | None = None  # the prefill pool's hardware (None: `physics.hardware`, the decode pool's)
     prefill_gpu_cost_per_hour: float | None = None  # US$ per prefill-hardware GPU-hour (None: its file's, if any)
     max_model_len: int | None = None  # the server's --max-model-len (None: the model's positions, vLLM's default)
+    max_num_seqs_default: str | None = None  # whose default max_num_seqs is, where not given (said in the notes)
 
     def __post_init__(self) -> None:
         if isinstance(self.fit, list | tuple):  # repeated --fit: one table; none given: no fit
@@ -337,7 +338,12 @@ class Deployment:
         """The prompt budget an answer assumes when it is the named engine's default (not given, not measured), the
         engine's scheduling where it prefills in steps of their own, and how its KV cache admits where that is not
         vLLM's way (`admission_notes`)."""
-        return self._prompt_notes(travelling) + self.admission_notes() + self.kv_notes(travelling)
+        cap = (
+            [f"max_num_seqs {self.max_num_seqs:,}: {self.max_num_seqs_default} (--max-num-seqs to change it)"]
+            if self.max_num_seqs_default
+            else []
+        )
+        return cap + self._prompt_notes(travelling) + self.admission_notes() + self.kv_notes(travelling)
 
     def admission_notes(self) -> list[str]:
         """What an answer assumes of the KV cache's admission (`admission_notes`, for this deployment's cache)."""
