@@ -841,7 +841,7 @@ def test_with_scheduler_fits_the_server_as_the_deployment_says_and_answers_from_
     assert given.scheduler == predicted([2, top], unknown).scheduler
     assert predicted([2, top], unknown, t=bare).scheduler is None
     # a deployment named: its KV pool and prompt budget, in the fit and in the answers
-    named = SimpleNamespace(known=True, kv_pool_tokens=lambda: 1500, prompt_budget=lambda: 32)
+    named = SimpleNamespace(known=True, kv_pool_tokens=lambda: 1500, prompt_budget=lambda: 32, reserves_output=False)
     bounded = serving_fit(fit, table, 1500, None, 32)
     batches = [2.0, top, 40.0, 48.0, 56.0, 64.0, 72.0, 80.0]
     r = predicted(batches, named)
@@ -1497,3 +1497,29 @@ def test_a_saved_model_keeps_the_kv_cache_predict_answered_with(tmp_path: Path) 
     assert given["points"][0]["kv_cache_tokens"] == 900_000 and not any(
         "pool predict sized" in w for w in given["warnings"]
     )
+
+
+def test_predict_replays_a_named_tensorrt_llm_as_it_admits(tmp_path: Path) -> None:
+    """A cross-command check's find: predict --engine tensorrt-llm replayed the files with vLLM's on-demand admission
+    (TTFT 914 ms at 384 streams) where simulate --fit of the same flags reserved each whole output (2,059 ms), with
+    nothing said. The replay, its answers, simulate --fit and the saved model now admit alike, and say so."""
+    saved = tmp_path / "trt.json"
+    specs = ["-m", "llama-3.1-8b", "-H", "h100-sxm", "--engine", "tensorrt-llm"]
+    data = run_json(
+        ["predict", *map(str, VLLM), "--batch", "384", "--samples", "10", *specs, "--save-model", str(saved)]
+    )
+    (row,) = data["predictions"]
+    assert any("GUARANTEED_NO_EVICT" in w for w in data["warnings"])
+    assert json.loads(saved.read_text())["fitted_at"]["replay"]["reserve_output"] is True
+    loop = ["--concurrency", "384", "--max-num-seqs", "1024", "--client", "burst", "--input-len", "1024"]
+    loop += ["--output-len", "256"]
+    for source in ([*specs, "--fit", str(ROOT / "examples" / "vllm")], ["--step-model", str(saved)]):
+        ran = run_json(["simulate", *source, *loop])
+        (point,) = ran["points"]
+        assert point["tpot_ms"]["mean"] == pytest.approx(row["tpot_ms"], rel=1e-6), source
+        assert point["ttft_ms"]["mean"] == pytest.approx(row["ttft_ms"], rel=1e-6), source
+        assert point["preemptions"] == 0 and any("GUARANTEED_NO_EVICT" in w for w in ran["warnings"])
+    vllm = run_json(
+        ["predict", *map(str, VLLM), "--batch", "384", "--samples", "10", *specs[:4], "--engine", "vllm-v1"]
+    )
+    assert not any("GUARANTEED_NO_EVICT" in w for w in vllm["warnings"])

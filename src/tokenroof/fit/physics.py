@@ -140,6 +140,18 @@ class Physics:
         (TensorRT-LLM's GUARANTEED_NO_EVICT: its profile's `admission`); the default admits on demand, as vLLM."""
         return self.engine is not None and self.engine_profile().admission == "reserve-output"
 
+    def admission_notes(self, kv_cache_tokens: int | None) -> list[str]:
+        """What an answer assumes of the KV cache's admission where the named engine reserves each request's whole
+        output (TensorRT-LLM's default) and a cache size bounds it (none otherwise: vLLM's way, admitted on demand)."""
+        if not self.reserves_output or kv_cache_tokens is None:
+            return []
+        return [
+            f"the KV cache admits as {self.engine}'s default capacity scheduler (GUARANTEED_NO_EVICT): each request "
+            "reserves its prompt and its whole output at admission and is never preempted, so fewer run at once than "
+            "the cache holds at their mean length (its MAX_UTILIZATION policy, which admits more and pauses, is not "
+            "modelled)"
+        ]
+
     def unservable(self, memory_utilization: float = 0.9) -> str | None:
         """Why the weights alone do not fit in the memory the server may use (None: they fit)."""
         from tokenroof.model.roofline import resident_weight_bytes

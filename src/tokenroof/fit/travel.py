@@ -60,6 +60,7 @@ class Replayed:
     input_len: float | None = None  # the measured workload's mean lengths, which it was replayed at (None: not kept)
     output_len: float | None = None
     server_cap: int | None = None  # the running-batch cap the measured server held its client to (None: none seen)
+    reserve_output: bool = False  # replayed with each whole output reserved at admission (TensorRT-LLM's default)
 
     def to_dict(self) -> dict[str, Any]:
         data = {
@@ -79,6 +80,8 @@ class Replayed:
             data["input_len"], data["output_len"] = self.input_len, self.output_len
         if self.server_cap is not None:
             data["server_cap"] = self.server_cap
+        if self.reserve_output:
+            data["reserve_output"] = True
         return data
 
 
@@ -397,6 +400,7 @@ class ReplayFields(Section):
     input_len: Annotated[float, PlainValidator(positive)] | None = None
     output_len: Annotated[float, PlainValidator(positive)] | None = None
     server_cap: Annotated[int, PlainValidator(whole(1))] | None = None
+    reserve_output: bool = False
 
     def replayed(self) -> Replayed:
         return Replayed(
@@ -412,6 +416,7 @@ class ReplayFields(Section):
             self.input_len,
             self.output_len,
             self.server_cap,
+            self.reserve_output,
         )
 
 

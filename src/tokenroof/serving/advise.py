@@ -359,7 +359,9 @@ def advise_with_prefill(
         fit = fit_table(table, prior, n_samples=0)
         llama_server = table.semantics.server == "llama-server"
         measured = (flags.input_len, flags.output_len)
-        travelling = portable_model(fit, table, physics.kv_pool_tokens(), measured, physics.prompt_budget())
+        travelling = portable_model(
+            fit, table, physics.kv_pool_tokens(), measured, physics.prompt_budget(), physics.reserves_output
+        )
         if targets.ttft_slo_ms is not None and not travelling.prices_prefill:
             raise ParameterError(
                 f"{table.source}: nothing prices a prompt's prefill (no ttft_ms in the measurements, and no "
@@ -417,9 +419,7 @@ def advise_with_prefill(
     speculation = None if speculative is None else physics.speculation(speculative)
     if speculation is not None:
         notes.append(speculation.assumption())
-    from tokenroof.serving.deployment import admission_notes
-
-    notes += admission_notes(physics, physics.kv_pool_tokens(speculative))
+    notes += physics.admission_notes(physics.kv_pool_tokens(speculative))
     caching = prefix_caching and not per_slot_kv
     prompts: Lengths = Lengths(round(flags.input_len))
     if prefix is not None and prefix.tokens:

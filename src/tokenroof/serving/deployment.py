@@ -150,7 +150,12 @@ class Deployment:
             return read_step_model(self.step_model_file), []
         if self.fit is not None:
             return fitted_models(
-                self.fit_files, self._prior_of, n_samples, self.kv_budget_tokens(), self.physics.prompt_budget()
+                self.fit_files,
+                self._prior_of,
+                n_samples,
+                self.kv_budget_tokens(),
+                self.physics.prompt_budget(),
+                self.physics.reserves_output,
             )
         return Travelling(self.physics.step_model()), []
 
@@ -209,8 +214,14 @@ class Deployment:
             self.speculation(),
             self.prefix_caching and not slots,
             self.separate_prefill(travelling),
-            self.physics.reserves_output,  # the engine named admits so, whatever set the step times
+            self.reserves_output(travelling),
         )
+
+    def reserves_output(self, travelling: Travelling) -> bool:
+        """Whether the server admits with each whole output reserved: the engine named (TensorRT-LLM's default,
+        whatever set the step times), else as a model fitted on the scheduler was replayed."""
+        replayed = travelling.replayed
+        return self.physics.reserves_output or (replayed is not None and replayed.reserve_output)
 
     def long_context_chunks(self) -> bool:
         """Whether vLLM V0 chunks prefill here by default: past 32K positions (Physics.chunks_long_contexts), and
@@ -343,11 +354,21 @@ class Deployment:
             if self.max_num_seqs_default
             else []
         )
-        return cap + self._prompt_notes(travelling) + self.admission_notes() + self.kv_notes(travelling)
+        admission = self.admission_notes() if self.physics.reserves_output else self._replayed_admission(travelling)
+        return cap + self._prompt_notes(travelling) + admission + self.kv_notes(travelling)
+
+    def _replayed_admission(self, travelling: Travelling) -> list[str]:
+        """A saved model replayed with each whole output reserved runs so, and says so."""
+        if not self.reserves_output(travelling) or self.kv_tokens(travelling) is None:
+            return []
+        return [
+            "the KV cache admits as the measured server was replayed (each request's prompt and whole output reserved "
+            "at admission, never preempted: TensorRT-LLM's GUARANTEED_NO_EVICT)"
+        ]
 
     def admission_notes(self) -> list[str]:
-        """What an answer assumes of the KV cache's admission (`admission_notes`, for this deployment's cache)."""
-        return admission_notes(self.physics, self.kv_budget_tokens())
+        """What an answer assumes of the KV cache's admission (Physics.admission_notes), for this deployment's cache."""
+        return self.physics.admission_notes(self.kv_budget_tokens())
 
     def _prompt_notes(self, travelling: Travelling) -> list[str]:
         scheduling = self.scheduling_notes(travelling)
@@ -402,15 +423,3 @@ class Deployment:
 
     def with_physics(self, physics: Physics) -> Deployment:
         return replace(self, physics=physics)
-
-
-def admission_notes(physics: Physics, kv_cache_tokens: int | None) -> list[str]:
-    """What an answer assumes of the KV cache's admission where the named engine reserves each request's whole output
-    (TensorRT-LLM's default) and a cache size bounds it (none otherwise: vLLM's way, admitted on demand)."""
-    if not physics.reserves_output or kv_cache_tokens is None:
-        return []
-    return [
-        f"the KV cache admits as {physics.engine}'s default capacity scheduler (GUARANTEED_NO_EVICT): each request "
-        "reserves its prompt and its whole output at admission and is never preempted, so fewer run at once than the "
-        "cache holds at their mean length (its MAX_UTILIZATION policy, which admits more and pauses, is not modelled)"
-    ]

@@ -235,12 +235,14 @@ def open_loop_run(
     whole: int | None = None,
     burstiness: float = 1.0,
     separate: bool = False,
+    reserve: bool = False,
 ) -> SimResult:
     """Arrivals at `rate` (random, gamma gaps of shape `burstiness`, 1 Poisson; or evenly spaced for "constant"),
     about 40 lifetimes of the expected concurrency (split over `share` runs of other seeds, each at least
     OPEN_LOOP_MIN_REQUESTS) or, for a point measured over a whole run, that run's `whole` requests, against a server
     whose cap does not bind (the file does not say it) or, with per-slot KV streams, its slots; `separate`: the server
-    prefills prompts in steps of their own (vLLM V0's scheduling)."""
+    prefills prompts in steps of their own (vLLM V0's scheduling); `reserve`: it admits a request only with its whole
+    output reserved in the KV cache (TensorRT-LLM's default)."""
     burstiness = burstiness if client == "poisson" else math.inf
     n = whole or max(int(np.clip(40 * concurrency, *OPEN_LOOP_REQUESTS)) // share, OPEN_LOOP_MIN_REQUESTS)
     workload = Workload(rate, *lengths, num_requests=n, burstiness=burstiness)
@@ -254,6 +256,7 @@ def open_loop_run(
         max_num_batched_tokens=budget,
         per_slot_kv=kv_slots is not None,
         separate_prefill=separate,
+        reserve_output=reserve,
     )
 
 
@@ -320,6 +323,7 @@ def open_loop_design(
     reference: StepModel,
     kv_slots: int | None,
     separate: bool = False,
+    reserve: bool = False,
 ) -> Design:
     """An open-loop point's design: the runs of `matched_runs` (OPEN_LOOP_REPLAYS samples of arrivals at the rate at
     which `reference` holds the concurrency the point measured), mixed. The step pattern a point's means are sums over
@@ -338,7 +342,7 @@ def open_loop_design(
     was answered by then, matched on `cut_count` (read as steady windows: 14.4% and 14.6% on `--stop seconds`; so
     replayed: 3.1% and 1.2%)."""
     lengths = point.lengths
-    served = Served(reference, point.client, kv_capacity_tokens, budget, kv_slots, point.burstiness, separate)
+    served = Served(reference, point.client, kv_capacity_tokens, budget, kv_slots, point.burstiness, separate, reserve)
     whole = point.requests  # a whole run's means (its requests given): replayed as whole runs of as many
     cancelled = None  # … or a run cut at a time limit: as many arrivals as it sent, its means over those answered
     if whole is not None and point.sent is not None and point.sent > whole:
@@ -370,6 +374,7 @@ class Served(NamedTuple):
     kv_slots: int | None
     burstiness: float = 1.0
     separate: bool = False  # prompts prefilled in steps of their own (vLLM V0), the running sequences waiting
+    reserve: bool = False  # each request admitted with its whole output's KV reserved (TensorRT-LLM)
 
 
 def matched_runs(
@@ -386,14 +391,27 @@ def matched_runs(
     at the rate from `rate` on at which they hold `concurrency` on average (`held_concurrency`, over the whole run
     where `whole`; `matched_rate`). `cancelled`: the runs were cut at their last arrival, that many requests cancelled
     there (`cut_count`)."""
-    model, client, kv, budget, kv_slots, burstiness, separate = Served(*served)  # (a plain tuple: Poisson's, mixed)
+    model, client, kv, budget, kv_slots, burstiness, separate, reserve = Served(*served)  # (a plain tuple: mixed)
     n = OPEN_LOOP_REPLAYS
     ran: dict[float, list[SimResult]] = {}
 
     def held(at: float) -> float:
         ran[at] = [
             open_loop_run(
-                model, at, lengths, client, concurrency, kv, budget, kv_slots, k, n, whole, burstiness, separate
+                model,
+                at,
+                lengths,
+                client,
+                concurrency,
+                kv,
+                budget,
+                kv_slots,
+                k,
+                n,
+                whole,
+                burstiness,
+                separate,
+                reserve,
             )
             for k in range(n)
         ]
@@ -446,6 +464,7 @@ def design_at(
     reference: StepModel,
     kv_slots: int | None = None,
     separate: bool = False,
+    reserve: bool = False,
 ) -> Design:
     """The design of a point. A closed loop is simulated at its concurrency (a fractional one between the two whole
     ones around it); an open-loop point at the rate that holds its concurrency (`open_loop_design`), its steps timed
@@ -456,7 +475,7 @@ def design_at(
     client = point.client
     lengths = point.lengths
     if client in ("poisson", "constant"):
-        return open_loop_design(point, budget, kv_capacity_tokens, reference, kv_slots, separate)
+        return open_loop_design(point, budget, kv_capacity_tokens, reference, kv_slots, separate, reserve)
     low = max(math.floor(point.concurrency), 1)
     high = max(math.ceil(point.concurrency), 1)
     if not budget_holds(budget, high, separate):
@@ -482,6 +501,7 @@ def design_at(
             max_num_batched_tokens=budget,
             per_slot_kv=kv_slots is not None,
             separate_prefill=separate,
+            reserve_output=reserve,
         )
         chosen = result.measured()
         if beyond > 0:
@@ -575,6 +595,7 @@ class ServingFit:
     # prompts prefilled in steps of their own (vLLM V0, TGI), at most max_num_batched_tokens a step, the running
     # sequences waiting; False: in the decode steps, whole or chunked
     separate_prefill: bool = False
+    reserve_output: bool = False  # each request admitted with its whole output's KV reserved (TensorRT-LLM's default)
     lengths: tuple[float, float] = (0.0, 0.0)  # the measured workload's mean prompt and output tokens, replayed at
     server_cap: int | None = None  # the running-batch cap the measured server held its client's streams to (None: none)
 
@@ -770,12 +791,13 @@ def fit_serving(
     budget: int | str | None = "fit",
     budget_source: str = "given",
     separate: bool = False,
+    reserve: bool = False,
 ) -> ServingFit | None:
     """The scheduler's step model replaying the table's online points (module doc); None when the prefill has
     neither measured TTFT nor the physics to price it. `budget`: the prompt budget per step (None: whole prompts),
     or "fit" to take the best replay of BUDGETS (and, where none replays the TTFT within REPLAY_MISFIT, of prefill
     steps of their own at SEPARATE_BUDGETS); `separate`: with a budget given, the server prefills in steps of their
-    own (the engine's scheduling)."""
+    own (the engine's scheduling); `reserve`: it admits with each whole output reserved (TensorRT-LLM's)."""
     points = online_points(table, fit, input_len, output_len)
     has_ttft = any(p.ttft_s is not None for p in points)
     prior = fit.prior
@@ -802,7 +824,7 @@ def fit_serving(
             if b is not None and (b >= peak or not budget_holds(b, high, apart)):
                 continue  # no step would split (the same replay as no budget), or the budget cannot hold the batch
             try:
-                designs = [design_at(p, b, kv_capacity_tokens, reference, kv_slots, apart) for p in points]
+                designs = [design_at(p, b, kv_capacity_tokens, reference, kv_slots, apart, reserve) for p in points]
             except PromptOverBudget:
                 if not isinstance(budget, str):
                     raise
@@ -811,7 +833,8 @@ def fit_serving(
                 peak = max(float((d.prefill if apart else d.batch + d.prefill).max()) for d in designs)
             result, cost = _solve(terms, points, designs, fit.sigma_rel)
             if timed:
-                designs = [design_at(p, b, kv_capacity_tokens, terms.model(result), kv_slots, apart) for p in points]
+                timing = terms.model(result)
+                designs = [design_at(p, b, kv_capacity_tokens, timing, kv_slots, apart, reserve) for p in points]
                 result, cost = _solve(terms, points, designs, fit.sigma_rel)
             source = "fitted" if isinstance(budget, str) else budget_source
             stated = table.semantics.client is not None
@@ -822,6 +845,7 @@ def fit_serving(
             found.burstiness = table.semantics.burstiness or 1.0
             found.lengths_cv = lengths_cv_of(table)
             found.separate_prefill = apart
+            found.reserve_output = reserve
             found.lengths = (input_len, output_len)
             found.server_cap = server_cap_of(fit, table)
             tried[_budget_name(b, apart)] = (found, cost)
@@ -1184,6 +1208,7 @@ def serving_fit(
     lengths: tuple[float, float] | None = None,
     budget: int | str | None = "fit",
     separate: bool = False,
+    reserve: bool = False,
 ) -> ServingFit | None:
     """The scheduler's model replaying an online table, or None: a static or pure-decode table, unknown lengths, or a
     prefill that nothing prices (no TTFT, no prior). `budget`: the measured server's prompt budget per step as an
@@ -1191,7 +1216,7 @@ def serving_fit(
     known = measured_lengths(table, lengths)
     if not online(table) or known is None:
         return None
-    return fit_serving(table, fit, known[0], known[1], kv_capacity_tokens, budget, "engine", separate)
+    return fit_serving(table, fit, known[0], known[1], kv_capacity_tokens, budget, "engine", separate, reserve)
 
 
 def travelling_of(replay: ServingFit, fit: Fit, table: MeasurementTable) -> Travelling:
@@ -1210,6 +1235,7 @@ def travelling_of(replay: ServingFit, fit: Fit, table: MeasurementTable) -> Trav
         replay.separate_prefill,
         *replay.lengths,
         replay.server_cap,
+        replay.reserve_output,
     )
     return Travelling(replay.model, context, 0.0, True, table.source, prior.label if prior is not None else None, info)
 
@@ -1220,12 +1246,13 @@ def portable_model(
     kv_capacity_tokens: int | None = None,
     lengths: tuple[float, float] | None = None,
     budget: int | str | None = "fit",
+    reserve: bool = False,
 ) -> Travelling:
     """The step model other commands run: an online table whose prefill is priced (measured TTFT, or the physics)
     gets the scheduler's own model, fitted to replay its points (`lengths`: the measured prompt and output tokens
     where the table does not state them; `budget`: its prompt budget per step, or "fit"); anything else the decode
     fit's (fit.travel.portable)."""
-    replay = serving_fit(fit, table, kv_capacity_tokens, lengths, budget)
+    replay = serving_fit(fit, table, kv_capacity_tokens, lengths, budget, reserve=reserve)
     return travelling_of(replay, fit, table) if replay is not None else portable(fit, table)
 
 
@@ -1235,11 +1262,12 @@ def fitted_models(
     n_samples: int = 0,
     kv_capacity_tokens: int | None = None,
     budget: int | str | None = "fit",
+    reserve: bool = False,
 ) -> tuple[Travelling, list[StepModel]]:
     """Fit measurement files and make the result the model other commands run (`portable_model`), with `n_samples`
-    interval samples made the same way."""
+    interval samples made the same way; `reserve`: the server admits with each whole output reserved."""
     fit, table = from_table(paths, prior_of, n_samples)
-    replay = serving_fit(fit, table, kv_capacity_tokens, None, budget)
+    replay = serving_fit(fit, table, kv_capacity_tokens, None, budget, reserve=reserve)
     if replay is not None:
         return travelling_of(replay, fit, table), replay.samples(n_samples)
     return portable(fit, table), portable_samples(fit, table)
@@ -1297,6 +1325,7 @@ def _closed_loop_at(
             max_num_batched_tokens=budget,
             per_slot_kv=slots is not None,
             separate_prefill=serving.separate_prefill,
+            reserve_output=serving.reserve_output,
         )
         summary = result.summary()
         runs.append((summary["tpot_ms"]["mean"], summary["ttft_ms"]["mean"], summary["throughput_tok_s"]))
@@ -1322,6 +1351,7 @@ def _open_loop_at(
         serving.kv_slots,
         serving.burstiness,
         serving.separate_prefill,
+        serving.reserve_output,
     )
     start = batch / (ttft_s + (lengths[1].mean - 1) * tpot_s)
     summaries = [r.summary() for r in matched_runs(served, lengths, start, batch, serving.in_flight)]
@@ -1343,9 +1373,12 @@ def with_scheduler(result: Any, physics: Any, lengths: tuple[float, float] | Non
     separate = physics.known and budget is None and physics.engine_profile().prefill == "separate"
     if separate:
         budget = physics.separate_prefill_budget()
-    result.serving = serving = serving_fit(result.fit, table, kv, lengths, budget, separate)
+    reserve = physics.known and physics.reserves_output  # the engine admits so (TensorRT-LLM's default)
+    result.serving = serving = serving_fit(result.fit, table, kv, lengths, budget, separate, reserve)
     if serving is not None:
         result.warnings += [f"prior and data disagree: {c}" for c in serving.conflicts] + serving.misfit()
+        if reserve:
+            result.warnings += physics.admission_notes(kv)
     known = measured_lengths(table, lengths)
     if serving is not None and serving.prefill_source == "ttft" and known is not None:
         asked = list(result.contexts) if result.contexts else [None]
