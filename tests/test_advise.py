@@ -341,7 +341,7 @@ def test_first_principles_answer_on_the_scheduler(advise_cap_once) -> None:
     sm = PHYSICS.step_model()
     source = (
         "first principles: llama-3.1-8b on h100-sxm ×1, run on simulate's scheduler; each cap kept full by steady "
-        "traffic, streams spread over a request's life (simulate --client even --concurrency N)"
+        "traffic, streams spread over a request's life (simulate --client even --concurrency N --max-num-seqs N)"
     )
 
     def direct(targets: Targets, budget: int | None) -> dict:
@@ -417,7 +417,7 @@ def test_fitted_answers(tmp_path: Path) -> None:
     assert online["source"] == (
         f"fitted on simulate's scheduler to {table} (online, closed loop, streams staggered (assumed: the table does "
         "not say; '# client=…'), prompts prefilled whole (assumed: no TTFT to tell)); each cap kept full by a closed "
-        "loop, streams staggered (simulate --client staggered)"
+        "loop, streams staggered (simulate --client staggered --concurrency N --max-num-seqs N)"
     )
 
 
@@ -520,7 +520,7 @@ def test_advise_with_prefill_from_first_principles_runs_the_scheduler_the_deploy
         sm = physics.step_model()
         source = (
             f"first principles: {physics.label()}, run on simulate's scheduler; each cap kept full by steady traffic, "
-            "streams spread over a request's life (simulate --client even --concurrency N)"
+            "streams spread over a request's life (simulate --client even --concurrency N --max-num-seqs N)"
         )
         direct = advise_cap_once(
             sm, prompts or Lengths(512), Lengths(64), 80.0, 2000.0, "p99", server, source=source, client=EVEN
@@ -585,7 +585,7 @@ def test_advise_with_prefill_from_files_keeps_the_cap_full_as_their_client_did(t
         server = Server(None, replayed.max_num_batched_tokens, False, None, True, False)
         source = (
             f"fitted on simulate's scheduler to {table.source} ({replayed.semantics}); each cap kept full by a closed "
-            f"loop, {how} (simulate --client {client})"
+            f"loop, {how} (simulate --client {client} --concurrency N --max-num-seqs N)"
         )
         sm = travelling.step_model
         direct = advise_cap_once(
@@ -845,7 +845,7 @@ def test_advise_cap_searches_a_made_up_server_by_hand(monkeypatch: pytest.Monkey
     with pytest.raises(TokenroofError) as refused:
         advise_cap(SM, *lengths, 0.5)
     assert str(refused.value) == (
-        "no batch cap meets the targets: at max_num_seqs 1 the p99 TPOT 1 ms (target 0.5) and TTFT 10 ms"
+        "no batch cap meets the targets: at max_num_seqs 1 the p99 TPOT is 1 ms (target 0.5) and TTFT is 10 ms"
     )
 
 
@@ -888,8 +888,8 @@ def test_advise_on_files_that_state_their_lengths_answers_on_the_scheduler_at_th
     assert both["at_cap"]["ttft_ms"]["p99"] <= 2000 and both["at_cap"]["tpot_ms"]["p99"] <= 100
     # LLMPerf sent these in waves; a cap is kept full as production traffic would, and the answer says which
     assert both["source"].endswith(
-        "each cap kept full by steady traffic, streams spread over a request's life (simulate --client even; not the "
-        "files' waves: no production client waits for a whole wave to end)"
+        "each cap kept full by steady traffic, streams spread over a request's life (simulate --client even "
+        "--concurrency N --max-num-seqs N; not the files' waves: no production client waits for a whole wave to end)"
     )
 
 
@@ -907,7 +907,9 @@ def test_simulate_client_even_replays_advises_answer_at_its_cap() -> None:
     simulate --client even now reads advise's p99 TPOT and TTFT, and advise's first line names the client."""
     physics = ["-m", "llama-3.1-8b", "-H", "h100-sxm", "--input-len", "1000", "--output-len", "300"]
     answer = run_json(["advise", *physics, "--tpot-slo-ms", "100", "--ttft-slo-ms", "300"])
-    assert answer["source"].endswith("streams spread over a request's life (simulate --client even --concurrency N)")
+    assert answer["source"].endswith(
+        "streams spread over a request's life (simulate --client even --concurrency N --max-num-seqs N)"
+    )
     cap = answer["max_num_seqs"]
     args = ["simulate", *physics, "--concurrency", str(cap), "--max-num-seqs", str(cap), "--client", "even"]
     (point,) = run_json(args)["points"]

@@ -199,6 +199,6 @@ def test_a_request_larger_than_the_kv_cache_is_a_400() -> None:
     async def check(session: aiohttp.ClientSession, url: str, _: Emulator) -> None:
         async with session.post(url + "/v1/completions", json={"prompt": "a", "max_tokens": 60}) as response:
             message = await expect_error(response, 400, "BadRequestError", "max_tokens")
-        assert "tokens of KV cache; the cache holds 64" in message
+        assert "of its last block's slots); the cache holds 64" in message
 
     with_emulator(check, max_model_len=64, kv_cache_tokens=64)  # the CLI's clamp: max_model_len = the cache

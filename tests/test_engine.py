@@ -214,7 +214,8 @@ def test_settings_at_their_limits() -> None:
 def test_submit_checks_the_whole_request_fits_the_cache() -> None:
     sched = BatchScheduler(FLAT, kv_capacity_tokens=32, block_size=16)
     sched.submit(Sequence("fits", prompt_tokens=10, max_tokens=7, arrival_s=0.0))  # 17 + 15 = 32
-    with pytest.raises(TokenroofError, match=r"^request big needs 18 tokens of KV cache; the cache holds 32$"):
+    big = r"^request big needs 33 tokens of KV cache \(10 prompt \+ 8 output \+ 15 of its last block's slots\); "
+    with pytest.raises(TokenroofError, match=big + r"the cache holds 32$"):
         sched.submit(Sequence("big", prompt_tokens=10, max_tokens=8, arrival_s=0.0))
     with pytest.raises(TokenroofError, match=r"^zero: max_tokens must be at least 1$"):
         sched.submit(Sequence("zero", prompt_tokens=1, max_tokens=0, arrival_s=0.0))
@@ -338,7 +339,7 @@ def test_reserving_the_whole_output_admits_fewer_and_never_preempts() -> None:
     for seq in (Sequence("a", 2, 4, 0.0), Sequence("b", 2, 4, 0.0)):
         roomy.submit(seq)
     assert [p.batch for p in run(roomy, 20)] == [2, 2, 2, 2]
-    with pytest.raises(TokenroofError, match="needs 7 tokens of KV cache; the cache holds 6"):  # a life past it
+    with pytest.raises(TokenroofError, match=r"needs 7 tokens of KV cache \(2 prompt \+ 5 output \+ 0 of"):  # a life
         BatchScheduler(FLAT, kv_capacity_tokens=6, block_size=1, reserve_output=True).submit(Sequence("c", 2, 5, 0.0))
 
 

@@ -217,8 +217,10 @@ def test_a_ttft_binds_by_queueing_where_half_of_it_passed_before_its_prompt_ran(
     assert unsaid.binding(slo) == "TTFT p99 (queueing)"
     assert unsaid.binding(Slo(ttft_ms=1000, tpot_ms=5)) == "TPOT p99 (batch size)"
     # meeting both, none binds yet: the nearest, and how near (10 ms of 20; 300 ms of 1,000 is farther)
-    assert unsaid.binding(Slo(ttft_ms=1000, tpot_ms=20)) == "TPOT p99 (batch size), 50% of target"
-    assert unsaid.binding(Slo(ttft_ms=400, tpot_ms=40)) == "TTFT p99 (queueing), 75% of target"
+    assert unsaid.binding(Slo(ttft_ms=1000, tpot_ms=20)) == "nearest: TPOT p99 (batch size), 50% of target"
+    assert unsaid.binding(Slo(ttft_ms=400, tpot_ms=40)) == "nearest: TTFT p99 (queueing), 75% of target"
+    # floored, not rounded: 300 ms of 300.9 meets its target and reads 99%, never 100%
+    assert unsaid.binding(Slo(ttft_ms=300.9, tpot_ms=40)) == "nearest: TTFT p99 (queueing), 99% of target"
 
 
 def outcome(cap: int, ttft_p99: float, requests: int = 1000, unsteady: bool = False) -> Outcome:

@@ -1513,12 +1513,20 @@ def test_predict_replays_a_named_tensorrt_llm_as_it_admits(tmp_path: Path) -> No
     assert json.loads(saved.read_text())["fitted_at"]["replay"]["reserve_output"] is True
     loop = ["--concurrency", "384", "--max-num-seqs", "1024", "--client", "burst", "--input-len", "1024"]
     loop += ["--output-len", "256"]
-    for source in ([*specs, "--fit", str(ROOT / "examples" / "vllm")], ["--step-model", str(saved)]):
+    as_json = tmp_path / "predict.json"  # predict --json as a step model: its scheduler's model, pool and admission
+    as_json.write_text(json.dumps(data))
+    sources = ([*specs, "--fit", str(ROOT / "examples" / "vllm")], ["--step-model", str(saved)])
+    for source in (*sources, ["--step-model", str(as_json)]):
         ran = run_json(["simulate", *source, *loop])
         (point,) = ran["points"]
         assert point["tpot_ms"]["mean"] == pytest.approx(row["tpot_ms"], rel=1e-6), source
         assert point["ttft_ms"]["mean"] == pytest.approx(row["ttft_ms"], rel=1e-6), source
         assert point["preemptions"] == 0 and any("GUARANTEED_NO_EVICT" in w for w in ran["warnings"])
+    # past the memory's cap it says what the reservation holds, not that sequences are preempted (a review's find)
+    small = ["-m", "llama-3.1-8b", "-H", "a100-40gb", "--engine", "tensorrt-llm"]
+    capped = run_json(["predict", *map(str, VLLM), "--batch", "256", "--samples", "10", *small])["warnings"]
+    (past,) = [w for w in capped if w.startswith("batches above 160")]
+    assert "at most 142 run at once at these lengths" in past and "preempts" not in past
     vllm = run_json(
         ["predict", *map(str, VLLM), "--batch", "384", "--samples", "10", *specs[:4], "--engine", "vllm-v1"]
     )

@@ -707,14 +707,18 @@ def test_served_tpot_sees_the_window_context() -> None:
 
 
 def test_a_prompt_runs_in_the_chunks_its_budget_leaves_not_spread_over_every_step() -> None:
-    """With a budget of 70 tokens a step and 10 decodes, a 100-token prompt runs in chunks of 60: 20 prompt tokens a
-    step on average, so a chunk in a third of the steps, each 1+max(10, (10+60)·0.1)+1.25 = 12.25 (its GEMMs under
-    the weights), the mean step 12.25. Without a budget, at batch 30 a whole prompt lands in 0.6 of the steps:
-    1+max(10, (30+100)·0.1)+3.75 = 17.75 there, 1+10+3.75 = 14.75 in the rest. At batch 100 (a budget of 300) two
-    prompts arrive a step, every step carries prompt tokens: the mean load, 1+max(10, 10+20)+12.5 = 43.5."""
+    """Batch 10 of 200-token prompts and 50-token outputs (mean context 225): 0.2 prompts a step, 40 prompt tokens.
+    With a budget of 110 tokens a step (100 beside the decodes) a prompt runs in two chunks of 100, in 40% of the
+    steps: 1+max(10, 110·0.1)+2.25 = 14.25 there, 1+10+2.25 = 13.25 in the rest, 13.65 on average. Whole (no budget),
+    in 20% of the steps: 1+max(10, 210·0.1)+2.25 = 24.25, 15.45 on average. Spread thin over every step (the old
+    reading) its GEMMs hid under the weights: 13.25. Without a budget at batch 30, a whole 100-token prompt (of 50
+    out) lands in 0.6 of the steps: 1+max(10, 13)+3.75 = 17.75 there, 14.75 in the rest. At batch 100 two prompts
+    arrive a step, so every step carries prompt tokens: the mean load, 1+max(10, 10+20)+12.5 = 43.5."""
     from tokenroof.model.analysis import DecodeWorkload, online_step_s, served_tpot_s
 
-    assert online_step_s(HAND, 10, 100, 50, True, budget=70) * 1e3 == pytest.approx(12.25)
+    chunked = online_step_s(HAND, 10, 200, 50, True, budget=110) * 1e3
+    whole = online_step_s(HAND, 10, 200, 50, True) * 1e3
+    assert (chunked, whole) == pytest.approx((0.4 * 14.25 + 0.6 * 13.25, 0.2 * 24.25 + 0.8 * 13.25))
     assert online_step_s(HAND, 30, 100, 50, True) * 1e3 == pytest.approx(0.6 * 17.75 + 0.4 * 14.75)
     assert served_tpot_s(HAND, [100], DecodeWorkload(100, 50, budget=300), cap=200)[0] * 1e3 == pytest.approx(43.5)
 

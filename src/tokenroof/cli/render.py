@@ -817,7 +817,7 @@ def plan_result(console: Console, data: dict[str, Any]) -> None:
             f"({counted_as(gpus, 'GPU')}{cost}): "
             f"{stat} TTFT {fmt(chosen['ttft_ms_low'][stat])}–{fmt(chosen['ttft_ms_high'][stat])} ms, {stat} TPOT "
             f"{fmt(chosen['tpot_ms_low'][stat])}–{fmt(chosen['tpot_ms_high'][stat])} ms over {judged(data, chosen)}; "
-            f"binding: {chosen['binding']}",
+            + (chosen["binding"] if chosen["binding"].startswith("nearest:") else f"binding: {chosen['binding']}"),
             highlight=False,
         )
         energy = data.get("energy")

@@ -109,9 +109,9 @@ class Physics:
     DEFAULT_MAX_NUM_SEQS = 256  # vLLM V0's max_num_seqs: the cap where no named engine says its own
 
     def max_num_seqs(self) -> tuple[int, str | None]:
-        """The batch cap the named engine's server starts with, and whose default it is (None: tokenroof's 256,
-        vLLM V0's, where no engine named says): its `[server.defaults] max_num_seqs`, else the one its start-up profile
-        takes on this GPU (vLLM V1: 1,024 on GPUs of 70 GiB or more, A100s aside, else 256)."""
+        """The batch cap the named engine's server starts with, and whose default it is: its `[server.defaults]
+        max_num_seqs`, else the one its start-up profile takes on this GPU (vLLM V1: 1,024 on GPUs of 70 GiB or more,
+        A100s aside, else 256), else tokenroof's 256 (vLLM V0's), said where an engine is named (None where none is)."""
         if self.engine is None or not self.known:
             return self.DEFAULT_MAX_NUM_SEQS, None
         profile = self.engine_profile()
@@ -120,10 +120,9 @@ class Physics:
             return int(server.defaults["max_num_seqs"]), f"{profile.key}'s default"
         if reserve is not None and reserve.large_gpu_profile_seqs is not None:
             _, hardware = self._specs()
-            return reserve.profile(hardware.memory_bytes, hardware.name, None)[
-                1
-            ], f"{profile.key}'s default on this GPU"
-        return self.DEFAULT_MAX_NUM_SEQS, None
+            seqs = reserve.profile(hardware.memory_bytes, hardware.name, None)[1]
+            return seqs, f"{profile.key}'s default on this GPU"
+        return self.DEFAULT_MAX_NUM_SEQS, f"tokenroof's default ({profile.key}'s own is not in its profile)"
 
     @property
     def server_name(self) -> str | None:

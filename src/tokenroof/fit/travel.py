@@ -472,6 +472,10 @@ def read_step_model(path: Path) -> Travelling:
             replay = {k: serving[k] for k in ReplayFields.model_fields if k in serving}  # (lengths: as saved)
             fields = validated(ReplayFields, replay, str(path), "a JSON object", where="serving")
             source = f"{path} (predict --json)"
-            return Travelling(sm.step_model(), terms.context_tokens, 0.0, True, source, None, fields.replayed())
+            kv = validated(FittedAt, {"kv_cache_tokens": serving.get("kv_cache_tokens")}, str(path), where="serving")
+            replayed = fields.replayed()
+            return Travelling(
+                sm.step_model(), terms.context_tokens, 0.0, True, source, None, replayed, kv.kv_cache_tokens
+            )
         return Travelling(terms.step_model(), terms.context_tokens, 0.0, False, f"{path} (predict --json)")
     return Travelling(validated(StepModelFields, data, str(path), "a JSON object").step_model(), source=str(path))

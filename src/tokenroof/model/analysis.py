@@ -334,6 +334,7 @@ class RooflineResult:
             "engine": self.engine.to_dict(),
             "efficiencies": self.efficiencies.to_dict(),
             "memory_utilization": self.memory_utilization,
+            "memory_fraction_of": "free" if self.memory_of_free else "whole",
             "critical_batch": sm.critical_batch(ctx),
             "critical_batch_reason": self.critical_batch_reason,
             "critical_batch_weights_only": sm.critical_batch_weights_only(),
@@ -454,14 +455,16 @@ def analyze_roofline(
         memory_of_free=of_free,
     )
     warnings += memory_warnings(result, float(arr.max()))
-    if engine.admission == "reserve-output" and workload is not None and not workload.static:
+    servable = result.max_batch_by_memory > 0
+    if engine.admission == "reserve-output" and workload is not None and not workload.static and servable:
         # a life's blocks: prompt, output and the last block's unused slots (BatchScheduler's reservation)
         life = workload.input_len + workload.output_len + VLLM_BLOCK_SIZE - 1
         held = result.held_at(life, result.reserved_bytes)
         warnings.append(
             f"{engine.key} admits a request only with its prompt and whole output reserved in the KV cache (its "
             f"default capacity scheduler, GUARANTEED_NO_EVICT): at most {held} run at once at these lengths, where "
-            f"the memory holds {result.max_batch_by_memory} at their mean context (the fits column); simulate runs it"
+            f"the memory holds {result.max_batch_by_memory} at their mean context (the fits column); simulate runs it "
+            f"(--max-num-seqs {max(held, 1)} or more)"
         )
     return result
 
@@ -486,8 +489,9 @@ def memory_warnings(result: RooflineResult, largest_batch: float) -> list[str]:
             if reserved_gb
             else f"the weights alone ({weights_gb:.1f} GB per GPU)"
         )
-        share = "of what they leave of" if result.memory_of_free else "of"
-        return [f"{what} do not fit in {result.memory_utilization:.0%} {share} {result.hardware.name}'s memory"]
+        if result.memory_of_free:  # the engine's fraction is of what the weights leave: there is nothing left
+            return [f"{what} do not fit in {result.hardware.name}'s memory"]
+        return [f"{what} do not fit in {result.memory_utilization:.0%} of {result.hardware.name}'s memory"]
     if largest_batch > limit_b:
         static = result.workload is not None and result.workload.static
         held = "weights + KV cache + the engine's reserve" if result.reserved_bytes else "weights + KV cache"

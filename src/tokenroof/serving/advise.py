@@ -391,7 +391,7 @@ def advise_with_prefill(
                 "burst": "a closed loop, every stream started at once",
                 "staggered": "a closed loop, streams staggered",
             }.get(client, "steady traffic, streams spread over a request's life")
-            kept += f" (simulate --client {client}"
+            kept += f" (simulate --client {client} --concurrency N --max-num-seqs N"
             if replayed.client == WAVES:
                 kept += "; not the files' waves: no production client waits for a whole wave to end"
             kept += ")"
@@ -402,7 +402,7 @@ def advise_with_prefill(
         sm = physics.step_model()
         source = (
             f"first principles: {physics.label()}, run on simulate's scheduler; each cap kept full by steady traffic, "
-            "streams spread over a request's life (simulate --client even --concurrency N)"
+            "streams spread over a request's life (simulate --client even --concurrency N --max-num-seqs N)"
         )
         notes += physics.eager_notes()
         # the engine's prefill scheduling and its default budget as simulate and plan take them (Deployment's rules):

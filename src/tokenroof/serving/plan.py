@@ -124,8 +124,8 @@ class Outcome:
             named = f"{slo.label('TPOT')} (batch size)"
         else:
             named = f"{slo.label('TTFT')} ({self.ttft_cause(slo.statistic)})"
-        if self.feasible(slo):
-            return f"{named}, {max(ttft, tpot):.0%} of target"
+        if self.feasible(slo):  # floored: a row that meets its target never reads 100%
+            return f"nearest: {named}, {math.floor(100 * max(ttft, tpot))}% of target"
         return named
 
     def ttft_cause(self, statistic: str) -> str:

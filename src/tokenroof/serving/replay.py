@@ -596,6 +596,7 @@ class ServingFit:
     # sequences waiting; False: in the decode steps, whole or chunked
     separate_prefill: bool = False
     reserve_output: bool = False  # each request admitted with its whole output's KV reserved (TensorRT-LLM's default)
+    kv_cache_tokens: int | None = None  # the KV cache it was replayed with (the named deployment's; None: unlimited)
     lengths: tuple[float, float] = (0.0, 0.0)  # the measured workload's mean prompt and output tokens, replayed at
     server_cap: int | None = None  # the running-batch cap the measured server held its client's streams to (None: none)
 
@@ -676,6 +677,8 @@ class ServingFit:
             "burstiness": self.burstiness,
             "max_num_batched_tokens": self.max_num_batched_tokens,
             "separate_prefill": self.separate_prefill,
+            "reserve_output": self.reserve_output,
+            "kv_cache_tokens": self.kv_cache_tokens,
             "kv_slots": self.kv_slots,
             "budget_source": self.budget_source,
             "prefill_source": self.prefill_source,
@@ -846,6 +849,7 @@ def fit_serving(
             found.lengths_cv = lengths_cv_of(table)
             found.separate_prefill = apart
             found.reserve_output = reserve
+            found.kv_cache_tokens = kv_capacity_tokens
             found.lengths = (input_len, output_len)
             found.server_cap = server_cap_of(fit, table)
             tried[_budget_name(b, apart)] = (found, cost)
@@ -1237,7 +1241,8 @@ def travelling_of(replay: ServingFit, fit: Fit, table: MeasurementTable) -> Trav
         replay.server_cap,
         replay.reserve_output,
     )
-    return Travelling(replay.model, context, 0.0, True, table.source, prior.label if prior is not None else None, info)
+    label = prior.label if prior is not None else None
+    return Travelling(replay.model, context, 0.0, True, table.source, label, info, replay.kv_cache_tokens)
 
 
 def portable_model(
@@ -1408,9 +1413,18 @@ def with_scheduler(result: Any, physics: Any, lengths: tuple[float, float] | Non
         result.warnings = [w for w in result.warnings if not w.startswith("no knee observed")]
         if kv is not None and result.scheduler:  # past the memory's cap the rows are the scheduler's, not flat
             from tokenroof.fit.predict import CAP_FLAT, CAP_SCHEDULED
+            from tokenroof.model.prefix import VLLM_BLOCK_SIZE
 
+            scheduled = CAP_SCHEDULED
+            if reserve and known is not None:  # none preempted: at most what the cache holds at their whole length
+                held = physics.max_batch(known[0] + known[1] + VLLM_BLOCK_SIZE - 1)
+                scheduled = (
+                    "the scheduler's answers there admit as the engine does, each request with its whole output "
+                    f"reserved: at most {held} run at once at these lengths (prompt and output, not the mean context), "
+                    "none preempted, the rest queue, so throughput levels off and TTFT grows with the queue"
+                )
             result.warnings = [
-                w.replace(CAP_FLAT, CAP_SCHEDULED) if w.startswith("batches above") else w for w in result.warnings
+                w.replace(CAP_FLAT, scheduled) if w.startswith("batches above") else w for w in result.warnings
             ]
         if kv is None and float(result.batches.max()) > result.fit.batch_range[1]:
             result.warnings.append(

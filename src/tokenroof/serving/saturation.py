@@ -318,11 +318,11 @@ def advise_cap(
     if not meets(1):
         r = run(1)
         tpot, ttft = r.tpot_ms[statistic], r.ttft_ms[statistic]
-        said = [f"TPOT {fmt_beside(tpot, tpot_slo_ms)} ms (target {tpot_slo_ms:g})"]
+        said = [f"TPOT is {fmt_beside(tpot, tpot_slo_ms)} ms (target {tpot_slo_ms:g})"]
         if ttft_slo_ms is not None:
-            said.append(f"TTFT {fmt_beside(ttft, ttft_slo_ms)} ms (target {ttft_slo_ms:g})")
+            said.append(f"TTFT is {fmt_beside(ttft, ttft_slo_ms)} ms (target {ttft_slo_ms:g})")
         else:
-            said.append(f"TTFT {ttft:.3g} ms")
+            said.append(f"TTFT is {ttft:.3g} ms")
         raise TokenroofError(f"no batch cap meets the targets: at max_num_seqs 1 the {statistic} {' and '.join(said)}")
     good, bad = 1, None
     for cap in grid[1:]:

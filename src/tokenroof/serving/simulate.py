@@ -179,7 +179,7 @@ class ClosedLoop:
                 f"{self.num_requests}"
             )
         if self.client not in (*CLOSED_CLIENTS, EVEN):
-            raise TokenroofError(f"unknown client '{self.client}'; known: {', '.join(CLOSED_CLIENTS)}")
+            raise TokenroofError(f"unknown client '{self.client}'; known: {', '.join((*CLOSED_CLIENTS, EVEN))}")
 
     @property
     def mean_context_tokens(self) -> float:

@@ -328,9 +328,12 @@ class BatchScheduler:
         if seq.max_tokens < 1:
             raise TokenroofError(f"{seq.request_id}: max_tokens must be at least 1")
         if self.kv_capacity_tokens is not None and self._life(seq) > self.kv_capacity_tokens:
+            padded = self._life(seq) - seq.prompt_tokens - seq.max_tokens  # its last block's slots, and γ's
             raise TokenroofError(
-                f"request {seq.request_id} needs {seq.prompt_tokens + seq.max_tokens} tokens of KV "
-                f"cache; the cache holds {self.kv_capacity_tokens}"
+                f"request {seq.request_id} needs {self._life(seq)} tokens of KV cache ({seq.prompt_tokens} prompt + "
+                f"{seq.max_tokens} output + {padded} of its last block's"
+                + (" and the speculated tokens'" if self._lookahead > 1 else "")
+                + f" slots); the cache holds {self.kv_capacity_tokens}"
             )
         budget = self.max_num_batched_tokens
         if self.separate_prefill and budget is not None and seq.prompt_tokens > budget:
