@@ -1531,3 +1531,27 @@ def test_predict_replays_a_named_tensorrt_llm_as_it_admits(tmp_path: Path) -> No
         ["predict", *map(str, VLLM), "--batch", "384", "--samples", "10", *specs[:4], "--engine", "vllm-v1"]
     )
     assert not any("GUARANTEED_NO_EVICT" in w for w in vllm["warnings"])
+
+
+def test_predict_advise_and_simulate_fit_replay_a_named_engine_alike(tmp_path: Path) -> None:
+    """A journey check's find: with --engine vllm-v0 (prefill steps of their own) predict replayed the files so, while
+    advise and simulate --fit replayed them with whole prompts "(the engine's default)", another model from the same
+    inputs (TTFT 39% apart at advise's cap); and advise then ran a fit replayed with prefill steps of their own as
+    chunked steps (p99 TTFT 1,732 ms where simulate --fit read 1,591). One rule now (engine_scheduling) for all three,
+    and advise runs the scheduling the fit was replayed with."""
+    specs = ["-m", "llama-2-7b", "-H", "h100-sxm", "--engine", "vllm-v0"]  # 4,096 positions: V0 does not chunk
+    saved = tmp_path / "v0.json"
+    predicted = run_json(
+        ["predict", *map(str, VLLM), "--batch", "64", "--samples", "10", *specs, "--save-model", str(saved)]
+    )
+    semantics = predicted["serving"]["semantics"]
+    assert "prefilled in steps of their own" in semantics and predicted["serving"]["separate_prefill"] is True
+    advised = run_json(["advise", *map(str, VLLM), "--tpot-slo-ms", "40", "--ttft-slo-ms", "3000", *specs])
+    assert f"({semantics})" in advised["source"] and "(simulate --client burst " in advised["source"]
+    cap = str(advised["max_num_seqs"])
+    loop = ["--concurrency", cap, "--max-num-seqs", cap, "--client", "burst", "--input-len", "1024"]
+    loop += ["--output-len", "256"]
+    for source in ([*specs, "--fit", str(ROOT / "examples" / "vllm")], ["--step-model", str(saved)]):
+        (point,) = run_json(["simulate", *source, *loop])["points"]
+        assert point["ttft_ms"]["p99"] == pytest.approx(advised["at_cap"]["ttft_ms"]["p99"], rel=1e-6), source
+        assert point["tpot_ms"]["p99"] == pytest.approx(advised["at_cap"]["tpot_ms"]["p99"], rel=1e-6), source

@@ -343,7 +343,7 @@ def advise_with_prefill(
         from tokenroof.fit.core import fit_table
         from tokenroof.fit.predict import prior_for
         from tokenroof.io.measurements import read_table
-        from tokenroof.serving.replay import portable_model
+        from tokenroof.serving.replay import engine_scheduling, portable_model
 
         table = read_table(list(files)) if table is None else table  # (advise_answer's, read once)
         prior = prior_for(table, physics, flags, flags_are_target=True)
@@ -359,9 +359,8 @@ def advise_with_prefill(
         fit = fit_table(table, prior, n_samples=0)
         llama_server = table.semantics.server == "llama-server"
         measured = (flags.input_len, flags.output_len)
-        travelling = portable_model(
-            fit, table, physics.kv_pool_tokens(), measured, physics.prompt_budget(), physics.reserves_output
-        )
+        budget, separate_fit, reserve = engine_scheduling(physics)  # as predict replays the same files
+        travelling = portable_model(fit, table, physics.kv_pool_tokens(), measured, budget, reserve, separate_fit)
         if targets.ttft_slo_ms is not None and not travelling.prices_prefill:
             raise ParameterError(
                 f"{table.source}: nothing prices a prompt's prefill (no ttft_ms in the measurements, and no "
@@ -383,6 +382,7 @@ def advise_with_prefill(
         replayed = travelling.replayed
         if replayed is not None:
             per_slot_kv, slots = replayed.kv_slots is not None, replayed.kv_slots
+            separate = replayed.separate_prefill  # prefilled as the measured server was replayed (vLLM V0, TGI)
             if replayed.client in ("burst", "staggered"):
                 client = replayed.client
             if max_num_batched_tokens is None:

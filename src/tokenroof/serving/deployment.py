@@ -144,18 +144,14 @@ class Deployment:
     def step_models(self, n_samples: int = 0) -> tuple[Travelling, list[StepModel]]:
         """The step model (with what it was fitted under) and, for a fit, `n_samples` interval samples."""
         from tokenroof.fit.travel import Travelling, read_step_model
-        from tokenroof.serving.replay import fitted_models
+        from tokenroof.serving.replay import engine_scheduling, fitted_models
 
         if self.step_model_file is not None:
             return read_step_model(self.step_model_file), []
         if self.fit is not None:
+            budget, separate, reserve = engine_scheduling(self.physics)  # as predict replays the same files
             return fitted_models(
-                self.fit_files,
-                self._prior_of,
-                n_samples,
-                self.kv_budget_tokens(),
-                self.physics.prompt_budget(),
-                self.physics.reserves_output,
+                self.fit_files, self._prior_of, n_samples, self.kv_budget_tokens(), budget, reserve, separate
             )
         return Travelling(self.physics.step_model()), []
 

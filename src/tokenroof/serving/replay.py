@@ -1252,12 +1252,13 @@ def portable_model(
     lengths: tuple[float, float] | None = None,
     budget: int | str | None = "fit",
     reserve: bool = False,
+    separate: bool = False,
 ) -> Travelling:
     """The step model other commands run: an online table whose prefill is priced (measured TTFT, or the physics)
     gets the scheduler's own model, fitted to replay its points (`lengths`: the measured prompt and output tokens
     where the table does not state them; `budget`: its prompt budget per step, or "fit"); anything else the decode
     fit's (fit.travel.portable)."""
-    replay = serving_fit(fit, table, kv_capacity_tokens, lengths, budget, reserve=reserve)
+    replay = serving_fit(fit, table, kv_capacity_tokens, lengths, budget, separate, reserve)
     return travelling_of(replay, fit, table) if replay is not None else portable(fit, table)
 
 
@@ -1268,11 +1269,12 @@ def fitted_models(
     kv_capacity_tokens: int | None = None,
     budget: int | str | None = "fit",
     reserve: bool = False,
+    separate: bool = False,
 ) -> tuple[Travelling, list[StepModel]]:
     """Fit measurement files and make the result the model other commands run (`portable_model`), with `n_samples`
-    interval samples made the same way; `reserve`: the server admits with each whole output reserved."""
+    interval samples made the same way; the server's `budget`, `reserve` and `separate` as `engine_scheduling`."""
     fit, table = from_table(paths, prior_of, n_samples)
-    replay = serving_fit(fit, table, kv_capacity_tokens, None, budget, reserve=reserve)
+    replay = serving_fit(fit, table, kv_capacity_tokens, None, budget, separate, reserve)
     if replay is not None:
         return travelling_of(replay, fit, table), replay.samples(n_samples)
     return portable(fit, table), portable_samples(fit, table)
@@ -1366,6 +1368,18 @@ def _open_loop_at(
     return tpot / 1e3, ttft / 1e3, throughput
 
 
+def engine_scheduling(physics: Any) -> tuple[int | str | None, bool, bool]:
+    """How the named deployment's server schedules, for a replay of its measurements (predict, advise, simulate and
+    plan --fit alike): its prompt budget ("fit" where no engine says: the best replay), whether it prefills in steps
+    of their own (vLLM V0 without chunked prefill, TGI: at that step's budget), whether it admits with each whole
+    output reserved (TensorRT-LLM)."""
+    budget = physics.prompt_budget() if physics.known else "fit"
+    separate = physics.known and budget is None and physics.engine_profile().prefill == "separate"
+    if separate:
+        budget = physics.separate_prefill_budget()
+    return budget, separate, physics.known and physics.reserves_output
+
+
 def with_scheduler(result: Any, physics: Any, lengths: tuple[float, float] | None = None) -> Any:
     """`predict`'s answer (fit/predict.PredictResult) with the scheduler's model of an online table: fitted to replay
     it (`result.serving`, what --save-model writes) and, where the table measured TTFT, answering at the asked
@@ -1373,12 +1387,7 @@ def with_scheduler(result: Any, physics: Any, lengths: tuple[float, float] | Non
     budget); `lengths`: the measured prompt and output tokens where the table does not state them."""
     table = result.table
     kv = physics.kv_pool_tokens() if physics.known else None
-    budget = physics.prompt_budget() if physics.known else "fit"
-    # an engine that prefills in steps of their own (vLLM V0 without chunked prefill, TGI): replayed so, at its budget
-    separate = physics.known and budget is None and physics.engine_profile().prefill == "separate"
-    if separate:
-        budget = physics.separate_prefill_budget()
-    reserve = physics.known and physics.reserves_output  # the engine admits so (TensorRT-LLM's default)
+    budget, separate, reserve = engine_scheduling(physics)
     result.serving = serving = serving_fit(result.fit, table, kv, lengths, budget, separate, reserve)
     if serving is not None:
         result.warnings += [f"prior and data disagree: {c}" for c in serving.conflicts] + serving.misfit()
