@@ -8,7 +8,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from tests.conftest import SEED_TABLE, SERVE_SWEEP, run_cli, run_json
+from tests.conftest import ROOT, SEED_TABLE, SERVE_SWEEP, run_cli, run_json
 from tokenroof.errors import TokenroofError
 from tokenroof.fit.predict import MeasuredWorkload
 from tokenroof.model.stepmodel import StepModel
@@ -219,6 +219,9 @@ def test_advise_memory_binds_and_sets_the_reference() -> None:
     assert a.tpot_ms_at_cap == pytest.approx(1625.0)
     same = advise(LINE, 2000.0, memory_limit=8)
     assert (same.cap, same.binding, same.warnings, same.reference_batch) == (8, "tpot", [], 8.0)
+    # a target every batch meets: said so, not as the search's limit ("allows batch 1000000", a journey check's find)
+    (every,) = advise(LINE, 1e9, memory_limit=5).warnings[:1]
+    assert every.startswith("the TPOT target is met at every batch tried, but the running batch cannot exceed 5")
     with pytest.raises(TokenroofError, match=r"^the weights alone do not fit in memory: no batch cap can run$"):
         advise(LINE, 2000.0, memory_limit=0)
 
@@ -790,10 +793,11 @@ def test_advise_cap_over_start_phases_keeps_a_cap_every_phase_meets(monkeypatch:
 def test_advise_cap_searches_a_made_up_server_by_hand(monkeypatch: pytest.MonkeyPatch) -> None:
     """advise_cap's search on a server whose cap c gives p99 TPOT c ms, TTFT 10·c ms, throughput 100·c / (1 + c/50)
     tok/s, and preempts from cap 20 on. TPOT ≤ 9 ms: the doubling grid 1, 2, 4, 8, 16, then bisection 12, 10, 9:
-    cap 9, bound by TPOT, the most throughput at 16. TTFT ≤ 75 ms binds at 7. A KV cache of 2,500 tokens at a mean
-    context of 100 + 50 / 2 tokens caps the search at 2,500 // 125 = 20 (every target met there: bound by the limit,
-    and it preempts); a prompt budget of 13 tokens at 12. Refused: an unknown statistic, targets that are not positive
-    finite numbers, and a server no cap serves within them (cap 1 already misses)."""
+    cap 9, bound by TPOT; past 16 the caps double until throughput gains under 2% (1% from 2,048 to 4,096, the
+    search's limit, is the first such), so the most throughput is at 4,096. TTFT ≤ 75 ms binds at 7. A KV cache of
+    2,500 tokens at a mean context of 100 + 50 / 2 tokens caps the search at 2,500 // 125 = 20 (every target met
+    there: bound by the limit, and it preempts); a prompt budget of 13 tokens at 12. Refused: an unknown statistic,
+    targets that are not positive finite numbers, and a server no cap serves within them (cap 1 already misses)."""
     from tokenroof.serving import saturation
     from tokenroof.serving.saturation import AtCap, advise_cap, knee_of
 
@@ -812,8 +816,8 @@ def test_advise_cap_searches_a_made_up_server_by_hand(monkeypatch: pytest.Monkey
     monkeypatch.setattr(saturation, "at_cap", made_at_cap)
     lengths = (Lengths(100), Lengths(50))
     found = advise_cap(SM, *lengths, 9.0)
-    assert asked == [1, 2, 4, 8, 16, 12, 10, 9]
-    assert (found.chosen.max_num_seqs, found.binding, found.reference.max_num_seqs) == (9, "tpot", 16)
+    assert asked == [1, 2, 4, 8, 16, 12, 10, 9, 32, 64, 128, 256, 512, 1024, 2048, 4096]
+    assert (found.chosen.max_num_seqs, found.binding, found.reference.max_num_seqs) == (9, "tpot", 4096)
     assert (found.statistic, found.tpot_slo_ms, found.ttft_slo_ms, found.warnings) == ("p99", 9.0, None, [])
     assert found.source == "" and servers == {Server()}
     assert found.knee_batch == knee_of([made(c) for c in asked], "p99") and found.to_dict()["max_num_seqs"] == 9
@@ -916,3 +920,41 @@ def test_simulate_client_even_replays_advises_answer_at_its_cap() -> None:
     assert point["client"] == "even"
     assert point["ttft_ms"]["p99"] == pytest.approx(answer["at_cap"]["ttft_ms"]["p99"], rel=1e-6)
     assert point["tpot_ms"]["p99"] == pytest.approx(answer["at_cap"]["tpot_ms"]["p99"], rel=1e-6)
+
+
+def test_a_ttft_target_on_files_of_several_workloads_asks_which() -> None:
+    """A journey check's find: files that state two workloads' lengths were told '--ttft-slo-ms needs --input-len and
+    --output-len' as though they stated none; the refusal names the workloads they hold."""
+    files = [str(ROOT / "examples" / "vllm"), str(ROOT / "examples" / "vllm-in4096")]
+    refused = run_cli(["advise", *files, "--tpot-slo-ms", "45", "--ttft-slo-ms", "6000"])
+    assert refused.exit_code == 2
+    assert "the files hold several workloads (mean contexts 1,152, 4,224), give the one to advise for" in refused.stderr
+
+
+def test_a_cap_past_what_the_files_measured_is_said_to_be() -> None:
+    """A journey check's find: advise answered cap 272 on files measured up to 128, and 62 on a bench sweep whose
+    server held its batch at 48, with a margin note from the in-range replay error and nothing said of either."""
+    past = run_json(["advise", str(ROOT / "examples" / "vllm"), "--tpot-slo-ms", "50", "--ttft-slo-ms", "6000"])
+    assert any(
+        w.startswith("max_num_seqs 272 lies past the largest batch the files measured (128)") for w in past["warnings"]
+    )
+    args = ["advise", str(ROOT / "examples" / "bench"), "--tpot-slo-ms", "12", "--ttft-slo-ms", "100"]
+    bench = run_json([*args, "--slo-statistic", "mean"])["warnings"]
+    assert any(w.startswith("max_num_seqs 62 lies past the largest batch the files measured (48)") for w in bench)
+    assert any(w.startswith("the measured server held its running batch at 48 (its own cap)") for w in bench)
+    inside = run_json(["advise", str(ROOT / "examples" / "vllm"), "--tpot-slo-ms", "20", "--ttft-slo-ms", "1500"])
+    assert not any("lies past the largest batch" in w for w in inside["warnings"])
+
+
+def test_the_knee_and_the_reference_are_the_servers_not_the_targets() -> None:
+    """A journey check's find: advise's knee and "tok/s available" were taken over the caps its search happened to
+    try, so they followed the target (knee 16 at 8.7 ms, 128 at 50 ms on one sweep; "309 tok/s available at batch
+    2"). Past the first cap that misses, caps double until throughput stops rising: one knee, one reference."""
+    files = str(ROOT / "examples" / "vllm")
+    answers = [
+        run_json(["advise", files, "--tpot-slo-ms", tpot, "--ttft-slo-ms", ttft])
+        for tpot, ttft in (("8.7", "400"), ("50", "6000"))
+    ]
+    assert {a["latency_knee_batch"] for a in answers} == {128.0}
+    references = [a["reference"]["throughput_tok_s"] for a in answers]
+    assert min(references) > 5300 and max(references) / min(references) < 1.02

@@ -891,8 +891,22 @@ def test_a_replay_that_misses_the_measured_points_says_by_how_much_and_what_to_s
     assert tpot.startswith("the scheduler's model replays the measured points only within 31% rms in TPOT: the table")
     (both,) = replace(fit, ttft_rms=0.42).misfit()
     assert f"within {REPLAY_MISFIT:.0%} rms in TPOT, TTFT 42%: the table does not look like the workload" in both
-    assert "('# input_len=… output_len=… client=…')" in both
-    assert both.endswith("or the engine measured (--engine, with --model/--hardware) for its prompt budget")
+    # it asks for what the header leaves unsaid, and only that (a journey check found it asking a llama-server sweep
+    # that states its lengths and client for them, and not for its slots)
+    assert both.endswith("the workload assumed (" + fit.describe() + "); name the engine measured (--engine, with "
+                         "--model/--hardware) for its prompt budget")  # fmt: skip
+    unsaid = ("'# client=…'", "'# kv_slots=N (its -np, without --kv-unified)'")
+    (asks,) = replace(fit, ttft_rms=0.42, unstated=unsaid).misfit()
+    assert "; state '# client=…' '# kv_slots=N (its -np, without --kv-unified)' in its header, or name the" in asks
+    from tokenroof.io.measurements import read_table
+    from tokenroof.serving.replay import unstated_of
+
+    sweep = read_table([ROOT / "examples" / "llama-server-2026-12-07f" / "sweep"])
+    assert unstated_of(sweep) == ("'# kv_slots=N (its -np, without --kv-unified)'",)
+    assert unstated_of(read_table([ROOT / "examples" / "h100_7b_seed.csv"])) == (
+        "'# input_len=… output_len=…'",
+        "'# client=…'",
+    )
     assert f"({fit.describe()})" in both
     # the form's own replay decides: departures kept in range would hide a miss, or make one look worse
     (form,) = replace(fit, form_rms=(0.5, None)).misfit()

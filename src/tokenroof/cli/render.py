@@ -810,7 +810,7 @@ def plan_result(console: Console, data: dict[str, Any]) -> None:
         if data.get("usd_per_million_output_tokens") is not None:
             cost += f", {money(data['usd_per_million_output_tokens'])} US$ per million output tokens"
         router = data.get("router", "least-outstanding")
-        if router != "least-outstanding" and chosen["replicas"] > 1:
+        if chosen["replicas"] > 1:  # named always: simulate's own default is round-robin, which needs less
             cost += f", behind a {router} router"
         console.print(
             f"[bold]{counted_as(chosen['replicas'], 'replica')} × max_num_seqs {chosen['max_num_seqs']}[/] "

@@ -13,7 +13,7 @@ from numpy.typing import ArrayLike, NDArray
 from tokenroof.errors import ParameterError, TokenroofError, prefixed
 from tokenroof.serving.advice import advice_dict, engine_flags
 from tokenroof.serving.engine.core import Server
-from tokenroof.style import fmt_beside
+from tokenroof.style import fmt, fmt_beside
 from tokenroof.units import MS_PER_S
 
 if TYPE_CHECKING:
@@ -128,8 +128,9 @@ def advise(
     warnings = []
     if memory_limit is not None and memory_limit < by_slo:
         cap, binding = memory_limit, "memory"
+        allows = f"allows batch {by_slo}" if by_slo < SEARCH_LIMIT else "is met at every batch tried"
         warnings.append(
-            f"the TPOT target allows batch {by_slo}, but the running batch cannot exceed {memory_limit} (memory, "
+            f"the TPOT target {allows}, but the running batch cannot exceed {memory_limit} (memory, "
             "or a server cap the measurements show): that binds (a larger cap only queues or preempts)"
         )
     if memory_limit == 0:
@@ -257,7 +258,15 @@ def advise_answer(
             "speculative_config",
         )
     if targets.ttft_slo_ms is not None:
-        raise ParameterError("{} needs {} and {} (the prompts decide TTFT)", "ttft_slo_ms", "input_len", "output_len")
+        several = (
+            ": the files hold several workloads (mean contexts "
+            f"{', '.join(f'{c:,.0f}' for c in table.level_contexts())}), give the one to advise for"
+            if table is not None and table.several_contexts
+            else ""
+        )
+        raise ParameterError(
+            f"{{}} needs {{}} and {{}} (the prompts decide TTFT){several}", "ttft_slo_ms", "input_len", "output_len"
+        )
     asked: list[float | None] = list(contexts) if contexts else [None]
     each = advise_decode_only(
         files, physics, flags, targets.tpot_slo_ms, DECODE_SAMPLES if samples is None else samples, asked, table
@@ -357,6 +366,7 @@ def advise_with_prefill(
                 "context",
             )
         fit = fit_table(table, prior, n_samples=0)
+        measured_top = float(fit.batch_range[1])  # the largest measured concurrency
         llama_server = table.semantics.server == "llama-server"
         measured = (flags.input_len, flags.output_len)
         budget, separate_fit, reserve = engine_scheduling(physics)  # as predict replays the same files
@@ -454,6 +464,7 @@ def advise_with_prefill(
         notes += margin_notes(result, replayed.tpot_rms, replayed.ttft_rms, targets, lambda tpot, ttft: advise_cap(
             sm, prompts, outputs, tpot, ttft, result.statistic, server, client=client, phases=phases
         ))  # fmt: skip
+        notes += past_the_files(cap, measured_top, replayed.server_cap)
     if (slots is not None and cap != slots) or (slots is None and llama_server):
         said = f"measured on {slots} slots (llama-server -np {slots})" if slots else "measured on llama-server"
         notes.append(
@@ -467,6 +478,24 @@ def advise_with_prefill(
         answer["max_num_seqs"], speculative, caching or per_slot_kv, physics.server_name
     )
     return answer
+
+
+def past_the_files(cap: int, measured_top: float, server_cap: int | None) -> list[str]:
+    """A cap past what the files measured is the scheduler's model's reach, not theirs: said, with the cap the
+    measured server held its streams to where it had one (the answer is then a new setting, not one it ran)."""
+    notes = []
+    if cap > measured_top * (1 + 1e-9):
+        notes.append(
+            f"max_num_seqs {cap} lies past the largest batch the files measured ({measured_top:g}): the "
+            "scheduler's model carries the answer there, and a margin said from its replay error holds in range "
+            "only; bench the cap before relying on it"
+        )
+    if server_cap is not None and cap > server_cap:
+        notes.append(
+            f"the measured server held its running batch at {server_cap} (its own cap): max_num_seqs {cap} is a new "
+            "setting it did not run"
+        )
+    return notes
 
 
 MARGIN_RMS = 2.0  # a prediction within this many times the fit's replay error (rms) of a target is said to be close
@@ -487,7 +516,7 @@ def margin_notes(
     close = []
     tpot = targets.tpot_slo_ms * (1 - MARGIN_RMS * tpot_rms)
     if chosen.tpot_ms[stat] > tpot:
-        close.append(f"{stat} TPOT {chosen.tpot_ms[stat]:.1f} ms (target {targets.tpot_slo_ms:g}, {tpot_rms:.1%})")
+        close.append(f"{stat} TPOT {fmt(chosen.tpot_ms[stat])} ms (target {targets.tpot_slo_ms:g}, {tpot_rms:.1%})")
     ttft = targets.ttft_slo_ms  # kept as it is where nothing measured the TTFT's replay error
     if targets.ttft_slo_ms is not None and ttft_rms is not None:
         ttft = targets.ttft_slo_ms * (1 - MARGIN_RMS * ttft_rms)
@@ -504,7 +533,7 @@ def margin_notes(
         safer = search(tpot, ttft).chosen
     except TokenroofError:
         return [f"{text}; no cap keeps that margin"]
-    said = f"{stat} TPOT {safer.tpot_ms[stat]:.1f} ms" + (
+    said = f"{stat} TPOT {fmt(safer.tpot_ms[stat])} ms" + (
         f", TTFT {safer.ttft_ms[stat]:.0f}" if ttft is not None else ""
     )
     return [f"{text}; max_num_seqs {safer.max_num_seqs} keeps it (predicted {said})"]

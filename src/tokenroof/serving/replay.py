@@ -597,6 +597,7 @@ class ServingFit:
     separate_prefill: bool = False
     reserve_output: bool = False  # each request admitted with its whole output's KV reserved (TensorRT-LLM's default)
     kv_cache_tokens: int | None = None  # the KV cache it was replayed with (the named deployment's; None: unlimited)
+    unstated: tuple[str, ...] = ()  # what the table's header could say of the workload and does not ('# key=…')
     lengths: tuple[float, float] = (0.0, 0.0)  # the measured workload's mean prompt and output tokens, replayed at
     server_cap: int | None = None  # the running-batch cap the measured server held its client's streams to (None: none)
 
@@ -640,12 +641,12 @@ class ServingFit:
             return notes
         ttft = f", TTFT {ttft_rms:.0%}" if ttft_rms is not None else ""
         form = "'s form" if self.form_rms else ""
+        state = f"state {' '.join(self.unstated)} in its header, or " if self.unstated else ""
         return [
             *notes,
             f"the scheduler's model{form} replays the measured points only within {tpot_rms:.0%} rms in TPOT{ttft}: "
-            f"the table does not look like the workload assumed ({self.describe()}); state its lengths and client "
-            "('# input_len=… output_len=… client=…'), or the engine measured (--engine, with --model/--hardware) "
-            "for its prompt budget",
+            f"the table does not look like the workload assumed ({self.describe()}); {state}name the engine "
+            "measured (--engine, with --model/--hardware) for its prompt budget",
         ]
 
     def describe(self) -> str:
@@ -785,6 +786,20 @@ def client_of(table: MeasurementTable) -> str:
     return table.semantics.client or "staggered"
 
 
+def unstated_of(table: MeasurementTable) -> tuple[str, ...]:
+    """What the table's header could say of the workload a replay rests on and does not: its lengths, its client,
+    and for a llama-server its slots (each its own KV stream unless --kv-unified)."""
+    sem = table.semantics
+    said = []
+    if sem.input_len is None or sem.output_len is None:
+        said.append("input_len=… output_len=…")
+    if sem.client is None:
+        said.append("client=…")
+    if sem.server == "llama-server" and sem.kv_slots is None:
+        said.append("kv_slots=N (its -np, without --kv-unified)")
+    return tuple(f"'# {s}'" for s in said)
+
+
 def fit_serving(
     table: MeasurementTable,
     fit: Fit,
@@ -850,6 +865,7 @@ def fit_serving(
             found.separate_prefill = apart
             found.reserve_output = reserve
             found.kv_cache_tokens = kv_capacity_tokens
+            found.unstated = unstated_of(table)
             found.lengths = (input_len, output_len)
             found.server_cap = server_cap_of(fit, table)
             tried[_budget_name(b, apart)] = (found, cost)
