@@ -1569,3 +1569,16 @@ def test_predict_advise_and_simulate_fit_replay_a_named_engine_alike(tmp_path: P
         (point,) = run_json(["simulate", *source, *loop])["points"]
         assert point["ttft_ms"]["p99"] == pytest.approx(advised["at_cap"]["ttft_ms"]["p99"], rel=1e-6), source
         assert point["tpot_ms"]["p99"] == pytest.approx(advised["at_cap"]["tpot_ms"]["p99"], rel=1e-6), source
+
+
+def test_points_past_the_cap_are_said_to_be_left_out_of_the_replay() -> None:
+    """A journey check's find: bench's point at concurrency 64 (its server held 48, the rest queued) was left out of
+    the scheduler's replay and of the rms printed beside it, without a word."""
+    said = run_json(["predict", str(ROOT / "examples" / "bench"), "--batch", "48"])["warnings"]
+    assert (
+        "point at concurrency 64 left out of the scheduler's replay and its rms (past the cap the data show, where the "
+        "server preempted or queued)" in said
+    )
+    assert not any(
+        "left out of the scheduler" in w for w in run_json(["predict", *map(str, VLLM), "--batch", "64"])["warnings"]
+    )

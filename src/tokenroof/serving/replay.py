@@ -1407,6 +1407,18 @@ def with_scheduler(result: Any, physics: Any, lengths: tuple[float, float] | Non
     result.serving = serving = serving_fit(result.fit, table, kv, lengths, budget, separate, reserve)
     if serving is not None:
         result.warnings += [f"prior and data disagree: {c}" for c in serving.conflicts] + serving.misfit()
+        excluded = result.fit.excluded
+        if excluded is not None:  # online_points leaves them out: the replay and its rms are over the rest
+            rows = excluded.indices(table).tolist()
+            given = table.concurrency  # the client's concurrency where the table gives it, else the batch
+            at = [
+                float(given[i]) if given is not None and np.isfinite(given[i]) else float(table.batch[i]) for i in rows
+            ]
+            shown = ", ".join(f"{c:g}" for c in at[:5])
+            result.warnings.append(
+                f"{'point' if len(rows) == 1 else 'points'} at concurrency {shown} left out of the scheduler's replay "
+                "and its rms (past the cap the data show, where the server preempted or queued)"
+            )
         if reserve:
             result.warnings += physics.admission_notes(kv)
     known = measured_lengths(table, lengths)
