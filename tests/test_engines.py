@@ -564,3 +564,13 @@ def test_simulate_starts_with_the_named_engines_batch_cap_and_says_so() -> None:
     assert given["points"][0]["running_batch"] == pytest.approx(128) and not any(
         w.startswith("max_num_seqs") for w in given["warnings"]
     )
+
+
+def test_plan_searches_up_to_the_named_engines_own_batch_cap() -> None:
+    """A review's find: plan searched caps up to 256 while simulate now starts vLLM V1 on an H100 at its own 1,024;
+    plan's grid reaches the engine's default cap by doublings (none past 256 without one)."""
+    from tokenroof.serving.capacity import caps_for
+
+    assert caps_for(Physics("llama-3.1-8b", "h100-sxm", engine="vllm-v1")) == (1024, 512, 256, 128, 64, 32, 16, 8)
+    assert caps_for(Physics("llama-3.1-8b", "a10g", engine="vllm-v1")) == (256, 128, 64, 32, 16, 8)
+    assert caps_for(Physics("llama-3.1-8b", "h100-sxm")) == caps_for(Physics()) == (256, 128, 64, 32, 16, 8)

@@ -70,6 +70,20 @@ class Traffic:
 DEFAULT_REQUESTS = 10_000  # an open loop's run, unless --num-requests says
 
 
+def caps_for(physics: Any) -> tuple[int, ...]:
+    """The batch caps plan searches: its doubling grid up to 256 and, where the named engine starts with a larger
+    cap (vLLM V1's 1,024 on GPUs of 70 GiB or more), the doublings up to it."""
+    from tokenroof.serving.plan import CAPS
+
+    default, _ = physics.max_num_seqs() if physics.known else (0, None)
+    larger = []
+    cap = max(CAPS) * 2
+    while cap <= default:
+        larger.append(cap)
+        cap *= 2
+    return (*sorted(larger, reverse=True), *CAPS)
+
+
 def simulate_concurrencies(dep: Deployment, concurrencies: Sequence[int], traffic: Traffic) -> Simulated:
     """Closed loops at each concurrency (`bench --concurrency`, `vllm bench serve --max-concurrency`): one summary
     per concurrency in `points`, as a rate sweep has them."""
@@ -411,6 +425,7 @@ def plan_choices(
             server,
             search.max_replicas,
             search.workers,
+            caps_for(option.physics),
             ray_address=search.ray_address,
             progress=progress,
             router=search.router,
