@@ -25,7 +25,8 @@ plan at time `now`, waits `plan.duration_s` (really, for `emulate`; virtually, f
   only if its whole life fits beside every admitted sequence's: the blocks of prompt + max_tokens (+ the γ slots a
   speculating step reserves) summed over the admitted ones, whatever they hold yet. The cache then never overflows
   and nothing is preempted; the running batch stops at what the cache holds at the sequences' final lengths, not
-  their mean, and the rest wait.
+  their mean, and the rest wait. With prefix caching a reservation counts its shared prefix's blocks in full (a
+  conservative count: TensorRT-LLM's block reuse may reserve a shared block once).
 - With per-slot KV streams (`per_slot_kv`: llama-server with `-np N` and no `--kv-unified`, its default since
   2025), every sequence holds one of `max_num_seqs` slots, taken as llama-server takes them (the idle slot least
   recently released; among never-used ones the highest id), and a step runs one forward pass per run of
