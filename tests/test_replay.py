@@ -1582,3 +1582,13 @@ def test_points_past_the_cap_are_said_to_be_left_out_of_the_replay() -> None:
     assert not any(
         "left out of the scheduler" in w for w in run_json(["predict", *map(str, VLLM), "--batch", "64"])["warnings"]
     )
+
+
+def test_a_row_the_scheduler_answers_names_the_term_that_binds_its_step() -> None:
+    """A journey check's find: on GuideLLM's sweep every row read "overhead", the decode fit's split (a line cannot
+    tell a per-step overhead from the weights' read), while the scheduler that answered the row puts 5.25 ms in the
+    weights and 0.78 ms in overhead; the bound is now the answering model's."""
+    data = run_json(["predict", str(ROOT / "examples" / "guidellm.json"), "--batch", "4.06", "40.7", "--samples", "10"])
+    sm = data["serving"]["step_model"]
+    assert sm["t_weights_s"] > 5 * sm["t_fixed_s"]
+    assert [row["bound"] for row in data["predictions"]] == ["weights", "weights"]

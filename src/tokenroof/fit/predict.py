@@ -160,6 +160,9 @@ class PredictResult:
             }
             if self.scheduler is not None and (float(batch), context) in self.scheduler:
                 row = self._on_the_scheduler(row, *self.scheduler[(float(batch), context)])
+                if not capped[i]:  # the term that binds the scheduler's decode step, the model that answered
+                    at = context if context is not None else (self.fit.context_tokens or 0.0)
+                    row["bound"] = str(self.serving.model.bound(float(batch), at))
             rows.append(row)
         return rows
 
