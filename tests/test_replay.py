@@ -1592,3 +1592,13 @@ def test_a_row_the_scheduler_answers_names_the_term_that_binds_its_step() -> Non
     sm = data["serving"]["step_model"]
     assert sm["t_weights_s"] > 5 * sm["t_fixed_s"]
     assert [row["bound"] for row in data["predictions"]] == ["weights", "weights"]
+
+
+def test_a_fit_of_several_workloads_is_not_said_to_have_measured_their_mean() -> None:
+    """A journey check's find: simulate --fit of the 1,024- and the 4,096-token vLLM runs at 4,096 in warned "where
+    the files measured 1,463 / 256", their mean, a workload they never ran."""
+    fits = ["--fit", str(ROOT / "examples" / "vllm"), "--fit", str(ROOT / "examples" / "vllm-in4096")]
+    run = ["simulate", *fits, "--concurrency", "8", "--max-num-seqs", "8", "--client", "burst", "--output-len", "256"]
+    assert not any("where the files measured" in w for w in run_json([*run, "--input-len", "4096"])["warnings"])
+    one = ["simulate", "--fit", str(ROOT / "examples" / "vllm"), *run[5:], "--input-len", "4096"]
+    assert any("where the files measured 1,024 / 256" in w for w in run_json(one)["warnings"])

@@ -1243,6 +1243,9 @@ def travelling_of(replay: ServingFit, fit: Fit, table: MeasurementTable) -> Trav
     """A scheduler fit as the model that travels (`predict --save-model`, `--fit`)."""
     prior = fit.prior
     context = prior.context_tokens if prior is not None else fit.context_tokens or None
+    # the workload it replayed, to compare a run's with: none single where the files measured several (their mean,
+    # 1,463 tokens of 1,024- and 4,096-token runs, is no workload they ran)
+    lengths: tuple[float | None, float | None] = (None, None) if table.several_contexts else replay.lengths
     info = Replayed(
         replay.client,
         replay.max_num_batched_tokens,
@@ -1253,7 +1256,8 @@ def travelling_of(replay: ServingFit, fit: Fit, table: MeasurementTable) -> Trav
         replay.kv_slots,
         None if replay.form_rms is None else replay.form_rms[0],
         replay.separate_prefill,
-        *replay.lengths,
+        lengths[0],
+        lengths[1],
         replay.server_cap,
         replay.reserve_output,
     )
