@@ -934,16 +934,10 @@ def test_a_ttft_target_on_files_of_several_workloads_asks_which() -> None:
 def test_a_cap_past_what_the_files_measured_is_said_to_be() -> None:
     """A journey check's find: advise answered cap 272 on files measured up to 128, and 62 on a bench sweep whose
     server held its batch at 48, with a margin note from the in-range replay error and nothing said of either."""
-    past = run_json(["advise", str(ROOT / "examples" / "vllm"), "--tpot-slo-ms", "50", "--ttft-slo-ms", "6000"])
-    assert any(
-        w.startswith("max_num_seqs 272 lies past the largest batch the files measured (128)") for w in past["warnings"]
-    )
     args = ["advise", str(ROOT / "examples" / "bench"), "--tpot-slo-ms", "12", "--ttft-slo-ms", "100"]
     bench = run_json([*args, "--slo-statistic", "mean"])["warnings"]
     assert any(w.startswith("max_num_seqs 62 lies past the largest batch the files measured (48)") for w in bench)
     assert any(w.startswith("the measured server held its running batch at 48 (its own cap)") for w in bench)
-    inside = run_json(["advise", str(ROOT / "examples" / "vllm"), "--tpot-slo-ms", "20", "--ttft-slo-ms", "1500"])
-    assert not any("lies past the largest batch" in w for w in inside["warnings"])
 
 
 def test_the_knee_and_the_reference_are_the_servers_not_the_targets() -> None:
@@ -956,5 +950,8 @@ def test_the_knee_and_the_reference_are_the_servers_not_the_targets() -> None:
         for tpot, ttft in (("8.7", "400"), ("50", "6000"))
     ]
     assert {a["latency_knee_batch"] for a in answers} == {128.0}
+    # the 50 ms answer's cap lies past what the files measured, and says so; the 8.7 ms one's does not
+    past = "max_num_seqs 272 lies past the largest batch the files measured (128)"
+    assert [any(w.startswith(past) for w in a["warnings"]) for a in answers] == [False, True]
     references = [a["reference"]["throughput_tok_s"] for a in answers]
     assert min(references) > 5300 and max(references) / min(references) < 1.02
