@@ -211,8 +211,11 @@ def test_advise_prints_every_servers_batch_cap_flag() -> None:
 
 
 def test_the_json_contract_names_exactly_the_servers_advise_prints() -> None:
-    every, speculating = load("common")["$defs"]["engine_flags"]["oneOf"]
+    every, speculating, named = load("common")["$defs"]["engine_flags"]["oneOf"]
     assert set(every["properties"]) == set(every["required"]) == set(engine_flags(1))
+    # an answer for a named --engine: any one server's flag, that one alone
+    assert set(named["properties"]) == set(engine_flags(1)) and named["minProperties"] == named["maxProperties"] == 1
+    assert all(engine_flags(1, server=server) == {server: flag} for server, flag in engine_flags(1).items())
     from tokenroof.model.speculative import SpeculativeConfig
 
     spec = SpeculativeConfig("eagle", 3, (0.7,))

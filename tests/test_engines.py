@@ -40,7 +40,7 @@ PINNED_MS = {
     "sglang": 9.0301,
     "tensorrt-llm": 8.8948,
     "tgi": 11.2171,
-    "vllm-v0": 9.3653,
+    "vllm-v0": 9.3619,
     "vllm-v1": 9.1802,
 }
 
