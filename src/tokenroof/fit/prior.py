@@ -129,12 +129,8 @@ def prior_from_specs(
     # paged KV caches (vLLM, SGLang, TGI) hold each sequence's current length, on average the mean context
     reserved = rl.server_reserved_bytes(model, hardware, precision, tp, engine.reserve if engine else None)
     context = workload.mean_context
-    if of_free:  # the fraction is of the memory the weights leave (TensorRT-LLM, LMDeploy): the pool it sizes
-        cap = rl.batch_in_pool(
-            model, rl.kv_cache_tokens(model, hardware, precision, tp, memory_utilization, True, reserved), context
-        )
-    else:
-        cap = rl.max_batch_by_memory(model, hardware, precision, context, tp, memory_utilization, reserved)
+    # of_free: the fraction is of the memory the weights leave (TensorRT-LLM, LMDeploy): the pool it sizes
+    cap = rl.max_batch_by_memory(model, hardware, precision, context, tp, memory_utilization, reserved, of_free)
     return Prior(
         weights_floor=peak,
         compute_floor_s=float(peak.compute_time_per_seq_s(ctx)),

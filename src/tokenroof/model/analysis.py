@@ -12,7 +12,7 @@ import numpy as np
 from tokenroof.errors import ParameterError, TokenroofError
 from tokenroof.model import roofline as rl
 from tokenroof.model.cost import Price, busy_share, compute_share, power_model, price_of
-from tokenroof.model.prefix import VLLM_BLOCK_SIZE, cacheable_tokens
+from tokenroof.model.prefix import VLLM_BLOCK_SIZE, cacheable_tokens, reserved_life_tokens
 from tokenroof.model.speculative import Speculation, SpeculativeConfig, speculation_from_specs
 from tokenroof.model.stepmodel import StepModel, mean_context_tokens
 from tokenroof.specs import HardwareSpec, ModelSpec, Precision, load_model
@@ -199,11 +199,16 @@ class RooflineResult:
     def held_at(self, context: float, reserved: float) -> int:
         """Sequences of `context` tokens the memory holds beside the weights and `reserved`, its fraction read as
         the engine reads it (of the whole memory, or of what the weights leave: Physics.kv_pool_tokens' pool)."""
-        m, hw, p = self.model, self.hardware, self.precision
-        if self.memory_of_free:
-            pool = rl.kv_cache_tokens(m, hw, p, self.tp, self.memory_utilization, True, reserved)
-            return rl.batch_in_pool(m, pool, context)
-        return rl.max_batch_by_memory(m, hw, p, context, self.tp, self.memory_utilization, reserved)
+        return rl.max_batch_by_memory(
+            self.model,
+            self.hardware,
+            self.precision,
+            context,
+            self.tp,
+            self.memory_utilization,
+            reserved,
+            self.memory_of_free,
+        )
 
     def points(self) -> list[dict[str, Any]]:
         sm, b, ctx = self.step_model, self.batches, self.kv_context_tokens
@@ -457,9 +462,7 @@ def analyze_roofline(
     warnings += memory_warnings(result, float(arr.max()))
     servable = result.max_batch_by_memory > 0
     if engine.admission == "reserve-output" and workload is not None and not workload.static and servable:
-        # a life's blocks: prompt, output and the last block's unused slots (BatchScheduler's reservation)
-        life = workload.input_len + workload.output_len + VLLM_BLOCK_SIZE - 1
-        held = result.held_at(life, result.reserved_bytes)
+        held = result.held_at(reserved_life_tokens(workload.input_len, workload.output_len), result.reserved_bytes)
         warnings.append(
             f"{engine.key} admits a request only with its prompt and whole output reserved in the KV cache (its "
             f"default capacity scheduler, GUARANTEED_NO_EVICT): at most {held} run at once at these lengths, where "

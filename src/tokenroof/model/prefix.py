@@ -39,6 +39,15 @@ def cacheable_tokens(prompt_tokens: int, prefix_tokens: int, block_size: int) ->
     return max(min(prefix_tokens, prompt_tokens - 1), 0) // block_size * block_size
 
 
+def reserved_life_tokens(
+    prompt_tokens: float, output_tokens: float, block_size: int = VLLM_BLOCK_SIZE, lookahead: int = 1
+) -> float:
+    """The KV a request's whole life holds, what an engine that reserves it at admission (TensorRT-LLM's
+    GUARANTEED_NO_EVICT) sets aside: prompt and output, the slots its last step reserves past the first (γ,
+    speculating), and its last block's unused slots."""
+    return prompt_tokens + output_tokens + lookahead - 1 + block_size - 1
+
+
 def chunk_attention_sq(take: float, offset: float) -> float:
     """A prefill chunk's causal attention in the step model's Σ chunk² units (it charges t_attn · sq / 2): `take`
     new tokens after `offset` tokens already in the KV cache attend over take·offset + take²/2 pairs, which is

@@ -380,12 +380,17 @@ def max_batch_by_memory(
     tp: int = 1,
     memory_utilization: float = 0.9,
     reserved_bytes: float = 0.0,
+    of_free: bool = False,
 ) -> int:
     """Largest batch whose weights plus KV cache (`context` tokens each, a sliding-window layer holding only its
     window: `ModelSpec.effective_context`) fit in `memory_utilization` of memory, less what the server reserves
-    beside them (`server_reserved_bytes`)."""
+    beside them (`server_reserved_bytes`); `of_free`: the fraction is of the memory the weights leave (TensorRT-LLM's
+    and LMDeploy's reading), the sequences the pool `kv_cache_tokens` sizes hold."""
     if not 0 < memory_utilization <= 1:
         raise TokenroofError(f"memory utilisation must be in (0, 1], got {memory_utilization}")
+    if of_free:
+        pool = kv_cache_tokens(model, hardware, precision, tp, memory_utilization, True, reserved_bytes)
+        return batch_in_pool(model, pool, context)
     free = hardware.memory_bytes * memory_utilization - resident_weight_bytes(model, precision, tp) - reserved_bytes
     if free <= 0:
         return 0

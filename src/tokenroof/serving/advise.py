@@ -429,14 +429,15 @@ def advise_with_prefill(
     speculation = None if speculative is None else physics.speculation(speculative)
     if speculation is not None:
         notes.append(speculation.assumption())
-    notes += physics.admission_notes(physics.kv_pool_tokens(speculative))
+    kv = physics.kv_pool_tokens(speculative)
+    notes += physics.admission_notes(kv)
     caching = prefix_caching and not per_slot_kv
     prompts: Lengths = Lengths(round(flags.input_len))
     if prefix is not None and prefix.tokens:
         notes.append(prefix.assumption(prefix_caching, per_slot_kv, sm.prompts_folded))
         prompts = PromptLengths(round(flags.input_len), prefix=prefix)
     server = Server(
-        physics.kv_pool_tokens(speculative),
+        kv,
         max_num_batched_tokens,
         per_slot_kv,
         speculation,
@@ -576,13 +577,14 @@ def advise_decode_only(
     each = [at_context(fitted_advice, context, fit, table, tpot_slo_ms) for context in where]
     each[0]["warnings"] += unread_context(measured_at, prior)
     from tokenroof.fit.travel import online
+    from tokenroof.serving.replay import prompt_at_context
 
     if targets and online(table) and table.semantics.output_len is not None:
         out = table.semantics.output_len
         each[0]["warnings"].append(
             "at another context this answer keeps the measured prompts' share of each step; predict --context (and "
             "advise --input-len/--output-len) run the scheduler on prompts of that context instead ("
-            + ", ".join(f"{max(c - out / 2, 1.0):,.0f} tokens at {c:,.0f}" for c in targets)
+            + ", ".join(f"{prompt_at_context(c, out):,.0f} tokens at {c:,.0f}" for c in targets)
             + f", with the measured {out:,.0f}-token outputs), whose prefill each step then carries"
         )
     return each

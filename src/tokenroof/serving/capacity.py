@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any, NamedTuple
 
 from tokenroof.errors import ParameterError, TokenroofError
+from tokenroof.fit.physics import Physics
 from tokenroof.model.cost import Billing, usd_per_million_tokens
 from tokenroof.model.disagg import DEFAULT_LINK_BYTES_PER_S, Disaggregation
 from tokenroof.model.speculative import SpeculativeConfig
@@ -70,12 +71,12 @@ class Traffic:
 DEFAULT_REQUESTS = 10_000  # an open loop's run, unless --num-requests says
 
 
-def caps_for(physics: Any) -> tuple[int, ...]:
+def caps_for(physics: Physics) -> tuple[int, ...]:
     """The batch caps plan searches: its doubling grid up to 256 and, where the named engine starts with a larger
     cap (vLLM V1's 1,024 on GPUs of 70 GiB or more), the doublings up to it."""
     from tokenroof.serving.plan import CAPS
 
-    default, _ = physics.max_num_seqs() if physics.known else (0, None)
+    default, _ = physics.max_num_seqs()
     larger = []
     cap = max(CAPS) * 2
     while cap <= default:

@@ -694,6 +694,12 @@ class ServingFit:
         }
 
 
+def prompt_at_context(context: float, output_len: float) -> float:
+    """The prompt a mean context stands for with `output_len` output tokens (a sequence's context is its prompt and
+    half its output on average: model.stepmodel.mean_context_tokens), one token at least."""
+    return max(context - output_len / 2, 1.0)
+
+
 def online_points(table: MeasurementTable, fit: Fit, input_len: float, output_len: float) -> list[Point]:
     """The table's points to replay, each with its client (the table's; a point without a closed-loop concurrency in
     a bench table of both kinds is open-loop): those the decode fit did not leave out past a cap. A closed loop runs
@@ -708,7 +714,7 @@ def online_points(table: MeasurementTable, fit: Fit, input_len: float, output_le
         if i in left_out:
             continue
         context = None if table.context_tokens is None else float(table.context_tokens[i])
-        prompt = input_len if context is None else max(context - output_len / 2, 1.0)
+        prompt = input_len if context is None else prompt_at_context(context, output_len)
         t = None if ttft is None or not np.isfinite(ttft[i]) else float(ttft[i]) / 1e3
         client = client_of(table)
         concurrency = float(table.batch[i])
@@ -1317,7 +1323,7 @@ def replay_predictions(
     out = max(round(output_len), 2)
     answers = {}
     for context in contexts:
-        prompt = input_len if context is None else max(context - output_len / 2, 1.0)
+        prompt = input_len if context is None else prompt_at_context(context, output_len)
         lengths = drawn(prompt, serving.lengths_cv[0]), drawn(out, serving.lengths_cv[1])
         for batch in batches:
             if serving.client in ("poisson", "constant"):
@@ -1433,7 +1439,7 @@ def with_scheduler(result: Any, physics: Any, lengths: tuple[float, float] | Non
         if moved:  # the workload each context stands for, on the scheduler (replay_predictions' prompt)
             result.warnings.append(
                 "at each context asked the scheduler runs prompts of that context less half the measured output ("
-                + ", ".join(f"{max(c - known[1] / 2, 1.0):,.0f} tokens at {c:,.0f}" for c in moved)
+                + ", ".join(f"{prompt_at_context(c, known[1]):,.0f} tokens at {c:,.0f}" for c in moved)
                 + f") with the measured {known[1]:,.4g}-token outputs: their prefill moves with them"
             )
         missing = sorted({b for b in result.batches.tolist() for c in asked if (float(b), c) not in result.scheduler})
@@ -1454,11 +1460,11 @@ def with_scheduler(result: Any, physics: Any, lengths: tuple[float, float] | Non
         result.warnings = [w for w in result.warnings if not w.startswith("no knee observed")]
         if kv is not None and result.scheduler:  # past the memory's cap the rows are the scheduler's, not flat
             from tokenroof.fit.predict import CAP_FLAT, CAP_SCHEDULED
-            from tokenroof.model.prefix import VLLM_BLOCK_SIZE
+            from tokenroof.model.prefix import reserved_life_tokens
 
             scheduled = CAP_SCHEDULED
             if reserve and known is not None:  # none preempted: at most what the cache holds at their whole length
-                held = physics.max_batch(known[0] + known[1] + VLLM_BLOCK_SIZE - 1)
+                held = physics.max_batch(reserved_life_tokens(*known))
                 scheduled = (
                     "the scheduler's answers there admit as the engine does, each request with its whole output "
                     f"reserved: at most {held} run at once at these lengths (prompt and output, not the mean context), "

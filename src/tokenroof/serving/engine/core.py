@@ -74,7 +74,7 @@ from typing import Any, NamedTuple
 import numpy as np
 
 from tokenroof.errors import ParameterError, TokenroofError
-from tokenroof.model.prefix import cacheable_tokens, chunk_attention_sq, prefix_key
+from tokenroof.model.prefix import cacheable_tokens, chunk_attention_sq, prefix_key, reserved_life_tokens
 from tokenroof.model.speculative import Speculation
 from tokenroof.model.stepmodel import StepModel
 
@@ -394,9 +394,8 @@ class BatchScheduler:
         return tokens + self.block_size - 1
 
     def _life(self, seq: Sequence) -> int:
-        """The most KV a sequence's whole life holds: its prompt and output, the slots its last step reserves past
-        the first (γ, speculating), in blocks."""
-        return self._footprint(seq.prompt_tokens + seq.max_tokens + self._lookahead - 1)
+        """The most KV a sequence's whole life holds, in blocks (model.prefix.reserved_life_tokens)."""
+        return int(reserved_life_tokens(seq.prompt_tokens, seq.max_tokens, self.block_size, self._lookahead))
 
     def _contexts(self, b: int) -> float:
         """Σ context over the `b` running sequences (speculating: expected, E tokens a step after the first)."""
