@@ -833,7 +833,10 @@ def test_advise_cap_searches_a_made_up_server_by_hand(monkeypatch: pytest.Monkey
         "at max_num_seqs 20 the KV cache preempts (3 in the run): the cap is near what the cache holds",
     ]
     assert advise_cap(SM, *lengths, 1000.0, server=Server(None, 13)).chosen.max_num_seqs == 12
-    assert servers == {Server(), Server(2500), Server(None, 13)}
+    # reserving each request's whole life as the scheduler does: 100 + 50 and its last block's 15 unused slots
+    reserving = Server(2500, reserve_output=True)
+    assert advise_cap(SM, *lengths, 1000.0, server=reserving).chosen.max_num_seqs == 2500 // 165
+    assert servers == {Server(), Server(2500), Server(None, 13), reserving}
     assert advise_cap(SM, *lengths, 1000.0, server=Server(50)).chosen.max_num_seqs == 1  # 100 // 150 = 0: one
     assert advise_cap(SM, *lengths, 1000.0, limit=5).chosen.max_num_seqs == 5
     unbounded = advise_cap(SM, *lengths, 1e9)

@@ -185,3 +185,25 @@ def test_a_workload_table_names_it() -> None:
     assert result.exit_code == 0
     assert "workload: 1,024 in / 512 out tokens (mean context 1,280), a static batch" in result.stdout
     assert "e2e ms/tok" in result.stdout and "decode ms" in result.stdout
+
+
+def test_the_all_reduces_are_their_own_column_and_bound_under_tensor_parallelism() -> None:
+    """Llama-3.1-70B fp8 over 8 H100s: 160 all-reduce calls a step (2 a layer) cost more than streaming the weights
+    at small batch, which the bound names 'interconnect', not 'overhead'; their bytes leave the KV column."""
+    args = ["roofline", "-m", "llama-3.1-70b", "-H", "h100-sxm", "--dtype", "fp8", "--context", "2048"]
+    split = run_json([*args, "--tp", "8", "--batch", "1", "256"])
+    terms, (one, full) = split["step_model"], split["points"]
+    assert terms["t_comm_fixed_s"] > 0 and 0 < terms["t_comm_seq_s"] < terms["t_seq_s"]
+    for point in (one, full):
+        b = point["batch"]
+        assert point["time_interconnect_ms"] == pytest.approx(
+            (terms["t_comm_fixed_s"] + b * terms["t_comm_seq_s"]) * 1e3
+        )
+        assert point["time_overhead_ms"] == pytest.approx((terms["t_fixed_s"] - terms["t_comm_fixed_s"]) * 1e3)
+        kv_s = b * (2048 * terms["t_kv_token_s"] + terms["t_seq_s"] - terms["t_comm_seq_s"])
+        assert point["time_kv_ms"] == pytest.approx(kv_s * 1e3)
+    assert (one["bound"], full["bound"]) == ("interconnect", "kv")
+    assert "all-reduce" in run_cli([*args, "--tp", "8", "--batch", "1"]).output
+    alone = run_json([*args, "--batch", "1"])
+    assert alone["points"][0]["time_interconnect_ms"] == 0 and alone["step_model"]["t_comm_fixed_s"] == 0
+    assert "all-reduce" not in run_cli([*args, "--batch", "1"]).output

@@ -554,6 +554,9 @@ def test_step_model_under_tensor_parallelism() -> None:
     assert sm.t_seq_s == pytest.approx(128 / 0.25e6 + 512 / 0.5e5 + 2e-6)
     assert sm.t_weights_s == pytest.approx(94784 / 0.5e6) and sm.t_compute_s == pytest.approx(94720 / 0.25e9)
     assert sm.t_attn_token_s == pytest.approx(256 / 0.25e9)
+    # what of those terms the all-reduces take, for the bound and the breakdown to name: the calls and the bytes
+    assert sm.t_comm_fixed_s == pytest.approx(2 * 2 * (1e-5 + 2e-6)) and sm.t_comm_seq_s == pytest.approx(512 / 0.5e5)
+    assert rl.step_model_from_specs(M, CHIP, BF16, eff=EFF).comm_parts_s() == (0.0, 0.0)
 
 
 def test_default_efficiencies_are_used_without_eff() -> None:

@@ -147,6 +147,8 @@ def test_numpy_scalars_become_plain_numbers() -> None:
         "overlap": 1.0,
         "prompts_folded": False,
         "t_host_s": 0.0,
+        "t_comm_fixed_s": 0.0,
+        "t_comm_seq_s": 0.0,
     }
 
 
@@ -469,3 +471,23 @@ def test_scaled_makes_every_step_that_many_times_as_long() -> None:
             1.03 * sm.step_s(batch, context, prompt, prompt**2), rel=1e-12
         )
     assert slower.t_host_s == pytest.approx(9.27e-3) and slower.t_fixed_s == pytest.approx(2.06e-3)
+
+
+def test_the_all_reduces_are_named_apart_from_the_overhead_and_the_kv_and_cost_nothing_more() -> None:
+    """t_comm_fixed_s and t_comm_seq_s are parts of t_fixed_s and t_seq_s: by hand, 5 ms fixed of which 4 ms are
+    the all-reduce calls, 3 ms of weights, 10 µs a sequence of which 4 µs are the all-reduce bytes, no KV reads."""
+    plain = StepModel(t_fixed_s=5e-3, t_weights_s=3e-3, t_compute_s=0.0, t_kv_token_s=0.0, t_seq_s=10e-6)
+    split = replace(plain, t_comm_fixed_s=4e-3, t_comm_seq_s=4e-6)
+    b = np.array([1.0, 100.0, 1000.0])
+    assert np.array_equal(split.step_time_s(b), plain.step_time_s(b))  # 5 + 3 + b·0.01 ms either way
+    parts = split.components_s(b, 0.0)
+    assert parts["overhead"] == pytest.approx([1e-3] * 3)
+    assert parts["interconnect"] == pytest.approx([4e-3 + 4e-6, 4e-3 + 0.4e-3, 4e-3 + 4e-3])
+    assert parts["kv"] == pytest.approx([6e-6, 0.6e-3, 6e-3])
+    # at 1 the calls (4.004 ms) outlast the weights (3); at 1000 the KV term's 6 ms the calls' 8 ms do not
+    assert list(split.bound(b)) == ["interconnect", "interconnect", "interconnect"]
+    assert list(plain.bound(b)) == ["overhead", "overhead", "kv"]
+    assert list(replace(split, t_comm_seq_s=0.0).bound(b)) == ["interconnect", "interconnect", "kv"]
+    # a part larger than its term (a refit shrank the term) is the whole term, no more
+    shrunk = replace(split, t_fixed_s=1e-3)
+    assert shrunk.comm_parts_s() == (1e-3, 4e-6) and shrunk.components_s(1.0, 0.0)["overhead"] == pytest.approx(0.0)

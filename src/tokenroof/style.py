@@ -3,7 +3,14 @@ one per bound label (StepModel.bound), and how a number is printed."""
 
 from __future__ import annotations
 
-BOUND_STYLE = {"overhead": "magenta", "weights": "cyan", "compute": "red", "kv": "yellow", "host": "blue"}
+BOUND_STYLE = {
+    "overhead": "magenta",
+    "weights": "cyan",
+    "compute": "red",
+    "kv": "yellow",
+    "interconnect": "green",
+    "host": "blue",
+}
 
 
 def fmt(value: float | None, digits: int = 3) -> str:

@@ -265,7 +265,11 @@ def roofline_points(console: Console, data: dict[str, Any]) -> None:
     level = f"TPOT {data['interval_level']:.0%}"
     extra = [] if not w else ["decode ms"] + (["e2e ms/tok"] if w["batching"] == "static" else [])
     intensity = () if w else ("FLOP/byte",)  # a workload's extra columns take its place (--json keeps it)
-    columns = ("batch", "TPOT ms", level, *extra, "tok/s", "bound", "weights ms", "compute ms", "KV ms", *intensity)
+    # the tensor-parallel all-reduces (their calls' latency and bytes), where there are any
+    comm = ("all-reduce ms",) if any(pt.get("time_interconnect_ms", 0.0) > 0 for pt in data["points"]) else ()
+    columns = (
+        "batch", "TPOT ms", level, *extra, "tok/s", "bound", "weights ms", "compute ms", "KV ms", *comm, *intensity
+    )  # fmt: skip
     for col in (*columns, "fits"):
         table.add_column(col, justify="right")
     for pt in data["points"]:
@@ -282,6 +286,7 @@ def roofline_points(console: Console, data: dict[str, Any]) -> None:
             fmt(pt["time_weights_ms"]),
             fmt(pt["time_compute_ms"]),
             fmt(pt["time_kv_ms"]),
+            *([fmt(pt["time_interconnect_ms"])] if comm else []),
             *([] if w else [fmt(pt["arithmetic_intensity_flops_per_byte"])]),
             "yes" if pt["fits_in_memory"] else "[red]no[/]",
         )

@@ -360,6 +360,8 @@ class StepModelFields(Section):
     prompts_folded: Flag = False
     t_host_s: Seconds = 0.0
     batch_factors: Annotated[tuple[tuple[float, float], ...], PlainValidator(knots)] = ()
+    t_comm_fixed_s: Seconds = 0.0
+    t_comm_seq_s: Seconds = 0.0
 
     @model_validator(mode="after")
     def _routing(self) -> Self:

@@ -245,6 +245,7 @@ class RooflineResult:
                     "time_weights_ms": float(parts["weights"][i] * MS_PER_S),
                     "time_compute_ms": float(parts["compute"][i] * MS_PER_S),
                     "time_kv_ms": float(parts["kv"][i] * MS_PER_S),
+                    "time_interconnect_ms": float(parts["interconnect"][i] * MS_PER_S),
                     "time_host_ms": float(parts["host"][i] * MS_PER_S),
                     "flops_matmul": float(costs.flops_matmul[i]),
                     "flops_attention": float(costs.flops_attention[i]),

@@ -339,6 +339,8 @@ def step_model_from_specs(
         # the all-reduces are GPU work the launches hide too: fixed + max(all-reduce + G, host) = fixed + all-reduce +
         # max(G, host − all-reduce)
         t_host_s=max(host_launches_s(eff, model.num_layers, tp) - t_allreduce_fixed, 0.0),
+        t_comm_fixed_s=t_allreduce_fixed,
+        t_comm_seq_s=t_allreduce_seq,
     )
 
 

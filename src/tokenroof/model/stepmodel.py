@@ -44,7 +44,7 @@ import numpy as np
 from numpy.typing import ArrayLike, NDArray
 from scipy.optimize import brentq
 
-BOUNDS = ("overhead", "weights", "compute", "kv", "host")
+BOUNDS = ("overhead", "weights", "compute", "kv", "interconnect", "host")
 
 
 def mean_context_tokens(input_len: float, output_len: float) -> float:
@@ -140,6 +140,8 @@ TIME_TERMS = (
     "t_attn_token_s",
     "t_expert_s",
     "t_host_s",
+    "t_comm_fixed_s",
+    "t_comm_seq_s",
 )
 
 
@@ -160,6 +162,11 @@ class StepModel:
     prompts_folded: bool = False  # fitted to online steps: the prompts' cost is already in the per-sequence terms
     t_host_s: float = 0.0  # an eager engine's kernel launches per step, which the GPU's work runs under
     batch_factors: tuple[tuple[float, float], ...] = ()  # measured departures of decode steps from the form, by batch
+    # what of t_fixed_s and t_seq_s the tensor-parallel all-reduces take (their calls' latency; their bytes per
+    # sequence over the links): parts of those terms, not added to them, so that the breakdown and the bound can name
+    # the interconnect (a fit to measurements cannot tell them apart, and leaves them 0)
+    t_comm_fixed_s: float = 0.0
+    t_comm_seq_s: float = 0.0
 
     def __post_init__(self) -> None:
         """Plain Python numbers (fits hand over numpy scalars): readable reprs and JSON; knots as sorted tuples."""
@@ -195,25 +202,38 @@ class StepModel:
         """KV reads plus other per-sequence time outside the max."""
         return self.t_kv_token_s * np.asarray(context, dtype=float) + self.t_seq_s
 
+    def comm_parts_s(self) -> tuple[float, float]:
+        """The all-reduces' share of t_fixed_s and of t_seq_s (t_comm_fixed_s, t_comm_seq_s), never more than the
+        terms they are part of."""
+        return min(self.t_comm_fixed_s, self.t_fixed_s), min(self.t_comm_seq_s, self.t_seq_s)
+
     def components_s(self, batch: ArrayLike, context: ArrayLike) -> dict[str, NDArray[np.float64]]:
-        """The step time split into overhead, matmul (weights or compute, the larger), KV and the host's launches
-        (which the rest but the overhead runs under)."""
+        """The step time split into overhead, matmul (weights or compute, the larger), KV, the interconnect (the
+        tensor-parallel all-reduces: their calls' latency, and their bytes, which run with the KV reads) and the
+        host's launches (which the rest but the overhead and the calls' latency runs under)."""
         b, ctx = np.broadcast_arrays(np.asarray(batch, dtype=float), np.asarray(context, dtype=float))
         weights = self.weights_time_s(b)
         compute = b * self.compute_time_per_seq_s(ctx)
+        comm_fixed, comm_seq = self.comm_parts_s()
         return {
-            "overhead": np.full_like(b, self.t_fixed_s),
+            "overhead": np.full_like(b, self.t_fixed_s - comm_fixed),
             "weights": weights,
             "compute": compute,
-            "kv": b * self.memory_time_per_seq_s(ctx),
+            "kv": b * (self.memory_time_per_seq_s(ctx) - comm_seq),
+            "interconnect": comm_fixed + b * comm_seq,
             "host": np.full_like(b, self.t_host_s),
         }
 
+    def _gpu_time_s(self, batch: ArrayLike, context: ArrayLike) -> NDArray[np.float64]:
+        """The GPU's work of a decode step (what the host's launches run beside): matmuls, KV and the all-reduces'
+        bytes, the per-sequence terms."""
+        b, ctx = np.broadcast_arrays(np.asarray(batch, dtype=float), np.asarray(context, dtype=float))
+        matmul = matmul_time_s(self.weights_time_s(b), b * self.compute_time_per_seq_s(ctx), self.overlap)
+        return np.asarray(matmul + b * self.memory_time_per_seq_s(ctx), dtype=float)
+
     def step_time_s(self, batch: ArrayLike, context: ArrayLike = 0.0) -> NDArray[np.float64]:
         """T_step(b, ctx) in seconds; broadcasts over arrays of batch and context."""
-        c = self.components_s(batch, context)
-        gpu = matmul_time_s(c["weights"], c["compute"], self.overlap) + c["kv"]
-        step = c["overhead"] + under_host(gpu, self.t_host_s)
+        step = self.t_fixed_s + under_host(self._gpu_time_s(batch, context), self.t_host_s)
         return step * factors_at(self.batch_factors, np.broadcast_to(batch, step.shape)) if self.batch_factors else step
 
     def prompt_compute_s(self, prompt_tokens: float, prompt_sq_tokens: float | None = None) -> float:
@@ -305,17 +325,17 @@ class StepModel:
         return np.asarray(batch, dtype=float) / self.step_time_s(batch, context)
 
     def bound(self, batch: ArrayLike, context: ArrayLike = 0.0) -> NDArray[np.str_]:
-        """Which term dominates each step: overhead, weights, compute or kv; host where the launches take longer than
-        the GPU's whole work (an eager engine at small batch)."""
+        """Which term dominates each step: overhead, weights, compute, kv or interconnect (the tensor-parallel
+        all-reduces, calls and bytes); host where the launches take longer than the GPU's whole work and than the
+        fixed overhead (an eager engine at small batch)."""
         c = self.components_s(batch, context)
         matmul_is_compute = c["compute"] > c["weights"]
         matmul = np.maximum(c["weights"], c["compute"])
-        stacked = np.stack([c["overhead"], matmul, c["kv"]])
+        stacked = np.stack([c["overhead"], matmul, c["kv"], c["interconnect"]])
         winner = np.argmax(stacked, axis=0)
-        labels = np.where(winner == 0, "overhead", np.where(winner == 2, "kv", "weights"))
+        labels = np.array(["overhead", "weights", "kv", "interconnect"])[winner]
         labels = np.where((winner == 1) & matmul_is_compute, "compute", labels)
-        gpu = matmul_time_s(c["weights"], c["compute"], self.overlap) + c["kv"]
-        host_binds = (c["host"] > gpu) & (c["host"] > c["overhead"])
+        host_binds = (c["host"] > self._gpu_time_s(batch, context)) & (c["host"] > self.t_fixed_s)
         return np.where(host_binds, "host", labels)
 
     # -- characteristic batches -----------------------------------------------------

@@ -26,6 +26,7 @@ BOUND_COLOUR = {
     "weights": "#17becf",
     "compute": "#d62728",
     "kv": "#bcbd22",
+    "interconnect": "#2ca02c",
     "host": "#1f77b4",
     "capacity": "#7f7f7f",
 }

@@ -38,6 +38,7 @@ from typing import Any
 import numpy as np
 
 from tokenroof.errors import ParameterError, TokenroofError
+from tokenroof.model.prefix import VLLM_BLOCK_SIZE, reserved_life_tokens
 from tokenroof.model.stepmodel import StepModel, mean_context_tokens
 from tokenroof.serving.advice import advice_dict
 from tokenroof.serving.engine.core import PLAIN, Server
@@ -297,9 +298,11 @@ def advise_cap(
         raise TokenroofError(f"start phases are a staggered loop's; the client is {client}")
     kv, budget = server.kv_capacity_tokens, server.max_num_batched_tokens
     if kv is not None:  # past what the cache holds at the mean context a larger cap only preempts or waits for room
-        # (reserving each request's whole output, what it holds at the end: a larger cap only waits)
+        # (reserving each request's whole life as the scheduler does, its last block's padding and a speculating
+        # step's slots included: a larger cap only waits)
+        lookahead = 1 if server.speculation is None else server.speculation.num_tokens + 1
         held = (
-            input_len.mean + output_len.mean
+            reserved_life_tokens(input_len.mean, output_len.mean, VLLM_BLOCK_SIZE, lookahead)
             if server.reserve_output
             else mean_context_tokens(input_len.mean, output_len.mean)
         )
