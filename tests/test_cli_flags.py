@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 import pytest
@@ -21,7 +22,13 @@ SPECS = ["-m", "llama-3.1-8b", "-H", "h100-sxm"]
         (["predict", SEED, "--batch", "256", "--roof-tok-s", "-5"], "--roof-tok-s must be above 0"),
         (["roofline", *SPECS, "--context", "nan"], "--context must be a finite"),
         (["roofline", *SPECS, "--prompt-tokens", "-1"], "--prompt-tokens must be at least 1"),
-        (["roofline", *SPECS, "--memory-utilization", "2"], "--memory-utilization must be above 0 and at most 1"),
+        (["roofline", *SPECS, "--memory-utilization", "2"], "--gpu-memory-utilization must be above 0 and at most 1"),
+        (["simulate", *SPECS, "--gpu-memory-utilization", "0"], "--gpu-memory-utilization must be above 0 and at"),
+        (
+            ["roofline", *SPECS, "--input-len", "1000", "--output-len", "300", "--prompt-tokens", "4000"],
+            "give --prompt-tokens or --input-len/--output-len, not both",
+        ),
+        (["advise", *SPECS, "--tpot-slo-ms", "50", "--gpu-memory-utilization", "1.2"], "--gpu-memory-utilization"),
         (["roofline", *SPECS, "--overhead-ms", "-1"], "--overhead-ms must be at least 0"),
         (["simulate", *SPECS, "--rate", "10", "--spread", "nan"], "--spread must be a finite number"),
         (["simulate", *SPECS, "--spread", "0.3"], "--spread 0.3 spreads nothing: both lengths are fixed"),
@@ -95,6 +102,62 @@ def test_one_concept_one_spelling_and_one_default_across_commands() -> None:
     for command in ("simulate", "plan"):
         assert "--num-requests" in option(command, "num_requests").opts
     assert {"--num-requests", "--num-prompts"} <= set(option("bench", "requests_per_point").opts)
+    for command in ("simulate", "plan"):  # and vllm bench serve's spelling of it
+        assert "--num-prompts" in option(command, "num_requests").opts
+    assert "--rate" in option("bench", "request_rate").opts  # read on every command, as the guide says
+    # the fleet's router, arrivals' shape and seed: one default on the commands that run fleets
+    for command in ("simulate", "plan", "emulate"):
+        assert option(command, "router").default == "least-outstanding"
+    for command in ("simulate", "plan", "bench"):
+        assert option(command, "burstiness").default == 1.0
+    assert option("simulate", "seed").default == option("plan", "seed").default == 0
+    # the memory the server fills: vLLM's spelling on every command that sizes a KV cache, the engine's default
+    for command in ("roofline", "predict", "advise", "simulate", "plan", "emulate"):
+        assert option(command, "gpu_memory_utilization").opts[0] == "--gpu-memory-utilization"
+        assert option(command, "gpu_memory_utilization").default is None
+
+
+def test_the_memory_fraction_is_the_engines_own_setting_read_as_it_reads_it() -> None:
+    """--gpu-memory-utilization sizes the KV cache on every command, read as the --engine reads its own setting:
+    TensorRT-LLM's 0.9 of what the weights leave is its default, so giving it changes nothing (it had counted as 0.9
+    of the whole memory); simulate's pool shrinks with it as the roofline's does, and the default is said."""
+    from tests.conftest import run_json
+    from tokenroof.fit.physics import Physics
+
+    for engine in (None, "vllm-v1", "tensorrt-llm"):
+        named = ["--engine", engine] if engine else []
+        base = ["roofline", *SPECS, *named, "--batch", "1"]
+        default = run_json(base)["max_batch_by_memory"]
+        assert run_json([*base, "--gpu-memory-utilization", "0.9"])["max_batch_by_memory"] == default
+        assert run_json([*base, "--gpu-memory-utilization", "0.6"])["max_batch_by_memory"] < default
+    assert Physics(*SPECS[1::2], engine="tensorrt-llm", memory_fraction_given=0.5).memory_fraction() == (0.5, True)
+    assert Physics(*SPECS[1::2], engine="vllm-v1", memory_fraction_given=0.5).memory_fraction() == (0.5, False)
+    sized = Physics(*SPECS[1::2], engine="vllm-v1", memory_fraction_given=0.6).kv_pool_tokens()
+    sim = ["simulate", *SPECS, "--engine", "vllm-v1", "--concurrency", "8", "--num-requests", "40"]
+    assert run_json([*sim, "--gpu-memory-utilization", "0.6"])["points"][0]["kv_cache_tokens"] == sized
+    said = run_json(sim)["warnings"]
+    full = Physics(*SPECS[1::2], engine="vllm-v1").kv_pool_tokens()
+    assert (
+        f"a KV cache of {full:,} tokens: 0.9 of the whole memory, less the weights and the server's reserve, "
+        "vllm-v1's default (--gpu-memory-utilization or --kv-cache-tokens to change it)"
+    ) in said
+    assert not [w for w in run_json([*sim, "--gpu-memory-utilization", "0.6"])["warnings"] if "KV cache of" in w]
+
+
+def test_plan_runs_the_arrivals_and_seeds_simulate_does() -> None:
+    """plan's --burstiness and --seed are simulate's: its answer states the gamma arrivals, and the seeds it ran are
+    --seed onwards (a candidate's runs at seed 7 are simulate's at 7 and 8)."""
+    from tests.conftest import run_json
+    from tokenroof.serving.capacity import Search
+
+    args = ["plan", *SPECS, "--rate", "4", "--num-prompts", "200", "--seeds", "2", "--workers", "1"]
+    data = run_json([*args, "--burstiness", "0.5", "--seed", "7"])
+    assert data["workload"]["burstiness"] == 0.5
+    other = run_json([*args, "--burstiness", "0.5", "--seed", "8"])  # seeds 8, 9: one run the same, one new
+    assert other["chosen"]["ttft_ms"]["p99"] != data["chosen"]["ttft_ms"]["p99"]
+    assert Search(seeds=2, seed=7).seed_list == (7, 8) and Search().seed_list == (0, 1, 2)
+    said = run_cli([*args, "--burstiness", "0.5"]).stdout
+    assert "workload: 4 req/s (gamma arrivals, burstiness 0.5)" in said
 
 
 def test_plan_states_the_workload_it_assumed() -> None:
@@ -150,6 +213,9 @@ def test_config_gives_any_commands_flags_from_toml_and_the_command_line_wins(tmp
         ("[roofline]\nbatch = [[1]]\n", "a list of plain values"),
         ('[roofline]\njson = "yes"\n', "[roofline] json: the flag takes true or false, got 'yes'"),
         ("[roofline]\ncontext = true\n", "[roofline] context: the flag takes a value, not true or false, got True"),
+        ('[roofline]\ntp = "two"\n', "[roofline] tp: Input should be a valid integer"),
+        ("tp = 2.7\n", "tp (for roofline): Input should be a valid integer, got a number with a fractional part"),
+        ("[simulate]\nseed = -1\n", "[simulate] seed: Input should be greater than or equal to 0, got -1"),
     ],
 )
 def test_a_bad_config_is_one_line_naming_the_file(tmp_path, capsys, text: str, says: str) -> None:
@@ -162,6 +228,26 @@ def test_a_bad_config_is_one_line_naming_the_file(tmp_path, capsys, text: str, s
     assert exit_info.value.code == 2
     stderr = capsys.readouterr().err
     assert says in stderr and str(path) in stderr.replace("\n", "") and "Traceback" not in stderr
+
+
+def test_a_shared_key_one_command_cannot_take_leaves_that_one_alone(tmp_path, capsys) -> None:
+    """A top-level `context = "8192,32768"` is roofline's list and bench-local's one number: roofline takes it, and
+    bench-local refuses it only when it is the command run; a switch the file turns on the command line turns off."""
+    from tokenroof.cli import main
+
+    path = tmp_path / "shared.toml"
+    path.write_text('context = "1024,2048"\njson = true\n')
+    result = run_cli(["--config", str(path), "roofline", *SPECS, "--batch", "1"])
+    assert result.exit_code == 0 and [c["context_tokens"] for c in json.loads(result.stdout)["contexts"]] == [
+        1024,
+        2048,
+    ]
+    plain = run_cli(["--config", str(path), "roofline", *SPECS, "--batch", "1", "--no-json"])
+    assert plain.exit_code == 0 and plain.stdout.startswith("llama-3.1-8b")
+    with pytest.raises(SystemExit) as exit_info:
+        main(["--config", str(path), "bench-local", "--model", "llama-3.2-1b"])
+    assert exit_info.value.code == 2
+    assert "context (for bench-local): Input should be a valid integer" in capsys.readouterr().err
 
 
 def test_an_integer_too_large_for_a_float_is_refused_in_one_line() -> None:

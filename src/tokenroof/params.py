@@ -62,7 +62,7 @@ FLAG_RANGES: dict[str, tuple[float, bool, float]] = {
     "roof_tok_s": (0, False, math.inf),
     "ttft_slo_ms": (0, False, math.inf),
     "tpot_slo_ms": (0, False, math.inf),
-    "memory_utilization": (0, False, 1),
+    "gpu_memory_utilization": (0, False, 1),
     "memory_fraction": (0, False, 1),
     "bandwidth_efficiency": (0, False, 1),
     "compute_efficiency": (0, False, 1),

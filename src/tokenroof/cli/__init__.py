@@ -32,7 +32,9 @@ def main(argv: Sequence[str] | None = None) -> None:
     args = normalize_argv(sys.argv[1:] if argv is None else argv)
     try:
         args, config = split_config(args)
-        defaults = None if config is None else default_map(config, typer.main.get_command(app))
+        group = typer.main.get_command(app)
+        running = next((a for a in args if a in group.commands), None)  # type: ignore[attr-defined]
+        defaults = None if config is None else default_map(config, group, running)
     except TokenroofError as exc:
         err.print(f"[bold red]error:[/] {escape(exc.as_flags())}", highlight=False, soft_wrap=True)
         raise SystemExit(2) from None

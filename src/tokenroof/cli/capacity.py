@@ -22,6 +22,7 @@ from tokenroof.cli.common import (
     JsonOpt,
     KvDtypeOpt,
     KvTransferOpt,
+    MemoryFractionOpt,
     NumPrefixesOpt,
     OptHardware,
     OptModel,
@@ -53,7 +54,7 @@ from tokenroof.serving.deployment import Deployment, Physics
 
 SpreadOpt = Annotated[
     float | None,
-    typer.Option(help="Uniform ± fraction (at most 1), or lognormal sigma, of the drawn lengths. [default: 0.5]"),
+    typer.Option(show_default="0.5", help="Uniform ± fraction (at most 1), or lognormal sigma, of the drawn lengths."),
 ]
 
 
@@ -70,6 +71,7 @@ def simulate(
     tp: TpOpt = 1,
     engine: EngineOpt = None,
     enforce_eager: EagerOpt = False,
+    gpu_memory_utilization: MemoryFractionOpt = None,
     request_rate: Annotated[
         str | None,
         typer.Option(
@@ -110,8 +112,10 @@ def simulate(
     num_requests: Annotated[
         int | None,
         typer.Option(
+            "--num-requests",
+            "--num-prompts",
             help="Requests to simulate (default: 10,000 at a rate; a closed loop 2 × concurrency + max(200, 10 × "
-            "concurrency) staggered, 10 × concurrency (at least 100) in a burst)."
+            "concurrency) staggered, 10 × concurrency (at least 100) in a burst).",
         ),
     ] = None,
     max_num_seqs: Annotated[
@@ -122,7 +126,7 @@ def simulate(
     ] = None,
     replicas: ReplicasOpt = 1,
     max_num_batched_tokens: Annotated[int | None, typer.Option(help="Token budget per step (chunked prefill).")] = None,
-    router: RouterOpt = "round-robin",
+    router: RouterOpt = "least-outstanding",
     ttft_slo_ms: Annotated[float | None, typer.Option(help="TTFT target for goodput.")] = None,
     tpot_slo_ms: Annotated[float | None, typer.Option(help="TPOT target for goodput.")] = None,
     kv_cache_tokens: Annotated[
@@ -157,7 +161,9 @@ def simulate(
     if num_requests is not None and num_requests < 1:
         raise TokenroofError(f"--num-requests must be at least 1, got {num_requests}")
 
-    physics = Physics(model, hardware, dtype, kv_dtype, compute_dtype, tp, engine, enforce_eager)
+    physics = Physics(
+        model, hardware, dtype, kv_dtype, compute_dtype, tp, engine, enforce_eager, gpu_memory_utilization
+    )
     max_num_seqs, cap_default = (max_num_seqs, None) if max_num_seqs is not None else physics.max_num_seqs()
     dep = Deployment(
         physics,
@@ -236,6 +242,7 @@ def plan(
     tp: TpOpt = 1,
     engine: EngineOpt = None,
     enforce_eager: EagerOpt = False,
+    gpu_memory_utilization: MemoryFractionOpt = None,
     request_rate: Annotated[
         float, typer.Option("--request-rate", "--rate", help="Target request rate (req/s), Poisson arrivals.")
     ] = 10.0,
@@ -253,8 +260,21 @@ def plan(
     ttft_slo_ms: Annotated[float, typer.Option(help="TTFT target (ms), on --slo-statistic.")] = 1000.0,
     tpot_slo_ms: Annotated[float, typer.Option(help="TPOT target (ms), on --slo-statistic.")] = 50.0,
     slo_statistic: SloStatisticOpt = "p99",
-    seeds: Annotated[int, typer.Option(help="Simulation seeds per candidate.")] = 3,
-    num_requests: Annotated[int, typer.Option(help="Requests per simulation.")] = 4000,
+    seeds: Annotated[int, typer.Option(help="Simulation seeds per candidate: --seed, --seed + 1, ...")] = 3,
+    seed: Annotated[
+        int, typer.Option(min=0, help="The first simulation seed (arrivals and lengths), as simulate's.")
+    ] = 0,
+    burstiness: Annotated[
+        float, typer.Option(help="Gamma shape of arrivals: 1 = Poisson; inf = constant (as simulate's and bench's).")
+    ] = 1.0,
+    num_requests: Annotated[
+        int,
+        typer.Option(
+            "--num-requests",
+            "--num-prompts",
+            help="Requests per simulation, each of --seeds (3 × 4,000 a candidate where simulate runs 10,000 once).",
+        ),
+    ] = 4000,
     max_replicas: Annotated[int, typer.Option(help="Give up beyond this many replicas.")] = 64,
     max_num_batched_tokens: Annotated[
         int | None,
@@ -281,7 +301,7 @@ def plan(
     disaggregate: Annotated[
         bool,
         typer.Option(
-            "--disaggregate",
+            "--disaggregate/--no-disaggregate",
             help="Also weigh prefill and decode on pools of their own (DistServe): the fewest prefill + decode "
             "replicas meeting the targets, against the colocated answer.",
         ),
@@ -308,7 +328,17 @@ def plan(
         Lengths(output_len, output_dist, spread_of(spread, input_dist, output_dist)),
     )
     dep = Deployment(
-        Physics(model, chips[0] if chips else None, dtype, kv_dtype, compute_dtype, tp, engine, enforce_eager),
+        Physics(
+            model,
+            chips[0] if chips else None,
+            dtype,
+            kv_dtype,
+            compute_dtype,
+            tp,
+            engine,
+            enforce_eager,
+            gpu_memory_utilization,
+        ),
         fit,
         step_model,
         prefill_tp=prefill_tp,
@@ -349,10 +379,10 @@ def plan(
 
         data = plan_choices(
             dep,
-            Workload(request_rate, *lengths, num_requests),
+            Workload(request_rate, *lengths, num_requests, burstiness),
             Slo(ttft_slo_ms, tpot_slo_ms, slo_statistic),
             choices,
-            Search(seeds, max_replicas, workers, ray, router),
+            Search(seeds, max_replicas, workers, ray, router, seed),
             progress,
         )
     from tokenroof.report.plots import plot_plan

@@ -57,8 +57,8 @@ def root(
         Path | None,
         typer.Option(
             "--config",
-            help="Any command's flags from a TOML file: top-level keys for every command, [command] tables for one "
-            "(also accepted after the command); flags given here win.",
+            help="Any command's flags from a TOML file: top-level keys for every command, a table named for a command "
+            "for that one (also accepted after the command); flags given here win.",
         ),
     ] = None,
 ) -> None:
@@ -68,7 +68,7 @@ def root(
         from tokenroof.cli.config import default_map
 
         try:
-            ctx.default_map = default_map(config, ctx.command)
+            ctx.default_map = default_map(config, ctx.command, ctx.invoked_subcommand)
         except TokenroofError as exc:
             err.print(f"[bold red]error:[/] {escape(exc.as_flags())}", highlight=False, soft_wrap=True)
             raise typer.Exit(2) from None
@@ -164,7 +164,7 @@ def finish(
 
 ModelOpt = Annotated[str, typer.Option("--model", "-m", help="Preset name or path to a config.json.")]
 HardwareOpt = Annotated[str, typer.Option("--hardware", "-H", help="Preset name or path to a hardware TOML.")]
-JsonOpt = Annotated[bool, typer.Option("--json", help="Print one JSON object instead of tables.")]
+JsonOpt = Annotated[bool, typer.Option("--json/--no-json", help="Print one JSON object instead of tables.")]
 PlotOpt = Annotated[Path | None, typer.Option("--plot", help="Write a PNG figure to this path.")]
 
 
@@ -206,10 +206,21 @@ EngineOpt = Annotated[
 EagerOpt = Annotated[
     bool,
     typer.Option(
-        "--enforce-eager",
+        "--enforce-eager/--no-enforce-eager",
         help="The --engine without CUDA graphs (vllm-v0, vllm-v1: vLLM's flag, and vLLM before 0.2.5; tgi: "
         "--cuda-graphs 0, and TGI before 1.3): the host launches every layer's kernels each step and binds at "
         "small batch and high --tp. An estimate: the interval widens.",
+    ),
+]
+MemoryFractionOpt = Annotated[
+    float | None,
+    typer.Option(
+        "--gpu-memory-utilization",
+        show_default="the --engine's own: 0.9 of the whole memory (vLLM), 0.9 of what the weights leave (TensorRT-LLM)",
+        help="The share of each GPU's memory the server fills, which sizes its KV cache: vLLM's "
+        "--gpu-memory-utilization (of the whole memory: weights, activations, KV cache), read as the --engine reads "
+        "its own setting (TensorRT-LLM's --kv_cache_free_gpu_memory_fraction, LMDeploy's --cache-max-entry-count: of "
+        "what the weights leave; SGLang's --mem-fraction-static).",
     ),
 ]
 FitOpt = Annotated[
@@ -372,7 +383,10 @@ OptHardware = Annotated[
 InputLenOpt = Annotated[float | None, typer.Option(help="Prompt tokens per request in the measured workload.")]
 OutputLenOpt = Annotated[float | None, typer.Option(help="Output tokens per request in the measured workload.")]
 DecodeOnlyOpt = Annotated[
-    bool, typer.Option("--decode-only", help="TPOT was measured on pure decode steps (no prefill mixed in).")
+    bool,
+    typer.Option(
+        "--decode-only/--no-decode-only", help="TPOT was measured on pure decode steps (no prefill mixed in)."
+    ),
 ]
 ContextOpt = Annotated[
     float | None, typer.Option("--context", help="Mean tokens in each sequence's KV cache (default: input + output/2).")

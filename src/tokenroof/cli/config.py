@@ -59,14 +59,33 @@ def value_for(param: Any, value: Any, where: str) -> Any:
     if isinstance(value, list) and not param.multiple:
         if any(isinstance(v, dict | list) for v in value):
             raise TokenroofError(f"{where}: a list of plain values, got {value!r}")
-        return ",".join(str(v) for v in value)
+        value = ",".join(str(v) for v in value)
     if param.multiple and not isinstance(value, list):
-        return [value]
+        value = [value]
+    if not switch:  # the flag's own type and range, checked here: its error names the file and the key
+        for item in value if param.multiple else [value]:
+            try:
+                coerce(param, item)
+            except Exception as exc:  # click's BadParameter (Typer's copy of click: duck-typed)
+                message = getattr(exc, "message", None) or str(exc)
+                raise TokenroofError(f"{where}: {message}, got {item!r}") from None
     return value
 
 
-def default_map(path: Path, group: Any) -> dict[str, dict[str, Any]]:
-    """The file as click's default_map: {command: {parameter: value}}, checked against the commands' options."""
+def coerce(param: Any, value: Any) -> Any:
+    """The value as the option's type and range take it (raises as the command line would): Typer 0.29's runtime
+    parameter, or click's `type.convert` where an older Typer has one."""
+    runtime = getattr(param, "get_runtime_param", None)
+    if runtime is not None:
+        return runtime().coerce(value, param=param, ctx=None)
+    return param.type.convert(value, param, None)
+
+
+def default_map(path: Path, group: Any, running: str | None = None) -> dict[str, dict[str, Any]]:
+    """The file as click's default_map: {command: {parameter: value}}, checked against the commands' options and
+    their types. A top-level key reaches every command with the flag; where one of them cannot take its value (a
+    list where that command takes one number), that command alone goes without it, and it is an error only when it
+    is the command `running` (None: not known, as under --help)."""
     try:
         data = tomllib.loads(path.read_text(encoding="utf-8"))
     except FileNotFoundError:
@@ -89,7 +108,12 @@ def default_map(path: Path, group: Any) -> dict[str, dict[str, Any]]:
             )
         for command in takers:
             param = commands[command][name]
-            result[command][param.name] = value_for(param, value, f"{path}: {key}")
+            where = f"{path}: {key}" + (f" (for {command})" if len(takers) > 1 else "")
+            try:
+                result[command][param.name] = value_for(param, value, where)
+            except TokenroofError:
+                if command == running or len(takers) == 1:
+                    raise
     for command, table in tables.items():
         for key, value in table.items():
             name = key.replace("-", "_")

@@ -19,6 +19,7 @@ from tokenroof.cli.common import (
     InputLenOpt,
     JsonOpt,
     KvDtypeOpt,
+    MemoryFractionOpt,
     NumPrefixesOpt,
     OptHardware,
     OptModel,
@@ -68,6 +69,7 @@ def predict(
     compute_dtype: ComputeOpt = None,
     tp: TpOpt = 1,
     engine: EngineOpt = None,
+    gpu_memory_utilization: MemoryFractionOpt = None,
     context: Annotated[
         str | None,
         typer.Option(
@@ -94,7 +96,9 @@ def predict(
     from tokenroof.fit.predict import MeasuredWorkload, predict_table, prior_for, split_contexts, unread_context
     from tokenroof.io.measurements import read_table
 
-    physics = Physics(model, hardware, dtype, kv_dtype, compute_dtype, tp, engine)  # measured: no --enforce-eager
+    physics = Physics(  # measured: no --enforce-eager
+        model, hardware, dtype, kv_dtype, compute_dtype, tp, engine, memory_fraction_given=gpu_memory_utilization
+    )
     physics.refuse_eager_for_measurements()
     table = read_table(files)
     if decode_only:  # TPOT of pure decode steps, whatever the file's own kinds say
@@ -231,6 +235,7 @@ def advise(
     tp: TpOpt = 1,
     engine: EngineOpt = None,
     enforce_eager: EagerOpt = False,
+    gpu_memory_utilization: MemoryFractionOpt = None,
     context: Annotated[
         str | None,
         typer.Option(
@@ -262,7 +267,9 @@ def advise(
     from tokenroof.fit.predict import MeasuredWorkload
     from tokenroof.serving.advise import Targets, advise_answer
 
-    physics = Physics(model, hardware, dtype, kv_dtype, compute_dtype, tp, engine, enforce_eager)
+    physics = Physics(
+        model, hardware, dtype, kv_dtype, compute_dtype, tp, engine, enforce_eager, gpu_memory_utilization
+    )
     contexts = parse_numbers(context, "--context") if context else None
     flags = MeasuredWorkload(
         contexts[0] if contexts and len(contexts) == 1 else None, input_len, output_len, decode_only

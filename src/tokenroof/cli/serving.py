@@ -19,6 +19,7 @@ from tokenroof.cli.common import (
     JsonOpt,
     KvDtypeOpt,
     KvTransferOpt,
+    MemoryFractionOpt,
     NumPrefixesOpt,
     OptHardware,
     OptModel,
@@ -60,6 +61,7 @@ def emulate(
     tp: TpOpt = 1,
     engine: EngineOpt = None,
     enforce_eager: EagerOpt = False,
+    gpu_memory_utilization: MemoryFractionOpt = None,
     max_num_seqs: Annotated[
         int | None,
         typer.Option(
@@ -101,7 +103,7 @@ def emulate(
     decode_replicas: DecodeReplicasOpt = None,
     kv_transfer_gb_s: KvTransferOpt = 50.0,
     replicas: ReplicasOpt = 1,
-    router: RouterOpt = "round-robin",
+    router: RouterOpt = "least-outstanding",
 ) -> None:
     """An OpenAI-compatible server whose decode steps take the step model's time (continuous batching)."""
     from tokenroof.serving.emulate.checks import check_port
@@ -110,7 +112,9 @@ def emulate(
     require_http()
     from tokenroof.serving.emulate.server import Emulator, serve
 
-    physics = Physics(model, hardware, dtype, kv_dtype, compute_dtype, tp, engine, enforce_eager)
+    physics = Physics(
+        model, hardware, dtype, kv_dtype, compute_dtype, tp, engine, enforce_eager, gpu_memory_utilization
+    )
     max_num_seqs, cap_default = (max_num_seqs, None) if max_num_seqs is not None else physics.max_num_seqs()
     speculative = speculative_config_of(speculative_config, acceptance_rate)
     dep = Deployment(
@@ -214,7 +218,9 @@ def require_http() -> None:
 def bench(
     url: Annotated[str, typer.Argument(help="Server base URL, e.g. http://127.0.0.1:8000 (with or without /v1).")],
     concurrency: Annotated[str, typer.Option(help="Closed-loop concurrencies: '1,8,32,128'.")] = "",
-    request_rate: Annotated[str, typer.Option(help="Open-loop request rates (req/s): '2,4,8'.")] = "",
+    request_rate: Annotated[
+        str, typer.Option("--request-rate", "--rate", help="Open-loop request rates (req/s): '2,4,8'.")
+    ] = "",
     burstiness: Annotated[float, typer.Option(help="Gamma shape of arrivals: 1 = Poisson.")] = 1.0,
     input_len: Annotated[
         int, typer.Option(help="Synthetic prompt tokens, as the server counts them (bench calibrates on it).")

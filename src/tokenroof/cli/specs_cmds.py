@@ -17,6 +17,7 @@ from tokenroof.cli.common import (
     HardwareOpt,
     JsonOpt,
     KvDtypeOpt,
+    MemoryFractionOpt,
     ModelOpt,
     PlotOpt,
     SpeculativeOpt,
@@ -40,8 +41,8 @@ def roofline(
     context: Annotated[
         str | None,
         typer.Option(
-            help="Tokens in each sequence's KV cache: '8192', or several to compare: '8192,32768'. [default: 1024, "
-            "or the mean context of --input-len/--output-len]"
+            show_default="1024, or the mean context of --input-len/--output-len",
+            help="Tokens in each sequence's KV cache: '8192', or several to compare: '8192,32768'.",
         ),
     ] = None,
     input_len: Annotated[
@@ -82,11 +83,13 @@ def roofline(
         float | None,
         typer.Option(help="Fixed per-step overhead in ms (default: the engine profile's, or the hardware file's)."),
     ] = None,
-    memory_utilization: Annotated[
+    gpu_memory_utilization: Annotated[
         float | None,
         typer.Option(
-            help="Fraction of memory for weights + KV (vLLM --gpu-memory-utilization; default: the engine's own, as "
-            "simulate sizes its KV cache: 0.9 of the whole memory, TensorRT-LLM's of what the weights leave)."
+            "--gpu-memory-utilization",
+            "--memory-utilization",
+            show_default=MemoryFractionOpt.__metadata__[0].show_default,
+            help=MemoryFractionOpt.__metadata__[0].help,
         ),
     ] = None,
     prompt_tokens: Annotated[float | None, typer.Option(help="Also estimate TTFT for a prompt this long.")] = None,
@@ -121,6 +124,11 @@ def roofline(
     if batching not in BATCHINGS:
         raise TokenroofError(f"--batching must be one of {', '.join(BATCHINGS)}, got {batching!r}")
     if input_len is not None and output_len is not None:
+        if prompt_tokens is not None:
+            raise TokenroofError(
+                "give --prompt-tokens or --input-len/--output-len, not both: the workload's prompts are --input-len "
+                "long, and its TTFT is theirs"
+            )
         if context is not None:
             raise TokenroofError(
                 "give --context or --input-len/--output-len, not both: the lengths set the context (their mean)"
@@ -155,7 +163,7 @@ def roofline(
             ctx,
             tp,
             eff,
-            memory_utilization,
+            gpu_memory_utilization,
             prompt_tokens,
             profile,
             workload,

@@ -39,8 +39,14 @@ class Physics:
     tp: int = 1
     engine: str | None = None
     eager: bool = False  # --enforce-eager: the engine without CUDA graphs (EngineProfile.enforce_eager)
+    # --gpu-memory-utilization: the share of memory the server fills, read as the engine reads its own setting (of
+    # the whole memory, or of what the weights leave); None: the engine's default (EngineProfile.memory_fraction)
+    memory_fraction_given: float | None = None
 
     def __post_init__(self) -> None:
+        given = self.memory_fraction_given
+        if given is not None and not 0 < given <= 1:
+            raise ParameterError(f"{{}} must be in (0, 1], got {given:g}", "gpu_memory_utilization")
         if (self.model is None) != (self.hardware is None):
             raise ParameterError("give both {} and {} (or neither, for the data alone)", "model", "hardware")
         if self.engine is not None or self.eager:
@@ -151,10 +157,13 @@ class Physics:
             "modelled)"
         ]
 
-    def unservable(self, memory_utilization: float = 0.9) -> str | None:
-        """Why the weights alone do not fit in the memory the server may use (None: they fit)."""
+    def unservable(self) -> str | None:
+        """Why the weights alone do not fit in the memory the server may use (None: they fit): its share of the whole
+        memory, or 90% of it where the engine's fraction is of what the weights leave."""
         from tokenroof.model.roofline import resident_weight_bytes
 
+        fraction, of_free = self.memory_fraction()
+        memory_utilization = DEFAULT_MEMORY_FRACTION if of_free else fraction
         model, hardware = self._specs()
         precision = self.precision
         weights = resident_weight_bytes(model, precision, self.tp)
@@ -348,11 +357,12 @@ class Physics:
         return shapes
 
     def memory_fraction(self) -> tuple[float, bool]:
-        """(fraction, whether of the memory left after the weights) of the named engine's server, by its default
-        (`[server.defaults] memory_fraction`); 0.9 of the whole memory (vLLM's default) when it has none."""
+        """(fraction, whether of the memory left after the weights) of the named engine's server: the one given
+        (--gpu-memory-utilization), else its default (`[server.defaults] memory_fraction`), read as the engine reads
+        its own setting; 0.9 of the whole memory (vLLM's default) when it has none."""
         if self.engine is None:
-            return DEFAULT_MEMORY_FRACTION, False
-        return self.engine_profile().memory_fraction()
+            return self.memory_fraction_given or DEFAULT_MEMORY_FRACTION, False
+        return self.engine_profile().memory_fraction(self.memory_fraction_given)
 
     def reserved_bytes(self) -> float:
         """What the named engine's server holds per GPU beside weights and KV cache (its `[server.reserve]`: the

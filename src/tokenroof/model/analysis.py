@@ -402,12 +402,10 @@ def analyze_roofline(
     `engine` (None: the default profile) gives the efficiencies unless `eff` does, and always the intervals: its
     spread of first-principles TPOT against published curves (EngineProfile.accuracy). The profile's HTTP-serving
     cost per sequence counts unless the workload is a static batch. `memory_utilization` (None: the engine's
-    default, as it reads it: of the whole memory, or of what the weights leave) is a fraction of the whole memory,
-    vLLM's --gpu-memory-utilization."""
+    default) is the engine's own setting, read as it reads it: of the whole memory (vLLM's --gpu-memory-utilization),
+    or of what the weights leave (TensorRT-LLM's --kv_cache_free_gpu_memory_fraction)."""
     engine = engine or load_engine()
-    of_free = False
-    if memory_utilization is None:
-        memory_utilization, of_free = engine.memory_fraction()
+    memory_utilization, of_free = engine.memory_fraction(memory_utilization)
     eff = eff or rl.default_efficiencies(hardware, precision, engine, serving=workload is None or not workload.static)
     if workload is not None:
         context_tokens = workload.mean_context

@@ -338,6 +338,11 @@ class Search:
     workers: int | None = None
     ray_address: str | None = None
     router: str = "least-outstanding"  # the fleet's router: plan judges whole fleets behind it
+    seed: int = 0  # the first of `seeds` consecutive simulation seeds
+
+    @property
+    def seed_list(self) -> tuple[int, ...]:
+        return tuple(range(self.seed, self.seed + self.seeds))
 
 
 @dataclass(frozen=True)
@@ -422,7 +427,7 @@ def plan_choices(
             [travelling.step_model, *samples],
             offered,
             slo,
-            tuple(range(search.seeds)),
+            search.seed_list,
             server,
             search.max_replicas,
             search.workers,
@@ -578,7 +583,7 @@ def disaggregated_entry(
         }
     assert layout is not None
     answer = plan_disaggregated(
-        models, offered, slo, tuple(range(search.seeds)), server, layout, search.max_replicas, option.max_num_seqs
+        models, offered, slo, search.seed_list, server, layout, search.max_replicas, option.max_num_seqs
     )
     replicas = answer.pop("gpus_replicas")
     prefill_tp = layout.prefill_tp or option.physics.tp

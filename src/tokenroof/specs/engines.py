@@ -323,12 +323,16 @@ class EngineProfile:
         """What its server holds beside weights and KV cache (`[server.reserve]`; None: not modelled, or no server)."""
         return self.server.reserve if self.server is not None else None
 
-    def memory_fraction(self) -> tuple[float, bool]:
-        """(fraction, whether of the memory left after the weights) this engine's server fills by default
-        (`[server.defaults] memory_fraction`, `memory_fraction_of`); vLLM's 0.9 of the whole memory when it has none."""
+    def memory_fraction(self, given: float | None = None) -> tuple[float, bool]:
+        """(fraction, whether of the memory left after the weights) this engine's server fills: `given` (its own
+        setting, --gpu-memory-utilization), else its default (`[server.defaults] memory_fraction`), read as the server
+        reads it (`memory_fraction_of`); vLLM's 0.9 of the whole memory when it has none."""
+        of_free = self.server is not None and self.server.memory_fraction_of == "free"
+        if given is not None:
+            return given, of_free
         if self.server is None or "memory_fraction" not in self.server.defaults:
             return DEFAULT_MEMORY_FRACTION, False
-        return float(self.server.defaults["memory_fraction"]), self.server.memory_fraction_of == "free"
+        return float(self.server.defaults["memory_fraction"]), of_free
 
     def efficiency_values(self, serving: bool = True) -> dict[str, float]:
         """The `Efficiencies` fields this profile sets; `serving` adds the HTTP server's cost per sequence."""
