@@ -111,6 +111,14 @@ def test_one_concept_one_spelling_and_one_default_across_commands() -> None:
     for command in ("simulate", "plan", "bench"):
         assert option(command, "burstiness").default == 1.0
     assert option("simulate", "seed").default == option("plan", "seed").default == 0
+    # vLLM's spellings read beside tokenroof's, where a user types them from a vllm serve or vllm bench line
+    for command in ("roofline", "predict", "advise", "simulate", "plan", "emulate"):
+        assert {"--tp", "--tensor-parallel-size"} <= set(option(command, "tp").opts)
+        assert {"--kv-dtype", "--kv-cache-dtype"} <= set(option(command, "kv_dtype").opts)
+    for command in ("bench", "simulate"):
+        assert {"--concurrency", "--max-concurrency"} <= set(option(command, "concurrency").opts)
+    for command in ("advise", "simulate", "plan", "emulate"):
+        assert option(command, "max_num_batched_tokens").help == option("simulate", "max_num_batched_tokens").help
     # the memory the server fills: vLLM's spelling on every command that sizes a KV cache, the engine's default
     for command in ("roofline", "predict", "advise", "simulate", "plan", "emulate"):
         assert option(command, "gpu_memory_utilization").opts[0] == "--gpu-memory-utilization"

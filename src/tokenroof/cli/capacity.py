@@ -12,6 +12,7 @@ import typer
 from tokenroof.cli import render
 from tokenroof.cli.common import (
     AcceptanceOpt,
+    BudgetOpt,
     ComputeOpt,
     DecodeReplicasOpt,
     DtypeOpt,
@@ -81,8 +82,10 @@ def simulate(
     concurrency: Annotated[
         str | None,
         typer.Option(
+            "--concurrency",
+            "--max-concurrency",
             help="Closed-loop concurrencies instead of a rate: '1,8,32' (each request that ends is replaced at once, "
-            "as bench --concurrency and vllm bench serve --max-concurrency drive a server)."
+            "as bench --concurrency and vllm bench serve --max-concurrency drive a server).",
         ),
     ] = None,
     client: Annotated[
@@ -125,7 +128,7 @@ def simulate(
         ),
     ] = None,
     replicas: ReplicasOpt = 1,
-    max_num_batched_tokens: Annotated[int | None, typer.Option(help="Token budget per step (chunked prefill).")] = None,
+    max_num_batched_tokens: BudgetOpt = None,
     router: RouterOpt = "least-outstanding",
     ttft_slo_ms: Annotated[float | None, typer.Option(help="TTFT target for goodput.")] = None,
     tpot_slo_ms: Annotated[float | None, typer.Option(help="TPOT target for goodput.")] = None,
@@ -230,7 +233,15 @@ def figure_of(answer: Any) -> Callable[[Path], None]:
 @handle_errors
 def plan(
     model: OptModel = None,
-    hardware: OptHardware = None,
+    hardware: Annotated[
+        str | None,
+        typer.Option(
+            "--hardware",
+            "-H",
+            help="Preset names or hardware TOML paths, one or several to compare: 'h100-sxm,a100-sxm-80gb' (with "
+            "--tp-choices for the tensor-parallel degrees).",
+        ),
+    ] = None,
     fit: Annotated[
         list[Path] | None,
         typer.Option(help="Step model fitted to these measurements (repeat --fit; its uncertainty is sampled)."),
@@ -276,10 +287,7 @@ def plan(
         ),
     ] = 4000,
     max_replicas: Annotated[int, typer.Option(help="Give up beyond this many replicas.")] = 64,
-    max_num_batched_tokens: Annotated[
-        int | None,
-        typer.Option(help="Prompt tokens per step (chunked prefill's budget; TGI: --max-batch-prefill-tokens)."),
-    ] = None,
+    max_num_batched_tokens: BudgetOpt = None,
     gpu_cost_per_hour: Annotated[
         str | None, typer.Option(help="Price of one GPU-hour: one for every --hardware choice, or one each: '2.5,1.2'.")
     ] = None,

@@ -186,13 +186,20 @@ DtypeOpt = Annotated[
 ]
 KvDtypeOpt = Annotated[
     str | None,
-    typer.Option("--kv-dtype", help="KV-cache dtype (default: weight dtype, or bf16 for quantised weights)."),
+    typer.Option(
+        "--kv-dtype",
+        "--kv-cache-dtype",
+        help="KV-cache dtype (vLLM's --kv-cache-dtype; default: weight dtype, or bf16 for quantised weights, or the "
+        "--engine's own: TensorRT-LLM's fp8 under fp8 weights).",
+    ),
 ]
 ComputeOpt = Annotated[
     str | None,
     typer.Option("--compute-dtype", help="Which tensor peak applies (default: weight dtype; bf16 for int4/int8)."),
 ]
-TpOpt = Annotated[int, typer.Option("--tp", help="Tensor-parallel degree.")]
+TpOpt = Annotated[
+    int, typer.Option("--tp", "--tensor-parallel-size", help="Tensor-parallel degree (vLLM's --tensor-parallel-size).")
+]
 EngineOpt = Annotated[
     str | None,
     typer.Option(
@@ -221,6 +228,14 @@ MemoryFractionOpt = Annotated[
         "--gpu-memory-utilization (of the whole memory: weights, activations, KV cache), read as the --engine reads "
         "its own setting (TensorRT-LLM's --kv_cache_free_gpu_memory_fraction, LMDeploy's --cache-max-entry-count: of "
         "what the weights leave; SGLang's --mem-fraction-static).",
+    ),
+]
+BudgetOpt = Annotated[
+    int | None,
+    typer.Option(
+        "--max-num-batched-tokens",
+        help="Token budget per step, decodes and prompt chunks (vLLM's --max-num-batched-tokens; TGI's "
+        "--max-batch-prefill-tokens, its prefill steps'; default: the --engine's own, else whole prompts).",
     ),
 ]
 FitOpt = Annotated[

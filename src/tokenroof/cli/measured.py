@@ -11,6 +11,7 @@ import typer
 from tokenroof.cli import render
 from tokenroof.cli.common import (
     AcceptanceOpt,
+    BudgetOpt,
     ComputeOpt,
     DecodeOnlyOpt,
     DtypeOpt,
@@ -247,7 +248,7 @@ def advise(
     input_len: Annotated[float | None, typer.Option(help=ADVISE_LENGTHS.format("Prompt"))] = None,
     output_len: Annotated[float | None, typer.Option(help=ADVISE_LENGTHS.format("Output"))] = None,
     decode_only: DecodeOnlyOpt = False,
-    max_num_batched_tokens: Annotated[int | None, typer.Option(help="Token budget per step (chunked prefill).")] = None,
+    max_num_batched_tokens: BudgetOpt = None,
     samples: Annotated[
         int | None,
         typer.Option(help="Samples for the cap's interval (the decode-only answer's; default 200)."),

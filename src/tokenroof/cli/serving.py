@@ -10,6 +10,7 @@ import typer
 from tokenroof.cli import render
 from tokenroof.cli.common import (
     AcceptanceOpt,
+    BudgetOpt,
     ComputeOpt,
     DecodeReplicasOpt,
     DtypeOpt,
@@ -81,7 +82,7 @@ def emulate(
             "memory, as simulate; else unlimited)."
         ),
     ] = None,
-    max_num_batched_tokens: Annotated[int | None, typer.Option(help="Token budget per step (chunked prefill).")] = None,
+    max_num_batched_tokens: BudgetOpt = None,
     host: Annotated[str, typer.Option(help="Address to listen on.")] = "127.0.0.1",
     port: Annotated[int, typer.Option(help="Port to listen on.")] = 8000,
     read_timeout: Annotated[
@@ -217,7 +218,14 @@ def require_http() -> None:
 @handle_errors
 def bench(
     url: Annotated[str, typer.Argument(help="Server base URL, e.g. http://127.0.0.1:8000 (with or without /v1).")],
-    concurrency: Annotated[str, typer.Option(help="Closed-loop concurrencies: '1,8,32,128'.")] = "",
+    concurrency: Annotated[
+        str,
+        typer.Option(
+            "--concurrency",
+            "--max-concurrency",
+            help="Closed-loop concurrencies: '1,8,32,128' (vllm bench serve's --max-concurrency).",
+        ),
+    ] = "",
     request_rate: Annotated[
         str, typer.Option("--request-rate", "--rate", help="Open-loop request rates (req/s): '2,4,8'.")
     ] = "",
