@@ -115,6 +115,31 @@ def test_tensor_parallel_splits_and_adds_allreduce(llama7b, h100) -> None:
         rl.step_model_from_specs(llama7b, h100, BF16, tp=3)
 
 
+def test_a_mesh_gives_a_small_ring_its_own_links_only(llama7b) -> None:
+    """An MI300X pair shares one of its seven 64 GB/s links, four GPUs three each, eight all seven (448 GB/s); H100
+    PCIe boards are bridged in pairs, so four reduce over PCIe Gen5 (64 GB/s). Per sequence: 2 all-reduces per layer
+    · 2·(tp−1)/tp · 4096 · 2 bytes over the link at the profile-free 0.7 of it."""
+    mi300x, pcie = load_hardware("mi300x"), load_hardware("h100-pcie")
+    assert [mi300x.interconnect_bandwidth(t) for t in (2, 4, 8)] == [64e9, 192e9, 448e9]
+    assert [pcie.interconnect_bandwidth(t) for t in (2, 4, 8)] == [300e9, 64e9, 64e9]
+    for hw, tp, link in ((mi300x, 2, 64e9), (mi300x, 4, 192e9), (mi300x, 8, 448e9), (pcie, 4, 64e9)):
+        sm = rl.step_model_from_specs(llama7b, hw, BF16, tp=tp)
+        assert sm.t_comm_seq_s == pytest.approx(2 * 32 * 2 * (tp - 1) / tp * 4096 * 2 / (link * 0.7))
+    assert load_hardware("h100-sxm").interconnect_bandwidth(8) == 450e9  # NVSwitch: the whole link at any degree
+
+
+@pytest.mark.parametrize(
+    ("table", "says"), [("1 = 64e9", "at least 2, got 1"), ("two = 64e9", "a whole number, got 'two'")]
+)
+def test_a_bandwidth_by_degree_names_a_bad_degree(tmp_path: Path, table: str, says: str) -> None:
+    base = (Path(rl.__file__).parents[1] / "specs" / "data" / "hardware" / "mi300x.toml").read_text()
+    bad = base.replace("2 = 64e9", table, 1)
+    path = tmp_path / "mesh.toml"
+    path.write_text(bad)
+    with pytest.raises(TokenroofError, match=says):
+        load_hardware(str(path))
+
+
 def test_max_batch_by_memory_by_hand(llama7b, h100) -> None:
     # (81,559 MiB · 0.9 − 6,738,415,616 · 2) / (524,288 · 2048) = (76,968,728,985.6 − 13,476,831,232) / 1,073,741,824
     # = 59.1 → 59

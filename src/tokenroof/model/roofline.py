@@ -322,7 +322,7 @@ def step_model_from_specs(
     t_allreduce_seq = 0.0
     t_allreduce_fixed = 0.0
     if tp > 1:
-        link = (hardware.interconnect_bandwidth_bytes_per_s or 0.0) * eff.interconnect
+        link = (hardware.interconnect_bandwidth(tp) or 0.0) * eff.interconnect  # what the topology gives `tp` GPUs
         t_allreduce_seq = float(allreduce_bytes(model, precision, 1.0, tp)) / link
         t_allreduce_fixed = 2 * model.num_layers * allreduce_call_s(eff, tp)
     return StepModel(

@@ -42,6 +42,14 @@ class HardwareSpec:
     tdp_watts: float | None = None  # the board's maximum power (thermal design power), from its datasheet
     idle_watts: float | None = None  # the board's power with nothing running (None: a share of the TDP, cost.py)
     usd_per_hour: float | None = None  # what one of it costs an hour (the user's price; presets carry none)
+    # where the topology gives a tp-way all-reduce less than the whole (an MI300X pair shares one of its seven
+    # links; H100 PCIe boards bridged in pairs cross PCIe past two): each GPU's bandwidth, by tensor-parallel degree
+    interconnect_bandwidth_at_tp: Mapping[int, float] = field(default_factory=dict)
+
+    def interconnect_bandwidth(self, tp: int) -> float | None:
+        """The bandwidth each GPU's all-reduce sees across `tp` GPUs (bytes/s each way): the file's figure for that
+        degree where it gives one, else the whole link's (None: the file gives none)."""
+        return self.interconnect_bandwidth_at_tp.get(tp, self.interconnect_bandwidth_bytes_per_s)
 
     def peak_for(self, dtype: str) -> float:
         """Dense peak FLOP/s for a compute dtype; an error lists the dtypes this chip has."""
@@ -64,6 +72,7 @@ class HardwareSpec:
             "memory_bytes": self.memory_bytes,
             "memory_bandwidth_bytes_per_s": self.memory_bandwidth_bytes_per_s,
             "interconnect_bandwidth_bytes_per_s": self.interconnect_bandwidth_bytes_per_s,
+            "interconnect_bandwidth_at_tp": {str(k): v for k, v in self.interconnect_bandwidth_at_tp.items()},
             "peak_flops_per_s": dict(self.peak_flops_per_s),
             "source": dict(self.source),
             "efficiencies": {k: dict(v) if isinstance(v, Mapping) else v for k, v in self.efficiencies.items()},
@@ -133,6 +142,16 @@ def _some_peak(peaks: dict[str, float]) -> dict[str, float]:
     return peaks
 
 
+def _degree(value: Any) -> int:
+    try:
+        degree = int(str(value))
+    except ValueError:
+        raise ValueError(f"a tensor-parallel degree is a whole number, got {value!r}") from None
+    if degree < 2:
+        raise ValueError(f"a tensor-parallel degree past one GPU is at least 2, got {degree}")
+    return degree
+
+
 Fraction = Annotated[float, PlainValidator(fraction)]
 Overhead = Annotated[float, PlainValidator(OVERHEAD_SECONDS)]
 Dtype = Annotated[str, PlainValidator(_dtype)]
@@ -194,6 +213,9 @@ class HardwareFile(Section):
     memory_bytes: Annotated[float, PlainValidator(MEMORY_BYTES)]
     memory_bandwidth_bytes_per_s: Annotated[float, PlainValidator(MEMORY_BANDWIDTH)]
     interconnect_bandwidth_bytes_per_s: Annotated[float, PlainValidator(INTERCONNECT_BANDWIDTH)] | None = None
+    interconnect_bandwidth_at_tp: dict[
+        Annotated[int, PlainValidator(_degree)], Annotated[float, PlainValidator(INTERCONNECT_BANDWIDTH)]
+    ] = Field(default_factory=dict)
     peak_flops_per_s: Annotated[
         dict[Dtype, Annotated[float, PlainValidator(FLOPS)]],
         BeforeValidator(_one_peak_per_dtype),
@@ -222,6 +244,7 @@ def hardware_from_dict(data: Mapping[str, Any], origin: str, key: str = "") -> H
         memory_bandwidth_bytes_per_s=hw.memory_bandwidth_bytes_per_s,
         peak_flops_per_s=MappingProxyType(dict(hw.peak_flops_per_s)),
         interconnect_bandwidth_bytes_per_s=hw.interconnect_bandwidth_bytes_per_s,
+        interconnect_bandwidth_at_tp=MappingProxyType(dict(hw.interconnect_bandwidth_at_tp)),
         peaks=hw.peaks,
         source=MappingProxyType({str(k): str(v) for k, v in hw.source.items()}),
         key=key,
