@@ -115,6 +115,20 @@ def test_tensor_parallel_splits_and_adds_allreduce(llama7b, h100) -> None:
         rl.step_model_from_specs(llama7b, h100, BF16, tp=3)
 
 
+def test_attention_runs_at_its_own_dtypes_peak() -> None:
+    """fp8 GEMMs beside a bf16 KV cache attend in bf16 (Q·Kᵀ and P·V at the bf16 peak, half fp8's); with an fp8 cache
+    too, at fp8's (TensorRT-LLM's FP8 FMHA). Llama-3.1-70B at TP4 on H100: 4·80·8192 / 4 = 655,360 attention FLOPs a
+    context token per GPU, over the dense peak × the profile-free 0.75."""
+    model, h100 = load_model("llama-3.1-70b"), load_hardware("h100-sxm")
+    cases = {("fp8", "bf16"): "bf16", ("fp8", "fp8"): "fp8", ("bf16", "bf16"): "bf16", ("int4", "bf16"): "bf16"}
+    for (weights, kv), attention in cases.items():
+        precision = Precision.create(weights, kv)
+        assert precision.attention_dtype == attention
+        sm = rl.step_model_from_specs(model, h100, precision, tp=4)
+        assert sm.t_attn_token_s == pytest.approx(655_360 / (h100.peak_for(attention) * 0.75))
+    assert Precision.create("fp32").attention_dtype == "fp32"
+
+
 def test_a_mesh_gives_a_small_ring_its_own_links_only(llama7b) -> None:
     """An MI300X pair shares one of its seven 64 GB/s links, four GPUs three each, eight all seven (448 GB/s); H100
     PCIe boards are bridged in pairs, so four reduce over PCIe Gen5 (64 GB/s). Per sequence: 2 all-reduces per layer

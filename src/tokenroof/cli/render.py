@@ -60,7 +60,13 @@ def roofline(console: Console, data: dict[str, Any]) -> None:
     console.print(
         f"[bold]{m['name']}[/] ({m['total_params'] / 1e9:.2f}B params, {m['attention']}) on "
         f"[bold]{hw['name']}[/] ×{data['tp']}  weights {p['weight_dtype']}, KV {kv_text(p, data['engine'])}, "
-        f"compute {p['compute_dtype']}  context {fmt(data['context_tokens'])} tokens",
+        f"compute {p['compute_dtype']}"
+        + (
+            f" (attention {p['attention_dtype']})"
+            if p.get("attention_dtype", p["compute_dtype"]) != p["compute_dtype"]
+            else ""
+        )
+        + f"  context {fmt(data['context_tokens'])} tokens",
         highlight=False,
     )
     console.print(

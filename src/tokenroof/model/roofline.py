@@ -318,6 +318,9 @@ def step_model_from_specs(
     bandwidth = hardware.memory_bandwidth_bytes_per_s * eff.bandwidth
     kv_bandwidth = hardware.memory_bandwidth_bytes_per_s * (eff.kv_bandwidth or eff.bandwidth)
     flops = hardware.peak_for(precision.compute_dtype) * eff.compute
+    # attention at its own dtype's peak (fp8 GEMMs beside a bf16 cache attend in bf16), where the chip has one
+    attention = precision.attention_dtype
+    attn_flops = hardware.peak_for(attention) * eff.compute if attention in hardware.peak_flops_per_s else flops
     kv_token = kv_bytes_per_token(model, precision, tp)
     t_allreduce_seq = 0.0
     t_allreduce_fixed = 0.0
@@ -331,7 +334,7 @@ def step_model_from_specs(
         t_compute_s=float(matmul_flops(model, 1.0, tp)) / flops,
         t_kv_token_s=kv_token / kv_bandwidth,
         t_seq_s=kv_token / kv_bandwidth + t_allreduce_seq + eff.overhead_s_per_seq,
-        t_attn_token_s=float(attention_flops(model, 1.0, 1.0, tp)) / flops,
+        t_attn_token_s=float(attention_flops(model, 1.0, 1.0, tp)) / attn_flops,
         t_expert_s=expert_weight_bytes(model, precision, tp) / bandwidth,
         num_experts=model.num_experts,
         experts_per_token=model.experts_per_token,

@@ -151,6 +151,15 @@ class Precision:
         return DTYPE_BYTES[self.kv_dtype]
 
     @property
+    def attention_dtype(self) -> str:
+        """The dtype attention's matmuls (Q·Kᵀ and P·V) run in: fp8 where the GEMMs and the KV cache both are (FP8
+        attention kernels: TensorRT-LLM's FMHA, FlashAttention-3); otherwise the 16-bit activations' (a narrower
+        cache is dequantised as it is read), fp32 when computing in it."""
+        if self.compute_dtype in ("fp32", "bf16", "fp16"):
+            return self.compute_dtype
+        return "fp8" if self.compute_dtype == "fp8" and self.kv_dtype == "fp8" else "bf16"
+
+    @property
     def activation_bytes_per_element(self) -> float:
         """Bytes per activation element between kernels (16-bit unless computing in fp32)."""
         return 4.0 if self.compute_dtype == "fp32" else 2.0
@@ -163,6 +172,7 @@ class Precision:
             "kv_dtype": self.kv_dtype,
             "kv_dtype_source": self.kv_source,
             "compute_dtype": self.compute_dtype,
+            "attention_dtype": self.attention_dtype,
             "weight_bytes_per_param": self.weight_bytes_per_param,
             "lm_head_bytes_per_param": self.lm_head_bytes_per_param,
         }
