@@ -958,3 +958,28 @@ def test_the_knee_and_the_reference_are_the_servers_not_the_targets() -> None:
     assert [any(w.startswith(past) for w in a["warnings"]) for a in answers] == [False, True]
     references = [a["reference"]["throughput_tok_s"] for a in answers]
     assert min(references) > 5300 and max(references) / min(references) < 1.02
+
+
+def test_advise_draws_the_lengths_as_simulate_and_plan_do() -> None:
+    """--input-dist/--output-dist/--spread: advise's caps are kept full with lengths drawn as simulate draws them,
+    so its cap is simulate's and plan's workload; the decode-only answer has none to draw, and says so."""
+    from tests.conftest import run_json
+    from tokenroof.serving.simulate import Lengths, LengthShape
+
+    base = ["advise", "-m", "llama-3.1-8b", "-H", "h100-sxm", "--input-len", "1000", "--output-len", "300"]
+    base += ["--tpot-slo-ms", "30", "--ttft-slo-ms", "1000"]
+    fixed = run_json(base)
+    drawn = run_json([*base, "--input-dist", "lognormal", "--output-dist", "uniform", "--spread", "0.4"])
+    assert drawn["max_num_seqs"] != fixed["max_num_seqs"]
+    assert "lengths drawn about their means: prompts lognormal (sigma 0.4), outputs uniform (± 40%), as simulate" in (
+        " ".join(drawn["warnings"])
+    )
+    shape = LengthShape("lognormal", "uniform", 0.4)
+    assert shape.lengths(1000, 300) == (Lengths(1000, "lognormal", 0.4), Lengths(300, "uniform", 0.4))
+    decode = run_json(
+        ["advise", "-m", "llama-3.1-8b", "-H", "h100-sxm", "--tpot-slo-ms", "30", "--output-dist", "lognormal"]
+    )
+    assert any(
+        "the length distributions (prompts fixed, outputs lognormal (sigma 0.5)) change nothing here" in w
+        for w in decode["warnings"]
+    )

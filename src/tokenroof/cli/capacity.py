@@ -20,6 +20,7 @@ from tokenroof.cli.common import (
     EngineOpt,
     FitOpt,
     GpuCostOpt,
+    InputDistOpt,
     JsonOpt,
     KvDtypeOpt,
     KvTransferOpt,
@@ -27,6 +28,7 @@ from tokenroof.cli.common import (
     NumPrefixesOpt,
     OptHardware,
     OptModel,
+    OutputDistOpt,
     PlotOpt,
     PrefillGpuCostOpt,
     PrefillHardwareOpt,
@@ -38,6 +40,7 @@ from tokenroof.cli.common import (
     RouterOpt,
     SloStatisticOpt,
     SpeculativeOpt,
+    SpreadOpt,
     StepModelFileOpt,
     TpOpt,
     app,
@@ -47,16 +50,12 @@ from tokenroof.cli.common import (
     parse_numbers,
     progress_bar,
     prompt_lengths,
+    spread_of,
 )
 from tokenroof.cli.common import speculative_config as speculative_config_of
 from tokenroof.errors import TokenroofError
 from tokenroof.params import parse_names, whole_numbers
 from tokenroof.serving.deployment import Deployment, Physics
-
-SpreadOpt = Annotated[
-    float | None,
-    typer.Option(show_default="0.5", help="Uniform ± fraction (at most 1), or lognormal sigma, of the drawn lengths."),
-]
 
 
 @app.command()
@@ -101,8 +100,8 @@ def simulate(
     burstiness: Annotated[float, typer.Option(help="Gamma shape of arrivals: 1 = Poisson; inf = constant.")] = 1.0,
     input_len: Annotated[int, typer.Option(help="Mean prompt tokens.")] = 1000,
     output_len: Annotated[int, typer.Option(help="Mean output tokens.")] = 300,
-    input_dist: Annotated[str, typer.Option(help="fixed, uniform or lognormal.")] = "fixed",
-    output_dist: Annotated[str, typer.Option(help="fixed, uniform or lognormal.")] = "fixed",
+    input_dist: InputDistOpt = "fixed",
+    output_dist: OutputDistOpt = "fixed",
     spread: SpreadOpt = None,
     prefix_len: PrefixLenOpt = 0,
     num_prefixes: NumPrefixesOpt = 1,
@@ -204,16 +203,6 @@ def simulate(
     finish(answer.data, render.rate_sweep if answer.sweep else render.simulation, json_output, plot, figure_of(answer))
 
 
-def spread_of(spread: float | None, input_dist: str, output_dist: str) -> float:
-    """--spread as the lengths take it: 0.5 unless given; given beside two fixed lengths it spreads nothing: said."""
-    if spread is not None and input_dist == "fixed" and output_dist == "fixed":
-        raise TokenroofError(
-            f"--spread {spread:g} spreads nothing: both lengths are fixed (give --input-dist or --output-dist uniform "
-            "or lognormal)"
-        )
-    return 0.5 if spread is None else spread
-
-
 def figure_of(answer: Any) -> Callable[[Path], None]:
     """How `--plot` draws a simulate answer: latency and goodput against load for a sweep, one run's time series."""
 
@@ -259,8 +248,8 @@ def plan(
     ] = 10.0,
     input_len: Annotated[int, typer.Option(help="Mean prompt tokens.")] = 1000,
     output_len: Annotated[int, typer.Option(help="Mean output tokens.")] = 300,
-    input_dist: Annotated[str, typer.Option(help="fixed, uniform or lognormal.")] = "fixed",
-    output_dist: Annotated[str, typer.Option(help="fixed, uniform or lognormal.")] = "fixed",
+    input_dist: InputDistOpt = "fixed",
+    output_dist: OutputDistOpt = "fixed",
     spread: SpreadOpt = None,
     length_dist: Annotated[
         str | None, typer.Option(hidden=True, help="Both --input-dist and --output-dist (the older spelling).")

@@ -307,6 +307,28 @@ def prompt_lengths(input_len: int, dist: str, spread: float, prefix_len: int, nu
     return PromptLengths(input_len, dist, spread, shared_prefix(prefix_len, num_prefixes, input_len))
 
 
+InputDistOpt = Annotated[
+    str, typer.Option(help="How prompt lengths spread about --input-len: fixed, uniform or lognormal.")
+]
+OutputDistOpt = Annotated[
+    str, typer.Option(help="How output lengths spread about --output-len: fixed, uniform or lognormal.")
+]
+SpreadOpt = Annotated[
+    float | None,
+    typer.Option(show_default="0.5", help="Uniform ± fraction (at most 1), or lognormal sigma, of the drawn lengths."),
+]
+
+
+def spread_of(spread: float | None, input_dist: str, output_dist: str) -> float:
+    """--spread as the lengths take it: 0.5 unless given; given beside two fixed lengths it spreads nothing: said."""
+    if spread is not None and input_dist == "fixed" and output_dist == "fixed":
+        raise TokenroofError(
+            f"--spread {spread:g} spreads nothing: both lengths are fixed (give --input-dist or --output-dist uniform "
+            "or lognormal)"
+        )
+    return 0.5 if spread is None else spread
+
+
 PrefillTpOpt = Annotated[
     int | None,
     typer.Option(

@@ -17,6 +17,7 @@ from tokenroof.cli.common import (
     DtypeOpt,
     EagerOpt,
     EngineOpt,
+    InputDistOpt,
     InputLenOpt,
     JsonOpt,
     KvDtypeOpt,
@@ -24,11 +25,13 @@ from tokenroof.cli.common import (
     NumPrefixesOpt,
     OptHardware,
     OptModel,
+    OutputDistOpt,
     OutputLenOpt,
     PlotOpt,
     PrefixCachingOpt,
     PrefixLenOpt,
     SpeculativeOpt,
+    SpreadOpt,
     TpOpt,
     app,
     err,
@@ -36,6 +39,7 @@ from tokenroof.cli.common import (
     handle_errors,
     parse_numbers,
     shared_prefix,
+    spread_of,
 )
 from tokenroof.cli.common import speculative_config as speculative_config_of
 from tokenroof.errors import TokenroofError
@@ -255,6 +259,9 @@ def advise(
     ] = None,
     speculative_config: SpeculativeOpt = None,
     acceptance_rate: AcceptanceOpt = None,
+    input_dist: InputDistOpt = "fixed",
+    output_dist: OutputDistOpt = "fixed",
+    spread: SpreadOpt = None,
     prefix_len: PrefixLenOpt = 0,
     num_prefixes: NumPrefixesOpt = 1,
     enable_prefix_caching: PrefixCachingOpt = None,
@@ -267,6 +274,7 @@ def advise(
     step time alone."""
     from tokenroof.fit.predict import MeasuredWorkload
     from tokenroof.serving.advise import Targets, advise_answer
+    from tokenroof.serving.simulate import LengthShape
 
     physics = Physics(
         model, hardware, dtype, kv_dtype, compute_dtype, tp, engine, enforce_eager, gpu_memory_utilization
@@ -289,6 +297,7 @@ def advise(
         speculative,
         prefix,
         enable_prefix_caching is not False,
+        LengthShape(input_dist, output_dist, spread_of(spread, input_dist, output_dist)),
     )
     if isinstance(data.get("warnings"), list):
         data["warnings"] += unread_physics_flags(model, hardware, dtype, kv_dtype, compute_dtype, tp)

@@ -356,6 +356,19 @@ class Physics:
         assert shapes is not None
         return shapes
 
+    def pool_notes(self, pool_tokens: int | None) -> list[str]:
+        """Where a KV pool sized from memory (`kv_pool_tokens`) rests on the named engine's default share of it, so
+        (none when the share was given, or no engine is named)."""
+        if pool_tokens is None or self.engine is None or self.memory_fraction_given is not None:
+            return []
+        fraction, of_free = self.memory_fraction()
+        reserve = " and the server's reserve" if self.reserved_bytes() else ""
+        share = "of what the weights leave" if of_free else f"of the whole memory, less the weights{reserve}"
+        return [
+            f"a KV cache of {pool_tokens:,} tokens: {fraction:g} {share}, {self.engine}'s default "
+            "(--gpu-memory-utilization or --kv-cache-tokens to change it)"
+        ]
+
     def memory_fraction(self) -> tuple[float, bool]:
         """(fraction, whether of the memory left after the weights) of the named engine's server: the one given
         (--gpu-memory-utilization), else its default (`[server.defaults] memory_fraction`), read as the engine reads

@@ -24,6 +24,7 @@ if TYPE_CHECKING:
     from tokenroof.model.prefix import SharedPrefix
     from tokenroof.model.speculative import SpeculativeConfig
     from tokenroof.serving.saturation import CapAdvice
+    from tokenroof.serving.simulate import LengthShape
 
 SEARCH_LIMIT = 1_000_000
 __all__ = ["advice_dict", "advise", "engine_flags", "largest_batch_within"]
@@ -188,13 +189,15 @@ def advise_answer(
     speculative: SpeculativeConfig | None = None,
     prefix: SharedPrefix | None = None,
     prefix_caching: bool = True,
+    shape: LengthShape | None = None,
 ) -> dict[str, Any]:
     """advise's JSON: from the scheduler simulate uses when the lengths are known (prefill included), else from
     the decode step time alone — fitted to `files`, or from first principles — at `contexts` (the decode-only
     answer: one answer each, `{"contexts": [...], "warnings": [...]}` for more than one; None: the workload's).
 
     `samples` (None: DECODE_SAMPLES) sizes the decode-only answer's cap interval; the scheduler's answer has none,
-    and a `samples` or a `max_num_batched_tokens` given to the answer that does not read it is said unread."""
+    and a `samples` or a `max_num_batched_tokens` given to the answer that does not read it is said unread. `shape`
+    (None: fixed lengths) is how the scheduler's lengths spread about their means, as simulate and plan draw them."""
     if files:
         physics.refuse_eager_for_measurements()
     if not files and not physics.known:
@@ -218,7 +221,7 @@ def advise_answer(
         given = flags.input_len is not None or flags.output_len is not None
         flags = replace(flags, input_len=stated[0], output_len=stated[1])
         answer = advise_with_prefill(
-            files, physics, flags, targets, max_num_batched_tokens, speculative, prefix, prefix_caching, table
+            files, physics, flags, targets, max_num_batched_tokens, speculative, prefix, prefix_caching, table, shape
         )
         whose = "the files' where not given" if given else "the lengths the files state"
         answer["warnings"].insert(
@@ -239,7 +242,7 @@ def advise_answer(
         )
     if lengths:
         answer = advise_with_prefill(
-            files, physics, flags, targets, max_num_batched_tokens, speculative, prefix, prefix_caching, table
+            files, physics, flags, targets, max_num_batched_tokens, speculative, prefix, prefix_caching, table, shape
         )
         answer["warnings"] += unread_on_scheduler(samples)
         return answer
@@ -273,6 +276,11 @@ def advise_answer(
     )
     for answer in each:  # the cap in the named engine's words alone
         answer["engine_flags"] = engine_flags(answer["max_num_seqs"], server=physics.server_name)
+    if shape is not None and not shape.fixed:
+        each[0]["warnings"].append(
+            f"the length distributions ({shape.text()}) change nothing here: the decode-only answer has no lengths "
+            "to draw (give --input-len and --output-len for the scheduler's answer, which draws them)"
+        )
     if max_num_batched_tokens is not None:
         each[0]["warnings"].append(
             f"--max-num-batched-tokens {max_num_batched_tokens} changes nothing here: the decode-only answer has no "
@@ -331,6 +339,7 @@ def advise_with_prefill(
     prefix: SharedPrefix | None = None,
     prefix_caching: bool = True,
     table: MeasurementTable | None = None,
+    shape: LengthShape | None = None,
 ) -> dict[str, Any]:
     """advise from the scheduler: the model fitted on it to the files (or first principles), a replica kept full.
 
@@ -338,7 +347,7 @@ def advise_with_prefill(
     once; tokenroof bench staggers them) and prefills as the measured server did (the fitted prompt budget), so the
     answer at the measured workload is what the files show."""
     from tokenroof.serving.saturation import PHASES, advise_cap
-    from tokenroof.serving.simulate import EVEN, WAVES, Lengths, PromptLengths
+    from tokenroof.serving.simulate import EVEN, WAVES, LengthShape
 
     assert flags.input_len is not None and flags.output_len is not None
     notes: list[str] = []
@@ -431,11 +440,14 @@ def advise_with_prefill(
         notes.append(speculation.assumption())
     kv = physics.kv_pool_tokens(speculative)
     notes += physics.admission_notes(kv)
+    notes += [note for note in physics.pool_notes(kv) if note not in notes]  # the pool's share, as simulate says
     caching = prefix_caching and not per_slot_kv
-    prompts: Lengths = Lengths(round(flags.input_len))
+    shape = shape or LengthShape()
+    prompts, outputs = shape.lengths(round(flags.input_len), round(flags.output_len), prefix)
     if prefix is not None and prefix.tokens:
         notes.append(prefix.assumption(prefix_caching, per_slot_kv, sm.prompts_folded))
-        prompts = PromptLengths(round(flags.input_len), prefix=prefix)
+    if not shape.fixed:
+        notes.append(f"lengths drawn about their means: {shape.text()}, as simulate and plan draw them")
     server = Server(
         kv,
         max_num_batched_tokens,
@@ -445,7 +457,6 @@ def advise_with_prefill(
         separate,
         physics.reserves_output,
     )
-    outputs = Lengths(round(flags.output_len))
     # bench's staggered streams on llama-server: the cap checked over their start phases (saturation's module doc)
     phases = PHASES if llama_server and client == "staggered" else 1
     result = advise_cap(

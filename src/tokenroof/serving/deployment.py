@@ -119,18 +119,8 @@ class Deployment:
     def kv_notes(self, travelling: Travelling) -> list[str]:
         """Where the KV cache comes from: the named engine's default share of memory (as max_num_seqs's default is
         said), or the saved model (nothing here sized it otherwise)."""
-        physics = self.physics
-        if self.kv_cache_tokens is None and physics.engine is not None and physics.memory_fraction_given is None:
-            pool = self.kv_budget_tokens()
-            if pool is None:
-                return []
-            fraction, of_free = physics.memory_fraction()
-            reserve = " and the server's reserve" if physics.reserved_bytes() else ""
-            share = "of what the weights leave" if of_free else f"of the whole memory, less the weights{reserve}"
-            return [
-                f"a KV cache of {pool:,} tokens: {fraction:g} {share}, {physics.engine}'s default "
-                "(--gpu-memory-utilization or --kv-cache-tokens to change it)"
-            ]
+        if self.kv_cache_tokens is None and self.physics.known:
+            return self.physics.pool_notes(self.kv_budget_tokens())
         if self.kv_budget_tokens() is not None or travelling.kv_cache_tokens is None:
             return []
         whose = f" for {travelling.prior}" if travelling.prior else ""

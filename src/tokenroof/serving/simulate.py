@@ -96,6 +96,36 @@ class PromptLengths(Lengths):
         return self.prefix if self.prefix.tokens else None
 
 
+@dataclass(frozen=True)
+class LengthShape:
+    """How lengths spread about their means (simulate's and plan's --input-dist, --output-dist, --spread): what
+    advise's scheduler draws too, so that its cap is simulate's and plan's workload."""
+
+    input_dist: str = "fixed"
+    output_dist: str = "fixed"
+    spread: float = 0.5
+
+    @property
+    def fixed(self) -> bool:
+        return self.input_dist == "fixed" and self.output_dist == "fixed"
+
+    def lengths(self, input_len: int, output_len: int, prefix: SharedPrefix | None = None) -> tuple[Lengths, Lengths]:
+        """The prompts' lengths (with their shared prefix) and the outputs' about these means."""
+        prompts: Lengths = Lengths(input_len, self.input_dist, self.spread)
+        if prefix is not None and prefix.tokens:
+            prompts = PromptLengths(input_len, self.input_dist, self.spread, prefix=prefix)
+        return prompts, Lengths(output_len, self.output_dist, self.spread)
+
+    def text(self) -> str:
+        """'prompts lognormal (sigma 0.5), outputs fixed': as drawn."""
+
+        def one(kind: str) -> str:
+            what = {"lognormal": f" (sigma {self.spread:g})", "uniform": f" (± {self.spread:.0%})"}
+            return kind + what.get(kind, "")
+
+        return f"prompts {one(self.input_dist)}, outputs {one(self.output_dist)}"
+
+
 def share_prefixes(seqs: list[Sequence], input_len: Lengths, rng: np.random.Generator) -> None:
     """Give each request its prompt's shared prefix (drawn after every other draw: a seed's arrivals and lengths
     stay what they are without prefixes)."""
