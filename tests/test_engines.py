@@ -492,18 +492,8 @@ def test_tensorrt_llm_reserves_each_requests_whole_output_and_says_so() -> None:
     advised = run_json(["advise", *base[1:], "--engine", "tensorrt-llm", "--tpot-slo-ms", "60"])
     assert any(w.startswith(said) for w in advised["warnings"])
     # plan too, and its default prompt budget (a cross-command check found plan silent on both)
-    rate = [
-        "--request-rate",
-        "10",
-        "--num-requests",
-        "300",
-        "--seeds",
-        "1",
-        "--ttft-slo-ms",
-        "2000",
-        "--tpot-slo-ms",
-        "60",
-    ]
+    rate = ["--request-rate", "2", "--num-requests", "100", "--seeds", "1", "--workers", "1"]
+    rate += ["--ttft-slo-ms", "2000", "--tpot-slo-ms", "60"]
     planned = run_json(["plan", *base[1:], *rate, "--engine", "tensorrt-llm"])["warnings"]
     assert any(w.startswith(said) for w in planned)
     assert "prompts chunked at 8,192 tokens a step: tensorrt-llm's default on this GPU" in " ".join(planned)
