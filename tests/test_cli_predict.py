@@ -158,12 +158,13 @@ def test_flags_the_answer_does_not_read_are_said_unread() -> None:
     prior reads), --max-num-batched-tokens on advise's decode-only answer and --samples on its scheduler answer had
     changed nothing and said nothing; where they are read, nothing is said."""
     unread = "--context 300 changes nothing here: the table states no context"
-    for command in (["predict", SEED, "--batch", "256"], ["advise", SEED, "--tpot-slo-ms", "30"]):
+    few = ["--samples", "20"]  # read by both, and by the decode-only answer: the intervals' draws, kept few here
+    for command in (["predict", SEED, "--batch", "256", *few], ["advise", SEED, "--tpot-slo-ms", "30", *few]):
         assert any(w.startswith(unread) for w in run_json([*command, "--context", "300"])["warnings"])
         priced = run_json([*command, "--context", "300", "-m", "llama-2-7b", "-H", "h100-sxm"])["warnings"]
         assert not any(w.startswith(unread) for w in priced)
     budget = "--max-num-batched-tokens 2048 changes nothing here: the decode-only answer"
-    decode = run_json(["advise", SEED, "--tpot-slo-ms", "30", "--max-num-batched-tokens", "2048"])["warnings"]
+    decode = run_json(["advise", SEED, "--tpot-slo-ms", "30", "--max-num-batched-tokens", "2048", *few])["warnings"]
     assert any(w.startswith(budget) for w in decode)
     lengths = ["--input-len", "300", "--output-len", "100", "--max-num-batched-tokens", "2048"]
     scheduler = run_json(["advise", SEED, "--tpot-slo-ms", "30", *lengths, "--samples", "20"])["warnings"]
