@@ -140,21 +140,36 @@ def test_the_memory_fraction_is_the_engines_own_setting_read_as_it_reads_it() ->
         assert run_json([*base, "--gpu-memory-utilization", "0.6"])["max_batch_by_memory"] < default
     assert Physics(*SPECS[1::2], engine="tensorrt-llm", memory_fraction_given=0.5).memory_fraction() == (0.5, True)
     assert Physics(*SPECS[1::2], engine="vllm-v1", memory_fraction_given=0.5).memory_fraction() == (0.5, False)
+    # by hand: vLLM V1's reserve 0.64e9 + 0.1e9 + 8,192·47,104·2 + 1,024·128,256·12 = 3,087,761,664 bytes, weights
+    # 16,060,522,496; (0.6 × 85,520,809,984 − both) / 131,072 bytes a token = 245,393 tokens
     sized = Physics(*SPECS[1::2], engine="vllm-v1", memory_fraction_given=0.6).kv_pool_tokens()
+    assert sized == (int(0.6 * 85_520_809_984) - 3_087_761_664 - 16_060_522_496) // 131_072 == 245_393
     sim = ["simulate", *SPECS, "--engine", "vllm-v1", "--concurrency", "8", "--num-requests", "40"]
-    assert run_json([*sim, "--gpu-memory-utilization", "0.6"])["points"][0]["kv_cache_tokens"] == sized
+    assert run_json([*sim, "--gpu-memory-utilization", "0.6"])["points"][0]["kv_cache_tokens"] == 245_393
+    assert run_json([*sim, "--memory-utilization", "0.6"])["points"][0]["kv_cache_tokens"] == 245_393  # as roofline
     said = run_json(sim)["warnings"]
     full = Physics(*SPECS[1::2], engine="vllm-v1").kv_pool_tokens()
     assert (
-        f"a KV cache of {full:,} tokens: 0.9 of the whole memory, less the weights and the server's reserve, "
-        "vllm-v1's default (--gpu-memory-utilization or --kv-cache-tokens to change it)"
+        f"a KV cache of {full:,} tokens on h100-sxm: 0.9 of the whole memory, less the weights and the server's "
+        "reserve, vllm-v1's default (--gpu-memory-utilization or --kv-cache-tokens to change it)"
     ) in said
     assert not [w for w in run_json([*sim, "--gpu-memory-utilization", "0.6"])["warnings"] if "KV cache of" in w]
+    both = run_json([*sim, "--gpu-memory-utilization", "0.6", "--kv-cache-tokens", "9000"])
+    assert both["points"][0]["kv_cache_tokens"] == 9000
+    assert (
+        "--gpu-memory-utilization 0.6 changes nothing here: --kv-cache-tokens 9,000 sizes the KV cache"
+        in (both["warnings"])
+    )
+    # without a model and hardware there is no memory to take a share of: refused, not ignored
+    alone = run_cli(["simulate", "--fit", SEED, "--rate", "1", "--gpu-memory-utilization", "0.5"])
+    assert alone.exit_code == 2 and "--gpu-memory-utilization sizes the KV cache from the model's weights" in (
+        alone.stderr
+    )
 
 
-def test_plan_runs_the_arrivals_and_seeds_simulate_does() -> None:
-    """plan's --burstiness and --seed are simulate's: its answer states the gamma arrivals, and the seeds it ran are
-    --seed onwards (a candidate's runs at seed 7 are simulate's at 7 and 8)."""
+def test_plan_takes_the_arrivals_and_seeds_simulate_takes() -> None:
+    """plan's --burstiness and --seed, spelt and defaulted as simulate's: its answer states the gamma arrivals, the
+    seeds it ran are --seed onwards (its JSON's search.seeds), and another first seed moves its tails."""
     from tests.conftest import run_json
     from tokenroof.serving.capacity import Search
 
@@ -164,6 +179,7 @@ def test_plan_runs_the_arrivals_and_seeds_simulate_does() -> None:
     other = run_json([*args, "--burstiness", "0.5", "--seed", "8"])  # seeds 8, 9: one run the same, one new
     assert other["chosen"]["ttft_ms"]["p99"] != data["chosen"]["ttft_ms"]["p99"]
     assert Search(seeds=2, seed=7).seed_list == (7, 8) and Search().seed_list == (0, 1, 2)
+    assert (data["search"]["seeds"], other["search"]["seeds"]) == ([7, 8], [8, 9])
     said = run_cli([*args, "--burstiness", "0.5"]).stdout
     assert "workload: 4 req/s (gamma arrivals, burstiness 0.5)" in said
 
@@ -256,6 +272,27 @@ def test_a_shared_key_one_command_cannot_take_leaves_that_one_alone(tmp_path, ca
         main(["--config", str(path), "bench-local", "--model", "llama-3.2-1b"])
     assert exit_info.value.code == 2
     assert "context (for bench-local): Input should be a valid integer" in capsys.readouterr().err
+
+
+def test_a_commands_own_table_wins_over_a_shared_key_it_could_not_take(tmp_path, capsys) -> None:
+    """A top-level `context` list is roofline's; bench-local's table gives its own one number, which wins there (the
+    shared value is not checked against it); tokenroof's own ranges name the file and key too."""
+    from tokenroof.cli.config import default_map
+
+    path = tmp_path / "own.toml"
+    path.write_text('context = "1024,2048"\n[bench-local]\ncontext = 512\n')
+    import typer.main
+
+    from tokenroof.cli import app, main
+
+    defaults = default_map(path, typer.main.get_command(app), "bench-local")
+    assert defaults["bench-local"]["context"] == 512 and defaults["roofline"]["context"] == "1024,2048"
+    ranged = tmp_path / "ranged.toml"
+    ranged.write_text("gpu-memory-utilization = 1.5\n")
+    with pytest.raises(SystemExit):
+        main(["--config", str(ranged), "roofline", *SPECS])
+    said = capsys.readouterr().err
+    assert "gpu-memory-utilization (for " in said and "must be above 0 and at most 1, got 1.5" in said
 
 
 def test_an_integer_too_large_for_a_float_is_refused_in_one_line() -> None:

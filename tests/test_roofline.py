@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
@@ -568,7 +569,10 @@ def test_parallelism_checks() -> None:
     rl.check_parallelism(M, CHIP, 4)
     lone = HardwareSpec("lone", 1e6, 1e6, {"bf16": 1e9})
     rl.check_parallelism(M, lone, 1)
-    with pytest.raises(TokenroofError, match=r"^lone has no interconnect_bandwidth_bytes_per_s; tp 2 needs one$"):
+    rl.check_parallelism(M, replace(lone, interconnect_bandwidth_at_tp={2: 64e9}), 2)  # a figure at 2 GPUs alone
+    with pytest.raises(
+        TokenroofError, match=r"^lone has no interconnect_bandwidth_bytes_per_s \(nor one at 2 GPUs\); tp 2 needs one$"
+    ):
         rl.check_parallelism(M, lone, 2)
 
 

@@ -55,6 +55,8 @@ def test_every_schema_is_a_valid_draft_2020_12_schema() -> None:
         ("simulate", ["simulate", *SPECS, *LENGTHS, "--rate", "10", *SMALL]),
         ("simulate", ["simulate", *SPECS, *LENGTHS, "--rate", "5,10", *SMALL, "--tpot-slo-ms", "20"]),
         ("simulate", ["simulate", "--fit", SEED, "--rate", "10", *SMALL, "--ttft-slo-ms", "500"]),
+        ("simulate", ["simulate", *SPECS, *LENGTHS, "--concurrency", "4,8", "--num-requests", "60"]),  # a closed loop
+        ("roofline", ["roofline", *SPECS, "--tp", "2", "--batch", "1,64", "--gpu-memory-utilization", "0.6"]),
         ("plan", ["plan", *SPECS, *LENGTHS, "--rate", "10", *SMALL, "--seeds", "1", "--slo-statistic", "p90"]),
     ],
 )

@@ -223,6 +223,7 @@ MemoryFractionOpt = Annotated[
     float | None,
     typer.Option(
         "--gpu-memory-utilization",
+        "--memory-utilization",
         show_default="the --engine's own: 0.9 of the whole memory (vLLM), 0.9 of what the weights leave (TensorRT-LLM)",
         help="The share of each GPU's memory the server fills, which sizes its KV cache: vLLM's "
         "--gpu-memory-utilization (of the whole memory: weights, activations, KV cache), read as the --engine reads "

@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from tokenroof.errors import TokenroofError
+from tokenroof.params import check_flags
 
 # flags that mean something else on one command, so a top-level key does not reach them (a [command] table does):
 # bench's --model is the id the server answers to (as vllm bench serve's), not a model preset
@@ -62,13 +63,17 @@ def value_for(param: Any, value: Any, where: str) -> Any:
         value = ",".join(str(v) for v in value)
     if param.multiple and not isinstance(value, list):
         value = [value]
-    if not switch:  # the flag's own type and range, checked here: its error names the file and the key
+    if not switch:  # the flag's own type and range, and tokenroof's (FLAG_RANGES), checked here: named so
         for item in value if param.multiple else [value]:
             try:
-                coerce(param, item)
+                converted = coerce(param, item)
             except Exception as exc:  # click's BadParameter (Typer's copy of click: duck-typed)
                 message = getattr(exc, "message", None) or str(exc)
                 raise TokenroofError(f"{where}: {message}, got {item!r}") from None
+            try:
+                check_flags({param.name: converted})
+            except TokenroofError as exc:
+                raise TokenroofError(f"{where}: {exc}") from None
     return value
 
 
@@ -98,6 +103,10 @@ def default_map(path: Path, group: Any, running: str | None = None) -> dict[str,
     shared = {k: v for k, v in data.items() if not (isinstance(v, dict) and k in commands)}
     tables = {k: v for k, v in data.items() if isinstance(v, dict) and k in commands}
     result: dict[str, dict[str, Any]] = {name: {} for name in commands}
+
+    def in_table(command: str, name: str) -> bool:  # the command's own table sets it: that value wins, not this
+        return any(k.replace("-", "_") in (name, commands[command][name].name) for k in tables.get(command, {}))
+
     for key, value in shared.items():
         name = key.replace("-", "_")
         takers = [c for c, opts in commands.items() if name in opts and name != "config" and (c, name) not in LOCAL]
@@ -106,6 +115,7 @@ def default_map(path: Path, group: Any, running: str | None = None) -> dict[str,
                 f"{path}: '{key}' is neither a command's table nor a flag of any command "
                 f"(commands: {', '.join(sorted(commands))})"
             )
+        takers = [c for c in takers if not in_table(c, name)]
         for command in takers:
             param = commands[command][name]
             where = f"{path}: {key}" + (f" (for {command})" if len(takers) > 1 else "")

@@ -60,13 +60,7 @@ def roofline(console: Console, data: dict[str, Any]) -> None:
     console.print(
         f"[bold]{m['name']}[/] ({m['total_params'] / 1e9:.2f}B params, {m['attention']}) on "
         f"[bold]{hw['name']}[/] ×{data['tp']}  weights {p['weight_dtype']}, KV {kv_text(p, data['engine'])}, "
-        f"compute {p['compute_dtype']}"
-        + (
-            f" (attention {p['attention_dtype']})"
-            if p.get("attention_dtype", p["compute_dtype"]) != p["compute_dtype"]
-            else ""
-        )
-        + f"  context {fmt(data['context_tokens'])} tokens",
+        f"compute {compute_text(p)}  context {fmt(data['context_tokens'])} tokens",
         highlight=False,
     )
     console.print(
@@ -115,13 +109,19 @@ def kv_text(precision: dict[str, Any], engine: dict[str, Any]) -> str:
     return f"{precision['kv_dtype']} ({engine['key']}'s cache under {weights} weights; --kv-dtype to change)"
 
 
+def compute_text(precision: dict[str, Any]) -> str:
+    """The GEMMs' dtype, and attention's where it differs (fp8 GEMMs beside a 16-bit cache attend in bf16)."""
+    compute, attention = precision["compute_dtype"], precision.get("attention_dtype", precision["compute_dtype"])
+    return compute if attention == compute else f"{compute} (attention {attention})"
+
+
 def roofline_contexts(console: Console, data: dict[str, Any]) -> None:
     """One deployment at several contexts: TPOT and throughput by batch × context, the memory cap and knee each."""
     first = data["contexts"][0]
     m, hw, p = data["model"], data["hardware"], data["precision"]
     console.print(
         f"[bold]{m['name']}[/] on [bold]{hw['name']}[/] ×{data['tp']}  weights {p['weight_dtype']}, "
-        f"KV {kv_text(p, data['engine'])}  at {len(data['contexts'])} contexts",
+        f"KV {kv_text(p, data['engine'])}, compute {compute_text(p)}  at {len(data['contexts'])} contexts",
         highlight=False,
     )
     console.print(engine_line(data["engine"], first["interval_level"]), style="dim", highlight=False)

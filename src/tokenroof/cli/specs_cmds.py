@@ -83,15 +83,7 @@ def roofline(
         float | None,
         typer.Option(help="Fixed per-step overhead in ms (default: the engine profile's, or the hardware file's)."),
     ] = None,
-    gpu_memory_utilization: Annotated[
-        float | None,
-        typer.Option(
-            "--gpu-memory-utilization",
-            "--memory-utilization",
-            show_default=MemoryFractionOpt.__metadata__[0].show_default,
-            help=MemoryFractionOpt.__metadata__[0].help,
-        ),
-    ] = None,
+    gpu_memory_utilization: MemoryFractionOpt = None,
     prompt_tokens: Annotated[float | None, typer.Option(help="Also estimate TTFT for a prompt this long.")] = None,
     speculative_config: SpeculativeOpt = None,
     acceptance_rate: AcceptanceOpt = None,

@@ -47,6 +47,15 @@ class Physics:
         given = self.memory_fraction_given
         if given is not None and not 0 < given <= 1:
             raise ParameterError(f"{{}} must be in (0, 1], got {given:g}", "gpu_memory_utilization")
+        if given is not None and self.model is None:
+            raise ParameterError(
+                "{} sizes the KV cache from the model's weights and the hardware's memory: give {} and {} with it "
+                "(or {}, the cache's size in tokens, where a command takes it)",
+                "gpu_memory_utilization",
+                "model",
+                "hardware",
+                "kv_cache_tokens",
+            )
         if (self.model is None) != (self.hardware is None):
             raise ParameterError("give both {} and {} (or neither, for the data alone)", "model", "hardware")
         if self.engine is not None or self.eager:
@@ -177,7 +186,8 @@ class Physics:
             f"{model.name} in {precision.weight_dtype} holds {weights / 1e9:,.0f} GB of weights per GPU at --tp "
             f"{self.tp}{beside}; {hardware.key or hardware.name} has {hardware.memory_bytes / 1e9:,.0f} GB, "
             f"{memory_utilization:.0%} of it "
-            f"usable: it cannot be served (give --tp {needed} or more, a smaller --dtype, or a larger --hardware)"
+            f"usable: it cannot be served (give --tp {needed} or more, a smaller --dtype, a larger --hardware, or a "
+            "larger --gpu-memory-utilization)"
         )
 
     def require_servable(self) -> None:
@@ -364,9 +374,10 @@ class Physics:
         fraction, of_free = self.memory_fraction()
         reserve = " and the server's reserve" if self.reserved_bytes() else ""
         share = "of what the weights leave" if of_free else f"of the whole memory, less the weights{reserve}"
+        _, hardware = self._specs()
         return [
-            f"a KV cache of {pool_tokens:,} tokens: {fraction:g} {share}, {self.engine}'s default "
-            "(--gpu-memory-utilization or --kv-cache-tokens to change it)"
+            f"a KV cache of {pool_tokens:,} tokens on {hardware.key or hardware.name}: {fraction:g} {share}, "
+            f"{self.engine}'s default (--gpu-memory-utilization or --kv-cache-tokens to change it)"
         ]
 
     def memory_fraction(self) -> tuple[float, bool]:

@@ -297,8 +297,11 @@ def check_parallelism(model: ModelSpec, hardware: HardwareSpec, tp: int) -> None
         raise ParameterError(
             f"{{}} {tp} does not divide {model.name}'s {model.num_attention_heads} attention heads", "tp"
         )
-    if tp > 1 and hardware.interconnect_bandwidth_bytes_per_s is None:
-        raise ParameterError(f"{hardware.name} has no interconnect_bandwidth_bytes_per_s; {{}} {tp} needs one", "tp")
+    if tp > 1 and hardware.interconnect_bandwidth(tp) is None:
+        raise ParameterError(
+            f"{hardware.name} has no interconnect_bandwidth_bytes_per_s (nor one at {tp} GPUs); {{}} {tp} needs one",
+            "tp",
+        )
 
 
 def step_model_from_specs(

@@ -492,6 +492,7 @@ def plan_choices(
         "wall_s": time.perf_counter() - started,
         "workers": search.workers,
         "ray": search.ray_address is not None,
+        "seeds": list(search.seed_list),  # each candidate's runs (--seed, --seeds)
     }
     return data
 

@@ -121,6 +121,11 @@ class Deployment:
         said), or the saved model (nothing here sized it otherwise)."""
         if self.kv_cache_tokens is None and self.physics.known:
             return self.physics.pool_notes(self.kv_budget_tokens())
+        if self.kv_cache_tokens is not None and self.physics.memory_fraction_given is not None:
+            return [
+                f"--gpu-memory-utilization {self.physics.memory_fraction_given:g} changes nothing here: "
+                f"--kv-cache-tokens {self.kv_cache_tokens:,} sizes the KV cache"
+            ]
         if self.kv_budget_tokens() is not None or travelling.kv_cache_tokens is None:
             return []
         whose = f" for {travelling.prior}" if travelling.prior else ""
