@@ -111,6 +111,8 @@ def test_one_concept_one_spelling_and_one_default_across_commands() -> None:
     for command in ("simulate", "plan", "bench"):
         assert option(command, "burstiness").default == 1.0
     assert option("simulate", "seed").default == option("plan", "seed").default == 0
+    for command in ("predict", "advise", "simulate", "plan", "emulate"):  # measurements to fit: --fit on every one
+        assert option(command, "fit").opts == ["--fit"]
     # vLLM's spellings read beside tokenroof's, where a user types them from a vllm serve or vllm bench line
     for command in ("roofline", "predict", "advise", "simulate", "plan", "emulate"):
         assert {"--tp", "--tensor-parallel-size"} <= set(option(command, "tp").opts)
@@ -301,3 +303,20 @@ def test_an_integer_too_large_for_a_float_is_refused_in_one_line() -> None:
 
     with pytest.raises(TokenroofError, match=r"--tp must be at least 1, got -3\.481e\+307"):
         check_flags({"tp": -(18**245)})
+
+
+def test_measurements_are_given_alike_to_every_command_that_fits_them() -> None:
+    """predict and advise read their files positionally, as before, or with --fit as simulate and plan spell it; the
+    answers are the same, and predict without any says what it needs."""
+    from tests.conftest import run_json
+
+    args = ["--batch", "256", "--samples", "20"]
+    assert (
+        run_json(["predict", "--fit", SEED, *args])["predictions"] == run_json(["predict", SEED, *args])["predictions"]
+    )
+    advised = run_json(["advise", "--fit", SEED, "--tpot-slo-ms", "30", "--samples", "20"])
+    assert (
+        advised["max_num_seqs"] == run_json(["advise", SEED, "--tpot-slo-ms", "30", "--samples", "20"])["max_num_seqs"]
+    )
+    none = run_cli(["predict", "--batch", "256"])
+    assert none.exit_code == 2 and "give the measurements to fit: files, or --fit FILE" in none.stderr

@@ -257,7 +257,13 @@ def plan(
     prefix_len: PrefixLenOpt = 0,
     num_prefixes: NumPrefixesOpt = 1,
     enable_prefix_caching: PrefixCachingOpt = None,
-    ttft_slo_ms: Annotated[float, typer.Option(help="TTFT target (ms), on --slo-statistic.")] = 1000.0,
+    ttft_slo_ms: Annotated[
+        float,
+        typer.Option(
+            help="TTFT target (ms), on --slo-statistic: a fleet is sized for both targets, so plan has one where "
+            "advise and simulate take none unless given."
+        ),
+    ] = 1000.0,
     tpot_slo_ms: Annotated[float, typer.Option(help="TPOT target (ms), on --slo-statistic.")] = 50.0,
     slo_statistic: SloStatisticOpt = "p99",
     seeds: Annotated[int, typer.Option(help="Simulation seeds per candidate: --seed, --seed + 1, ...")] = 3,

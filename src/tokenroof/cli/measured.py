@@ -17,6 +17,7 @@ from tokenroof.cli.common import (
     DtypeOpt,
     EagerOpt,
     EngineOpt,
+    FitOpt,
     InputDistOpt,
     InputLenOpt,
     JsonOpt,
@@ -53,13 +54,14 @@ if TYPE_CHECKING:
 @handle_errors
 def predict(
     files: Annotated[
-        list[Path],
+        list[Path] | None,
         typer.Argument(
             help="Measurement CSV; vllm bench serve, GuideLLM, AIPerf or GenAI-Perf JSON, SGLang bench_serving "
             "JSON Lines, LLMPerf results (a run's _summary.json or its folder); tokenroof bench --out folders; or "
-            "their folders."
+            "their folders (or --fit, as simulate and plan spell it)."
         ),
-    ],
+    ] = None,
+    fit: FitOpt = None,
     batch: Annotated[
         str | None,
         typer.Option(
@@ -105,6 +107,9 @@ def predict(
         model, hardware, dtype, kv_dtype, compute_dtype, tp, engine, memory_fraction_given=gpu_memory_utilization
     )
     physics.refuse_eager_for_measurements()
+    files = [*(files or []), *(fit or [])]
+    if not files:
+        raise TokenroofError("give the measurements to fit: files, or --fit FILE (repeat it for several)")
     table = read_table(files)
     if decode_only:  # TPOT of pure decode steps, whatever the file's own kinds say
         from tokenroof.io.measurements import as_decode_only
@@ -219,8 +224,12 @@ ADVISE_LENGTHS = (
 def advise(
     files: Annotated[
         list[Path] | None,
-        typer.Argument(help="Measurements to fit (or give --model/--hardware alone for the first-principles curve)."),
+        typer.Argument(
+            help="Measurements to fit, or --fit as simulate and plan spell it (or give --model/--hardware alone for "
+            "the first-principles curve)."
+        ),
     ] = None,
+    fit: FitOpt = None,
     tpot_slo_ms: Annotated[float, typer.Option(help="TPOT target in ms per output token.")] = 50.0,
     ttft_slo_ms: Annotated[
         float | None, typer.Option(help="TTFT target in ms (with --input-len/--output-len: the scheduler's answer).")
@@ -287,7 +296,7 @@ def advise(
     speculative = speculative_config_of(speculative_config, acceptance_rate)
     prefix = shared_prefix(prefix_len, num_prefixes, input_len)
     data = advise_answer(
-        files or [],
+        [*(files or []), *(fit or [])],
         physics,
         flags,
         targets,
