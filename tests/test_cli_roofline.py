@@ -203,7 +203,7 @@ def test_the_all_reduces_are_their_own_column_and_bound_under_tensor_parallelism
         kv_s = b * (2048 * terms["t_kv_token_s"] + terms["t_seq_s"] - terms["t_comm_seq_s"])
         assert point["time_kv_ms"] == pytest.approx(kv_s * 1e3)
     assert (one["bound"], full["bound"]) == ("interconnect", "kv")
-    assert "all-reduce" in run_cli([*args, "--tp", "8", "--batch", "1"]).output
+    assert "comm ms" in run_cli([*args, "--tp", "8", "--batch", "1"]).output
     alone = run_json([*args, "--batch", "1"])
     assert alone["points"][0]["time_interconnect_ms"] == 0 and alone["step_model"]["t_comm_fixed_s"] == 0
-    assert "all-reduce" not in run_cli([*args, "--batch", "1"]).output
+    assert "comm ms" not in run_cli([*args, "--batch", "1"]).output

@@ -272,12 +272,12 @@ def roofline_points(console: Console, data: dict[str, Any]) -> None:
     extra = [] if not w else ["decode ms"] + (["e2e ms/tok"] if w["batching"] == "static" else [])
     intensity = () if w else ("FLOP/byte",)  # a workload's extra columns take its place (--json keeps it)
     # the tensor-parallel all-reduces (their calls' latency and bytes), where there are any
-    comm = ("all-reduce ms",) if any(pt.get("time_interconnect_ms", 0.0) > 0 for pt in data["points"]) else ()
+    comm = ("comm ms",) if any(pt.get("time_interconnect_ms", 0.0) > 0 for pt in data["points"]) else ()
     columns = (
         "batch", "TPOT ms", level, *extra, "tok/s", "bound", "weights ms", "compute ms", "KV ms", *comm, *intensity
     )  # fmt: skip
     for col in (*columns, "fits"):
-        table.add_column(col, justify="right")
+        table.add_column(col, justify="right", min_width=len("interconnect") if col == "bound" else None)
     for pt in data["points"]:
         cells = [fmt(pt["decode_step_ms"])] if w else []
         if w and w["batching"] == "static":
