@@ -942,9 +942,15 @@ def hardware_list(console: Console, chips: Sequence[HardwareSpec]) -> None:
     table = Table(title="hardware presets (--hardware NAME, or a path to a TOML); dense peaks", title_justify="left")
     for col in ("name", "chip", "memory GB", "bandwidth TB/s", "bf16 TFLOP/s", "fp8 TFLOP/s", "link GB/s"):
         table.add_column(col)
+    by_degree: list[str] = []  # where a small ring gets less of the link than the whole (the topology's)
     for hw in chips:
         peaks = hw.peak_flops_per_s
         link = hw.interconnect_bandwidth_bytes_per_s
+        if hw.interconnect_bandwidth_at_tp:
+            by_degree.append(
+                f"{hw.key}: "
+                + ", ".join(f"{fmt(v / 1e9)} at TP{k}" for k, v in sorted(hw.interconnect_bandwidth_at_tp.items()))
+            )
         table.add_row(
             hw.key,
             hw.name,
@@ -952,9 +958,13 @@ def hardware_list(console: Console, chips: Sequence[HardwareSpec]) -> None:
             fmt(hw.memory_bandwidth_bytes_per_s / 1e12),
             fmt(peaks.get("bf16", 0) / 1e12) if "bf16" in peaks else "—",
             fmt(peaks["fp8"] / 1e12) if "fp8" in peaks else "—",
-            fmt(link / 1e9) if link else "—",
+            (fmt(link / 1e9) if link else "—") + ("*" if hw.interconnect_bandwidth_at_tp else ""),
         )
     console.print(table)
+    if by_degree:
+        console.print(
+            f"* a smaller ring gets less of the link (GB/s each way): {'; '.join(by_degree)}", highlight=False
+        )
 
 
 def bench_local(console: Console, data: dict[str, Any]) -> None:
