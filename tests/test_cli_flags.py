@@ -119,7 +119,7 @@ def test_one_concept_one_spelling_and_one_default_across_commands() -> None:
         assert {"--kv-dtype", "--kv-cache-dtype"} <= set(option(command, "kv_dtype").opts)
     for command in ("bench", "simulate"):
         assert {"--concurrency", "--max-concurrency"} <= set(option(command, "concurrency").opts)
-    for command in ("advise", "simulate", "plan", "emulate"):
+    for command in ("roofline", "advise", "simulate", "plan", "emulate"):
         assert option(command, "max_num_batched_tokens").help == option("simulate", "max_num_batched_tokens").help
     # the memory the server fills: vLLM's spelling on every command that sizes a KV cache, the engine's default
     for command in ("roofline", "predict", "advise", "simulate", "plan", "emulate"):

@@ -209,3 +209,15 @@ def test_the_all_reduces_are_their_own_column_and_bound_under_tensor_parallelism
     alone = run_json([*args, "--batch", "1"])
     assert alone["points"][0]["time_interconnect_ms"] == 0 and alone["step_model"]["t_comm_fixed_s"] == 0
     assert "comm ms" not in run_cli([*args, "--batch", "1"]).output
+
+
+def test_the_prompt_budget_given_is_the_one_an_online_workload_runs() -> None:
+    """--max-num-batched-tokens on roofline, as on simulate and advise: an online workload's prompts chunked at the
+    budget given, not the engine's default (vLLM V1's 8,192 on an H100); refused where no step carries prompts."""
+    args = ["roofline", "-m", "llama-3.1-8b", "-H", "h100-sxm", "--engine", "vllm-v1", "--batch", "64"]
+    args += ["--input-len", "4000", "--output-len", "300"]
+    default, given = run_json(args), run_json([*args, "--max-num-batched-tokens", "512"])
+    assert (default["workload"]["max_num_batched_tokens"], given["workload"]["max_num_batched_tokens"]) == (8192, 512)
+    assert given["points"][0]["tpot_ms"] != default["points"][0]["tpot_ms"]
+    alone = run_cli(["roofline", "-m", "llama-3.1-8b", "-H", "h100-sxm", "--max-num-batched-tokens", "512"])
+    assert alone.exit_code == 2 and "give --input-len/--output-len with it" in alone.stderr

@@ -9,6 +9,7 @@ import typer
 from tokenroof.cli import render
 from tokenroof.cli.common import (
     AcceptanceOpt,
+    BudgetOpt,
     ComputeOpt,
     DtypeOpt,
     EagerOpt,
@@ -85,6 +86,7 @@ def roofline(
     ] = None,
     gpu_memory_utilization: MemoryFractionOpt = None,
     prompt_tokens: Annotated[float | None, typer.Option(help="Also estimate TTFT for a prompt this long.")] = None,
+    max_num_batched_tokens: BudgetOpt = None,
     speculative_config: SpeculativeOpt = None,
     acceptance_rate: AcceptanceOpt = None,
     gpu_cost_per_hour: GpuCostOpt = None,
@@ -127,8 +129,9 @@ def roofline(
             )
         long_context = speculative_config is None and profile.chunks_prefill_for(spec.max_position_embeddings)
         chunked = profile.prefill == "chunked" or long_context
-        budget = None  # the named engine's default prompt budget, as simulate runs it (whole prompts: none named)
-        if engine is not None and chunked:
+        # the prompt budget given, else the named engine's default, as simulate runs it (whole prompts: none named)
+        budget = max_num_batched_tokens if chunked else None
+        if budget is None and engine is not None and chunked:
             from tokenroof.fit.physics import Physics
 
             named = Physics(model, hardware, dtype, kv_dtype, compute_dtype, tp, engine, enforce_eager).prompt_budget()
@@ -136,6 +139,11 @@ def roofline(
         workload = DecodeWorkload(input_len, output_len, batching == "static", chunked, budget)
     elif batching != "online":
         raise TokenroofError("--batching describes a workload: give --input-len and --output-len with it")
+    if max_num_batched_tokens is not None and (workload is None or not workload.chunked or workload.static):
+        raise TokenroofError(
+            "--max-num-batched-tokens budgets the prompts an online workload's decode steps carry: give "
+            "--input-len/--output-len with it, for an engine that chunks prefill"
+        )
     precision = Precision.create(
         dtype, kv_dtype, compute_dtype, checkpoint=spec.quantization, engine_kv=profile.kv_dtype_by_weights
     )
