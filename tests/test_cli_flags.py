@@ -242,6 +242,8 @@ def test_config_gives_any_commands_flags_from_toml_and_the_command_line_wins(tmp
         ('[roofline]\ntp = "two"\n', "[roofline] tp: Input should be a valid integer"),
         ("tp = 2.7\n", "tp (for roofline): Input should be a valid integer, got a number with a fractional part"),
         ("[simulate]\nseed = -1\n", "[simulate] seed: Input should be greater than or equal to 0, got -1"),
+        ('out = "here"\n', "'out' means something else on each command (bench's folder, bench-local's CSV"),
+        ("workers = 4\n", "'workers' means something else on each command"),
     ],
 )
 def test_a_bad_config_is_one_line_naming_the_file(tmp_path, capsys, text: str, says: str) -> None:

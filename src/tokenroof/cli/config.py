@@ -28,6 +28,14 @@ from tokenroof.params import check_flags
 # flags that mean something else on one command, so a top-level key does not reach them (a [command] table does):
 # bench's --model is the id the server answers to (as vllm bench serve's), not a model preset
 LOCAL = {("bench", "model")}
+# flags whose meaning differs by command, so a top-level key is refused, not spread (a [command] table gives them):
+# --out (bench's folder, bench-local's CSV, calibrate's TOML, report's page, simulate's files), --warmup (bench's
+# requests, bench-local's steps), --workers (bench's client processes, plan's search processes)
+TABLE_ONLY = {
+    "out": "bench's folder, bench-local's CSV, calibrate's hardware file, report's page",
+    "warmup": "bench's requests, bench-local's steps",
+    "workers": "bench's client processes, plan's search processes",
+}
 
 
 def options_by_command(group: Any) -> dict[str, dict[str, Any]]:
@@ -109,6 +117,11 @@ def default_map(path: Path, group: Any, running: str | None = None) -> dict[str,
 
     for key, value in shared.items():
         name = key.replace("-", "_")
+        if name in TABLE_ONLY:
+            raise TokenroofError(
+                f"{path}: '{key}' means something else on each command ({TABLE_ONLY[name]}): give it in the "
+                "[command] table it is for"
+            )
         takers = [c for c, opts in commands.items() if name in opts and name != "config" and (c, name) not in LOCAL]
         if not takers:
             raise TokenroofError(
