@@ -237,13 +237,17 @@ def bench(
     endpoint: Annotated[str, typer.Option(help="completions or chat.")] = "completions",
     model: Annotated[str | None, typer.Option(help="Model id (default: the first of /v1/models).")] = None,
     prompts: Annotated[Path | None, typer.Option(help="JSONL of prompts instead of synthetic ones.")] = None,
-    warmup: Annotated[int | None, typer.Option(help="Requests completed before the window opens.")] = None,
+    warmup: Annotated[
+        int | None,
+        typer.Option(show_default="the concurrency", help="Requests completed before a closed loop's window opens."),
+    ] = None,
     requests_per_point: Annotated[
         int | None,
         typer.Option(
             "--requests-per-point",
             "--num-requests",
             "--num-prompts",
+            show_default="2 × the concurrency, at least 16; 30 × the rate, at least 32",
             help="Requests measured per point: per concurrency or rate, not for the whole sweep (--num-requests and "
             "--num-prompts, as simulate, plan and vllm bench serve spell a run's requests).",
         ),
