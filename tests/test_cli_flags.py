@@ -153,7 +153,7 @@ def test_the_memory_fraction_is_the_engines_own_setting_read_as_it_reads_it() ->
     full = Physics(*SPECS[1::2], engine="vllm-v1").kv_pool_tokens()
     assert (
         f"a KV cache of {full:,} tokens on h100-sxm: 0.9 of the whole memory, less the weights and the server's "
-        "reserve, vllm-v1's default (--gpu-memory-utilization or --kv-cache-tokens to change it)"
+        "reserve, vllm-v1's default (--gpu-memory-utilization to change it)"
     ) in said
     assert not [w for w in run_json([*sim, "--gpu-memory-utilization", "0.6"])["warnings"] if "KV cache of" in w]
     both = run_json([*sim, "--gpu-memory-utilization", "0.6", "--kv-cache-tokens", "9000"])
@@ -322,3 +322,36 @@ def test_measurements_are_given_alike_to_every_command_that_fits_them() -> None:
     )
     none = run_cli(["predict", "--batch", "256"])
     assert none.exit_code == 2 and "give the measurements to fit: files, or --fit FILE" in none.stderr
+
+
+def test_a_fault_tests_finds_on_the_days_flags(tmp_path) -> None:
+    """A fault test of the new flags found: a roofline budget too small to keep the batch full answered faster
+    than the default; TensorRT-LLM's share of what the weights leave refused weights that fit; predict dropped the
+    memory cap where not one sequence fit; a huge --num-requests was a traceback; a config's repeated flag was
+    last-one-wins, its --fit unreadable and a byte-order mark not TOML."""
+    from tests.conftest import run_json
+    from tokenroof.fit.physics import Physics
+
+    lengths = ["--engine", "vllm-v1", "--input-len", "1000", "--output-len", "300", "--batch", "8,64"]
+    starved = run_json(["roofline", *SPECS, *lengths, "--max-num-batched-tokens", "65"])["warnings"]
+    # 65 / (1 + 1000 / 300) = 15: beyond it the room beside the decodes prefills fewer tokens than finishes bring
+    assert any(w.startswith("batches above 15 cannot stay full under a 65-token step budget") for w in starved)
+    assert not any("cannot stay full" in w for w in run_json(["roofline", *SPECS, *lengths])["warnings"])
+    # an engine whose share is of what the weights leave: 16 GB of weights fit in 17 GB, whatever the share
+    assert Physics("llama-3.1-8b", "h100-sxm", engine="tensorrt-llm", memory_fraction_given=0.01).unservable() is None
+    why = Physics("llama-3.1-8b", "h100-sxm", engine="vllm-v1", memory_fraction_given=0.1).unservable()
+    assert why is not None and "give --tp 4 or more" in why and "larger --gpu-memory-utilization" in why  # 32 heads
+    whole = Physics("llama-3.1-70b", "h100-sxm", memory_fraction_given=1.0).unservable()  # all of it: no larger share
+    assert whole is not None and "give --tp 2 or more" in whole and "--gpu-memory-utilization" not in whole
+    capped = ["predict", SEED, "-m", "llama-2-7b", "-H", "h100-sxm", "--context", "1024", "--batch", "8"]
+    refused = run_cli([*capped, "--engine", "tensorrt-llm", "--gpu-memory-utilization", "0.005"])
+    assert refused.exit_code == 2 and "not one sequence of 1,024 tokens fits in the KV cache" in refused.stderr
+    huge = run_cli(["simulate", *SPECS, "--num-requests", "99999999999999999999"])
+    assert huge.exit_code == 2 and "--num-requests must be at least 1 and at most 1e+08" in huge.stderr
+    twice = tmp_path / "twice.toml"
+    twice.write_text("[simulate]\nrequest-rate = 3\nrequest_rate = 5\n")
+    said = run_cli(["--config", str(twice), "simulate", *SPECS])
+    assert said.exit_code == 2 and "'request-rate' and 'request_rate' are one flag (--request-rate)" in said.stderr
+    fitted = tmp_path / "fit.toml"
+    fitted.write_text(f'\ufeff[predict]\nfit = ["{SEED}"]\nbatch = "256"\n')  # a byte-order mark first, as Notepad
+    assert run_cli(["--config", str(fitted), "predict", "--samples", "20"]).exit_code == 0

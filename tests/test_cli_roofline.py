@@ -112,7 +112,7 @@ def test_list_commands() -> None:
     assert "llama-3.1-8b" in run_cli(["models"]).stdout
     listed = run_cli(["hardware"]).stdout
     assert "h100-sxm" in listed and "448*" in listed  # the MI300X's mesh: less for a small ring, said below
-    assert "mi300x: 64 at TP2, 192 at TP4" in listed
+    assert "mi300x: 64 at TP2, 192 at TP4, 448 at TP8" in listed and "h100-pcie: 64 at TP4;" in listed
 
 
 def test_several_contexts_in_one_call() -> None:

@@ -136,7 +136,7 @@ def test_a_mesh_gives_a_small_ring_its_own_links_only(llama7b) -> None:
     · 2·(tp−1)/tp · 4096 · 2 bytes over the link at the profile-free 0.7 of it."""
     mi300x, pcie = load_hardware("mi300x"), load_hardware("h100-pcie")
     assert [mi300x.interconnect_bandwidth(t) for t in (2, 4, 8)] == [64e9, 192e9, 448e9]
-    assert [pcie.interconnect_bandwidth(t) for t in (2, 4, 8)] == [300e9, 64e9, 64e9]
+    assert [pcie.interconnect_bandwidth(t) for t in (2, 4, 8, 16)] == [300e9, 64e9, 64e9, 64e9]  # from 4 on
     for hw, tp, link in ((mi300x, 2, 64e9), (mi300x, 4, 192e9), (mi300x, 8, 448e9), (pcie, 4, 64e9)):
         sm = rl.step_model_from_specs(llama7b, hw, BF16, tp=tp)
         assert sm.t_comm_seq_s == pytest.approx(2 * 32 * 2 * (tp - 1) / tp * 4096 * 2 / (link * 0.7))
@@ -144,7 +144,12 @@ def test_a_mesh_gives_a_small_ring_its_own_links_only(llama7b) -> None:
 
 
 @pytest.mark.parametrize(
-    ("table", "says"), [("1 = 64e9", "at least 2, got 1"), ("two = 64e9", "a whole number, got 'two'")]
+    ("table", "says"),
+    [
+        ("1 = 64e9", "at least 2, got 1"),
+        ("two = 64e9", "a whole number, got 'two'"),
+        ("2 = 900e9", "gives 9e[+]11 at 2, more than the whole link"),
+    ],
 )
 def test_a_bandwidth_by_degree_names_a_bad_degree(tmp_path: Path, table: str, says: str) -> None:
     base = (Path(rl.__file__).parents[1] / "specs" / "data" / "hardware" / "mi300x.toml").read_text()

@@ -43,7 +43,7 @@ FLAG_RANGES: dict[str, tuple[float, bool, float]] = {
     "request_rate": (0, False, math.inf),
     "burstiness": (0, False, math.inf),
     "spread": (0, True, 10),
-    "num_requests": (1, True, math.inf),
+    "num_requests": (1, True, 100_000_000),  # a run holds each request in memory: a hundred million at most
     "max_num_seqs": (1, True, math.inf),
     "replicas": (1, True, math.inf),
     "seeds": (1, True, math.inf),

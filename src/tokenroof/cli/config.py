@@ -72,16 +72,16 @@ def value_for(param: Any, value: Any, where: str) -> Any:
     if param.multiple and not isinstance(value, list):
         value = [value]
     if not switch:  # the flag's own type and range, and tokenroof's (FLAG_RANGES), checked here: named so
-        for item in value if param.multiple else [value]:
-            try:
-                converted = coerce(param, item)
-            except Exception as exc:  # click's BadParameter (Typer's copy of click: duck-typed)
-                message = getattr(exc, "message", None) or str(exc)
-                raise TokenroofError(f"{where}: {message}, got {item!r}") from None
-            try:
-                check_flags({param.name: converted})
-            except TokenroofError as exc:
-                raise TokenroofError(f"{where}: {exc}") from None
+        try:
+            converted = coerce(param, value)  # a repeated flag's list coerced whole
+        except Exception as exc:  # click's BadParameter (Typer's copy of click: duck-typed)
+            message = getattr(exc, "message", None) or str(exc)
+            raise TokenroofError(f"{where}: {message}, got {value!r}") from None
+        try:
+            for one in converted if param.multiple else [converted]:
+                check_flags({param.name: one})
+        except TokenroofError as exc:
+            raise TokenroofError(f"{where}: {exc}") from None
     return value
 
 
@@ -100,7 +100,7 @@ def default_map(path: Path, group: Any, running: str | None = None) -> dict[str,
     list where that command takes one number), that command alone goes without it, and it is an error only when it
     is the command `running` (None: not known, as under --help)."""
     try:
-        data = tomllib.loads(path.read_text(encoding="utf-8"))
+        data = tomllib.loads(path.read_text(encoding="utf-8-sig"))  # a byte-order mark (Windows editors) is no key
     except FileNotFoundError:
         raise TokenroofError(f"--config {path}: no such file") from None
     except (OSError, UnicodeDecodeError) as exc:
@@ -111,6 +111,26 @@ def default_map(path: Path, group: Any, running: str | None = None) -> dict[str,
     shared = {k: v for k, v in data.items() if not (isinstance(v, dict) and k in commands)}
     tables = {k: v for k, v in data.items() if isinstance(v, dict) and k in commands}
     result: dict[str, dict[str, Any]] = {name: {} for name in commands}
+
+    for where, keys in [("", list(shared)), *((f"[{c}] ", list(t)) for c, t in tables.items())]:
+        command = where.strip("[] ") or None
+        seen: dict[str, str] = {}
+        for key in keys:
+            options = commands.get(command or "", {})
+            param = (
+                options.get(key.replace("-", "_"))
+                if command
+                else next(
+                    (opts[key.replace("-", "_")] for opts in commands.values() if key.replace("-", "_") in opts), None
+                )
+            )
+            if param is None:
+                continue
+            if param.name in seen:
+                raise TokenroofError(
+                    f"{path}: {where}'{seen[param.name]}' and '{key}' are one flag (--{flag(param)}): give it once"
+                )
+            seen[param.name] = key
 
     def in_table(command: str, name: str) -> bool:  # the command's own table sets it: that value wins, not this
         return any(k.replace("-", "_") in (name, commands[command][name].name) for k in tables.get(command, {}))

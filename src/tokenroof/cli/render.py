@@ -964,7 +964,9 @@ def hardware_list(console: Console, chips: Sequence[HardwareSpec]) -> None:
     console.print(table)
     if by_degree:
         console.print(
-            f"* a smaller ring gets less of the link (GB/s each way): {'; '.join(by_degree)}", highlight=False
+            f"* some rings get less of the link (GB/s each way, from that degree on): {'; '.join(by_degree)}",
+            highlight=False,
+            soft_wrap=True,
         )
 
 

@@ -139,11 +139,20 @@ def roofline(
         workload = DecodeWorkload(input_len, output_len, batching == "static", chunked, budget)
     elif batching != "online":
         raise TokenroofError("--batching describes a workload: give --input-len and --output-len with it")
-    if max_num_batched_tokens is not None and (workload is None or not workload.chunked or workload.static):
-        raise TokenroofError(
-            "--max-num-batched-tokens budgets the prompts an online workload's decode steps carry: give "
-            "--input-len/--output-len with it, for an engine that chunks prefill"
+    if max_num_batched_tokens is not None:
+        why = (
+            "give --input-len/--output-len with it"
+            if workload is None
+            else "a static batch is prefilled before it decodes"
+            if workload.static
+            else f"{engine or 'this engine'} prefills prompts in steps of their own, whole"
+            if not workload.chunked
+            else None
         )
+        if why is not None:
+            raise TokenroofError(
+                f"--max-num-batched-tokens budgets the prompts an online workload's decode steps carry: {why}"
+            )
     precision = Precision.create(
         dtype, kv_dtype, compute_dtype, checkpoint=spec.quantization, engine_kv=profile.kv_dtype_by_weights
     )
@@ -179,6 +188,18 @@ def roofline(
     from tokenroof.report.plots import plot_roofline
 
     data = results[0].to_dict() if len(results) == 1 else by_context(results)
+    if workload is not None and workload.budget is not None and not workload.static:
+        # a running batch b stays full only while the budget's room beside its b decode tokens prefills the prompts
+        # its finishes bring: b · input/output tokens a step, so b ≤ budget / (1 + input/output)
+        most = workload.budget / (1 + workload.input_len / workload.output_len)
+        over = [b for b in batches if b > most]
+        if over:
+            data["warnings"].append(
+                f"batches above {most:,.0f} cannot stay full under a {workload.budget:,}-token step budget: the room "
+                f"beside their decodes prefills fewer prompt tokens a step than their finishes bring "
+                f"(batch × {workload.input_len:g} / {workload.output_len:g}); their rows assume a full batch the "
+                "server would not keep (simulate runs fewer)"
+            )
     budget = profile.max_num_batched_tokens
     if workload is not None and long_context:
         data["warnings"].append(

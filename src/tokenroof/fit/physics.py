@@ -172,7 +172,7 @@ class Physics:
         from tokenroof.model.roofline import resident_weight_bytes
 
         fraction, of_free = self.memory_fraction()
-        memory_utilization = DEFAULT_MEMORY_FRACTION if of_free else fraction
+        memory_utilization = 1.0 if of_free else fraction  # a share of what the weights leave: they may take it all
         model, hardware = self._specs()
         precision = self.precision
         weights = resident_weight_bytes(model, precision, self.tp)
@@ -181,13 +181,20 @@ class Physics:
         if weights + reserved < usable:
             return None
         needed = math.ceil(weights * self.tp / max(usable - reserved, 1.0))
+        heads = model.num_attention_heads
+        tp = next((t for t in range(max(needed, self.tp + 1), heads + 1) if heads % t == 0), None)  # one that divides
         beside = f" beside the {reserved / 1e9:,.1f} GB its server reserves" if reserved else ""
+        share = "" if of_free else f", {memory_utilization:.3g} of it usable"
+        fixes = ([f"--tp {tp} or more"] if tp is not None and needed < 64 else []) + [
+            "a smaller --dtype",
+            "a larger --hardware",
+        ]
+        if not of_free and memory_utilization < 1:
+            fixes.append("a larger --gpu-memory-utilization")
         return (
             f"{model.name} in {precision.weight_dtype} holds {weights / 1e9:,.0f} GB of weights per GPU at --tp "
-            f"{self.tp}{beside}; {hardware.key or hardware.name} has {hardware.memory_bytes / 1e9:,.0f} GB, "
-            f"{memory_utilization:.0%} of it "
-            f"usable: it cannot be served (give --tp {needed} or more, a smaller --dtype, a larger --hardware, or a "
-            "larger --gpu-memory-utilization)"
+            f"{self.tp}{beside}; {hardware.key or hardware.name} has {hardware.memory_bytes / 1e9:,.0f} GB{share}: "
+            f"it cannot be served (give {', '.join(fixes[:-1])} or {fixes[-1]})"
         )
 
     def require_servable(self) -> None:
@@ -256,9 +263,19 @@ class Physics:
         model, hardware = self._specs()
         profile = self.engine_profile() if self.engine is not None else None
         fraction, of_free = self.memory_fraction()  # the memory cap as the engine sizes its pool
-        return prior_from_specs(
+        prior = prior_from_specs(
             model, hardware, self.precision, workload, self.tp, None, fraction, engine=profile, of_free=of_free
         )
+        if prior.max_batch is None:  # the weights fit, but not one sequence of this context beside them
+            raise ParameterError(
+                f"not one sequence of {workload.mean_context:,.0f} tokens fits in the KV cache {model.name} leaves on "
+                f"{hardware.key or hardware.name} at this memory share ({fraction:g}"
+                f"{' of what the weights leave' if of_free else ' of the whole memory'}): the measured server had "
+                "more (a larger {}, or the {} it ran)",
+                "gpu_memory_utilization",
+                "engine",
+            )
+        return prior
 
     def max_model_len(self, given: int | None = None) -> int | None:
         """The server's max_model_len: the one given (a server started with --max-model-len), never past the model's
@@ -377,7 +394,7 @@ class Physics:
         _, hardware = self._specs()
         return [
             f"a KV cache of {pool_tokens:,} tokens on {hardware.key or hardware.name}: {fraction:g} {share}, "
-            f"{self.engine}'s default (--gpu-memory-utilization or --kv-cache-tokens to change it)"
+            f"{self.engine}'s default (--gpu-memory-utilization to change it)"
         ]
 
     def memory_fraction(self) -> tuple[float, bool]:

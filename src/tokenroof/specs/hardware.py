@@ -47,9 +47,11 @@ class HardwareSpec:
     interconnect_bandwidth_at_tp: Mapping[int, float] = field(default_factory=dict)
 
     def interconnect_bandwidth(self, tp: int) -> float | None:
-        """The bandwidth each GPU's all-reduce sees across `tp` GPUs (bytes/s each way): the file's figure for that
-        degree where it gives one, else the whole link's (None: the file gives none)."""
-        return self.interconnect_bandwidth_at_tp.get(tp, self.interconnect_bandwidth_bytes_per_s)
+        """The bandwidth each GPU's all-reduce sees across `tp` GPUs (bytes/s each way): the file's figure for the
+        largest degree it lists up to `tp` (a figure holds from its degree on: H100 PCIe's 64 GB/s past its bridged
+        pairs, at 4, 8, 16), else the whole link's (None: the file gives none)."""
+        listed = [d for d in self.interconnect_bandwidth_at_tp if d <= tp]
+        return self.interconnect_bandwidth_at_tp[max(listed)] if listed else self.interconnect_bandwidth_bytes_per_s
 
     def peak_for(self, dtype: str) -> float:
         """Dense peak FLOP/s for a compute dtype; an error lists the dtypes this chip has."""
@@ -227,6 +229,17 @@ class HardwareFile(Section):
     tdp_watts: Annotated[float, PlainValidator(WATTS)] | None = None
     idle_watts: Annotated[float, PlainValidator(WATTS)] | None = None
     usd_per_hour: Annotated[float, PlainValidator(USD_PER_HOUR)] | None = None
+
+    @model_validator(mode="after")
+    def _a_ring_gets_no_more_than_the_link(self) -> HardwareFile:
+        whole = self.interconnect_bandwidth_bytes_per_s
+        over = {d: v for d, v in self.interconnect_bandwidth_at_tp.items() if whole is not None and v > whole}
+        if over:
+            raise table_error(
+                f"interconnect_bandwidth_at_tp gives {', '.join(f'{v:g} at {d}' for d, v in sorted(over.items()))}, "
+                f"more than the whole link (interconnect_bandwidth_bytes_per_s = {whole:g}): a ring gets at most it"
+            )
+        return self
 
     @model_validator(mode="after")
     def _idle_below_tdp(self) -> HardwareFile:
