@@ -346,6 +346,17 @@ def test_a_fault_tests_finds_on_the_days_flags(tmp_path) -> None:
     capped = ["predict", SEED, "-m", "llama-2-7b", "-H", "h100-sxm", "--context", "1024", "--batch", "8"]
     refused = run_cli([*capped, "--engine", "tensorrt-llm", "--gpu-memory-utilization", "0.005"])
     assert refused.exit_code == 2 and "not one sequence of 1,024 tokens fits in the KV cache" in refused.stderr
+    # an empty KV cache beside weights that fit: one message on every command that sizes one, naming the share
+    for command in (["simulate", "--rate", "1"], ["advise", "--tpot-slo-ms", "50", "--input-len", "99"]):
+        args = [*command, *SPECS, "--engine", "tensorrt-llm", "--gpu-memory-utilization", "1e-9"]
+        if command[0] == "advise":
+            args += ["--output-len", "9"]
+        empty = run_cli(args)
+        assert empty.exit_code == 2 and "at 1e-09 of what the weights leave holds 0 tokens, not one block" in (
+            empty.stderr
+        )
+    past = run_cli(["roofline", *SPECS, "--gpu-memory-utilization", "1.0000001"])
+    assert "at most 1, got 1.0000001" in past.stderr  # not rounded onto the bound it missed
     huge = run_cli(["simulate", *SPECS, "--num-requests", "99999999999999999999"])
     assert huge.exit_code == 2 and "--num-requests must be at least 1 and at most 1e+08" in huge.stderr
     twice = tmp_path / "twice.toml"

@@ -105,7 +105,8 @@ def _check_flag(name: str, flag: str, value: Any) -> None:
 def shown(value: float) -> str:
     """A number for a message: %g, and an integer too large for a float (%g would overflow) by its digits."""
     if isinstance(value, float) or abs(value) < 10**15:
-        return f"{value:g}"
+        short = f"{value:g}"  # and more figures where six would round it onto the bound it missed (1.0000001)
+        return short if not isinstance(value, float) or float(short) == value else f"{value:.12g}"
     digits = str(abs(value))
     return f"{'-' if value < 0 else ''}{digits[0]}.{digits[1:4]}e+{len(digits) - 1}"
 

@@ -339,12 +339,20 @@ class Physics:
         EAGLE/MTP head: one layer's)."""
         if not self.known:
             return None
+        from tokenroof.model.prefix import VLLM_BLOCK_SIZE
         from tokenroof.model.roofline import kv_bytes_per_token, kv_cache_tokens, resident_weight_bytes
 
         self.require_servable()
         model, hardware = self._specs()
         fraction, of_free = self.memory_fraction()
         tokens = kv_cache_tokens(model, hardware, self.precision, self.tp, fraction, of_free, self.reserved_bytes())
+        if tokens < VLLM_BLOCK_SIZE:  # the weights fit, the cache beside them not one block: one message everywhere
+            share = "of what the weights leave" if of_free else "of the whole memory"
+            raise ParameterError(
+                f"the KV cache {model.name} leaves on {hardware.key or hardware.name} at {fraction:g} {share} holds "
+                f"{tokens:,} tokens, not one block of {VLLM_BLOCK_SIZE}: give a larger {{}}",
+                "gpu_memory_utilization",
+            )
         shapes = self._proposer(speculative)
         if speculative is None or shapes is None:
             return tokens
