@@ -112,18 +112,12 @@ def default_map(path: Path, group: Any, running: str | None = None) -> dict[str,
     tables = {k: v for k, v in data.items() if isinstance(v, dict) and k in commands}
     result: dict[str, dict[str, Any]] = {name: {} for name in commands}
 
-    for where, keys in [("", list(shared)), *((f"[{c}] ", list(t)) for c, t in tables.items())]:
-        command = where.strip("[] ") or None
+    # one flag given twice in one place (request-rate and request_rate, or rate): refused, not last-one-wins
+    every = {name: p for opts in commands.values() for name, p in opts.items()}  # a top-level key's flag, any command's
+    for where, options, keys in [("", every, shared), *((f"[{c}] ", commands[c], t) for c, t in tables.items())]:
         seen: dict[str, str] = {}
         for key in keys:
-            options = commands.get(command or "", {})
-            param = (
-                options.get(key.replace("-", "_"))
-                if command
-                else next(
-                    (opts[key.replace("-", "_")] for opts in commands.values() if key.replace("-", "_") in opts), None
-                )
-            )
+            param = options.get(key.replace("-", "_"))
             if param is None:
                 continue
             if param.name in seen:

@@ -188,18 +188,6 @@ def roofline(
     from tokenroof.report.plots import plot_roofline
 
     data = results[0].to_dict() if len(results) == 1 else by_context(results)
-    if workload is not None and workload.budget is not None and not workload.static:
-        # a running batch b stays full only while the budget's room beside its b decode tokens prefills the prompts
-        # its finishes bring: b · input/output tokens a step, so b ≤ budget / (1 + input/output)
-        most = workload.budget / (1 + workload.input_len / workload.output_len)
-        over = [b for b in batches if b > most]
-        if over:
-            data["warnings"].append(
-                f"batches above {most:,.0f} cannot stay full under a {workload.budget:,}-token step budget: the room "
-                f"beside their decodes prefills fewer prompt tokens a step than their finishes bring "
-                f"(batch × {workload.input_len:g} / {workload.output_len:g}); their rows assume a full batch the "
-                "server would not keep (simulate runs fewer)"
-            )
     budget = profile.max_num_batched_tokens
     if workload is not None and long_context:
         data["warnings"].append(

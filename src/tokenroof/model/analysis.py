@@ -46,6 +46,15 @@ class DecodeWorkload:
     def mean_context(self) -> float:
         return mean_context_tokens(self.input_len, self.output_len)
 
+    @property
+    def fullest_batch(self) -> float | None:
+        """The largest running batch an online workload's prompt budget keeps full (None: no budget binds): the room
+        beside b decode tokens must prefill the b · input/output prompt tokens its finishes bring each step, so
+        b ≤ budget / (1 + input/output)."""
+        if self.budget is None or self.static or not self.chunked:
+            return None
+        return self.budget / (1 + self.input_len / self.output_len)
+
     def to_dict(self) -> dict[str, Any]:
         return {
             "input_len": self.input_len,
@@ -459,6 +468,14 @@ def analyze_roofline(
         memory_of_free=of_free,
     )
     warnings += memory_warnings(result, float(arr.max()))
+    most = None if workload is None else workload.fullest_batch
+    if workload is not None and most is not None and float(arr.max()) > most:
+        warnings.append(
+            f"batches above {most:,.0f} cannot stay full under a {workload.budget:,}-token step budget: the room "
+            f"beside their decodes prefills fewer prompt tokens a step than their finishes bring "
+            f"(batch × {workload.input_len:g} / {workload.output_len:g}); their rows assume a full batch the "
+            "server would not keep (simulate runs fewer)"
+        )
     servable = result.max_batch_by_memory > 0
     if engine.admission == "reserve-output" and workload is not None and not workload.static and servable:
         held = result.held_at(reserved_life_tokens(workload.input_len, workload.output_len), result.reserved_bytes)
